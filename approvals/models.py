@@ -1,0 +1,89 @@
+"""Human interventions: approval requests and takeovers (DESIGN section 7)."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+
+class Approval(models.Model):
+    """A question to an approver that a run waits on (run status WAITING_APPROVAL)."""
+
+    class Status(models.TextChoices):
+        PENDING = "PENDING"
+        APPROVED = "APPROVED"
+        REJECTED = "REJECTED"
+        EXPIRED = "EXPIRED"
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="approvals")
+    step = models.ForeignKey("runs.Step", on_delete=models.CASCADE, related_name="approvals")
+    question = models.TextField()
+    reason = models.TextField(blank=True, default="")
+    evidence = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(blank=True, default="")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        permissions = [("decide_approval", "Can approve or reject approval requests")]
+        indexes = [
+            # Approvals inbox and the sweeper's expiry query: pending ones by age / expiry.
+            models.Index(fields=["status", "expires_at"], name="approval_status_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"approval {self.pk} ({self.status})"
+
+
+class Takeover(models.Model):
+    """A run paused for a human: why, what was done, where it failed, what to do next."""
+
+    class Status(models.TextChoices):
+        OPEN = "OPEN"
+        RESOLVED = "RESOLVED"
+
+    class Cause(models.TextChoices):
+        UNKNOWN_OUTCOME = "unknown_outcome"
+        RETRIES_EXHAUSTED = "retries_exhausted"
+        BUDGET_EXHAUSTED = "budget_exhausted"
+        UNKNOWN_WORKFLOW_VERSION = "unknown_workflow_version"
+        ARTIFACT_INVALID = "artifact_invalid"
+        OPERATOR_REQUEST = "operator_request"
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="takeovers")
+    step = models.ForeignKey(
+        "runs.Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="takeovers"
+    )
+    cause = models.CharField(max_length=40, choices=Cause.choices)
+    reason = models.TextField()
+    done_summary = models.JSONField(default=dict, blank=True)
+    failed_at = models.CharField(max_length=200, blank=True, default="")
+    suggested_action = models.TextField(blank=True, default="")
+    evidence = models.JSONField(default=dict, blank=True)
+    checkpoints = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    resolution = models.CharField(max_length=40, blank=True, default="")
+    resolution_note = models.TextField(blank=True, default="")
+    resolved_by = models.CharField(max_length=200, blank=True, default="")
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # One open takeover per run: a second pause reason updates the open one.
+            models.UniqueConstraint(
+                fields=["run"], condition=Q(status="OPEN"), name="takeover_one_open_per_run"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"takeover {self.pk} ({self.cause}, {self.status})"

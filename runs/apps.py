@@ -1,0 +1,12 @@
+from django.apps import AppConfig
+
+
+class RunsConfig(AppConfig):
+    name = "runs"
+    verbose_name = "Runs"
+
+    def ready(self) -> None:
+        # Workflows register themselves on import; every process needs the same set.
+        from runs.workflows import registry
+
+        registry.autodiscover()

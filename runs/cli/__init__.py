@@ -1,0 +1,8 @@
+"""Subcommands of ``python manage.py runs``. Each module defines ``help``,
+``add_arguments(parser)`` and ``handle(command, options)``; list it in ``SUBCOMMANDS``."""
+
+SUBCOMMANDS = {
+    "start": "runs.cli.start",
+    "status": "runs.cli.status",
+    "resume": "runs.cli.resume",
+}

@@ -1,0 +1,39 @@
+"""``runs start WORKFLOW --thread T --input JSON [--budget JSON] [--crash-before STEP]``."""
+
+from runs.cli.common import control_error, parse_json
+from runs.engine.control import ControlError, start_run
+from runs.workflows import registry
+
+help = "start a run and print its id"
+
+
+def add_arguments(parser):
+    parser.add_argument("workflow")
+    parser.add_argument("--thread", required=True)
+    parser.add_argument("--input", default="{}", help="run input as a JSON object")
+    parser.add_argument("--budget", default=None,
+                        help='limits as JSON, e.g. {"tool_calls": 5, "cost_usd": "0.10"}')
+    parser.add_argument("--crash-before", metavar="STEP", default=None,
+                        help="fault injection: the worker reaching STEP exits 75 at once")
+
+
+def handle(command, options):
+    data = parse_json(options["input"], "--input")
+    budget = parse_json(options["budget"], "--budget") if options["budget"] else None
+    faults = {}
+    if options["crash_before"]:
+        try:
+            wf = registry.get(options["workflow"])
+        except registry.UnknownWorkflow as exc:
+            raise control_error(ControlError("unknown_workflow", str(exc))) from exc
+        if not wf.has(options["crash_before"]):
+            raise control_error(ControlError(
+                "unknown_step", f"{wf.name} has no step {options['crash_before']!r}; steps: "
+                + ", ".join(s.name for s in wf.steps)))
+        faults["crash_before"] = options["crash_before"]
+    try:
+        run = start_run(options["workflow"], thread_id=options["thread"], input=data,
+                        budget=budget, faults=faults)
+    except ControlError as exc:
+        raise control_error(exc) from exc
+    command.stdout.write(str(run.pk))

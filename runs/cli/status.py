@@ -1,0 +1,35 @@
+"""``runs status (RUN_ID | --thread T) [--json]``."""
+
+import json
+
+from runs.cli.common import resolve_run
+from runs.engine.control import run_status
+
+help = "show a run's status, steps, next step and messages"
+
+
+def add_arguments(parser):
+    parser.add_argument("run_id", nargs="?")
+    parser.add_argument("--thread")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def handle(command, options):
+    status = run_status(resolve_run(options))
+    if options["json"]:
+        command.stdout.write(json.dumps(status, ensure_ascii=False))
+        return
+    out = command.stdout
+    out.write(f"run {status['run_id']} ({status['workflow']}@{status['version']}) "
+              f"thread {status['thread']}: {status['status']}")
+    out.write(f"next step: {status['next_step'] or '-'}")
+    for s in status["steps"]:
+        out.write(f"  step {s['name']:<20} {s['status']:<10} attempt {s['attempt']}")
+    out.write(f"messages ({len(status['messages'])}):")
+    for m in status["messages"]:
+        calls = ", ".join(f"{c['name']}({json.dumps(c['arguments'])}) [{c['id']}]"
+                          for c in m["tool_calls"])
+        extra = f" -> {calls}" if calls else ""
+        reply_to = f" (result of {m['tool_call_id']})" if m["tool_call_id"] else ""
+        out.write(f"  {m['role']:<9} {m['content']}{extra}{reply_to}")
+    out.write(f"device calls: {json.dumps(status['calls'])}")

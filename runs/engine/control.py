@@ -1,0 +1,190 @@
+"""Starting, inspecting and resuming runs: the functions behind the CLI, the console
+and the API (views and commands stay thin and call these)."""
+
+import time
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.db.models.functions import Now
+
+from runs.engine import dispatch
+from runs.engine.checkpoints import initial_state
+from runs.engine.clock import db_now
+from runs.engine.executor import schedule_step
+from runs.engine.gateway import run_transaction
+from runs.models import Checkpoint, Message, Run, Step, Thread
+from runs.sim.devices import device_calls, device_readings
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.workflows import registry
+
+OPEN_STEP_STATES = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.WAITING, StepStatus.UNKNOWN)
+
+
+class ControlError(Exception):
+    """A request the engine refuses, with a machine-readable ``code`` (e.g.
+    ``unknown_workflow``, ``invalid_input``, ``run_terminal``) and optional field
+    ``errors`` (``{field: message}``)."""
+
+    def __init__(self, code: str, message: str, errors: dict[str, str] | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.errors = errors or {}
+
+
+def start_run(workflow: str, *, thread_id: str, input: Any, owner=None,
+              budget: dict | None = None, request_id: str | None = None,
+              faults: dict | None = None, version: int | None = None,
+              actor: str = "cli") -> Run:
+    """Create a run of ``workflow`` (latest version unless ``version``) on the thread
+    ``thread_id``, with its first user message, ``start`` checkpoint and first step,
+    all in one transaction; the first step is notified after commit.
+
+    Raises ``ControlError`` (``unknown_workflow``, ``invalid_input``, ``invalid_thread``).
+    """
+    try:
+        wf = registry.get(workflow, version)
+    except registry.UnknownWorkflow as exc:
+        raise ControlError("unknown_workflow", str(exc), {"workflow": str(exc)}) from exc
+    if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 200:
+        raise ControlError("invalid_thread", "thread id must be 1..200 characters",
+                           {"thread_id": "must be 1..200 characters"})
+    errors = wf.validate_input(input)
+    if errors:
+        raise ControlError("invalid_input", "input is not valid for " + wf.name,
+                           {f"input.{k}" if k != "input" else k: v for k, v in errors.items()})
+    goal = str(input.get(wf.message_field, "")) if wf.message_field else ""
+    with transaction.atomic():
+        try:
+            thread, _ = Thread.objects.get_or_create(owner=owner, thread_id=thread_id)
+        except IntegrityError:
+            thread = Thread.objects.get(owner=owner, thread_id=thread_id)
+        run = Run.objects.create(
+            thread=thread, owner=owner, workflow=wf.name, workflow_version=wf.version,
+            input=input, goal=goal[:2000], budget=budget or {}, faults=faults or {},
+            request_id=request_id,
+        )
+        with run_transaction(run.pk) as tx:
+            tx.event("run.created", {"workflow": wf.name, "version": wf.version,
+                                     "thread": thread_id}, actor=actor)
+            if wf.message_field:
+                Thread.objects.filter(pk=thread.pk).update(message_seq=F("message_seq") + 1)
+                seq = Thread.objects.values_list("message_seq", flat=True).get(pk=thread.pk)
+                message = Message.objects.create(
+                    thread=thread, run=run, seq=seq, message_id=f"msg_{uuid.uuid4().hex}",
+                    role=Message.Role.USER, content=goal,
+                )
+                tx.event("message.created", {"message_id": message.message_id, "role": "user",
+                                             "seq": seq}, actor=actor)
+            state = initial_state(run, wf.first_step)
+            state["message_seq"] = Thread.objects.values_list("message_seq", flat=True).get(pk=thread.pk)
+            Checkpoint.objects.create(run=run, name="start", generation=run.generation, state=state)
+            schedule_step(tx, wf.first_step, seq=1, actor=actor)
+    run.refresh_from_db()
+    return run
+
+
+def latest_run(thread_id: str, owner=None) -> Run:
+    """The newest run on the thread; raises ``ControlError`` ``unknown_thread``."""
+    run = (Run.objects.filter(thread__thread_id=thread_id, thread__owner=owner)
+           .order_by("-created_at").first())
+    if run is None:
+        raise ControlError("unknown_thread", f"no run on thread {thread_id!r}")
+    return run
+
+
+def get_run(run_id: str) -> Run:
+    """The run with this id; raises ``ControlError`` ``unknown_run``."""
+    try:
+        return Run.objects.get(pk=uuid.UUID(str(run_id)))
+    except (ValueError, Run.DoesNotExist):
+        raise ControlError("unknown_run", f"no run {run_id!r}") from None
+
+
+def open_step(run: Run) -> Step | None:
+    """The current generation's step that is not finished yet, if any."""
+    return (Step.objects.filter(run=run, generation=run.generation, status__in=OPEN_STEP_STATES)
+            .order_by("seq").first())
+
+
+def run_status(run: Run) -> dict[str, Any]:
+    """The status document printed by ``runs status --json``:
+    ``{run_id, thread, workflow, version, status, generation, next_step, steps: [{name,
+    status, attempt}], messages: [{id, role, content, tool_calls, tool_call_id}],
+    calls: {device.op: count}, devices: {...}, budget: {...}}``."""
+    run.refresh_from_db()
+    nxt = open_step(run)
+    steps = [
+        {"name": s.name, "status": s.status, "attempt": s.attempt, "generation": s.generation,
+         "error_code": s.error_code or None}
+        for s in Step.objects.filter(run=run).order_by("seq")
+    ]
+    messages = [m.as_dict() for m in Message.objects.filter(
+        thread_id=run.thread_id, status=Message.Status.FINAL).order_by("seq")]
+    return {
+        "run_id": str(run.pk), "thread": run.thread.thread_id, "workflow": run.workflow,
+        "version": run.workflow_version, "status": run.status, "generation": run.generation,
+        "next_step": nxt.name if nxt and run.status not in RUN_TERMINAL else None,
+        "steps": steps, "messages": messages, "calls": device_calls(str(run.pk)),
+        "devices": device_readings(),
+        "budget": {"limits": run.budget, "used": {"model_calls": run.model_calls,
+                                                   "tool_calls": run.tool_calls,
+                                                   "cost_usd": str(run.cost_usd)}},
+        "error_code": run.error_code or None,
+    }
+
+
+def resume(run: Run, *, actor: str, wait_seconds: float | None = None,
+           on_wait=None) -> Step:
+    """Re-dispatch the run's next step (DESIGN section 6).
+
+    A step whose lease is still live elsewhere is never taken: this waits (up to
+    ``wait_seconds``, default lease length + 5 s) for the lease to expire, then reclaims
+    it through the same fenced UPDATE the sweeper uses. ``on_wait(step, seconds_left)`` is
+    called before waiting. Returns the step notified. Raises ``ControlError``
+    (``run_terminal``, ``run_paused``, ``nothing_to_resume``, ``lease_live``).
+    """
+    run.refresh_from_db()
+    if run.status in RUN_TERMINAL:
+        raise ControlError("run_terminal", f"run is {run.status}; nothing to resume")
+    if run.status == RunStatus.PAUSED:
+        raise ControlError("run_paused", "run is PAUSED for a takeover: resolve it, or resume "
+                           "from a checkpoint with --from")
+    step = open_step(run)
+    if step is None:
+        raise ControlError("nothing_to_resume", "the run has no open step")
+    if step.status == StepStatus.RUNNING:
+        deadline = time.monotonic() + (wait_seconds if wait_seconds is not None
+                                       else settings.AGENTOPS_LEASE_SECONDS + 5)
+        while True:
+            step.refresh_from_db()
+            if step.status != StepStatus.RUNNING:
+                break
+            left = (step.lease_until - db_now()).total_seconds() if step.lease_until else 0
+            if left < 0:
+                with run_transaction(run.pk) as tx:
+                    moved = Step.objects.filter(
+                        pk=step.pk, status=StepStatus.RUNNING, attempt=step.attempt,
+                        lease_until__lt=Now(),
+                    ).update(status=StepStatus.PENDING, owner="", lease_until=None,
+                             not_before=Now())
+                    if moved:
+                        tx.event("lease.expired", {"attempt": step.attempt, "owner": step.owner},
+                                 step_id=step.pk, actor=actor, progress=False)
+                continue
+            if time.monotonic() + min(left, 0.5) > deadline:
+                raise ControlError("lease_live", f"step {step.name} is leased by {step.owner} "
+                                   f"for {left:.1f}s more; not taking it")
+            if on_wait:
+                on_wait(step, left)
+            time.sleep(min(max(left, 0.05), 0.5))
+    with run_transaction(run.pk) as tx:
+        tx.event("run.resume_requested", {"step": step.name, "attempt": step.attempt},
+                 step_id=step.pk, actor=actor)
+        Step.objects.filter(pk=step.pk).update(notified_at=Now())
+        dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
+    step.refresh_from_db()
+    return step

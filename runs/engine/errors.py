@@ -1,0 +1,28 @@
+"""Exceptions that steps and the engine raise to steer execution."""
+
+
+class StepError(Exception):
+    """A step failed with a machine-readable ``code`` (see ``runs.engine.retry`` for which
+    codes are retryable) and a human-readable ``detail``."""
+
+    def __init__(self, code: str, detail: str = ""):
+        super().__init__(f"{code}: {detail}" if detail else code)
+        self.code = code
+        self.detail = detail
+
+
+class LeaseLost(Exception):
+    """This attempt no longer holds the step's lease (it expired and another worker took
+    over, or an operator released it); the attempt must stop without writing."""
+
+
+class CancelRequested(Exception):
+    """The run was asked to cancel; raised at a safe point so the step stops."""
+
+
+class StaleCommit(Exception):
+    """A fenced commit matched no row: the attempt is stale or the run moved on."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason

@@ -1,0 +1,365 @@
+"""Executing one step (DESIGN section 5): read, claim, run outside any transaction with
+a heartbeat, then commit the result, messages, checkpoint, events and the next step in
+one short transaction fenced by the attempt."""
+
+import logging
+import os
+import sys
+import threading
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.db.models import DateTimeField, ExpressionWrapper, F
+from django.db.models.functions import Now
+
+from runs.engine import dispatch, leases
+from runs.engine.checkpoints import next_state
+from runs.engine.clock import db_now
+from runs.engine.context import StepContext
+from runs.engine.errors import CancelRequested, LeaseLost, StepError
+from runs.engine.gateway import RunTx, run_transaction
+from runs.engine.identity import WorkerIdentity
+from runs.engine.takeovers import open_takeover
+from runs.models import Checkpoint, Message, Run, Step, Thread
+from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus, StepStatus
+from runs.workflows import registry
+from runs.workflows.definition import StepDef, Workflow
+
+logger = logging.getLogger("agentops.executor")
+
+#: Exit code of an injected crash (``runs start --crash-before``), as in the demo.
+CRASH_EXIT_CODE = 75
+
+
+def say(line: str) -> None:
+    """Progress line on the worker's stdout (``ENTER <step>``), flushed at once."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def run_chain(step_id: int | None, worker: WorkerIdentity) -> int:
+    """Execute ``step_id`` and then each next step this worker committed itself, until
+    none is left or the worker is stopping. Returns the number of steps executed.
+
+    A worker that just committed step k claims step k+1 through the same database claim
+    (DESIGN section 11): the queued notification for it then finds it taken.
+    """
+    executed = 0
+    while step_id is not None:
+        next_id = execute_step(step_id, worker)
+        executed += 1
+        if worker.stopping.is_set():
+            break
+        step_id = next_id
+    return executed
+
+
+def execute_step(step_id: int, worker: WorkerIdentity) -> int | None:
+    """Run one step if it is claimable; returns the id of the next step scheduled by
+    this commit (for chaining), or ``None``.
+
+    Never raises for step failures (they are recorded); database errors propagate.
+    """
+    close_old_connections()
+    step = Step.objects.select_related("run").filter(pk=step_id).first()
+    if step is None:
+        return None
+    run = step.run
+    if run.status not in RUN_EXECUTABLE or step.generation != run.generation:
+        return None
+    if step.status not in (StepStatus.PENDING, StepStatus.RUNNING):
+        return None
+    try:
+        workflow = registry.get(run.workflow, run.workflow_version)
+    except registry.UnknownWorkflow:
+        _pause_unknown_version(run, step, worker)
+        return None
+    _maybe_crash_before(run, step)
+
+    claimed = _claim(run, step, worker)
+    if claimed is None:
+        return None
+    attempt, state = claimed
+    step_def = workflow.get(step.name)
+    say(f"ENTER {step.name} (run {run.pk}, attempt {attempt}, worker {worker.worker_id})")
+    if attempt > step_def.retry.max_attempts:
+        # Each claim is an attempt, including claims whose worker died; a step that keeps
+        # killing its workers must stop being retried.
+        _fail_attempt(run, step, attempt, worker, step_def,
+                      StepError("ATTEMPTS_EXHAUSTED",
+                                f"claimed {attempt} times, max_attempts={step_def.retry.max_attempts}"),
+                      force_final=True)
+        return None
+
+    ctx = StepContext(run=run, step=step, attempt=attempt, worker_id=worker.worker_id,
+                      workflow=workflow, step_def=step_def, state=state)
+    heartbeat = Heartbeat(ctx)
+    heartbeat.start()
+    try:
+        output = step_def.fn(ctx)
+    except LeaseLost as exc:
+        _record(run.pk, "step.abandoned", {"attempt": attempt, "reason": str(exc)}, step, worker)
+        return None
+    except CancelRequested:
+        _release_for_cancel(run, step, attempt, worker)
+        return None
+    except StepError as exc:
+        _fail_attempt(run, step, attempt, worker, step_def, exc)
+        return None
+    except Exception as exc:  # noqa: BLE001 - a bug in a step is recorded, not fatal to the worker
+        logger.exception("step %s raised", step.name)
+        _fail_attempt(run, step, attempt, worker, step_def,
+                      StepError("INTERNAL", f"{type(exc).__name__}: {exc}"))
+        return None
+    finally:
+        heartbeat.stop()
+    return _commit_success(ctx, output, worker)
+
+
+# -- claim -----------------------------------------------------------------------------
+
+def _claim(run: Run, step: Step, worker: WorkerIdentity) -> tuple[int, dict] | None:
+    """Claim the step and mark the run RUNNING in one transaction; returns the attempt
+    and the state of the run's latest checkpoint."""
+    with run_transaction(run.pk) as tx:
+        if tx.run.status not in RUN_EXECUTABLE or tx.run.generation != step.generation:
+            return None
+        attempt = leases.claim_step(step.pk, worker.worker_id, settings.AGENTOPS_LEASE_SECONDS)
+        if attempt is None:
+            return None
+        if tx.run.status == RunStatus.PENDING:
+            tx.transition_run(RunStatus.RUNNING, actor=worker.worker_id, started_at=Now())
+        Run.objects.filter(pk=run.pk).update(current_step_id=step.pk)
+        payload = {"attempt": attempt, "worker": worker.worker_id}
+        if step.status == StepStatus.RUNNING:
+            payload["takeover_from"] = step.owner
+        tx.event("step.started", payload, step_id=step.pk, actor=worker.worker_id)
+        checkpoint = Checkpoint.objects.filter(run_id=run.pk, generation=tx.run.generation).order_by("-pk").first()
+        state = checkpoint.state if checkpoint else {}
+    run.status = tx.run.status
+    return attempt, state
+
+
+class Heartbeat:
+    """Renews the lease every third of its length while the step runs, and raises the
+    context's flags when the lease is lost or the run is asked to cancel."""
+
+    def __init__(self, ctx: StepContext):
+        self.ctx = ctx
+        self.ttl = settings.AGENTOPS_LEASE_SECONDS
+        self.interval = max(0.05, self.ttl / 3)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval + 5)
+
+    def _loop(self) -> None:
+        ctx = self.ctx
+        try:
+            while not self._stop.wait(self.interval):
+                if not leases.renew_lease(ctx.step.pk, ctx.attempt, self.ttl):
+                    ctx.lease_lost.set()
+                    return
+                status = Run.objects.filter(pk=ctx.run.pk).values_list("status", flat=True).first()
+                if status == RunStatus.CANCEL_REQUESTED or status in RUN_TERMINAL:
+                    ctx.cancel_requested.set()
+        except Exception:  # noqa: BLE001 - a failed heartbeat must not kill the step; the lease rules decide
+            logger.warning("heartbeat failed for step %s", ctx.step.pk, exc_info=True)
+        finally:
+            connection.close()
+
+
+# -- commit ----------------------------------------------------------------------------
+
+def _commit_success(ctx: StepContext, output: Any, worker: WorkerIdentity) -> int | None:
+    """Commit the result, fenced by attempt. Returns the next step's id, if any."""
+    run, step, attempt = ctx.run, ctx.step, ctx.attempt
+    next_name = ctx.next_step if ctx.goto_set else ctx.workflow.next_after(step.name)
+    next_step_id = None
+    with run_transaction(run.pk) as tx:
+        rejected = _commit_rejection(tx, step, attempt)
+        if rejected:
+            tx.event("step.commit_rejected", {"attempt": attempt, "reason": rejected,
+                                              "worker": worker.worker_id},
+                     step_id=step.pk, actor=worker.worker_id, progress=False)
+            return None
+        Step.objects.filter(pk=step.pk).update(
+            status=StepStatus.SUCCEEDED, output=output, finished_at=Now(),
+            lease_until=None, owner=worker.worker_id, error_code="", error_detail="",
+        )
+        tx.event("step.succeeded", {"attempt": attempt, "worker": worker.worker_id},
+                 step_id=step.pk, actor=worker.worker_id)
+        message_seq = _write_messages(tx, ctx, worker)
+        state = next_state(ctx.state, run=tx.run, step=step, output=output,
+                           next_name=next_name, message_seq=message_seq)
+        Checkpoint.objects.create(run_id=run.pk, step_id=step.pk, name=f"after:{step.name}",
+                                  generation=tx.run.generation, state=state)
+        tx.event("checkpoint.saved", {"name": f"after:{step.name}"}, step_id=step.pk,
+                 actor=worker.worker_id)
+        if tx.run.status == RunStatus.CANCEL_REQUESTED:
+            return None
+        if next_name is None:
+            tx.transition_run(RunStatus.SUCCEEDED, actor=worker.worker_id,
+                              finished_at=Now(), current_step=None)
+            return None
+        next_step_id = schedule_step(tx, next_name, seq=step.seq + 1, actor=worker.worker_id)
+    return next_step_id
+
+
+def _commit_rejection(tx: RunTx, step: Step, attempt: int) -> str | None:
+    """Why a fenced commit must not apply, or ``None`` if it may."""
+    if tx.run.status in RUN_TERMINAL:
+        return f"run is {tx.run.status}"
+    if tx.run.generation != step.generation:
+        return "step belongs to a superseded generation"
+    current = Step.objects.filter(pk=step.pk).values_list("status", "attempt").first()
+    if current is None:
+        return "step is gone"
+    status, current_attempt = current
+    if current_attempt != attempt:
+        return f"stale attempt {attempt}; attempt {current_attempt} holds the step"
+    if status != StepStatus.RUNNING:
+        return f"step is {status}"
+    return None
+
+
+def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:
+    """Insert the step's staged messages with gap-free thread seqs; returns the thread's
+    last message seq after the insert."""
+    thread_id = ctx.run.thread_id
+    count = len(ctx.new_messages)
+    if count:
+        Thread.objects.filter(pk=thread_id).update(message_seq=F("message_seq") + count)
+    last = Thread.objects.filter(pk=thread_id).values_list("message_seq", flat=True).get()
+    first = last - count + 1
+    rows = [
+        Message(thread_id=thread_id, run_id=ctx.run.pk, step_id=ctx.step.pk, seq=first + i,
+                message_id=m["id"], role=m["role"], content=m["content"],
+                tool_calls=m["tool_calls"], tool_call_id=m["tool_call_id"] or "")
+        for i, m in enumerate(ctx.new_messages)
+    ]
+    Message.objects.bulk_create(rows)
+    for row in rows:
+        tx.event("message.created", {"message_id": row.message_id, "role": row.role,
+                                     "seq": row.seq}, step_id=ctx.step.pk, actor=worker.worker_id)
+    return last
+
+
+def schedule_step(tx: RunTx, name: str, *, seq: int, actor: str, delay: float = 0.0) -> int:
+    """Create the PENDING step ``name`` in the locked run's current generation and
+    notify workers after commit. Returns the new step's id."""
+    not_before = Now() if not delay else ExpressionWrapper(
+        Now() + timedelta(seconds=delay), output_field=DateTimeField())
+    step = Step.objects.create(run_id=tx.run.pk, name=name, seq=seq,
+                               generation=tx.run.generation, not_before=not_before,
+                               notified_at=Now() if dispatch.mode() == "rq" else None)
+    Run.objects.filter(pk=tx.run.pk).update(current_step_id=step.pk)
+    tx.event("step.scheduled", {"name": name, "seq": seq}, step_id=step.pk, actor=actor)
+    dispatch.notify_on_commit(tx.run.pk, step.pk)
+    return step.pk
+
+
+# -- failures --------------------------------------------------------------------------
+
+def _fail_attempt(run: Run, step: Step, attempt: int, worker: WorkerIdentity,
+                  step_def: StepDef, error: StepError, force_final: bool = False) -> None:
+    """Record a failed attempt: schedule a retry with backoff, or give up as the step's
+    policy says (fail the run, or pause it for a takeover)."""
+    from runs.engine.budget import BudgetExhausted
+
+    started = Step.objects.filter(pk=step.pk).values_list("started_at", flat=True).first()
+    elapsed = (db_now() - started).total_seconds() if started else 0.0
+    decision = step_def.retry.decide(attempt, error.code, elapsed)
+    with run_transaction(run.pk) as tx:
+        rejected = _commit_rejection(tx, step, attempt)
+        if rejected:
+            tx.event("step.commit_rejected", {"attempt": attempt, "reason": rejected,
+                                              "error_code": error.code},
+                     step_id=step.pk, actor=worker.worker_id, progress=False)
+            return
+        common = {"owner": "", "lease_until": None, "error_code": error.code,
+                  "error_detail": error.detail[:4000]}
+        payload = {"attempt": attempt, "error_code": error.code, "error_detail": error.detail[:500]}
+        if decision.retry and not force_final and tx.run.status != RunStatus.CANCEL_REQUESTED:
+            tx.transition_step(
+                step.pk, StepStatus.PENDING, expected=StepStatus.RUNNING, attempt=attempt,
+                actor=worker.worker_id, event_type="step.retry_scheduled",
+                payload={**payload, "delay_s": round(decision.delay, 3)},
+                not_before=ExpressionWrapper(Now() + timedelta(seconds=decision.delay),
+                                             output_field=DateTimeField()),
+                **common,
+            )
+            # The sweeper notifies when not_before passes (notified_at < not_before).
+            return
+        tx.transition_step(step.pk, StepStatus.FAILED, expected=StepStatus.RUNNING,
+                           attempt=attempt, actor=worker.worker_id,
+                           payload={**payload, "reason": decision.reason},
+                           finished_at=Now(), **common)
+        if tx.run.status == RunStatus.CANCEL_REQUESTED:
+            return
+        if isinstance(error, BudgetExhausted):
+            open_takeover(tx, cause="budget_exhausted", reason=error.detail, actor=worker.worker_id,
+                          step=step, suggested_action="Raise the budget, then resume the run.",
+                          evidence={"error_code": error.code, "limit": error.limit})
+        elif step_def.on_exhausted == "takeover":
+            open_takeover(tx, cause="retries_exhausted",
+                          reason=f"{step.name} failed: {error.code} ({decision.reason})",
+                          actor=worker.worker_id, step=step,
+                          suggested_action="Check the dependency, then retry the step.",
+                          evidence={"error_code": error.code, "error_detail": error.detail[:2000]})
+        else:
+            tx.transition_run(RunStatus.FAILED, actor=worker.worker_id,
+                              reason=f"{step.name}: {error.code}", finished_at=Now(),
+                              error_code=error.code, error_detail=error.detail[:4000])
+
+
+def _release_for_cancel(run: Run, step: Step, attempt: int, worker: WorkerIdentity) -> None:
+    """The step stopped at a safe point because the run is cancel-requested: mark it
+    CANCELLED (fenced), releasing the lease."""
+    with run_transaction(run.pk) as tx:
+        tx.transition_step(step.pk, StepStatus.CANCELLED, expected=StepStatus.RUNNING,
+                           attempt=attempt, actor=worker.worker_id,
+                           payload={"attempt": attempt, "reason": "cancel requested"},
+                           owner="", lease_until=None, finished_at=Now())
+
+
+def _pause_unknown_version(run: Run, step: Step, worker: WorkerIdentity) -> None:
+    with run_transaction(run.pk) as tx:
+        if tx.run.status not in RUN_EXECUTABLE:
+            return
+        open_takeover(
+            tx, cause="unknown_workflow_version",
+            reason=f"this code has no workflow {run.workflow}@{run.workflow_version}",
+            actor=worker.worker_id, step=step,
+            suggested_action="Deploy code that registers this version (or a migration), "
+                             "then resolve the takeover to continue.",
+            evidence={"workflow": run.workflow, "version": run.workflow_version},
+        )
+
+
+def _maybe_crash_before(run: Run, step: Step) -> None:
+    """Fault injection (``runs start --crash-before STEP``): consume the one-shot fault,
+    record it, then die at once without any cleanup, as a killed worker would."""
+    if run.faults.get("crash_before") != step.name:
+        return
+    with run_transaction(run.pk) as tx:
+        faults = dict(tx.run.faults)
+        if faults.pop("crash_before", None) != step.name:
+            return
+        Run.objects.filter(pk=run.pk).update(faults=faults)
+        tx.event("fault.injected", {"fault": "crash_before", "step": step.name,
+                                    "pid": os.getpid()}, step_id=step.pk, progress=False)
+    say(f"CRASH before {step.name}, exit={CRASH_EXIT_CODE} (no cleanup)")
+    os._exit(CRASH_EXIT_CODE)
+
+
+def _record(run_id, type: str, payload: dict, step: Step, worker: WorkerIdentity) -> None:
+    with run_transaction(run_id) as tx:
+        tx.event(type, payload, step_id=step.pk, actor=worker.worker_id, progress=False)

@@ -1,0 +1,53 @@
+"""Leases with fencing tokens (DESIGN sections 1.4, 5).
+
+Claiming a step is one conditional UPDATE that increments ``attempt``; the new attempt
+is the fencing token that every later write of the claimer must present. All times are
+the database's (``runs.engine.clock``).
+"""
+
+from django.db import connection
+
+from runs.engine.clock import now_plus_sql, now_sql, seconds_param
+from runs.models import Step
+from runs.states import StepStatus
+
+
+def claim_step(step_id: int, worker_id: str, ttl: float) -> int | None:
+    """Claim ``step_id`` for ``worker_id`` with a lease of ``ttl`` seconds.
+
+    Claimable: PENDING with ``not_before`` passed, or RUNNING with an expired lease (a
+    takeover). Returns the new attempt number (the fencing token), or ``None`` when the
+    row did not match: someone else holds it or it is not due. Run this inside
+    ``run_transaction`` so the run row is locked first.
+    """
+    now = now_sql()
+    sql = (
+        f"UPDATE runs_step SET status = %s, attempt = attempt + 1, owner = %s, "
+        f"lease_until = {now_plus_sql()}, heartbeat_at = {now}, "
+        f"started_at = COALESCE(started_at, {now}), finished_at = NULL "
+        f"WHERE id = %s AND ((status = %s AND not_before <= {now}) "
+        f"OR (status = %s AND lease_until < {now})) RETURNING attempt"
+    )
+    params = [StepStatus.RUNNING, worker_id, seconds_param(ttl), step_id,
+              StepStatus.PENDING, StepStatus.RUNNING]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def renew_lease(step_id: int, attempt: int, ttl: float) -> bool:
+    """Heartbeat: extend the lease by ``ttl`` seconds from now, only while ``attempt``
+    still holds it. Returns ``False`` when the lease was lost (taken over or released)."""
+    sql = (
+        f"UPDATE runs_step SET lease_until = {now_plus_sql()}, heartbeat_at = {now_sql()} "
+        f"WHERE id = %s AND attempt = %s AND status = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [seconds_param(ttl), step_id, attempt, StepStatus.RUNNING])
+        return cursor.rowcount == 1
+
+
+def is_claimable_now(step: Step) -> bool:
+    """A cheap pre-check on a row already read; the claim's row count is what decides."""
+    return step.status in (StepStatus.PENDING, StepStatus.RUNNING)

@@ -1,0 +1,62 @@
+"""Retry policy as a small value object (after procrastinate's ``retry.py``).
+
+A policy turns (attempt number, error code) into a decision: retry after a delay, or
+give up. Backoff is applied through ``Step.not_before`` (database clock), never by
+sleeping in a worker.
+"""
+
+import random
+from dataclasses import dataclass, field
+
+RETRYABLE_CODES = frozenset({"RATE_LIMITED", "DEPENDENCY_UNAVAILABLE", "TIMEOUT", "LEASE_LOST"})
+NON_RETRYABLE_CODES = frozenset({"INVALID_ARGUMENT", "PERMISSION_DENIED", "INTERNAL"})
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    """``retry``: try again; ``delay``: seconds until the next attempt may start."""
+
+    retry: bool
+    delay: float = 0.0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter, bounded by attempts and a total deadline.
+
+    Delays in seconds: ``initial_delay * multiplier ** (attempt - 1)``, capped at
+    ``max_delay``, then multiplied by a random factor in ``[1 - jitter, 1]`` ("equal
+    jitter" is avoided on purpose: the cap stays a cap). ``deadline``: seconds from the
+    step's first start after which no retry is scheduled (``None``: no deadline).
+    """
+
+    max_attempts: int = 3
+    initial_delay: float = 1.0
+    max_delay: float = 60.0
+    multiplier: float = 2.0
+    jitter: float = 0.2
+    deadline: float | None = None
+    retryable: frozenset = field(default=RETRYABLE_CODES)
+
+    def delay_for(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Backoff in seconds before the attempt after ``attempt`` (1-based)."""
+        base = min(self.max_delay, self.initial_delay * self.multiplier ** max(0, attempt - 1))
+        factor = 1.0 - self.jitter * (rng or random).random()
+        return base * factor
+
+    def decide(self, attempt: int, code: str, elapsed: float = 0.0,
+               rng: random.Random | None = None) -> RetryDecision:
+        """Whether attempt ``attempt`` failing with ``code`` after ``elapsed`` seconds since
+        the step's first start may be retried, and after how long."""
+        if code not in self.retryable:
+            return RetryDecision(False, reason=f"{code} is not retryable")
+        if attempt >= self.max_attempts:
+            return RetryDecision(False, reason=f"attempts exhausted ({attempt}/{self.max_attempts})")
+        delay = self.delay_for(attempt, rng)
+        if self.deadline is not None and elapsed + delay > self.deadline:
+            return RetryDecision(False, reason=f"deadline of {self.deadline}s would pass")
+        return RetryDecision(True, delay=delay)
+
+
+DEFAULT_RETRY = RetryPolicy()

@@ -1,0 +1,120 @@
+"""The sweeper (DESIGN section 6): recovers what notifications and dead workers lost.
+
+Each task is a bounded batch of conditional UPDATEs, so two sweepers running at once
+(startup recovery while the periodic sweeper runs) do no harm; a maintenance lease keeps
+the periodic one to one process at a time anyway.
+"""
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import F, Q
+from django.db.models.functions import Now
+
+from runs.engine import dispatch
+from runs.engine.clock import now_plus_sql, now_sql, seconds_param
+from runs.engine.gateway import run_transaction
+from runs.models import MaintenanceLease, Step
+from runs.states import RUN_EXECUTABLE, StepStatus
+
+logger = logging.getLogger("agentops.sweeper")
+
+
+@dataclass
+class SweepReport:
+    """Counts of what one sweep did, by task name."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, task: str, n: int) -> None:
+        self.counts[task] = self.counts.get(task, 0) + n
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def reclaim_expired_leases(actor: str, batch: int) -> int:
+    """RUNNING steps whose lease passed: back to PENDING (fenced on the attempt seen), a
+    ``lease.expired`` event each, and a notification. Returns how many."""
+    expired = list(
+        Step.objects.filter(status=StepStatus.RUNNING, lease_until__lt=Now(),
+                            run__status__in=RUN_EXECUTABLE)
+        .values_list("pk", "run_id", "attempt", "owner")[:batch]
+    )
+    done = 0
+    for step_id, run_id, attempt, owner in expired:
+        with run_transaction(run_id) as tx:
+            moved = Step.objects.filter(
+                pk=step_id, status=StepStatus.RUNNING, attempt=attempt, lease_until__lt=Now()
+            ).update(status=StepStatus.PENDING, owner="", lease_until=None, not_before=Now(),
+                     notified_at=Now())
+            if moved:
+                tx.event("lease.expired", {"attempt": attempt, "owner": owner},
+                         step_id=step_id, actor=actor, progress=False)
+                dispatch.notify_on_commit(run_id, step_id, attempt)
+                done += 1
+    return done
+
+
+def renotify_due_steps(actor: str, batch: int, *, force: bool = False) -> int:
+    """PENDING steps that are due and whose last notification may be lost: enqueue again.
+
+    Due for a notification when never notified, notified before ``not_before`` (a retry
+    backoff), or notified longer ago than ``AGENTOPS_RENOTIFY_SECONDS``; ``force`` (worker
+    start-up) re-notifies every due step. No-op with database polling.
+    """
+    if dispatch.mode() != "rq":
+        return 0
+    stale = Now() - timedelta(seconds=settings.AGENTOPS_RENOTIFY_SECONDS)
+    query = Step.objects.filter(status=StepStatus.PENDING, not_before__lte=Now(),
+                                run__status__in=RUN_EXECUTABLE)
+    if not force:
+        query = query.filter(Q(notified_at__isnull=True) | Q(notified_at__lt=stale)
+                             | Q(notified_at__lt=F("not_before")))
+    due = list(query.order_by("not_before").values_list("pk", "run_id", "attempt")[:batch])
+    sent = 0
+    for step_id, run_id, attempt in due:
+        Step.objects.filter(pk=step_id).update(notified_at=Now())
+        try:
+            dispatch.notify_now(run_id, step_id, attempt)
+            sent += 1
+        except Exception:  # noqa: BLE001 - Redis down: try again next sweep
+            logger.warning("re-notify of step %s failed; Redis unavailable?", step_id)
+            Step.objects.filter(pk=step_id).update(notified_at=None)
+            break
+    return sent
+
+
+#: Extra sweep tasks registered by other modules: ``fn(actor, batch) -> int``.
+EXTRA_TASKS: dict[str, Callable[[str, int], int]] = {}
+
+
+def sweep_once(actor: str, *, force: bool = False, batch: int | None = None) -> SweepReport:
+    """Run every sweep task once with bounded batches; returns the counts."""
+    batch = batch or settings.AGENTOPS_SWEEP_BATCH
+    report = SweepReport()
+    report.add("expired_leases", reclaim_expired_leases(actor, batch))
+    report.add("renotified", renotify_due_steps(actor, batch, force=force))
+    for name, task in EXTRA_TASKS.items():
+        report.add(name, task(actor, batch))
+    return report
+
+
+def acquire_maintenance_lease(name: str, owner: str, ttl: float) -> bool:
+    """Take or renew the named maintenance lease for ``ttl`` seconds; ``True`` if held.
+
+    One conditional UPDATE decides (like a step claim); the row is created on first use.
+    """
+    MaintenanceLease.objects.get_or_create(name=name)
+    sql = (
+        f"UPDATE runs_maintenancelease SET owner = %s, lease_until = {now_plus_sql()} "
+        f"WHERE name = %s AND (owner = %s OR lease_until IS NULL OR lease_until < {now_sql()})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [owner, seconds_param(ttl), name, owner])
+        return cursor.rowcount == 1

@@ -1,0 +1,55 @@
+"""Pausing a run for a human: the run goes PAUSED and one Takeover row says why, what
+was done, where it failed, what to do next, and which checkpoints it can resume from."""
+
+from django.db.models.functions import Now
+
+from runs.engine.gateway import RunTx
+from runs.models import Artifact, Checkpoint, Step
+from runs.states import RunStatus, StepStatus
+
+
+def open_takeover(tx: RunTx, *, cause: str, reason: str, actor: str, step: Step | None = None,
+                  suggested_action: str = "", evidence: dict | None = None):
+    """Pause the locked run (``tx``) and open (or update) its one OPEN takeover.
+
+    ``cause`` is an ``approvals.models.Takeover.Cause`` value. Returns the Takeover, or
+    ``None`` when the run is terminal (nothing to take over; a rejected-transition event
+    is recorded instead).
+    """
+    from approvals.models import Takeover
+
+    run = tx.run
+    if run.status != RunStatus.PAUSED:
+        if not tx.transition_run(RunStatus.PAUSED, actor=actor, reason=reason,
+                                 payload={"cause": cause}, updated_at=Now()):
+            return None
+    completed = list(
+        Step.objects.filter(run_id=run.pk, generation=run.generation, status=StepStatus.SUCCEEDED)
+        .order_by("seq").values_list("name", flat=True)
+    )
+    artifacts = [
+        {"id": a.pk, "name": a.name, "size": a.size, "checksum": a.checksum}
+        for a in Artifact.objects.filter(run_id=run.pk).order_by("pk")
+    ]
+    checkpoints = list(
+        Checkpoint.objects.filter(run_id=run.pk).order_by("pk").values_list("name", flat=True)
+    )
+    fields = {
+        "step": step, "cause": cause, "reason": reason,
+        "done_summary": {"completed_steps": completed, "artifacts": artifacts},
+        "failed_at": step.name if step else "",
+        "suggested_action": suggested_action, "evidence": evidence or {},
+        "checkpoints": list(dict.fromkeys(checkpoints)),
+    }
+    takeover = Takeover.objects.filter(run_id=run.pk, status=Takeover.Status.OPEN).first()
+    if takeover is None:
+        takeover = Takeover.objects.create(run_id=run.pk, **fields)
+    else:
+        for key, value in fields.items():
+            setattr(takeover, key, value)
+        takeover.save()
+    tx.event("takeover.opened", {"takeover_id": takeover.pk, "cause": cause, "reason": reason,
+                                 "step": step.name if step else None,
+                                 "suggested_action": suggested_action},
+             step_id=step.pk if step else None, actor=actor)
+    return takeover

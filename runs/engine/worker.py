@@ -1,0 +1,166 @@
+"""The worker process: database polling or RQ, the same ``execute_step`` path either
+way (DESIGN section 6).
+
+Shape after healthchecks' ``sendalerts``: a loop around small ``handle_one()`` calls that
+return whether they found work, sleeping only when they did not, with a stop flag set by
+SIGTERM/SIGINT. On SIGTERM the worker claims nothing new, lets the current step finish
+and save, and exits 0; correctness never depends on that (SIGKILL is survivable).
+"""
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from runs.engine import dispatch, executor, sweeper
+from runs.engine.identity import WorkerIdentity, new_worker_id, set_current_worker
+from runs.models import Step, WorkerProcess
+from runs.states import RUN_EXECUTABLE, StepStatus
+
+logger = logging.getLogger("agentops.worker")
+
+
+def due_step_ids(limit: int = 10) -> list[int]:
+    """Ids of steps a worker could claim now: PENDING and due, or RUNNING with an
+    expired lease, in runs that may execute. Oldest ``not_before`` first."""
+    return list(
+        Step.objects.filter(
+            Q(status=StepStatus.PENDING, not_before__lte=Now())
+            | Q(status=StepStatus.RUNNING, lease_until__lt=Now()),
+            run__status__in=RUN_EXECUTABLE,
+        ).order_by("not_before").values_list("pk", flat=True)[:limit]
+    )
+
+
+class Worker:
+    """One worker process. ``mode``: ``"db"`` or ``"rq"``; ``burst``: exit when nothing
+    is due (db) or the queue is empty (rq)."""
+
+    def __init__(self, *, mode: str | None = None, queue: str = "default", burst: bool = False):
+        self.mode = mode or dispatch.mode()
+        self.queue = queue
+        self.burst = burst
+        self.identity = WorkerIdentity(new_worker_id(), self.mode)
+        set_current_worker(self.identity)
+        self._last_sweep = 0.0
+        self._last_beat = 0.0
+
+    @property
+    def worker_id(self) -> str:
+        return self.identity.worker_id
+
+    def request_stop(self, signum=None, frame=None) -> None:
+        """Stop claiming new work; the current step finishes first."""
+        self.identity.stopping.set()
+
+    # -- lifecycle --------------------------------------------------------------------
+    def run(self) -> int:
+        """Register, recover, work until stopped (or idle in burst mode); returns the
+        number of steps executed."""
+        self._register()
+        try:
+            self.recover()
+            if self.mode == "rq":
+                return self._run_rq()
+            return self._run_db()
+        finally:
+            self._unregister()
+
+    def recover(self) -> None:
+        """Start-up recovery: reclaim expired leases and re-notify every due step."""
+        report = sweeper.sweep_once(self.worker_id, force=True)
+        if report.total:
+            logger.info("startup recovery: %s", report.counts)
+
+    def handle_one(self) -> int:
+        """Claim and execute one due step (and the chain it leads to); returns the
+        number of steps executed, 0 when nothing was claimable."""
+        for step_id in due_step_ids():
+            if self.identity.stopping.is_set():
+                return 0
+            executed = executor.run_chain(step_id, self.identity)
+            if executed:
+                return executed
+        return 0
+
+    def maintain(self) -> None:
+        """Periodic duties: worker heartbeat row, and the sweeper when this process holds
+        the sweeper's maintenance lease."""
+        now = time.monotonic()
+        if now - self._last_beat >= 2:
+            WorkerProcess.objects.filter(worker_id=self.worker_id).update(heartbeat_at=Now())
+            self._last_beat = now
+        if now - self._last_sweep >= settings.AGENTOPS_SWEEP_SECONDS:
+            self._last_sweep = now
+            ttl = settings.AGENTOPS_SWEEP_SECONDS * 3
+            if sweeper.acquire_maintenance_lease("sweeper", self.worker_id, ttl):
+                sweeper.sweep_once(self.worker_id)
+
+    def _run_db(self) -> int:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+        total = 0
+        while not self.identity.stopping.is_set():
+            close_old_connections()
+            executed = self.handle_one()
+            total += executed
+            if executed:
+                continue
+            if self.burst:
+                break
+            self.maintain()
+            self.identity.stopping.wait(settings.AGENTOPS_POLL_SECONDS)
+        return total
+
+    def _run_rq(self) -> int:
+        import django_rq
+        from rq import SimpleWorker
+
+        identity = self.identity
+        queue = django_rq.get_queue(self.queue)
+
+        class EngineRQWorker(SimpleWorker):
+            """Non-forking RQ worker (DESIGN section 11: forking costs ~15x throughput);
+            a stop request also stops the engine's step chaining."""
+
+            def request_stop(self, signum, frame):
+                identity.stopping.set()
+                super().request_stop(signum, frame)
+
+        rq_worker = EngineRQWorker([queue], connection=queue.connection, name=self.worker_id)
+        maintenance = None
+        if not self.burst:
+            maintenance = threading.Thread(target=self._maintenance_loop, daemon=True)
+            maintenance.start()
+        rq_worker.work(burst=self.burst, with_scheduler=False, logging_level="WARNING")
+        identity.stopping.set()
+        if maintenance:
+            maintenance.join(timeout=5)
+        return rq_worker.successful_job_count
+
+    def _maintenance_loop(self) -> None:
+        try:
+            while not self.identity.stopping.wait(1.0):
+                try:
+                    self.maintain()
+                except Exception:  # noqa: BLE001 - keep sweeping after a transient DB/Redis error
+                    logger.warning("maintenance failed", exc_info=True)
+        finally:
+            connection.close()
+
+    def _register(self) -> None:
+        WorkerProcess.objects.create(worker_id=self.worker_id, host=socket.gethostname(),
+                                     pid=os.getpid(), mode=self.mode, queues=self.queue)
+
+    def _unregister(self) -> None:
+        try:
+            WorkerProcess.objects.filter(worker_id=self.worker_id).update(stopped_at=Now())
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            logger.warning("could not mark worker %s stopped", self.worker_id)

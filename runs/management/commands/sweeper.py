@@ -1,0 +1,34 @@
+"""``python manage.py sweeper [--once]``: recover lost notifications and expired leases."""
+
+import signal
+import threading
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from runs.engine import sweeper
+from runs.engine.identity import new_worker_id
+
+
+class Command(BaseCommand):
+    help = "Run the sweeper loop (or one pass with --once)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--once", action="store_true", help="one pass, then exit")
+
+    def handle(self, *args, once: bool, **options):
+        actor = f"sweeper:{new_worker_id()}"
+        if once:
+            report = sweeper.sweep_once(actor)
+            self.stdout.write(f"swept: {report.counts}")
+            return
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        ttl = settings.AGENTOPS_SWEEP_SECONDS * 3
+        while not stop.is_set():
+            if sweeper.acquire_maintenance_lease("sweeper", actor, ttl):
+                report = sweeper.sweep_once(actor)
+                if report.total:
+                    self.stdout.write(f"swept: {report.counts}")
+            stop.wait(settings.AGENTOPS_SWEEP_SECONDS)

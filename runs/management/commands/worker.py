@@ -1,0 +1,27 @@
+"""``python manage.py worker [--burst] [--queue NAME] [--mode rq|db]``."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from runs.engine import dispatch
+from runs.engine.worker import Worker
+
+
+class Command(BaseCommand):
+    help = "Run a worker: RQ when REDIS_URL is set, database polling otherwise."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--burst", action="store_true",
+                            help="exit when nothing is due instead of waiting for work")
+        parser.add_argument("--queue", default="default", help="RQ queue name (default: default)")
+        parser.add_argument("--mode", choices=["rq", "db"], default=None,
+                            help="dispatch mode (default: rq if REDIS_URL is set, else db)")
+
+    def handle(self, *args, burst: bool, queue: str, mode: str | None, **options):
+        if mode == "rq" and dispatch.mode() != "rq":
+            raise CommandError("--mode rq needs REDIS_URL to be set")
+        worker = Worker(mode=mode, queue=queue, burst=burst)
+        self.stdout.write(f"worker {worker.worker_id} mode={worker.mode} queue={queue}"
+                          f"{' burst' if burst else ''}")
+        self.stdout.flush()
+        executed = worker.run()
+        self.stdout.write(f"worker {worker.worker_id} stopped after {executed} step(s)")

@@ -1,0 +1,352 @@
+"""Durable state of agent work: threads, runs, steps, messages, artifacts, events,
+checkpoints and the side-effect ledger (DESIGN section 3).
+
+Status columns are written only through ``runs.engine.gateway`` and
+``runs.engine.leases`` (conditional UPDATEs); nothing else assigns ``status``.
+Timestamps that drive leases and stuck detection come from the database clock.
+"""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from runs.states import RunStatus, StepStatus
+
+
+class Thread(models.Model):
+    """A conversation: an owner's external ``thread_id`` and its ordered messages."""
+
+    class Policy(models.TextChoices):
+        QUEUE = "queue"
+        INTERRUPT = "interrupt"
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        related_name="threads",
+    )
+    thread_id = models.CharField(max_length=200)
+    policy = models.CharField(max_length=16, choices=Policy.choices, default=Policy.QUEUE)
+    #: Last allocated ``Message.seq``; bumped with UPDATE ... RETURNING so seqs are gap-free.
+    message_seq = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # Lookup by (owner, thread_id) from the API and CLI; CLI threads have no owner.
+            models.UniqueConstraint(
+                fields=["owner", "thread_id"], condition=Q(owner__isnull=False),
+                name="thread_unique_per_owner",
+            ),
+            models.UniqueConstraint(
+                fields=["thread_id"], condition=Q(owner__isnull=True),
+                name="thread_unique_ownerless",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.thread_id
+
+
+class Run(models.Model):
+    """One execution of a workflow (name + version) for one goal.
+
+    ``version`` is the optimistic lock bumped by every status transition; ``event_seq``
+    is the last allocated ``Event.seq`` (gap-free per run); ``generation`` is bumped when
+    the run is resumed from an earlier checkpoint. Budget limits live in ``budget``
+    (``{"model_calls": int, "tool_calls": int, "cost_usd": str}``, a missing key means no
+    limit); usage lives in the three counters, cost in USD.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="runs")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        related_name="runs",
+    )
+    workflow = models.CharField(max_length=100)
+    workflow_version = models.PositiveIntegerField()
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
+    version = models.PositiveIntegerField(default=0)
+    generation = models.PositiveIntegerField(default=1)
+    input = models.JSONField(default=dict)
+    goal = models.TextField(blank=True, default="")
+    budget = models.JSONField(default=dict, blank=True)
+    model_calls = models.PositiveIntegerField(default=0)
+    tool_calls = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    #: Fault injection for demos and drills, e.g. ``{"crash_before": "reply"}``; one-shot.
+    faults = models.JSONField(default=dict, blank=True)
+    request_id = models.CharField(max_length=200, null=True, blank=True)
+    request_fingerprint = models.CharField(max_length=64, blank=True, default="")
+    current_step = models.ForeignKey(
+        "Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    event_seq = models.PositiveIntegerField(default=0)
+    error_code = models.CharField(max_length=64, blank=True, default="")
+    error_detail = models.TextField(blank=True, default="")
+    cancel_reason = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    last_event_at = models.DateTimeField(null=True, blank=True)
+    #: Set by the watchdog when the run made no progress for too long; cleared on progress.
+    stuck_since = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Client idempotency (API ``Idempotency-Key``): one run per owner and key.
+            models.UniqueConstraint(
+                fields=["owner", "request_id"], condition=Q(request_id__isnull=False),
+                name="run_request_id_unique_per_owner",
+            ),
+        ]
+        indexes = [
+            # Console runs list and overview counts: filter by status, newest first.
+            models.Index(fields=["status", "-created_at"], name="run_status_created"),
+            # Watchdog: non-terminal runs ordered by their last event.
+            models.Index(fields=["status", "last_event_at"], name="run_status_last_event"),
+            # Thread page and ``runs status --thread``: latest run of a thread.
+            models.Index(fields=["thread", "-created_at"], name="run_thread_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow}@{self.workflow_version} {self.id}"
+
+    @property
+    def is_terminal(self) -> bool:
+        from runs.states import RUN_TERMINAL
+
+        return self.status in RUN_TERMINAL
+
+
+class Step(models.Model):
+    """One retryable, observable unit of a run.
+
+    ``attempt`` is the fencing token: every claim increments it, and heartbeats and result
+    commits only apply while ``attempt`` still equals the claimer's number. ``lease_until``,
+    ``not_before`` and ``notified_at`` are database-clock times.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    name = models.CharField(max_length=100)
+    seq = models.PositiveIntegerField()
+    generation = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=12, choices=StepStatus.choices, default=StepStatus.PENDING)
+    attempt = models.PositiveIntegerField(default=0)
+    owner = models.CharField(max_length=200, blank=True, default="")
+    lease_until = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    not_before = models.DateTimeField(db_default=Now())
+    notified_at = models.DateTimeField(null=True, blank=True)
+    input = models.JSONField(default=dict, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    input_artifact = models.ForeignKey(
+        "Artifact", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    output_artifact = models.ForeignKey(
+        "Artifact", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    error_code = models.CharField(max_length=64, blank=True, default="")
+    error_detail = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="step_unique_seq_per_run"),
+        ]
+        indexes = [
+            # Database-polling dispatch and the sweeper's lost-notification query:
+            # PENDING steps due by not_before.
+            models.Index(fields=["status", "not_before"], name="step_status_not_before"),
+            # Sweeper's expired-lease query: RUNNING steps by lease_until.
+            models.Index(fields=["status", "lease_until"], name="step_status_lease"),
+        ]
+        ordering = ["run", "seq"]
+
+    def __str__(self) -> str:
+        return f"{self.name}#{self.seq} ({self.status}, attempt {self.attempt})"
+
+
+class Message(models.Model):
+    """A structured chat record of a thread, in ``seq`` order.
+
+    ``tool_calls`` is a list of ``{"id", "name", "arguments"}``; a tool result carries the
+    ``tool_call_id`` of the call it answers. ``message_id`` is stable and client-visible.
+    """
+
+    class Role(models.TextChoices):
+        SYSTEM = "system"
+        USER = "user"
+        ASSISTANT = "assistant"
+        TOOL = "tool"
+
+    class Status(models.TextChoices):
+        DRAFT = "draft"
+        FINAL = "final"
+        SUPERSEDED = "superseded"
+
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="messages")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="messages")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
+    seq = models.PositiveIntegerField()
+    message_id = models.CharField(max_length=64, unique=True)
+    role = models.CharField(max_length=12, choices=Role.choices)
+    content = models.TextField(blank=True, default="")
+    tool_calls = models.JSONField(default=list, blank=True)
+    tool_call_id = models.CharField(max_length=64, blank=True, default="")
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.FINAL)
+    request_id = models.CharField(max_length=200, null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "seq"], name="message_unique_seq_per_thread"),
+            # A client's resent message with the same request id is stored once.
+            models.UniqueConstraint(
+                fields=["thread", "request_id"], condition=Q(request_id__isnull=False),
+                name="message_request_id_unique",
+            ),
+        ]
+        ordering = ["thread", "seq"]
+
+    def as_dict(self) -> dict:
+        """The client-visible shape: ``{id, role, content, tool_calls, tool_call_id}``."""
+        return {
+            "id": self.message_id,
+            "role": self.role,
+            "content": self.content,
+            "tool_calls": self.tool_calls or [],
+            "tool_call_id": self.tool_call_id or None,
+        }
+
+
+class Artifact(models.Model):
+    """A durable output file of a step: written to storage first, then this row."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="artifacts")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="artifacts")
+    kind = models.CharField(max_length=50)
+    name = models.CharField(max_length=200)
+    uri = models.CharField(max_length=500)
+    checksum = models.CharField(max_length=64, help_text="sha256 hex digest")
+    size = models.PositiveBigIntegerField(help_text="bytes")
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.size} bytes)"
+
+
+class Event(models.Model):
+    """Append-only log of a run; ``seq`` is gap-free per run and is the SSE event id."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict, blank=True)
+    actor = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # Timeline and SSE replay read a run's events by seq; also forbids duplicates.
+            models.UniqueConstraint(fields=["run", "seq"], name="event_unique_seq_per_run"),
+        ]
+        indexes = [
+            # Overview and metrics count events of a type over a time window.
+            models.Index(fields=["type", "created_at"], name="event_type_created"),
+        ]
+        ordering = ["run", "seq"]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.type}"
+
+
+class Checkpoint(models.Model):
+    """The minimum state to resume a run from (DESIGN section 3).
+
+    ``state`` holds ``{"phase": next step name or None, "input", "completed": [names],
+    "outputs": {step: output}, "message_seq": int, "artifacts": [ids], "budget_used",
+    "workflow", "workflow_version", "generation", "next_allowed": [names]}``.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    name = models.CharField(max_length=120)
+    generation = models.PositiveIntegerField(default=1)
+    #: Schema version of ``state``, bumped when its shape changes.
+    version = models.PositiveIntegerField(default=1)
+    state = models.JSONField(default=dict)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [
+            # Latest checkpoint of a run (step context, resume).
+            models.Index(fields=["run", "-id"], name="checkpoint_run_latest"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} (gen {self.generation})"
+
+
+class Operation(models.Model):
+    """The side-effect ledger: one row per business action, keyed by ``idempotency_key``.
+
+    The INTENT row is committed before the outside call and the result after it, so an
+    INTENT found by a later attempt means the outcome is unknown until verified.
+    """
+
+    class Status(models.TextChoices):
+        INTENT = "INTENT"
+        SUCCEEDED = "SUCCEEDED"
+        FAILED = "FAILED"
+        UNKNOWN = "UNKNOWN"
+        COMPENSATED = "COMPENSATED"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="operations")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="operations")
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    tool = models.CharField(max_length=100)
+    side_effect = models.CharField(max_length=12, default="read")
+    arguments = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.INTENT)
+    result = models.JSONField(null=True, blank=True)
+    external_ref = models.CharField(max_length=200, blank=True, default="")
+    attempt = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"{self.tool} {self.idempotency_key} ({self.status})"
+
+
+class WorkerProcess(models.Model):
+    """A live (or recently stopped) worker process, for the console's workers page."""
+
+    worker_id = models.CharField(max_length=200, unique=True)
+    host = models.CharField(max_length=200)
+    pid = models.PositiveIntegerField()
+    mode = models.CharField(max_length=8, help_text="rq or db (database polling)")
+    queues = models.CharField(max_length=200, blank=True, default="")
+    started_at = models.DateTimeField(db_default=Now())
+    heartbeat_at = models.DateTimeField(db_default=Now())
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.worker_id
+
+
+class MaintenanceLease(models.Model):
+    """A named lease so only one process runs a maintenance job (the sweeper) at a time."""
+
+    name = models.CharField(max_length=50, primary_key=True)
+    owner = models.CharField(max_length=200, blank=True, default="")
+    lease_until = models.DateTimeField(null=True, blank=True)

@@ -1,0 +1,35 @@
+"""A simulated chat model: deterministic, free and local. Nothing here calls a paid or
+remote model. It plans a tool call when the conversation has no tool result yet and
+answers from the tool result otherwise."""
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Price of one simulated call in USD, charged to the run's budget like a real one.
+COST_PER_CALL_USD = "0.001"
+
+
+@dataclass
+class ModelReply:
+    """``content`` text and ``tool_calls`` as ``[{"name", "arguments"}]`` (ids are added
+    by the engine so they stay stable across attempts)."""
+
+    content: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+def complete(messages: list[dict[str, Any]], tools: list[str]) -> ModelReply:
+    """Answer ``messages`` (``[{"role", "content", "tool_calls", "tool_call_id"}]``)."""
+    tool_results = [m for m in messages if m["role"] == "tool"]
+    if not tool_results and "thermostat.read" in tools:
+        return ModelReply(tool_calls=[{"name": "thermostat.read",
+                                       "arguments": {"room": "living room"}}])
+    if tool_results:
+        reading = json.loads(tool_results[-1]["content"])
+        if "celsius" in reading:
+            return ModelReply(
+                content=f"It is {reading['celsius']} °C in the {reading['room']} right now."
+            )
+    question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    return ModelReply(content=f"I have no tool for that: {question}")

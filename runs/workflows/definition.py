@@ -1,0 +1,124 @@
+"""The workflow-definition API: a workflow is a name, a version and ordered steps.
+
+Example::
+
+    workflow = Workflow("room_temperature", version=1)
+
+    @workflow.step()
+    def plan(ctx): ...
+
+    @workflow.step(retry=RetryPolicy(max_attempts=5))
+    def read_temperature(ctx): ...
+
+Steps run in declaration order unless a step calls ``ctx.goto(name)`` (``None`` ends the
+run). A step's return value (JSON-serializable) is its output, stored on the step and in
+the checkpoint ``after:<step>``; later steps read it as ``ctx.outputs[name]``.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from runs.engine.retry import DEFAULT_RETRY, RetryPolicy
+
+
+class WorkflowDefinitionError(Exception):
+    """Raised for a malformed workflow definition (duplicate or unknown step names)."""
+
+
+@dataclass(frozen=True)
+class StepDef:
+    """One declared step.
+
+    ``kind``: ``"task"`` (runs ``fn``) or ``"approval"`` (waits for a human decision).
+    ``timeout``: seconds a model or tool call in this step may take before TIMEOUT.
+    ``on_exhausted``: ``"fail"`` the run or ``"takeover"`` (pause for a human) when the
+    retry policy runs out. ``compensate``: ``fn(ctx, output)`` undoing this step's effect
+    when the run later fails or is cancelled; ``compensable=False`` flags an action that
+    cannot be undone (listed for manual review).
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    kind: str = "task"
+    retry: RetryPolicy = DEFAULT_RETRY
+    timeout: float | None = None
+    on_exhausted: str = "fail"
+    compensate: Callable[..., Any] | None = None
+    compensable: bool = True
+    options: dict = field(default_factory=dict)
+
+
+class Workflow:
+    """A named, versioned sequence of steps, registered with ``runs.workflows.registry``.
+
+    ``migrate_from``: optional ``{old_version: fn(state) -> state}`` that upgrades a
+    checkpoint of an older version of this workflow to this version.
+    """
+
+    def __init__(self, name: str, version: int, description: str = "",
+                 migrate_from: dict[int, Callable[[dict], dict]] | None = None,
+                 input_fields: dict[str, type] | None = None, message_field: str | None = None):
+        self.name = name
+        self.version = version
+        self.description = description
+        self.migrate_from = dict(migrate_from or {})
+        #: Required input keys and their types, checked by ``validate_input``.
+        self.input_fields = dict(input_fields or {})
+        #: Input key whose text becomes the run's first user message (and its goal).
+        self.message_field = message_field
+        self.steps: list[StepDef] = []
+        self._by_name: dict[str, StepDef] = {}
+
+    def __repr__(self) -> str:
+        return f"<Workflow {self.name}@{self.version}>"
+
+    def validate_input(self, data) -> dict[str, str]:
+        """Field errors of ``data`` as ``{field: message}`` (empty when valid)."""
+        if not isinstance(data, dict):
+            return {"input": "must be a JSON object"}
+        errors = {}
+        for key, kind in self.input_fields.items():
+            if key not in data:
+                errors[key] = "is required"
+            elif not isinstance(data[key], kind) or (kind is str and not data[key].strip()):
+                errors[key] = f"must be a non-empty {kind.__name__}" if kind is str else f"must be {kind.__name__}"
+        return errors
+
+    def step(self, name: str | None = None, **options: Any) -> Callable:
+        """Decorator declaring the next step; keyword options are ``StepDef`` fields."""
+
+        def decorator(fn: Callable) -> Callable:
+            self.add_step(StepDef(name=name or fn.__name__, fn=fn, **options))
+            return fn
+
+        return decorator
+
+    def add_step(self, step: StepDef) -> None:
+        """Append ``step``; raises ``WorkflowDefinitionError`` on a duplicate name."""
+        if step.name in self._by_name:
+            raise WorkflowDefinitionError(f"{self.name}: step {step.name!r} declared twice")
+        self.steps.append(step)
+        self._by_name[step.name] = step
+
+    @property
+    def first_step(self) -> str:
+        if not self.steps:
+            raise WorkflowDefinitionError(f"{self.name} has no steps")
+        return self.steps[0].name
+
+    def get(self, name: str) -> StepDef:
+        """The step called ``name``; raises ``WorkflowDefinitionError`` if undeclared."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise WorkflowDefinitionError(f"{self.name}@{self.version} has no step {name!r}") from None
+
+    def has(self, name: str) -> bool:
+        return name in self._by_name
+
+    def next_after(self, name: str) -> str | None:
+        """The step declared after ``name``, or ``None`` if it is the last."""
+        names = [s.name for s in self.steps]
+        index = names.index(name)
+        return names[index + 1] if index + 1 < len(names) else None

@@ -1,0 +1,63 @@
+"""The process-wide registry of workflow definitions, keyed by (name, version)."""
+
+from importlib import import_module
+
+from django.conf import settings
+
+from runs.workflows.definition import Workflow, WorkflowDefinitionError
+
+_registry: dict[tuple[str, int], Workflow] = {}
+
+
+class UnknownWorkflow(LookupError):
+    """Raised when no registered workflow matches a name (and version).
+
+    ``name`` and ``version`` (``None`` when any version would do) say what was asked.
+    """
+
+    def __init__(self, name: str, version: int | None = None):
+        what = name if version is None else f"{name}@{version}"
+        super().__init__(f"unknown workflow {what}")
+        self.name = name
+        self.version = version
+
+
+def register(workflow: Workflow) -> Workflow:
+    """Add ``workflow``; registering the same object twice is a no-op, a different
+    definition under the same (name, version) raises ``WorkflowDefinitionError``."""
+    key = (workflow.name, workflow.version)
+    existing = _registry.get(key)
+    if existing is not None and existing is not workflow:
+        raise WorkflowDefinitionError(f"{workflow.name}@{workflow.version} registered twice")
+    _registry[key] = workflow
+    return workflow
+
+
+def unregister(name: str, version: int) -> None:
+    """Remove a definition (tests simulate code that lacks a version with it)."""
+    _registry.pop((name, version), None)
+
+
+def get(name: str, version: int | None = None) -> Workflow:
+    """The workflow ``name`` at ``version`` (latest when ``None``); raises ``UnknownWorkflow``."""
+    if version is None:
+        versions = [v for (n, v) in _registry if n == name]
+        if not versions:
+            raise UnknownWorkflow(name)
+        version = max(versions)
+    try:
+        return _registry[(name, version)]
+    except KeyError:
+        raise UnknownWorkflow(name, version) from None
+
+
+def all_workflows() -> list[Workflow]:
+    """Every registered definition, sorted by name then version."""
+    return [_registry[k] for k in sorted(_registry)]
+
+
+def autodiscover() -> None:
+    """Import the modules named in ``settings.AGENTOPS_WORKFLOW_MODULES``; each registers
+    its workflows at import time."""
+    for module in settings.AGENTOPS_WORKFLOW_MODULES:
+        import_module(module)

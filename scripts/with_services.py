@@ -1,0 +1,626 @@
+#!/usr/bin/env python3
+"""Run a command beside a throwaway PostgreSQL and Redis, then tear both down.
+
+Usage::
+
+    python scripts/with_services.py [--keep-data] -- CMD ARGS...
+
+Starts PostgreSQL (fresh ``initdb`` in a temp dir, trust auth, 127.0.0.1 on a free port)
+and ``redis-server`` (127.0.0.1, free port, no persistence), waits until both answer,
+creates the database ``agentops``, runs CMD with these variables added to its
+environment, stops both services, removes the temp dir and exits with CMD's exit code:
+
+- ``DATABASE_URL``          postgres://USER@127.0.0.1:PORT/agentops
+- ``REDIS_URL``             redis://127.0.0.1:PORT/0
+- ``AGENTOPS_PG_ADMIN_URL`` postgres://USER@127.0.0.1:PORT/postgres (to create databases)
+- ``AGENTOPS_PG_DATA``      the data directory (for ``pg_ctl -D``)
+- ``AGENTOPS_PG_BIN``       the directory holding pg_ctl, initdb, postgres, ...
+- ``AGENTOPS_PG_RUN_AS``    the OS user PostgreSQL runs as when we are root, else empty
+                            (run ``runuser -u "$AGENTOPS_PG_RUN_AS" -- pg_ctl ...``)
+- ``AGENTOPS_PG_LOG``       PostgreSQL's log file; pass it to ``pg_ctl start -l`` when a
+                            drill restarts the server, or pg_ctl's pipes stay open
+- ``AGENTOPS_PG_PORT``      PostgreSQL's port (also in its config, so a restart keeps it)
+- ``AGENTOPS_REDIS_BIN``    path of redis-server
+- ``AGENTOPS_REDIS_PORT``   Redis's port
+
+A drill may stop and restart either service; at the end PostgreSQL is stopped by its
+data directory (whoever started it) and Redis by the PID this script started (a Redis a
+drill restarted itself is the drill's to stop).
+
+If the PostgreSQL binaries or redis-server are missing: with ``CI=true`` this fails with
+exit code 2; otherwise it prints ``with_services: SKIPPING PostgreSQL/Redis: <reason>``
+to stderr and runs CMD without those variables (tests needing them skip with a reason).
+A service that fails to start is always an error (exit 2), with the tail of its log.
+
+Exit codes: CMD's own; 128+N if CMD died of signal N; 127 if CMD was not found;
+2 for errors of this script. Standard library only (it runs before the venv may exist).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import getpass
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROG = "with_services"
+DB_NAME = "agentops"
+RUN_AS_DEFAULT = "agentops"  # the unprivileged OS user for PostgreSQL when we are root
+PG_REQUIRED = ("pg_ctl", "initdb", "postgres")
+START_ATTEMPTS = 3  # a free port can be taken by someone else before the server binds it
+EXPORTED = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "AGENTOPS_PG_ADMIN_URL",
+    "AGENTOPS_PG_DATA",
+    "AGENTOPS_PG_BIN",
+    "AGENTOPS_PG_RUN_AS",
+    "AGENTOPS_PG_LOG",
+    "AGENTOPS_PG_PORT",
+    "AGENTOPS_REDIS_BIN",
+    "AGENTOPS_REDIS_PORT",
+)
+
+
+class ServiceError(Exception):
+    """A service could not be found, started or prepared; the message says why."""
+
+
+class Interrupted(Exception):
+    """A terminating signal arrived while the services were being started (raised
+    between start-up steps, never inside one: killing initdb mid-way would orphan its
+    bootstrap postgres)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def log(msg: str) -> None:
+    """Print one diagnostic line to stderr (stdout belongs to CMD)."""
+    print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
+
+
+def is_ci() -> bool:
+    """True when the environment says we run in CI (``CI=true``), where skipping is a failure."""
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago (the caller retries on a race)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    """Return the last ``lines`` lines of a text file, or a note if it cannot be read."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return f"(no log at {path}: {exc})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def find_pg_bin() -> tuple[Path | None, str]:
+    """Find the directory of the PostgreSQL server binaries.
+
+    Returns ``(dir, "")`` or ``(None, reason)``. Looks at pg_ctl on PATH (following the
+    symlink, since Debian's /usr/local/bin links lack pg_isready and createdb), then the
+    newest /usr/lib/postgresql/*/bin.
+    """
+    candidates: list[Path] = []
+    found = shutil.which("pg_ctl")
+    if found:
+        candidates += [Path(os.path.realpath(found)).parent, Path(found).parent]
+    versions = glob.glob("/usr/lib/postgresql/*/bin")
+
+    def major(path: str) -> int:
+        name = Path(path).parent.name
+        return int(name) if name.isdigit() else 0
+
+    candidates += [Path(p) for p in sorted(versions, key=major, reverse=True)]
+    for cand in candidates:
+        if all(os.access(cand / tool, os.X_OK) for tool in PG_REQUIRED):
+            return cand, ""
+    return None, "PostgreSQL server binaries (pg_ctl, initdb, postgres) not found on PATH"
+
+
+def pg_tool(bin_dir: Path, name: str) -> str | None:
+    """Return the path of a PostgreSQL client tool, preferring ``bin_dir``, else PATH."""
+    cand = bin_dir / name
+    if os.access(cand, os.X_OK):
+        return str(cand)
+    return shutil.which(name)
+
+
+def ensure_run_as_user() -> pwd.struct_passwd | None:
+    """When root, return the unprivileged user PostgreSQL runs as, creating it if needed.
+
+    Returns ``None`` when not root (PostgreSQL then runs as ourselves). The name comes
+    from ``AGENTOPS_PG_USER`` (default ``agentops``). Raises ``ServiceError`` if the user
+    cannot be created.
+    """
+    if os.geteuid() != 0:
+        return None
+    name = os.environ.get("AGENTOPS_PG_USER") or RUN_AS_DEFAULT
+    with contextlib.suppress(KeyError):
+        return pwd.getpwnam(name)
+    proc = subprocess.run(
+        ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
+         "/nonexistent", "--shell", "/usr/sbin/nologin", name],
+        capture_output=True, text=True, check=False,
+    )
+    # A concurrent run may have created it between our lookup and useradd.
+    with contextlib.suppress(KeyError):
+        return pwd.getpwnam(name)
+    raise ServiceError(f"cannot create user {name!r} to run PostgreSQL: {proc.stderr.strip()}")
+
+
+def redis_ping(port: int, timeout: float = 1.0) -> bool:
+    """Return True if a Redis on 127.0.0.1:``port`` answers PING with PONG."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _parent_death_signal(signum: int):
+    """Return a ``preexec_fn`` that makes the child get ``signum`` when this script dies
+    (even by SIGKILL), so a killed wrapper does not leak servers. Linux only; elsewhere
+    (or if libc cannot be loaded) it returns None and nothing is set.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)  # loaded here, not in the forked child
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+
+    def preexec() -> None:
+        prctl(1, signum)  # 1 = PR_SET_PDEATHSIG; runs after setuid, which would clear it
+
+    return preexec
+
+
+class Services:
+    """A throwaway PostgreSQL + Redis pair living in one temp dir.
+
+    ``start(should_stop)`` raises ``ServiceError``, or ``Interrupted`` when
+    ``should_stop()`` returns a signal number between steps; ``stop()`` is safe to call
+    in any partial state and more than once.
+    """
+
+    def __init__(self, pg_bin: Path, redis_bin: str, keep_data: bool) -> None:
+        self.pg_bin = pg_bin
+        self.redis_bin = redis_bin
+        self.keep_data = keep_data
+        self.run_as: pwd.struct_passwd | None = None
+        self.db_user = getpass.getuser()
+        self.tmp: Path | None = None
+        self.pg_port = 0
+        self.redis_port = 0
+        self.pg_proc: subprocess.Popen | None = None
+        self.redis_proc: subprocess.Popen | None = None
+        self.timings: dict[str, float] = {}
+        self._should_stop = lambda: None
+
+    # paths -------------------------------------------------------------------------
+    @property
+    def pgdata(self) -> Path:
+        assert self.tmp is not None
+        return self.tmp / "pgdata"
+
+    @property
+    def pg_log(self) -> Path:
+        assert self.tmp is not None
+        return self.tmp / "postgres.log"
+
+    @property
+    def redis_log(self) -> Path:
+        assert self.tmp is not None
+        return self.tmp / "redis.log"
+
+    # helpers -----------------------------------------------------------------------
+    def _as_run_as(self) -> dict:
+        """Popen keyword arguments that run a child as the unprivileged user, if any."""
+        if self.run_as is None:
+            return {}
+        return {"user": self.run_as.pw_uid, "group": self.run_as.pw_gid, "extra_groups": []}
+
+    def _run_pg(self, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+        """Run a PostgreSQL binary to completion as the unprivileged user (it refuses root)."""
+        return subprocess.run(
+            args, capture_output=True, text=True, timeout=timeout, check=False,
+            stdin=subprocess.DEVNULL, cwd=self.tmp, **self._as_run_as(),
+        )
+
+    def _check_interrupt(self) -> None:
+        signum = self._should_stop()
+        if signum is not None:
+            raise Interrupted(signum)
+
+    def env(self) -> dict[str, str]:
+        """Return the variables to export to CMD (see the module docstring)."""
+        base = f"postgres://{self.db_user}@127.0.0.1:{self.pg_port}"
+        return {
+            "DATABASE_URL": f"{base}/{DB_NAME}",
+            "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+            "AGENTOPS_PG_ADMIN_URL": f"{base}/postgres",
+            "AGENTOPS_PG_DATA": str(self.pgdata),
+            "AGENTOPS_PG_BIN": str(self.pg_bin),
+            "AGENTOPS_PG_RUN_AS": self.run_as.pw_name if self.run_as else "",
+            "AGENTOPS_PG_LOG": str(self.pg_log),
+            "AGENTOPS_PG_PORT": str(self.pg_port),
+            "AGENTOPS_REDIS_BIN": self.redis_bin,
+            "AGENTOPS_REDIS_PORT": str(self.redis_port),
+        }
+
+    # start -------------------------------------------------------------------------
+    def start(self, should_stop=lambda: None) -> None:
+        """Create the temp dir, start both services and create the database.
+
+        ``should_stop() -> int | None`` is polled between steps; a signal number aborts
+        the start with ``Interrupted``. Raises ``ServiceError`` (with log tails) when
+        something fails. Call ``stop()`` afterwards in every case.
+        """
+        self._should_stop = should_stop
+        self.run_as = ensure_run_as_user()
+        if self.run_as is not None:
+            self.db_user = self.run_as.pw_name
+        self.tmp = Path(tempfile.mkdtemp(prefix="agentops-services-"))
+        if self.run_as is not None:
+            # The server writes its data dir here; root can still read it all.
+            os.chown(self.tmp, self.run_as.pw_uid, self.run_as.pw_gid)
+        self._check_interrupt()
+        t0 = time.monotonic()
+        self._start_postgres()
+        t1 = time.monotonic()
+        self._check_interrupt()
+        self._start_redis()
+        t2 = time.monotonic()
+        self._check_interrupt()
+        self.timings = {"postgres": t1 - t0, "redis": t2 - t1}
+
+    def _start_postgres(self) -> None:
+        initdb = [
+            str(self.pg_bin / "initdb"), "-D", str(self.pgdata), "--auth=trust",
+            f"--username={self.db_user}", "--encoding=UTF8", "--locale=C",
+            # Throwaway cluster: skipping initdb's fsyncs saves time; the server keeps fsync.
+            "--no-sync",
+        ]
+        proc = self._run_pg(initdb, timeout=180)
+        if proc.returncode != 0:
+            raise ServiceError(f"initdb failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
+        with open(self.pgdata / "postgresql.conf", "a", encoding="utf-8") as fh:
+            # Our settings live in their own file so a port retry can rewrite them, and a
+            # drill's plain `pg_ctl start` later picks up the same port and settings.
+            fh.write("\ninclude 'agentops.conf'\n")
+        self.pg_log.touch()
+        if self.run_as is not None:
+            # A drill restarting the server with `pg_ctl -l $AGENTOPS_PG_LOG` runs as run_as.
+            os.chown(self.pg_log, self.run_as.pw_uid, self.run_as.pw_gid)
+
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self._check_interrupt()
+            self.pg_port = free_port()
+            (self.pgdata / "agentops.conf").write_text(
+                "listen_addresses = '127.0.0.1'\n"
+                f"port = {self.pg_port}\n"
+                "unix_socket_directories = ''\n"  # TCP only: no /var/run/postgresql needed
+                "max_connections = 200\n"
+                "synchronous_commit = on\n"
+                "fsync = on\n"
+                "log_line_prefix = '%m [%p] %q%u@%d '\n",
+                encoding="utf-8",
+            )
+            log_offset = self.pg_log.stat().st_size
+            # The postmaster runs as our own child rather than daemonized by `pg_ctl start`
+            # so that it dies with us (SIGQUIT = immediate shutdown) even if we are
+            # SIGKILLed; `pg_ctl stop` still works on it through postmaster.pid.
+            with open(self.pg_log, "ab") as logf:
+                self.pg_proc = subprocess.Popen(
+                    [str(self.pg_bin / "postgres"), "-D", str(self.pgdata)],
+                    stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                    cwd=self.tmp, start_new_session=True,
+                    preexec_fn=_parent_death_signal(signal.SIGQUIT), **self._as_run_as(),
+                )
+            if self._wait_pg_ready():
+                break
+            rc = self.pg_proc.wait()
+            self.pg_proc = None
+            new_log = self.pg_log.read_text(errors="replace")[log_offset:]
+            if "Address already in use" not in new_log or attempt == START_ATTEMPTS:
+                raise ServiceError(
+                    f"postgres exited with {rc} during start\n--- {self.pg_log} ---\n"
+                    f"{tail(self.pg_log)}"
+                )
+
+        createdb = pg_tool(self.pg_bin, "createdb")
+        if createdb:
+            args = [createdb, "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", self.db_user, DB_NAME]
+        else:
+            psql = pg_tool(self.pg_bin, "psql")
+            if not psql:
+                raise ServiceError("neither createdb nor psql found to create the database")
+            args = [psql, "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", self.db_user,
+                    "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", f"CREATE DATABASE {DB_NAME}"]
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False,
+                              stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise ServiceError(f"creating database {DB_NAME!r} failed: {proc.stderr.strip()}")
+
+    def _wait_pg_ready(self, timeout: float = 60.0) -> bool:
+        """Wait until the postmaster accepts connections: True; False if it exited.
+
+        Raises ``ServiceError`` if it is still not ready after ``timeout`` seconds.
+        """
+        assert self.pg_proc is not None
+        pg_isready = pg_tool(self.pg_bin, "pg_isready")
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.pg_proc.poll() is not None:
+                return False
+            if pg_isready:
+                ready = subprocess.run(
+                    [pg_isready, "-q", "-h", "127.0.0.1", "-p", str(self.pg_port),
+                     "-U", self.db_user, "-d", "postgres", "-t", "2"],
+                    check=False, stdin=subprocess.DEVNULL,
+                ).returncode == 0
+            else:  # no client tools: an accepted TCP connection is the best we can see
+                try:
+                    socket.create_connection(("127.0.0.1", self.pg_port), timeout=1).close()
+                    ready = True
+                except OSError:
+                    ready = False
+            if ready:
+                return True
+            if time.monotonic() > deadline:
+                raise ServiceError(
+                    f"PostgreSQL on port {self.pg_port} not ready after {timeout:.0f}s\n"
+                    f"--- {self.pg_log} ---\n{tail(self.pg_log)}"
+                )
+            self._check_interrupt()
+            time.sleep(0.05)
+
+    def _start_redis(self, timeout: float = 20.0) -> None:
+        assert self.tmp is not None
+        redis_dir = self.tmp / "redis"
+        redis_dir.mkdir(exist_ok=True)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self._check_interrupt()
+            self.redis_port = free_port()
+            log_offset = self.redis_log.stat().st_size if self.redis_log.exists() else 0
+            with open(self.redis_log, "ab") as logf:
+                self.redis_proc = subprocess.Popen(
+                    [self.redis_bin, "--port", str(self.redis_port), "--bind", "127.0.0.1",
+                     "--save", "", "--appendonly", "no", "--daemonize", "no",
+                     "--dir", str(redis_dir), "--logfile", ""],
+                    stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                    # Own session: a terminal Ctrl-C must not kill it before we clean up.
+                    start_new_session=True, preexec_fn=_parent_death_signal(signal.SIGTERM),
+                )
+            deadline = time.monotonic() + timeout
+            while self.redis_proc.poll() is None:
+                if redis_ping(self.redis_port):
+                    return
+                if time.monotonic() > deadline:
+                    raise ServiceError(
+                        f"redis-server on port {self.redis_port} did not answer PING in "
+                        f"{timeout:.0f}s\n--- {self.redis_log} ---\n{tail(self.redis_log)}"
+                    )
+                self._check_interrupt()
+                time.sleep(0.02)
+            rc = self.redis_proc.returncode
+            self.redis_proc = None
+            new_log = self.redis_log.read_text(errors="replace")[log_offset:]
+            if "Address already in use" not in new_log or attempt == START_ATTEMPTS:
+                raise ServiceError(
+                    f"redis-server exited with {rc} during start\n--- {self.redis_log} ---\n"
+                    f"{tail(self.redis_log)}"
+                )
+
+    # stop --------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop both services (whatever state they are in) and remove the temp dir."""
+        if self.tmp is None:
+            return
+        self._stop_postgres()
+        self._stop_redis()
+        if self.keep_data:
+            log(f"kept data in {self.tmp}")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            if self.tmp.exists():  # a process was still writing into it: once more
+                time.sleep(0.5)
+                shutil.rmtree(self.tmp, ignore_errors=True)
+            if self.tmp.exists():
+                log(f"could not remove {self.tmp}")
+        self.tmp = None
+
+    def _stop_postgres(self) -> None:
+        pidfile = self.pgdata / "postmaster.pid"
+        if pidfile.exists():  # running, whether we started it or a drill restarted it
+            pg_ctl = str(self.pg_bin / "pg_ctl")
+            for mode in ("fast", "immediate"):
+                try:
+                    proc = self._run_pg(
+                        [pg_ctl, "-D", str(self.pgdata), "-m", mode, "-w", "-t", "30", "-s",
+                         "stop"],
+                        timeout=45,
+                    )
+                    if proc.returncode == 0 or not pidfile.exists():
+                        break
+                    log(f"pg_ctl stop -m {mode} failed: {proc.stderr.strip()}")
+                except subprocess.TimeoutExpired:
+                    log(f"pg_ctl stop -m {mode} timed out")
+            else:
+                # Last resort: the postmaster's PID is the first line of postmaster.pid.
+                try:
+                    pid = int(pidfile.read_text().split()[0])
+                    os.kill(pid, signal.SIGKILL)
+                    log(f"killed postmaster {pid}")
+                except (OSError, ValueError, IndexError) as exc:
+                    log(f"could not kill postmaster: {exc}")
+        proc, self.pg_proc = self.pg_proc, None
+        if proc is not None:  # reap our own postmaster (or kill it if it is still up)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def _stop_redis(self, timeout: float = 10.0) -> None:
+        proc, self.redis_proc = self.redis_proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+class Runner:
+    """Runs CMD and turns terminating signals into a clean shutdown.
+
+    SIGINT/SIGTERM/SIGHUP are only recorded while the services start (``pending()``
+    reports them between steps). While CMD runs they are forwarded to it (except a
+    terminal's Ctrl-C, which the terminal already sent to CMD's process group), and we
+    wait for it to exit before stopping the services.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.child: subprocess.Popen | None = None
+        self.received: int | None = None
+        self.sigint_count = 0
+
+    def install(self) -> None:
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._on_signal)
+
+    def pending(self) -> int | None:
+        """The first terminating signal received so far, or None."""
+        return self.received
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        if self.received is None:
+            self.received = signum
+        child = self.child
+        if child is None or child.poll() is not None:
+            return  # starting up or cleaning up: the main flow checks `received`
+        if signum == signal.SIGINT:
+            self.sigint_count += 1
+            if self.sigint_count == 1 and _terminal_sent_to_our_group():
+                return
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+    def run(self, cmd: list[str], env: dict[str, str]) -> int:
+        """Run ``cmd`` with ``env`` in the foreground; return a shell-style exit code."""
+        if self.received is not None:
+            return 128 + self.received
+        try:
+            self.child = subprocess.Popen(cmd, env=env)
+        except FileNotFoundError:
+            log(f"command not found: {cmd[0]}")
+            return 127
+        except PermissionError:
+            log(f"command not executable: {cmd[0]}")
+            return 126
+        rc = self.child.wait()
+        return 128 - rc if rc < 0 else rc
+
+
+def _terminal_sent_to_our_group() -> bool:
+    """True if our process group is the terminal's foreground group, i.e. a Ctrl-C there
+    already reached CMD (which shares our group) and forwarding would deliver it twice."""
+    for fd in (0, 1, 2):
+        try:
+            return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:
+            continue
+    return False
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="with_services.py",
+        description="Run CMD beside a throwaway PostgreSQL and Redis.",
+        usage="%(prog)s [--keep-data] -- CMD ARGS...",
+    )
+    parser.add_argument("--keep-data", action="store_true",
+                        help="keep the temp dir (data, logs) after stopping the services")
+    if "--" in argv:
+        split = argv.index("--")
+        own, cmd = argv[:split], argv[split + 1:]
+    else:
+        own, cmd = argv, []
+    args = parser.parse_args(own)
+    if not cmd:
+        parser.error("missing command after '--'")
+    args.cmd = cmd
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code (see the module docstring)."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    env = dict(os.environ)
+    runner = Runner()
+    runner.install()
+
+    pg_bin, reason = find_pg_bin()
+    redis_bin = shutil.which("redis-server")
+    if pg_bin is not None and redis_bin is None:
+        reason = "redis-server not found on PATH"
+    if pg_bin is None or redis_bin is None:
+        if is_ci():
+            log(f"ERROR: {reason}; CI=true, so PostgreSQL/Redis tests may not skip "
+                "(install postgresql and redis-server, see .ci/run)")
+            return 2
+        log(f"SKIPPING PostgreSQL/Redis: {reason}")
+        for name in EXPORTED:
+            env.pop(name, None)  # never point tests at some other, non-throwaway server
+        return runner.run(args.cmd, env)
+
+    services = Services(pg_bin, redis_bin, args.keep_data)
+    try:
+        try:
+            services.start(should_stop=runner.pending)
+        except ServiceError as exc:
+            log(f"ERROR starting services: {exc}")
+            return 2
+        log(
+            f"PostgreSQL 127.0.0.1:{services.pg_port} ({services.timings['postgres']:.1f}s), "
+            f"Redis 127.0.0.1:{services.redis_port} ({services.timings['redis']:.1f}s), "
+            f"dir {services.tmp}"
+        )
+        env.update(services.env())
+        return runner.run(args.cmd, env)
+    except Interrupted as exc:
+        log(f"interrupted by {exc} while starting; stopping services")
+        return 128 + exc.signum
+    finally:
+        services.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
