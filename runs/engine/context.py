@@ -68,13 +68,13 @@ class StepContext:
 
     def tool_call_id(self, index: int = 0) -> str:
         """A tool-call id that is the same on every attempt of this step."""
-        return f"call_{self.step.pk}_{index}"
+        return f"call_{self.run.pk.hex[:8]}_{self.step.pk}_{index}"
 
     def add_message(self, role: str, content: str = "", *, tool_calls: list | None = None,
                     tool_call_id: str | None = None) -> str:
         """Stage a message, committed with the step's result; returns its ``message_id``
         (stable across attempts of this step)."""
-        message_id = f"msg_{self.step.pk}_{len(self.new_messages)}"
+        message_id = f"msg_{self.run.pk.hex[:8]}_{self.step.pk}_{len(self.new_messages)}"
         self.new_messages.append({
             "id": message_id, "role": role, "content": content,
             "tool_calls": tool_calls or [], "tool_call_id": tool_call_id,

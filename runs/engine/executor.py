@@ -50,6 +50,7 @@ def run_chain(step_id: int | None, worker: WorkerIdentity) -> int:
     while step_id is not None:
         next_id = execute_step(step_id, worker)
         executed += 1
+        worker.executed += 1
         if worker.stopping.is_set():
             break
         step_id = next_id

@@ -15,6 +15,8 @@ class WorkerIdentity:
     worker_id: str
     mode: str
     stopping: threading.Event = field(default_factory=threading.Event)
+    #: Steps this process has executed (claimed and run), for its exit line and stats.
+    executed: int = 0
 
 
 def new_worker_id() -> str:

@@ -143,7 +143,7 @@ class Worker:
         identity.stopping.set()
         if maintenance:
             maintenance.join(timeout=5)
-        return rq_worker.successful_job_count
+        return identity.executed
 
     def _maintenance_loop(self) -> None:
         try:
