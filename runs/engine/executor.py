@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -48,40 +48,52 @@ def run_chain(step_id: int | None, worker: WorkerIdentity) -> int:
     """
     executed = 0
     while step_id is not None:
-        next_id = execute_step(step_id, worker)
+        outcome = execute_step(step_id, worker)
+        if not outcome.claimed:
+            break
         executed += 1
         worker.executed += 1
         if worker.stopping.is_set():
             break
-        step_id = next_id
+        step_id = outcome.next_step_id
     return executed
 
 
-def execute_step(step_id: int, worker: WorkerIdentity) -> int | None:
-    """Run one step if it is claimable; returns the id of the next step scheduled by
-    this commit (for chaining), or ``None``.
+class StepOutcome(NamedTuple):
+    """``claimed``: this worker claimed (and ran) the step; ``next_step_id``: the step
+    its commit scheduled, for chaining."""
+
+    claimed: bool
+    next_step_id: int | None = None
+
+
+NOT_CLAIMED = StepOutcome(False)
+
+
+def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
+    """Run one step if it is claimable.
 
     Never raises for step failures (they are recorded); database errors propagate.
     """
     close_old_connections()
     step = Step.objects.select_related("run").filter(pk=step_id).first()
     if step is None:
-        return None
+        return NOT_CLAIMED
     run = step.run
     if run.status not in RUN_EXECUTABLE or step.generation != run.generation:
-        return None
+        return NOT_CLAIMED
     if step.status not in (StepStatus.PENDING, StepStatus.RUNNING):
-        return None
+        return NOT_CLAIMED
     try:
         workflow = registry.get(run.workflow, run.workflow_version)
     except registry.UnknownWorkflow:
         _pause_unknown_version(run, step, worker)
-        return None
+        return NOT_CLAIMED
     _maybe_crash_before(run, step)
 
     claimed = _claim(run, step, worker)
     if claimed is None:
-        return None
+        return NOT_CLAIMED
     attempt, state = claimed
     step_def = workflow.get(step.name)
     say(f"ENTER {step.name} (run {run.pk}, attempt {attempt}, worker {worker.worker_id})")
@@ -92,7 +104,7 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> int | None:
                       StepError("ATTEMPTS_EXHAUSTED",
                                 f"claimed {attempt} times, max_attempts={step_def.retry.max_attempts}"),
                       force_final=True)
-        return None
+        return StepOutcome(True)
 
     ctx = StepContext(run=run, step=step, attempt=attempt, worker_id=worker.worker_id,
                       workflow=workflow, step_def=step_def, state=state)
@@ -102,21 +114,21 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> int | None:
         output = step_def.fn(ctx)
     except LeaseLost as exc:
         _record(run.pk, "step.abandoned", {"attempt": attempt, "reason": str(exc)}, step, worker)
-        return None
+        return StepOutcome(True)
     except CancelRequested:
         _release_for_cancel(run, step, attempt, worker)
-        return None
+        return StepOutcome(True)
     except StepError as exc:
         _fail_attempt(run, step, attempt, worker, step_def, exc)
-        return None
+        return StepOutcome(True)
     except Exception as exc:  # noqa: BLE001 - a bug in a step is recorded, not fatal to the worker
         logger.exception("step %s raised", step.name)
         _fail_attempt(run, step, attempt, worker, step_def,
                       StepError("INTERNAL", f"{type(exc).__name__}: {exc}"))
-        return None
+        return StepOutcome(True)
     finally:
         heartbeat.stop()
-    return _commit_success(ctx, output, worker)
+    return StepOutcome(True, _commit_success(ctx, output, worker))
 
 
 # -- claim -----------------------------------------------------------------------------

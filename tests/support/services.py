@@ -1,0 +1,460 @@
+"""Helpers for black-box tests that run ``manage.py`` in subprocesses.
+
+Each test gets a ``Deployment``: a fresh database (SQLite file or PostgreSQL database),
+its own var/devices/artifacts dirs under the test's tmp dir, and an environment for
+subprocesses. Migrations run once per test session into a template (keyed on a hash of
+the migration files) that each deployment copies or clones, because migrating per test
+costs seconds.
+
+PostgreSQL and Redis come from ``scripts/with_services.py`` (``make test``) through
+``AGENTOPS_PG_ADMIN_URL``, ``DATABASE_URL`` and ``REDIS_URL``; without them, postgres
+deployments skip (and fail under ``CI=true``). Use the ``deployment_factory`` fixture
+from ``tests/support/fixtures.py`` rather than ``make_deployment`` directly, so that
+databases and processes are cleaned up.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MANAGE_PY = REPO_ROOT / "manage.py"
+
+#: Backends for ``@pytest.mark.parametrize("backend", BACKENDS)``.
+BACKENDS = ["sqlite", "postgres"]
+
+SKIP_REASON = "PostgreSQL/Redis not started: run via `make test` (scripts/with_services.py)"
+SERVICE_VARS = ("DATABASE_URL", "AGENTOPS_PG_ADMIN_URL", "REDIS_URL")
+MIGRATE_TIMEOUT = 600  # seconds; a cold migrate on a loaded 2-core CI machine
+
+_counter = itertools.count(1)
+
+
+def is_ci() -> bool:
+    """True under ``CI=true``, where tests needing services must fail instead of skip."""
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def require_services() -> None:
+    """Skip the calling test unless PostgreSQL and Redis were started for this run.
+
+    Needs ``DATABASE_URL``, ``AGENTOPS_PG_ADMIN_URL`` and ``REDIS_URL`` in the
+    environment. Calls ``pytest.skip`` when they are missing, or ``pytest.fail`` under
+    ``CI=true`` (CI must never skip these tests).
+    """
+    missing = [name for name in SERVICE_VARS if not os.environ.get(name)]
+    if not missing:
+        return
+    message = f"{SKIP_REASON}; missing {', '.join(missing)}"
+    if is_ci():
+        pytest.fail(f"{message} (CI=true: these tests may not skip)", pytrace=False)
+    pytest.skip(message)
+
+
+def migrations_hash() -> str:
+    """Return a hex sha256 over everything that decides the migrated schema.
+
+    Covers every ``<app>/migrations/*.py`` in the repo plus settings.py (installed apps)
+    and pyproject.toml (pinned Django and third-party apps), by relative path and content.
+    """
+    digest = hashlib.sha256()
+    files = sorted(REPO_ROOT.glob("*/migrations/*.py"))
+    files += [REPO_ROOT / "agentops" / "settings.py", REPO_ROOT / "pyproject.toml"]
+    for path in files:
+        if not path.is_file():
+            continue
+        digest.update(str(path.relative_to(REPO_ROOT)).encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _with_db_name(url: str, name: str) -> str:
+    """Return the PostgreSQL URL ``url`` with its database (path) replaced by ``name``."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+def _base_env(root: Path) -> dict[str, str]:
+    """Environment for a deployment rooted at ``root``; creates its var dirs.
+
+    Starts from the test process's environment (PATH, the service variables a drill
+    needs, developer knobs like AGENTOPS_LOG_LEVEL) without DATABASE_URL and REDIS_URL,
+    which the caller sets per backend.
+    """
+    var = root / "var"
+    dirs = {
+        "AGENTOPS_VAR_DIR": var,
+        "AGENTOPS_DEVICE_DIR": var / "devices",
+        "AGENTOPS_MEDIA_ROOT": var / "artifacts",
+    }
+    for path in dirs.values():
+        path.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    env.update({name: str(path) for name, path in dirs.items()})
+    env["AGENTOPS_SQLITE_PATH"] = str(var / "agentops.sqlite3")
+    env["DJANGO_SETTINGS_MODULE"] = "agentops.settings"
+    env["PYTHONUNBUFFERED"] = "1"  # logs of killed processes must be on disk already
+    return env
+
+
+def _apply_extra(env: dict[str, str], extra_env: Mapping[str, object] | None) -> None:
+    """Overlay ``extra_env`` on ``env``: values become strings, ``None`` removes a name."""
+    for name, value in (extra_env or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = str(value)
+
+
+def _describe(cmd: list[str], stdout: str | bytes | None, stderr: str | bytes | None) -> str:
+    def text(value: str | bytes | None) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, bytes):
+            value = value.decode(errors="replace")
+        return value[-4000:]  # the end holds the traceback
+
+    return (
+        f"command: {' '.join(cmd[1:])}\n--- stdout (tail) ---\n{text(stdout)}"
+        f"\n--- stderr (tail) ---\n{text(stderr)}"
+    )
+
+
+class ManageError(subprocess.CalledProcessError):
+    """``manage.py`` exited non-zero under ``check=True``; ``str()`` shows its output."""
+
+    def __str__(self) -> str:
+        return f"exit status {self.returncode}\n{_describe(self.cmd, self.stdout, self.stderr)}"
+
+
+class ManageTimeout(subprocess.TimeoutExpired):
+    """``manage.py`` ran past its timeout (and was killed); ``str()`` shows its output."""
+
+    def __str__(self) -> str:
+        return f"timed out after {self.timeout}s\n{_describe(self.cmd, self.stdout, self.stderr)}"
+
+
+def _run_manage(
+    env: Mapping[str, str], args: tuple, *, timeout: float, input: str | None = None
+) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(MANAGE_PY), *map(str, args)]
+    try:
+        return subprocess.run(
+            cmd, env=dict(env), cwd=REPO_ROOT, capture_output=True, text=True,
+            timeout=timeout, check=False, input=input,
+            # No input means no stdin at all: a command that prompts fails, never hangs.
+            stdin=subprocess.DEVNULL if input is None else None,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ManageTimeout(cmd, exc.timeout, exc.output, exc.stderr) from None
+
+
+def _migrate(env: Mapping[str, str]) -> None:
+    proc = _run_manage(env, ("migrate", "--noinput"), timeout=MIGRATE_TIMEOUT)
+    if proc.returncode != 0:
+        raise ManageError(proc.returncode, proc.args, proc.stdout, proc.stderr)
+
+
+class Templates:
+    """Migrated template databases, built lazily once per session and hash.
+
+    SQLite: a migrated file in a private temp dir, copied per deployment. PostgreSQL: a
+    database ``agentops_tpl_<pid>_<hash>`` cloned with ``CREATE DATABASE ... TEMPLATE``.
+    ``cleanup()`` drops and removes them (the session fixture and atexit call it).
+    """
+
+    def __init__(self) -> None:
+        self._dir: Path | None = None
+        self._sqlite: dict[str, Path] = {}
+        self._postgres: dict[tuple[str, str], str] = {}  # (admin url, hash) -> db name
+
+    def _workdir(self) -> Path:
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="agentops-templates-"))
+        return self._dir
+
+    def sqlite(self) -> Path:
+        """Return the path of a migrated SQLite file to copy (never to open for writing)."""
+        key = migrations_hash()
+        if key not in self._sqlite:
+            root = self._workdir() / f"sqlite-{key[:12]}"
+            env = _base_env(root)
+            _migrate(env)
+            path = Path(env["AGENTOPS_SQLITE_PATH"])
+            # The file is in WAL mode: fold the WAL into the main file so that copying
+            # the main file alone copies the whole database.
+            with contextlib.closing(sqlite3.connect(path)) as conn:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._sqlite[key] = path
+        return self._sqlite[key]
+
+    def postgres(self, admin_url: str) -> str:
+        """Return the name of a migrated template database on the server of ``admin_url``."""
+        import psycopg
+        from psycopg import sql
+
+        key = migrations_hash()
+        if (admin_url, key) in self._postgres:
+            return self._postgres[(admin_url, key)]
+        name = f"agentops_tpl_{os.getpid()}_{key[:12]}"
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            _drop_database(conn, name)  # a leftover of a crashed run with our pid
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        env = _base_env(self._workdir() / f"postgres-{key[:12]}")
+        env["DATABASE_URL"] = _with_db_name(admin_url, name)
+        try:
+            _migrate(env)
+            with psycopg.connect(admin_url, autocommit=True) as conn:
+                # No connections allowed: CREATE DATABASE ... TEMPLATE fails while anyone
+                # is connected to the template.
+                conn.execute(
+                    sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false")
+                    .format(sql.Identifier(name))
+                )
+        except BaseException:
+            with psycopg.connect(admin_url, autocommit=True) as conn:
+                _drop_database(conn, name)
+            raise
+        self._postgres[(admin_url, key)] = name
+        return name
+
+    def cleanup(self) -> None:
+        """Drop the PostgreSQL templates and remove the SQLite ones; errors are ignored
+        (the server may already be gone when atexit runs)."""
+        postgres, self._postgres = self._postgres, {}
+        for (admin_url, _key), name in postgres.items():
+            with contextlib.suppress(Exception):
+                import psycopg
+
+                with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
+                    _drop_database(conn, name)
+        self._sqlite = {}
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+def _drop_database(conn, name: str) -> None:
+    """Drop database ``name`` if it exists, even if it is a template or has sessions."""
+    from psycopg import sql
+
+    exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+    if not exists:
+        return
+    conn.execute(
+        sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE false").format(sql.Identifier(name))
+    )
+    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+TEMPLATES = Templates()
+atexit.register(TEMPLATES.cleanup)  # when used without the session fixture
+
+
+class Deployment:
+    """One isolated AgentOps installation for a test, driven through ``manage.py``.
+
+    Attributes: ``root`` (its tmp dir: var/ plus the logs of ``popen`` processes),
+    ``backend`` ("sqlite" or "postgres"), ``env`` (the subprocess environment; edit it
+    to change later commands), ``database_url`` (postgres only), ``processes`` (every
+    ``popen`` so far).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        backend: str,
+        env: dict[str, str],
+        *,
+        admin_url: str | None = None,
+        db_name: str | None = None,
+    ) -> None:
+        self.root = root
+        self.backend = backend
+        self.env = env
+        self.admin_url = admin_url
+        self.db_name = db_name
+        self.processes: list[subprocess.Popen] = []
+        self._popen_count = itertools.count(1)
+
+    def __repr__(self) -> str:
+        return f"<Deployment {self.backend} {self.root}>"
+
+    @property
+    def database_url(self) -> str | None:
+        """The PostgreSQL URL of this deployment's database, or None for SQLite."""
+        return self.env.get("DATABASE_URL")
+
+    @property
+    def var_dir(self) -> Path:
+        return Path(self.env["AGENTOPS_VAR_DIR"])
+
+    def command(self, *args: object) -> list[str]:
+        """The argv that runs ``manage.py *args`` with this test's Python."""
+        return [sys.executable, str(MANAGE_PY), *map(str, args)]
+
+    def manage(
+        self, *args: object, timeout: float = 120, check: bool = False, input: str | None = None
+    ) -> subprocess.CompletedProcess:
+        """Run ``manage.py *args`` to completion; return it with text stdout/stderr.
+
+        ``timeout`` is in seconds: past it the process is killed and ``ManageTimeout``
+        raised. ``check=True`` raises ``ManageError`` (showing the output) on a non-zero
+        exit. ``input`` is fed to stdin; without it stdin is empty (/dev/null).
+        """
+        proc = _run_manage(self.env, args, timeout=timeout, input=input)
+        if check and proc.returncode != 0:
+            raise ManageError(proc.returncode, proc.args, proc.stdout, proc.stderr)
+        return proc
+
+    def manage_json(self, *args: object, timeout: float = 120, input: str | None = None):
+        """Run ``manage.py *args`` with ``check=True`` and return its stdout parsed as JSON.
+
+        Raises ``ManageError`` on a non-zero exit and ``ValueError`` (with the output) if
+        stdout is not JSON.
+        """
+        proc = self.manage(*args, timeout=timeout, check=True, input=input)
+        try:
+            return json.loads(proc.stdout)
+        except ValueError as exc:
+            raise ValueError(
+                f"stdout is not JSON: {exc}\n{_describe(proc.args, proc.stdout, proc.stderr)}"
+            ) from None
+
+    def popen(self, *args: object, extra_env: Mapping[str, object] | None = None) -> subprocess.Popen:
+        """Start ``manage.py *args`` in the background and return its ``Popen``.
+
+        stdout/stderr go to ``<root>/NN-<command>.stdout.log`` / ``.stderr.log``; their
+        paths are set on the returned object as ``stdout_path`` / ``stderr_path`` (see
+        ``logs()``). The process leads its own process group, so a SIGKILL drill can hit
+        it alone (``proc.kill()``) or with its children (``os.killpg(proc.pid, ...)``).
+        Teardown SIGKILLs whatever group is still alive.
+        """
+        env = dict(self.env)
+        _apply_extra(env, extra_env)
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(args[0]) if args else "manage")[:40]
+        stem = self.root / f"{next(self._popen_count):02d}-{slug}"
+        stdout_path = stem.with_name(stem.name + ".stdout.log")
+        stderr_path = stem.with_name(stem.name + ".stderr.log")
+        with open(stdout_path, "w", encoding="utf-8") as out, \
+                open(stderr_path, "w", encoding="utf-8") as err:
+            proc = subprocess.Popen(
+                self.command(*args), env=env, cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
+                stdout=out, stderr=err, text=True, start_new_session=True,
+            )
+        proc.stdout_path = stdout_path  # type: ignore[attr-defined]
+        proc.stderr_path = stderr_path  # type: ignore[attr-defined]
+        self.processes.append(proc)
+        return proc
+
+    @staticmethod
+    def logs(proc: subprocess.Popen) -> tuple[str, str]:
+        """Return ``(stdout, stderr)`` written so far by a process from ``popen``."""
+        return (
+            Path(proc.stdout_path).read_text(encoding="utf-8", errors="replace"),  # type: ignore[attr-defined]
+            Path(proc.stderr_path).read_text(encoding="utf-8", errors="replace"),  # type: ignore[attr-defined]
+        )
+
+    def kill_all(self) -> None:
+        """SIGKILL every ``popen`` process group whose leader is still alive, and reap it.
+
+        Only live leaders are signalled: once a leader is reaped its PID may belong to
+        someone else.
+        """
+        for proc in self.processes:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+
+    def close(self) -> None:
+        """Kill leftover processes and drop this deployment's PostgreSQL database.
+
+        Safe to call twice. Files under ``root`` stay for pytest's tmp_path retention.
+        """
+        self.kill_all()
+        if self.db_name and self.admin_url:
+            import psycopg
+
+            with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10) as conn:
+                _drop_database(conn, self.db_name)
+            self.db_name = None
+
+
+def make_deployment(
+    tmp_path: Path, backend: str, extra_env: Mapping[str, object] | None = None
+) -> Deployment:
+    """Create a migrated, empty deployment rooted at ``tmp_path`` for ``backend``.
+
+    ``backend`` is "sqlite" (file ``tmp_path/var/agentops.sqlite3``, no DATABASE_URL or
+    REDIS_URL, so workers poll the database) or "postgres" (a fresh database cloned
+    from the session's template on the ``make test`` server, and REDIS_URL after a
+    FLUSHDB: the Redis db is shared, so two live postgres deployments see each other's
+    queues). ``extra_env`` is overlaid last (``None`` removes a variable), e.g.
+    ``{"AGENTOPS_LEASE_SECONDS": 2}``. Postgres skips/fails via ``require_services()``.
+    The caller must ``close()`` it; the ``deployment_factory`` fixture does.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    tmp_path = Path(tmp_path)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    env = _base_env(tmp_path)
+
+    if backend == "sqlite":
+        shutil.copyfile(TEMPLATES.sqlite(), env["AGENTOPS_SQLITE_PATH"])
+        _apply_extra(env, extra_env)
+        return Deployment(tmp_path, backend, env)
+
+    require_services()
+    import psycopg
+    import redis
+    from psycopg import sql
+
+    admin_url = os.environ["AGENTOPS_PG_ADMIN_URL"]
+    template = TEMPLATES.postgres(admin_url)
+    db_name = f"agentops_t_{os.getpid()}_{next(_counter)}_{secrets.token_hex(3)}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(db_name), sql.Identifier(template)
+            )
+        )
+    deployment = Deployment(tmp_path, backend, env, admin_url=admin_url, db_name=db_name)
+    try:
+        env["DATABASE_URL"] = _with_db_name(admin_url, db_name)
+        env["REDIS_URL"] = os.environ["REDIS_URL"]
+        client = redis.Redis.from_url(env["REDIS_URL"])
+        try:
+            client.flushdb()
+        finally:
+            client.close()
+        _apply_extra(env, extra_env)
+    except BaseException:
+        deployment.close()
+        raise
+    return deployment
