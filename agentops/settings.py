@@ -114,6 +114,19 @@ AGENTOPS_RENOTIFY_SECONDS = env_number("AGENTOPS_RENOTIFY_SECONDS", 15, minimum=
 AGENTOPS_SWEEP_BATCH = int(env_number("AGENTOPS_SWEEP_BATCH", 200, minimum=1))
 AGENTOPS_STUCK_SECONDS = env_number("AGENTOPS_STUCK_SECONDS", 600, minimum=1)
 AGENTOPS_DEVICE_DIR = Path(env_str("AGENTOPS_DEVICE_DIR", str(VAR_DIR / "devices")))
+# Context assembly (docs/data-safety.md): summarise older history once the part not yet
+# covered by a summary counts more than this many tokens, keeping the newest
+# AGENTOPS_CONTEXT_RECENT_MESSAGES messages in full; tokens by AGENTOPS_TOKEN_COUNTER.
+AGENTOPS_CONTEXT_SUMMARY_TOKENS = int(env_number("AGENTOPS_CONTEXT_SUMMARY_TOKENS", 2000, minimum=1))
+AGENTOPS_CONTEXT_RECENT_MESSAGES = int(env_number("AGENTOPS_CONTEXT_RECENT_MESSAGES", 20, minimum=1))
+AGENTOPS_TOKEN_COUNTER = env_str("AGENTOPS_TOKEN_COUNTER",
+                                 "runs.engine.context_assembly.count_tokens")
+# Artifact files no row refers to are deleted by `artifacts check --repair` only when
+# older than this (a worker may be between writing a file and committing its row).
+AGENTOPS_ORPHAN_GRACE_SECONDS = env_number("AGENTOPS_ORPHAN_GRACE_SECONDS", 3600, minimum=0)
+# Directory of pg_dump / pg_restore for `backup` / `restore` (default: PATH, then the
+# newest /usr/lib/postgresql/*/bin).
+AGENTOPS_PG_BIN = env_str("AGENTOPS_PG_BIN", "")
 
 LOGGING = {
     "version": 1,
@@ -129,4 +142,5 @@ LOGGING = {
 # Modules that define and register workflows (imported by runs.apps at start-up).
 AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.room_temperature",
+    "runs.workflows.chat",
 ]

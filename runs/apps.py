@@ -10,3 +10,6 @@ class RunsConfig(AppConfig):
         from runs.workflows import registry
 
         registry.autodiscover()
+        # Registers the thread-queue hook and sweep task, and the durability check.
+        from runs import checks  # noqa: F401
+        from runs.engine import inbox  # noqa: F401

@@ -191,11 +191,15 @@ class Message(models.Model):
         DRAFT = "draft"
         FINAL = "final"
         SUPERSEDED = "superseded"
+        #: A user message that arrived while another run of the thread was in progress
+        #: (thread policy): it has no ``seq`` yet and gets one when its run starts.
+        QUEUED = "queued"
 
     thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="messages")
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="messages")
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
-    seq = models.PositiveIntegerField()
+    #: Position in the thread, gap-free; ``None`` only while the message is QUEUED.
+    seq = models.PositiveIntegerField(null=True, blank=True)
     message_id = models.CharField(max_length=64, unique=True)
     role = models.CharField(max_length=12, choices=Role.choices)
     content = models.TextField(blank=True, default="")
@@ -225,6 +229,35 @@ class Message(models.Model):
             "tool_calls": self.tool_calls or [],
             "tool_call_id": self.tool_call_id or None,
         }
+
+
+class Summary(models.Model):
+    """A stored summary of a thread's older history, covering messages
+    ``first_seq..last_seq`` (inclusive; summaries are cumulative, so ``first_seq`` is 1).
+
+    Written by a workflow step in its fenced commit (``StepContext.add_summary``), so a
+    crash while summarising is recovered like any step. ``tokens`` is the summary's size
+    by the configured token counter; ``covered_tokens`` the size of what it replaces.
+    """
+
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="summaries")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    first_seq = models.PositiveIntegerField()
+    last_seq = models.PositiveIntegerField()
+    content = models.TextField()
+    tokens = models.PositiveIntegerField(default=0)
+    covered_tokens = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # One summary per covered range: a re-run summarising step cannot add a twin.
+            models.UniqueConstraint(fields=["thread", "last_seq"], name="summary_unique_range"),
+        ]
+
+    def __str__(self) -> str:
+        return f"summary {self.first_seq}..{self.last_seq}"
 
 
 class Artifact(models.Model):

@@ -5,4 +5,7 @@ SUBCOMMANDS = {
     "start": "runs.cli.start",
     "status": "runs.cli.status",
     "resume": "runs.cli.resume",
+    "context": "runs.cli.context",
+    "message": "runs.cli.message",
+    "policy": "runs.cli.policy",
 }

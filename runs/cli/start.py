@@ -1,6 +1,7 @@
 """``runs start WORKFLOW --thread T --input JSON [--budget JSON] [--crash-before STEP]``."""
 
 from runs.cli.common import control_error, parse_json
+from runs.engine import faults as fault_points
 from runs.engine.control import ControlError, start_run
 from runs.workflows import registry
 
@@ -15,6 +16,9 @@ def add_arguments(parser):
                         help='limits as JSON, e.g. {"tool_calls": 5, "cost_usd": "0.10"}')
     parser.add_argument("--crash-before", metavar="STEP", default=None,
                         help="fault injection: the worker reaching STEP exits 75 at once")
+    parser.add_argument("--crash-at", metavar="POINT", default=None, choices=fault_points.POINTS,
+                        help="fault injection: the worker reaching POINT inside a step "
+                             "(artifact_written, summary_ready) exits 75 at once")
 
 
 def handle(command, options):
@@ -31,6 +35,8 @@ def handle(command, options):
                 "unknown_step", f"{wf.name} has no step {options['crash_before']!r}; steps: "
                 + ", ".join(s.name for s in wf.steps)))
         faults["crash_before"] = options["crash_before"]
+    if options["crash_at"]:
+        faults["crash_at"] = options["crash_at"]
     try:
         run = start_run(options["workflow"], thread_id=options["thread"], input=data,
                         budget=budget, faults=faults)

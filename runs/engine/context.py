@@ -7,7 +7,7 @@ from typing import Any
 from runs.engine import budget as budget_mod
 from runs.engine import ledger
 from runs.engine.errors import CancelRequested, LeaseLost, StepError
-from runs.models import Message, Operation, Run, Step
+from runs.models import Operation, Run, Step
 from runs.sim import model as sim_model
 from runs.tools import Tool, ToolCall
 
@@ -32,6 +32,8 @@ class StepContext:
         self.input: dict[str, Any] = state.get("input", run.input)
         self.outputs: dict[str, Any] = dict(state.get("outputs", {}))
         self.new_messages: list[dict[str, Any]] = []
+        self.new_summaries: list[dict[str, Any]] = []
+        self.new_artifacts: list[dict[str, Any]] = []
         self.next_step: str | None = None
         self.goto_set = False
         #: Set by the heartbeat thread; read at safe points.
@@ -56,15 +58,42 @@ class StepContext:
 
     # -- messages -------------------------------------------------------------------
     def messages(self) -> list[dict[str, Any]]:
-        """The thread's final messages in order, then those this step added so far, as
-        ``{id, role, content, tool_calls, tool_call_id}`` dicts."""
-        stored = [
-            m.as_dict()
-            for m in Message.objects.filter(
-                thread_id=self.run.thread_id, status=Message.Status.FINAL
-            ).order_by("seq")
-        ]
-        return stored + [dict(m) for m in self.new_messages]
+        """The model input for this step (``runs.engine.context_assembly``: system
+        instruction, summary, history, this run's tool calls and results, all from
+        stored records), then the messages this step added so far, as ``{role, content,
+        tool_calls, tool_call_id}`` dicts (stored ones also carry ``id``)."""
+        return self.context().model_input + [dict(m) for m in self.new_messages]
+
+    def context(self):
+        """The assembled context (``AssembledContext``) for this step, from stored records."""
+        from runs.engine.context_assembly import assemble_context
+
+        return assemble_context(self.run, step=self.step.name)
+
+    def add_summary(self, plan, content: str) -> None:
+        """Stage a Summary for ``plan`` (``context_assembly.SummaryPlan``), committed with
+        the step's result; a re-run of the step after a crash stages it again."""
+        from runs.engine.context_assembly import token_counter
+
+        self.new_summaries.append({
+            "first_seq": 1, "last_seq": plan.last_seq, "content": content,
+            "tokens": token_counter()(content), "covered_tokens": plan.covered_tokens,
+        })
+
+    def add_artifact(self, name: str, data: bytes, *, kind: str = "file",
+                     metadata: dict | None = None) -> dict[str, Any]:
+        """Write ``data`` to storage now (durably, with its sha256) and stage the
+        Artifact row, committed with the step's result: the file first, then the row.
+        Returns the staged ``{name, kind, uri, checksum, size, metadata}``."""
+        from runs.engine import artifact_store, faults
+
+        stored = artifact_store.save_bytes(artifact_store.artifact_name(
+            self.run.pk, self.step.pk, self.attempt, name), data)
+        staged = {"name": name, "kind": kind, "uri": stored.uri, "checksum": stored.checksum,
+                  "size": stored.size, "metadata": metadata or {}}
+        self.new_artifacts.append(staged)
+        faults.crash_point(self.run, self.step, "artifact_written")
+        return staged
 
     def tool_call_id(self, index: int = 0) -> str:
         """A tool-call id that is the same on every attempt of this step."""

@@ -22,7 +22,7 @@ from runs.engine.errors import CancelRequested, LeaseLost, StepError
 from runs.engine.gateway import RunTx, run_transaction
 from runs.engine.identity import WorkerIdentity
 from runs.engine.takeovers import open_takeover
-from runs.models import Checkpoint, Message, Run, Step, Thread
+from runs.models import Artifact, Checkpoint, Message, Run, Step, Summary, Thread
 from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus, StepStatus
 from runs.workflows import registry
 from runs.workflows.definition import StepDef, Workflow
@@ -210,6 +210,7 @@ def _commit_success(ctx: StepContext, output: Any, worker: WorkerIdentity) -> in
         tx.event("step.succeeded", {"attempt": attempt, "worker": worker.worker_id},
                  step_id=step.pk, actor=worker.worker_id)
         message_seq = _write_messages(tx, ctx, worker)
+        _write_summaries_and_artifacts(tx, ctx, worker)
         state = next_state(ctx.state, run=tx.run, step=step, output=output,
                            next_name=next_name, message_seq=message_seq)
         Checkpoint.objects.create(run_id=run.pk, step_id=step.pk, name=f"after:{step.name}",
@@ -263,6 +264,21 @@ def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:
         tx.event("message.created", {"message_id": row.message_id, "role": row.role,
                                      "seq": row.seq}, step_id=ctx.step.pk, actor=worker.worker_id)
     return last
+
+
+def _write_summaries_and_artifacts(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> None:
+    """Insert the step's staged summaries and artifact rows (their files are already in
+    storage: the file first, then the row)."""
+    for s in ctx.new_summaries:
+        summary = Summary.objects.create(thread_id=ctx.run.thread_id, run_id=ctx.run.pk,
+                                         step_id=ctx.step.pk, **s)
+        tx.event("summary.created", {"summary_id": summary.pk, "covers": [s["first_seq"], s["last_seq"]],
+                                     "tokens": s["tokens"]}, step_id=ctx.step.pk, actor=worker.worker_id)
+    for a in ctx.new_artifacts:
+        artifact = Artifact.objects.create(run_id=ctx.run.pk, step_id=ctx.step.pk, **a)
+        tx.event("artifact.created", {"artifact_id": artifact.pk, "name": a["name"], "uri": a["uri"],
+                                      "checksum": a["checksum"], "size": a["size"]},
+                 step_id=ctx.step.pk, actor=worker.worker_id)
 
 
 def schedule_step(tx: RunTx, name: str, *, seq: int, actor: str, delay: float = 0.0) -> int:

@@ -11,9 +11,10 @@ Lock order: a transaction that touches a run and its steps locks the run row fir
 break a deadlock between a committing worker and an operator's cancel.
 """
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -29,6 +30,11 @@ from runs.states import (
     run_can,
     step_can,
 )
+
+
+#: ``fn(run_id, thread_id, status)`` called after the commit of each transaction that
+#: moved a run to a terminal state (the thread's queued message starts its run).
+RUN_FINISHED_HOOKS: list[Callable[[Any, int, str], None]] = []
 
 
 @dataclass
@@ -108,6 +114,10 @@ class RunTx:
             raise IllegalTransition("run", source, target)
         self.run.status = target
         self.run.version += 1
+        if target in RUN_TERMINAL:
+            for hook in RUN_FINISHED_HOOKS:
+                transaction.on_commit(partial(hook, self.run.pk, self.run.thread_id, target),
+                                      robust=True)
         self.event(f"run.{target.lower()}", {"from": source, "reason": reason, **(payload or {})},
                    actor=actor)
         return True

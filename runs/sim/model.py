@@ -20,8 +20,12 @@ class ModelReply:
 
 
 def complete(messages: list[dict[str, Any]], tools: list[str]) -> ModelReply:
-    """Answer ``messages`` (``[{"role", "content", "tool_calls", "tool_call_id"}]``)."""
-    tool_results = [m for m in messages if m["role"] == "tool"]
+    """Answer ``messages`` (``[{"role", "content", "tool_calls", "tool_call_id"}]``).
+
+    Only tool results after the last user message count: a new question on a long
+    thread gets a fresh reading, not an old one from the history."""
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    tool_results = [m for m in messages[last_user + 1:] if m["role"] == "tool"]
     if not tool_results and "thermostat.read" in tools:
         return ModelReply(tool_calls=[{"name": "thermostat.read",
                                        "arguments": {"room": "living room"}}])
@@ -33,3 +37,22 @@ def complete(messages: list[dict[str, Any]], tools: list[str]) -> ModelReply:
             )
     question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     return ModelReply(content=f"I have no tool for that: {question}")
+
+
+#: Lines an extractive summary keeps (the newest ones).
+SUMMARY_LINES = 40
+
+
+def summarize(previous: str, messages: list[dict[str, Any]]) -> str:
+    """A plain extractive summary: the lines of ``previous`` plus the first sentence of
+    each of ``messages`` (``[{"seq", "role", "content"}]``), keeping the newest
+    ``SUMMARY_LINES`` lines. Deterministic, so a re-run after a crash writes the same."""
+    lines = [line for line in previous.splitlines() if line and not line.startswith("(")]
+    for m in messages:
+        first = (m.get("content") or "").strip().split(". ")[0][:120]
+        if first:
+            lines.append(f"#{m['seq']} {m['role']}: {first}")
+    dropped = max(0, len(lines) - SUMMARY_LINES)
+    kept = lines[dropped:]
+    head = [f"({dropped} earlier lines omitted)"] if dropped else []
+    return "\n".join(head + kept)
