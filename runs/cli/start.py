@@ -18,7 +18,7 @@ def add_arguments(parser):
                         help="fault injection: the worker reaching STEP exits 75 at once")
     parser.add_argument("--crash-at", metavar="POINT", default=None, choices=fault_points.POINTS,
                         help="fault injection: the worker reaching POINT inside a step "
-                             "(artifact_written, summary_ready) exits 75 at once")
+                             "(artifact_written, summary_ready) SIGKILLs itself")
 
 
 def handle(command, options):

@@ -1,25 +1,23 @@
 """Crash points for fault drills: ``Run.faults = {"crash_at": POINT}`` makes the worker
-that reaches ``POINT`` inside a step exit at once (``os._exit``, no cleanup), as a
-SIGKILLed worker would. The fault is one-shot: it is consumed (with a
-``fault.injected`` event) in a committed transaction before the process dies.
+that reaches ``POINT`` inside a step SIGKILL itself (no cleanup, no ``finally``, no
+atexit). The fault is one-shot: it is consumed (with a ``fault.injected`` event) in a
+committed transaction before the process dies.
 
 Points: ``artifact_written`` (an artifact's file is in storage, its row not yet
 committed), ``summary_ready`` (a summary is computed, not yet committed).
 """
 
 import os
+import signal
 
 from runs.engine.gateway import run_transaction
 from runs.models import Run, Step
-
-#: Exit code of an injected crash, as for ``crash_before``.
-CRASH_EXIT_CODE = 75
 
 POINTS = ("artifact_written", "summary_ready")
 
 
 def crash_point(run: Run, step: Step, point: str) -> None:
-    """Die here if the run's one-shot ``crash_at`` fault names ``point``; else return."""
+    """SIGKILL this process here if the run's one-shot ``crash_at`` fault names ``point``; else return."""
     if (run.faults or {}).get("crash_at") != point:
         return
     with run_transaction(run.pk) as tx:
@@ -31,5 +29,5 @@ def crash_point(run: Run, step: Step, point: str) -> None:
                                     "pid": os.getpid()}, step_id=step.pk, progress=False)
     from runs.engine.executor import say
 
-    say(f"CRASH at {point} in {step.name}, exit={CRASH_EXIT_CODE} (no cleanup)")
-    os._exit(CRASH_EXIT_CODE)
+    say(f"CRASH at {point} in {step.name}: SIGKILL (no cleanup)")
+    os.kill(os.getpid(), signal.SIGKILL)
