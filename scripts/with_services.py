@@ -18,7 +18,8 @@ environment, stops both services, removes the temp dir and exits with CMD's exit
 - ``AGENTOPS_PG_RUN_AS``    the OS user PostgreSQL runs as when we are root, else empty
                             (run ``runuser -u "$AGENTOPS_PG_RUN_AS" -- pg_ctl ...``)
 - ``AGENTOPS_PG_LOG``       PostgreSQL's log file; pass it to ``pg_ctl start -l`` when a
-                            drill restarts the server, or pg_ctl's pipes stay open
+                            drill restarts the server (without ``-l`` the server holds
+                            the caller's stdout/stderr, so a captured pg_ctl never ends)
 - ``AGENTOPS_PG_PORT``      PostgreSQL's port (also in its config, so a restart keeps it)
 - ``AGENTOPS_REDIS_BIN``    path of redis-server
 - ``AGENTOPS_REDIS_PORT``   Redis's port
@@ -639,6 +640,9 @@ class Runner:
         except PermissionError:
             log(f"command not executable: {cmd[0]}")
             return 126
+        if self.received is not None:  # arrived between the check above and Popen
+            with contextlib.suppress(ProcessLookupError):
+                self.child.send_signal(self.received)
         rc = self.child.wait()
         return 128 - rc if rc < 0 else rc
 
@@ -706,6 +710,9 @@ def main(argv: list[str] | None = None) -> int:
             services.start(should_stop=runner.pending)
         except ServiceError as exc:
             log(f"ERROR starting services: {exc}")
+            return 2
+        except (OSError, subprocess.SubprocessError) as exc:  # e.g. a hung initdb
+            log(f"ERROR starting services: {type(exc).__name__}: {exc}")
             return 2
         log(
             f"PostgreSQL 127.0.0.1:{services.pg_port} ({services.timings['postgres']:.1f}s), "

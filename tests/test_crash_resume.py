@@ -67,3 +67,19 @@ def test_the_demo_command_tells_the_whole_story(deployment_factory):
     assert "worker #1 exited with 75" in demo.stdout
     assert "ANSWER: It is 23.5 °C in the living room right now." in demo.stdout
     assert "thermostat reads for this run: 1" in demo.stdout
+
+
+def test_it_takes_down_a_forking_rq_worker_not_only_its_work_horse(deployment_factory):
+    d = deployment_factory("postgres")
+    d.manage("runs", "start", "room_temperature", "--thread", "F", "--input", QUESTION,
+             "--crash-before", "reply", check=True)
+    crashed = d.manage("worker", "--burst", "--fork", timeout=120)
+    assert crashed.returncode == 75, crashed.stdout + crashed.stderr
+    assert "CRASH before reply" in crashed.stdout
+    status = d.manage_json("runs", "status", "--thread", "F", "--json")
+    assert status["next_step"] == "reply" and len(status["messages"]) == 3
+    d.manage("runs", "resume", "--thread", "F", check=True)
+    d.manage("worker", "--burst", "--fork", timeout=120, check=True)
+    status = d.manage_json("runs", "status", "--thread", "F", "--json")
+    assert status["status"] == "SUCCEEDED"
+    assert status["calls"] == {"thermostat.read": 1}
