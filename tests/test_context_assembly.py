@@ -4,7 +4,6 @@ run's tool results, with an exact seam, also after a crash while summarising."""
 import pytest
 
 from tests.data_safety_support import context, shell_json, start, status
-from tests.support.fixtures import deployment_factory, deployment_templates  # noqa: F401
 from tests.support.services import BACKENDS
 
 SEED = """
@@ -52,7 +51,7 @@ def assert_exact_seam(doc: dict, *, tool_results: bool) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_it_assembles_summary_recent_messages_and_tool_results_after_a_crash_while_summarising(
-        deployment_factory, backend):  # noqa: F811
+        deployment_factory, backend):
     deployment = deployment_factory(backend, extra_env={"AGENTOPS_LEASE_SECONDS": 2})
     shell_json(deployment, SEED)
     run_id = start(deployment, "chat", "long", {"message": "How warm is the living room?"},
