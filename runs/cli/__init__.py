@@ -5,4 +5,6 @@ SUBCOMMANDS = {
     "start": "runs.cli.start",
     "status": "runs.cli.status",
     "resume": "runs.cli.resume",
+    "checkpoints": "runs.cli.checkpoints",
+    "cancel": "runs.cli.cancel",
 }

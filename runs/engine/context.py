@@ -112,3 +112,32 @@ class StepContext:
                                       attempt=self.attempt))
         ledger.record_result(op, result)
         return result
+
+    # -- artifacts (runs.engine.artifacts) ------------------------------------------
+    def save_artifact(self, name: str, data: bytes | str, *, kind: str = "file",
+                      metadata: dict[str, Any] | None = None):
+        """Write artifact ``name`` (file first, then the row) and reference it from the
+        checkpoint this step commits. Returns the ``Artifact``; raises ``LeaseLost``."""
+        from runs.engine.artifacts import write_artifact
+
+        self.safe_point()
+        artifact = write_artifact(run=self.run, step=self.step, attempt=self.attempt,
+                                  name=name, data=data, kind=kind, metadata=metadata)
+        # A new dict, not an in-place append: the checkpoint state read at claim time
+        # stays as it was if this attempt never commits.
+        self.state = {**self.state, "artifacts": [*self.state.get("artifacts", []), artifact.pk]}
+        return artifact
+
+    def read_artifact(self, name: str) -> bytes:
+        """The bytes of the newest artifact ``name`` referenced by this run's checkpoint
+        (or saved by this attempt), checksum verified. Raises ``ArtifactInvalid`` when the
+        file is missing or changed (the executor pauses the run for a takeover), or
+        ``StepError("ARTIFACT_NOT_FOUND")`` when no such artifact is referenced."""
+        from runs.engine.artifacts import read_artifact
+        from runs.models import Artifact
+
+        ids = self.state.get("artifacts", [])
+        artifact = Artifact.objects.filter(pk__in=ids, name=name).order_by("-pk").first()
+        if artifact is None:
+            raise StepError("ARTIFACT_NOT_FOUND", f"no artifact {name!r} in this run's checkpoint")
+        return read_artifact(artifact)

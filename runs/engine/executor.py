@@ -14,7 +14,8 @@ from django.db import close_old_connections, connection
 from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Now
 
-from runs.engine import dispatch, leases
+from runs.engine import dispatch, leases, versions
+from runs.engine.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.checkpoints import next_state
 from runs.engine.clock import db_now
 from runs.engine.context import StepContext
@@ -24,8 +25,7 @@ from runs.engine.identity import WorkerIdentity
 from runs.engine.takeovers import open_takeover
 from runs.models import Checkpoint, Message, Run, Step, Thread
 from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus, StepStatus
-from runs.workflows import registry
-from runs.workflows.definition import StepDef, Workflow
+from runs.workflows.definition import StepDef
 
 logger = logging.getLogger("agentops.executor")
 
@@ -53,10 +53,24 @@ def run_chain(step_id: int | None, worker: WorkerIdentity) -> int:
             break
         executed += 1
         worker.executed += 1
+        if outcome.next_step_id is None:
+            _finish_cancel_if_requested(step_id, worker)
         if worker.stopping.is_set():
             break
         step_id = outcome.next_step_id
     return executed
+
+
+def _finish_cancel_if_requested(step_id: int, worker: WorkerIdentity) -> None:
+    """A chain ended (the step stopped, failed, waits or was the last): if its run is
+    cancel-requested, this worker completes the cancel flow right away instead of
+    leaving it to the sweeper (one query when not)."""
+    run_id = Step.objects.filter(pk=step_id, run__status=RunStatus.CANCEL_REQUESTED).values_list(
+        "run_id", flat=True).first()
+    if run_id is not None:
+        from runs.engine.cancel import finish_cancel
+
+        finish_cancel(run_id, actor=worker.worker_id)
 
 
 class StepOutcome(NamedTuple):
@@ -84,10 +98,8 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
         return NOT_CLAIMED
     if step.status not in (StepStatus.PENDING, StepStatus.RUNNING):
         return NOT_CLAIMED
-    try:
-        workflow = registry.get(run.workflow, run.workflow_version)
-    except registry.UnknownWorkflow:
-        _pause_unknown_version(run, step, worker)
+    workflow = versions.workflow_for(run, step, worker.worker_id)
+    if workflow is None:
         return NOT_CLAIMED
     _maybe_crash_before(run, step)
 
@@ -118,6 +130,9 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
     except CancelRequested:
         _release_for_cancel(run, step, attempt, worker)
         return StepOutcome(True)
+    except ArtifactInvalid as exc:
+        pause_for_invalid_artifact(run, step, attempt, worker.worker_id, exc)
+        return StepOutcome(True)
     except StepError as exc:
         _fail_attempt(run, step, attempt, worker, step_def, exc)
         return StepOutcome(True)
@@ -128,6 +143,11 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
         return StepOutcome(True)
     finally:
         heartbeat.stop()
+    if step_def.kind == "approval":
+        from approvals.services import commit_approval_request
+
+        commit_approval_request(ctx, output or {}, worker.worker_id)
+        return StepOutcome(True)
     return StepOutcome(True, _commit_success(ctx, output, worker))
 
 
@@ -341,20 +361,6 @@ def _release_for_cancel(run: Run, step: Step, attempt: int, worker: WorkerIdenti
                            attempt=attempt, actor=worker.worker_id,
                            payload={"attempt": attempt, "reason": "cancel requested"},
                            owner="", lease_until=None, finished_at=Now())
-
-
-def _pause_unknown_version(run: Run, step: Step, worker: WorkerIdentity) -> None:
-    with run_transaction(run.pk) as tx:
-        if tx.run.status not in RUN_EXECUTABLE:
-            return
-        open_takeover(
-            tx, cause="unknown_workflow_version",
-            reason=f"this code has no workflow {run.workflow}@{run.workflow_version}",
-            actor=worker.worker_id, step=step,
-            suggested_action="Deploy code that registers this version (or a migration), "
-                             "then resolve the takeover to continue.",
-            evidence={"workflow": run.workflow, "version": run.workflow_version},
-        )
 
 
 def _maybe_crash_before(run: Run, step: Step) -> None:

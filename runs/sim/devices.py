@@ -68,9 +68,10 @@ class DeviceStore:
 
 thermostat = DeviceStore("thermostat", {"celsius": 23.5})
 lamp = DeviceStore("lamp", {"brightness": 80})
-publisher = DeviceStore("publisher", {"published": []})
+publisher = DeviceStore("publisher", {"published": [], "slots": {}})
+newsfeed = DeviceStore("newsfeed", {})
 
-DEVICES = [thermostat, lamp, publisher]
+DEVICES = [thermostat, lamp, publisher, newsfeed]
 
 
 def read_thermostat(room: str, *, run_id: str, key: str = "") -> dict[str, Any]:
@@ -78,6 +79,60 @@ def read_thermostat(room: str, *, run_id: str, key: str = "") -> dict[str, Any]:
     with thermostat.locked() as data:
         thermostat.log_call(data, "read", run_id, key, {"room": room})
         return {"room": room, "celsius": data["state"]["celsius"]}
+
+
+def fetch_sources(week: str, *, run_id: str, key: str = "") -> list[dict[str, Any]]:
+    """The simulated news feed's items for ``week``: ``[{"url", "title", "topic"}]``,
+    deterministic, with two duplicate urls on purpose (deduplicate removes them); logged."""
+    with newsfeed.locked() as data:
+        newsfeed.log_call(data, "fetch", run_id, key, {"week": week})
+    topics = ["reliability", "costs", "agents", "reliability", "evaluation", "agents"]
+    items = [
+        {"url": f"https://news.example/{week}/{i}", "title": f"{topic.title()} note {i}",
+         "topic": topic}
+        for i, topic in enumerate(topics)
+    ]
+    return items + [dict(items[0]), dict(items[2])]
+
+
+def reserve_slot(week: str, *, run_id: str, key: str = "") -> dict[str, Any]:
+    """Hold the publisher's slot for ``week`` for this run: ``{"slot": week, "holder"}``.
+    Idempotent per (week, run); logged."""
+    with publisher.locked() as data:
+        publisher.log_call(data, "reserve", run_id, key, {"week": week})
+        slots = data["state"].setdefault("slots", {})
+        slots[week] = run_id
+        return {"slot": week, "holder": run_id}
+
+
+def release_slot(week: str, *, run_id: str, key: str = "") -> dict[str, Any]:
+    """Give the slot for ``week`` back if this run holds it (the compensation of
+    ``reserve_slot``); logged. Returns ``{"slot", "released": bool}``."""
+    with publisher.locked() as data:
+        publisher.log_call(data, "release", run_id, key, {"week": week})
+        slots = data["state"].setdefault("slots", {})
+        released = slots.get(week) == run_id
+        if released:
+            del slots[week]
+        return {"slot": week, "released": released}
+
+
+def publish(title: str, body: str, *, run_id: str, key: str) -> dict[str, Any]:
+    """Publish a document. The simulated publisher honours idempotency keys: a second
+    call with the same key returns the first publication (still logged, so tests see
+    every call). Returns ``{"publication_id", "title", "sha256"}``."""
+    import hashlib
+
+    with publisher.locked() as data:
+        publisher.log_call(data, "publish", run_id, key, {"title": title})
+        published = data["state"].setdefault("published", [])
+        for item in published:
+            if item["key"] == key:
+                return item["receipt"]
+        receipt = {"publication_id": f"pub-{len(published) + 1}", "title": title,
+                   "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest()}
+        published.append({"key": key, "run_id": run_id, "receipt": receipt})
+        return receipt
 
 
 def device_calls(run_id: str) -> dict[str, int]:
