@@ -129,4 +129,6 @@ LOGGING = {
 # Modules that define and register workflows (imported by runs.apps at start-up).
 AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.room_temperature",
+    "runs.workflows.dim_lights",
+    "runs.workflows.book_trip",
 ]

@@ -5,4 +5,6 @@ SUBCOMMANDS = {
     "start": "runs.cli.start",
     "status": "runs.cli.status",
     "resume": "runs.cli.resume",
+    "resolve": "runs.cli.resolve",
+    "budget": "runs.cli.budget",
 }
