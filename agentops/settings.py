@@ -138,6 +138,8 @@ LOGGING = {
 # Modules that define and register workflows (imported by runs.apps at start-up).
 AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.room_temperature",
+    "runs.workflows.dim_lights",
+    "runs.workflows.book_trip",
     "runs.workflows.weekly_report",
 ]
 # More modules (comma-separated) for deployments that register their own workflows or a

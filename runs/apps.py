@@ -10,6 +10,9 @@ class RunsConfig(AppConfig):
         from runs.workflows import registry
 
         registry.autodiscover()
+        # Registers the sweeper task that finishes interrupted compensations.
+        import runs.engine.compensation  # noqa: F401
+
         _register_sweep_tasks()
 
 

@@ -7,4 +7,6 @@ SUBCOMMANDS = {
     "resume": "runs.cli.resume",
     "checkpoints": "runs.cli.checkpoints",
     "cancel": "runs.cli.cancel",
+    "resolve": "runs.cli.resolve",
+    "budget": "runs.cli.budget",
 }

@@ -12,19 +12,17 @@ stopped, the canceller, the sweeper for a worker that died): it only acts once n
 holds a live lease, and a per-run maintenance lease keeps compensations to one process.
 """
 
-import logging
 import uuid
 
 from django.conf import settings
 from django.db.models.functions import Now
 
+from runs.engine.compensation import compensate_run
 from runs.engine.control import ControlError
 from runs.engine.gateway import run_transaction
 from runs.engine.sweeper import acquire_maintenance_lease
 from runs.models import MaintenanceLease, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
-
-logger = logging.getLogger("agentops.cancel")
 
 #: What operators see while an uninterruptible step finishes.
 WAITING_MESSAGE = "cancel requested, waiting for the current operation"
@@ -111,6 +109,8 @@ def finish_cancel(run_id, *, actor: str) -> bool:
         return False
     try:
         outcome = _compensate(Run.objects.get(pk=run_id), actor)
+        if outcome is None:
+            return False
         with run_transaction(run_id) as tx:
             if tx.run.status != RunStatus.CANCEL_REQUESTED:
                 return tx.run.status == RunStatus.CANCELLED
@@ -122,20 +122,17 @@ def finish_cancel(run_id, *, actor: str) -> bool:
         MaintenanceLease.objects.filter(name=lease_name, owner=holder).delete()
 
 
-def _compensate(run: Run, actor: str) -> dict:
-    """Run the compensations of the run's completed steps (issue 3's
-    ``compensate_run``); a failure is recorded and the cancel still completes, so an
-    operator sees it on the timeline instead of a run stuck in CANCEL_REQUESTED."""
-    try:
-        from runs.engine.compensation import compensate_run
-    except ImportError:  # issue 3's compensation module has not landed in this branch yet
-        return {"status": "unavailable"}
-    try:
-        result = compensate_run(run, actor=actor)
-    except Exception as exc:  # noqa: BLE001 - recorded on the timeline, see docstring
-        logger.exception("compensations of run %s failed", run.pk)
-        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:500]}
-    return {"status": "done", "result": result if isinstance(result, (dict, list, str, int)) else None}
+def _compensate(run: Run, actor: str) -> dict | None:
+    """Run the compensations of the run's completed steps (``compensate_run``: reverse
+    order, once each through the ledger). Returns the report for the CANCELLED event, or
+    ``None`` while another process holds the compensation pass (finish later). A failing
+    compensation is in the report (for manual review); the cancel still completes, so an
+    operator sees it instead of a run stuck in CANCEL_REQUESTED."""
+    report = compensate_run(run, actor=actor, reason=f"cancelled: {run.cancel_reason}")
+    if report.status == "BUSY":
+        return None
+    return {"status": report.status or "nothing to compensate", "steps": report.steps,
+            "manual_review": report.manual_review}
 
 
 def finish_requested_cancels(actor: str, batch: int) -> int:

@@ -114,7 +114,8 @@ def run_status(run: Run) -> dict[str, Any]:
     """The status document printed by ``runs status --json``:
     ``{run_id, thread, workflow, version, status, generation, next_step, steps: [{name,
     status, attempt}], messages: [{id, role, content, tool_calls, tool_call_id}],
-    calls: {device.op: count}, devices: {...}, budget: {...}}``."""
+    calls: {device.op: count}, devices: {...}, budget: {...}, takeover: {...} | None,
+    compensation: {status, reason, steps, manual_review}}``."""
     run.refresh_from_db()
     nxt = open_step(run)
     steps = [
@@ -134,7 +135,20 @@ def run_status(run: Run) -> dict[str, Any]:
                                                    "tool_calls": run.tool_calls,
                                                    "cost_usd": str(run.cost_usd)}},
         "error_code": run.error_code or None,
+        "takeover": _open_takeover(run),
+        "compensation": {"status": run.compensation_status or None, **(run.compensation or {})},
     }
+
+
+def _open_takeover(run: Run) -> dict[str, Any] | None:
+    """The run's open takeover as ``{id, cause, reason, step, suggested_action}``."""
+    from approvals.models import Takeover
+
+    t = Takeover.objects.filter(run=run, status=Takeover.Status.OPEN).select_related("step").first()
+    if t is None:
+        return None
+    return {"id": t.pk, "cause": t.cause, "reason": t.reason,
+            "step": t.step.name if t.step else None, "suggested_action": t.suggested_action}
 
 
 def resume(run: Run, *, actor: str, wait_seconds: float | None = None,

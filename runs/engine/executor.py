@@ -14,18 +14,18 @@ from django.db import close_old_connections, connection
 from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Now
 
-from runs.engine import dispatch, leases, versions
+from runs.engine import budget, compensation, dispatch, leases, unknown, versions
 from runs.engine.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.checkpoints import next_state
 from runs.engine.clock import db_now
 from runs.engine.context import StepContext
-from runs.engine.errors import CancelRequested, LeaseLost, StepError
+from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
 from runs.engine.gateway import RunTx, run_transaction
 from runs.engine.identity import WorkerIdentity
 from runs.engine.takeovers import open_takeover
 from runs.models import Checkpoint, Message, Run, Step, Thread
 from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus, StepStatus
-from runs.workflows.definition import StepDef
+from runs.workflows.definition import StepDef, Workflow
 
 logger = logging.getLogger("agentops.executor")
 
@@ -109,12 +109,14 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
     attempt, state = claimed
     step_def = workflow.get(step.name)
     say(f"ENTER {step.name} (run {run.pk}, attempt {attempt}, worker {worker.worker_id})")
-    if attempt > step_def.retry.max_attempts:
+    if attempt - step.attempt_base > step_def.retry.max_attempts:
         # Each claim is an attempt, including claims whose worker died; a step that keeps
-        # killing its workers must stop being retried.
+        # killing its workers must stop being retried. Attempts before the last human
+        # decision (attempt_base) do not count.
         _fail_attempt(run, step, attempt, worker, step_def,
                       StepError("ATTEMPTS_EXHAUSTED",
-                                f"claimed {attempt} times, max_attempts={step_def.retry.max_attempts}"),
+                                f"claimed {attempt - step.attempt_base} times, "
+                                f"max_attempts={step_def.retry.max_attempts}"),
                       force_final=True)
         return StepOutcome(True)
 
@@ -132,6 +134,12 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
         return StepOutcome(True)
     except ArtifactInvalid as exc:
         pause_for_invalid_artifact(run, step, attempt, worker.worker_id, exc)
+        return StepOutcome(True)
+    except OutcomeUnknown as exc:
+        unknown.pause_unknown(run, step, attempt, worker.worker_id, exc)
+        return StepOutcome(True)
+    except budget.BudgetExhausted as exc:
+        _budget_exhausted(run, step, attempt, worker, workflow, step_def, exc)
         return StepOutcome(True)
     except StepError as exc:
         _fail_attempt(run, step, attempt, worker, step_def, exc)
@@ -304,12 +312,11 @@ def schedule_step(tx: RunTx, name: str, *, seq: int, actor: str, delay: float = 
 def _fail_attempt(run: Run, step: Step, attempt: int, worker: WorkerIdentity,
                   step_def: StepDef, error: StepError, force_final: bool = False) -> None:
     """Record a failed attempt: schedule a retry with backoff, or give up as the step's
-    policy says (fail the run, or pause it for a takeover)."""
-    from runs.engine.budget import BudgetExhausted
-
+    policy says (fail the run and compensate, or pause it for a takeover)."""
     started = Step.objects.filter(pk=step.pk).values_list("started_at", flat=True).first()
-    elapsed = (db_now() - started).total_seconds() if started else 0.0
-    decision = step_def.retry.decide(attempt, error.code, elapsed)
+    now = db_now()
+    elapsed = (now - started).total_seconds() if started else 0.0
+    decision = step_def.retry.decide(attempt - step.attempt_base, error.code, elapsed)
     with run_transaction(run.pk) as tx:
         rejected = _commit_rejection(tx, step, attempt)
         if rejected:
@@ -321,13 +328,15 @@ def _fail_attempt(run: Run, step: Step, attempt: int, worker: WorkerIdentity,
                   "error_detail": error.detail[:4000]}
         payload = {"attempt": attempt, "error_code": error.code, "error_detail": error.detail[:500]}
         if decision.retry and not force_final and tx.run.status != RunStatus.CANCEL_REQUESTED:
+            # not_before is computed once from the database clock read above, so the event
+            # says exactly when the next attempt may start.
+            not_before = now + timedelta(seconds=decision.delay)
             tx.transition_step(
                 step.pk, StepStatus.PENDING, expected=StepStatus.RUNNING, attempt=attempt,
                 actor=worker.worker_id, event_type="step.retry_scheduled",
-                payload={**payload, "delay_s": round(decision.delay, 3)},
-                not_before=ExpressionWrapper(Now() + timedelta(seconds=decision.delay),
-                                             output_field=DateTimeField()),
-                **common,
+                payload={**payload, "delay_s": decision.delay, "failed_at": now.isoformat(),
+                         "not_before": not_before.isoformat()},
+                not_before=not_before, **common,
             )
             # The sweeper notifies when not_before passes (notified_at < not_before).
             return
@@ -337,11 +346,7 @@ def _fail_attempt(run: Run, step: Step, attempt: int, worker: WorkerIdentity,
                            finished_at=Now(), **common)
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return
-        if isinstance(error, BudgetExhausted):
-            open_takeover(tx, cause="budget_exhausted", reason=error.detail, actor=worker.worker_id,
-                          step=step, suggested_action="Raise the budget, then resume the run.",
-                          evidence={"error_code": error.code, "limit": error.limit})
-        elif step_def.on_exhausted == "takeover":
+        if step_def.on_exhausted == "takeover" and not isinstance(error, budget.BudgetExhausted):
             open_takeover(tx, cause="retries_exhausted",
                           reason=f"{step.name} failed: {error.code} ({decision.reason})",
                           actor=worker.worker_id, step=step,
@@ -351,6 +356,18 @@ def _fail_attempt(run: Run, step: Step, attempt: int, worker: WorkerIdentity,
             tx.transition_run(RunStatus.FAILED, actor=worker.worker_id,
                               reason=f"{step.name}: {error.code}", finished_at=Now(),
                               error_code=error.code, error_detail=error.detail[:4000])
+            compensation.schedule(tx, actor=worker.worker_id,
+                                  reason=f"run failed at {step.name}: {error.code}")
+
+
+def _budget_exhausted(run: Run, step: Step, attempt: int, worker: WorkerIdentity,
+                      workflow: Workflow, step_def: StepDef, error) -> None:
+    """The next call would pass the run's budget (it was not made): fail the run where
+    the workflow says so, else pause it for a human to raise the budget."""
+    if workflow.on_budget_exhausted == "fail":
+        _fail_attempt(run, step, attempt, worker, step_def, error, force_final=True)
+    else:
+        budget.pause_exhausted(run, step, attempt, worker.worker_id, error)
 
 
 def _release_for_cancel(run: Run, step: Step, attempt: int, worker: WorkerIdentity) -> None:

@@ -59,11 +59,17 @@ class Workflow:
 
     ``migrate_from``: optional ``{old_version: fn(state) -> state}`` that upgrades a
     checkpoint of an older version of this workflow to this version.
+    ``on_budget_exhausted``: ``"takeover"`` (pause the run for a human to raise the
+    budget) or ``"fail"`` (fail the run and compensate).
     """
 
     def __init__(self, name: str, version: int, description: str = "",
                  migrate_from: dict[int, Callable[[dict], dict]] | None = None,
-                 input_fields: dict[str, type] | None = None, message_field: str | None = None):
+                 input_fields: dict[str, type] | None = None, message_field: str | None = None,
+                 on_budget_exhausted: str = "takeover"):
+        if on_budget_exhausted not in ("takeover", "fail"):
+            raise WorkflowDefinitionError(f"{name}: on_budget_exhausted must be takeover or fail")
+        self.on_budget_exhausted = on_budget_exhausted
         self.name = name
         self.version = version
         self.description = description
@@ -120,7 +126,11 @@ class Workflow:
         return decorator
 
     def add_step(self, step: StepDef) -> None:
-        """Append ``step``; raises ``WorkflowDefinitionError`` on a duplicate name."""
+        """Append ``step``; raises ``WorkflowDefinitionError`` on a duplicate name or an
+        ``on_exhausted`` other than ``fail``/``takeover``."""
+        if step.on_exhausted not in ("fail", "takeover"):
+            raise WorkflowDefinitionError(f"{self.name}: step {step.name!r} on_exhausted must be "
+                                          "fail or takeover")
         if step.name in self._by_name:
             raise WorkflowDefinitionError(f"{self.name}: step {step.name!r} declared twice")
         self.steps.append(step)

@@ -61,9 +61,9 @@ def _delay(ctx, step: str) -> float:
 
 
 def _release_slot(ctx, output) -> None:
-    """Compensation of ``collect_sources``: give the publisher slot back."""
-    week = output["slot"]["slot"]
-    devices.release_slot(week, run_id=str(ctx.run.pk), key=f"{ctx.run.pk}:compensate:slot")
+    """Compensation of ``collect_sources``: give the publisher slot back (through the
+    ledger, so a repeated compensation pass releases once)."""
+    ctx.call_tool(release_slot, {"week": output["slot"]["slot"]})
 
 
 @workflow.step(compensate=_release_slot)
