@@ -119,6 +119,9 @@ AGENTOPS_SWEEP_SECONDS = env_number("AGENTOPS_SWEEP_SECONDS", 5, minimum=0.1)
 AGENTOPS_RENOTIFY_SECONDS = env_number("AGENTOPS_RENOTIFY_SECONDS", 15, minimum=0.1)
 AGENTOPS_SWEEP_BATCH = int(env_number("AGENTOPS_SWEEP_BATCH", 200, minimum=1))
 AGENTOPS_STUCK_SECONDS = env_number("AGENTOPS_STUCK_SECONDS", 600, minimum=1)
+#: Default lifetime of an approval request; 0 means approvals never expire. An approval
+#: step's ``expires_after`` overrides it.
+AGENTOPS_APPROVAL_EXPIRY_SECONDS = env_number("AGENTOPS_APPROVAL_EXPIRY_SECONDS", 0, minimum=0)
 AGENTOPS_DEVICE_DIR = Path(env_str("AGENTOPS_DEVICE_DIR", str(VAR_DIR / "devices")))
 # Context assembly (docs/data-safety.md): summarise older history once the part not yet
 # covered by a summary counts more than this many tokens, keeping the newest
@@ -149,4 +152,12 @@ LOGGING = {
 AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.room_temperature",
     "runs.workflows.chat",
+    "runs.workflows.dim_lights",
+    "runs.workflows.book_trip",
+    "runs.workflows.weekly_report",
+]
+# More modules (comma-separated) for deployments that register their own workflows or a
+# new version of one; tests use it to play "old code" and "new code" side by side.
+AGENTOPS_WORKFLOW_MODULES += [
+    m.strip() for m in (env_str("AGENTOPS_EXTRA_WORKFLOW_MODULES", "") or "").split(",") if m.strip()
 ]

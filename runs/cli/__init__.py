@@ -8,4 +8,8 @@ SUBCOMMANDS = {
     "context": "runs.cli.context",
     "message": "runs.cli.message",
     "policy": "runs.cli.policy",
+    "checkpoints": "runs.cli.checkpoints",
+    "cancel": "runs.cli.cancel",
+    "resolve": "runs.cli.resolve",
+    "budget": "runs.cli.budget",
 }

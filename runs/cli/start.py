@@ -1,4 +1,5 @@
-"""``runs start WORKFLOW --thread T --input JSON [--budget JSON] [--crash-before STEP]``."""
+"""``runs start WORKFLOW --thread T --input JSON [--budget JSON] [--crash-before STEP]
+[--crash-after-tool TOOL] [--hang-after-tool TOOL] [--lamp-unreadable] [--crash-at POINT]``."""
 
 from runs.cli.common import control_error, parse_json
 from runs.engine import faults as fault_points
@@ -19,6 +20,15 @@ def add_arguments(parser):
     parser.add_argument("--crash-at", metavar="POINT", default=None, choices=fault_points.POINTS,
                         help="fault injection: the worker reaching POINT inside a step "
                              "(artifact_written, summary_ready) SIGKILLs itself")
+    parser.add_argument("--crash-after-tool", metavar="TOOL", default=None,
+                        help="fault injection: after the first call of TOOL (e.g. "
+                             "set_brightness) returns, the worker exits 75 before saving it")
+    parser.add_argument("--hang-after-tool", metavar="TOOL", default=None,
+                        help="fault injection: after the first call of TOOL returns, the "
+                             "worker prints 'HANG after TOOL' and blocks until killed")
+    parser.add_argument("--lamp-unreadable", action="store_true",
+                        help="fault injection: the simulated lamp stops answering reads "
+                             "after it is set (verify cannot tell)")
 
 
 def handle(command, options):
@@ -37,6 +47,11 @@ def handle(command, options):
         faults["crash_before"] = options["crash_before"]
     if options["crash_at"]:
         faults["crash_at"] = options["crash_at"]
+    for name in ("crash_after_tool", "hang_after_tool"):
+        if options[name]:
+            faults[name] = options[name]
+    if options["lamp_unreadable"]:
+        faults["lamp_unreadable"] = True
     try:
         run = start_run(options["workflow"], thread_id=options["thread"], input=data,
                         budget=budget, faults=faults)

@@ -288,7 +288,7 @@ def restore_backup(src: Path | str, storage=None) -> dict[str, Any]:
                 name = storage.save(entry["uri"], File(fh))
             if name != entry["uri"]:
                 raise BackupError(f"storage saved {entry['uri']} as {name}")
-            artifact_store._fsync(storage, name)
+            artifact_store.fsync_file(storage, name)
     counts = {key: model.objects.count() for key, model in COUNTED.items()}
     if counts != manifest["counts"]:
         raise BackupError(f"restored counts {counts} differ from the manifest {manifest['counts']}")

@@ -82,8 +82,8 @@ def read_temperature(ctx):
 def reply(ctx):
     answer = ctx.call_model(ctx.messages())
     ctx.add_message("assistant", answer.content)
-    artifact = ctx.add_artifact("answer.md", answer.content.encode(), kind="answer")
-    return {"answer": answer.content, "artifact": artifact["uri"]}
+    artifact = ctx.save_artifact("answer.md", answer.content, kind="answer")
+    return {"answer": answer.content, "artifact": artifact.uri}
 
 
 registry.register(workflow)
