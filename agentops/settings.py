@@ -66,9 +66,15 @@ TEMPLATES = [
 
 _database_url = env_str("DATABASE_URL")
 if _database_url:
-    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=600)}
+    # Persistent connections (no per-step connection setup), health-checked so a worker
+    # survives a database restart.
+    DATABASES = {
+        "default": dj_database_url.parse(_database_url, conn_max_age=600, conn_health_checks=True)
+    }
 else:
     _sqlite_path = env_str("AGENTOPS_SQLITE_PATH", str(VAR_DIR / "agentops.sqlite3"))
+    # The embedded default must work on a fresh checkout with no setup step.
+    Path(_sqlite_path).parent.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
