@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from runs.engine.retry import RetryPolicy
-from tests.support.fixtures import deployment_factory, deployment_templates  # noqa: F401
 from tests.support.services import BACKENDS, Deployment
 
 LEASE = {"AGENTOPS_LEASE_SECONDS": 2, "AGENTOPS_POLL_SECONDS": 0.1, "AGENTOPS_SWEEP_SECONDS": 0.5,
@@ -127,7 +126,7 @@ def stop(*procs: subprocess.Popen) -> None:
 
 
 @pytest.fixture(params=BACKENDS)
-def d(request, deployment_factory) -> Deployment:  # noqa: F811
+def d(request, deployment_factory) -> Deployment:
     return deployment_factory(request.param, extra_env=LEASE)
 
 
