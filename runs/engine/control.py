@@ -3,6 +3,7 @@ and the API (views and commands stay thin and call these)."""
 
 import time
 import uuid
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
@@ -14,7 +15,7 @@ from runs.engine import dispatch
 from runs.engine.checkpoints import initial_state
 from runs.engine.clock import db_now
 from runs.engine.executor import schedule_step
-from runs.engine.gateway import run_transaction
+from runs.engine.gateway import record_event, run_transaction
 from runs.models import Checkpoint, Message, Run, Step, Thread
 from runs.sim.devices import device_calls, device_readings
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
@@ -49,13 +50,19 @@ def start_run(workflow: str, *, thread_id: str, input: Any, owner=None,
         wf = registry.get(workflow, version)
     except registry.UnknownWorkflow as exc:
         raise ControlError("unknown_workflow", str(exc), {"workflow": str(exc)}) from exc
-    if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 200:
+    if (not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 200
+            or "\x00" in thread_id):
         raise ControlError("invalid_thread", "thread id must be 1..200 characters",
                            {"thread_id": "must be 1..200 characters"})
     errors = wf.validate_input(input)
+    if not errors and _has_nul(input):
+        errors = {"input": "must not contain NUL (\\u0000) characters"}
     if errors:
         raise ControlError("invalid_input", "input is not valid for " + wf.name,
                            {f"input.{k}" if k != "input" else k: v for k, v in errors.items()})
+    budget_errors = validate_budget(budget)
+    if budget_errors:
+        raise ControlError("invalid_budget", "budget is not valid", budget_errors)
     goal = str(input.get(wf.message_field, "")) if wf.message_field else ""
     with transaction.atomic():
         try:
@@ -85,6 +92,48 @@ def start_run(workflow: str, *, thread_id: str, input: Any, owner=None,
             schedule_step(tx, wf.first_step, seq=1, actor=actor)
     run.refresh_from_db()
     return run
+
+
+BUDGET_KEYS = ("model_calls", "tool_calls", "cost_usd")
+
+
+def validate_budget(budget) -> dict[str, str]:
+    """Field errors of a budget limits dict (empty when valid).
+
+    Shape: ``{"model_calls": int >= 0, "tool_calls": int >= 0, "cost_usd": decimal
+    string or number >= 0 (USD)}``, every key optional; ``None`` means no limits.
+    """
+    if budget is None:
+        return {}
+    if not isinstance(budget, dict):
+        return {"budget": "must be a JSON object"}
+    errors = {}
+    for key, value in budget.items():
+        field = f"budget.{key}"
+        if key not in BUDGET_KEYS:
+            errors[field] = f"unknown limit; use {', '.join(BUDGET_KEYS)}"
+        elif key == "cost_usd":
+            try:
+                amount = Decimal(str(value)) if not isinstance(value, bool) else None
+            except InvalidOperation:
+                amount = None
+            if amount is None or not amount.is_finite() or amount < 0:
+                errors[field] = "must be a non-negative amount in USD"
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            errors[field] = "must be a non-negative integer"
+    return errors
+
+
+def _has_nul(value) -> bool:
+    """True if any string in a JSON value contains NUL, which PostgreSQL cannot store
+    (refused on every backend so both behave the same)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def latest_run(thread_id: str, owner=None) -> Run:
@@ -208,10 +257,11 @@ def retry_step(run: Run, *, actor: str, reason: str, takeover=None, note: dict |
     """Re-queue the failed (or unknown-outcome) step of a PAUSED run: a new PENDING row
     of the same step in the same generation, so the failed attempts stay visible and the
     idempotency keys stay the same (a retried action that already succeeded at the
-    outside system is reused, not repeated). An UNKNOWN step becomes SUPERSEDED: the
-    operator decided to run it again. The run goes RUNNING; its open takeover is resolved
+    outside system is reused, not repeated). The run goes RUNNING; its open takeover is resolved
     (action ``retry``). Returns the new step. Raises ``ControlError``
-    (``not_allowed_in_state``, ``nothing_to_retry``).
+    (``not_allowed_in_state``, ``nothing_to_retry``). An UNKNOWN step is handed to
+    ``unknown.resolve_unknown`` with outcome ``not-done`` instead (the ledger row and the
+    step are requeued the way issue 3 defines), with ``reason`` as the evidence.
     """
     from approvals.services import resolve_open_takeover
 
@@ -224,10 +274,18 @@ def retry_step(run: Run, *, actor: str, reason: str, takeover=None, note: dict |
                   .order_by("-seq").first())
         if failed is None:
             raise ControlError("nothing_to_retry", "the run has no failed or unknown step")
-        if failed.status == StepStatus.UNKNOWN:
-            tx.transition_step(failed.pk, StepStatus.SUPERSEDED, expected=StepStatus.UNKNOWN,
-                               actor=actor, event_type="step.superseded",
-                               payload={"reason": reason, "by": "retry"})
+    if failed.status == StepStatus.UNKNOWN:
+        # Retrying an unknown outcome is the operator's "it did not happen" (issue 3).
+        from runs.engine.unknown import resolve_unknown
+
+        resolve_unknown(run, failed.name, outcome="not-done", evidence=reason, actor=actor)
+        if note:
+            record_event(run.pk, "takeover.resolved", {**note, "takeover_id": getattr(
+                takeover, "pk", None)}, step_id=failed.pk, actor=actor)
+        return Step.objects.get(pk=failed.pk)
+    with run_transaction(run.pk) as tx:
+        if tx.run.status != RunStatus.PAUSED or tx.run.generation != failed.generation:
+            raise ControlError("run_changed", "the run changed meanwhile; look again")
         resolve_open_takeover(tx, actor, note or {"action": "retry", "reason": reason,
                                                   "evidence": ""}, takeover)
         tx.transition_run(RunStatus.RUNNING, actor=actor, reason=reason)
