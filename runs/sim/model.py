@@ -78,6 +78,9 @@ def summarize(previous: str, messages: list[dict[str, Any]]) -> str:
     lines = [line for line in previous.splitlines() if line and not line.startswith("(")]
     for m in messages:
         first = (m.get("content") or "").strip().split(". ")[0][:120]
+        calls = ", ".join(c["name"] for c in m.get("tool_calls") or [])
+        if calls:
+            first = f"{first} (called {calls})".strip()
         if first:
             lines.append(f"#{m['seq']} {m['role']}: {first}")
     dropped = max(0, len(lines) - SUMMARY_LINES)
