@@ -12,7 +12,8 @@ from tests.support.services import BACKENDS
 ARTIFACTS = """
 import json
 from runs.models import Artifact
-print(json.dumps([[a.uri, a.checksum, a.step.name, a.step.attempt] for a in Artifact.objects.order_by("pk")]))
+print(json.dumps([[a.uri, a.checksum, a.step.name, a.step.attempt]
+                  for a in Artifact.objects.order_by("pk")]))
 """
 
 

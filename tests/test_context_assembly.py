@@ -20,7 +20,8 @@ print(499)
 SUMMARIES = """
 import json
 from runs.models import Summary
-print(json.dumps([[s.first_seq, s.last_seq, s.step.attempt] for s in Summary.objects.order_by("pk")]))
+print(json.dumps([[s.first_seq, s.last_seq, s.step.attempt]
+                  for s in Summary.objects.order_by("pk")]))
 """
 
 

@@ -160,7 +160,7 @@ def create_backup(dest: Path | str, storage=None) -> dict[str, Any]:
             raise BackupError(f"backup of a {connection.vendor} database is not supported")
         db_sha, db_size = _sha256_file(tmp / db_member)
         artifacts, problems = [], []
-        for artifact_id, uri, checksum, size in rows:
+        for artifact_id, uri, checksum, _size in rows:
             copy = tmp / "artifacts" / uri
             copy.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -237,7 +237,8 @@ def verify_archive(src: Path | str, into: Path) -> dict[str, Any]:
             seen.add(member.name)
     missing = sorted(set(expected) - seen)
     if missing:
-        raise BackupError(f"archive lacks {len(missing)} member(s) of the manifest, e.g. {missing[0]}")
+        raise BackupError(f"archive lacks {len(missing)} member(s) of the manifest, "
+                          f"e.g. {missing[0]}")
     return manifest
 
 
@@ -298,7 +299,8 @@ def restore_backup(src: Path | str, storage=None) -> dict[str, Any]:
         if found is None or found[0] != artifact.checksum:
             bad.append(artifact.uri)
     if bad:
-        raise BackupError(f"{len(bad)} restored artifact row(s) lack a matching file, e.g. {bad[0]}")
+        raise BackupError(f"{len(bad)} restored artifact row(s) lack a matching file, "
+                          f"e.g. {bad[0]}")
     return {"manifest": manifest, "counts": counts, "artifacts_checked": len(manifest["artifacts"])}
 
 

@@ -88,7 +88,8 @@ class AssembledContext:
                 out.append(_chat("system", part["content"]))
             elif part["label"] == "summary":
                 first, last = part["covers"]
-                out.append(_chat("system", f"Summary of messages {first}..{last}:\n{part['content']}"))
+                text = f"Summary of messages {first}..{last}:\n{part['content']}"
+                out.append(_chat("system", text))
             else:
                 out.extend(_chat(m["role"], m["content"], m["tool_calls"], m["tool_call_id"])
                            for m in part["messages"])

@@ -14,7 +14,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("dest", help="archive path to write (replaced atomically)")
-        parser.add_argument("--json", action="store_true", help="print the manifest summary as JSON")
+        parser.add_argument("--json", action="store_true",
+                            help="print the manifest summary as JSON")
 
     def handle(self, *args, dest: str, **options):
         try:
