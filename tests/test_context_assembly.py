@@ -80,3 +80,61 @@ def test_it_assembles_summary_recent_messages_and_tool_results_after_a_crash_whi
     assert "[summary covering 1..480]" in text
     assert "[messages 481..500]" in text
     assert "[tool results (this run) 501..502]" in text
+
+
+def _thread_with_messages(count: int, words: int = 5):
+    from runs.models import Message, Thread
+
+    thread = Thread.objects.create(thread_id=f"t{count}-{words}")
+    Message.objects.bulk_create([
+        Message(thread=thread, seq=i, message_id=f"m{thread.pk}_{i}", role="user",
+                content=" ".join(["word"] * words)) for i in range(1, count + 1)])
+    Thread.objects.filter(pk=thread.pk).update(message_seq=count)
+    return thread
+
+
+def _run_on(thread, end: int):
+    from runs.models import Checkpoint, Run
+
+    run = Run.objects.create(thread=thread, workflow="chat", workflow_version=1,
+                             input={"message": "x"})
+    Checkpoint.objects.create(run=run, name="start", state={"message_seq": end})
+    return run
+
+
+@pytest.mark.django_db
+def test_it_counts_tokens_with_the_configured_counter(settings):
+    from runs.engine import context_assembly
+
+    thread = _thread_with_messages(30)
+    run = _run_on(thread, 30)
+    settings.AGENTOPS_CONTEXT_SUMMARY_TOKENS = 1000
+    settings.AGENTOPS_CONTEXT_RECENT_MESSAGES = 10
+    assert context_assembly.summary_due(run) is None  # 30 x 5 words = 150 tokens
+    settings.AGENTOPS_TOKEN_COUNTER = "tests.test_context_assembly.hundred_per_text"
+    plan = context_assembly.summary_due(run)
+    assert plan.last_seq == 20 and [m["seq"] for m in plan.new_messages] == list(range(1, 21))
+    assert plan.covered_tokens == 20 * 100
+
+
+def hundred_per_text(text: str) -> int:
+    """A test token counter: every text counts 100 tokens."""
+    return 100
+
+
+@pytest.mark.django_db
+def test_it_never_lets_a_later_runs_summary_change_an_earlier_runs_input():
+    from runs.engine.context_assembly import assemble_context
+    from runs.models import Summary
+
+    thread = _thread_with_messages(50)
+    earlier = _run_on(thread, 40)
+    later = _run_on(thread, 50)
+    Summary.objects.create(thread=thread, run=earlier, first_seq=1, last_seq=20, content="a")
+    Summary.objects.create(thread=thread, run=later, first_seq=1, last_seq=30, content="b")
+    first = assemble_context(earlier)
+    assert first.part("summary")["covers"] == [1, 20]
+    assert first.seqs == list(range(1, 41))
+    second = assemble_context(later)
+    assert second.part("summary")["covers"] == [1, 30]
+    assert second.seqs == list(range(1, 51))

@@ -106,4 +106,17 @@ print(json.dumps([e.type for e in Event.objects.filter(run_id={first!r}).order_b
 """)
     assert "run.cancel_requested" in events and events.index("run.cancel_requested") < \
         events.index("run.cancelled")
-    assert json.dumps(posted)  # the CLI printed plain JSON
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_it_stores_concurrent_resends_of_one_request_id_once(deployment_factory, backend):
+    deployment = deployment_factory(backend)
+    procs = [deployment.popen("runs", "message", "--thread", "r", "How warm is it?",
+                              "--request-id", "same", "--json") for _ in range(4)]
+    for proc in procs:
+        assert proc.wait(timeout=120) == 0, deployment.logs(proc)
+    answers = [json.loads(deployment.logs(p)[0]) for p in procs]
+    assert sorted(a["action"] for a in answers) == ["duplicate"] * 3 + ["started"]
+    assert len({(a["message_id"], a["run_id"]) for a in answers}) == 1
+    assert len(runs_of(deployment, "r")) == 1
+    assert len(shell_json(deployment, MESSAGES_OF.format(thread="r"))) == 1
