@@ -12,6 +12,7 @@ from runs.models import (
     Operation,
     Run,
     Step,
+    Summary,
     Thread,
     WorkerProcess,
 )
@@ -75,6 +76,14 @@ class MessageAdmin(ReadOnlyAdmin):
     list_display = ("message_id", "thread", "seq", "role", "status", "run", "created_at")
     list_filter = ("role", "status")
     search_fields = ("message_id", "thread__thread_id", "run__id")
+    list_select_related = ("thread", "run")
+
+
+@admin.register(Summary)
+class SummaryAdmin(ReadOnlyAdmin):
+    list_display = ("thread", "first_seq", "last_seq", "tokens", "covered_tokens", "run",
+                    "created_at")
+    search_fields = ("thread__thread_id", "run__id")
     list_select_related = ("thread", "run")
 
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Now
 
@@ -295,10 +295,15 @@ def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:
 
 
 def _write_summaries(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> None:
-    """Insert the step's staged summaries (``StepContext.add_summary``)."""
+    """Insert the step's staged summaries (``StepContext.add_summary``). A summary of
+    the same range committed meanwhile by another run of the thread is kept instead."""
     for s in ctx.new_summaries:
-        summary = Summary.objects.create(thread_id=ctx.run.thread_id, run_id=ctx.run.pk,
-                                         step_id=ctx.step.pk, **s)
+        try:
+            with transaction.atomic():
+                summary = Summary.objects.create(thread_id=ctx.run.thread_id, run_id=ctx.run.pk,
+                                                 step_id=ctx.step.pk, **s)
+        except IntegrityError:
+            continue
         tx.event("summary.created", {"summary_id": summary.pk,
                                      "covers": [s["first_seq"], s["last_seq"]],
                                      "tokens": s["tokens"]},
