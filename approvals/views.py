@@ -69,7 +69,7 @@ def approvals_inbox(request):
 @console_action(DECIDE_PERM)
 def decide_view(request, approval_id):
     """Approve or reject with a comment (``approvals.services.decide``)."""
-    from approvals.services import DecisionConflict, decide
+    from approvals.services import decide
 
     approval = get_object_or_404(Approval.objects.select_related("run"), pk=approval_id)
     back = reverse("console:approvals")
@@ -82,13 +82,8 @@ def decide_view(request, approval_id):
                        status=400, back=back)
 
     def call():
-        try:
-            return decide(approval, decision=decision, user=request.user,
-                          comment=(request.POST.get("comment") or "").strip()[:4000])
-        except DecisionConflict as exc:
-            from runs.engine.control import ControlError
-
-            raise ControlError("run_changed", f"already decided: {exc}") from exc
+        return decide(approval, decision=decision, user=request.user,
+                      comment=(request.POST.get("comment") or "").strip()[:4000])
 
     return perform(request, call, back=back,
                    success=lambda a: f"Approval {a.pk} {a.status.lower()}.")

@@ -15,7 +15,8 @@ from runs.engine.control import ControlError
 
 #: ControlError codes that mean "someone else moved first": shown as a changed run.
 CHANGED_CODES = {"run_changed", "run_terminal", "not_allowed_in_state", "step_changed",
-                 "takeover_resolved", "takeover_claimed"}
+                 "step_not_unknown", "step_running", "takeover_resolved", "already_claimed",
+                 "decision_conflict"}
 
 
 def back_url(request: HttpRequest, default: str) -> str:

@@ -13,12 +13,12 @@ register = template.Library()
 PREVIEW_CHARS = 240
 
 
-def _as_text(value) -> str:
+def _as_text(value, indent: int | None = None) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
         return value
-    return json.dumps(value, indent=2, sort_keys=True, default=str)
+    return json.dumps(value, indent=indent, sort_keys=True, default=str, ensure_ascii=False)
 
 
 @register.inclusion_tag("partials/payload.html")
@@ -26,8 +26,9 @@ def payload(value, limit: int = PREVIEW_CHARS):
     """Render ``value`` (text or JSON) escaped; longer than ``limit`` characters, as a
     preview with a ``<details>`` fold holding the whole text (no JavaScript needed)."""
     text = _as_text(value)
-    return {"text": text, "preview": text[:limit], "long": len(text) > limit,
-            "size": len(text)}
+    long = len(text) > limit
+    return {"text": _as_text(value, indent=2) if long else text, "preview": text[:limit],
+            "long": long, "size": len(text)}
 
 
 @register.filter
