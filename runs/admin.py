@@ -65,7 +65,7 @@ class RunAdmin(ReadOnlyAdmin):
     list_display = ("id", "workflow", "workflow_version", "status", "thread", "owner",
                     "generation", "created_at", "updated_at", "stuck_since")
     list_filter = ("status", "workflow", "workflow_version", "created_at")
-    search_fields = ("=id", "thread__thread_id", "goal")
+    search_fields = ("=id", "thread__thread_id", "goal", "request_id")
     list_select_related = ("thread", "owner")
     date_hierarchy = "created_at"
     inlines = [StepInline, OperationInline]
