@@ -11,7 +11,9 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from approvals.models import Approval, Takeover
+from approvals.services import decide
 from runs.admin import ReadOnlyAdmin
+from runs.engine.control import ControlError
 
 
 @admin.register(Approval)
@@ -35,15 +37,13 @@ class ApprovalAdmin(ReadOnlyAdmin):
         self._decide(request, queryset, "reject")
 
     def _decide(self, request, queryset, decision: str) -> None:
-        from approvals.services import DecisionConflict, decide
-
         done, refused = 0, []
         for approval in queryset:
             try:
                 decide(approval, decision=decision, user=request.user,
                        comment="decided from the Django admin")
                 done += 1
-            except (DecisionConflict, PermissionDenied) as exc:
+            except (ControlError, PermissionDenied) as exc:
                 refused.append(f"{approval.pk}: {exc}")
         self.message_user(request, f"{done} approval(s): {decision}.", messages.SUCCESS)
         if refused:

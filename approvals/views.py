@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import reverse
 
 from approvals.models import Approval, Takeover
+from approvals.services import claim_takeover, decide, resolve_takeover
 from runs.console import artifacts as artifact_files
 from runs.console.access import (
     DECIDE_PERM, OPERATE_PERM, actor_of, console_action, console_view, refusal, render_page,
@@ -69,8 +70,6 @@ def approvals_inbox(request):
 @console_action(DECIDE_PERM)
 def decide_view(request, approval_id):
     """Approve or reject with a comment (``approvals.services.decide``)."""
-    from approvals.services import decide
-
     approval = get_object_or_404(Approval.objects.select_related("run"), pk=approval_id)
     back = reverse("console:approvals")
     changed = stale_run(request, approval.run, request.POST.get("run_version"), back)
@@ -120,8 +119,6 @@ def _open_takeover(request, takeover_id):
 @console_action(OPERATE_PERM)
 def claim_view(request, takeover_id):
     """Claim an open takeover for the current operator."""
-    from approvals.services import claim_takeover
-
     takeover, back, refused = _open_takeover(request, takeover_id)
     if refused:
         return refused
@@ -133,8 +130,6 @@ def claim_view(request, takeover_id):
 def resolve_view(request, takeover_id):
     """Resolve: resume from a checkpoint, retry the step, mark it done with evidence, or
     cancel the run (``approvals.services.resolve_takeover``)."""
-    from approvals.services import resolve_takeover
-
     takeover, back, refused = _open_takeover(request, takeover_id)
     if refused:
         return refused

@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from runs.engine import control
+from runs.engine.cancel import request_cancel
 from runs.engine.control import ControlError
 from runs.models import (
     Artifact, Checkpoint, Event, MaintenanceLease, Message, Operation, Run, Step, Thread,
@@ -86,8 +87,6 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Request cancel (engine request_cancel)", permissions=["operate"])
     def request_cancel_action(self, request, queryset):
-        from runs.engine.cancel import request_cancel
-
         self._each(request, queryset, lambda run: request_cancel(
             run, actor=_actor(request), reason="cancelled from the Django admin"), "cancel requested")
 

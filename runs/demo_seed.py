@@ -66,6 +66,8 @@ class SeedReport:
     by_status: dict[str, int] = field(default_factory=dict)
     events: int = 0
     users: dict[str, str] = field(default_factory=dict)
+    #: ``{scenario: [run ids]}``; the first ``len(SCENARIOS)`` runs cover one each.
+    scenarios: dict[str, list] = field(default_factory=dict)
 
 
 class _RunBuilder:
@@ -80,6 +82,7 @@ class _RunBuilder:
         self.events: list[Event] = []
         self.steps: list[Step] = []
         self.step_events: list[tuple[int, Event]] = []  # (index in steps, event)
+        self.scenario = ""
 
     def tick(self, low: float = 0.2, high: float = 8.0) -> datetime:
         self.clock += timedelta(seconds=self.seeder.rng.uniform(low, high) * self.pace)
@@ -100,10 +103,16 @@ class _RunBuilder:
 
 
 class Seeder:
-    """Generates ``runs`` demo runs with a fixed random ``seed`` (same input, same mix)."""
+    """Generates ``runs`` demo runs with a fixed random ``seed`` (same input, same mix).
 
-    def __init__(self, runs: int, seed: int = 1, now: datetime | None = None):
+    The first runs take each scenario in turn (``scenarios``, default every one in
+    ``SCENARIOS``), so even a small seed shows every situation; the rest are drawn by weight.
+    """
+
+    def __init__(self, runs: int, seed: int = 1, now: datetime | None = None,
+                 scenarios: list[str] | None = None):
         self.count = runs
+        self.first = list(scenarios or [name for name, _ in SCENARIOS])
         self.rng = random.Random(seed)
         self.now = now or db_now()
         self.workers = [f"demo-host:{1000 + i}:w{i}" for i in range(3)]
@@ -122,11 +131,13 @@ class Seeder:
             names, weights = zip(*SCENARIOS, strict=True)
             builders = []
             for index in range(self.count):
-                scenario = self.rng.choices(names, weights)[0] if index >= len(names) else names[index]
+                scenario = (self.first[index] if index < len(self.first)
+                            else self.rng.choices(names, weights)[0])
                 builders.append(self._build(scenario, index, self.rng.choice(owners)))
             self._write(builders)
         report.runs = len(builders)
         for builder in builders:
+            report.scenarios.setdefault(builder.scenario, []).append(builder.run.pk)
             report.by_status[builder.run.status] = report.by_status.get(builder.run.status, 0) + 1
         report.events = len(self.rows["events"])
         return report
@@ -166,6 +177,7 @@ class Seeder:
                   budget={"model_calls": 10, "tool_calls": 5, "cost_usd": "0.50"},
                   created_at=created, updated_at=created)
         builder = _RunBuilder(self, run, created, pace)
+        builder.scenario = scenario
         builder.event("run.created", {"workflow": workflow, "version": run.workflow_version,
                                       "thread": thread.thread_id}, actor="api")
         messages = [("user", goal, [], "")]
@@ -329,13 +341,13 @@ class Seeder:
             self._approval(b, i)
         elif scenario == "unknown":
             step.status = StepStatus.UNKNOWN
-            step.error_code = "OUTCOME_UNKNOWN"
+            step.error_code = "UNKNOWN_OUTCOME"
             step.error_detail = "lamp.set_brightness may have run; the worker died before saving"
-            self._operation(b, i, "lamp.set_brightness", "unsafe", Operation.Status.INTENT, None)
+            self._operation(b, i, "lamp.set_brightness", "unsafe", Operation.Status.UNKNOWN, None)
             b.event("lease.expired", {"attempt": 1, "owner": worker}, step_index=i, actor="sweeper")
             b.event("step.started", {"attempt": 2, "worker": self.workers[0]}, step_index=i,
                     actor=self.workers[0])
-            b.event("step.unknown", {"attempt": 2, "error_code": "OUTCOME_UNKNOWN",
+            b.event("step.unknown", {"attempt": 2, "error_code": "UNKNOWN_OUTCOME",
                                      "error_detail": "verify: cannot tell"}, step_index=i,
                     actor=self.workers[0])
             step.attempt = 2
@@ -385,6 +397,7 @@ class Seeder:
             run_id=b.run.pk, question="Publish the weekly report for 2026-W48?",
             reason=f"publishing is not compensable {HOSTILE[0]}",
             evidence={"artifacts": [], "summary": HOSTILE[1]}, created_at=created,
+            routes={"approve": "publish", "reject": "shelve_draft", "expire": "shelve_draft"},
             expires_at=created + timedelta(hours=24))))
 
     def _takeover(self, b: _RunBuilder, i: int, cause: str, reason: str, suggested: str) -> None:

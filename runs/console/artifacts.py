@@ -5,10 +5,9 @@ An artifact's ``uri`` is a name in Django's default storage (the file system und
 as escaped text and downloads are sent as attachments, never rendered inline.
 """
 
-import hashlib
-
 from django.core.files.storage import default_storage
 
+from runs.engine.artifacts import verify_artifact
 from runs.models import Artifact
 
 #: Bytes read for an approval's preview of an artifact.
@@ -16,29 +15,21 @@ PREVIEW_BYTES = 4000
 VERIFIED, MISMATCH, MISSING = "verified", "checksum mismatch", "missing"
 
 
-def _name(artifact: Artifact) -> str:
-    return artifact.uri.removeprefix("file://")
-
-
 def open_artifact(artifact: Artifact):
     """The artifact's file opened for binary reading; raises ``OSError`` if missing."""
     try:
-        return default_storage.open(_name(artifact), "rb")
+        return default_storage.open(artifact.uri, "rb")
     except (FileNotFoundError, ValueError) as exc:
         raise OSError(f"artifact {artifact.pk} is missing: {exc}") from exc
 
 
 def verify(artifact: Artifact) -> str:
-    """``"verified"`` if the stored bytes match the sha256 checksum, ``"checksum
-    mismatch"`` if not, ``"missing"`` if the file cannot be read."""
-    digest = hashlib.sha256()
-    try:
-        with open_artifact(artifact) as fh:
-            for chunk in iter(lambda: fh.read(65536), b""):
-                digest.update(chunk)
-    except OSError:
-        return MISSING
-    return VERIFIED if digest.hexdigest() == artifact.checksum else MISMATCH
+    """``"verified"`` if the stored bytes match the row's size and sha256, ``"checksum
+    mismatch"`` if not, ``"missing"`` if the file cannot be read (the engine's check)."""
+    problem = verify_artifact(artifact)
+    if problem is None:
+        return VERIFIED
+    return MISSING if problem == "missing" else MISMATCH
 
 
 def preview(artifact: Artifact, limit: int = PREVIEW_BYTES) -> str:

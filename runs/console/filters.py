@@ -87,7 +87,7 @@ class AuditFilter(df.FilterSet):
         value = value.strip().lower()
         if not _HEX.match(value):
             return queryset.none()
-        return queryset.filter(run_id__istartswith=value.replace("-", ""))
+        return queryset.filter(run__id__istartswith=value.replace("-", ""))
 
 
 __all__ = ["RunFilter", "AuditFilter", "NON_TERMINAL_STATES", "unknown_step_exists"]

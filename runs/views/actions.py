@@ -16,7 +16,9 @@ from runs.console.access import (
 from runs.console.actions import back_url, perform
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.engine import control
+from runs.engine.cancel import request_cancel
 from runs.engine.control import ControlError
+from runs.engine.rewind import plan_resume, resume_from_checkpoint
 from runs.models import Checkpoint, Run
 from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus
 
@@ -33,8 +35,6 @@ def _run_for_action(request, run_id):
 @console_action(OPERATE_PERM)
 def cancel(request, run_id):
     """Ask the run to cancel (``runs.engine.cancel.request_cancel``); reason required."""
-    from runs.engine.cancel import request_cancel
-
     run, back, changed = _run_for_action(request, run_id)
     if changed:
         return changed
@@ -80,8 +80,6 @@ def resume_preview(request, run_id):
         raise PermissionDenied("resuming needs runs.operate_run")
     if request.method == "POST":
         return _resume_confirm(request, run_id)
-    from runs.engine.rewind import plan_resume
-
     run = get_object_or_404(Run.objects.select_related("thread"), pk=run_id)
     checkpoint = request.GET.get("checkpoint", "")
     patch_text = request.GET.get("input_patch", "")
@@ -102,8 +100,6 @@ def resume_preview(request, run_id):
 
 
 def _resume_confirm(request, run_id):
-    from runs.engine.rewind import resume_from_checkpoint
-
     run, back, changed = _run_for_action(request, run_id)
     if changed:
         return changed
@@ -141,8 +137,6 @@ def bulk_skip_reason(action: str, run: Run) -> str:
 
 def _apply_one(request, action: str, run: Run, reason: str):
     if action == "cancel":
-        from runs.engine.cancel import request_cancel
-
         return request_cancel(run, actor=actor_of(request), reason=reason)
     return control.resume(run, actor=actor_of(request), wait_seconds=0)
 

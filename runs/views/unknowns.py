@@ -11,12 +11,10 @@ from runs.console.access import (
 from runs.console.actions import perform
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.engine.control import ControlError
+from runs.engine.unknown import OUTCOMES, resolve_unknown, verify_now
 from runs.models import Event, Operation, Step
 from runs.stats import NON_TERMINAL_STATES
 from runs.states import StepStatus
-
-OUTCOMES = ("done", "not-done")
-
 
 def unknown_rows() -> list[dict]:
     """``[{step, run, operation, worker}]`` for every UNKNOWN step of a live run, oldest
@@ -50,8 +48,6 @@ def _unknown_step(step_id) -> Step:
 @console_action(OPERATE_PERM)
 def verify(request, step_id):
     """Ask the tool's ``verify`` hook about the outside world now; show its answer."""
-    from runs.engine.unknown import verify_now
-
     step = _unknown_step(step_id)
     back = reverse("console:unknowns") + f"#step-{step.pk}"
     if step.status != StepStatus.UNKNOWN:
@@ -68,8 +64,6 @@ def verify(request, step_id):
 @console_action(OPERATE_PERM)
 def resolve(request, step_id):
     """Resolve: ``done`` (evidence, optional JSON result) or ``not-done`` (execute it)."""
-    from runs.engine.unknown import resolve_unknown
-
     step = _unknown_step(step_id)
     back = reverse("console:unknowns")
     changed = stale_run(request, step.run, request.POST.get("run_version"), back)
