@@ -18,8 +18,17 @@ from runs.engine.control import ControlError
 
 @admin.register(Approval)
 class ApprovalAdmin(ReadOnlyAdmin):
-    list_display = ("id", "run", "step", "status", "question", "created_at", "expires_at",
-                    "decided_by", "decided_at")
+    list_display = (
+        "id",
+        "run",
+        "step",
+        "status",
+        "question",
+        "created_at",
+        "expires_at",
+        "decided_by",
+        "decided_at",
+    )
     list_filter = ("status", "created_at")
     search_fields = ("=run__id", "run__thread__thread_id", "question")
     list_select_related = ("run", "step", "decided_by")
@@ -40,8 +49,12 @@ class ApprovalAdmin(ReadOnlyAdmin):
         done, refused = 0, []
         for approval in queryset:
             try:
-                decide(approval, decision=decision, user=request.user,
-                       comment="decided from the Django admin")
+                decide(
+                    approval,
+                    decision=decision,
+                    user=request.user,
+                    comment="decided from the Django admin",
+                )
                 done += 1
             except (ControlError, PermissionDenied) as exc:
                 refused.append(f"{approval.pk}: {exc}")
@@ -52,8 +65,18 @@ class ApprovalAdmin(ReadOnlyAdmin):
 
 @admin.register(Takeover)
 class TakeoverAdmin(ReadOnlyAdmin):
-    list_display = ("id", "run", "cause", "status", "claimed_by", "created_at", "resolution",
-                    "resolved_by", "resolved_at", "desk_link")
+    list_display = (
+        "id",
+        "run",
+        "cause",
+        "status",
+        "claimed_by",
+        "created_at",
+        "resolution",
+        "resolved_by",
+        "resolved_at",
+        "desk_link",
+    )
     list_filter = ("status", "cause", "resolution")
     search_fields = ("=run__id", "run__thread__thread_id", "reason")
     list_select_related = ("run", "claimed_by")

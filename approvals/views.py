@@ -11,7 +11,13 @@ from approvals.models import Approval, Takeover
 from approvals.services import claim_takeover, decide, resolve_takeover
 from runs.console import artifacts as artifact_files
 from runs.console.access import (
-    DECIDE_PERM, OPERATE_PERM, actor_of, console_action, console_view, refusal, render_page,
+    DECIDE_PERM,
+    OPERATE_PERM,
+    actor_of,
+    console_action,
+    console_view,
+    refusal,
+    render_page,
     stale_run,
 )
 from runs.console.actions import perform
@@ -46,7 +52,9 @@ def _attach_previews(approvals: list[Approval]) -> None:
     """Give each approval ``previews``: ``[(artifact, escaped-later text)]`` of the
     artifacts its evidence names (or, if it names none, its run's first artifacts)."""
     by_run: dict = {}
-    for artifact in Artifact.objects.filter(run_id__in={a.run_id for a in approvals}).order_by("pk"):
+    for artifact in Artifact.objects.filter(run_id__in={a.run_id for a in approvals}).order_by(
+        "pk"
+    ):
         by_run.setdefault(artifact.run_id, []).append(artifact)
     for approval in approvals:
         candidates = by_run.get(approval.run_id, [])
@@ -58,13 +66,23 @@ def _attach_previews(approvals: list[Approval]) -> None:
 @console_view
 def approvals_inbox(request):
     """Pending approvals (oldest first) with evidence previews; decided ones below."""
-    pending = list(Approval.objects.filter(status=Approval.Status.PENDING)
-                   .select_related("run", "step").order_by("created_at"))
+    pending = list(
+        Approval.objects.filter(status=Approval.Status.PENDING)
+        .select_related("run", "step")
+        .order_by("created_at")
+    )
     _attach_previews(pending)
-    decided = list(Approval.objects.exclude(status=Approval.Status.PENDING)
-                   .select_related("run", "decided_by").order_by("-decided_at", "-pk")[:DECIDED_LIMIT])
-    return render_page(request, "console/approvals.html", "partials/approval_rows.html",
-                       {"pending": pending, "decided": decided, "decisions": DECISIONS})
+    decided = list(
+        Approval.objects.exclude(status=Approval.Status.PENDING)
+        .select_related("run", "decided_by")
+        .order_by("-decided_at", "-pk")[:DECIDED_LIMIT]
+    )
+    return render_page(
+        request,
+        "console/approvals.html",
+        "partials/approval_rows.html",
+        {"pending": pending, "decided": decided, "decisions": DECISIONS},
+    )
 
 
 @console_action(DECIDE_PERM)
@@ -77,42 +95,76 @@ def decide_view(request, approval_id):
         return changed
     decision = request.POST.get("decision", "")
     if decision not in DECISIONS:
-        return refusal(request, title="Invalid input", message="Choose approve or reject.",
-                       status=400, back=back)
+        return refusal(
+            request,
+            title="Invalid input",
+            message="Choose approve or reject.",
+            status=400,
+            back=back,
+        )
 
     def call():
-        return decide(approval, decision=decision, user=request.user,
-                      comment=(request.POST.get("comment") or "").strip()[:4000])
+        return decide(
+            approval,
+            decision=decision,
+            user=request.user,
+            comment=(request.POST.get("comment") or "").strip()[:4000],
+        )
 
-    return perform(request, call, back=back,
-                   success=lambda a: f"Approval {a.pk} {a.status.lower()}.")
+    return perform(
+        request, call, back=back, success=lambda a: f"Approval {a.pk} {a.status.lower()}."
+    )
 
 
 @console_view
 def takeover_desk(request):
     """Open takeovers (oldest first) with their resolutions; recently resolved below."""
-    open_takeovers = list(Takeover.objects.filter(status=Takeover.Status.OPEN)
-                          .select_related("run", "step", "claimed_by").order_by("created_at"))
-    resolved = list(Takeover.objects.filter(status=Takeover.Status.RESOLVED)
-                    .select_related("run").order_by("-resolved_at", "-pk")[:DECIDED_LIMIT])
-    return render_page(request, "console/takeovers.html", "partials/takeover_rows.html",
-                       {"open": open_takeovers, "resolved": resolved, "resolutions": RESOLUTIONS})
+    open_takeovers = list(
+        Takeover.objects.filter(status=Takeover.Status.OPEN)
+        .select_related("run", "step", "claimed_by")
+        .order_by("created_at")
+    )
+    resolved = list(
+        Takeover.objects.filter(status=Takeover.Status.RESOLVED)
+        .select_related("run")
+        .order_by("-resolved_at", "-pk")[:DECIDED_LIMIT]
+    )
+    return render_page(
+        request,
+        "console/takeovers.html",
+        "partials/takeover_rows.html",
+        {"open": open_takeovers, "resolved": resolved, "resolutions": RESOLUTIONS},
+    )
 
 
 def _open_takeover(request, takeover_id):
-    takeover = get_object_or_404(Takeover.objects.select_related("run", "claimed_by"),
-                                 pk=takeover_id)
+    takeover = get_object_or_404(
+        Takeover.objects.select_related("run", "claimed_by"), pk=takeover_id
+    )
     back = reverse("console:takeovers") + f"#takeover-{takeover.pk}"
     if takeover.status != Takeover.Status.OPEN:
-        return takeover, back, refusal(
-            request, title="This run changed, reload",
-            message=f"takeover {takeover.pk} was already resolved by {takeover.resolved_by}.",
-            back=back)
+        return (
+            takeover,
+            back,
+            refusal(
+                request,
+                title="This run changed, reload",
+                message=f"takeover {takeover.pk} was already resolved by {takeover.resolved_by}.",
+                back=back,
+            ),
+        )
     if takeover.claimed_by_id and takeover.claimed_by_id != request.user.pk:
-        return takeover, back, refusal(
-            request, title="Claimed by someone else",
-            message=f"{takeover.claimed_by.get_username()} claimed this takeover; "
-                    f"two people must not act on the same run at once.", back=back)
+        return (
+            takeover,
+            back,
+            refusal(
+                request,
+                title="Claimed by someone else",
+                message=f"{takeover.claimed_by.get_username()} claimed this takeover; "
+                f"two people must not act on the same run at once.",
+                back=back,
+            ),
+        )
     return takeover, back, stale_run(request, takeover.run, request.POST.get("run_version"), back)
 
 
@@ -122,14 +174,19 @@ def claim_view(request, takeover_id):
     takeover, back, refused = _open_takeover(request, takeover_id)
     if refused:
         return refused
-    return perform(request, lambda: claim_takeover(takeover, request.user), back=back,
-                   success=lambda t: f"You hold takeover {t.pk}.")
+    return perform(
+        request,
+        lambda: claim_takeover(takeover, request.user),
+        back=back,
+        success=lambda t: f"You hold takeover {t.pk}.",
+    )
 
 
 @console_action(OPERATE_PERM)
 def resolve_view(request, takeover_id):
-    """Resolve: resume from a checkpoint, retry the step, mark it done with evidence, or
-    cancel the run (``approvals.services.resolve_takeover``)."""
+    """Resolve: resume (from a checkpoint, or where it stopped when none is chosen), retry
+    the step, mark it done with evidence, or cancel the run
+    (``approvals.services.resolve_takeover``)."""
     takeover, back, refused = _open_takeover(request, takeover_id)
     if refused:
         return refused
@@ -140,14 +197,23 @@ def resolve_view(request, takeover_id):
             raise InvalidInput("Choose a resolution: resume, retry, mark_done or cancel.")
         reason = required_text(request.POST, "reason", "A reason")
         checkpoint = (request.POST.get("checkpoint") or "").strip() or None
-        if action == "resume" and not checkpoint:
-            raise InvalidInput("Resuming needs a checkpoint.")
         evidence = (request.POST.get("evidence") or "").strip()
         if action == "mark_done" and not evidence:
             raise InvalidInput("Marking done needs evidence.")
         result = optional_json(request.POST, "result", label="The result")
-        return resolve_takeover(takeover, action=action, actor=actor_of(request), reason=reason,
-                                checkpoint=checkpoint, evidence=evidence, result=result)
+        return resolve_takeover(
+            takeover,
+            action=action,
+            actor=actor_of(request),
+            reason=reason,
+            checkpoint=checkpoint,
+            evidence=evidence,
+            result=result,
+        )
 
-    return perform(request, call, back=reverse("console:run", args=[takeover.run_id]),
-                   success=lambda t: f"Takeover {t.pk} resolved ({t.resolution}).")
+    return perform(
+        request,
+        call,
+        back=reverse("console:run", args=[takeover.run_id]),
+        success=lambda t: f"Takeover {t.pk} resolved ({t.resolution}).",
+    )

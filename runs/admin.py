@@ -14,7 +14,15 @@ from runs.engine import control
 from runs.engine.cancel import request_cancel
 from runs.engine.control import ControlError
 from runs.models import (
-    Artifact, Checkpoint, Event, MaintenanceLease, Message, Operation, Run, Step, Thread,
+    Artifact,
+    Checkpoint,
+    Event,
+    MaintenanceLease,
+    Message,
+    Operation,
+    Run,
+    Step,
+    Thread,
     WorkerProcess,
 )
 
@@ -46,8 +54,18 @@ class ReadOnlyInline(admin.TabularInline):
 
 class StepInline(ReadOnlyInline):
     model = Step
-    fields = ("seq", "name", "generation", "status", "attempt", "owner", "lease_until",
-              "error_code", "started_at", "finished_at")
+    fields = (
+        "seq",
+        "name",
+        "generation",
+        "status",
+        "attempt",
+        "owner",
+        "lease_until",
+        "error_code",
+        "started_at",
+        "finished_at",
+    )
     readonly_fields = fields
 
 
@@ -63,8 +81,18 @@ def _actor(request) -> str:
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
-    list_display = ("id", "workflow", "workflow_version", "status", "thread", "owner",
-                    "generation", "created_at", "updated_at", "stuck_since")
+    list_display = (
+        "id",
+        "workflow",
+        "workflow_version",
+        "status",
+        "thread",
+        "owner",
+        "generation",
+        "created_at",
+        "updated_at",
+        "stuck_since",
+    )
     list_filter = ("status", "workflow", "workflow_version", "created_at")
     search_fields = ("=id", "thread__thread_id", "goal", "request_id")
     list_select_related = ("thread", "owner")
@@ -80,20 +108,32 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Console")
     def console_link(self, obj):
-        return format_html('<a href="{}">open in the console</a>', reverse("console:run", args=[obj.pk]))
+        return format_html(
+            '<a href="{}">open in the console</a>', reverse("console:run", args=[obj.pk])
+        )
 
     def has_operate_permission(self, request):
         return request.user.has_perm("runs.operate_run")
 
     @admin.action(description="Request cancel (engine request_cancel)", permissions=["operate"])
     def request_cancel_action(self, request, queryset):
-        self._each(request, queryset, lambda run: request_cancel(
-            run, actor=_actor(request), reason="cancelled from the Django admin"), "cancel requested")
+        self._each(
+            request,
+            queryset,
+            lambda run: request_cancel(
+                run, actor=_actor(request), reason="cancelled from the Django admin"
+            ),
+            "cancel requested",
+        )
 
     @admin.action(description="Re-dispatch the open step (engine resume)", permissions=["operate"])
     def redispatch_action(self, request, queryset):
-        self._each(request, queryset, lambda run: control.resume(
-            run, actor=_actor(request), wait_seconds=0), "re-dispatched")
+        self._each(
+            request,
+            queryset,
+            lambda run: control.resume(run, actor=_actor(request), wait_seconds=0),
+            "re-dispatched",
+        )
 
     def _each(self, request, queryset, call, verb: str) -> None:
         done, refused = 0, []
@@ -117,8 +157,17 @@ class ThreadAdmin(ReadOnlyAdmin):
 
 @admin.register(Step)
 class StepAdmin(ReadOnlyAdmin):
-    list_display = ("run", "seq", "name", "generation", "status", "attempt", "owner",
-                    "lease_until", "error_code")
+    list_display = (
+        "run",
+        "seq",
+        "name",
+        "generation",
+        "status",
+        "attempt",
+        "owner",
+        "lease_until",
+        "error_code",
+    )
     list_filter = ("status", "name", "error_code")
     search_fields = ("=run__id", "run__thread__thread_id", "name")
     list_select_related = ("run",)
@@ -157,8 +206,16 @@ class CheckpointAdmin(ReadOnlyAdmin):
 
 @admin.register(Operation)
 class OperationAdmin(ReadOnlyAdmin):
-    list_display = ("idempotency_key", "tool", "side_effect", "status", "run", "step",
-                    "attempt", "updated_at")
+    list_display = (
+        "idempotency_key",
+        "tool",
+        "side_effect",
+        "status",
+        "run",
+        "step",
+        "attempt",
+        "updated_at",
+    )
     list_filter = ("status", "side_effect", "tool")
     search_fields = ("=run__id", "run__thread__thread_id", "idempotency_key", "external_ref")
     list_select_related = ("run", "step")
@@ -166,8 +223,16 @@ class OperationAdmin(ReadOnlyAdmin):
 
 @admin.register(WorkerProcess)
 class WorkerProcessAdmin(ReadOnlyAdmin):
-    list_display = ("worker_id", "host", "pid", "mode", "queues", "started_at",
-                    "heartbeat_at", "stopped_at")
+    list_display = (
+        "worker_id",
+        "host",
+        "pid",
+        "mode",
+        "queues",
+        "started_at",
+        "heartbeat_at",
+        "stopped_at",
+    )
     list_filter = ("mode",)
     search_fields = ("worker_id", "host")
 

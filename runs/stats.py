@@ -19,8 +19,12 @@ from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
 #: Run states in which a run is expected to make progress by itself; a run in one of them
 #: with no event for ``AGENTOPS_STUCK_SECONDS`` is stuck even before the watchdog flags it.
-PROGRESSING_STATES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING_EXTERNAL,
-                      RunStatus.CANCEL_REQUESTED)
+PROGRESSING_STATES = (
+    RunStatus.PENDING,
+    RunStatus.RUNNING,
+    RunStatus.WAITING_EXTERNAL,
+    RunStatus.CANCEL_REQUESTED,
+)
 NON_TERMINAL_STATES = tuple(s for s in RunStatus.values if s not in RUN_TERMINAL)
 #: Event types written by a run status transition (``run.<status>``) or its creation.
 RUN_STATE_EVENTS = ["run.created", *(f"run.{s.lower()}" for s in RunStatus.values)]
@@ -59,8 +63,11 @@ def looping_run_ids(min_repeats: int | None = None):
     repeats = min_repeats or settings.AGENTOPS_LOOP_REPEATS
     return (
         Step.objects.filter(run__status__in=NON_TERMINAL_STATES, generation=F("run__generation"))
-        .values("run_id", "name").annotate(n=Count("id")).filter(n__gte=repeats)
-        .values("run_id").distinct()
+        .values("run_id", "name")
+        .annotate(n=Count("id"))
+        .filter(n__gte=repeats)
+        .values("run_id")
+        .distinct()
     )
 
 
@@ -109,32 +116,41 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
     counts = dict(Run.objects.values_list("status").annotate(n=Count("id")).order_by())
     entered = Subquery(
         Event.objects.filter(run=OuterRef("pk"), type__in=RUN_STATE_EVENTS)
-        .order_by("-seq").values("created_at")[:1]
+        .order_by("-seq")
+        .values("created_at")[:1]
     )
     ages: dict[str, list[float]] = {}
     for status, since, created in (
-        Run.objects.filter(status__in=NON_TERMINAL_STATES).annotate(entered=entered)
+        Run.objects.filter(status__in=NON_TERMINAL_STATES)
+        .annotate(entered=entered)
         .values_list("status", "entered", "created_at")
     ):
         ages.setdefault(status, []).append(_seconds(now - (since or created)))
     runs_by_state = []
     for state in RunStatus.values:
         state_ages = ages.get(state, [])
-        runs_by_state.append({
-            "state": state, "count": counts.get(state, 0),
-            "oldest_s": max(state_ages) if state_ages else None,
-            "p50_s": percentile(state_ages, 0.5),
-        })
+        runs_by_state.append(
+            {
+                "state": state,
+                "count": counts.get(state, 0),
+                "oldest_s": max(state_ages) if state_ages else None,
+                "p50_s": percentile(state_ages, 0.5),
+            }
+        )
 
     pending = Approval.objects.filter(status=Approval.Status.PENDING).aggregate(
-        n=Count("id"), oldest=Min("created_at"))
+        n=Count("id"), oldest=Min("created_at")
+    )
 
     window_counts = Event.objects.filter(
         created_at__gte=day_ago, type__in=list(WINDOW_EVENTS)
-    ).aggregate(**{
-        f"{key}__{window}": Count("id", filter=Q(type=etype, created_at__gte=now - span))
-        for etype, key in WINDOW_EVENTS.items() for window, span in WINDOWS.items()
-    })
+    ).aggregate(
+        **{
+            f"{key}__{window}": Count("id", filter=Q(type=etype, created_at__gte=now - span))
+            for etype, key in WINDOW_EVENTS.items()
+            for window, span in WINDOWS.items()
+        }
+    )
     windows = {}
     for window in WINDOWS:
         figures = {key: window_counts[f"{key}__{window}"] for key in WINDOW_EVENTS.values()}
@@ -146,26 +162,35 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
 
     durations: dict[str, list[float]] = {}
     for name, started, finished in (
-        Step.objects.filter(status=StepStatus.SUCCEEDED, finished_at__gte=day_ago,
-                            started_at__isnull=False)
-        .order_by("-finished_at").values_list("name", "started_at", "finished_at")[:DURATION_SAMPLE]
+        Step.objects.filter(
+            status=StepStatus.SUCCEEDED, finished_at__gte=day_ago, started_at__isnull=False
+        )
+        .order_by("-finished_at")
+        .values_list("name", "started_at", "finished_at")[:DURATION_SAMPLE]
     ):
         durations.setdefault(name, []).append(_seconds(finished - started))
     step_durations = [
-        {"name": name, "count": len(values), "p50_s": percentile(values, 0.5),
-         "p95_s": percentile(values, 0.95)}
+        {
+            "name": name,
+            "count": len(values),
+            "p50_s": percentile(values, 0.5),
+            "p95_s": percentile(values, 0.95),
+        }
         for name, values in sorted(durations.items())
     ]
 
     cancel_times = [
         _seconds(finished - requested)
         for requested, finished in Run.objects.filter(
-            status=RunStatus.CANCELLED, finished_at__gte=day_ago,
+            status=RunStatus.CANCELLED,
+            finished_at__gte=day_ago,
             cancel_requested_at__isnull=False,
         ).values_list("cancel_requested_at", "finished_at")
     ]
     per_run = Run.objects.filter(created_at__gte=day_ago).aggregate(
-        runs=Count("id"), model_calls_avg=Avg("model_calls"), tool_calls_avg=Avg("tool_calls"),
+        runs=Count("id"),
+        model_calls_avg=Avg("model_calls"),
+        tool_calls_avg=Avg("tool_calls"),
         cost_usd_avg=Avg("cost_usd"),
     )
 
@@ -176,14 +201,16 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
         "stuck_runs": Run.objects.filter(stuck_q(now)).count(),
         "looping_runs": looping_run_ids().count(),
         "unknown_steps": Step.objects.filter(
-            status=StepStatus.UNKNOWN, run__status__in=NON_TERMINAL_STATES).count(),
+            status=StepStatus.UNKNOWN, run__status__in=NON_TERMINAL_STATES
+        ).count(),
         "takeovers_open": Takeover.objects.filter(status=Takeover.Status.OPEN).count(),
         "approvals_pending": pending["n"],
         "approval_oldest_s": _seconds(now - pending["oldest"]) if pending["oldest"] else None,
         "windows": windows,
         "step_durations": step_durations,
         "cancel_to_cancelled": {
-            "count": len(cancel_times), "p50_s": percentile(cancel_times, 0.5),
+            "count": len(cancel_times),
+            "p50_s": percentile(cancel_times, 0.5),
             "max_s": max(cancel_times) if cancel_times else None,
         },
         "per_run": {
@@ -191,7 +218,8 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
             "model_calls_avg": _round(per_run["model_calls_avg"]),
             "tool_calls_avg": _round(per_run["tool_calls_avg"]),
             "cost_usd_avg": str(Decimal(per_run["cost_usd_avg"]).quantize(Decimal("0.000001")))
-            if per_run["cost_usd_avg"] is not None else None,
+            if per_run["cost_usd_avg"] is not None
+            else None,
         },
     }
 

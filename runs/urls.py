@@ -17,6 +17,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/cancel/", actions.cancel, name="cancel"),
     path("runs/<uuid:run_id>/redispatch/", actions.redispatch, name="redispatch"),
     path("runs/<uuid:run_id>/retry/", actions.retry, name="retry"),
+    path("runs/<uuid:run_id>/budget/", actions.budget, name="budget"),
     path("runs/<uuid:run_id>/resume/", actions.resume_preview, name="resume_preview"),
     path("artifacts/<int:artifact_id>/download/", run_detail.artifact_download, name="artifact"),
     path("unknowns/", unknowns.unknowns, name="unknowns"),
@@ -26,8 +27,9 @@ urlpatterns = [
     path("approvals/<int:approval_id>/decide/", approval_views.decide_view, name="decide"),
     path("takeovers/", approval_views.takeover_desk, name="takeovers"),
     path("takeovers/<int:takeover_id>/claim/", approval_views.claim_view, name="claim"),
-    path("takeovers/<int:takeover_id>/resolve/", approval_views.resolve_view,
-         name="resolve_takeover"),
+    path(
+        "takeovers/<int:takeover_id>/resolve/", approval_views.resolve_view, name="resolve_takeover"
+    ),
     path("workers/", workers.workers, name="workers"),
     path("audit/", audit.audit, name="audit"),
 ]

@@ -26,8 +26,16 @@ PASSWORD = "console-test-pw"
 ACTORS = {"alice": "viewer", "bob": "operator", "carol": "approver", "dave": None}
 
 __all__ = [
-    "fast_passwords", "device_dir", "actors", "clients", "demo", "PASSWORD", "ACTORS",
-    "start_room_temperature", "run_worker_in_process", "worker_subprocess_env",
+    "fast_passwords",
+    "device_dir",
+    "actors",
+    "clients",
+    "demo",
+    "PASSWORD",
+    "ACTORS",
+    "start_room_temperature",
+    "run_worker_in_process",
+    "worker_subprocess_env",
     "run_worker_subprocess",
 ]
 
@@ -54,8 +62,9 @@ def actors(db):
     groups = setup_roles()
     users = {}
     for name, role in ACTORS.items():
-        user = get_user_model().objects.create_user(name, password=PASSWORD,
-                                                    is_staff=role == "operator")
+        user = get_user_model().objects.create_user(
+            name, password=PASSWORD, is_staff=role == "operator"
+        )
         if role:
             user.groups.add(groups[role])
         users[name] = user
@@ -82,8 +91,12 @@ def demo(actors):
 
 def start_room_temperature(thread: str = "T1", **kwargs) -> Run:
     """A real run of the demo workflow, PENDING with its first step due."""
-    return control.start_run("room_temperature", thread_id=thread,
-                             input={"question": "How warm is the living room?"}, **kwargs)
+    return control.start_run(
+        "room_temperature",
+        thread_id=thread,
+        input={"question": "How warm is the living room?"},
+        **kwargs,
+    )
 
 
 def run_worker_in_process() -> int:
@@ -100,8 +113,9 @@ def worker_subprocess_env(settings, **extra) -> dict[str, str]:
         env.pop("DATABASE_URL", None)
         env["AGENTOPS_SQLITE_PATH"] = str(db["NAME"])
     else:
-        env["DATABASE_URL"] = (f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:"
-                               f"{db['PORT']}/{db['NAME']}")
+        env["DATABASE_URL"] = (
+            f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        )
     env["AGENTOPS_DEVICE_DIR"] = str(settings.AGENTOPS_DEVICE_DIR)
     env["AGENTOPS_MEDIA_ROOT"] = str(settings.MEDIA_ROOT)
     env["DJANGO_SETTINGS_MODULE"] = "agentops.settings"
@@ -113,6 +127,11 @@ def run_worker_subprocess(env: dict[str, str], timeout: float = 120) -> subproce
     """``manage.py worker --burst --mode db`` in its own process, to completion."""
     return subprocess.run(
         [sys.executable, str(REPO_ROOT / "manage.py"), "worker", "--burst", "--mode", "db"],
-        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
-        stdin=subprocess.DEVNULL, check=False,
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
     )

@@ -59,20 +59,27 @@ def console_action(permission: str) -> Callable[[Callable], Callable]:
     return decorator
 
 
-def render_page(request: HttpRequest, template: str, fragment: str, context: dict,
-                status: int = 200) -> HttpResponse:
+def render_page(
+    request: HttpRequest, template: str, fragment: str, context: dict, status: int = 200
+) -> HttpResponse:
     """One view, full page or fragment: the fragment alone for htmx requests (polling
     and partial swaps), the whole page otherwise."""
     name = fragment if getattr(request, "htmx", False) else template
     return render(request, name, context, status=status)
 
 
-def refusal(request: HttpRequest, *, title: str, message: str, status: int = 409,
-            back: str = "") -> HttpResponse:
+def refusal(
+    request: HttpRequest, *, title: str, message: str, status: int = 409, back: str = ""
+) -> HttpResponse:
     """The page (or fragment) that explains why an action was not done: a run that changed
     since the form was shown (409), a request the engine refused, invalid input (400)."""
-    return render_page(request, "console/refused.html", "partials/refused.html",
-                       {"title": title, "message": message, "back": back}, status=status)
+    return render_page(
+        request,
+        "console/refused.html",
+        "partials/refused.html",
+        {"title": title, "message": message, "back": back},
+        status=status,
+    )
 
 
 def stale_run(request: HttpRequest, run, posted_version: str | None, back: str = ""):
@@ -82,8 +89,9 @@ def stale_run(request: HttpRequest, run, posted_version: str | None, back: str =
     if posted_version is not None and str(run.version) == str(posted_version).strip():
         return None
     return refusal(
-        request, title="This run changed, reload",
+        request,
+        title="This run changed, reload",
         message=f"The run is now {run.status} (version {run.version}); the page you acted "
-                f"from showed version {posted_version or '?'}. Nothing was done.",
+        f"from showed version {posted_version or '?'}. Nothing was done.",
         back=back,
     )

@@ -14,9 +14,17 @@ from runs.console.forms import InvalidInput
 from runs.engine.control import ControlError
 
 #: ControlError codes that mean "someone else moved first": shown as a changed run.
-CHANGED_CODES = {"run_changed", "run_terminal", "not_allowed_in_state", "step_changed",
-                 "step_not_unknown", "step_running", "takeover_resolved", "already_claimed",
-                 "decision_conflict"}
+CHANGED_CODES = {
+    "run_changed",
+    "run_terminal",
+    "not_allowed_in_state",
+    "step_changed",
+    "step_not_unknown",
+    "step_running",
+    "takeover_resolved",
+    "already_claimed",
+    "decision_conflict",
+}
 
 
 def back_url(request: HttpRequest, default: str) -> str:
@@ -27,8 +35,9 @@ def back_url(request: HttpRequest, default: str) -> str:
     return default
 
 
-def perform(request: HttpRequest, call: Callable[[], Any], *, back: str,
-            success: str | Callable[[Any], str]) -> HttpResponse:
+def perform(
+    request: HttpRequest, call: Callable[[], Any], *, back: str, success: str | Callable[[Any], str]
+) -> HttpResponse:
     """Run ``call`` (an engine function call); on success flash ``success`` and redirect
     to ``back``; on a refusal render why (409 for a changed run or a refused request, 400
     for invalid input, 403 for a permission the engine checks itself)."""
@@ -39,8 +48,12 @@ def perform(request: HttpRequest, call: Callable[[], Any], *, back: str,
     except ControlError as exc:
         title = "This run changed, reload" if exc.code in CHANGED_CODES else "Refused"
         detail = "; ".join(f"{k}: {v}" for k, v in exc.errors.items())
-        return refusal(request, title=title,
-                       message=f"{exc.message} [{exc.code}]" + (f" ({detail})" if detail else ""),
-                       status=409, back=back)
+        return refusal(
+            request,
+            title=title,
+            message=f"{exc.message} [{exc.code}]" + (f" ({detail})" if detail else ""),
+            status=409,
+            back=back,
+        )
     messages.success(request, success(result) if callable(success) else success)
     return redirect(back)

@@ -18,6 +18,7 @@ ENDINGS = {
     "step.retry_scheduled": "failed, retry scheduled",
     "step.unknown": "outcome unknown",
     "step.cancelled": "cancelled",
+    "step.budget_exhausted": "budget exhausted (call not made)",
     "step.abandoned": "abandoned (lease lost)",
     "lease.expired": "lease expired",
     "step.commit_rejected": "late write rejected (stale attempt)",
@@ -79,8 +80,9 @@ def step_histories(steps: list[Step], events: list[Event]) -> list[StepHistory]:
             else:
                 attempt.notes.append(ENDINGS[event.type])
             attempt.error_code = str(payload.get("error_code") or attempt.error_code)
-            attempt.error_detail = str(payload.get("error_detail") or payload.get("reason")
-                                       or attempt.error_detail)
+            attempt.error_detail = str(
+                payload.get("error_detail") or payload.get("reason") or attempt.error_detail
+            )
         else:
             attempt.notes.append(event.type)
     for history in by_step.values():

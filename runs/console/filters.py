@@ -6,8 +6,8 @@ import django_filters as df
 from django.db.models import Exists, OuterRef, Q
 
 from runs.models import Event, Run, Step
-from runs.stats import NON_TERMINAL_STATES, stuck_q
 from runs.states import RunStatus, StepStatus
+from runs.stats import NON_TERMINAL_STATES, stuck_q
 
 _HEX = re.compile(r"^[0-9a-f-]{4,36}$")
 
@@ -31,8 +31,13 @@ class RunFilter(df.FilterSet):
     stuck = df.BooleanFilter(method="filter_stuck", label="Stuck")
     has_unknown = df.BooleanFilter(method="filter_unknown", label="Has unknown outcome")
     o = df.OrderingFilter(
-        fields=(("created_at", "created"), ("updated_at", "updated"), ("status", "status"),
-                ("workflow", "workflow"), ("last_event_at", "last_event")),
+        fields=(
+            ("created_at", "created"),
+            ("updated_at", "updated"),
+            ("status", "status"),
+            ("workflow", "workflow"),
+            ("last_event_at", "last_event"),
+        ),
         label="Sort",
     )
 

@@ -24,8 +24,9 @@ def optional_json(post, name: str, *, label: str, must_be_object: bool = False):
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{label} is not valid JSON: {exc.msg} (line {exc.lineno}, "
-                           f"column {exc.colno}).") from exc
+        raise InvalidInput(
+            f"{label} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
+        ) from exc
     if must_be_object and not isinstance(value, dict):
-        raise InvalidInput(f"{label} must be a JSON object, e.g. {{\"week\": \"2026-W48\"}}.")
+        raise InvalidInput(f'{label} must be a JSON object, e.g. {{"week": "2026-W48"}}.')
     return value

@@ -11,13 +11,19 @@ from django.contrib.auth.models import Group, Permission
 from django.db.models import Q
 
 ROLES = ("viewer", "operator", "approver")
-EXTRA = {"viewer": [], "operator": [("runs", "operate_run")],
-         "approver": [("approvals", "decide_approval")]}
+EXTRA = {
+    "viewer": [],
+    "operator": [("runs", "operate_run")],
+    "approver": [("approvals", "decide_approval")],
+}
 
 
 def _view_permissions() -> list[Permission]:
-    return list(Permission.objects.filter(
-        content_type__app_label__in=["runs", "approvals"], codename__startswith="view_"))
+    return list(
+        Permission.objects.filter(
+            content_type__app_label__in=["runs", "approvals"], codename__startswith="view_"
+        )
+    )
 
 
 def setup_roles() -> dict[str, Group]:

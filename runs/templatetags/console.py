@@ -27,8 +27,12 @@ def payload(value, limit: int = PREVIEW_CHARS):
     preview with a ``<details>`` fold holding the whole text (no JavaScript needed)."""
     text = _as_text(value)
     long = len(text) > limit
-    return {"text": _as_text(value, indent=2) if long else text, "preview": text[:limit],
-            "long": long, "size": len(text)}
+    return {
+        "text": _as_text(value, indent=2) if long else text,
+        "preview": text[:limit],
+        "long": long,
+        "size": len(text),
+    }
 
 
 @register.filter

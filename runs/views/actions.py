@@ -11,11 +11,17 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
 from runs.console.access import (
-    OPERATE_PERM, actor_of, console_action, console_view, refusal, render_page, stale_run,
+    OPERATE_PERM,
+    actor_of,
+    console_action,
+    console_view,
+    refusal,
+    stale_run,
 )
 from runs.console.actions import back_url, perform
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.engine import control
+from runs.engine.budget import raise_budget
 from runs.engine.cancel import request_cancel
 from runs.engine.control import ControlError
 from runs.engine.rewind import plan_resume, resume_from_checkpoint
@@ -43,8 +49,12 @@ def cancel(request, run_id):
         reason = required_text(request.POST, "reason", "A reason")
         return request_cancel(run, actor=actor_of(request), reason=reason)
 
-    return perform(request, call, back=back,
-                   success=lambda r: f"Cancel requested for run {r.pk} (now {r.status}).")
+    return perform(
+        request,
+        call,
+        back=back,
+        success=lambda r: f"Cancel requested for run {r.pk} (now {r.status}).",
+    )
 
 
 @console_action(OPERATE_PERM)
@@ -53,8 +63,12 @@ def redispatch(request, run_id):
     run, back, changed = _run_for_action(request, run_id)
     if changed:
         return changed
-    return perform(request, lambda: control.resume(run, actor=actor_of(request), wait_seconds=0),
-                   back=back, success=lambda s: f"Re-dispatched step {s.name} of run {run.pk}.")
+    return perform(
+        request,
+        lambda: control.resume(run, actor=actor_of(request), wait_seconds=0),
+        back=back,
+        success=lambda s: f"Re-dispatched step {s.name} of run {run.pk}.",
+    )
 
 
 @console_action(OPERATE_PERM)
@@ -68,8 +82,33 @@ def retry(request, run_id):
         reason = required_text(request.POST, "reason", "A reason")
         return control.retry_step(run, actor=actor_of(request), reason=reason)
 
-    return perform(request, call, back=back,
-                   success=lambda s: f"Step {s.name} of run {run.pk} queued again.")
+    return perform(
+        request, call, back=back, success=lambda s: f"Step {s.name} of run {run.pk} queued again."
+    )
+
+
+@console_action(OPERATE_PERM)
+def budget(request, run_id):
+    """Raise the run's budget limits (``runs.engine.budget.raise_budget``); a run paused
+    for an exhausted budget then resumes its paused step."""
+    run, back, changed = _run_for_action(request, run_id)
+    if changed:
+        return changed
+
+    def call():
+        reason = required_text(request.POST, "reason", "A reason")
+        return raise_budget(
+            run,
+            actor=actor_of(request),
+            reason=reason,
+            add_model_calls=request.POST.get("add_model_calls") or 0,
+            add_tool_calls=request.POST.get("add_tool_calls") or 0,
+            add_cost_usd=request.POST.get("add_cost_usd") or "0",
+        )
+
+    return perform(
+        request, call, back=back, success=lambda r: f"Budget of run {r.pk} raised (now {r.status})."
+    )
 
 
 @console_view
@@ -83,20 +122,30 @@ def resume_preview(request, run_id):
     run = get_object_or_404(Run.objects.select_related("thread"), pk=run_id)
     checkpoint = request.GET.get("checkpoint", "")
     patch_text = request.GET.get("input_patch", "")
-    context = {"run": run, "checkpoint": checkpoint, "patch_text": patch_text,
-               "checkpoints": list(dict.fromkeys(
-                   Checkpoint.objects.filter(run=run).order_by("pk").values_list("name", flat=True))),
-               "plan": None, "error": ""}
+    context = {
+        "run": run,
+        "checkpoint": checkpoint,
+        "patch_text": patch_text,
+        "checkpoints": list(
+            dict.fromkeys(
+                Checkpoint.objects.filter(run=run).order_by("pk").values_list("name", flat=True)
+            )
+        ),
+        "plan": None,
+        "error": "",
+    }
     try:
-        patch = optional_json(request.GET, "input_patch", label="The input patch",
-                              must_be_object=True)
+        patch = optional_json(
+            request.GET, "input_patch", label="The input patch", must_be_object=True
+        )
         context["plan"] = plan_resume(run, checkpoint, patch)
     except InvalidInput as exc:
         context["error"] = str(exc)
     except ControlError as exc:
         context["error"] = f"{exc.message} [{exc.code}]"
-    return render(request, "console/resume_preview.html", context,
-                  status=400 if context["error"] else 200)
+    return render(
+        request, "console/resume_preview.html", context, status=400 if context["error"] else 200
+    )
 
 
 def _resume_confirm(request, run_id):
@@ -107,13 +156,19 @@ def _resume_confirm(request, run_id):
     def call():
         checkpoint = required_text(request.POST, "checkpoint", "A checkpoint")
         reason = required_text(request.POST, "reason", "A reason")
-        patch = optional_json(request.POST, "input_patch", label="The input patch",
-                              must_be_object=True)
-        return resume_from_checkpoint(run, checkpoint, actor=actor_of(request),
-                                      input_patch=patch, reason=reason)
+        patch = optional_json(
+            request.POST, "input_patch", label="The input patch", must_be_object=True
+        )
+        return resume_from_checkpoint(
+            run, checkpoint, actor=actor_of(request), input_patch=patch, reason=reason
+        )
 
-    return perform(request, call, back=reverse("console:run", args=[run.pk]),
-                   success=lambda r: f"Run {r.pk} resumed (generation {r.generation}).")
+    return perform(
+        request,
+        call,
+        back=reverse("console:run", args=[run.pk]),
+        success=lambda r: f"Run {r.pk} resumed (generation {r.generation}).",
+    )
 
 
 # -- bulk ------------------------------------------------------------------------------
@@ -148,24 +203,40 @@ def bulk(request):
     whose version is still the one confirmed; report what changed and what was skipped."""
     action = request.POST.get("action", "")
     if action not in BULK_ACTIONS:
-        return refusal(request, title="Unknown action", message=f"no bulk action {action!r}",
-                       status=400, back=reverse("console:runs"))
+        return refusal(
+            request,
+            title="Unknown action",
+            message=f"no bulk action {action!r}",
+            status=400,
+            back=reverse("console:runs"),
+        )
     ids = request.POST.getlist("run")[:BULK_LIMIT]
     try:
         runs = list(Run.objects.filter(pk__in=ids).order_by("-created_at"))
     except Exception:  # noqa: BLE001 - malformed ids in the form
-        return refusal(request, title="Invalid selection", message="malformed run ids",
-                       status=400, back=reverse("console:runs"))
+        return refusal(
+            request,
+            title="Invalid selection",
+            message="malformed run ids",
+            status=400,
+            back=reverse("console:runs"),
+        )
     context = {"action": action, "label": BULK_ACTIONS[action], "limit": BULK_LIMIT}
     if not request.POST.get("confirm"):
         context["apply"] = [r for r in runs if not bulk_skip_reason(action, r)]
-        context["skip"] = [(r, bulk_skip_reason(action, r)) for r in runs
-                           if bulk_skip_reason(action, r)]
+        context["skip"] = [
+            (r, bulk_skip_reason(action, r)) for r in runs if bulk_skip_reason(action, r)
+        ]
         return render(request, "console/bulk_confirm.html", context)
     reason = (request.POST.get("reason") or "").strip()
     if action == "cancel" and not reason:
-        return refusal(request, title="Invalid input", message="A reason is required.",
-                       status=400, back=reverse("console:runs"))
+        return refusal(
+            request,
+            title="Invalid input",
+            message="A reason is required.",
+            status=400,
+            back=reverse("console:runs"),
+        )
     done, skipped = [], []
     for run in runs:
         confirmed = request.POST.get(f"version_{run.pk}")

@@ -22,5 +22,9 @@ def audit(request):
     queryset = operator_events().select_related("run", "step").order_by("-created_at", "-pk")
     audit_filter = AuditFilter(request.GET or None, queryset=queryset)
     page = Paginator(audit_filter.qs, PAGE_SIZE).get_page(request.GET.get("page"))
-    return render_page(request, "console/audit.html", "partials/audit_rows.html",
-                       {"filter": audit_filter, "page": page, "events": page.object_list})
+    return render_page(
+        request,
+        "console/audit.html",
+        "partials/audit_rows.html",
+        {"filter": audit_filter, "page": page, "events": page.object_list},
+    )

@@ -8,5 +8,9 @@ from runs.stats import overview_stats
 @console_view
 def overview(request):
     """Full page, or the figures fragment when htmx polls."""
-    return render_page(request, "console/overview.html", "partials/overview_stats.html",
-                       {"stats": overview_stats()})
+    return render_page(
+        request,
+        "console/overview.html",
+        "partials/overview_stats.html",
+        {"stats": overview_stats()},
+    )

@@ -10,8 +10,9 @@ from django.shortcuts import get_object_or_404
 from runs.console import artifacts as artifact_files
 from runs.console.access import DOWNLOAD_PERM, console_view, render_page
 from runs.console.attempts import step_histories
+from runs.engine.cancel import cancel_progress
 from runs.models import Artifact, Checkpoint, Event, Message, Operation, Run, Step
-from runs.states import RUN_TERMINAL, StepStatus
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
 #: Newest events shown on the detail page; the events page pages through all of them.
 TIMELINE_LIMIT = 100
@@ -19,8 +20,9 @@ EVENTS_PAGE_SIZE = 200
 
 
 def _get_run(run_id) -> Run:
-    return get_object_or_404(Run.objects.select_related("thread", "owner", "current_step"),
-                             pk=run_id)
+    return get_object_or_404(
+        Run.objects.select_related("thread", "owner", "current_step"), pk=run_id
+    )
 
 
 def budget_rows(run: Run) -> list[dict]:
@@ -45,15 +47,24 @@ def live_context(run: Run) -> dict:
 
     steps = list(Step.objects.filter(run=run).order_by("seq"))
     step_events = list(Event.objects.filter(run=run, step__isnull=False).order_by("seq"))
-    timeline = list(Event.objects.filter(run=run).select_related("step").order_by("-seq")[:TIMELINE_LIMIT])
+    timeline = list(
+        Event.objects.filter(run=run).select_related("step").order_by("-seq")[:TIMELINE_LIMIT]
+    )
     return {
-        "run": run, "terminal": run.status in RUN_TERMINAL,
+        "run": run,
+        "terminal": run.status in RUN_TERMINAL,
         "histories": step_histories(steps, step_events),
-        "retryable_steps": [s for s in steps if s.generation == run.generation
-                            and s.status in (StepStatus.FAILED, StepStatus.UNKNOWN)],
-        "timeline": timeline, "timeline_limit": TIMELINE_LIMIT,
+        "retryable_steps": [
+            s
+            for s in steps
+            if s.generation == run.generation
+            and s.status in (StepStatus.FAILED, StepStatus.UNKNOWN)
+        ],
+        "timeline": timeline,
+        "timeline_limit": TIMELINE_LIMIT,
         "budget": budget_rows(run),
         "open_takeover": Takeover.objects.filter(run=run, status=Takeover.Status.OPEN).first(),
+        "cancel_progress": cancel_progress(run) if run.status == RunStatus.CANCEL_REQUESTED else "",
     }
 
 
@@ -67,13 +78,20 @@ def run_detail(request, run_id):
     artifacts = list(Artifact.objects.filter(run=run).select_related("step").order_by("pk"))
     for artifact in artifacts:
         artifact.verification = artifact_files.verify(artifact)
-    context.update({
-        "messages_list": list(Message.objects.filter(thread_id=run.thread_id)
-                              .exclude(status=Message.Status.SUPERSEDED).order_by("seq")),
-        "artifacts": artifacts,
-        "checkpoints": list(Checkpoint.objects.filter(run=run).defer("state").order_by("pk")),
-        "operations": list(Operation.objects.filter(run=run).select_related("step").order_by("pk")),
-    })
+    context.update(
+        {
+            "messages_list": list(
+                Message.objects.filter(thread_id=run.thread_id)
+                .exclude(status=Message.Status.SUPERSEDED)
+                .order_by("seq")
+            ),
+            "artifacts": artifacts,
+            "checkpoints": list(Checkpoint.objects.filter(run=run).defer("state").order_by("pk")),
+            "operations": list(
+                Operation.objects.filter(run=run).select_related("step").order_by("pk")
+            ),
+        }
+    )
     return render_page(request, "console/run_detail.html", "partials/run_live.html", context)
 
 
@@ -81,10 +99,15 @@ def run_detail(request, run_id):
 def run_events(request, run_id):
     """Every event of the run, oldest first, paginated."""
     run = _get_run(run_id)
-    page = Paginator(Event.objects.filter(run=run).select_related("step").order_by("seq"),
-                     EVENTS_PAGE_SIZE).get_page(request.GET.get("page"))
-    return render_page(request, "console/run_events.html", "partials/event_rows.html",
-                       {"run": run, "page": page, "events": page.object_list})
+    page = Paginator(
+        Event.objects.filter(run=run).select_related("step").order_by("seq"), EVENTS_PAGE_SIZE
+    ).get_page(request.GET.get("page"))
+    return render_page(
+        request,
+        "console/run_events.html",
+        "partials/event_rows.html",
+        {"run": run, "page": page, "events": page.object_list},
+    )
 
 
 @console_view
@@ -97,7 +120,8 @@ def artifact_download(request, artifact_id):
         handle = artifact_files.open_artifact(artifact)
     except OSError as exc:
         raise Http404(str(exc)) from exc
-    response = FileResponse(handle, as_attachment=True, filename=artifact.name,
-                            content_type="application/octet-stream")
+    response = FileResponse(
+        handle, as_attachment=True, filename=artifact.name, content_type="application/octet-stream"
+    )
     response["X-Content-Type-Options"] = "nosniff"
     return response

@@ -9,5 +9,9 @@ from runs.engine.clock import db_now
 def triage(request):
     """Every group of things that need a human; the list polls itself through htmx."""
     groups = triage_groups(db_now())
-    return render_page(request, "console/triage.html", "partials/triage_groups.html",
-                       {"groups": groups, "total": sum(g.total for g in groups)})
+    return render_page(
+        request,
+        "console/triage.html",
+        "partials/triage_groups.html",
+        {"groups": groups, "total": sum(g.total for g in groups)},
+    )

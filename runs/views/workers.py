@@ -19,15 +19,25 @@ def workers(request):
     now = db_now()
     live = list(WorkerProcess.objects.filter(stopped_at__isnull=True).order_by("-heartbeat_at"))
     held: dict[str, list[Step]] = {}
-    for step in (Step.objects.filter(status=StepStatus.RUNNING, owner__in=[w.worker_id for w in live])
-                 .select_related("run").order_by("lease_until")):
+    for step in (
+        Step.objects.filter(status=StepStatus.RUNNING, owner__in=[w.worker_id for w in live])
+        .select_related("run")
+        .order_by("lease_until")
+    ):
         held.setdefault(step.owner, []).append(step)
     silent_after = timedelta(seconds=max(10, settings.AGENTOPS_LEASE_SECONDS))
     for worker in live:
         worker.held_steps = held.get(worker.worker_id, [])
         worker.silent = now - worker.heartbeat_at > silent_after
         worker.heartbeat_age = (now - worker.heartbeat_at).total_seconds()
-    stopped = list(WorkerProcess.objects.filter(stopped_at__isnull=False)
-                   .order_by("-stopped_at")[:RECENTLY_STOPPED])
-    return render_page(request, "console/workers.html", "partials/worker_rows.html",
-                       {"live": live, "stopped": stopped, "now": now})
+    stopped = list(
+        WorkerProcess.objects.filter(stopped_at__isnull=False).order_by("-stopped_at")[
+            :RECENTLY_STOPPED
+        ]
+    )
+    return render_page(
+        request,
+        "console/workers.html",
+        "partials/worker_rows.html",
+        {"live": live, "stopped": stopped, "now": now},
+    )

@@ -8,9 +8,11 @@ from runs import demo_seed
 
 
 class Command(BaseCommand):
-    help = ("Fill the database with a realistic mix of demo runs (every state, stuck runs, "
-            "unknown outcomes, approvals, takeovers, long event histories) and one user per "
-            "console role.")
+    help = (
+        "Fill the database with a realistic mix of demo runs (every state, stuck runs, "
+        "unknown outcomes, approvals, takeovers, long event histories) and one user per "
+        "console role."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--runs", type=int, default=200, help="number of runs (default 200)")
@@ -22,8 +24,7 @@ class Command(BaseCommand):
         started = time.monotonic()
         report = demo_seed.seed(runs, seed)
         elapsed = time.monotonic() - started
-        self.stdout.write(f"seeded {report.runs} runs and {report.events} events "
-                          f"in {elapsed:.1f}s")
+        self.stdout.write(f"seeded {report.runs} runs and {report.events} events in {elapsed:.1f}s")
         for status, count in sorted(report.by_status.items()):
             self.stdout.write(f"  {status}: {count}")
         self.stdout.write("demo users (username / password / role):")

@@ -10,7 +10,11 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         for role, group in setup_roles().items():
-            perms = sorted(f"{p.content_type.app_label}.{p.codename}"
-                           for p in group.permissions.select_related("content_type"))
-            self.stdout.write(f"{role}: {len(perms)} permissions "
-                              f"({', '.join(p for p in perms if not p.split('.')[1].startswith('view_')) or 'read only'})")
+            perms = sorted(
+                f"{p.content_type.app_label}.{p.codename}"
+                for p in group.permissions.select_related("content_type")
+            )
+            actions = [p for p in perms if not p.split(".")[1].startswith("view_")]
+            self.stdout.write(
+                f"{role}: {len(perms)} permissions ({', '.join(actions) or 'read only'})"
+            )
