@@ -71,6 +71,15 @@ def test_it_renders_only_the_fragment_for_htmx_requests(clients, demo):
     assert b'id="run-live"' in live.content and b'hx-trigger="every 2s"' in live.content
 
 
+def test_it_asks_htmx_to_reload_the_page_when_the_run_changed_state(clients, demo):
+    run = demo["running"]
+    url = reverse("console:run", args=[run.pk])
+    same = clients["alice"].get(url, {"shown_version": run.version}, HTTP_HX_REQUEST="true")
+    assert same.status_code == 200 and "HX-Refresh" not in same
+    moved = clients["alice"].get(url, {"shown_version": run.version - 1}, HTTP_HX_REQUEST="true")
+    assert moved["HX-Refresh"] == "true"
+
+
 def test_it_stops_polling_a_finished_run(clients, demo):
     response = clients["alice"].get(
         reverse("console:run", args=[demo["succeeded"].pk]), HTTP_HX_REQUEST="true"
