@@ -20,15 +20,28 @@ from runs.engine import control
 from runs.engine.clock import db_now
 from runs.models import Event, Run, Step
 from runs.sim import devices
-from tests.console_helpers import *  # noqa: F403
-from tests.console_helpers import REPO_ROOT
+from tests.console_helpers import *  # noqa: F403 - fixtures
+from tests.console_helpers import (
+    PASSWORD,
+    REPO_ROOT,
+    run_worker_in_process,
+    run_worker_subprocess,
+    start_room_temperature,
+    worker_subprocess_env,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CHROMIUM = os.environ.get("AGENTOPS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 SCREENSHOTS = REPO_ROOT / "var" / "screenshots"
 #: Upper bound for things the page should show "soon" (polling every 2 s); not a timing
@@ -65,7 +78,7 @@ def open_as(browser, live_server, actors, request):
         page.set_default_timeout(PATIENCE_MS)
         page.goto(live_server.url + reverse("login"))
         page.fill("input[name=username]", username)
-        page.fill("input[name=password]", PASSWORD)  # noqa: F405
+        page.fill("input[name=password]", PASSWORD)
         page.click("#login-form button[type=submit]")
         page.wait_for_url(live_server.url + "/")
         page.base = live_server.url
@@ -92,18 +105,20 @@ def _unknown_outcome_run(settings) -> Run:
     """The origin story, for real: a worker process sets the lamp and dies (exit 75)
     before saving; after its lease expires, a second worker finds the intent, the lamp
     cannot be read, and the run pauses with the step UNKNOWN."""
-    env = worker_subprocess_env(settings, AGENTOPS_LEASE_SECONDS=1)  # noqa: F405
+    env = worker_subprocess_env(settings, AGENTOPS_LEASE_SECONDS=1)
     run = control.start_run(
-        "dim_lights", thread_id="L", input={"request": "lower the brightness by 10%"},
+        "dim_lights",
+        thread_id="L",
+        input={"request": "lower the brightness by 10%"},
         faults={"crash_after_tool": "set_brightness", "lamp_unreadable": True},
     )
-    first = run_worker_subprocess(env)  # noqa: F405
+    first = run_worker_subprocess(env)
     assert first.returncode == 75, first.stdout + first.stderr
     step = Step.objects.get(run=run, name="set_brightness")
     while step.lease_until and step.lease_until >= db_now():
         time.sleep(0.2)
         step.refresh_from_db()
-    second = run_worker_subprocess(env)  # noqa: F405
+    second = run_worker_subprocess(env)
     assert second.returncode == 0, second.stdout + second.stderr
     run.refresh_from_db()
     assert run.status == "PAUSED", second.stdout
@@ -120,7 +135,8 @@ def test_an_operator_resolves_an_unknown_outcome_and_sees_the_run_finish(open_as
     group.locator(f"text={str(run.pk)[:8]}").wait_for()
     page.shot("triage")
     group.locator(".triage-item", has_text=str(run.pk)[:8]).locator(
-        "text=Verify and resolve").click()
+        "text=Verify and resolve"
+    ).click()
     page.wait_for_url(re.compile(r".*/unknowns/.*"))
     with devices.lamp.locked() as lamp:  # someone power-cycled the lamp: readable again
         lamp["state"]["unreadable"] = False
@@ -142,8 +158,11 @@ def test_an_operator_resolves_an_unknown_outcome_and_sees_the_run_finish(open_as
     assert page.locator("#run-status").inner_text() in ("RUNNING", "PENDING")
     worker = subprocess.Popen(
         [sys.executable, str(REPO_ROOT / "manage.py"), "worker", "--burst", "--mode", "db"],
-        env=worker_subprocess_env(settings), cwd=REPO_ROOT,  # noqa: F405
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env=worker_subprocess_env(settings),
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
     )
     try:
         # No reload: the header polls itself through htmx.
@@ -161,7 +180,7 @@ def test_an_operator_resolves_an_unknown_outcome_and_sees_the_run_finish(open_as
 
 def test_an_approver_approves_the_weekly_report(open_as):
     run = control.start_run("weekly_report", thread_id="R", input={"week": "2026-W48"})
-    run_worker_in_process()  # noqa: F405
+    run_worker_in_process()
     approval = Approval.objects.get(run=run, status="PENDING")
     page = open_as("carol")
     _visit(page, reverse("console:approvals"), "approvals")
@@ -173,7 +192,7 @@ def test_an_approver_approves_the_weekly_report(open_as):
     page.shot("approved")
     approval.refresh_from_db()
     assert approval.status == "APPROVED" and approval.decided_by.username == "carol"
-    run_worker_in_process()  # noqa: F405
+    run_worker_in_process()
     run.refresh_from_db()
     assert run.status == "SUCCEEDED"
     assert devices.device_calls(str(run.pk)).get("publisher.publish") == 1
@@ -184,27 +203,39 @@ def test_an_approver_approves_the_weekly_report(open_as):
 def test_a_viewer_sees_no_action_buttons(open_as, demo):
     page = open_as("alice")
     pages = {
-        "overview": reverse("console:overview"), "triage": reverse("console:triage"),
+        "overview": reverse("console:overview"),
+        "triage": reverse("console:triage"),
         "runs": reverse("console:runs"),
         "run-paused": reverse("console:run", args=[demo["retries_exhausted"].pk]),
         "run-running": reverse("console:run", args=[demo["running"].pk]),
-        "unknowns": reverse("console:unknowns"), "approvals": reverse("console:approvals"),
-        "takeovers": reverse("console:takeovers"), "workers": reverse("console:workers"),
+        "unknowns": reverse("console:unknowns"),
+        "approvals": reverse("console:approvals"),
+        "takeovers": reverse("console:takeovers"),
+        "workers": reverse("console:workers"),
         "audit": reverse("console:audit"),
     }
     for name, url in pages.items():
         _visit(page, url, name)
         assert page.locator("form.action").count() == 0, name
         assert page.locator("input[type=checkbox][name=run]").count() == 0, name
-        for label in ("Cancel", "Approve", "Reject", "Resolve", "Claim", "Retry",
-                      "Re-dispatch", "Check the outside world", "resume from here"):
+        for label in (
+            "Cancel",
+            "Approve",
+            "Reject",
+            "Resolve",
+            "Claim",
+            "Retry",
+            "Re-dispatch",
+            "Check the outside world",
+            "resume from here",
+        ):
             assert page.get_by_role("button", name=re.compile(label)).count() == 0, (name, label)
             assert page.get_by_role("link", name=re.compile(label)).count() == 0, (name, label)
 
 
 def test_an_operator_resumes_from_a_checkpoint_through_the_preview(open_as):
-    run = start_room_temperature("T-resume", budget={"model_calls": 0})  # noqa: F405
-    run_worker_in_process()  # noqa: F405
+    run = start_room_temperature("T-resume", budget={"model_calls": 0})
+    run_worker_in_process()
     run.refresh_from_db()
     assert run.status == "PAUSED"
     page = open_as("bob")
@@ -212,7 +243,10 @@ def test_an_operator_resumes_from_a_checkpoint_through_the_preview(open_as):
     page.locator("#checkpoints").locator("text=resume from here…").first.click()
     page.locator("#resume-plan").wait_for()
     assert page.locator("#steps-to-rerun li").all_inner_texts() == [
-        "plan", "read_temperature", "reply"]
+        "plan",
+        "read_temperature",
+        "reply",
+    ]
     page.fill("textarea[name=input_patch]", '{"question": "How warm is the attic?"}')
     page.click("#resume-preview-form button[type=submit]")
     page.locator("#resume-plan", has_text="How warm is the attic?").wait_for()
@@ -223,7 +257,9 @@ def test_an_operator_resumes_from_a_checkpoint_through_the_preview(open_as):
     page.locator(".messages", has_text="resumed").wait_for()
     run.refresh_from_db()
     assert run.generation == 2
-    assert any(e.payload.get("input_patch") == {"question": "How warm is the attic?"}
-               for e in Event.objects.filter(run=run, actor="user:bob"))
+    assert any(
+        e.payload.get("input_patch") == {"question": "How warm is the attic?"}
+        for e in Event.objects.filter(run=run, actor="user:bob")
+    )
     page.shot("resumed")
     assert "generation 2" in page.locator("#run-header").inner_text()

@@ -11,7 +11,7 @@ from django.urls import reverse
 from approvals.models import Approval, Takeover
 from runs import demo_seed
 from runs.models import Message, Run
-from tests.console_helpers import *  # noqa: F403
+from tests.console_helpers import *  # noqa: F403 - fixtures
 
 pytestmark = pytest.mark.django_db
 

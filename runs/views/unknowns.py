@@ -95,8 +95,7 @@ def verify(request, step_id):
         request,
         "console/verify_answer.html",
         "partials/verify_answer.html",
-        {"step": step, "run": step.run, "answer": answer, "back": back,
-         "result_text": result_text},
+        {"step": step, "run": step.run, "answer": answer, "back": back, "result_text": result_text},
     )
 
 
