@@ -253,3 +253,17 @@ def test_it_uses_the_same_number_of_queries_for_a_short_and_a_long_run(clients, 
     long = _queries(clients["alice"], reverse("console:run", args=[demo["long_history"].pk]))
     assert Run.objects.get(pk=demo["long_history"].pk).event_seq > 200
     assert long == short
+
+
+def test_it_narrows_the_takeover_desk_and_approvals_to_one_run(clients, demo):
+    run = demo["budget"]
+    page = clients["alice"].get(reverse("console:takeovers"), {"run": str(run.pk)})
+    assert [t.run_id for t in page.context["open"]] == [run.pk]
+    everything = clients["alice"].get(reverse("console:takeovers"))
+    assert len(everything.context["open"]) > 1
+    waiting = demo["waiting_approval"]
+    approvals = clients["alice"].get(reverse("console:approvals"), {"run": str(waiting.pk)})
+    assert [a.run_id for a in approvals.context["pending"]] == [waiting.pk]
+    assert (
+        clients["alice"].get(reverse("console:approvals"), {"run": "nope"}).context["pending"] == []
+    )
