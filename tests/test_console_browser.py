@@ -115,7 +115,9 @@ def _unknown_outcome_run(settings) -> Run:
     first = run_worker_subprocess(env)
     assert first.returncode == 75, first.stdout + first.stderr
     step = Step.objects.get(run=run, name="set_brightness")
+    give_up = time.monotonic() + 60
     while step.lease_until and step.lease_until >= db_now():
+        assert time.monotonic() < give_up, "the dead worker's lease never expired"
         time.sleep(0.2)
         step.refresh_from_db()
     second = run_worker_subprocess(env)
