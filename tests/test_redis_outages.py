@@ -39,7 +39,7 @@ def test_a_run_survives_redis_flushall_at_every_stage(deployment_factory):
     client = redis.Redis.from_url(d.env["REDIS_URL"])
     try:
         run_id = d.manage("runs", "start", "weekly_report", "--thread", "F", "--input",
-                          weekly_input(delays={"analyze": 0.5}), check=True).stdout.strip()
+                          weekly_input(delays={"analyze": 2}), check=True).stdout.strip()
         client.flushall()  # the first notification is gone before any worker saw it
         worker = d.popen("worker")
         wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run")
@@ -90,7 +90,7 @@ def test_a_run_finishes_after_redis_was_stopped_for_ten_seconds(deployment_facto
             d = deployment_factory("postgres", {**FAST, "REDIS_URL": f"redis://127.0.0.1:{port}/0"})
             make_user(d, "alice", approver=True)
             run_id = d.manage("runs", "start", "weekly_report", "--thread", "S", "--input",
-                              weekly_input(delays={"analyze": 0.5}), check=True).stdout.strip()
+                              weekly_input(delays={"analyze": 2}), check=True).stdout.strip()
             worker = d.popen("worker")
             wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING",
                        what="analyze to run")

@@ -13,7 +13,7 @@ from tests.support.services import BACKENDS
 def test_sigterm_lets_the_running_step_finish_and_save(deployment_factory, backend):
     d = deployment_factory(backend, {"AGENTOPS_LEASE_SECONDS": 2, "AGENTOPS_POLL_SECONDS": 0.2})
     run_id = d.manage("runs", "start", "weekly_report", "--thread", "S", "--input",
-                      weekly_input(delays={"analyze": 1}), check=True).stdout.strip()
+                      weekly_input(delays={"analyze": 2}), check=True).stdout.strip()
     worker = d.popen("worker")
     wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run")
     worker.send_signal(signal.SIGTERM)
