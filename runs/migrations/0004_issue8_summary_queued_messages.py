@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0002_issue3_side_effects'),
+        ('runs', '0003_issue5_operate_run'),
     ]
 
     operations = [
