@@ -10,6 +10,7 @@ SUBCOMMANDS = {
     "policy": "runs.cli.policy",
     "checkpoints": "runs.cli.checkpoints",
     "cancel": "runs.cli.cancel",
+    "pause": "runs.cli.pause",
     "stuck": "runs.cli.stuck",
     "resolve": "runs.cli.resolve",
     "budget": "runs.cli.budget",
