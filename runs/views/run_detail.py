@@ -4,6 +4,7 @@ artifact downloads."""
 
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db.models import F
 from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404
 from django_htmx.http import HttpResponseClientRefresh
@@ -90,7 +91,8 @@ def run_detail(request, run_id):
             "messages_list": list(
                 Message.objects.filter(thread_id=run.thread_id)
                 .exclude(status=Message.Status.SUPERSEDED)
-                .order_by("seq")
+                # Queued messages have no seq until their run starts: list them last.
+                .order_by(F("seq").asc(nulls_last=True), "pk")
             ),
             "artifacts": artifacts,
             "checkpoints": list(Checkpoint.objects.filter(run=run).defer("state").order_by("pk")),
