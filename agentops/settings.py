@@ -113,6 +113,8 @@ AGENTOPS_SWEEP_SECONDS = env_number("AGENTOPS_SWEEP_SECONDS", 5, minimum=0.1)
 AGENTOPS_RENOTIFY_SECONDS = env_number("AGENTOPS_RENOTIFY_SECONDS", 15, minimum=0.1)
 AGENTOPS_SWEEP_BATCH = int(env_number("AGENTOPS_SWEEP_BATCH", 200, minimum=1))
 AGENTOPS_STUCK_SECONDS = env_number("AGENTOPS_STUCK_SECONDS", 600, minimum=1)
+#: Redis database (on the configured server) that drills, the soak and the benchmark use.
+AGENTOPS_SCRATCH_REDIS_DB = int(env_number("AGENTOPS_SCRATCH_REDIS_DB", 15, minimum=0))
 AGENTOPS_DEVICE_DIR = Path(env_str("AGENTOPS_DEVICE_DIR", str(VAR_DIR / "devices")))
 
 LOGGING = {
@@ -129,4 +131,6 @@ LOGGING = {
 # Modules that define and register workflows (imported by runs.apps at start-up).
 AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.room_temperature",
+    # Benchmark, drill and soak workflows (bench_noop, bench_hold, synthetic_order).
+    "runs.workflows.synthetic",
 ]
