@@ -66,9 +66,15 @@ TEMPLATES = [
 
 _database_url = env_str("DATABASE_URL")
 if _database_url:
-    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=600)}
+    # Persistent connections (no per-step connection setup), health-checked so a worker
+    # survives a database restart.
+    DATABASES = {
+        "default": dj_database_url.parse(_database_url, conn_max_age=600, conn_health_checks=True)
+    }
 else:
     _sqlite_path = env_str("AGENTOPS_SQLITE_PATH", str(VAR_DIR / "agentops.sqlite3"))
+    # The embedded default must work on a fresh checkout with no setup step.
+    Path(_sqlite_path).parent.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -115,6 +121,9 @@ AGENTOPS_SWEEP_BATCH = int(env_number("AGENTOPS_SWEEP_BATCH", 200, minimum=1))
 AGENTOPS_STUCK_SECONDS = env_number("AGENTOPS_STUCK_SECONDS", 600, minimum=1)
 #: Redis database (on the configured server) that drills, the soak and the benchmark use.
 AGENTOPS_SCRATCH_REDIS_DB = int(env_number("AGENTOPS_SCRATCH_REDIS_DB", 15, minimum=0))
+#: Default lifetime of an approval request; 0 means approvals never expire. An approval
+#: step's ``expires_after`` overrides it.
+AGENTOPS_APPROVAL_EXPIRY_SECONDS = env_number("AGENTOPS_APPROVAL_EXPIRY_SECONDS", 0, minimum=0)
 AGENTOPS_DEVICE_DIR = Path(env_str("AGENTOPS_DEVICE_DIR", str(VAR_DIR / "devices")))
 
 LOGGING = {
@@ -131,6 +140,14 @@ LOGGING = {
 # Modules that define and register workflows (imported by runs.apps at start-up).
 AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.room_temperature",
+    "runs.workflows.dim_lights",
+    "runs.workflows.book_trip",
+    "runs.workflows.weekly_report",
     # Benchmark, drill and soak workflows (bench_noop, bench_hold, synthetic_order).
     "runs.workflows.synthetic",
+]
+# More modules (comma-separated) for deployments that register their own workflows or a
+# new version of one; tests use it to play "old code" and "new code" side by side.
+AGENTOPS_WORKFLOW_MODULES += [
+    m.strip() for m in (env_str("AGENTOPS_EXTRA_WORKFLOW_MODULES", "") or "").split(",") if m.strip()
 ]

@@ -7,6 +7,7 @@ SIGTERM/SIGINT. On SIGTERM the worker claims nothing new, lets the current step 
 and save, and exits 0; correctness never depends on that (SIGKILL is survivable).
 """
 
+import itertools
 import logging
 import os
 import signal
@@ -15,7 +16,7 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, connections
 from django.db.models import Q
 from django.db.models.functions import Now
 
@@ -25,6 +26,14 @@ from runs.models import Step, WorkerProcess
 from runs.states import RUN_EXECUTABLE, StepStatus
 
 logger = logging.getLogger("agentops.worker")
+
+
+def _redis_answers(conn) -> bool:
+    """True when Redis answers a PING."""
+    try:
+        return bool(conn.ping())
+    except Exception:  # noqa: BLE001 - any failure means "not yet"
+        return False
 
 
 def due_step_ids(limit: int = 10) -> list[int]:
@@ -39,14 +48,50 @@ def due_step_ids(limit: int = 10) -> list[int]:
     )
 
 
+def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False):
+    """The RQ worker class for this process.
+
+    Default: a non-forking ``SimpleWorker`` (DESIGN section 11: forking per job costs
+    about 15x throughput). ``fork=True``: RQ's forking ``Worker``, where a work horse that
+    exits with the injected-crash code takes the whole worker process down with the same
+    code, as a real crash of the worker would. Either way a stop request (SIGTERM) also
+    stops the engine's step chaining.
+    """
+    from rq import SimpleWorker
+    from rq import Worker as ForkingWorker
+
+    base = ForkingWorker if fork else SimpleWorker
+
+    class EngineRQWorker(base):
+        def request_stop(self, signum, frame):
+            identity.stopping.set()
+            super().request_stop(signum, frame)
+
+        def fork_work_horse(self, job, queue):
+            # A forked child must not share the parent's database socket.
+            connections.close_all()
+            return super().fork_work_horse(job, queue)
+
+        def wait_for_horse(self):
+            retpid, ret_val, rusage = super().wait_for_horse()
+            if ret_val is not None and os.waitstatus_to_exitcode(ret_val) == executor.CRASH_EXIT_CODE:
+                os._exit(executor.CRASH_EXIT_CODE)
+            return retpid, ret_val, rusage
+
+    return EngineRQWorker
+
+
 class Worker:
     """One worker process. ``mode``: ``"db"`` or ``"rq"``; ``burst``: exit when nothing
     is due (db) or the queue is empty (rq)."""
 
-    def __init__(self, *, mode: str | None = None, queue: str = "default", burst: bool = False):
+    def __init__(self, *, mode: str | None = None, queue: str = "default", burst: bool = False,
+                 fork: bool = False):
         self.mode = mode or dispatch.mode()
         self.queue = queue
         self.burst = burst
+        #: RQ only: fork a work horse per job (RQ's default ``Worker``), for comparison.
+        self.fork = fork
         self.identity = WorkerIdentity(new_worker_id(), self.mode)
         set_current_worker(self.identity)
         self._last_sweep = 0.0
@@ -64,6 +109,9 @@ class Worker:
     def run(self) -> int:
         """Register, recover, work until stopped (or idle in burst mode); returns the
         number of steps executed."""
+        # Before recovery: a SIGTERM during start-up must also be a graceful stop.
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
         self._register()
         try:
             self.recover()
@@ -104,8 +152,6 @@ class Worker:
                 sweeper.sweep_once(self.worker_id)
 
     def _run_db(self) -> int:
-        signal.signal(signal.SIGTERM, self.request_stop)
-        signal.signal(signal.SIGINT, self.request_stop)
         total = 0
         while not self.identity.stopping.is_set():
             close_old_connections()
@@ -120,30 +166,58 @@ class Worker:
         return total
 
     def _run_rq(self) -> int:
+        """Work RQ notifications. RQ gives up when Redis goes away under it (stopped,
+        restarted, flushed mid-job); the engine does not: until Redis answers again this
+        worker claims due steps straight from the database (the queue only notifies),
+        then starts a fresh RQ worker. Startup recovery and the sweeper re-notify what the
+        outage lost."""
         import django_rq
-        from rq import SimpleWorker
 
-        identity = self.identity
         queue = django_rq.get_queue(self.queue)
-
-        class EngineRQWorker(SimpleWorker):
-            """Non-forking RQ worker (DESIGN section 11: forking costs ~15x throughput);
-            a stop request also stops the engine's step chaining."""
-
-            def request_stop(self, signum, frame):
-                identity.stopping.set()
-                super().request_stop(signum, frame)
-
-        rq_worker = EngineRQWorker([queue], connection=queue.connection, name=self.worker_id)
+        worker_class = rq_worker_class(self.identity, fork=self.fork)
+        identity = self.identity
         maintenance = None
         if not self.burst:
             maintenance = threading.Thread(target=self._maintenance_loop, daemon=True)
             maintenance.start()
-        rq_worker.work(burst=self.burst, with_scheduler=False, logging_level="WARNING")
-        identity.stopping.set()
-        if maintenance:
-            maintenance.join(timeout=5)
+        try:
+            for round_no in itertools.count(1):
+                # A fresh name per round: RQ refuses a second live worker of one name,
+                # and the old registration may outlive an outage.
+                name = self.worker_id if round_no == 1 else f"{self.worker_id}:r{round_no}"
+                try:
+                    worker_class([queue], connection=queue.connection, name=name).work(
+                        burst=self.burst, with_scheduler=False, logging_level="WARNING")
+                except Exception:  # noqa: BLE001 - Redis errors escape RQ's start-up
+                    logger.warning("RQ worker round %s failed", round_no, exc_info=True)
+                if identity.stopping.is_set():
+                    break
+                redis_up = _redis_answers(queue.connection)
+                if self.burst and redis_up:
+                    break
+                # RQ installed its own handlers; ours must not raise inside a step.
+                signal.signal(signal.SIGTERM, self.request_stop)
+                signal.signal(signal.SIGINT, self.request_stop)
+                logger.warning("Redis unavailable or RQ stopped; working from the database")
+                self._work_from_db_until(lambda: _redis_answers(queue.connection))
+                if self.burst or identity.stopping.is_set():
+                    break
+        finally:
+            identity.stopping.set()
+            if maintenance:
+                maintenance.join(timeout=5)
         return identity.executed
+
+    def _work_from_db_until(self, redis_back) -> None:
+        """Database polling until ``redis_back()`` is true, the worker is stopping, or
+        (burst) nothing is due."""
+        while not self.identity.stopping.is_set():
+            close_old_connections()
+            if self.handle_one():
+                continue
+            if self.burst or redis_back():
+                return
+            self.identity.stopping.wait(settings.AGENTOPS_POLL_SECONDS)
 
     def _maintenance_loop(self) -> None:
         try:
