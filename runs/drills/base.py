@@ -6,6 +6,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from django.db import InterfaceError, OperationalError, connection
+
 from runs.models import Event, Run, Step
 from runs.states import RUN_TERMINAL
 
@@ -125,11 +127,22 @@ def format_table(results: list[DrillResult]) -> str:
 
 # -- helpers the drills share -----------------------------------------------------------
 
+def _read_retrying(read):
+    """``read()``, retried while the database is unreachable (the DB-outage drill)."""
+    for _ in range(300):
+        try:
+            return read()
+        except (OperationalError, InterfaceError):
+            connection.close()
+            time.sleep(0.2)
+    return read()
+
+
 def wait_status(run_id, statuses, timeout: float) -> str:
     """Wait until the run's status is in ``statuses``; returns the last status seen."""
     deadline = time.monotonic() + timeout
     while True:
-        status = Run.objects.values_list("status", flat=True).get(pk=run_id)
+        status = _read_retrying(lambda: Run.objects.values_list("status", flat=True).get(pk=run_id))
         if status in statuses or time.monotonic() >= deadline:
             return status
         time.sleep(0.2)
@@ -139,7 +152,8 @@ def wait_terminal(run_ids, timeout: float) -> dict:
     """Wait until every run is terminal (or ``timeout``); returns ``{run_id: status}``."""
     deadline = time.monotonic() + timeout
     while True:
-        statuses = dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "status"))
+        statuses = _read_retrying(
+            lambda: dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "status")))
         if all(s in RUN_TERMINAL for s in statuses.values()) or time.monotonic() >= deadline:
             return statuses
         time.sleep(0.2)

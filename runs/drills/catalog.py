@@ -235,8 +235,8 @@ def db_outage(r):
                                                    status=StepStatus.RUNNING).exists(), 30, 0.05)
             from django.db import connection
 
-            connection.close()
             finished_before = sum(s in RUN_TERMINAL for s in wait_terminal(ids, 0).values())
+            connection.close()
             cluster.stop("fast")
             time.sleep(4)
             cluster.start()
@@ -304,48 +304,201 @@ def budget_out(r):
             r.check("raise the budget and resume", "SUCCEEDED (issue 3)", "raise_budget not in "
                     "this build; paused state checked", True)
             return
-        from approvals.services import resolve_takeover
-
-        raise_budget(Run.objects.get(pk=run.pk), actor="user:drill", add_model_calls=1)
-        resolve_takeover(takeover, action="resume", actor="user:drill", reason="budget raised")
+        raise_budget(Run.objects.get(pk=run.pk), actor="user:drill", add_model_calls=1,
+                     reason="drill: budget raised")
         r.expect("after raising the budget", "SUCCEEDED",
                  wait_status(run.pk, RUN_TERMINAL, 60))
         r.expect("thermostat reads in all", 1, device_calls(str(run.pk)).get("thermostat.read"))
         r.expect("answer", ANSWER, _answer(run.pk))
 
 
-def _needs(module: str, issue: int) -> None:
-    with contextlib.suppress(ImportError):
-        __import__(module)
-        return
-    raise Skip(f"needs issue {issue} ({module})")
-
-
 @drill("model_timeout", "a model call times out mid-step")
 def model_timeout(r):
-    _needs("runs.engine.unknown", 3)
-    raise Skip("model timeouts land with issue 3")
+    with Sandbox("timeout", env=DRILL_ENV) as box:
+        faults.arm("model.complete", "delay", seconds=6.0)
+        run = start_run("synthetic_order", thread_id="drill-timeout",
+                        input={"sku": "T-1", "amount": 5}, actor="drill")
+        box.start_worker()
+        status = wait_status(run.pk, RUN_TERMINAL, 60)
+        retries = [e.payload.get("error_code") for e in events(run.pk, ("step.retry_scheduled",))]
+        r.expect("run status", "SUCCEEDED", status)
+        r.expect("plan's first attempt failed with", ["TIMEOUT"], retries)
+        r.expect("plan attempts", 2, steps(run.pk)["plan"].attempt)
+        r.expect("model calls charged (the timed-out one counts)", 2,
+                 Run.objects.get(pk=run.pk).model_calls)
+        applied = sorted(a["op"] for a in services.applied_effects())
+        r.expect("effects applied once each", ["charge", "reserve", "send"], applied)
 
 
-@drill("approval_wait", "an approval waits long (DB clock moved forward), then resumes")
+def _approver():
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+
+    user, _ = get_user_model().objects.get_or_create(username="drill-approver")
+    user.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    return get_user_model().objects.get(pk=user.pk)
+
+
+def _shift_run_clock(run_id, days: int) -> None:
+    """Move every stored time of the run ``days`` into the past: to the run, the same
+    as the database clock moving forward while nothing ran."""
+    from datetime import timedelta
+
+    from django.db.models import F
+
+    from approvals.models import Approval
+    from runs.models import Event
+
+    delta = timedelta(days=days)
+    Run.objects.filter(pk=run_id).update(created_at=F("created_at") - delta,
+                                         updated_at=F("updated_at") - delta,
+                                         started_at=F("started_at") - delta,
+                                         last_event_at=F("last_event_at") - delta)
+    Event.objects.filter(run_id=run_id).update(created_at=F("created_at") - delta)
+    Step.objects.filter(run_id=run_id).update(created_at=F("created_at") - delta,
+                                              started_at=F("started_at") - delta,
+                                              finished_at=F("finished_at") - delta)
+    Approval.objects.filter(run_id=run_id).update(created_at=F("created_at") - delta,
+                                                  expires_at=F("expires_at") - delta)
+
+
+@drill("approval_wait", "approvals wait days (database clock moved forward, no worker), "
+                        "then one is approved and one has expired")
 def approval_wait(r):
-    _needs("approvals.services", 4)
-    raise Skip("approval flow lands with issue 4")
+    from datetime import timedelta
+
+    from django.db.models import F
+
+    from approvals.models import Approval
+    from approvals.services import DecisionConflict, decide
+
+    with Sandbox("approval", env=DRILL_ENV) as box:
+        kept = start_run("weekly_report", thread_id="drill-appr-1", input={"week": "2026-W40"},
+                         actor="drill")
+        lapsed = start_run("weekly_report", thread_id="drill-appr-2", input={"week": "2026-W41"},
+                           actor="drill")
+        box.start_worker()
+        waiting = [wait_status(i, (RunStatus.WAITING_APPROVAL, *RUN_TERMINAL), 60)
+                   for i in (kept.pk, lapsed.pk)]
+        r.expect("both runs wait for approval", ["WAITING_APPROVAL"] * 2, waiting)
+        box.stop_workers()
+        # Both approvals expire 7 days after they were asked; 3 and 10 days pass.
+        Approval.objects.filter(run_id__in=[kept.pk, lapsed.pk]).update(
+            expires_at=F("created_at") + timedelta(days=7))
+        _shift_run_clock(kept.pk, 3)
+        _shift_run_clock(lapsed.pk, 10)
+        box.start_worker()
+        r.expect("expired approval's run took the expiry route", "SUCCEEDED",
+                 wait_status(lapsed.pk, RUN_TERMINAL, 60))
+        r.expect("expired approval", "EXPIRED", Approval.objects.get(run_id=lapsed.pk).status)
+        r.expect("still waiting after 3 days", "WAITING_APPROVAL",
+                 Run.objects.get(pk=kept.pk).status)
+        approval = Approval.objects.get(run_id=kept.pk)
+        r.expect("approval still pending", "PENDING", approval.status)
+        user = _approver()
+        decide(approval, decision="approve", user=user, comment="drill: fine")
+        try:
+            decide(approval, decision="reject", user=user, comment="drill: second thoughts")
+            second = "accepted"
+        except DecisionConflict:
+            second = "DecisionConflict"
+        r.expect("a different second decision", "DecisionConflict", second)
+        r.expect("approved run", "SUCCEEDED", wait_status(kept.pk, RUN_TERMINAL, 60))
+        r.expect("publications (approved run, expired run)", [1, 0],
+                 [device_calls(str(i)).get("publisher.publish", 0) for i in (kept.pk, lapsed.pk)])
+        decided = [len(events(i, ("approval.approved", "approval.rejected", "approval.expired")))
+                   for i in (kept.pk, lapsed.pk)]
+        r.expect("decision events per approval", [1, 1], decided)
 
 
 @drill("cancel_running", "a user cancels while a step is running")
 def cancel_running(r):
-    _needs("runs.engine.cancel", 4)
-    raise Skip("cancel flow lands with issue 4")
+    from runs.engine.cancel import request_cancel
+
+    with Sandbox("cancel", env=DRILL_ENV) as box:
+        run = start_run("weekly_report", thread_id="drill-cancel",
+                        input={"week": "2026-W42", "delays": {"analyze": 0.5}}, actor="drill")
+        box.start_worker()
+        running = wait_until(lambda: Step.objects.filter(run_id=run.pk, name="analyze",
+                                                         status=StepStatus.RUNNING).exists(), 60)
+        r.check("analyze running when cancelled", "RUNNING", "RUNNING" if running else "not",
+                bool(running))
+        request_cancel(Run.objects.get(pk=run.pk), actor="user:drill", reason="drill: stop it")
+        r.expect("run status", "CANCELLED", wait_status(run.pk, RUN_TERMINAL, 60))
+        by_name = steps(run.pk)
+        r.expect("analyze stopped at a safe point", "CANCELLED", by_name["analyze"].status)
+        r.expect("steps after analyze", [], [n for n in by_name if n in ("draft_report", "publish")])
+        calls = device_calls(str(run.pk))
+        r.expect("slot reserved, then released by compensation", (1, 1),
+                 (calls.get("publisher.reserve"), calls.get("publisher.release")))
+        r.expect("publications", 0, calls.get("publisher.publish", 0))
+        cancel_events = [(e.actor, e.payload.get("reason")) for e in
+                         events(run.pk, ("run.cancel_requested",))]
+        r.expect("cancel recorded with actor and reason", [("user:drill", "drill: stop it")],
+                 cancel_events)
 
 
 @drill("verify_unknown", "an external system answers unknown to verification")
 def verify_unknown(r):
-    _needs("runs.engine.unknown", 3)
-    raise Skip("unknown outcomes land with issue 3")
+    from approvals.models import Takeover
+    from runs.engine.unknown import resolve_unknown
+
+    with Sandbox("unknown", env=DRILL_ENV) as box:
+        run = start_run("dim_lights", thread_id="drill-unknown",
+                        input={"request": "Lower the brightness by 10%"},
+                        faults={"crash_after_tool": "set_brightness", "lamp_unreadable": True},
+                        actor="drill")
+        first = box.start_worker()
+        wait_until(lambda: first.poll() is not None, 60)
+        r.expect("worker crashed after the lamp changed", 75, first.poll())
+        box.start_worker()
+        status = wait_status(run.pk, (RunStatus.PAUSED, *RUN_TERMINAL), 60)
+        takeover = Takeover.objects.filter(run_id=run.pk, status=Takeover.Status.OPEN).first()
+        r.expect("run status", "PAUSED", status)
+        r.expect("takeover cause", "unknown_outcome", takeover.cause if takeover else None)
+        r.expect("step status", "UNKNOWN", steps(run.pk)["set_brightness"].status)
+        r.expect("lamp sets (no blind retry)", 1,
+                 device_calls(str(run.pk)).get("lamp.set_brightness"))
+        resolve_unknown(Run.objects.get(pk=run.pk), "set_brightness", outcome="done",
+                        evidence="drill: the lamp shows 70% on its panel", actor="user:drill",
+                        result={"brightness": 70, "previous": 80})
+        r.expect("after the operator said done", "SUCCEEDED", wait_status(run.pk, RUN_TERMINAL, 60))
+        r.expect("lamp sets in all", 1, device_calls(str(run.pk)).get("lamp.set_brightness"))
 
 
-@drill("artifact_corrupt", "an artifact is missing or corrupted before a step reads it")
+@drill("artifact_corrupt", "an artifact is corrupted or missing before a step reads it")
 def artifact_corrupt(r):
-    _needs("runs.engine.artifacts", 4)
-    raise Skip("artifact-reading workflow lands with issue 4")
+    from django.core.files.storage import default_storage
+
+    from approvals.models import Approval, Takeover
+    from approvals.services import decide
+    from runs.models import Artifact
+
+    with Sandbox("artifact", env=DRILL_ENV) as box:
+        corrupt = start_run("weekly_report", thread_id="drill-art-1", input={"week": "2026-W43"},
+                            actor="drill")
+        missing = start_run("weekly_report", thread_id="drill-art-2", input={"week": "2026-W44"},
+                            actor="drill")
+        box.start_worker()
+        for run in (corrupt, missing):
+            wait_status(run.pk, (RunStatus.WAITING_APPROVAL, *RUN_TERMINAL), 60)
+        report = Artifact.objects.get(run_id=corrupt.pk, name="report.md")
+        with open(default_storage.path(report.uri), "ab") as fh:
+            fh.write(b"\ninjected line\n")
+        gone = Artifact.objects.get(run_id=missing.pk, name="report.md")
+        default_storage.delete(gone.uri)
+        user = _approver()
+        for run in (corrupt, missing):
+            decide(Approval.objects.get(run_id=run.pk), decision="approve", user=user,
+                   comment="drill")
+        statuses = [wait_status(i, (RunStatus.PAUSED, *RUN_TERMINAL), 60)
+                    for i in (corrupt.pk, missing.pk)]
+        r.expect("runs paused", ["PAUSED", "PAUSED"], statuses)
+        takeovers = [Takeover.objects.filter(run_id=i, status=Takeover.Status.OPEN).first()
+                     for i in (corrupt.pk, missing.pk)]
+        r.expect("takeover causes", ["artifact_invalid"] * 2,
+                 [t.cause if t else None for t in takeovers])
+        r.expect("problems found", ["checksum_mismatch", "missing"],
+                 [(t.evidence or {}).get("problem") if t else None for t in takeovers])
+        r.expect("publications", [0, 0],
+                 [device_calls(str(i)).get("publisher.publish", 0) for i in (corrupt.pk, missing.pk)])

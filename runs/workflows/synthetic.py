@@ -10,9 +10,10 @@
 
 import time
 
+from runs.engine.retry import RetryPolicy
 from runs.sim import model as sim_model
 from runs.sim import services
-from runs.tools import Tool
+from runs.tools import Tool, VerifyAnswer
 from runs.workflows import registry
 from runs.workflows.definition import Workflow
 
@@ -50,10 +51,10 @@ def _call(fn):
 def _verify_mail(args, call):
     sent = services.mail_sent(call.idempotency_key)
     if sent is None:
-        return {"status": "not_done", "result": None,
-                "evidence": f"mailer has no message with key {call.idempotency_key}"}
-    return {"status": "done", "result": {"ref": sent["ref"], "key": sent["key"]},
-            "evidence": f"mailer sent {sent['ref']} with key {call.idempotency_key}"}
+        return VerifyAnswer("not_done", evidence=f"mailer has no message with key "
+                                                 f"{call.idempotency_key}")
+    return VerifyAnswer("done", {"ref": sent["ref"], "key": sent["key"], "replayed": False},
+                        evidence=f"mailer sent {sent['ref']} with key {call.idempotency_key}")
 
 
 inventory_reserve = Tool("inventory.reserve", fn=_call(services.reserve), side_effect="idempotent")
@@ -73,7 +74,8 @@ def _latency(ctx) -> int:
     return int(ctx.input.get("latency_ms", 0))
 
 
-@synthetic_order.step()
+@synthetic_order.step(timeout=2.0, retry=RetryPolicy(max_attempts=3, initial_delay=0.5,
+                                                    max_delay=2.0))
 def plan(ctx):
     reply = ctx.call_model([{"role": "user", "content": f"order {ctx.input['sku']}",
                              "tool_calls": [], "tool_call_id": None}])
