@@ -315,7 +315,7 @@ def budget_out(r):
 @drill("model_timeout", "a model call times out mid-step")
 def model_timeout(r):
     with Sandbox("timeout", env=DRILL_ENV) as box:
-        faults.arm("model.complete", "delay", seconds=6.0)
+        faults.arm("model.complete", "delay", when="before", seconds=6.0)
         run = start_run("synthetic_order", thread_id="drill-timeout",
                         input={"sku": "T-1", "amount": 5}, actor="drill")
         box.start_worker()
