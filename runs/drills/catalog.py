@@ -14,7 +14,7 @@ from runs.drills.base import Skip, drill, events, owner_pid, steps, wait_status,
 from runs.drills.sandbox import PgCluster, Sandbox, process_state, wait_until
 from runs.engine import dispatch
 from runs.engine.control import run_status, start_run
-from runs.models import Operation, Run, Step
+from runs.models import Operation, Run, Step, WorkerProcess
 from runs.sim import faults, services
 from runs.sim.devices import device_calls
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
@@ -222,15 +222,20 @@ def redis_flush(r):
         r.expect("workers alive", 2, len(box.live_workers()))
 
 
-@drill("db_outage", "PostgreSQL stopped for a few seconds while workers run")
+@drill("db_outage", "PostgreSQL stopped for a few seconds while workers run (one RQ "
+                    "worker, one database-polling worker)")
 def db_outage(r):
     cluster = PgCluster().init()
     try:
         with Sandbox("dbdown", env=DRILL_ENV, server=cluster.server) as box:
             faults.arm("thermostat.read", "delay", shots=-1, seconds=1.0)
             ids = [_start_room(f"db{i}").pk for i in range(3)]
-            for _ in range(2):
-                box.start_worker()
+            box.start_worker(mode="rq")
+            box.start_worker(mode="db")
+            # Both workers past start-up (registered, recovery sweep done) and a step
+            # running: the outage hits workers at work, not a process still starting.
+            wait_until(lambda: WorkerProcess.objects.count() == 2, 60)
+            time.sleep(1.5)
             wait_until(lambda: Step.objects.filter(run_id__in=ids,
                                                    status=StepStatus.RUNNING).exists(), 30, 0.05)
             from django.db import connection
@@ -247,7 +252,9 @@ def db_outage(r):
             r.check("thermostat reads per run (a read lost in the outage is repeated)",
                     "1 or 2 each", reads, all(n in (1, 2) for n in reads))
             r.expect("answers", [ANSWER] * 3, [_answer(i) for i in ids])
-            r.expect("workers alive", 2, len(box.live_workers()))
+            dead = [box.log(p).strip().splitlines()[-1:] for p in box.workers
+                    if p.poll() is not None]
+            r.expect("workers that died (last log line)", [], dead)
     finally:
         cluster.destroy()
 
