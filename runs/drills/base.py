@@ -25,28 +25,22 @@ class Check:
 
 @dataclass
 class DrillResult:
-    """The outcome of one drill: its checks, or the error that stopped it, or the
-    reason it was skipped (a feature this build lacks)."""
+    """The outcome of one drill: its checks, or the error that stopped it."""
 
     name: str
     title: str
     checks: list[Check] = field(default_factory=list)
     error: str | None = None
-    skipped: str | None = None
     seconds: float = 0.0
 
     @property
     def passed(self) -> bool:
-        return self.skipped is None and self.error is None and all(c.ok for c in self.checks)
+        return self.error is None and all(c.ok for c in self.checks)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "title": self.title, "passed": self.passed,
-                "skipped": self.skipped, "error": self.error, "seconds": round(self.seconds, 1),
+                "error": self.error, "seconds": round(self.seconds, 1),
                 "checks": [c.__dict__ for c in self.checks]}
-
-
-class Skip(Exception):
-    """Raised by a drill whose feature is not in this build (e.g. an unmerged issue)."""
 
 
 class Recorder:
@@ -94,8 +88,6 @@ def run_drill(name: str) -> DrillResult:
     started = time.monotonic()
     try:
         spec.fn(recorder)
-    except Skip as exc:
-        result.skipped = str(exc)
     except Exception:  # noqa: BLE001 - a crashed drill is a failed drill, with the reason
         result.error = traceback.format_exc(limit=8)
     result.checks = recorder.checks
@@ -107,8 +99,6 @@ def format_table(results: list[DrillResult]) -> str:
     """The drill / expected / observed / pass table."""
     rows = [("drill", "check", "expected", "observed", "pass")]
     for r in results:
-        if r.skipped:
-            rows.append((r.name, "-", "-", f"skipped: {r.skipped}", "SKIP"))
         for c in r.checks:
             rows.append((r.name, c.what, c.expected, c.observed, "pass" if c.ok else "FAIL"))
         if r.error:
@@ -120,8 +110,7 @@ def format_table(results: list[DrillResult]) -> str:
     for row in rows:
         lines.append("  ".join(cell[:w].ljust(w) for cell, w in zip(row, widths, strict=True)))
     passed = sum(r.passed for r in results)
-    skipped = sum(bool(r.skipped) for r in results)
-    lines.append(f"{passed} passed, {len(results) - passed - skipped} failed, {skipped} skipped")
+    lines.append(f"{passed} passed, {len(results) - passed} failed")
     return "\n".join(lines)
 
 

@@ -10,7 +10,6 @@ import math
 import os
 import platform
 import signal
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -108,7 +107,8 @@ def bench_engine(box: Sandbox, steps: int, workers: int, say) -> dict:
             "explicit_transactions": round(total_of("explicit_commits") / executed, 2),
         } if counts else None,
         "probed_workers": len(counts),
-        "peak_worker_rss_mb": round(max(c["max_rss_kb"] for c in counts) / 1024, 1) if counts else None,
+        "peak_worker_rss_mb": (round(max(c["max_rss_kb"] for c in counts) / 1024, 1)
+                               if counts else None),
         "notes": "latency = step row created (dispatched by the predecessor's commit) to its "
                  "commit, steps 2..N of each run; first steps wait in the up-front backlog "
                  "(first_step_latency_ms). DB counts include each worker's start-up recovery, "
@@ -293,7 +293,8 @@ def _console_targets() -> tuple[str, list[tuple[str, str]]]:
         pass  # issue 5's console is not in this build
     return "admin (issue 5's console not merged)", [
         ("admin changelist", reverse("admin:runs_run_changelist")),
-        ("admin changelist (status=FAILED)", reverse("admin:runs_run_changelist") + "?status__exact=FAILED"),
+        ("admin changelist (status=FAILED)",
+         reverse("admin:runs_run_changelist") + "?status__exact=FAILED"),
         ("admin change page", reverse("admin:runs_run_change", args=[run.pk])),
     ]
 
@@ -353,22 +354,27 @@ def run_bench(*, steps: int, workers: int, kills: int = 3, pg_seconds: float = 5
 def format_table(result: dict) -> str:
     """The human-readable table printed by ``manage.py bench``."""
     e, rq, pg = result["engine"], result["raw_rq"], result["raw_postgres"]
-    rec, con = result["recovery"], result["console"]
-    lat = e["latency_ms"]
-    db = e.get("db_per_step") or {}
-    lines = [
-        f"{'part':<14} {'figure':<44} value",
-        f"{'engine':<14} {'steps/s (' + str(e['steps']) + ' steps, ' + str(e['workers']) + ' workers)':<44} {e['steps_per_s']}",
-        f"{'':<14} {'dispatch-to-commit p50/p95/p99 ms':<44} {lat['p50']} / {lat['p95']} / {lat['p99']}",
-        f"{'':<14} {'DB round trips / statements / tx per step':<44} {db.get('round_trips')} / {db.get('statements')} / {db.get('transactions')}",
-        f"{'':<14} {'peak worker RSS MB':<44} {e['peak_worker_rss_mb']}",
-        f"{'raw RQ':<14} {'jobs/s (SimpleWorker)':<44} {rq['jobs_per_s']}",
-        f"{'raw Postgres':<14} {'single-row UPDATE tx/s':<44} {pg['tx_per_s']}",
-        f"{'ratios':<14} {'engine / raw RQ':<44} {result['ratios']['engine_vs_raw_rq']}",
-        f"{'':<14} {'engine / raw PostgreSQL':<44} {result['ratios']['engine_vs_raw_postgres']}",
-        f"{'recovery':<14} {'SIGKILL to commit p50 / max s (' + str(rec.get('kills')) + ' kills)':<44} {rec.get('p50_s')} / {rec.get('max_s')}",
-        f"{'console':<14} {'source: ' + con['source']:<44} {con['runs']:,} runs, {con['events']:,} events",
+    rec, con, ratios = result["recovery"], result["console"], result["ratios"]
+    lat, db = e["latency_ms"], e.get("db_per_step") or {}
+    rows = [
+        ("engine", f"steps/s ({e['steps']} no-op steps, {e['workers']} workers)", e["steps_per_s"]),
+        ("", "dispatch-to-commit ms p50 / p95 / p99",
+         f"{lat['p50']} / {lat['p95']} / {lat['p99']}"),
+        ("", "per step: DB round trips / statements / transactions",
+         f"{db.get('round_trips')} / {db.get('statements')} / {db.get('transactions')}"),
+        ("", "peak worker RSS MB", e["peak_worker_rss_mb"]),
+        ("raw RQ", f"no-op jobs/s (SimpleWorker x {rq['workers']})", rq["jobs_per_s"]),
+        ("raw Postgres", f"single-row UPDATE tx/s ({pg['connections']} connections)",
+         pg["tx_per_s"]),
+        ("ratios", "engine / raw RQ", ratios["engine_vs_raw_rq"]),
+        ("", "engine / raw PostgreSQL", ratios["engine_vs_raw_postgres"]),
+        ("recovery", f"SIGKILL to commit s p50 / max ({rec.get('kills')} kills)",
+         f"{rec.get('p50_s')} / {rec.get('max_s')}"),
+        ("console", f"{con['source']}", f"{con['runs']:,} runs, {con['events']:,} events"),
     ]
     for label, page in con["pages"].items():
-        lines.append(f"{'':<14} {label + ' p50/p95 ms':<44} {page['p50_ms']} / {page['p95_ms']} (HTTP {page['status']})")
+        rows.append(("", f"{label} ms p50 / p95",
+                     f"{page['p50_ms']} / {page['p95_ms']} (HTTP {page['status']})"))
+    lines = [f"{'part':<13} {'figure':<54} value"]
+    lines += [f"{part:<13} {figure:<54} {value}" for part, figure, value in rows]
     return "\n".join(lines)

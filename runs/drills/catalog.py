@@ -1,16 +1,13 @@
 """The drills (issue 7, part 1). Each runs real ``manage.py worker`` processes in a fresh
 ``Sandbox``, injects its fault, and checks where the run resumed, how many times each
 outside call happened (the simulated systems' own logs) and the business result.
-
-Drills that need features of other issues skip with the reason until those land.
 """
 
-import contextlib
 import signal
 import threading
 import time
 
-from runs.drills.base import Skip, drill, events, owner_pid, steps, wait_status, wait_terminal
+from runs.drills.base import drill, events, owner_pid, steps, wait_status, wait_terminal
 from runs.drills.sandbox import PgCluster, Sandbox, process_state, wait_until
 from runs.engine import dispatch
 from runs.engine.control import run_status, start_run
@@ -120,7 +117,8 @@ def duplicate_messages(r):
         def duplicate():
             nonlocal sent
             while not stop.is_set():
-                for step_id, run_id in Step.objects.filter(run_id__in=ids).values_list("pk", "run_id"):
+                pairs = Step.objects.filter(run_id__in=ids).values_list("pk", "run_id")
+                for step_id, run_id in pairs:
                     dispatch.notify_now(run_id, step_id)
                     sent += 1
                 time.sleep(0.05)
@@ -263,8 +261,8 @@ def db_outage(r):
                          "wakes up: write fenced, side effect deduplicated by key")
 def sigstop_fenced(r):
     with Sandbox("stop", env=DRILL_ENV) as box:
-        run = start_run("synthetic_order", thread_id="drill-stop", input={"sku": "A-1", "amount": 42},
-                        actor="drill")
+        run = start_run("synthetic_order", thread_id="drill-stop",
+                        input={"sku": "A-1", "amount": 42}, actor="drill")
         faults.arm("payments.charge", "stop", when="before", run_id=run.pk)
         first = box.start_worker()
         _wait_stopped(box)
@@ -434,7 +432,8 @@ def cancel_running(r):
         r.expect("run status", "CANCELLED", wait_status(run.pk, RUN_TERMINAL, 60))
         by_name = steps(run.pk)
         r.expect("analyze stopped at a safe point", "CANCELLED", by_name["analyze"].status)
-        r.expect("steps after analyze", [], [n for n in by_name if n in ("draft_report", "publish")])
+        r.expect("steps after analyze", [],
+                 [n for n in by_name if n in ("draft_report", "publish")])
         calls = device_calls(str(run.pk))
         r.expect("slot reserved, then released by compensation", (1, 1),
                  (calls.get("publisher.reserve"), calls.get("publisher.release")))
@@ -508,4 +507,5 @@ def artifact_corrupt(r):
         r.expect("problems found", ["checksum_mismatch", "missing"],
                  [(t.evidence or {}).get("problem") if t else None for t in takeovers])
         r.expect("publications", [0, 0],
-                 [device_calls(str(i)).get("publisher.publish", 0) for i in (corrupt.pk, missing.pk)])
+                 [device_calls(str(i)).get("publisher.publish", 0)
+                  for i in (corrupt.pk, missing.pk)])

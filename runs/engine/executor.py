@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import close_old_connections, connection
-from django.db.models import DateTimeField, ExpressionWrapper, F
+from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 
 from runs.engine import budget, compensation, dispatch, leases, unknown, versions
