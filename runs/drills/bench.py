@@ -235,13 +235,17 @@ def _insert_select(model, source_sql: str, overrides: dict[str, str], params=())
 
 def seed_console(runs: int, events_per_run: int, say) -> dict:
     """Bulk-insert ``runs`` runs over 1,000 threads and ``events_per_run`` events each,
-    server-side (INSERT ... SELECT over generate_series)."""
+    server-side (INSERT ... SELECT over generate_series), one run every 30 s back in time
+    (100,000 runs span 35 days)."""
     say(f"console: seeding {runs:,} runs and {runs * events_per_run:,} events")
     t0 = time.monotonic()
     _insert_select(Thread, "FROM generate_series(1, 1000) g",
                    {"thread_id": "'seed-' || g"})
-    statuses = "(ARRAY['SUCCEEDED','SUCCEEDED','SUCCEEDED','FAILED','RUNNING','PAUSED'," \
-               "'CANCELLED','WAITING_APPROVAL'])[1 + mod(g, 8)]"
+    # 97% finished (90 succeeded, 5 failed, 2 cancelled), 3% open (running, paused,
+    # waiting for approval): what a deployment that has run for a while looks like.
+    statuses = ("CASE WHEN mod(g, 100) < 90 THEN 'SUCCEEDED' WHEN mod(g, 100) < 95 THEN 'FAILED' "
+                "WHEN mod(g, 100) < 97 THEN 'CANCELLED' WHEN mod(g, 100) = 97 THEN 'RUNNING' "
+                "WHEN mod(g, 100) = 98 THEN 'PAUSED' ELSE 'WAITING_APPROVAL' END")
     _insert_select(Run, "FROM generate_series(1, %s) g", {
         "id": "gen_random_uuid()",
         "thread_id": "(SELECT min(id) FROM runs_thread) + mod(g, 1000)",
