@@ -83,3 +83,25 @@ def test_it_takes_down_a_forking_rq_worker_not_only_its_work_horse(deployment_fa
     status = d.manage_json("runs", "status", "--thread", "F", "--json")
     assert status["status"] == "SUCCEEDED"
     assert status["calls"] == {"thermostat.read": 1}
+
+
+@pytest.mark.parametrize("budget", ['[1]', '{"tool_calls": "x"}', '{"cost_usd": "abc"}',
+                                    '{"tool_calls": true}', '{"tool_calls": -1}',
+                                    '{"nonsense": 1}', '{"tool_calls": 1.5}'])
+def test_it_refuses_a_bad_budget_before_storing_anything(deployment_factory, budget):
+    d = deployment_factory("sqlite")
+    proc = d.manage("runs", "start", "room_temperature", "--thread", "B", "--input", QUESTION,
+                    "--budget", budget)
+    assert proc.returncode != 0 and "invalid_budget" in proc.stderr
+    count = d.manage("shell", "-v", "0", "-c", "from runs.models import Run; print(Run.objects.count())",
+                     check=True)
+    assert count.stdout.strip() == "0"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_it_refuses_nul_characters_the_same_on_every_backend(deployment_factory, backend):
+    d = deployment_factory(backend)
+    proc = d.manage("runs", "start", "room_temperature", "--thread", "N", "--input",
+                    '{"question": "a\\u0000b"}')
+    assert proc.returncode != 0 and "invalid_input" in proc.stderr
+    assert "Traceback" not in proc.stderr

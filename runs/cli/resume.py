@@ -7,6 +7,9 @@ they could repeat, and changes nothing.
 """
 
 import json
+import math
+
+from django.core.management.base import CommandError
 
 from runs.cli.common import control_error, parse_json, resolve_run
 from runs.engine.control import ControlError, resume
@@ -31,6 +34,9 @@ def add_arguments(parser):
 
 
 def handle(command, options):
+    wait = options["wait"]
+    if wait is not None and not (math.isfinite(wait) and wait >= 0):
+        raise CommandError("--wait must be a finite number of seconds >= 0")
     run = resolve_run(options)
     if options["checkpoint"]:
         _resume_from(command, run, options)
