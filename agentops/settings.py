@@ -121,6 +121,13 @@ AGENTOPS_SWEEP_BATCH = int(env_number("AGENTOPS_SWEEP_BATCH", 200, minimum=1))
 AGENTOPS_STUCK_SECONDS = env_number("AGENTOPS_STUCK_SECONDS", 600, minimum=1)
 #: Redis database (on the configured server) that drills, the soak and the benchmark use.
 AGENTOPS_SCRATCH_REDIS_DB = int(env_number("AGENTOPS_SCRATCH_REDIS_DB", 15, minimum=0))
+#: Console: a step name run this many times in one generation counts as a loop.
+AGENTOPS_LOOP_REPEATS = int(env_number("AGENTOPS_LOOP_REPEATS", 5, minimum=2))
+#: Console: a pending approval older than this (seconds) with no expiry is overdue.
+AGENTOPS_APPROVAL_OVERDUE_SECONDS = env_number("AGENTOPS_APPROVAL_OVERDUE_SECONDS", 3600, minimum=1)
+#: Console: serve /static/ from Django itself (the console's only assets are htmx and
+#: one stylesheet); turn off when a web server serves STATIC_ROOT.
+AGENTOPS_SERVE_STATIC = env_bool("AGENTOPS_SERVE_STATIC", True)
 #: Default lifetime of an approval request; 0 means approvals never expire. An approval
 #: step's ``expires_after`` overrides it.
 AGENTOPS_APPROVAL_EXPIRY_SECONDS = env_number("AGENTOPS_APPROVAL_EXPIRY_SECONDS", 0, minimum=0)

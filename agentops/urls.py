@@ -1,7 +1,17 @@
+from django.conf import settings
 from django.contrib import admin
-from django.urls import include, path
+from django.contrib.staticfiles.views import serve as serve_static
+from django.urls import include, path, re_path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("", include("runs.urls")),
 ]
+
+if settings.AGENTOPS_SERVE_STATIC and not settings.DEBUG:
+    # The console's assets (vendored htmx, one stylesheet) from the app static dirs, so
+    # `runserver` and a bare deployment work without a separate static file server.
+    urlpatterns.append(
+        re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}),
+    )

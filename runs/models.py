@@ -104,6 +104,10 @@ class Run(models.Model):
     compensation = models.JSONField(default=dict, blank=True)
 
     class Meta:
+        permissions = [
+            # The console's operator role: cancel, re-dispatch, retry, resume, resolve.
+            ("operate_run", "Can cancel, re-dispatch, retry, resume and resolve runs"),
+        ]
         constraints = [
             # Client idempotency (API ``Idempotency-Key``): one run per owner and key.
             models.UniqueConstraint(
@@ -275,6 +279,8 @@ class Event(models.Model):
         indexes = [
             # Overview and metrics count events of a type over a time window.
             models.Index(fields=["type", "created_at"], name="event_type_created"),
+            # Console audit log: operator events ("user:..." / "cli" actors), newest first.
+            models.Index(fields=["actor", "-created_at"], name="event_actor_created"),
         ]
         ordering = ["run", "seq"]
 
