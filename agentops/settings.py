@@ -119,6 +119,8 @@ AGENTOPS_SWEEP_SECONDS = env_number("AGENTOPS_SWEEP_SECONDS", 5, minimum=0.1)
 AGENTOPS_RENOTIFY_SECONDS = env_number("AGENTOPS_RENOTIFY_SECONDS", 15, minimum=0.1)
 AGENTOPS_SWEEP_BATCH = int(env_number("AGENTOPS_SWEEP_BATCH", 200, minimum=1))
 AGENTOPS_STUCK_SECONDS = env_number("AGENTOPS_STUCK_SECONDS", 600, minimum=1)
+#: Redis database (on the configured server) that drills, the soak and the benchmark use.
+AGENTOPS_SCRATCH_REDIS_DB = int(env_number("AGENTOPS_SCRATCH_REDIS_DB", 15, minimum=0))
 #: Console: a step name run this many times in one generation counts as a loop.
 AGENTOPS_LOOP_REPEATS = int(env_number("AGENTOPS_LOOP_REPEATS", 5, minimum=2))
 #: Console: a pending approval older than this (seconds) with no expiry is overdue.
@@ -162,6 +164,8 @@ AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.dim_lights",
     "runs.workflows.book_trip",
     "runs.workflows.weekly_report",
+    # Benchmark, drill and soak workflows (bench_noop, bench_hold, synthetic_order).
+    "runs.workflows.synthetic",
 ]
 # More modules (comma-separated) for deployments that register their own workflows or a
 # new version of one; tests use it to play "old code" and "new code" side by side.

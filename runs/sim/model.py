@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from runs.sim import faults
+
 #: Price of one simulated call in USD, charged to the run's budget like a real one.
 COST_PER_CALL_USD = "0.001"
 
@@ -24,7 +26,9 @@ def complete(messages: list[dict[str, Any]], tools: list[str]) -> ModelReply:
     """Answer ``messages`` (``[{"role", "content", "tool_calls", "tool_call_id"}]``).
 
     Only tool results after the last user message count: a new question on a long
-    thread gets a fresh reading, not an old one from the history."""
+    thread gets a fresh reading, not an old one from the history. Faults armed for
+    ``model.complete`` (``runs.sim.faults``, e.g. a delay) fire first."""
+    faults.fire("model.complete", "before", "")
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
     tool_results = [m for m in messages[last_user + 1:] if m["role"] == "tool"]
     question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
