@@ -5,7 +5,7 @@ import threading
 from typing import Any
 
 from runs.engine import budget as budget_mod
-from runs.engine import ledger
+from runs.engine import drafts, ledger
 from runs.engine.errors import CancelRequested, LeaseLost, StepError
 from runs.models import Message, Operation, Run, Step
 from runs.sim import model as sim_model
@@ -32,6 +32,8 @@ class StepContext:
         self.input: dict[str, Any] = state.get("input", run.input)
         self.outputs: dict[str, Any] = dict(state.get("outputs", {}))
         self.new_messages: list[dict[str, Any]] = []
+        #: Drafts begun by this attempt: ``{message_id: role}``.
+        self._draft_roles: dict[str, str] = {}
         self.next_step: str | None = None
         self.goto_set = False
         #: Set by the heartbeat thread; read at safe points.
@@ -64,7 +66,7 @@ class StepContext:
                 thread_id=self.run.thread_id, status=Message.Status.FINAL
             ).order_by("seq")
         ]
-        return stored + [dict(m) for m in self.new_messages]
+        return stored + [{k: v for k, v in m.items() if k != "draft"} for m in self.new_messages]
 
     def tool_call_id(self, index: int = 0) -> str:
         """A tool-call id that is the same on every attempt of this step."""
@@ -81,7 +83,43 @@ class StepContext:
         })
         return message_id
 
+    def begin_message(self, role: str = "assistant") -> str:
+        """Commit an empty draft message now and return its ``message_id``, before any
+        generation starts (``runs.engine.drafts``). A retry of this step gets a new id
+        and supersedes this draft. Finish it with ``finish_message``."""
+        self.safe_point()
+        message_id = drafts.begin(run_id=self.run.pk, thread_id=self.run.thread_id,
+                                  step=self.step, attempt=self.attempt, role=role,
+                                  index=len(self.new_messages) + len(self._draft_roles),
+                                  actor=self.worker_id)
+        self._draft_roles[message_id] = role
+        return message_id
+
+    def finish_message(self, message_id: str, content: str) -> None:
+        """Stage the draft ``message_id`` as final with ``content``; it becomes final
+        only with the step's fenced commit."""
+        self.new_messages.append({"id": message_id, "role": self._draft_roles[message_id],
+                                  "content": content,
+                                  "tool_calls": [], "tool_call_id": None, "draft": True})
+
     # -- model and tools ------------------------------------------------------------
+    def stream_model(self, messages: list[dict[str, Any]], *, message_id: str):
+        """Ask the (simulated) model for a text reply and stream it into the draft
+        ``message_id`` piece by piece (one ``message.delta`` event each, with its
+        character offset); charges one model call first. Returns the whole reply as a
+        ``ModelReply``. Raises ``BudgetExhausted``, ``LeaseLost``, ``CancelRequested``."""
+        self.safe_point()
+        budget_mod.charge(self.run.pk, self.run.budget, model_calls=1,
+                          cost_usd=sim_model.COST_PER_CALL_USD)
+        content = ""
+        for piece in sim_model.stream(messages):
+            self.safe_point()
+            drafts.delta(run_id=self.run.pk, step=self.step, attempt=self.attempt,
+                         message_id=message_id, offset=len(content), text=piece,
+                         content=content + piece, actor=self.worker_id)
+            content += piece
+        return sim_model.ModelReply(content=content)
+
     def call_model(self, messages: list[dict[str, Any]], tools: list[str] | None = None):
         """Ask the (simulated) model; charges one model call and its cost to the budget
         first. Returns ``runs.sim.model.ModelReply``; raises ``BudgetExhausted``."""

@@ -3,8 +3,13 @@ remote model. It plans a tool call when the conversation has no tool result yet 
 answers from the tool result otherwise."""
 
 import json
+import re
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.conf import settings
 
 #: Price of one simulated call in USD, charged to the run's budget like a real one.
 COST_PER_CALL_USD = "0.001"
@@ -33,3 +38,14 @@ def complete(messages: list[dict[str, Any]], tools: list[str]) -> ModelReply:
             )
     question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     return ModelReply(content=f"I have no tool for that: {question}")
+
+
+def stream(messages: list[dict[str, Any]]) -> Iterator[str]:
+    """Answer ``messages`` as ``complete`` does (text only, no tools), yielding the reply
+    word by word (each word with its trailing whitespace; the pieces join to the whole
+    reply), pausing ``AGENTOPS_SIM_WORD_SECONDS`` between words like a real model."""
+    pieces = re.findall(r"\S+\s*|\s+", complete(messages, []).content)
+    for index, piece in enumerate(pieces):
+        if index and settings.AGENTOPS_SIM_WORD_SECONDS:
+            time.sleep(settings.AGENTOPS_SIM_WORD_SECONDS)
+        yield piece
