@@ -51,9 +51,20 @@ def _refusal(request) -> JsonResponse | None:
 
 
 def _has_nul(body: bytes) -> bool:
-    """True if the JSON ``body`` decodes to a string containing NUL (bad JSON: False,
-    the view reports it)."""
+    """True if the JSON ``body`` decodes to a string (key or value) containing NUL; bad
+    JSON gives ``False`` (the view reports it)."""
     try:
-        return "\x00" in json.dumps(json.loads(body), ensure_ascii=False)
+        stack = [json.loads(body)]
     except ValueError:
         return False
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

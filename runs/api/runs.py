@@ -7,7 +7,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.http import HttpResponse
-from ninja import Header, Query, Router, Schema
+from ninja import Header, Query, Router, Schema, Status
 from pydantic import Field
 
 from apitokens.services import throttle
@@ -63,7 +63,7 @@ def create_run(request, response: HttpResponse, payload: RunCreate,
             # A retry: no throttling, nothing new.
             idempotency.check_replay(existing, fingerprint)
             response["Idempotent-Replayed"] = "true"
-            return 200, run_document(existing)
+            return Status(200, run_document(existing))
     decision = throttle(request.api_token, limit=settings.AGENTOPS_API_CREATE_LIMIT,
                         period=settings.AGENTOPS_API_CREATE_PERIOD)
     if not decision.allowed:
@@ -80,7 +80,7 @@ def create_run(request, response: HttpResponse, payload: RunCreate,
     if not created:
         response["Idempotent-Replayed"] = "true"
     response["Location"] = f"/api/v1/runs/{run.pk}"
-    return (201 if created else 200), run_document(run)
+    return Status(201 if created else 200, run_document(run))
 
 
 class RunFilters(Schema):
@@ -150,9 +150,9 @@ def list_messages(request, thread_id: str, include_superseded: bool = False,
 def cancel_run(request, run_id: UUID, payload: CancelIn):
     """Ask the run to cancel (CANCEL_REQUESTED, then CANCELLED once the running step
     reaches a safe point). 409 ``run_terminal`` for a finished run."""
+    run = access.get_run_to_operate(request.user, run_id)
     from runs.engine.cancel import request_cancel
 
-    run = access.get_run_to_operate(request.user, run_id)
     request_cancel(run, actor=access.actor(request.user), reason=payload.reason)
     return run_document(run)
 
@@ -182,9 +182,9 @@ def resume_preview(request, run_id: UUID, checkpoint: str = Query(..., min_lengt
 @router.post("/runs/{run_id}/resume", response={200: RunOut, **ERRORS},
              summary="Resume the run from a named checkpoint")
 def resume_run(request, run_id: UUID, payload: ResumeIn):
+    run = access.get_run_to_operate(request.user, run_id)
     from runs.engine.rewind import resume_from_checkpoint
 
-    run = access.get_run_to_operate(request.user, run_id)
     resume_from_checkpoint(run, payload.checkpoint, actor=access.actor(request.user),
                            input_patch=payload.input_patch, reason=payload.reason)
     return run_document(run)
@@ -195,9 +195,9 @@ def resume_run(request, run_id: UUID, payload: ResumeIn):
 def resolve_step(request, run_id: UUID, step_name: str, payload: ResolveIn):
     """``done`` (with evidence and optional result: the side effect happened) or
     ``not-done`` (it did not: the step runs again)."""
+    run = access.get_run_to_operate(request.user, run_id)
     from runs.engine.unknown import resolve_unknown
 
-    run = access.get_run_to_operate(request.user, run_id)
     resolve_unknown(run, step_name, outcome=payload.outcome, evidence=payload.evidence,
                     actor=access.actor(request.user), result=payload.result)
     return run_document(run)
