@@ -49,11 +49,11 @@ def decide_approval(request, payload: DecideIn,
                     approval_id: int = Path(..., ge=1, le=2**62)):
     """Needs the ``approvals.decide_approval`` permission (403 otherwise); a different
     second decision is a 409 ``decision_conflict``."""
-    from approvals.services import DecisionConflict, decide
-
     approval = _visible(request.user).filter(pk=approval_id).first()
     if approval is None:
         raise not_found("approval")
+    from approvals.services import DecisionConflict, decide
+
     try:
         approval = decide(approval, decision=payload.decision, user=request.user,
                           comment=payload.comment)

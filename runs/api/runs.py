@@ -171,9 +171,10 @@ def list_checkpoints(request, run_id: UUID):
 @router.get("/runs/{run_id}/resume-preview", response={200: ResumePreview, **ERRORS},
             summary="What resuming from a checkpoint would re-run")
 def resume_preview(request, run_id: UUID, checkpoint: str = Query(..., min_length=1, max_length=120)):
+    run = access.get_run(request.user, run_id)
     from runs.engine.rewind import plan_resume
 
-    plan = plan_resume(access.get_run(request.user, run_id), checkpoint)
+    plan = plan_resume(run, checkpoint)
     return {"checkpoint": getattr(plan.checkpoint, "name", str(plan.checkpoint)),
             "steps_to_rerun": list(plan.steps_to_rerun),
             "operations_may_repeat": list(plan.operations_may_repeat)}
