@@ -68,13 +68,19 @@ TEMPLATES = [
 
 _database_url = env_str("DATABASE_URL")
 if _database_url:
-    # Worker processes keep their connection; the ASGI server sets
-    # AGENTOPS_CONN_MAX_AGE=0 (agentops/asgi.py) because persistent connections do not
-    # work under ASGI: each request may run in a different thread.
-    DATABASES = {"default": dj_database_url.parse(
-        _database_url, conn_max_age=int(env_number("AGENTOPS_CONN_MAX_AGE", 600, minimum=0)))}
+    # Persistent connections (no per-step connection setup), health-checked so a worker
+    # survives a database restart. The ASGI server sets AGENTOPS_CONN_MAX_AGE=0
+    # (agentops/asgi.py): under ASGI each request may run in another thread, so a kept
+    # connection would be held by a thread nobody reuses.
+    DATABASES = {
+        "default": dj_database_url.parse(
+            _database_url, conn_max_age=int(env_number("AGENTOPS_CONN_MAX_AGE", 600, minimum=0)),
+            conn_health_checks=True)
+    }
 else:
     _sqlite_path = env_str("AGENTOPS_SQLITE_PATH", str(VAR_DIR / "agentops.sqlite3"))
+    # The embedded default must work on a fresh checkout with no setup step.
+    Path(_sqlite_path).parent.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",

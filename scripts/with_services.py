@@ -18,7 +18,8 @@ environment, stops both services, removes the temp dir and exits with CMD's exit
 - ``AGENTOPS_PG_RUN_AS``    the OS user PostgreSQL runs as when we are root, else empty
                             (run ``runuser -u "$AGENTOPS_PG_RUN_AS" -- pg_ctl ...``)
 - ``AGENTOPS_PG_LOG``       PostgreSQL's log file; pass it to ``pg_ctl start -l`` when a
-                            drill restarts the server, or pg_ctl's pipes stay open
+                            drill restarts the server (without ``-l`` the server holds
+                            the caller's stdout/stderr, so a captured pg_ctl never ends)
 - ``AGENTOPS_PG_PORT``      PostgreSQL's port (also in its config, so a restart keeps it)
 - ``AGENTOPS_REDIS_BIN``    path of redis-server
 - ``AGENTOPS_REDIS_PORT``   Redis's port
@@ -157,9 +158,20 @@ def ensure_run_as_user() -> pwd.struct_passwd | None:
     with contextlib.suppress(KeyError):
         return pwd.getpwnam(name)
     proc = subprocess.run(
-        ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
-         "/nonexistent", "--shell", "/usr/sbin/nologin", name],
-        capture_output=True, text=True, check=False,
+        [
+            "useradd",
+            "--system",
+            "--user-group",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+            "--shell",
+            "/usr/sbin/nologin",
+            name,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     # A concurrent run may have created it between our lookup and useradd.
     with contextlib.suppress(KeyError):
@@ -244,8 +256,14 @@ class Services:
     def _run_pg(self, args: list[str], timeout: float) -> subprocess.CompletedProcess:
         """Run a PostgreSQL binary to completion as the unprivileged user (it refuses root)."""
         return subprocess.run(
-            args, capture_output=True, text=True, timeout=timeout, check=False,
-            stdin=subprocess.DEVNULL, cwd=self.tmp, **self._as_run_as(),
+            args,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            cwd=self.tmp,
+            **self._as_run_as(),
         )
 
     def _check_interrupt(self) -> None:
@@ -297,14 +315,21 @@ class Services:
 
     def _start_postgres(self) -> None:
         initdb = [
-            str(self.pg_bin / "initdb"), "-D", str(self.pgdata), "--auth=trust",
-            f"--username={self.db_user}", "--encoding=UTF8", "--locale=C",
+            str(self.pg_bin / "initdb"),
+            "-D",
+            str(self.pgdata),
+            "--auth=trust",
+            f"--username={self.db_user}",
+            "--encoding=UTF8",
+            "--locale=C",
             # Throwaway cluster: skipping initdb's fsyncs saves time; the server keeps fsync.
             "--no-sync",
         ]
         proc = self._run_pg(initdb, timeout=180)
         if proc.returncode != 0:
-            raise ServiceError(f"initdb failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
+            raise ServiceError(
+                f"initdb failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}"
+            )
         with open(self.pgdata / "postgresql.conf", "a", encoding="utf-8") as fh:
             # Our settings live in their own file so a port retry can rewrite them, and a
             # drill's plain `pg_ctl start` later picks up the same port and settings.
@@ -334,9 +359,13 @@ class Services:
             with open(self.pg_log, "ab") as logf:
                 self.pg_proc = subprocess.Popen(
                     [str(self.pg_bin / "postgres"), "-D", str(self.pgdata)],
-                    stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                    cwd=self.tmp, start_new_session=True,
-                    preexec_fn=_parent_death_signal(signal.SIGQUIT), **self._as_run_as(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.tmp,
+                    start_new_session=True,
+                    preexec_fn=_parent_death_signal(signal.SIGQUIT),
+                    **self._as_run_as(),
                 )
             if self._wait_pg_ready():
                 break
@@ -351,15 +380,38 @@ class Services:
 
         createdb = pg_tool(self.pg_bin, "createdb")
         if createdb:
-            args = [createdb, "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", self.db_user, DB_NAME]
+            args = [
+                createdb,
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.pg_port),
+                "-U",
+                self.db_user,
+                DB_NAME,
+            ]
         else:
             psql = pg_tool(self.pg_bin, "psql")
             if not psql:
                 raise ServiceError("neither createdb nor psql found to create the database")
-            args = [psql, "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", self.db_user,
-                    "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", f"CREATE DATABASE {DB_NAME}"]
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False,
-                              stdin=subprocess.DEVNULL)
+            args = [
+                psql,
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.pg_port),
+                "-U",
+                self.db_user,
+                "-d",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                f"CREATE DATABASE {DB_NAME}",
+            ]
+        proc = subprocess.run(
+            args, capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL
+        )
         if proc.returncode != 0:
             raise ServiceError(f"creating database {DB_NAME!r} failed: {proc.stderr.strip()}")
 
@@ -375,11 +427,27 @@ class Services:
             if self.pg_proc.poll() is not None:
                 return False
             if pg_isready:
-                ready = subprocess.run(
-                    [pg_isready, "-q", "-h", "127.0.0.1", "-p", str(self.pg_port),
-                     "-U", self.db_user, "-d", "postgres", "-t", "2"],
-                    check=False, stdin=subprocess.DEVNULL,
-                ).returncode == 0
+                ready = (
+                    subprocess.run(
+                        [
+                            pg_isready,
+                            "-q",
+                            "-h",
+                            "127.0.0.1",
+                            "-p",
+                            str(self.pg_port),
+                            "-U",
+                            self.db_user,
+                            "-d",
+                            "postgres",
+                            "-t",
+                            "2",
+                        ],
+                        check=False,
+                        stdin=subprocess.DEVNULL,
+                    ).returncode
+                    == 0
+                )
             else:  # no client tools: an accepted TCP connection is the best we can see
                 try:
                     socket.create_connection(("127.0.0.1", self.pg_port), timeout=1).close()
@@ -406,12 +474,29 @@ class Services:
             log_offset = self.redis_log.stat().st_size if self.redis_log.exists() else 0
             with open(self.redis_log, "ab") as logf:
                 self.redis_proc = subprocess.Popen(
-                    [self.redis_bin, "--port", str(self.redis_port), "--bind", "127.0.0.1",
-                     "--save", "", "--appendonly", "no", "--daemonize", "no",
-                     "--dir", str(redis_dir), "--logfile", ""],
-                    stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                    [
+                        self.redis_bin,
+                        "--port",
+                        str(self.redis_port),
+                        "--bind",
+                        "127.0.0.1",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--daemonize",
+                        "no",
+                        "--dir",
+                        str(redis_dir),
+                        "--logfile",
+                        "",
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
                     # Own session: a terminal Ctrl-C must not kill it before we clean up.
-                    start_new_session=True, preexec_fn=_parent_death_signal(signal.SIGTERM),
+                    start_new_session=True,
+                    preexec_fn=_parent_death_signal(signal.SIGTERM),
                 )
             deadline = time.monotonic() + timeout
             while self.redis_proc.poll() is None:
@@ -458,8 +543,18 @@ class Services:
             for mode in ("fast", "immediate"):
                 try:
                     proc = self._run_pg(
-                        [pg_ctl, "-D", str(self.pgdata), "-m", mode, "-w", "-t", "30", "-s",
-                         "stop"],
+                        [
+                            pg_ctl,
+                            "-D",
+                            str(self.pgdata),
+                            "-m",
+                            mode,
+                            "-w",
+                            "-t",
+                            "30",
+                            "-s",
+                            "stop",
+                        ],
                         timeout=45,
                     )
                     if proc.returncode == 0 or not pidfile.exists():
@@ -545,6 +640,9 @@ class Runner:
         except PermissionError:
             log(f"command not executable: {cmd[0]}")
             return 126
+        if self.received is not None:  # arrived between the check above and Popen
+            with contextlib.suppress(ProcessLookupError):
+                self.child.send_signal(self.received)
         rc = self.child.wait()
         return 128 - rc if rc < 0 else rc
 
@@ -566,11 +664,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description="Run CMD beside a throwaway PostgreSQL and Redis.",
         usage="%(prog)s [--keep-data] -- CMD ARGS...",
     )
-    parser.add_argument("--keep-data", action="store_true",
-                        help="keep the temp dir (data, logs) after stopping the services")
+    parser.add_argument(
+        "--keep-data",
+        action="store_true",
+        help="keep the temp dir (data, logs) after stopping the services",
+    )
     if "--" in argv:
         split = argv.index("--")
-        own, cmd = argv[:split], argv[split + 1:]
+        own, cmd = argv[:split], argv[split + 1 :]
     else:
         own, cmd = argv, []
     args = parser.parse_args(own)
@@ -593,8 +694,10 @@ def main(argv: list[str] | None = None) -> int:
         reason = "redis-server not found on PATH"
     if pg_bin is None or redis_bin is None:
         if is_ci():
-            log(f"ERROR: {reason}; CI=true, so PostgreSQL/Redis tests may not skip "
-                "(install postgresql and redis-server, see .ci/run)")
+            log(
+                f"ERROR: {reason}; CI=true, so PostgreSQL/Redis tests may not skip "
+                "(install postgresql and redis-server, see .ci/run)"
+            )
             return 2
         log(f"SKIPPING PostgreSQL/Redis: {reason}")
         for name in EXPORTED:
@@ -607,6 +710,9 @@ def main(argv: list[str] | None = None) -> int:
             services.start(should_stop=runner.pending)
         except ServiceError as exc:
             log(f"ERROR starting services: {exc}")
+            return 2
+        except (OSError, subprocess.SubprocessError) as exc:  # e.g. a hung initdb
+            log(f"ERROR starting services: {type(exc).__name__}: {exc}")
             return 2
         log(
             f"PostgreSQL 127.0.0.1:{services.pg_port} ({services.timings['postgres']:.1f}s), "

@@ -1,5 +1,9 @@
 """``runs resume (RUN_ID | --thread T) [--wait SECONDS]``: re-dispatch the next step."""
 
+import math
+
+from django.core.management.base import CommandError
+
 from runs.cli.common import control_error, resolve_run
 from runs.engine.control import ControlError, resume
 
@@ -14,6 +18,9 @@ def add_arguments(parser):
 
 
 def handle(command, options):
+    wait = options["wait"]
+    if wait is not None and not (math.isfinite(wait) and wait >= 0):
+        raise CommandError("--wait must be a finite number of seconds >= 0")
     run = resolve_run(options)
     told = []
 

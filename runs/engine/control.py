@@ -3,6 +3,7 @@ and the API (views and commands stay thin and call these)."""
 
 import time
 import uuid
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
@@ -49,13 +50,19 @@ def start_run(workflow: str, *, thread_id: str, input: Any, owner=None,
         wf = registry.get(workflow, version)
     except registry.UnknownWorkflow as exc:
         raise ControlError("unknown_workflow", str(exc), {"workflow": str(exc)}) from exc
-    if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 200:
+    if (not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 200
+            or "\x00" in thread_id):
         raise ControlError("invalid_thread", "thread id must be 1..200 characters",
                            {"thread_id": "must be 1..200 characters"})
     errors = wf.validate_input(input)
+    if not errors and _has_nul(input):
+        errors = {"input": "must not contain NUL (\\u0000) characters"}
     if errors:
         raise ControlError("invalid_input", "input is not valid for " + wf.name,
                            {f"input.{k}" if k != "input" else k: v for k, v in errors.items()})
+    budget_errors = validate_budget(budget)
+    if budget_errors:
+        raise ControlError("invalid_budget", "budget is not valid", budget_errors)
     goal = str(input.get(wf.message_field, "")) if wf.message_field else ""
     with transaction.atomic():
         try:
@@ -85,6 +92,48 @@ def start_run(workflow: str, *, thread_id: str, input: Any, owner=None,
             schedule_step(tx, wf.first_step, seq=1, actor=actor)
     run.refresh_from_db()
     return run
+
+
+BUDGET_KEYS = ("model_calls", "tool_calls", "cost_usd")
+
+
+def validate_budget(budget) -> dict[str, str]:
+    """Field errors of a budget limits dict (empty when valid).
+
+    Shape: ``{"model_calls": int >= 0, "tool_calls": int >= 0, "cost_usd": decimal
+    string or number >= 0 (USD)}``, every key optional; ``None`` means no limits.
+    """
+    if budget is None:
+        return {}
+    if not isinstance(budget, dict):
+        return {"budget": "must be a JSON object"}
+    errors = {}
+    for key, value in budget.items():
+        field = f"budget.{key}"
+        if key not in BUDGET_KEYS:
+            errors[field] = f"unknown limit; use {', '.join(BUDGET_KEYS)}"
+        elif key == "cost_usd":
+            try:
+                amount = Decimal(str(value)) if not isinstance(value, bool) else None
+            except InvalidOperation:
+                amount = None
+            if amount is None or not amount.is_finite() or amount < 0:
+                errors[field] = "must be a non-negative amount in USD"
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            errors[field] = "must be a non-negative integer"
+    return errors
+
+
+def _has_nul(value) -> bool:
+    """True if any string in a JSON value contains NUL, which PostgreSQL cannot store
+    (refused on every backend so both behave the same)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def latest_run(thread_id: str, owner=None) -> Run:

@@ -51,8 +51,8 @@ def notify_on_commit(run_id, step_id: int, attempt: int = 0, queue: str = "defau
     def send() -> None:
         try:
             notify_now(run_id, step_id, attempt, queue)
-        except Exception:  # noqa: BLE001 - any Redis failure leaves recovery to the sweeper
-            logger.warning("notification for step %s not sent; the sweeper will retry", step_id,
-                           exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - any Redis failure leaves recovery to the sweeper
+            logger.warning("notification for step %s not sent (%s: %s); the sweeper will retry",
+                           step_id, type(exc).__name__, exc)
 
     transaction.on_commit(send)

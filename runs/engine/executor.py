@@ -228,16 +228,16 @@ def _commit_success(ctx: StepContext, output: Any, worker: WorkerIdentity) -> in
 
 def _commit_rejection(tx: RunTx, step: Step, attempt: int) -> str | None:
     """Why a fenced commit must not apply, or ``None`` if it may."""
-    if tx.run.status in RUN_TERMINAL:
-        return f"run is {tx.run.status}"
-    if tx.run.generation != step.generation:
-        return "step belongs to a superseded generation"
     current = Step.objects.filter(pk=step.pk).values_list("status", "attempt").first()
     if current is None:
         return "step is gone"
     status, current_attempt = current
     if current_attempt != attempt:
         return f"stale attempt {attempt}; attempt {current_attempt} holds the step"
+    if tx.run.status in RUN_TERMINAL:
+        return f"run is {tx.run.status}"
+    if tx.run.generation != step.generation:
+        return "step belongs to a superseded generation"
     if status != StepStatus.RUNNING:
         return f"step is {status}"
     return None

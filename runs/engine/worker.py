@@ -15,7 +15,7 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, connections
 from django.db.models import Q
 from django.db.models.functions import Now
 
@@ -39,14 +39,50 @@ def due_step_ids(limit: int = 10) -> list[int]:
     )
 
 
+def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False):
+    """The RQ worker class for this process.
+
+    Default: a non-forking ``SimpleWorker`` (DESIGN section 11: forking per job costs
+    about 15x throughput). ``fork=True``: RQ's forking ``Worker``, where a work horse that
+    exits with the injected-crash code takes the whole worker process down with the same
+    code, as a real crash of the worker would. Either way a stop request (SIGTERM) also
+    stops the engine's step chaining.
+    """
+    from rq import SimpleWorker
+    from rq import Worker as ForkingWorker
+
+    base = ForkingWorker if fork else SimpleWorker
+
+    class EngineRQWorker(base):
+        def request_stop(self, signum, frame):
+            identity.stopping.set()
+            super().request_stop(signum, frame)
+
+        def fork_work_horse(self, job, queue):
+            # A forked child must not share the parent's database socket.
+            connections.close_all()
+            return super().fork_work_horse(job, queue)
+
+        def wait_for_horse(self):
+            retpid, ret_val, rusage = super().wait_for_horse()
+            if ret_val is not None and os.waitstatus_to_exitcode(ret_val) == executor.CRASH_EXIT_CODE:
+                os._exit(executor.CRASH_EXIT_CODE)
+            return retpid, ret_val, rusage
+
+    return EngineRQWorker
+
+
 class Worker:
     """One worker process. ``mode``: ``"db"`` or ``"rq"``; ``burst``: exit when nothing
     is due (db) or the queue is empty (rq)."""
 
-    def __init__(self, *, mode: str | None = None, queue: str = "default", burst: bool = False):
+    def __init__(self, *, mode: str | None = None, queue: str = "default", burst: bool = False,
+                 fork: bool = False):
         self.mode = mode or dispatch.mode()
         self.queue = queue
         self.burst = burst
+        #: RQ only: fork a work horse per job (RQ's default ``Worker``), for comparison.
+        self.fork = fork
         self.identity = WorkerIdentity(new_worker_id(), self.mode)
         set_current_worker(self.identity)
         self._last_sweep = 0.0
@@ -121,20 +157,11 @@ class Worker:
 
     def _run_rq(self) -> int:
         import django_rq
-        from rq import SimpleWorker
 
-        identity = self.identity
         queue = django_rq.get_queue(self.queue)
-
-        class EngineRQWorker(SimpleWorker):
-            """Non-forking RQ worker (DESIGN section 11: forking costs ~15x throughput);
-            a stop request also stops the engine's step chaining."""
-
-            def request_stop(self, signum, frame):
-                identity.stopping.set()
-                super().request_stop(signum, frame)
-
-        rq_worker = EngineRQWorker([queue], connection=queue.connection, name=self.worker_id)
+        worker_class = rq_worker_class(self.identity, fork=self.fork)
+        rq_worker = worker_class([queue], connection=queue.connection, name=self.worker_id)
+        identity = self.identity
         maintenance = None
         if not self.burst:
             maintenance = threading.Thread(target=self._maintenance_loop, daemon=True)

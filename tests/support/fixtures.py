@@ -36,7 +36,9 @@ def deployment_factory(
     """
     created: list[Deployment] = []
 
-    def factory(backend: str = "sqlite", extra_env: Mapping[str, object] | None = None) -> Deployment:
+    def factory(
+        backend: str = "sqlite", extra_env: Mapping[str, object] | None = None
+    ) -> Deployment:
         root = tmp_path / f"d{len(created) + 1}-{backend}"
         deployment = make_deployment(root, backend, extra_env=extra_env)
         created.append(deployment)

@@ -162,8 +162,14 @@ def _run_manage(
     cmd = [sys.executable, str(MANAGE_PY), *map(str, args)]
     try:
         return subprocess.run(
-            cmd, env=dict(env), cwd=REPO_ROOT, capture_output=True, text=True,
-            timeout=timeout, check=False, input=input,
+            cmd,
+            env=dict(env),
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            input=input,
             # No input means no stdin at all: a command that prompts fails, never hangs.
             stdin=subprocess.DEVNULL if input is None else None,
         )
@@ -230,8 +236,9 @@ class Templates:
                 # No connections allowed: CREATE DATABASE ... TEMPLATE fails while anyone
                 # is connected to the template.
                 conn.execute(
-                    sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false")
-                    .format(sql.Identifier(name))
+                    sql.SQL(
+                        "ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false"
+                    ).format(sql.Identifier(name))
                 )
         except BaseException:
             with psycopg.connect(admin_url, autocommit=True) as conn:
@@ -263,9 +270,7 @@ def _drop_database(conn, name: str) -> None:
     exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
     if not exists:
         return
-    conn.execute(
-        sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE false").format(sql.Identifier(name))
-    )
+    conn.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE false").format(sql.Identifier(name)))
     conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
@@ -343,7 +348,9 @@ class Deployment:
                 f"stdout is not JSON: {exc}\n{_describe(proc.args, proc.stdout, proc.stderr)}"
             ) from None
 
-    def popen(self, *args: object, extra_env: Mapping[str, object] | None = None) -> subprocess.Popen:
+    def popen(
+        self, *args: object, extra_env: Mapping[str, object] | None = None
+    ) -> subprocess.Popen:
         """Start ``manage.py *args`` in the background and return its ``Popen``.
 
         stdout/stderr go to ``<root>/NN-<command>.stdout.log`` / ``.stderr.log``; their
@@ -358,11 +365,19 @@ class Deployment:
         stem = self.root / f"{next(self._popen_count):02d}-{slug}"
         stdout_path = stem.with_name(stem.name + ".stdout.log")
         stderr_path = stem.with_name(stem.name + ".stderr.log")
-        with open(stdout_path, "w", encoding="utf-8") as out, \
-                open(stderr_path, "w", encoding="utf-8") as err:
+        with (
+            open(stdout_path, "w", encoding="utf-8") as out,
+            open(stderr_path, "w", encoding="utf-8") as err,
+        ):
             proc = subprocess.Popen(
-                self.command(*args), env=env, cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
-                stdout=out, stderr=err, text=True, start_new_session=True,
+                self.command(*args),
+                env=env,
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                text=True,
+                start_new_session=True,
             )
         proc.stdout_path = stdout_path  # type: ignore[attr-defined]
         proc.stderr_path = stderr_path  # type: ignore[attr-defined]
@@ -440,7 +455,9 @@ def make_deployment(
     db_name = f"agentops_t_{os.getpid()}_{next(_counter)}_{secrets.token_hex(3)}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            # FILE_COPY measured ~0.1 s per clone here against ~0.3 s for PG15's default
+            # WAL_LOG, which writes every page (system catalogs too) through the WAL.
+            sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
                 sql.Identifier(db_name), sql.Identifier(template)
             )
         )

@@ -15,11 +15,15 @@ class Command(BaseCommand):
         parser.add_argument("--queue", default="default", help="RQ queue name (default: default)")
         parser.add_argument("--mode", choices=["rq", "db"], default=None,
                             help="dispatch mode (default: rq if REDIS_URL is set, else db)")
+        parser.add_argument("--fork", action="store_true",
+                            help="RQ only: fork a work horse per job (slower; for comparison)")
 
-    def handle(self, *args, burst: bool, queue: str, mode: str | None, **options):
+    def handle(self, *args, burst: bool, queue: str, mode: str | None, fork: bool, **options):
         if mode == "rq" and dispatch.mode() != "rq":
             raise CommandError("--mode rq needs REDIS_URL to be set")
-        worker = Worker(mode=mode, queue=queue, burst=burst)
+        worker = Worker(mode=mode, queue=queue, burst=burst, fork=fork)
+        if fork and worker.mode != "rq":
+            raise CommandError("--fork needs RQ dispatch (REDIS_URL)")
         self.stdout.write(f"worker {worker.worker_id} mode={worker.mode} queue={queue}"
                           f"{' burst' if burst else ''}")
         self.stdout.flush()
