@@ -136,6 +136,16 @@ AGENTOPS_SSE_HEARTBEAT_SECONDS = env_number("AGENTOPS_SSE_HEARTBEAT_SECONDS", 15
 AGENTOPS_METRICS_TOKEN = env_str("AGENTOPS_METRICS_TOKEN") or None
 # Seconds the simulated model waits between the words of a streamed reply (demo pacing).
 AGENTOPS_SIM_WORD_SECONDS = env_number("AGENTOPS_SIM_WORD_SECONDS", 0, minimum=0)
+#: Console: a step name run this many times in one generation counts as a loop.
+AGENTOPS_LOOP_REPEATS = int(env_number("AGENTOPS_LOOP_REPEATS", 5, minimum=2))
+#: Console: a pending approval older than this (seconds) with no expiry is overdue.
+AGENTOPS_APPROVAL_OVERDUE_SECONDS = env_number("AGENTOPS_APPROVAL_OVERDUE_SECONDS", 3600, minimum=1)
+#: Console: serve /static/ from Django itself (the console's only assets are htmx and
+#: one stylesheet); turn off when a web server serves STATIC_ROOT.
+AGENTOPS_SERVE_STATIC = env_bool("AGENTOPS_SERVE_STATIC", True)
+#: Default lifetime of an approval request; 0 means approvals never expire. An approval
+#: step's ``expires_after`` overrides it.
+AGENTOPS_APPROVAL_EXPIRY_SECONDS = env_number("AGENTOPS_APPROVAL_EXPIRY_SECONDS", 0, minimum=0)
 AGENTOPS_DEVICE_DIR = Path(env_str("AGENTOPS_DEVICE_DIR", str(VAR_DIR / "devices")))
 
 LOGGING = {
@@ -152,4 +162,12 @@ LOGGING = {
 # Modules that define and register workflows (imported by runs.apps at start-up).
 AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.room_temperature",
+    "runs.workflows.dim_lights",
+    "runs.workflows.book_trip",
+    "runs.workflows.weekly_report",
+]
+# More modules (comma-separated) for deployments that register their own workflows or a
+# new version of one; tests use it to play "old code" and "new code" side by side.
+AGENTOPS_WORKFLOW_MODULES += [
+    m.strip() for m in (env_str("AGENTOPS_EXTRA_WORKFLOW_MODULES", "") or "").split(",") if m.strip()
 ]

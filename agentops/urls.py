@@ -1,5 +1,7 @@
+from django.conf import settings
 from django.contrib import admin
-from django.urls import include, path
+from django.contrib.staticfiles.views import serve as serve_static
+from django.urls import include, path, re_path
 
 from runs.api.app import api
 from runs.api.metrics import metrics_view
@@ -9,4 +11,12 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/v1/", api.urls),
     path("metrics", metrics_view, name="metrics"),
+    path("", include("runs.urls")),
 ]
+
+if settings.AGENTOPS_SERVE_STATIC and not settings.DEBUG:
+    # The console's assets (vendored htmx, one stylesheet) from the app static dirs, so
+    # `runserver` and a bare deployment work without a separate static file server.
+    urlpatterns.append(
+        re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}),
+    )

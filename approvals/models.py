@@ -7,13 +7,19 @@ from django.db.models.functions import Now
 
 
 class Approval(models.Model):
-    """A question to an approver that a run waits on (run status WAITING_APPROVAL)."""
+    """A question to an approver that a run waits on (run status WAITING_APPROVAL).
+
+    ``routes`` is ``{"approve": step or None, "reject": step or None, "expire": step or
+    None}``, fixed by the worker that asked (it knew the workflow), so a decision needs
+    no workflow code. CANCELLED: the run was cancelled or resumed elsewhere meanwhile.
+    """
 
     class Status(models.TextChoices):
         PENDING = "PENDING"
         APPROVED = "APPROVED"
         REJECTED = "REJECTED"
         EXPIRED = "EXPIRED"
+        CANCELLED = "CANCELLED"
 
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="approvals")
     step = models.ForeignKey("runs.Step", on_delete=models.CASCADE, related_name="approvals")
@@ -27,6 +33,7 @@ class Approval(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     comment = models.TextField(blank=True, default="")
     expires_at = models.DateTimeField(null=True, blank=True)
+    routes = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:

@@ -1,8 +1,18 @@
-"""Django admin for inspection. Status fields are read-only here: every status change
-goes through the engine's state machine (runs.engine.gateway), never a raw edit."""
+"""Django admin for the runs app.
 
-from django.contrib import admin
+Status columns are read-only everywhere: the admin never edits a status directly (that
+would skip the state machine and its events). The only admin actions call the same
+engine functions as the console, with the actor ``user:<username>``. Events and
+operations are read-only history.
+"""
 
+from django.contrib import admin, messages
+from django.urls import reverse
+from django.utils.html import format_html
+
+from runs.engine import control
+from runs.engine.cancel import request_cancel
+from runs.engine.control import ControlError
 from runs.models import (
     Artifact,
     Checkpoint,
@@ -18,7 +28,7 @@ from runs.models import (
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """Append-only or engine-owned records: viewable, never edited or deleted by hand."""
+    """History that nobody edits from the admin: view only."""
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -30,10 +40,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class StepInline(admin.TabularInline):
-    model = Step
-    fields = ("seq", "name", "generation", "status", "attempt", "owner", "lease_until", "error_code")
-    readonly_fields = fields
+class ReadOnlyInline(admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = True
@@ -41,40 +48,136 @@ class StepInline(admin.TabularInline):
     def has_add_permission(self, request, obj=None):
         return False
 
+    def has_change_permission(self, request, obj=None):
+        return False
 
-@admin.register(Thread)
-class ThreadAdmin(admin.ModelAdmin):
-    list_display = ("thread_id", "owner", "policy", "message_seq", "created_at")
-    list_filter = ("policy",)
-    search_fields = ("thread_id",)
-    readonly_fields = ("message_seq", "created_at")
+
+class StepInline(ReadOnlyInline):
+    model = Step
+    fields = (
+        "seq",
+        "name",
+        "generation",
+        "status",
+        "attempt",
+        "owner",
+        "lease_until",
+        "error_code",
+        "started_at",
+        "finished_at",
+    )
+    readonly_fields = fields
+
+
+class OperationInline(ReadOnlyInline):
+    model = Operation
+    fields = ("tool", "side_effect", "status", "idempotency_key", "attempt", "updated_at")
+    readonly_fields = fields
+
+
+def _actor(request) -> str:
+    return f"user:{request.user.get_username()}"
 
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
-    list_display = ("id", "workflow", "workflow_version", "status", "thread", "owner",
-                    "generation", "created_at", "finished_at")
-    list_filter = ("status", "workflow", "workflow_version")
-    search_fields = ("id", "thread__thread_id", "goal", "request_id")
-    date_hierarchy = "created_at"
-    inlines = [StepInline]
+    list_display = (
+        "id",
+        "workflow",
+        "workflow_version",
+        "status",
+        "thread",
+        "owner",
+        "generation",
+        "created_at",
+        "updated_at",
+        "stuck_since",
+    )
+    list_filter = ("status", "workflow", "workflow_version", "created_at")
+    search_fields = ("=id", "thread__thread_id", "goal", "request_id")
     list_select_related = ("thread", "owner")
+    date_hierarchy = "created_at"
+    inlines = [StepInline, OperationInline]
+    readonly_fields = ("events_link", "console_link")
+    actions = ["request_cancel_action", "redispatch_action"]
+
+    @admin.display(description="Events")
+    def events_link(self, obj):
+        url = reverse("admin:runs_event_changelist") + f"?run__id__exact={obj.pk}"
+        return format_html('<a href="{}">{} events</a>', url, obj.event_seq)
+
+    @admin.display(description="Console")
+    def console_link(self, obj):
+        return format_html(
+            '<a href="{}">open in the console</a>', reverse("console:run", args=[obj.pk])
+        )
+
+    def has_operate_permission(self, request):
+        return request.user.has_perm("runs.operate_run")
+
+    @admin.action(description="Request cancel (engine request_cancel)", permissions=["operate"])
+    def request_cancel_action(self, request, queryset):
+        self._each(
+            request,
+            queryset,
+            lambda run: request_cancel(
+                run, actor=_actor(request), reason="cancelled from the Django admin"
+            ),
+            "cancel requested",
+        )
+
+    @admin.action(description="Re-dispatch the open step (engine resume)", permissions=["operate"])
+    def redispatch_action(self, request, queryset):
+        self._each(
+            request,
+            queryset,
+            lambda run: control.resume(run, actor=_actor(request), wait_seconds=0),
+            "re-dispatched",
+        )
+
+    def _each(self, request, queryset, call, verb: str) -> None:
+        done, refused = 0, []
+        for run in queryset:
+            try:
+                call(run)
+                done += 1
+            except ControlError as exc:
+                refused.append(f"{run.pk}: {exc.message}")
+        self.message_user(request, f"{done} run(s) {verb}.", messages.SUCCESS)
+        if refused:
+            self.message_user(request, "Skipped: " + "; ".join(refused[:20]), messages.WARNING)
+
+
+@admin.register(Thread)
+class ThreadAdmin(ReadOnlyAdmin):
+    list_display = ("thread_id", "owner", "policy", "message_seq", "created_at")
+    search_fields = ("thread_id",)
+    list_filter = ("policy",)
 
 
 @admin.register(Step)
 class StepAdmin(ReadOnlyAdmin):
-    list_display = ("id", "run", "seq", "name", "generation", "status", "attempt", "owner",
-                    "lease_until", "error_code")
-    list_filter = ("status", "name")
-    search_fields = ("run__id", "run__thread__thread_id", "name")
+    list_display = (
+        "run",
+        "seq",
+        "name",
+        "generation",
+        "status",
+        "attempt",
+        "owner",
+        "lease_until",
+        "error_code",
+    )
+    list_filter = ("status", "name", "error_code")
+    search_fields = ("=run__id", "run__thread__thread_id", "name")
     list_select_related = ("run",)
 
 
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
-    list_display = ("message_id", "thread", "seq", "role", "status", "run", "created_at")
+    list_display = ("message_id", "thread", "run", "seq", "role", "status", "tool_call_id")
     list_filter = ("role", "status")
-    search_fields = ("message_id", "thread__thread_id", "run__id")
+    search_fields = ("=run__id", "thread__thread_id", "message_id", "tool_call_id")
     list_select_related = ("thread", "run")
 
 
@@ -82,36 +185,54 @@ class MessageAdmin(ReadOnlyAdmin):
 class ArtifactAdmin(ReadOnlyAdmin):
     list_display = ("name", "kind", "run", "step", "size", "checksum", "created_at")
     list_filter = ("kind",)
-    search_fields = ("name", "run__id", "run__thread__thread_id", "checksum")
+    search_fields = ("=run__id", "run__thread__thread_id", "name", "checksum")
     list_select_related = ("run", "step")
 
 
 @admin.register(Event)
 class EventAdmin(ReadOnlyAdmin):
-    list_display = ("run", "seq", "type", "actor", "step", "created_at")
-    list_filter = ("type",)
-    search_fields = ("run__id", "run__thread__thread_id", "type", "actor")
+    list_display = ("run", "seq", "type", "step", "actor", "created_at")
+    list_filter = ("type", "created_at")
+    search_fields = ("=run__id", "run__thread__thread_id", "actor", "type")
     list_select_related = ("run", "step")
 
 
 @admin.register(Checkpoint)
 class CheckpointAdmin(ReadOnlyAdmin):
     list_display = ("run", "name", "generation", "version", "created_at")
-    search_fields = ("run__id", "run__thread__thread_id", "name")
+    search_fields = ("=run__id", "run__thread__thread_id", "name")
     list_select_related = ("run",)
 
 
 @admin.register(Operation)
 class OperationAdmin(ReadOnlyAdmin):
-    list_display = ("idempotency_key", "tool", "side_effect", "status", "attempt", "run", "updated_at")
-    list_filter = ("status", "tool", "side_effect")
-    search_fields = ("idempotency_key", "run__id", "run__thread__thread_id", "external_ref")
-    list_select_related = ("run",)
+    list_display = (
+        "idempotency_key",
+        "tool",
+        "side_effect",
+        "status",
+        "run",
+        "step",
+        "attempt",
+        "updated_at",
+    )
+    list_filter = ("status", "side_effect", "tool")
+    search_fields = ("=run__id", "run__thread__thread_id", "idempotency_key", "external_ref")
+    list_select_related = ("run", "step")
 
 
 @admin.register(WorkerProcess)
 class WorkerProcessAdmin(ReadOnlyAdmin):
-    list_display = ("worker_id", "host", "pid", "mode", "queues", "heartbeat_at", "stopped_at")
+    list_display = (
+        "worker_id",
+        "host",
+        "pid",
+        "mode",
+        "queues",
+        "started_at",
+        "heartbeat_at",
+        "stopped_at",
+    )
     list_filter = ("mode",)
     search_fields = ("worker_id", "host")
 

@@ -96,8 +96,18 @@ class Run(models.Model):
     last_event_at = models.DateTimeField(null=True, blank=True)
     #: Set by the watchdog when the run made no progress for too long; cleared on progress.
     stuck_since = models.DateTimeField(null=True, blank=True)
+    #: Compensation of a failed or cancelled run (``runs.engine.compensation``): "" (none
+    #: needed yet), PENDING (to do or interrupted), DONE, or REVIEW (done, but some
+    #: effects need a human: non-compensable or failed compensations).
+    compensation_status = models.CharField(max_length=10, blank=True, default="")
+    #: ``{"reason", "steps": [{"step", "status", "detail"}], "manual_review": [...]}``.
+    compensation = models.JSONField(default=dict, blank=True)
 
     class Meta:
+        permissions = [
+            # The console's operator role: cancel, re-dispatch, retry, resume, resolve.
+            ("operate_run", "Can cancel, re-dispatch, retry, resume and resolve runs"),
+        ]
         constraints = [
             # Client idempotency (API ``Idempotency-Key``): one run per owner and key.
             models.UniqueConstraint(
@@ -112,6 +122,8 @@ class Run(models.Model):
             models.Index(fields=["status", "last_event_at"], name="run_status_last_event"),
             # Thread page and ``runs status --thread``: latest run of a thread.
             models.Index(fields=["thread", "-created_at"], name="run_thread_created"),
+            # Sweeper: runs whose compensation is PENDING (interrupted or not started).
+            models.Index(fields=["compensation_status"], name="run_compensation_status"),
         ]
 
     def __str__(self) -> str:
@@ -138,6 +150,10 @@ class Step(models.Model):
     generation = models.PositiveIntegerField(default=1)
     status = models.CharField(max_length=12, choices=StepStatus.choices, default=StepStatus.PENDING)
     attempt = models.PositiveIntegerField(default=0)
+    #: The attempt count at the last human decision (resolve, budget raise): the retry
+    #: policy counts attempts after it, so a human's "go on" gets a fresh allowance
+    #: while ``attempt`` stays the monotonic fencing token.
+    attempt_base = models.PositiveIntegerField(default=0)
     owner = models.CharField(max_length=200, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
@@ -263,6 +279,8 @@ class Event(models.Model):
         indexes = [
             # Overview and metrics count events of a type over a time window.
             models.Index(fields=["type", "created_at"], name="event_type_created"),
+            # Console audit log: operator events ("user:..." / "cli" actors), newest first.
+            models.Index(fields=["actor", "-created_at"], name="event_actor_created"),
         ]
         ordering = ["run", "seq"]
 

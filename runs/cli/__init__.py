@@ -5,4 +5,8 @@ SUBCOMMANDS = {
     "start": "runs.cli.start",
     "status": "runs.cli.status",
     "resume": "runs.cli.resume",
+    "checkpoints": "runs.cli.checkpoints",
+    "cancel": "runs.cli.cancel",
+    "resolve": "runs.cli.resolve",
+    "budget": "runs.cli.budget",
 }

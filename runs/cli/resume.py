@@ -1,13 +1,21 @@
-"""``runs resume (RUN_ID | --thread T) [--wait SECONDS]``: re-dispatch the next step."""
+"""``runs resume (RUN_ID | --thread T) [--wait SECONDS]``: re-dispatch the next step.
 
+``runs resume RUN_ID --from CHECKPOINT [--input-patch JSON] [--dry-run] [--reason TEXT]
+[--json]``: resume from a named checkpoint in a new generation (``runs.engine.rewind``);
+``--dry-run`` prints the steps that would run again and the side-effecting operations
+they could repeat, and changes nothing.
+"""
+
+import json
 import math
 
 from django.core.management.base import CommandError
 
-from runs.cli.common import control_error, resolve_run
+from runs.cli.common import control_error, parse_json, resolve_run
 from runs.engine.control import ControlError, resume
+from runs.engine.rewind import plan_resume, resume_from_checkpoint
 
-help = "re-dispatch the run's next step (waits for a live lease to expire)"
+help = "re-dispatch the run's next step, or resume from a checkpoint with --from"
 
 
 def add_arguments(parser):
@@ -15,6 +23,14 @@ def add_arguments(parser):
     parser.add_argument("--thread")
     parser.add_argument("--wait", type=float, default=None,
                         help="seconds to wait for a live lease (default: lease length + 5)")
+    parser.add_argument("--from", dest="checkpoint", metavar="CHECKPOINT", default=None,
+                        help="resume from this checkpoint (see `runs checkpoints RUN_ID`)")
+    parser.add_argument("--input-patch", default=None,
+                        help="JSON object merged into the checkpoint's input (with --from)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="with --from: show what would run again, change nothing")
+    parser.add_argument("--reason", default="", help="why (recorded on the event)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def handle(command, options):
@@ -22,6 +38,12 @@ def handle(command, options):
     if wait is not None and not (math.isfinite(wait) and wait >= 0):
         raise CommandError("--wait must be a finite number of seconds >= 0")
     run = resolve_run(options)
+    if options["checkpoint"]:
+        _resume_from(command, run, options)
+        return
+    if options["input_patch"] or options["dry_run"]:
+        raise control_error(ControlError("needs_checkpoint",
+                                         "--input-patch and --dry-run need --from CHECKPOINT"))
     told = []
 
     def on_wait(step, left):
@@ -36,3 +58,35 @@ def handle(command, options):
         raise control_error(exc) from exc
     command.stdout.write(f"resumed run {run.pk}: next step {step.name} "
                          f"(attempt so far {step.attempt}) dispatched")
+
+
+def _resume_from(command, run, options):
+    patch = parse_json(options["input_patch"], "--input-patch") if options["input_patch"] else None
+    try:
+        plan = plan_resume(run, options["checkpoint"], patch)
+        if not options["dry_run"]:
+            run = resume_from_checkpoint(run, options["checkpoint"], actor="cli",
+                                         input_patch=patch, reason=options["reason"])
+    except ControlError as exc:
+        raise control_error(exc) from exc
+    if options["json"]:
+        doc = {"dry_run": options["dry_run"], **plan.as_dict()}
+        if not options["dry_run"]:
+            doc.update(status=run.status, generation=run.generation)
+        command.stdout.write(json.dumps(doc))
+        return
+    out = command.stdout
+    verb = "would run again" if options["dry_run"] else "will run again"
+    out.write(f"{'dry run: ' if options['dry_run'] else ''}resume run {run.pk} from "
+              f"{plan.checkpoint.name} (generation {plan.checkpoint.generation})")
+    out.write(f"steps that {verb}: {', '.join(plan.steps_to_rerun)}")
+    out.write("steps superseded: " + (", ".join(f"{s['name']}#{s['seq']} ({s['status']})"
+                                                for s in plan.steps_to_supersede) or "none"))
+    if plan.operations_may_repeat:
+        out.write("side effects that may repeat (new idempotency keys):")
+        for op in plan.operations_may_repeat:
+            out.write(f"  {op['step']}: {op['tool']} ({op['side_effect']}, was {op['status']})")
+    else:
+        out.write("side effects that may repeat: none recorded")
+    if not options["dry_run"]:
+        out.write(f"run is {run.status}, generation {run.generation}")

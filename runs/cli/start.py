@@ -1,4 +1,5 @@
-"""``runs start WORKFLOW --thread T --input JSON [--budget JSON] [--crash-before STEP]``."""
+"""``runs start WORKFLOW --thread T --input JSON [--budget JSON] [--crash-before STEP]
+[--crash-after-tool TOOL] [--hang-after-tool TOOL] [--lamp-unreadable]``."""
 
 from runs.cli.common import control_error, parse_json
 from runs.engine.control import ControlError, start_run
@@ -15,6 +16,15 @@ def add_arguments(parser):
                         help='limits as JSON, e.g. {"tool_calls": 5, "cost_usd": "0.10"}')
     parser.add_argument("--crash-before", metavar="STEP", default=None,
                         help="fault injection: the worker reaching STEP exits 75 at once")
+    parser.add_argument("--crash-after-tool", metavar="TOOL", default=None,
+                        help="fault injection: after the first call of TOOL (e.g. "
+                             "set_brightness) returns, the worker exits 75 before saving it")
+    parser.add_argument("--hang-after-tool", metavar="TOOL", default=None,
+                        help="fault injection: after the first call of TOOL returns, the "
+                             "worker prints 'HANG after TOOL' and blocks until killed")
+    parser.add_argument("--lamp-unreadable", action="store_true",
+                        help="fault injection: the simulated lamp stops answering reads "
+                             "after it is set (verify cannot tell)")
 
 
 def handle(command, options):
@@ -31,6 +41,11 @@ def handle(command, options):
                 "unknown_step", f"{wf.name} has no step {options['crash_before']!r}; steps: "
                 + ", ".join(s.name for s in wf.steps)))
         faults["crash_before"] = options["crash_before"]
+    for name in ("crash_after_tool", "hang_after_tool"):
+        if options[name]:
+            faults[name] = options[name]
+    if options["lamp_unreadable"]:
+        faults["lamp_unreadable"] = True
     try:
         run = start_run(options["workflow"], thread_id=options["thread"], input=data,
                         budget=budget, faults=faults)

@@ -4,6 +4,7 @@ conditional UPDATE that refuses a charge that would pass the limit."""
 from decimal import Decimal
 
 from django.db.models import F, Q
+from django.db.models.functions import Now
 
 from runs.engine.errors import StepError
 from runs.models import Run
@@ -51,3 +52,98 @@ def usage(run: Run) -> dict:
     """``{"model_calls": int, "tool_calls": int, "cost_usd": str}`` used so far."""
     return {"model_calls": run.model_calls, "tool_calls": run.tool_calls,
             "cost_usd": str(run.cost_usd)}
+
+
+def pause_exhausted(run: Run, step, attempt: int, actor: str, exc: BudgetExhausted) -> bool:
+    """The step's next call would pass the budget (and was not made): put the step back
+    to PENDING and pause the run with a ``budget_exhausted`` takeover, fenced by the
+    attempt. Returns ``False`` (recording ``step.commit_rejected``) when the attempt no
+    longer holds the step or the run is terminal; a cancel-requested run is not paused.
+    """
+    from runs.engine.gateway import run_transaction
+    from runs.engine.takeovers import open_takeover
+    from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+
+    with run_transaction(run.pk) as tx:
+        rejected = None
+        if tx.run.status in RUN_TERMINAL:
+            rejected = f"run is {tx.run.status}"
+        elif not tx.transition_step(
+                step.pk, StepStatus.PENDING, expected=StepStatus.RUNNING, attempt=attempt,
+                actor=actor, event_type="step.budget_exhausted",
+                payload={"attempt": attempt, "limit": exc.limit, "detail": exc.detail},
+                owner="", lease_until=None, not_before=Now(), error_code=exc.code,
+                error_detail=exc.detail):
+            rejected = f"attempt {attempt} no longer holds the step"
+        if rejected:
+            tx.event("step.commit_rejected", {"attempt": attempt, "reason": rejected,
+                                              "error_code": exc.code},
+                     step_id=step.pk, actor=actor, progress=False)
+            return False
+        if tx.run.status == RunStatus.CANCEL_REQUESTED:
+            return True
+        current = Run.objects.get(pk=run.pk)
+        open_takeover(
+            tx, cause="budget_exhausted", reason=f"budget exhausted: {exc.detail}", actor=actor,
+            step=step,
+            suggested_action=(f"Raise the budget: runs budget {run.pk} --add-tool-calls N "
+                              "--add-model-calls N --add-cost USD (the run then resumes)."),
+            evidence={"limit": exc.limit, "limits": current.budget, "used": usage(current)},
+        )
+    return True
+
+
+def raise_budget(run: Run, *, actor: str, add_model_calls: int = 0, add_tool_calls: int = 0,
+                 add_cost_usd: Decimal | str = "0", reason: str = "") -> Run:
+    """Raise the run's limits by the given amounts (a limit the run does not have stays
+    unlimited) and, if the run is PAUSED for ``budget_exhausted``, resolve that takeover
+    and resume the paused step. Records ``budget.raised`` with the actor.
+
+    Raises ``ControlError``: ``invalid_budget`` (negative or all zero amounts),
+    ``run_terminal``.
+    """
+    from approvals.models import Takeover
+    from runs.engine import dispatch
+    from runs.engine.control import ControlError
+    from runs.engine.gateway import run_transaction
+    from runs.models import Step
+    from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+
+    try:
+        added = {"model_calls": int(add_model_calls), "tool_calls": int(add_tool_calls),
+                 "cost_usd": Decimal(str(add_cost_usd))}
+    except (ValueError, ArithmeticError) as exc:
+        raise ControlError("invalid_budget", f"not a number: {exc}") from exc
+    if any(v < 0 for v in added.values()) or not any(added.values()):
+        raise ControlError("invalid_budget", "add a positive amount of model calls, tool calls "
+                           "or cost", {"budget": "amounts must be >= 0, at least one > 0"})
+    with run_transaction(run.pk) as tx:
+        if tx.run.status in RUN_TERMINAL:
+            raise ControlError("run_terminal", f"run is {tx.run.status}; its budget is final")
+        before = dict(tx.run.budget or {})
+        limits = dict(before)
+        for key, amount in added.items():
+            if amount and key in limits:
+                total = Decimal(str(limits[key])) + amount
+                limits[key] = str(total) if key == "cost_usd" else int(total)
+        Run.objects.filter(pk=run.pk).update(budget=limits)
+        tx.event("budget.raised", {"reason": reason or "budget raised", "before": before,
+                                   "after": limits,
+                                   "added": {k: str(v) for k, v in added.items() if v}},
+                 actor=actor)
+        takeover = Takeover.objects.filter(run_id=run.pk, status=Takeover.Status.OPEN,
+                                           cause=Takeover.Cause.BUDGET_EXHAUSTED).first()
+        if takeover is not None and tx.run.status == RunStatus.PAUSED:
+            Takeover.objects.filter(pk=takeover.pk).update(
+                status=Takeover.Status.RESOLVED, resolution="resume", resolved_by=actor,
+                resolution_note=reason or "budget raised", resolved_at=Now())
+            tx.event("takeover.resolved", {"takeover_id": takeover.pk, "action": "resume",
+                                           "reason": reason or "budget raised"}, actor=actor)
+            tx.transition_run(RunStatus.RUNNING, actor=actor, reason="budget raised")
+            step = Step.objects.filter(pk=takeover.step_id, status=StepStatus.PENDING).first()
+            if step is not None:
+                Step.objects.filter(pk=step.pk).update(not_before=Now(), notified_at=Now(),
+                                                       attempt_base=step.attempt)
+                dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
+    run.refresh_from_db()
+    return run

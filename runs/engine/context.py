@@ -5,8 +5,10 @@ import threading
 from typing import Any
 
 from runs.engine import budget as budget_mod
-from runs.engine import drafts, ledger
-from runs.engine.errors import CancelRequested, LeaseLost, StepError
+from runs.engine import drafts, faults, ledger
+from runs.engine.calls import CallTimedOut, call_with_timeout
+from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
+from runs.engine.gateway import record_event
 from runs.models import Message, Operation, Run, Step
 from runs.sim import model as sim_model
 from runs.tools import Tool, ToolCall
@@ -122,31 +124,123 @@ class StepContext:
 
     def call_model(self, messages: list[dict[str, Any]], tools: list[str] | None = None):
         """Ask the (simulated) model; charges one model call and its cost to the budget
-        first. Returns ``runs.sim.model.ModelReply``; raises ``BudgetExhausted``."""
+        first. Returns ``runs.sim.model.ModelReply``; raises ``BudgetExhausted``, or
+        ``StepError("TIMEOUT")`` past the step's ``timeout``."""
         self.safe_point()
         budget_mod.charge(self.run.pk, self.run.budget, model_calls=1,
                           cost_usd=sim_model.COST_PER_CALL_USD)
-        return sim_model.complete(messages, tools or [])
+        try:
+            return call_with_timeout(lambda: sim_model.complete(messages, tools or []),
+                                     self.step_def.timeout)
+        except CallTimedOut as exc:
+            raise StepError("TIMEOUT", f"model call: {exc}") from exc
 
     def call_tool(self, tool: Tool, arguments: dict[str, Any], *, action: str | None = None):
         """Call ``tool`` through the operation ledger; returns its result.
 
         ``action`` names the business action within the step (default: the tool name),
         which makes the idempotency key. A result already recorded as SUCCEEDED is reused
-        without calling the tool. Raises ``LeaseLost``, ``BudgetExhausted``, ``StepError``.
+        without calling the tool; an earlier attempt's unfinished unsafe call is verified
+        first (see ``perform_call``). Raises ``LeaseLost``, ``BudgetExhausted``,
+        ``StepError`` (``TIMEOUT`` past the timeout) and ``OutcomeUnknown``.
         """
         self.safe_point()
-        key = ledger.idempotency_key(self.run.pk, self.step.generation, self.step.name,
-                                     action or tool.name)
-        op = ledger.record_intent(run_id=self.run.pk, step_id=self.step.pk,
-                                  attempt=self.attempt, key=key, tool=tool, arguments=arguments)
+        action = action or tool.name
+        key = ledger.idempotency_key(self.run.pk, self.step.generation, self.step.name, action)
+        return perform_call(run=self.run, step=self.step, attempt=self.attempt,
+                            actor=self.worker_id, tool=tool, arguments=arguments, key=key,
+                            action=action, budget=self.run.budget,
+                            timeout=tool.timeout or self.step_def.timeout)
+
+    # -- artifacts (runs.engine.artifacts) ------------------------------------------
+    def save_artifact(self, name: str, data: bytes | str, *, kind: str = "file",
+                      metadata: dict[str, Any] | None = None):
+        """Write artifact ``name`` (file first, then the row) and reference it from the
+        checkpoint this step commits. Returns the ``Artifact``; raises ``LeaseLost``."""
+        from runs.engine.artifacts import write_artifact
+
+        self.safe_point()
+        artifact = write_artifact(run=self.run, step=self.step, attempt=self.attempt,
+                                  name=name, data=data, kind=kind, metadata=metadata)
+        # A new dict, not an in-place append: the checkpoint state read at claim time
+        # stays as it was if this attempt never commits.
+        self.state = {**self.state, "artifacts": [*self.state.get("artifacts", []), artifact.pk]}
+        return artifact
+
+    def read_artifact(self, name: str) -> bytes:
+        """The bytes of the newest artifact ``name`` referenced by this run's checkpoint
+        (or saved by this attempt), checksum verified. Raises ``ArtifactInvalid`` when the
+        file is missing or changed (the executor pauses the run for a takeover), or
+        ``StepError("ARTIFACT_NOT_FOUND")`` when no such artifact is referenced."""
+        from runs.engine.artifacts import read_artifact
+        from runs.models import Artifact
+
+        ids = self.state.get("artifacts", [])
+        artifact = Artifact.objects.filter(pk__in=ids, name=name).order_by("-pk").first()
+        if artifact is None:
+            raise StepError("ARTIFACT_NOT_FOUND", f"no artifact {name!r} in this run's checkpoint")
+        return read_artifact(artifact)
+
+
+def perform_call(*, run: Run, step: Step, attempt: int | None, actor: str, tool: Tool,
+                 arguments: dict[str, Any], key: str, action: str, budget: dict,
+                 timeout: float | None):
+    """One outside call through the ledger (DESIGN section 5.4), in this order:
+
+    1. A SUCCEEDED row for ``key``: return its result, no call.
+    2. An INTENT/UNKNOWN row left by an earlier attempt of an ``unsafe`` tool: ask
+       ``verify``. Done: record and return its result. Cannot tell: raise
+       ``OutcomeUnknown``. Not done: go on. (``read`` and ``idempotent`` tools simply
+       call again, with the same key.)
+    3. Charge one tool call to ``budget`` (``BudgetExhausted`` before any intent is
+       written, so nothing is left dangling), record the INTENT (fenced by ``attempt``),
+       call with ``timeout``, record the result.
+
+    A ``StepError`` from the tool means the effect did not happen: the row becomes
+    FAILED and the error propagates. A timeout of an ``unsafe`` call raises
+    ``OutcomeUnknown`` (it may still land); of other tools, ``StepError("TIMEOUT")``.
+    """
+    info = ToolCall(run_id=str(run.pk), idempotency_key=key, attempt=attempt or 0,
+                    faults=dict(run.faults or {}))
+    op = ledger.find(key)
+    if op is not None:
         if op.status == Operation.Status.SUCCEEDED:
             return op.result
-        if op.status != Operation.Status.INTENT:
-            raise StepError("OPERATION_" + op.status, f"operation {key} is {op.status}")
-        budget_mod.charge(self.run.pk, self.run.budget, tool_calls=1)
-        result = ledger.call(tool, arguments,
-                             ToolCall(run_id=str(self.run.pk), idempotency_key=key,
-                                      attempt=self.attempt))
-        ledger.record_result(op, result)
-        return result
+        if op.status == Operation.Status.COMPENSATED:
+            raise StepError("OPERATION_COMPENSATED", f"operation {key} was compensated")
+        if op.status in (Operation.Status.INTENT, Operation.Status.UNKNOWN) \
+                and tool.side_effect == "unsafe":
+            answer = ledger.verify(tool, op, info)
+            record_event(run.pk, "operation.verified",
+                         {**ledger.describe(op), "answer": answer.status,
+                          "evidence": answer.evidence[:2000]},
+                         step_id=step.pk if step else None, actor=actor)
+            if answer.status == "done":
+                ledger.record_result(op, answer.result)
+                return answer.result
+            if answer.status == "cannot_tell":
+                raise OutcomeUnknown(op.pk, f"{tool.name}: an earlier attempt may have made "
+                                     "this call and verify cannot tell", answer.evidence)
+            ledger.record_result(op, {"verified": "not_done", "evidence": answer.evidence},
+                                 status=Operation.Status.FAILED)
+    budget_mod.charge(run.pk, budget, tool_calls=1)
+    op = ledger.record_intent(run_id=run.pk, step_id=step.pk if step else None,
+                              attempt=attempt, key=key, tool=tool, arguments=arguments)
+    if op.status == Operation.Status.SUCCEEDED:
+        return op.result
+    fault = faults.take_after_tool(run, step.pk if step else None, tool, action)
+    try:
+        result = call_with_timeout(lambda: ledger.call(tool, arguments, info), timeout,
+                                   on_late=lambda late: ledger.record_late_result(op.pk, late))
+    except CallTimedOut as exc:
+        if tool.side_effect == "unsafe":
+            raise OutcomeUnknown(op.pk, f"{tool.name} exceeded its timeout of {exc.timeout}s "
+                                 "and may still take effect", str(exc)) from exc
+        raise StepError("TIMEOUT", f"{tool.name}: {exc}") from exc
+    except StepError as exc:
+        ledger.record_result(op, {"error_code": exc.code, "detail": exc.detail[:2000]},
+                             status=Operation.Status.FAILED)
+        raise
+    faults.act(fault, tool)
+    ledger.record_result(op, result)
+    return result

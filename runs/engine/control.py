@@ -163,7 +163,8 @@ def run_status(run: Run) -> dict[str, Any]:
     """The status document printed by ``runs status --json``:
     ``{run_id, thread, workflow, version, status, generation, next_step, steps: [{name,
     status, attempt}], messages: [{id, role, content, tool_calls, tool_call_id}],
-    calls: {device.op: count}, devices: {...}, budget: {...}}``."""
+    calls: {device.op: count}, devices: {...}, budget: {...}, takeover: {...} | None,
+    compensation: {status, reason, steps, manual_review}}``."""
     run.refresh_from_db()
     nxt = open_step(run)
     steps = [
@@ -183,7 +184,20 @@ def run_status(run: Run) -> dict[str, Any]:
                                                    "tool_calls": run.tool_calls,
                                                    "cost_usd": str(run.cost_usd)}},
         "error_code": run.error_code or None,
+        "takeover": _open_takeover(run),
+        "compensation": {"status": run.compensation_status or None, **(run.compensation or {})},
     }
+
+
+def _open_takeover(run: Run) -> dict[str, Any] | None:
+    """The run's open takeover as ``{id, cause, reason, step, suggested_action}``."""
+    from approvals.models import Takeover
+
+    t = Takeover.objects.filter(run=run, status=Takeover.Status.OPEN).select_related("step").first()
+    if t is None:
+        return None
+    return {"id": t.pk, "cause": t.cause, "reason": t.reason,
+            "step": t.step.name if t.step else None, "suggested_action": t.suggested_action}
 
 
 def resume(run: Run, *, actor: str, wait_seconds: float | None = None,
@@ -237,3 +251,39 @@ def resume(run: Run, *, actor: str, wait_seconds: float | None = None,
         dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
     step.refresh_from_db()
     return step
+
+
+def retry_step(run: Run, *, actor: str, reason: str, takeover=None, note: dict | None = None) -> Step:
+    """Re-queue the failed (or unknown-outcome) step of a PAUSED run: a new PENDING row
+    of the same step in the same generation, so the failed attempts stay visible and the
+    idempotency keys stay the same (a retried action that already succeeded at the
+    outside system is reused, not repeated). An UNKNOWN step becomes SUPERSEDED: the
+    operator decided to run it again. The run goes RUNNING; its open takeover is resolved
+    (action ``retry``). Returns the new step. Raises ``ControlError``
+    (``not_allowed_in_state``, ``nothing_to_retry``).
+    """
+    from approvals.services import resolve_open_takeover
+
+    with run_transaction(run.pk) as tx:
+        if tx.run.status != RunStatus.PAUSED:
+            raise ControlError("not_allowed_in_state",
+                               f"run is {tx.run.status}; only a PAUSED run's step is retried")
+        failed = (Step.objects.filter(run_id=run.pk, generation=tx.run.generation,
+                                      status__in=[StepStatus.FAILED, StepStatus.UNKNOWN])
+                  .order_by("-seq").first())
+        if failed is None:
+            raise ControlError("nothing_to_retry", "the run has no failed or unknown step")
+        if failed.status == StepStatus.UNKNOWN:
+            tx.transition_step(failed.pk, StepStatus.SUPERSEDED, expected=StepStatus.UNKNOWN,
+                               actor=actor, event_type="step.superseded",
+                               payload={"reason": reason, "by": "retry"})
+        resolve_open_takeover(tx, actor, note or {"action": "retry", "reason": reason,
+                                                  "evidence": ""}, takeover)
+        tx.transition_run(RunStatus.RUNNING, actor=actor, reason=reason)
+        seq = (Step.objects.filter(run_id=run.pk).order_by("-seq")
+               .values_list("seq", flat=True).first() or 0) + 1
+        tx.event("step.retry_requested", {"step": failed.name, "reason": reason,
+                                          "failed_step_id": failed.pk}, step_id=failed.pk,
+                 actor=actor)
+        step_id = schedule_step(tx, failed.name, seq=seq, actor=actor)
+    return Step.objects.get(pk=step_id)

@@ -26,3 +26,18 @@ class StaleCommit(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+class OutcomeUnknown(Exception):
+    """A side effect may or may not have happened and nothing could tell which (no
+    ``verify`` hook, the hook answered "cannot tell", or an unsafe call timed out).
+
+    The step becomes UNKNOWN and the run PAUSED for a human (``runs.engine.unknown``).
+    ``operation_id``: the ledger row; ``evidence``: what was checked, for the takeover.
+    """
+
+    def __init__(self, operation_id: int, reason: str, evidence: str = ""):
+        super().__init__(reason)
+        self.operation_id = operation_id
+        self.reason = reason
+        self.evidence = evidence

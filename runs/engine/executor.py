@@ -14,17 +14,17 @@ from django.db import close_old_connections, connection
 from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Now
 
-from runs.engine import dispatch, drafts, leases
+from runs.engine import budget, compensation, dispatch, drafts, leases, unknown, versions
+from runs.engine.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.checkpoints import next_state
 from runs.engine.clock import db_now
 from runs.engine.context import StepContext
-from runs.engine.errors import CancelRequested, LeaseLost, StepError
+from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
 from runs.engine.gateway import RunTx, run_transaction
 from runs.engine.identity import WorkerIdentity
 from runs.engine.takeovers import open_takeover
 from runs.models import Checkpoint, Message, Run, Step, Thread
 from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus, StepStatus
-from runs.workflows import registry
 from runs.workflows.definition import StepDef, Workflow
 
 logger = logging.getLogger("agentops.executor")
@@ -53,10 +53,24 @@ def run_chain(step_id: int | None, worker: WorkerIdentity) -> int:
             break
         executed += 1
         worker.executed += 1
+        if outcome.next_step_id is None:
+            _finish_cancel_if_requested(step_id, worker)
         if worker.stopping.is_set():
             break
         step_id = outcome.next_step_id
     return executed
+
+
+def _finish_cancel_if_requested(step_id: int, worker: WorkerIdentity) -> None:
+    """A chain ended (the step stopped, failed, waits or was the last): if its run is
+    cancel-requested, this worker completes the cancel flow right away instead of
+    leaving it to the sweeper (one query when not)."""
+    run_id = Step.objects.filter(pk=step_id, run__status=RunStatus.CANCEL_REQUESTED).values_list(
+        "run_id", flat=True).first()
+    if run_id is not None:
+        from runs.engine.cancel import finish_cancel
+
+        finish_cancel(run_id, actor=worker.worker_id)
 
 
 class StepOutcome(NamedTuple):
@@ -84,10 +98,8 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
         return NOT_CLAIMED
     if step.status not in (StepStatus.PENDING, StepStatus.RUNNING):
         return NOT_CLAIMED
-    try:
-        workflow = registry.get(run.workflow, run.workflow_version)
-    except registry.UnknownWorkflow:
-        _pause_unknown_version(run, step, worker)
+    workflow = versions.workflow_for(run, step, worker.worker_id)
+    if workflow is None:
         return NOT_CLAIMED
     _maybe_crash_before(run, step)
 
@@ -97,12 +109,14 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
     attempt, state = claimed
     step_def = workflow.get(step.name)
     say(f"ENTER {step.name} (run {run.pk}, attempt {attempt}, worker {worker.worker_id})")
-    if attempt > step_def.retry.max_attempts:
+    if attempt - step.attempt_base > step_def.retry.max_attempts:
         # Each claim is an attempt, including claims whose worker died; a step that keeps
-        # killing its workers must stop being retried.
+        # killing its workers must stop being retried. Attempts before the last human
+        # decision (attempt_base) do not count.
         _fail_attempt(run, step, attempt, worker, step_def,
                       StepError("ATTEMPTS_EXHAUSTED",
-                                f"claimed {attempt} times, max_attempts={step_def.retry.max_attempts}"),
+                                f"claimed {attempt - step.attempt_base} times, "
+                                f"max_attempts={step_def.retry.max_attempts}"),
                       force_final=True)
         return StepOutcome(True)
 
@@ -118,6 +132,15 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
     except CancelRequested:
         _release_for_cancel(run, step, attempt, worker)
         return StepOutcome(True)
+    except ArtifactInvalid as exc:
+        pause_for_invalid_artifact(run, step, attempt, worker.worker_id, exc)
+        return StepOutcome(True)
+    except OutcomeUnknown as exc:
+        unknown.pause_unknown(run, step, attempt, worker.worker_id, exc)
+        return StepOutcome(True)
+    except budget.BudgetExhausted as exc:
+        _budget_exhausted(run, step, attempt, worker, workflow, step_def, exc)
+        return StepOutcome(True)
     except StepError as exc:
         _fail_attempt(run, step, attempt, worker, step_def, exc)
         return StepOutcome(True)
@@ -128,6 +151,11 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
         return StepOutcome(True)
     finally:
         heartbeat.stop()
+    if step_def.kind == "approval":
+        from approvals.services import commit_approval_request
+
+        commit_approval_request(ctx, output or {}, worker.worker_id)
+        return StepOutcome(True)
     return StepOutcome(True, _commit_success(ctx, output, worker))
 
 
@@ -289,12 +317,11 @@ def schedule_step(tx: RunTx, name: str, *, seq: int, actor: str, delay: float = 
 def _fail_attempt(run: Run, step: Step, attempt: int, worker: WorkerIdentity,
                   step_def: StepDef, error: StepError, force_final: bool = False) -> None:
     """Record a failed attempt: schedule a retry with backoff, or give up as the step's
-    policy says (fail the run, or pause it for a takeover)."""
-    from runs.engine.budget import BudgetExhausted
-
+    policy says (fail the run and compensate, or pause it for a takeover)."""
     started = Step.objects.filter(pk=step.pk).values_list("started_at", flat=True).first()
-    elapsed = (db_now() - started).total_seconds() if started else 0.0
-    decision = step_def.retry.decide(attempt, error.code, elapsed)
+    now = db_now()
+    elapsed = (now - started).total_seconds() if started else 0.0
+    decision = step_def.retry.decide(attempt - step.attempt_base, error.code, elapsed)
     with run_transaction(run.pk) as tx:
         rejected = _commit_rejection(tx, step, attempt)
         if rejected:
@@ -306,13 +333,15 @@ def _fail_attempt(run: Run, step: Step, attempt: int, worker: WorkerIdentity,
                   "error_detail": error.detail[:4000]}
         payload = {"attempt": attempt, "error_code": error.code, "error_detail": error.detail[:500]}
         if decision.retry and not force_final and tx.run.status != RunStatus.CANCEL_REQUESTED:
+            # not_before is computed once from the database clock read above, so the event
+            # says exactly when the next attempt may start.
+            not_before = now + timedelta(seconds=decision.delay)
             tx.transition_step(
                 step.pk, StepStatus.PENDING, expected=StepStatus.RUNNING, attempt=attempt,
                 actor=worker.worker_id, event_type="step.retry_scheduled",
-                payload={**payload, "delay_s": round(decision.delay, 3)},
-                not_before=ExpressionWrapper(Now() + timedelta(seconds=decision.delay),
-                                             output_field=DateTimeField()),
-                **common,
+                payload={**payload, "delay_s": decision.delay, "failed_at": now.isoformat(),
+                         "not_before": not_before.isoformat()},
+                not_before=not_before, **common,
             )
             # The sweeper notifies when not_before passes (notified_at < not_before).
             return
@@ -322,11 +351,7 @@ def _fail_attempt(run: Run, step: Step, attempt: int, worker: WorkerIdentity,
                            finished_at=Now(), **common)
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return
-        if isinstance(error, BudgetExhausted):
-            open_takeover(tx, cause="budget_exhausted", reason=error.detail, actor=worker.worker_id,
-                          step=step, suggested_action="Raise the budget, then resume the run.",
-                          evidence={"error_code": error.code, "limit": error.limit})
-        elif step_def.on_exhausted == "takeover":
+        if step_def.on_exhausted == "takeover" and not isinstance(error, budget.BudgetExhausted):
             open_takeover(tx, cause="retries_exhausted",
                           reason=f"{step.name} failed: {error.code} ({decision.reason})",
                           actor=worker.worker_id, step=step,
@@ -336,6 +361,18 @@ def _fail_attempt(run: Run, step: Step, attempt: int, worker: WorkerIdentity,
             tx.transition_run(RunStatus.FAILED, actor=worker.worker_id,
                               reason=f"{step.name}: {error.code}", finished_at=Now(),
                               error_code=error.code, error_detail=error.detail[:4000])
+            compensation.schedule(tx, actor=worker.worker_id,
+                                  reason=f"run failed at {step.name}: {error.code}")
+
+
+def _budget_exhausted(run: Run, step: Step, attempt: int, worker: WorkerIdentity,
+                      workflow: Workflow, step_def: StepDef, error) -> None:
+    """The next call would pass the run's budget (it was not made): fail the run where
+    the workflow says so, else pause it for a human to raise the budget."""
+    if workflow.on_budget_exhausted == "fail":
+        _fail_attempt(run, step, attempt, worker, step_def, error, force_final=True)
+    else:
+        budget.pause_exhausted(run, step, attempt, worker.worker_id, error)
 
 
 def _release_for_cancel(run: Run, step: Step, attempt: int, worker: WorkerIdentity) -> None:
@@ -346,20 +383,6 @@ def _release_for_cancel(run: Run, step: Step, attempt: int, worker: WorkerIdenti
                            attempt=attempt, actor=worker.worker_id,
                            payload={"attempt": attempt, "reason": "cancel requested"},
                            owner="", lease_until=None, finished_at=Now())
-
-
-def _pause_unknown_version(run: Run, step: Step, worker: WorkerIdentity) -> None:
-    with run_transaction(run.pk) as tx:
-        if tx.run.status not in RUN_EXECUTABLE:
-            return
-        open_takeover(
-            tx, cause="unknown_workflow_version",
-            reason=f"this code has no workflow {run.workflow}@{run.workflow_version}",
-            actor=worker.worker_id, step=step,
-            suggested_action="Deploy code that registers this version (or a migration), "
-                             "then resolve the takeover to continue.",
-            evidence={"workflow": run.workflow, "version": run.workflow_version},
-        )
 
 
 def _maybe_crash_before(run: Run, step: Step) -> None:

@@ -4,7 +4,16 @@ after it (DESIGN sections 1.2, 1.5, 5.4).
 Idempotency keys are ``<run id>:g<generation>:<step>:<action>``: stable across attempts
 and worker takeovers of one business action, distinct across runs and across resumed
 generations (a resume from an earlier checkpoint is a new decision to act again).
+Compensations use ``<key of the step>:compensate:<action>``.
+
+Operation statuses: INTENT (the call may be in flight, or its caller died: unknown until
+verified), SUCCEEDED (result recorded), FAILED (known not to have taken effect: the tool
+reported an error, verify said "not done", or an operator resolved "not done"; a later
+attempt may re-intend it under the same key), UNKNOWN (verify could not tell; a human
+decides), COMPENSATED (undone by a compensation).
 """
+
+from typing import Any
 
 from django.db import transaction
 from django.db.models.functions import Now
@@ -12,7 +21,10 @@ from django.db.models.functions import Now
 from runs.engine.errors import LeaseLost
 from runs.models import Operation, Step
 from runs.states import StepStatus
-from runs.tools import Tool, ToolCall
+from runs.tools import Tool, ToolCall, VerifyAnswer
+
+#: Statuses from which a new attempt may record a fresh intent under the same key.
+REINTENDABLE = (Operation.Status.INTENT, Operation.Status.FAILED, Operation.Status.UNKNOWN)
 
 
 def idempotency_key(run_id, generation: int, step_name: str, action: str) -> str:
@@ -20,24 +32,38 @@ def idempotency_key(run_id, generation: int, step_name: str, action: str) -> str
     return f"{run_id}:g{generation}:{step_name}:{action}"
 
 
-def record_intent(*, run_id, step_id: int, attempt: int, key: str, tool: Tool,
-                  arguments: dict) -> Operation:
-    """Create (or take over) the INTENT row for ``key``, fenced by ``attempt``.
+def find(key: str) -> Operation | None:
+    """The ledger row for ``key``, if any."""
+    return Operation.objects.filter(idempotency_key=key).first()
 
-    Returns the row as stored; a row already SUCCEEDED is returned unchanged so the caller
-    reuses its result. Raises ``LeaseLost`` if ``attempt`` no longer holds the step.
+
+def record_intent(*, run_id, step_id: int, attempt: int | None, key: str, tool: Tool,
+                  arguments: dict) -> Operation:
+    """Create the INTENT row for ``key``, or turn an earlier INTENT/FAILED/UNKNOWN row
+    back into an INTENT of this attempt, fenced by ``attempt``.
+
+    ``attempt=None`` skips the fence (compensations run under their own lease, not a
+    step's). Returns the row as stored; a row already SUCCEEDED or COMPENSATED is
+    returned unchanged so the caller reuses it. Raises ``LeaseLost`` if ``attempt`` no
+    longer holds the step.
     """
     with transaction.atomic():
-        if not Step.objects.filter(pk=step_id, attempt=attempt, status=StepStatus.RUNNING).exists():
+        if attempt is not None and not Step.objects.filter(
+                pk=step_id, attempt=attempt, status=StepStatus.RUNNING).exists():
             raise LeaseLost(f"step {step_id} attempt {attempt} no longer holds the lease")
         op, created = Operation.objects.get_or_create(
             idempotency_key=key,
             defaults={"run_id": run_id, "step_id": step_id, "tool": tool.name,
                       "side_effect": tool.side_effect, "arguments": arguments,
-                      "attempt": attempt},
+                      "attempt": attempt or 0},
         )
-        if not created and op.status == Operation.Status.INTENT:
-            Operation.objects.filter(pk=op.pk).update(attempt=attempt, updated_at=Now())
+        if not created and op.status in REINTENDABLE:
+            Operation.objects.filter(pk=op.pk).update(
+                status=Operation.Status.INTENT, attempt=attempt or 0, arguments=arguments,
+                updated_at=Now())
+            op.status = Operation.Status.INTENT
+            op.attempt = attempt or 0
+            op.arguments = arguments
         return op
 
 
@@ -49,6 +75,37 @@ def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCE
     op.result = result
 
 
+def record_late_result(op_id: int, result) -> None:
+    """A call abandoned after its timeout finished after all: record the result unless a
+    decision (verify, an operator) already settled the row."""
+    Operation.objects.filter(
+        pk=op_id, status__in=[Operation.Status.INTENT, Operation.Status.UNKNOWN]
+    ).update(status=Operation.Status.SUCCEEDED, result=result, updated_at=Now())
+
+
 def call(tool: Tool, arguments: dict, call_info: ToolCall):
     """Invoke the tool implementation (outside any transaction)."""
     return tool.fn(arguments, call_info)
+
+
+def verify(tool: Tool, op: Operation, call_info: ToolCall) -> VerifyAnswer:
+    """Ask the tool's ``verify`` hook what became of ``op``; never raises.
+
+    No hook, a hook that raises, or an answer of the wrong type all mean "cannot tell".
+    """
+    if tool.verify is None:
+        return VerifyAnswer("cannot_tell", evidence=f"tool {tool.name} has no verify hook")
+    try:
+        answer = tool.verify(op.arguments, call_info)
+    except Exception as exc:  # noqa: BLE001 - any failure to look is "cannot tell"
+        return VerifyAnswer("cannot_tell", evidence=f"verify failed: {type(exc).__name__}: {exc}")
+    if not isinstance(answer, VerifyAnswer):
+        return VerifyAnswer("cannot_tell", evidence=f"verify returned {answer!r}")
+    return answer
+
+
+def describe(op: Operation) -> dict[str, Any]:
+    """The operation as shown in takeovers and events."""
+    return {"id": op.pk, "tool": op.tool, "side_effect": op.side_effect,
+            "idempotency_key": op.idempotency_key, "arguments": op.arguments,
+            "status": op.status, "attempt": op.attempt}

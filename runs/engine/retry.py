@@ -9,7 +9,10 @@ import random
 from dataclasses import dataclass, field
 
 RETRYABLE_CODES = frozenset({"RATE_LIMITED", "DEPENDENCY_UNAVAILABLE", "TIMEOUT", "LEASE_LOST"})
-NON_RETRYABLE_CODES = frozenset({"INVALID_ARGUMENT", "PERMISSION_DENIED", "INTERNAL"})
+#: Never retried, whatever a policy lists (a retry cannot fix a bad request, and an
+#: exhausted budget or an unknown outcome needs a human, not another attempt).
+NON_RETRYABLE_CODES = frozenset({"INVALID_ARGUMENT", "PERMISSION_DENIED", "INTERNAL",
+                                 "BUDGET_EXHAUSTED", "ATTEMPTS_EXHAUSTED", "UNKNOWN_OUTCOME"})
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,25 @@ class RetryPolicy:
     jitter: float = 0.2
     deadline: float | None = None
     retryable: frozenset = field(default=RETRYABLE_CODES)
+
+    def __post_init__(self) -> None:
+        # No retry is unbounded: a finite attempt count is required, and delays are sane.
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ValueError("max_attempts must be an int >= 1")
+        if self.initial_delay < 0 or self.max_delay < self.initial_delay or self.multiplier < 1:
+            raise ValueError("need 0 <= initial_delay <= max_delay and multiplier >= 1")
+        if not 0 <= self.jitter < 1:
+            raise ValueError("jitter must be in [0, 1)")
+        if self.deadline is not None and self.deadline <= 0:
+            raise ValueError("deadline must be > 0 seconds (or None)")
+        bad = self.retryable & NON_RETRYABLE_CODES
+        if bad:
+            raise ValueError(f"never retryable: {', '.join(sorted(bad))}")
+
+    def bounds(self, attempt: int) -> tuple[float, float]:
+        """``(lowest, highest)`` delay in seconds after attempt ``attempt`` fails."""
+        base = min(self.max_delay, self.initial_delay * self.multiplier ** max(0, attempt - 1))
+        return base * (1.0 - self.jitter), base
 
     def delay_for(self, attempt: int, rng: random.Random | None = None) -> float:
         """Backoff in seconds before the attempt after ``attempt`` (1-based)."""

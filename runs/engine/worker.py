@@ -7,6 +7,7 @@ SIGTERM/SIGINT. On SIGTERM the worker claims nothing new, lets the current step 
 and save, and exits 0; correctness never depends on that (SIGKILL is survivable).
 """
 
+import itertools
 import logging
 import os
 import signal
@@ -25,6 +26,14 @@ from runs.models import Step, WorkerProcess
 from runs.states import RUN_EXECUTABLE, StepStatus
 
 logger = logging.getLogger("agentops.worker")
+
+
+def _redis_answers(conn) -> bool:
+    """True when Redis answers a PING."""
+    try:
+        return bool(conn.ping())
+    except Exception:  # noqa: BLE001 - any failure means "not yet"
+        return False
 
 
 def due_step_ids(limit: int = 10) -> list[int]:
@@ -100,6 +109,9 @@ class Worker:
     def run(self) -> int:
         """Register, recover, work until stopped (or idle in burst mode); returns the
         number of steps executed."""
+        # Before recovery: a SIGTERM during start-up must also be a graceful stop.
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
         self._register()
         try:
             self.recover()
@@ -140,8 +152,6 @@ class Worker:
                 sweeper.sweep_once(self.worker_id)
 
     def _run_db(self) -> int:
-        signal.signal(signal.SIGTERM, self.request_stop)
-        signal.signal(signal.SIGINT, self.request_stop)
         total = 0
         while not self.identity.stopping.is_set():
             close_old_connections()
@@ -156,21 +166,58 @@ class Worker:
         return total
 
     def _run_rq(self) -> int:
+        """Work RQ notifications. RQ gives up when Redis goes away under it (stopped,
+        restarted, flushed mid-job); the engine does not: until Redis answers again this
+        worker claims due steps straight from the database (the queue only notifies),
+        then starts a fresh RQ worker. Startup recovery and the sweeper re-notify what the
+        outage lost."""
         import django_rq
 
         queue = django_rq.get_queue(self.queue)
         worker_class = rq_worker_class(self.identity, fork=self.fork)
-        rq_worker = worker_class([queue], connection=queue.connection, name=self.worker_id)
         identity = self.identity
         maintenance = None
         if not self.burst:
             maintenance = threading.Thread(target=self._maintenance_loop, daemon=True)
             maintenance.start()
-        rq_worker.work(burst=self.burst, with_scheduler=False, logging_level="WARNING")
-        identity.stopping.set()
-        if maintenance:
-            maintenance.join(timeout=5)
+        try:
+            for round_no in itertools.count(1):
+                # A fresh name per round: RQ refuses a second live worker of one name,
+                # and the old registration may outlive an outage.
+                name = self.worker_id if round_no == 1 else f"{self.worker_id}:r{round_no}"
+                try:
+                    worker_class([queue], connection=queue.connection, name=name).work(
+                        burst=self.burst, with_scheduler=False, logging_level="WARNING")
+                except Exception:  # noqa: BLE001 - Redis errors escape RQ's start-up
+                    logger.warning("RQ worker round %s failed", round_no, exc_info=True)
+                if identity.stopping.is_set():
+                    break
+                redis_up = _redis_answers(queue.connection)
+                if self.burst and redis_up:
+                    break
+                # RQ installed its own handlers; ours must not raise inside a step.
+                signal.signal(signal.SIGTERM, self.request_stop)
+                signal.signal(signal.SIGINT, self.request_stop)
+                logger.warning("Redis unavailable or RQ stopped; working from the database")
+                self._work_from_db_until(lambda: _redis_answers(queue.connection))
+                if self.burst or identity.stopping.is_set():
+                    break
+        finally:
+            identity.stopping.set()
+            if maintenance:
+                maintenance.join(timeout=5)
         return identity.executed
+
+    def _work_from_db_until(self, redis_back) -> None:
+        """Database polling until ``redis_back()`` is true, the worker is stopping, or
+        (burst) nothing is due."""
+        while not self.identity.stopping.is_set():
+            close_old_connections()
+            if self.handle_one():
+                continue
+            if self.burst or redis_back():
+                return
+            self.identity.stopping.wait(settings.AGENTOPS_POLL_SECONDS)
 
     def _maintenance_loop(self) -> None:
         try:

@@ -9,6 +9,7 @@ so tests can count how often the outside world was really touched.
 import fcntl
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,9 +69,11 @@ class DeviceStore:
 
 thermostat = DeviceStore("thermostat", {"celsius": 23.5})
 lamp = DeviceStore("lamp", {"brightness": 80})
-publisher = DeviceStore("publisher", {"published": []})
+publisher = DeviceStore("publisher", {"published": [], "slots": {}})
+newsfeed = DeviceStore("newsfeed", {})
+booking = DeviceStore("booking", {"holds": {}, "payments": []})
 
-DEVICES = [thermostat, lamp, publisher]
+DEVICES = [thermostat, lamp, publisher, booking, newsfeed]
 
 
 def read_thermostat(room: str, *, run_id: str, key: str = "") -> dict[str, Any]:
@@ -80,8 +83,188 @@ def read_thermostat(room: str, *, run_id: str, key: str = "") -> dict[str, Any]:
         return {"room": room, "celsius": data["state"]["celsius"]}
 
 
+# -- the lamp ------------------------------------------------------------------------
+# Test-controlled behaviour lives in the lamp's own state, like a real device's quirks:
+#   "fail_next": {"get_brightness" | "set_brightness": ["RATE_LIMITED", ...]} makes the
+#       next calls fail with those codes, one code per call (the call is still logged);
+#   "delay_s": {"set_brightness": seconds} makes a set slow (the change lands at the end);
+#   "unreadable": true makes every read fail (a set with ``unreadable_after`` sets it).
+
+
+def _take_failure(data: dict[str, Any], op: str) -> str | None:
+    plan = data["state"].get("fail_next", {}).get(op) or []
+    if not plan:
+        return None
+    code = plan.pop(0)
+    return code
+
+
+def _raise_code(code: str, what: str):
+    from runs.engine.errors import StepError
+
+    raise StepError(code, f"simulated lamp: {what} failed with {code}")
+
+
+def get_lamp_brightness(*, run_id: str, key: str = "", purpose: str = "read") -> dict[str, Any]:
+    """Read the lamp: ``{"brightness": int}`` (percent); logged as ``lamp.get_brightness``.
+
+    Raises ``StepError`` (``DEPENDENCY_UNAVAILABLE`` when unreadable, or an injected code).
+    """
+    with lamp.locked() as data:
+        lamp.log_call(data, "get_brightness", run_id, key, {"purpose": purpose})
+        code = _take_failure(data, "get_brightness")
+        if code is None and data["state"].get("unreadable"):
+            code = "DEPENDENCY_UNAVAILABLE"
+        brightness = data["state"]["brightness"]
+    if code:
+        _raise_code(code, "get_brightness")
+    return {"brightness": brightness}
+
+
+def set_lamp_brightness(brightness: int, *, run_id: str, key: str = "",
+                        unreadable_after: bool = False) -> dict[str, Any]:
+    """Set the lamp to an absolute ``brightness`` (percent); logged as
+    ``lamp.set_brightness``. Returns ``{"brightness": new, "previous": old}``.
+
+    The lamp knows no idempotency keys: every call that does not fail changes it.
+    ``unreadable_after`` (the ``--lamp-unreadable`` fault) leaves it unable to answer reads.
+    """
+    delay = lamp.snapshot()["state"].get("delay_s", {}).get("set_brightness")
+    if delay:
+        time.sleep(float(delay))
+    with lamp.locked() as data:
+        lamp.log_call(data, "set_brightness", run_id, key, {"brightness": brightness})
+        code = _take_failure(data, "set_brightness")
+        previous = data["state"]["brightness"]
+        if code is None:
+            data["state"]["brightness"] = brightness
+            if unreadable_after:
+                data["state"]["unreadable"] = True
+    if code:
+        _raise_code(code, "set_brightness")
+    return {"brightness": brightness, "previous": previous}
+
+
+# -- the booking service (hotel rooms, cars, payments, guest notices) -----------------
+
+
+def hold(kind: str, guest: str, *, run_id: str, key: str) -> dict[str, Any]:
+    """Hold a ``kind`` ("room", "car") for ``guest``. Idempotent by ``key``: a repeated
+    key returns the first hold. Returns ``{"hold_id", "kind", "status"}``."""
+    with booking.locked() as data:
+        booking.log_call(data, "hold", run_id, key, {"kind": kind, "guest": guest})
+        holds = data["state"]["holds"]
+        for hold_id, h in holds.items():
+            if h["key"] == key:
+                return {"hold_id": hold_id, "kind": h["kind"], "status": h["status"]}
+        hold_id = f"{kind}-{len(holds) + 1}"
+        holds[hold_id] = {"kind": kind, "guest": guest, "key": key, "status": "held",
+                          "run_id": run_id}
+        return {"hold_id": hold_id, "kind": kind, "status": "held"}
+
+
+def release(hold_id: str, *, run_id: str, key: str = "") -> dict[str, Any]:
+    """Release a hold (no idempotency key: each call is one more release request).
+    Returns ``{"hold_id", "status": "released"}``; ``StepError`` for an unknown hold."""
+    with booking.locked() as data:
+        booking.log_call(data, "release", run_id, key, {"hold_id": hold_id})
+        h = data["state"]["holds"].get(hold_id)
+        if h is not None:
+            h["status"] = "released"
+            h["releases"] = h.get("releases", 0) + 1
+    if h is None:
+        _raise_code("INVALID_ARGUMENT", f"release of unknown hold {hold_id}")
+    return {"hold_id": hold_id, "status": "released"}
+
+
+def hold_status(hold_id: str) -> str | None:
+    """``"held"``, ``"released"`` or ``None`` (no such hold); not logged (a lookup)."""
+    h = booking.snapshot()["state"]["holds"].get(hold_id)
+    return h["status"] if h else None
+
+
+def notify_guest(guest: str, text: str, *, run_id: str, key: str = "") -> dict[str, Any]:
+    """Send the guest a message (cannot be unsent)."""
+    with booking.locked() as data:
+        booking.log_call(data, "notify", run_id, key, {"guest": guest, "text": text})
+    return {"sent": True}
+
+
+def pay(card: str, amount: int, *, run_id: str, key: str) -> dict[str, Any]:
+    """Charge ``amount`` to ``card`` (idempotent by key); the card "declined" always
+    fails with PERMISSION_DENIED."""
+    with booking.locked() as data:
+        booking.log_call(data, "pay", run_id, key, {"card": card, "amount": amount})
+        declined = card == "declined"
+        if not declined:
+            payments = data["state"]["payments"]
+            if not any(p["key"] == key for p in payments):
+                payments.append({"key": key, "card": card, "amount": amount})
+    if declined:
+        _raise_code("PERMISSION_DENIED", "payment (card declined)")
+    return {"paid": amount}
+
+
+# -- the news feed and the publisher (weekly_report) ----------------------------------
+
+
+def fetch_sources(week: str, *, run_id: str, key: str = "") -> list[dict[str, Any]]:
+    """The simulated news feed's items for ``week``: ``[{"url", "title", "topic"}]``,
+    deterministic, with two duplicate urls on purpose (deduplicate removes them); logged."""
+    with newsfeed.locked() as data:
+        newsfeed.log_call(data, "fetch", run_id, key, {"week": week})
+    topics = ["reliability", "costs", "agents", "reliability", "evaluation", "agents"]
+    items = [
+        {"url": f"https://news.example/{week}/{i}", "title": f"{topic.title()} note {i}",
+         "topic": topic}
+        for i, topic in enumerate(topics)
+    ]
+    return items + [dict(items[0]), dict(items[2])]
+
+
+def reserve_slot(week: str, *, run_id: str, key: str = "") -> dict[str, Any]:
+    """Hold the publisher's slot for ``week`` for this run: ``{"slot": week, "holder"}``.
+    Idempotent per (week, run); logged."""
+    with publisher.locked() as data:
+        publisher.log_call(data, "reserve", run_id, key, {"week": week})
+        slots = data["state"].setdefault("slots", {})
+        slots[week] = run_id
+        return {"slot": week, "holder": run_id}
+
+
+def release_slot(week: str, *, run_id: str, key: str = "") -> dict[str, Any]:
+    """Give the slot for ``week`` back if this run holds it (the compensation of
+    ``reserve_slot``); logged. Returns ``{"slot", "released": bool}``."""
+    with publisher.locked() as data:
+        publisher.log_call(data, "release", run_id, key, {"week": week})
+        slots = data["state"].setdefault("slots", {})
+        released = slots.get(week) == run_id
+        if released:
+            del slots[week]
+        return {"slot": week, "released": released}
+
+
+def publish(title: str, body: str, *, run_id: str, key: str) -> dict[str, Any]:
+    """Publish a document. The simulated publisher honours idempotency keys: a second
+    call with the same key returns the first publication (still logged, so tests see
+    every call). Returns ``{"publication_id", "title", "sha256"}``."""
+    import hashlib
+
+    with publisher.locked() as data:
+        publisher.log_call(data, "publish", run_id, key, {"title": title})
+        published = data["state"].setdefault("published", [])
+        for item in published:
+            if item["key"] == key:
+                return item["receipt"]
+        receipt = {"publication_id": f"pub-{len(published) + 1}", "title": title,
+                   "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest()}
+        published.append({"key": key, "run_id": run_id, "receipt": receipt})
+        return receipt
+
+
 def device_calls(run_id: str) -> dict[str, int]:
-    """Count of logged device calls for one run, e.g. ``{"thermostat.read": 1}``."""
+    """Count of logged device calls for one run, e.g. ``{"thermostat.read": 1,
+    "lamp.set_brightness": 1}``."""
     counts: Counter[str] = Counter()
     for device in DEVICES:
         for call in device.snapshot()["calls"]:

@@ -27,6 +27,13 @@ class ModelReply:
 def complete(messages: list[dict[str, Any]], tools: list[str]) -> ModelReply:
     """Answer ``messages`` (``[{"role", "content", "tool_calls", "tool_call_id"}]``)."""
     tool_results = [m for m in messages if m["role"] == "tool"]
+    question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    if "lamp.set_brightness" in tools and tool_results:
+        reading = json.loads(tool_results[-1]["content"])
+        target = plan_brightness(question, int(reading["brightness"]))
+        if target is not None:
+            return ModelReply(tool_calls=[{"name": "lamp.set_brightness",
+                                           "arguments": {"brightness": target}}])
     if not tool_results and "thermostat.read" in tools:
         return ModelReply(tool_calls=[{"name": "thermostat.read",
                                        "arguments": {"room": "living room"}}])
@@ -36,7 +43,9 @@ def complete(messages: list[dict[str, Any]], tools: list[str]) -> ModelReply:
             return ModelReply(
                 content=f"It is {reading['celsius']} °C in the {reading['room']} right now."
             )
-    question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        if "brightness" in reading and "previous" in reading:
+            return ModelReply(content=f"Done: the lamp went from {reading['previous']}% "
+                                      f"to {reading['brightness']}% brightness.")
     return ModelReply(content=f"I have no tool for that: {question}")
 
 
@@ -49,3 +58,21 @@ def stream(messages: list[dict[str, Any]]) -> Iterator[str]:
         if index and settings.AGENTOPS_SIM_WORD_SECONDS:
             time.sleep(settings.AGENTOPS_SIM_WORD_SECONDS)
         yield piece
+
+
+def plan_brightness(request: str, current: int) -> int | None:
+    """The absolute brightness (percent, 0..100) a request asks for: "lower/dim by N%"
+    and "raise/brighten by N%" move N percentage points from ``current``; "to N%" sets
+    N. ``None`` when the request names no amount."""
+    text = request.lower()
+    found = re.search(r"\bto\s+(\d{1,3})\s*%", text)
+    if found:
+        target = int(found.group(1))
+    else:
+        found = re.search(r"\bby\s+(\d{1,3})\s*%", text)
+        if not found:
+            return None
+        step = int(found.group(1))
+        down = any(word in text for word in ("lower", "dim", "reduce", "decrease", "down"))
+        target = current - step if down else current + step
+    return max(0, min(100, target))

@@ -30,12 +30,16 @@ class WorkflowDefinitionError(Exception):
 class StepDef:
     """One declared step.
 
-    ``kind``: ``"task"`` (runs ``fn``) or ``"approval"`` (waits for a human decision).
+    ``kind``: ``"task"`` (runs ``fn``) or ``"approval"`` (``fn(ctx)`` returns the request
+    ``{"question", "reason", "evidence"}``, then the run waits for a human decision; see
+    ``Workflow.approval``).
     ``timeout``: seconds a model or tool call in this step may take before TIMEOUT.
     ``on_exhausted``: ``"fail"`` the run or ``"takeover"`` (pause for a human) when the
     retry policy runs out. ``compensate``: ``fn(ctx, output)`` undoing this step's effect
     when the run later fails or is cancelled; ``compensable=False`` flags an action that
-    cannot be undone (listed for manual review).
+    cannot be undone (listed for manual review). ``final``: the run ends after this step
+    (unless it calls ``ctx.goto``), for a step declared before an alternative path.
+    ``options``: kind-specific settings (approval routes and expiry).
     """
 
     name: str
@@ -46,6 +50,7 @@ class StepDef:
     on_exhausted: str = "fail"
     compensate: Callable[..., Any] | None = None
     compensable: bool = True
+    final: bool = False
     options: dict = field(default_factory=dict)
 
 
@@ -54,11 +59,17 @@ class Workflow:
 
     ``migrate_from``: optional ``{old_version: fn(state) -> state}`` that upgrades a
     checkpoint of an older version of this workflow to this version.
+    ``on_budget_exhausted``: ``"takeover"`` (pause the run for a human to raise the
+    budget) or ``"fail"`` (fail the run and compensate).
     """
 
     def __init__(self, name: str, version: int, description: str = "",
                  migrate_from: dict[int, Callable[[dict], dict]] | None = None,
-                 input_fields: dict[str, type] | None = None, message_field: str | None = None):
+                 input_fields: dict[str, type] | None = None, message_field: str | None = None,
+                 on_budget_exhausted: str = "takeover"):
+        if on_budget_exhausted not in ("takeover", "fail"):
+            raise WorkflowDefinitionError(f"{name}: on_budget_exhausted must be takeover or fail")
+        self.on_budget_exhausted = on_budget_exhausted
         self.name = name
         self.version = version
         self.description = description
@@ -94,8 +105,32 @@ class Workflow:
 
         return decorator
 
+    def approval(self, name: str | None = None, *, on_reject: str | None = None,
+                 on_expire: str | None = None, expires_after: float | None = None,
+                 **options: Any) -> Callable:
+        """Decorator declaring an approval step. The function ``fn(ctx)`` returns
+        ``{"question": str, "reason": str, "evidence": dict}``; the run then waits in
+        WAITING_APPROVAL with no lease held. Approve continues with the next declared step;
+        reject goes to ``on_reject`` (``None``: the run fails with APPROVAL_REJECTED);
+        expiry after ``expires_after`` seconds (default ``AGENTOPS_APPROVAL_EXPIRY_SECONDS``,
+        0 = never) goes to ``on_expire`` (default: the reject path).
+        """
+        approval_options = {"on_reject": on_reject, "on_expire": on_expire,
+                            "expires_after": expires_after}
+
+        def decorator(fn: Callable) -> Callable:
+            self.add_step(StepDef(name=name or fn.__name__, fn=fn, kind="approval",
+                                  options=approval_options, **options))
+            return fn
+
+        return decorator
+
     def add_step(self, step: StepDef) -> None:
-        """Append ``step``; raises ``WorkflowDefinitionError`` on a duplicate name."""
+        """Append ``step``; raises ``WorkflowDefinitionError`` on a duplicate name or an
+        ``on_exhausted`` other than ``fail``/``takeover``."""
+        if step.on_exhausted not in ("fail", "takeover"):
+            raise WorkflowDefinitionError(f"{self.name}: step {step.name!r} on_exhausted must be "
+                                          "fail or takeover")
         if step.name in self._by_name:
             raise WorkflowDefinitionError(f"{self.name}: step {step.name!r} declared twice")
         self.steps.append(step)
@@ -118,7 +153,18 @@ class Workflow:
         return name in self._by_name
 
     def next_after(self, name: str) -> str | None:
-        """The step declared after ``name``, or ``None`` if it is the last."""
+        """The step declared after ``name``, or ``None`` if it is the last or ``final``."""
+        if self.get(name).final:
+            return None
         names = [s.name for s in self.steps]
         index = names.index(name)
         return names[index + 1] if index + 1 < len(names) else None
+
+    def path_from(self, name: str | None) -> list[str]:
+        """The steps that run from ``name`` on when nobody calls ``goto`` and every
+        approval is approved (what a resume preview shows)."""
+        path: list[str] = []
+        while name is not None and name not in path:
+            path.append(name)
+            name = self.next_after(name)
+        return path

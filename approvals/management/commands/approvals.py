@@ -1,0 +1,147 @@
+"""``python manage.py approvals``: the approvals inbox and takeovers from the shell.
+
+- ``approvals list [--all] [--json]``: pending approvals (``--all``: every status);
+- ``approvals decide ID approve|reject --comment TEXT --as USERNAME``;
+- ``approvals takeovers [--all] [--json]``: open takeovers;
+- ``approvals claim ID --as USERNAME``;
+- ``approvals resolve ID resume|retry|mark_done|cancel --reason TEXT [--checkpoint NAME]
+  [--evidence TEXT] [--result JSON] [--as USERNAME]``.
+
+Refusals exit non-zero with the engine's code in brackets, e.g. ``[decision_conflict]``.
+"""
+
+import json
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.core.management.base import BaseCommand, CommandError
+
+from approvals import services
+from approvals.models import Approval, Takeover
+from runs.cli.common import control_error, parse_json
+from runs.engine.control import ControlError
+
+
+class Command(BaseCommand):
+    help = "List and decide approvals; list, claim and resolve takeovers."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+        p = sub.add_parser("list", help="pending approvals")
+        p.add_argument("--all", action="store_true", help="every status, newest first")
+        p.add_argument("--json", action="store_true")
+        p = sub.add_parser("decide", help="approve or reject an approval")
+        p.add_argument("approval_id", type=int)
+        p.add_argument("decision", choices=sorted(services.DECISIONS))
+        p.add_argument("--comment", default="")
+        p.add_argument("--as", dest="username", required=True, help="the deciding user")
+        p = sub.add_parser("takeovers", help="open takeovers")
+        p.add_argument("--all", action="store_true", help="resolved ones too")
+        p.add_argument("--json", action="store_true")
+        p = sub.add_parser("claim", help="take an open takeover on")
+        p.add_argument("takeover_id", type=int)
+        p.add_argument("--as", dest="username", required=True)
+        p = sub.add_parser("resolve", help="resolve an open takeover")
+        p.add_argument("takeover_id", type=int)
+        p.add_argument("action", choices=services.RESOLUTIONS)
+        p.add_argument("--reason", required=True)
+        p.add_argument("--checkpoint", default=None, help="with resume: the checkpoint name")
+        p.add_argument("--evidence", default="", help="how you know (required for mark_done)")
+        p.add_argument("--result", default=None, help="with mark_done: the step's output as JSON")
+        p.add_argument("--as", dest="username", default=None,
+                       help="actor user:NAME (default actor: cli)")
+
+    def handle(self, *args, subcommand: str, **options):
+        try:
+            getattr(self, f"do_{subcommand}")(options)
+        except ControlError as exc:
+            raise control_error(exc) from exc
+        except PermissionDenied as exc:
+            raise CommandError(f"{exc} [permission_denied]") from exc
+
+    # -- approvals ------------------------------------------------------------------
+    def do_list(self, options):
+        query = Approval.objects.select_related("run", "step", "decided_by")
+        if not options["all"]:
+            query = query.filter(status=Approval.Status.PENDING)
+        rows = [_approval_row(a) for a in query.order_by("-pk")]
+        if options["json"]:
+            self.stdout.write(json.dumps(rows))
+            return
+        if not rows:
+            self.stdout.write("no approvals")
+        for r in rows:
+            self.stdout.write(f"#{r['id']} {r['status']:<9} run {r['run_id']} step {r['step']}: "
+                              f"{r['question']}" + (f" (by {r['decided_by']})" if r["decided_by"] else ""))
+
+    def do_decide(self, options):
+        user = _user(options["username"])
+        approval = _get(Approval, options["approval_id"], "approval")
+        approval = services.decide(approval, decision=options["decision"], user=user,
+                                   comment=options["comment"])
+        self.stdout.write(f"approval {approval.pk}: {approval.status} by "
+                          f"{approval.decided_by.get_username() if approval.decided_by_id else '-'}")
+
+    # -- takeovers ------------------------------------------------------------------
+    def do_takeovers(self, options):
+        query = Takeover.objects.all()
+        if not options["all"]:
+            query = query.filter(status=Takeover.Status.OPEN)
+        rows = [_takeover_row(t) for t in query.order_by("-pk")]
+        if options["json"]:
+            self.stdout.write(json.dumps(rows))
+            return
+        if not rows:
+            self.stdout.write("no takeovers")
+        for r in rows:
+            self.stdout.write(f"#{r['id']} {r['status']:<8} {r['cause']:<26} run {r['run_id']} "
+                              f"at {r['failed_at'] or '-'}: {r['reason']}")
+            self.stdout.write(f"    suggested: {r['suggested_action']}")
+            self.stdout.write(f"    checkpoints: {', '.join(r['checkpoints']) or '-'}")
+
+    def do_claim(self, options):
+        takeover = services.claim_takeover(_get(Takeover, options["takeover_id"], "takeover"),
+                                           _user(options["username"]))
+        self.stdout.write(f"takeover {takeover.pk} claimed by {options['username']}")
+
+    def do_resolve(self, options):
+        actor = "cli"
+        if options["username"]:
+            actor = services.user_actor(_user(options["username"]))
+        result = parse_json(options["result"], "--result") if options["result"] else None
+        takeover = services.resolve_takeover(
+            _get(Takeover, options["takeover_id"], "takeover"), action=options["action"],
+            actor=actor, reason=options["reason"], checkpoint=options["checkpoint"],
+            evidence=options["evidence"], result=result)
+        takeover.run.refresh_from_db()
+        self.stdout.write(f"takeover {takeover.pk}: {takeover.status} ({takeover.resolution}); "
+                          f"run is {takeover.run.status}")
+
+
+def _user(username: str):
+    try:
+        return get_user_model().objects.get_by_natural_key(username)
+    except get_user_model().DoesNotExist:
+        raise CommandError(f"no user {username!r} [unknown_user]") from None
+
+
+def _get(model, pk: int, what: str):
+    try:
+        return model.objects.get(pk=pk)
+    except model.DoesNotExist:
+        raise CommandError(f"no {what} {pk} [unknown_{what}]") from None
+
+
+def _approval_row(a: Approval) -> dict:
+    return {"id": a.pk, "run_id": str(a.run_id), "step": a.step.name, "status": a.status,
+            "question": a.question, "reason": a.reason, "evidence": a.evidence,
+            "decided_by": a.decided_by.get_username() if a.decided_by_id else None,
+            "comment": a.comment,
+            "expires_at": a.expires_at.isoformat() if a.expires_at else None}
+
+
+def _takeover_row(t: Takeover) -> dict:
+    return {"id": t.pk, "run_id": str(t.run_id), "status": t.status, "cause": t.cause,
+            "reason": t.reason, "failed_at": t.failed_at, "suggested_action": t.suggested_action,
+            "evidence": t.evidence, "done": t.done_summary, "checkpoints": t.checkpoints,
+            "resolution": t.resolution, "resolved_by": t.resolved_by}

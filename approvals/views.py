@@ -1,0 +1,219 @@
+"""Console pages of the approvals app: the approvals inbox and the takeover desk.
+
+Decisions go through ``approvals.services.decide`` (approver role), takeover claims and
+resolutions through ``claim_takeover`` / ``resolve_takeover`` (operator role).
+"""
+
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+
+from approvals.models import Approval, Takeover
+from approvals.services import claim_takeover, decide, resolve_takeover
+from runs.console import artifacts as artifact_files
+from runs.console.access import (
+    DECIDE_PERM,
+    OPERATE_PERM,
+    actor_of,
+    console_action,
+    console_view,
+    refusal,
+    render_page,
+    stale_run,
+)
+from runs.console.actions import perform
+from runs.console.forms import InvalidInput, optional_json, required_text
+from runs.models import Artifact
+
+#: Decided approvals listed below the pending ones.
+DECIDED_LIMIT = 50
+#: Artifacts previewed per approval.
+PREVIEWS_PER_APPROVAL = 3
+DECISIONS = ("approve", "reject")
+RESOLUTIONS = ("resume", "retry", "mark_done", "cancel")
+
+
+def _referenced_artifact_ids(evidence) -> set[int]:
+    """Artifact ids named in an evidence dict (keys containing ``artifact``)."""
+    found: set[int] = set()
+    if not isinstance(evidence, dict):
+        return found
+    for key, value in evidence.items():
+        if "artifact" not in key:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, dict):
+                item = item.get("id")
+            if isinstance(item, int):
+                found.add(item)
+    return found
+
+
+def _attach_previews(approvals: list[Approval]) -> None:
+    """Give each approval ``previews``: ``[(artifact, escaped-later text)]`` of the
+    artifacts its evidence names (or, if it names none, its run's first artifacts)."""
+    by_run: dict = {}
+    for artifact in Artifact.objects.filter(run_id__in={a.run_id for a in approvals}).order_by(
+        "pk"
+    ):
+        by_run.setdefault(artifact.run_id, []).append(artifact)
+    for approval in approvals:
+        candidates = by_run.get(approval.run_id, [])
+        wanted = _referenced_artifact_ids(approval.evidence)
+        chosen = [a for a in candidates if a.pk in wanted] if wanted else candidates
+        approval.previews = [(a, artifact_files.preview(a)) for a in chosen[:PREVIEWS_PER_APPROVAL]]
+
+
+@console_view
+def approvals_inbox(request):
+    """Pending approvals (oldest first) with evidence previews; decided ones below."""
+    pending = list(
+        Approval.objects.filter(status=Approval.Status.PENDING)
+        .select_related("run", "step")
+        .order_by("created_at")
+    )
+    _attach_previews(pending)
+    decided = list(
+        Approval.objects.exclude(status=Approval.Status.PENDING)
+        .select_related("run", "decided_by")
+        .order_by("-decided_at", "-pk")[:DECIDED_LIMIT]
+    )
+    return render_page(
+        request,
+        "console/approvals.html",
+        "partials/approval_rows.html",
+        {"pending": pending, "decided": decided, "decisions": DECISIONS},
+    )
+
+
+@console_action(DECIDE_PERM)
+def decide_view(request, approval_id):
+    """Approve or reject with a comment (``approvals.services.decide``)."""
+    approval = get_object_or_404(Approval.objects.select_related("run"), pk=approval_id)
+    back = reverse("console:approvals")
+    changed = stale_run(request, approval.run, request.POST.get("run_version"), back)
+    if changed:
+        return changed
+    decision = request.POST.get("decision", "")
+    if decision not in DECISIONS:
+        return refusal(
+            request,
+            title="Invalid input",
+            message="Choose approve or reject.",
+            status=400,
+            back=back,
+        )
+
+    def call():
+        return decide(
+            approval,
+            decision=decision,
+            user=request.user,
+            comment=(request.POST.get("comment") or "").strip()[:4000],
+        )
+
+    return perform(
+        request, call, back=back, success=lambda a: f"Approval {a.pk} {a.status.lower()}."
+    )
+
+
+@console_view
+def takeover_desk(request):
+    """Open takeovers (oldest first) with their resolutions; recently resolved below."""
+    open_takeovers = list(
+        Takeover.objects.filter(status=Takeover.Status.OPEN)
+        .select_related("run", "step", "claimed_by")
+        .order_by("created_at")
+    )
+    resolved = list(
+        Takeover.objects.filter(status=Takeover.Status.RESOLVED)
+        .select_related("run")
+        .order_by("-resolved_at", "-pk")[:DECIDED_LIMIT]
+    )
+    return render_page(
+        request,
+        "console/takeovers.html",
+        "partials/takeover_rows.html",
+        {"open": open_takeovers, "resolved": resolved, "resolutions": RESOLUTIONS},
+    )
+
+
+def _open_takeover(request, takeover_id):
+    takeover = get_object_or_404(
+        Takeover.objects.select_related("run", "claimed_by"), pk=takeover_id
+    )
+    back = reverse("console:takeovers") + f"#takeover-{takeover.pk}"
+    if takeover.status != Takeover.Status.OPEN:
+        return (
+            takeover,
+            back,
+            refusal(
+                request,
+                title="This run changed, reload",
+                message=f"takeover {takeover.pk} was already resolved by {takeover.resolved_by}.",
+                back=back,
+            ),
+        )
+    if takeover.claimed_by_id and takeover.claimed_by_id != request.user.pk:
+        return (
+            takeover,
+            back,
+            refusal(
+                request,
+                title="Claimed by someone else",
+                message=f"{takeover.claimed_by.get_username()} claimed this takeover; "
+                f"two people must not act on the same run at once.",
+                back=back,
+            ),
+        )
+    return takeover, back, stale_run(request, takeover.run, request.POST.get("run_version"), back)
+
+
+@console_action(OPERATE_PERM)
+def claim_view(request, takeover_id):
+    """Claim an open takeover for the current operator."""
+    takeover, back, refused = _open_takeover(request, takeover_id)
+    if refused:
+        return refused
+    return perform(
+        request,
+        lambda: claim_takeover(takeover, request.user),
+        back=back,
+        success=lambda t: f"You hold takeover {t.pk}.",
+    )
+
+
+@console_action(OPERATE_PERM)
+def resolve_view(request, takeover_id):
+    """Resolve: resume (from a checkpoint, or where it stopped when none is chosen), retry
+    the step, mark it done with evidence, or cancel the run
+    (``approvals.services.resolve_takeover``)."""
+    takeover, back, refused = _open_takeover(request, takeover_id)
+    if refused:
+        return refused
+
+    def call():
+        action = request.POST.get("action", "")
+        if action not in RESOLUTIONS:
+            raise InvalidInput("Choose a resolution: resume, retry, mark_done or cancel.")
+        reason = required_text(request.POST, "reason", "A reason")
+        checkpoint = (request.POST.get("checkpoint") or "").strip() or None
+        evidence = (request.POST.get("evidence") or "").strip()
+        if action == "mark_done" and not evidence:
+            raise InvalidInput("Marking done needs evidence.")
+        result = optional_json(request.POST, "result", label="The result")
+        return resolve_takeover(
+            takeover,
+            action=action,
+            actor=actor_of(request),
+            reason=reason,
+            checkpoint=checkpoint,
+            evidence=evidence,
+            result=result,
+        )
+
+    return perform(
+        request,
+        call,
+        back=reverse("console:run", args=[takeover.run_id]),
+        success=lambda t: f"Takeover {t.pk} resolved ({t.resolution}).",
+    )

@@ -1,0 +1,31 @@
+"""``runs budget RUN_ID [--add-model-calls N] [--add-tool-calls N] [--add-cost USD]
+[--reason TEXT] [--as USER]``: raise a run's budget; a run paused for an exhausted
+budget resumes."""
+
+from runs.cli.common import control_error, resolve_run
+from runs.engine.budget import raise_budget
+from runs.engine.control import ControlError
+
+help = "raise a run's budget limits (and resume it if it was paused for its budget)"
+
+
+def add_arguments(parser):
+    parser.add_argument("run_id")
+    parser.add_argument("--add-model-calls", type=int, default=0, metavar="N")
+    parser.add_argument("--add-tool-calls", type=int, default=0, metavar="N")
+    parser.add_argument("--add-cost", default="0", metavar="USD", help="e.g. 0.05")
+    parser.add_argument("--reason", default="", help="why, for the audit log")
+    parser.add_argument("--as", dest="as_user", default=None,
+                        help="record the change as user:USER (default actor: cli)")
+
+
+def handle(command, options):
+    run = resolve_run(options)
+    actor = f"user:{options['as_user']}" if options["as_user"] else "cli"
+    try:
+        run = raise_budget(run, actor=actor, add_model_calls=options["add_model_calls"],
+                           add_tool_calls=options["add_tool_calls"],
+                           add_cost_usd=options["add_cost"], reason=options["reason"])
+    except ControlError as exc:
+        raise control_error(exc) from exc
+    command.stdout.write(f"run {run.pk}: budget now {run.budget}; run is {run.status}")

@@ -1,0 +1,22 @@
+"""``runs cancel (RUN_ID | --thread T) --reason TEXT``: cancel as a flow (actor ``cli``)."""
+
+from runs.cli.common import control_error, resolve_run
+from runs.engine.cancel import cancel_progress, request_cancel
+from runs.engine.control import ControlError
+
+help = "cancel a run (a running step stops at its next heartbeat or safe point)"
+
+
+def add_arguments(parser):
+    parser.add_argument("run_id", nargs="?")
+    parser.add_argument("--thread")
+    parser.add_argument("--reason", required=True, help="why (recorded on the event)")
+
+
+def handle(command, options):
+    run = resolve_run(options)
+    try:
+        run = request_cancel(run, actor="cli", reason=options["reason"])
+    except ControlError as exc:
+        raise control_error(exc) from exc
+    command.stdout.write(f"run {run.pk}: {run.status} ({cancel_progress(run)})")

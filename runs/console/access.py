@@ -1,0 +1,97 @@
+"""Who may see and do what on the console, and the shared shape of every action.
+
+Roles are Django groups (``setup_roles``): viewer (``runs.view_run``), operator
+(``runs.operate_run``), approver (``approvals.decide_approval``). The templates hide what
+a user may not do; these checks are the gate (403 otherwise).
+"""
+
+from collections.abc import Callable
+from functools import wraps
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_POST
+
+VIEW_PERM = "runs.view_run"
+OPERATE_PERM = "runs.operate_run"
+DECIDE_PERM = "approvals.decide_approval"
+DOWNLOAD_PERM = "runs.view_artifact"
+
+
+def actor_of(request: HttpRequest) -> str:
+    """The event actor for the logged-in person: ``user:<username>``."""
+    return f"user:{request.user.get_username()}"
+
+
+def console_view(view: Callable) -> Callable:
+    """Login required (redirect to the login page), then ``runs.view_run`` (403)."""
+
+    @login_required
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        if not request.user.has_perm(VIEW_PERM):
+            raise PermissionDenied("viewing runs needs the runs.view_run permission")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def console_action(permission: str) -> Callable[[Callable], Callable]:
+    """Decorate an action view: POST only (405), login, then ``permission`` (403).
+
+    CSRF is enforced by the middleware for every POST, htmx ones included (the token
+    travels in the ``X-CSRFToken`` header set by ``hx-headers`` on ``<body>``).
+    """
+
+    def decorator(view: Callable) -> Callable:
+        @login_required
+        @require_POST
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args, **kwargs):
+            if not request.user.has_perm(permission):
+                raise PermissionDenied(f"this action needs the {permission} permission")
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+def render_page(
+    request: HttpRequest, template: str, fragment: str, context: dict, status: int = 200
+) -> HttpResponse:
+    """One view, full page or fragment: the fragment alone for htmx requests (polling
+    and partial swaps), the whole page otherwise."""
+    name = fragment if getattr(request, "htmx", False) else template
+    return render(request, name, context, status=status)
+
+
+def refusal(
+    request: HttpRequest, *, title: str, message: str, status: int = 409, back: str = ""
+) -> HttpResponse:
+    """The page (or fragment) that explains why an action was not done: a run that changed
+    since the form was shown (409), a request the engine refused, invalid input (400)."""
+    return render_page(
+        request,
+        "console/refused.html",
+        "partials/refused.html",
+        {"title": title, "message": message, "back": back},
+        status=status,
+    )
+
+
+def stale_run(request: HttpRequest, run, posted_version: str | None, back: str = ""):
+    """``None`` if the form's ``run_version`` still matches the run (re-read now), else
+    the "this run changed, reload" refusal. Every status change bumps ``Run.version``."""
+    run.refresh_from_db(fields=["status", "version", "generation"])
+    if posted_version is not None and str(run.version) == str(posted_version).strip():
+        return None
+    return refusal(
+        request,
+        title="This run changed, reload",
+        message=f"The run is now {run.status} (version {run.version}); the page you acted "
+        f"from showed version {posted_version or '?'}. Nothing was done.",
+        back=back,
+    )

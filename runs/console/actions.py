@@ -1,0 +1,59 @@
+"""The shared shape of a console action: call one engine function and turn its refusal
+into a clear page, its success into a message and a redirect (POST/redirect/GET)."""
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from runs.console.access import refusal
+from runs.console.forms import InvalidInput
+from runs.engine.control import ControlError
+
+#: ControlError codes that mean "someone else moved first": shown as a changed run.
+CHANGED_CODES = {
+    "run_changed",
+    "run_terminal",
+    "not_allowed_in_state",
+    "step_changed",
+    "step_not_unknown",
+    "step_running",
+    "takeover_resolved",
+    "already_claimed",
+    "decision_conflict",
+}
+
+
+def back_url(request: HttpRequest, default: str) -> str:
+    """The form's ``next`` if it is a local URL, else ``default``."""
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        return target
+    return default
+
+
+def perform(
+    request: HttpRequest, call: Callable[[], Any], *, back: str, success: str | Callable[[Any], str]
+) -> HttpResponse:
+    """Run ``call`` (an engine function call); on success flash ``success`` and redirect
+    to ``back``; on a refusal render why (409 for a changed run or a refused request, 400
+    for invalid input, 403 for a permission the engine checks itself)."""
+    try:
+        result = call()
+    except InvalidInput as exc:
+        return refusal(request, title="Invalid input", message=str(exc), status=400, back=back)
+    except ControlError as exc:
+        title = "This run changed, reload" if exc.code in CHANGED_CODES else "Refused"
+        detail = "; ".join(f"{k}: {v}" for k, v in exc.errors.items())
+        return refusal(
+            request,
+            title=title,
+            message=f"{exc.message} [{exc.code}]" + (f" ({detail})" if detail else ""),
+            status=409,
+            back=back,
+        )
+    messages.success(request, success(result) if callable(success) else success)
+    return redirect(back)

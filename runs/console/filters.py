@@ -1,0 +1,98 @@
+"""django-filter filter sets of the console's lists (runs, audit log)."""
+
+import re
+
+import django_filters as df
+from django.db.models import Exists, OuterRef, Q
+
+from runs.models import Event, Run, Step
+from runs.states import RunStatus, StepStatus
+from runs.stats import NON_TERMINAL_STATES, stuck_q
+
+_HEX = re.compile(r"^[0-9a-f-]{4,36}$")
+
+
+def unknown_step_exists():
+    """``Exists`` of an UNKNOWN step in the outer run (annotation and filter)."""
+    return Exists(Step.objects.filter(run=OuterRef("pk"), status=StepStatus.UNKNOWN))
+
+
+class RunFilter(df.FilterSet):
+    """Filters of the runs list. ``now`` (database time) decides "stuck"."""
+
+    q = df.CharFilter(method="filter_text", label="Run id, thread id or goal")
+    status = df.MultipleChoiceFilter(choices=RunStatus.choices)
+    workflow = df.CharFilter()
+    workflow_version = df.NumberFilter(label="Version")
+    owner = df.CharFilter(field_name="owner__username", label="Owner")
+    thread = df.CharFilter(field_name="thread__thread_id", label="Thread id")
+    created = df.DateFromToRangeFilter(field_name="created_at", label="Created (from, to)")
+    updated = df.DateFromToRangeFilter(field_name="updated_at", label="Updated (from, to)")
+    stuck = df.BooleanFilter(method="filter_stuck", label="Stuck")
+    has_unknown = df.BooleanFilter(method="filter_unknown", label="Has unknown outcome")
+    o = df.OrderingFilter(
+        fields=(
+            ("created_at", "created"),
+            ("updated_at", "updated"),
+            ("status", "status"),
+            ("workflow", "workflow"),
+            ("last_event_at", "last_event"),
+        ),
+        label="Sort",
+    )
+
+    class Meta:
+        model = Run
+        fields: list[str] = []
+
+    def __init__(self, *args, now=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.now = now
+
+    def filter_text(self, queryset, name, value):
+        value = value.strip()
+        if not value:
+            return queryset
+        match = Q(thread__thread_id__icontains=value) | Q(goal__icontains=value)
+        if _HEX.match(value.lower()):
+            match |= Q(id__istartswith=value.lower().replace("-", ""))
+        return queryset.filter(match)
+
+    def filter_stuck(self, queryset, name, value):
+        if value is None:
+            return queryset
+        condition = stuck_q(self.now)
+        return queryset.filter(condition) if value else queryset.exclude(condition)
+
+    def filter_unknown(self, queryset, name, value):
+        if value is None:
+            return queryset
+        exists = unknown_step_exists()
+        return queryset.filter(exists) if value else queryset.filter(~exists)
+
+
+class AuditFilter(df.FilterSet):
+    """Filters of the audit log: by person (actor), action (event type) and run."""
+
+    user = df.CharFilter(method="filter_user", label="User")
+    action = df.CharFilter(field_name="type", label="Action (event type)")
+    run = df.CharFilter(method="filter_run", label="Run id")
+
+    class Meta:
+        model = Event
+        fields: list[str] = []
+
+    def filter_user(self, queryset, name, value):
+        value = value.strip()
+        if not value:
+            return queryset
+        return queryset.filter(actor=value if ":" in value or value == "cli" else f"user:{value}")
+
+    def filter_run(self, queryset, name, value):
+        value = value.strip().lower()
+        if not _HEX.match(value):
+            return queryset.none()
+        return queryset.filter(run__id__istartswith=value.replace("-", ""))
+
+
+__all__ = ["RunFilter", "AuditFilter", "NON_TERMINAL_STATES", "unknown_step_exists"]

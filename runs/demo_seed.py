@@ -1,0 +1,767 @@
+"""Demo data for trying and measuring the console (``python manage.py seed_demo``).
+
+Builds a realistic mix of runs in every state, with their steps, attempts, events,
+messages, checkpoints, operations, artifacts, approvals and takeovers, as the engine would
+have left them, and writes everything with ``bulk_create`` (thousands of runs in seconds).
+Rows are consistent with the engine's rules: event seqs are gap-free per run, message seqs
+per thread, at most one open takeover per run, terminal runs have finished steps.
+
+Some payloads carry ``<script>`` and ``<img onerror>`` text on purpose: agent output is
+untrusted and the console must show it as text.
+"""
+
+import hashlib
+import random
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.contrib.auth import get_user_model
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from django.db import transaction
+
+from runs.console.roles import setup_roles
+from runs.engine.clock import db_now
+from runs.models import (
+    Artifact,
+    Checkpoint,
+    Event,
+    Message,
+    Operation,
+    Run,
+    Step,
+    Thread,
+    WorkerProcess,
+)
+from runs.states import RunStatus, StepStatus
+
+#: Demo users, one per role: ``{username: (role, password)}``.
+DEMO_USERS = {
+    "viewer": ("viewer", "viewer-demo-pw"),
+    "operator": ("operator", "operator-demo-pw"),
+    "approver": ("approver", "approver-demo-pw"),
+}
+
+WORKFLOW_STEPS = {
+    "room_temperature": ["plan", "read_temperature", "reply"],
+    "weekly_report": [
+        "collect_sources",
+        "deduplicate",
+        "analyze",
+        "draft_report",
+        "approve_publication",
+        "publish",
+    ],
+    "dim_lights": ["read_lamp", "plan", "set_brightness", "reply"],
+}
+GOALS = {
+    "room_temperature": "How warm is the living room?",
+    "weekly_report": "Weekly report for 2026-W48",
+    "dim_lights": "lower the brightness by 10%",
+}
+HOSTILE = ['<script>alert("xss")</script>', "<img src=x onerror=alert(1)>"]
+
+#: (scenario, weight): the mix of run situations.
+SCENARIOS = [
+    ("succeeded", 40),
+    ("failed", 7),
+    ("cancelled", 6),
+    ("running", 8),
+    ("pending", 5),
+    ("waiting_approval", 6),
+    ("unknown", 5),
+    ("retries_exhausted", 4),
+    ("budget", 3),
+    ("version", 1),
+    ("cancel_requested", 2),
+    ("waiting_external", 2),
+    ("stuck", 4),
+    ("long_history", 3),
+    ("looping", 2),
+    ("lease_expired", 2),
+]
+
+
+@dataclass
+class SeedReport:
+    """What ``seed`` created: counts by run status and the demo users' passwords."""
+
+    runs: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+    events: int = 0
+    users: dict[str, str] = field(default_factory=dict)
+    #: ``{scenario: [run ids]}``; the first ``len(SCENARIOS)`` runs cover one each.
+    scenarios: dict[str, list] = field(default_factory=dict)
+
+
+class _RunBuilder:
+    """Accumulates one run's rows in memory, with gap-free event seqs."""
+
+    def __init__(self, seeder: "Seeder", run: Run, clock: datetime, pace: float = 1.0):
+        self.seeder = seeder
+        #: Scales the gaps between events: recent runs must not end in the future.
+        self.pace = pace
+        self.run = run
+        self.clock = clock
+        self.events: list[Event] = []
+        self.steps: list[Step] = []
+        self.step_events: list[tuple[int, Event]] = []  # (index in steps, event)
+        self.scenario = ""
+
+    def tick(self, low: float = 0.2, high: float = 8.0) -> datetime:
+        self.clock += timedelta(seconds=self.seeder.rng.uniform(low, high) * self.pace)
+        return self.clock
+
+    def event(
+        self,
+        type: str,
+        payload: dict | None = None,
+        *,
+        step_index: int | None = None,
+        actor: str = "",
+    ) -> None:
+        event = Event(
+            run_id=self.run.pk,
+            seq=len(self.events) + 1,
+            type=type,
+            payload=payload or {},
+            actor=actor,
+            created_at=self.tick(),
+        )
+        self.events.append(event)
+        if step_index is not None:
+            self.step_events.append((step_index, event))
+
+    def step(self, name: str, **fields) -> int:
+        self.steps.append(
+            Step(
+                run_id=self.run.pk,
+                name=name,
+                seq=len(self.steps) + 1,
+                created_at=self.clock,
+                not_before=self.clock,
+                **fields,
+            )
+        )
+        return len(self.steps) - 1
+
+
+class Seeder:
+    """Generates ``runs`` demo runs with a fixed random ``seed`` (same input, same mix).
+
+    The first runs take each scenario in turn (``scenarios``, default every one in
+    ``SCENARIOS``), so even a small seed shows every situation; the rest are drawn by weight.
+    """
+
+    def __init__(
+        self,
+        runs: int,
+        seed: int = 1,
+        now: datetime | None = None,
+        scenarios: list[str] | None = None,
+    ):
+        self.count = runs
+        self.first = list(scenarios or [name for name, _ in SCENARIOS])
+        self.rng = random.Random(seed)
+        self.now = now or db_now()
+        self.workers = [f"demo-host:{1000 + i}:w{i}" for i in range(3)]
+        self.rows: dict[str, list] = {
+            k: []
+            for k in (
+                "threads",
+                "runs",
+                "steps",
+                "events",
+                "messages",
+                "checkpoints",
+                "operations",
+                "artifacts",
+                "approvals",
+                "takeovers",
+            )
+        }
+        self.step_links: list[tuple[_RunBuilder, list]] = []
+
+    # -- public ---------------------------------------------------------------------
+    def seed(self) -> SeedReport:
+        """Create users, roles and all rows in one transaction; returns the report."""
+        report = SeedReport()
+        with transaction.atomic():
+            report.users = self._users()
+            owners = list(get_user_model().objects.filter(username__in=DEMO_USERS))
+            names, weights = zip(*SCENARIOS, strict=True)
+            builders = []
+            for index in range(self.count):
+                scenario = (
+                    self.first[index]
+                    if index < len(self.first)
+                    else self.rng.choices(names, weights)[0]
+                )
+                builders.append(self._build(scenario, index, self.rng.choice(owners)))
+            self._write(builders)
+        report.runs = len(builders)
+        for builder in builders:
+            report.scenarios.setdefault(builder.scenario, []).append(builder.run.pk)
+            report.by_status[builder.run.status] = report.by_status.get(builder.run.status, 0) + 1
+        report.events = len(self.rows["events"])
+        return report
+
+    # -- users ----------------------------------------------------------------------
+    def _users(self) -> dict[str, str]:
+        groups = setup_roles()
+        user_model = get_user_model()
+        created = {}
+        for username, (role, password) in DEMO_USERS.items():
+            user, _ = user_model.objects.get_or_create(username=username)
+            user.set_password(password)
+            user.is_staff = role == "operator"
+            user.save()
+            user.groups.set([groups[role]])
+            created[username] = password
+        return created
+
+    # -- one run --------------------------------------------------------------------
+    def _build(self, scenario: str, index: int, owner) -> _RunBuilder:
+        rng = self.rng
+        workflow = {
+            "waiting_approval": "weekly_report",
+            "unknown": "dim_lights",
+            "long_history": "room_temperature",
+            "looping": "room_temperature",
+        }.get(scenario, rng.choice(list(WORKFLOW_STEPS)))
+        names = WORKFLOW_STEPS[workflow]
+        age, pace = timedelta(minutes=rng.uniform(60, 3 * 24 * 60)), 1.0
+        if scenario in ("running", "pending", "cancel_requested", "looping"):
+            # At most ~40 events of at most 8 s * pace each: they end before now.
+            age, pace = timedelta(seconds=rng.uniform(90, 300)), 0.2
+        created = self.now - age
+        goal = GOALS[workflow] + (f" {HOSTILE[index % 2]}" if index % 25 == 0 else "")
+        thread = Thread(owner=owner, thread_id=f"demo-{uuid.uuid4().hex[:10]}", created_at=created)
+        self.rows["threads"].append(thread)
+        run = Run(
+            id=uuid.uuid4(),
+            thread=thread,
+            owner=owner,
+            workflow=workflow,
+            workflow_version=99 if scenario == "version" else 1,
+            status=RunStatus.PENDING,
+            input={"question": goal},
+            goal=goal,
+            budget={"model_calls": 10, "tool_calls": 5, "cost_usd": "0.50"},
+            created_at=created,
+            updated_at=created,
+        )
+        builder = _RunBuilder(self, run, created, pace)
+        builder.scenario = scenario
+        builder.event(
+            "run.created",
+            {"workflow": workflow, "version": run.workflow_version, "thread": thread.thread_id},
+            actor="api",
+        )
+        messages = [("user", goal, [], "")]
+
+        stop_at = {"succeeded": len(names), "long_history": len(names)}.get(
+            scenario, rng.randrange(1, len(names)) if len(names) > 1 else 0
+        )
+        if scenario == "waiting_approval":
+            stop_at = names.index("approve_publication")
+        if scenario == "unknown":
+            stop_at = names.index("set_brightness")
+        if scenario in ("pending", "version"):
+            stop_at = 0
+        worker = rng.choice(self.workers)
+        run.started_at = (
+            builder.tick() if stop_at > 0 or scenario not in ("pending", "version") else None
+        )
+        if run.started_at:
+            builder.event("run.running", {"from": "PENDING", "reason": ""}, actor=worker)
+        # Completed steps before the interesting one.
+        for name in names[:stop_at]:
+            self._succeeded_step(
+                builder, name, worker, messages, extra_attempts=1 if rng.random() < 0.1 else 0
+            )
+        if scenario == "long_history":
+            for _ in range(60):
+                self._succeeded_step(builder, "read_temperature", worker, messages)
+        if scenario == "looping":
+            for _ in range(6):
+                self._succeeded_step(builder, "plan", worker, messages)
+        self._finish(builder, scenario, names, stop_at, worker, messages)
+        self._messages(builder, thread, messages)
+        run.event_seq = len(builder.events)
+        run.last_event_at = builder.events[-1].created_at
+        run.updated_at = run.last_event_at
+        run.model_calls = sum(1 for m in messages if m[0] == "assistant")
+        run.tool_calls = sum(1 for m in messages if m[0] == "tool")
+        run.cost_usd = Decimal("0.0021") * run.model_calls
+        self.rows["runs"].append(run)
+        return builder
+
+    def _succeeded_step(
+        self, b: _RunBuilder, name: str, worker: str, messages: list, extra_attempts: int = 0
+    ) -> int:
+        i = b.step(name, generation=1)
+        step = b.steps[i]
+        step.started_at = b.tick()
+        b.event("step.scheduled", {"name": name, "seq": step.seq}, step_index=i, actor=worker)
+        for attempt in range(1, extra_attempts + 1):
+            b.event(
+                "step.started", {"attempt": attempt, "worker": worker}, step_index=i, actor=worker
+            )
+            b.event(
+                "step.retry_scheduled",
+                {
+                    "attempt": attempt,
+                    "error_code": "RATE_LIMITED",
+                    "error_detail": "429 from the model API",
+                    "delay_s": 1.0,
+                },
+                step_index=i,
+                actor=worker,
+            )
+        attempt = extra_attempts + 1
+        b.event("step.started", {"attempt": attempt, "worker": worker}, step_index=i, actor=worker)
+        b.event(
+            "step.succeeded", {"attempt": attempt, "worker": worker}, step_index=i, actor=worker
+        )
+        step.status, step.attempt, step.owner = StepStatus.SUCCEEDED, attempt, worker
+        step.finished_at = b.clock
+        step.output = {"ok": True}
+        self._step_side_effects(b, i, name, messages)
+        b.event("checkpoint.saved", {"name": f"after:{name}"}, step_index=i, actor=worker)
+        self.rows["checkpoints"].append(
+            (
+                b,
+                i,
+                Checkpoint(
+                    run_id=b.run.pk,
+                    name=f"after:{name}",
+                    generation=1,
+                    created_at=b.clock,
+                    state={
+                        "phase": None,
+                        "completed": [s.name for s in b.steps],
+                        "input": b.run.input,
+                    },
+                ),
+            )
+        )
+        return i
+
+    def _step_side_effects(self, b: _RunBuilder, i: int, name: str, messages: list) -> None:
+        call_id = f"call_{b.run.pk.hex[:8]}_{i}"
+        if name == "plan":
+            tool = "lamp.get" if b.run.workflow == "dim_lights" else "thermostat.read"
+            messages.append(
+                (
+                    "assistant",
+                    "",
+                    [{"id": call_id, "name": tool, "arguments": {"room": "living room"}}],
+                    "",
+                )
+            )
+        elif name in ("read_temperature", "read_lamp"):
+            messages.append(
+                (
+                    "tool",
+                    '{"room": "living room", "celsius": 23.5}',
+                    [],
+                    f"call_{b.run.pk.hex[:8]}_0",
+                )
+            )
+            self._operation(
+                b,
+                i,
+                "thermostat.read" if name == "read_temperature" else "lamp.get",
+                "read",
+                Operation.Status.SUCCEEDED,
+                {"celsius": 23.5},
+            )
+        elif name == "reply":
+            text = "It is 23.5 °C in the living room."
+            if b.run.goal.endswith(tuple(HOSTILE)):
+                text += " The page said: " + HOSTILE[0] + HOSTILE[1]
+            messages.append(("assistant", text, [], ""))
+        elif name == "set_brightness":
+            self._operation(
+                b,
+                i,
+                "lamp.set_brightness",
+                "unsafe",
+                Operation.Status.SUCCEEDED,
+                {"brightness": 70},
+            )
+        elif name == "draft_report":
+            for art_name, body in (
+                ("sources.json", '["https://example.invalid/a"]'),
+                ("report.md", f"# Weekly report\n\nAll quiet. {HOSTILE[1]}\n"),
+            ):
+                self._artifact(b, i, art_name, body.encode())
+        elif name == "publish":
+            self._operation(
+                b,
+                i,
+                "publisher.publish",
+                "idempotent",
+                Operation.Status.SUCCEEDED,
+                {"url": "https://example.invalid/report"},
+            )
+
+    def _operation(
+        self, b: _RunBuilder, i: int, tool: str, side_effect: str, status: str, result
+    ) -> None:
+        step = b.steps[i]
+        self.rows["operations"].append(
+            (
+                b,
+                i,
+                Operation(
+                    run_id=b.run.pk,
+                    idempotency_key=f"{b.run.pk}:g1:{step.name}:{tool}:{i}",
+                    tool=tool,
+                    side_effect=side_effect,
+                    arguments={"room": "living room"}
+                    if "read" in tool or tool == "lamp.get"
+                    else {"brightness": 70},
+                    status=status,
+                    result=result,
+                    attempt=max(step.attempt, 1),
+                    created_at=b.clock,
+                    updated_at=b.clock,
+                ),
+            )
+        )
+
+    def _artifact(self, b: _RunBuilder, i: int, name: str, body: bytes) -> None:
+        path = default_storage.save(f"demo/{b.run.pk}/{name}", ContentFile(body))
+        self.rows["artifacts"].append(
+            (
+                b,
+                i,
+                Artifact(
+                    run_id=b.run.pk,
+                    kind="report" if name.endswith(".md") else "data",
+                    name=name,
+                    uri=path,
+                    checksum=hashlib.sha256(body).hexdigest(),
+                    size=len(body),
+                    created_at=b.clock,
+                ),
+            )
+        )
+
+    def _finish(
+        self,
+        b: _RunBuilder,
+        scenario: str,
+        names: list[str],
+        stop_at: int,
+        worker: str,
+        messages: list,
+    ) -> None:
+        """Leave the run in the scenario's state, with the step that got it there."""
+        run, rng = b.run, self.rng
+        name = names[stop_at] if stop_at < len(names) else None
+
+        def transition(target: str, actor: str = worker, **payload) -> None:
+            b.event(f"run.{target.lower()}", {"from": run.status, **payload}, actor=actor)
+            run.status = target
+            run.version += 1
+
+        if run.started_at:
+            run.status, run.version = RunStatus.RUNNING, 1
+        if scenario in ("succeeded", "long_history"):
+            transition(RunStatus.SUCCEEDED)
+            run.finished_at = b.clock
+            return
+        if scenario in ("pending", "version"):
+            i = b.step(names[0], generation=1)
+            b.event("step.scheduled", {"name": names[0], "seq": 1}, step_index=i, actor="api")
+            if scenario == "version":
+                b.steps[i].status = StepStatus.PENDING
+                transition(
+                    RunStatus.PAUSED,
+                    reason=f"this code has no workflow {run.workflow}@{run.workflow_version}",
+                    cause="unknown_workflow_version",
+                )
+                self._takeover(
+                    b,
+                    i,
+                    "unknown_workflow_version",
+                    f"this code has no workflow {run.workflow}@{run.workflow_version}",
+                    "Deploy code that registers this version, then resolve the takeover.",
+                )
+            return
+        i = b.step(name, generation=1)
+        step = b.steps[i]
+        step.started_at = b.tick()
+        b.event("step.scheduled", {"name": name, "seq": step.seq}, step_index=i, actor=worker)
+        b.event("step.started", {"attempt": 1, "worker": worker}, step_index=i, actor=worker)
+        step.attempt, step.owner = 1, worker
+        if scenario in ("running", "cancel_requested", "waiting_external", "looping"):
+            step.status = StepStatus.RUNNING
+            step.lease_until = self.now + timedelta(seconds=rng.uniform(5, 30))
+            step.heartbeat_at = self.now
+            if scenario == "cancel_requested":
+                run.cancel_requested_at = b.tick()
+                transition(
+                    RunStatus.CANCEL_REQUESTED,
+                    actor="user:operator",
+                    reason="customer withdrew the request",
+                )
+            elif scenario == "waiting_external":
+                step.status, step.lease_until = StepStatus.WAITING, None
+                transition(RunStatus.WAITING_EXTERNAL, reason="waiting for the publisher callback")
+        elif scenario in ("stuck", "lease_expired"):
+            step.status = StepStatus.RUNNING
+            step.lease_until = b.clock + timedelta(seconds=30)
+            step.heartbeat_at = b.clock
+            b.clock = self.now - timedelta(hours=rng.uniform(1, 5))
+            if scenario == "stuck":
+                run.stuck_since = self.now - timedelta(minutes=rng.uniform(10, 50))
+                b.event("run.stuck", {"quiet_s": 3600}, actor="sweeper")
+        elif scenario == "waiting_approval":
+            step.status = StepStatus.WAITING
+            transition(RunStatus.WAITING_APPROVAL, reason="needs approval before publishing")
+            self._approval(b, i)
+        elif scenario == "unknown":
+            step.status = StepStatus.UNKNOWN
+            step.error_code = "UNKNOWN_OUTCOME"
+            step.error_detail = "lamp.set_brightness may have run; the worker died before saving"
+            self._operation(b, i, "lamp.set_brightness", "unsafe", Operation.Status.UNKNOWN, None)
+            b.event("lease.expired", {"attempt": 1, "owner": worker}, step_index=i, actor="sweeper")
+            b.event(
+                "step.started",
+                {"attempt": 2, "worker": self.workers[0]},
+                step_index=i,
+                actor=self.workers[0],
+            )
+            b.event(
+                "step.unknown",
+                {
+                    "attempt": 2,
+                    "error_code": "UNKNOWN_OUTCOME",
+                    "error_detail": "verify: cannot tell",
+                },
+                step_index=i,
+                actor=self.workers[0],
+            )
+            step.attempt = 2
+            transition(RunStatus.PAUSED, reason="outcome unknown", cause="unknown_outcome")
+            self._takeover(
+                b,
+                i,
+                "unknown_outcome",
+                "lamp.set_brightness: outcome unknown",
+                "Check the lamp, then resolve done or not done.",
+            )
+        elif scenario in ("failed", "retries_exhausted", "budget"):
+            code = "BUDGET_EXHAUSTED" if scenario == "budget" else "DEPENDENCY_UNAVAILABLE"
+            attempts = 1 if scenario == "budget" else 3
+            for attempt in range(1, attempts):
+                b.event(
+                    "step.retry_scheduled",
+                    {
+                        "attempt": attempt,
+                        "error_code": code,
+                        "error_detail": "503 Service Unavailable",
+                        "delay_s": 2.0**attempt,
+                    },
+                    step_index=i,
+                    actor=worker,
+                )
+                b.event(
+                    "step.started",
+                    {"attempt": attempt + 1, "worker": worker},
+                    step_index=i,
+                    actor=worker,
+                )
+            detail = (
+                "tool_calls limit 5 reached (used 5)"
+                if scenario == "budget"
+                else f"503 Service Unavailable {HOSTILE[0]}"
+            )
+            b.event(
+                "step.failed",
+                {"attempt": attempts, "error_code": code, "error_detail": detail},
+                step_index=i,
+                actor=worker,
+            )
+            step.status, step.attempt, step.error_code, step.error_detail = (
+                StepStatus.FAILED,
+                attempts,
+                code,
+                detail,
+            )
+            step.finished_at, step.owner = b.clock, ""
+            if scenario == "failed":
+                transition(RunStatus.FAILED, reason=f"{name}: {code}")
+                run.finished_at, run.error_code, run.error_detail = b.clock, code, detail
+            else:
+                cause = "budget_exhausted" if scenario == "budget" else "retries_exhausted"
+                transition(RunStatus.PAUSED, reason=detail, cause=cause)
+                self._takeover(
+                    b,
+                    i,
+                    cause,
+                    f"{name} failed: {code}",
+                    "Raise the budget, then resume."
+                    if scenario == "budget"
+                    else "Check the dependency, then retry the step.",
+                )
+        elif scenario == "cancelled":
+            run.cancel_requested_at = b.tick()
+            transition(RunStatus.CANCEL_REQUESTED, actor="user:operator", reason="no longer needed")
+            b.event(
+                "step.cancelled",
+                {"attempt": 1, "reason": "cancel requested"},
+                step_index=i,
+                actor=worker,
+            )
+            step.status, step.finished_at, step.owner = StepStatus.CANCELLED, b.clock, ""
+            transition(RunStatus.CANCELLED)
+            run.finished_at = b.clock
+
+    def _approval(self, b: _RunBuilder, i: int) -> None:
+        from approvals.models import Approval
+
+        created = b.clock - timedelta(hours=self.rng.choice([0, 0, 2, 30]))
+        self.rows["approvals"].append(
+            (
+                b,
+                i,
+                Approval(
+                    run_id=b.run.pk,
+                    question="Publish the weekly report for 2026-W48?",
+                    reason=f"publishing is not compensable {HOSTILE[0]}",
+                    evidence={"artifacts": [], "summary": HOSTILE[1]},
+                    created_at=created,
+                    routes={
+                        "approve": "publish",
+                        "reject": "shelve_draft",
+                        "expire": "shelve_draft",
+                    },
+                    expires_at=created + timedelta(hours=24),
+                ),
+            )
+        )
+
+    def _takeover(self, b: _RunBuilder, i: int, cause: str, reason: str, suggested: str) -> None:
+        from approvals.models import Takeover
+
+        step = b.steps[i]
+        b.event(
+            "takeover.opened",
+            {"cause": cause, "reason": reason, "step": step.name, "suggested_action": suggested},
+            step_index=i,
+            actor=step.owner or "worker",
+        )
+        self.rows["takeovers"].append(
+            (
+                b,
+                i,
+                Takeover(
+                    run_id=b.run.pk,
+                    cause=cause,
+                    reason=reason,
+                    failed_at=step.name,
+                    suggested_action=suggested,
+                    done_summary={"completed_steps": [s.name for s in b.steps[:i]]},
+                    evidence={"error_code": step.error_code, "error_detail": step.error_detail},
+                    checkpoints=["start", *(f"after:{s.name}" for s in b.steps[:i])],
+                    created_at=b.clock,
+                ),
+            )
+        )
+
+    def _messages(self, b: _RunBuilder, thread: Thread, messages: list) -> None:
+        for seq, (role, content, tool_calls, tool_call_id) in enumerate(messages, start=1):
+            self.rows["messages"].append(
+                (
+                    b,
+                    Message(
+                        thread=thread,
+                        run_id=b.run.pk,
+                        seq=seq,
+                        message_id=f"msg_{b.run.pk.hex[:8]}_{seq}",
+                        role=role,
+                        content=content,
+                        tool_calls=tool_calls,
+                        tool_call_id=tool_call_id,
+                        created_at=b.run.created_at,
+                    ),
+                )
+            )
+        thread.message_seq = len(messages)
+
+    # -- writing --------------------------------------------------------------------
+    def _write(self, builders: list[_RunBuilder]) -> None:
+        from approvals.models import Approval, Takeover
+
+        Thread.objects.bulk_create(self.rows["threads"], batch_size=1000)
+        for builder in builders:
+            builder.run.thread_id = builder.run.thread.pk
+        Run.objects.bulk_create([b.run for b in builders], batch_size=1000)
+        steps = [s for b in builders for s in b.steps]
+        Step.objects.bulk_create(steps, batch_size=1000)
+        for builder in builders:
+            for index, event in builder.step_events:
+                event.step_id = builder.steps[index].pk
+            if builder.steps:
+                builder.run.current_step_id = builder.steps[-1].pk
+        Run.objects.bulk_update(
+            [b.run for b in builders if b.steps], ["current_step"], batch_size=1000
+        )
+        Event.objects.bulk_create([e for b in builders for e in b.events], batch_size=2000)
+        self.rows["events"] = [e for b in builders for e in b.events]
+        Message.objects.bulk_create([m for _, m in self.rows["messages"]], batch_size=1000)
+        Checkpoint.objects.bulk_create(
+            [
+                Checkpoint(
+                    run_id=b.run.pk,
+                    name="start",
+                    generation=1,
+                    created_at=b.run.created_at,
+                    state={
+                        "phase": WORKFLOW_STEPS[b.run.workflow][0],
+                        "completed": [],
+                        "input": b.run.input,
+                    },
+                )
+                for b in builders
+            ]
+        )
+        for model, key in (
+            (Checkpoint, "checkpoints"),
+            (Operation, "operations"),
+            (Artifact, "artifacts"),
+            (Approval, "approvals"),
+            (Takeover, "takeovers"),
+        ):
+            rows = []
+            for builder, index, row in self.rows[key]:
+                row.step_id = builder.steps[index].pk
+                rows.append(row)
+            model.objects.bulk_create(rows, batch_size=1000)
+        WorkerProcess.objects.bulk_create(
+            [
+                WorkerProcess(
+                    worker_id=w,
+                    host="demo-host",
+                    pid=1000 + i,
+                    mode="db",
+                    queues="default",
+                    started_at=self.now - timedelta(hours=2),
+                    heartbeat_at=self.now - timedelta(seconds=2 if i else 90),
+                )
+                for i, w in enumerate(self.workers)
+            ],
+            ignore_conflicts=True,
+        )
+
+
+def seed(runs: int, seed: int = 1) -> SeedReport:
+    """Create the demo users and ``runs`` demo runs; see the module docstring."""
+    return Seeder(runs, seed).seed()

@@ -1,0 +1,121 @@
+"""Artifacts: durable step outputs in Django storage, each with a sha256 checksum.
+
+Writing: the file goes to storage first, then the row (DESIGN section 3), so a row never
+points at a file that was not written. A crash between the two leaves an orphan file,
+never a dangling row. Reading verifies size and checksum: a missing or changed file
+raises ``ArtifactInvalid``, which the executor turns into a takeover instead of letting
+the step act on garbage.
+
+Storage paths are ``runs/<run id>/<step id>-a<attempt>/<name>``: unique per attempt, so
+a retried step never overwrites what an earlier attempt (maybe referenced by a
+checkpoint) wrote.
+"""
+
+import hashlib
+from typing import Any
+
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from django.db import transaction
+
+from runs.engine.errors import LeaseLost, StepError
+from runs.engine.gateway import run_transaction
+from runs.engine.takeovers import open_takeover
+from runs.models import Artifact, Run, Step
+from runs.states import StepStatus
+
+
+class ArtifactInvalid(StepError):
+    """An artifact's file is missing or does not match its recorded checksum/size.
+
+    ``artifact`` is the row; ``problem`` is ``"missing"`` or ``"checksum_mismatch"``;
+    ``actual`` the sha256 found (``None`` when missing).
+    """
+
+    def __init__(self, artifact: Artifact, problem: str, actual: str | None = None):
+        super().__init__("ARTIFACT_INVALID",
+                         f"artifact {artifact.name} (id {artifact.pk}) is {problem.replace('_', ' ')}")
+        self.artifact = artifact
+        self.problem = problem
+        self.actual = actual
+
+
+def sha256_hex(data: bytes) -> str:
+    """Hex sha256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_artifact(*, run: Run, step: Step, attempt: int, name: str, data: bytes | str,
+                   kind: str = "file", metadata: dict[str, Any] | None = None) -> Artifact:
+    """Store ``data`` (str is UTF-8 encoded) as artifact ``name`` of ``step``: file first,
+    then the row, which is only inserted while ``attempt`` still holds the step.
+
+    Returns the row. Raises ``LeaseLost`` when the attempt lost the step (the file then
+    stays as an unreferenced orphan).
+    """
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    path = f"runs/{run.pk}/{step.pk}-a{attempt}/{name}"
+    stored = default_storage.save(path, ContentFile(raw))
+    with transaction.atomic():
+        held = Step.objects.filter(pk=step.pk, attempt=attempt,
+                                   status=StepStatus.RUNNING).exists()
+        if not held:
+            raise LeaseLost(f"step {step.pk} attempt {attempt} no longer holds the lease")
+        return Artifact.objects.create(
+            run_id=run.pk, step_id=step.pk, kind=kind, name=name, uri=stored,
+            checksum=sha256_hex(raw), size=len(raw),
+            metadata={"attempt": attempt, "generation": step.generation, **(metadata or {})},
+        )
+
+
+def read_artifact(artifact: Artifact) -> bytes:
+    """The artifact's bytes after checking size and sha256 against the row.
+
+    Raises ``ArtifactInvalid`` (``missing`` or ``checksum_mismatch``).
+    """
+    try:
+        with default_storage.open(artifact.uri, "rb") as fh:
+            raw = fh.read()
+    except (FileNotFoundError, OSError):
+        raise ArtifactInvalid(artifact, "missing") from None
+    actual = sha256_hex(raw)
+    if actual != artifact.checksum or len(raw) != artifact.size:
+        raise ArtifactInvalid(artifact, "checksum_mismatch", actual)
+    return raw
+
+
+def verify_artifact(artifact: Artifact) -> str | None:
+    """``None`` when the file is intact, else ``"missing"`` or ``"checksum_mismatch"``."""
+    try:
+        read_artifact(artifact)
+    except ArtifactInvalid as exc:
+        return exc.problem
+    return None
+
+
+def pause_for_invalid_artifact(run: Run, step: Step, attempt: int, worker_id: str,
+                               error: ArtifactInvalid) -> None:
+    """The step found a missing or corrupt artifact: fail this attempt (fenced) and pause
+    the run with an ``artifact_invalid`` takeover whose evidence names the file, the
+    expected and the actual checksum. Never retried automatically: the bytes will not
+    heal by themselves."""
+    artifact = error.artifact
+    with run_transaction(run.pk) as tx:
+        moved = tx.transition_step(
+            step.pk, StepStatus.FAILED, expected=StepStatus.RUNNING, attempt=attempt,
+            actor=worker_id, payload={"attempt": attempt, "error_code": error.code,
+                                      "error_detail": error.detail},
+            owner="", lease_until=None, error_code=error.code, error_detail=error.detail,
+        )
+        if not moved:
+            return
+        producer = artifact.step.name if artifact.step_id else None
+        open_takeover(
+            tx, cause="artifact_invalid", reason=error.detail, actor=worker_id, step=step,
+            suggested_action=(f"Restore {artifact.name}, or resume from the checkpoint before "
+                              f"{producer} to write it again." if producer
+                              else f"Restore {artifact.name}, then retry the step."),
+            evidence={"artifact_id": artifact.pk, "name": artifact.name, "uri": artifact.uri,
+                      "problem": error.problem, "expected_sha256": artifact.checksum,
+                      "actual_sha256": error.actual, "expected_size": artifact.size},
+        )

@@ -1,0 +1,58 @@
+"""One-shot fault injections around outside calls, for demos and drills
+(``runs start --crash-after-tool TOOL`` / ``--hang-after-tool TOOL``).
+
+The fault fires after the outside call returned and before its result is saved: the
+worst moment, where the world changed and the ledger does not know. It is consumed in
+its own committed transaction first (with a ``fault.injected`` event), so the worker
+that takes over does not fire it again.
+"""
+
+import os
+import time
+
+from runs.engine.gateway import run_transaction
+from runs.models import Run
+from runs.tools import Tool
+
+#: Run ``faults`` keys that fire after a tool call, and what they do.
+AFTER_TOOL_FAULTS = {"crash_after_tool": "crash", "hang_after_tool": "hang"}
+
+
+def matches(target: str, tool: Tool, action: str) -> bool:
+    """``target`` names the tool (``lamp.set_brightness`` or just ``set_brightness``)
+    or the action."""
+    return target in (tool.name, tool.name.rsplit(".", 1)[-1], action)
+
+
+def take_after_tool(run: Run, step_id: int | None, tool: Tool, action: str) -> str | None:
+    """Consume an after-tool fault that matches this call; returns ``"crash"``,
+    ``"hang"`` or ``None``. Call before the tool, act after it."""
+    wanted = [name for name in AFTER_TOOL_FAULTS
+              if run.faults.get(name) and matches(run.faults[name], tool, action)]
+    if not wanted:
+        return None
+    with run_transaction(run.pk) as tx:
+        faults = dict(tx.run.faults)
+        for name in wanted:
+            if faults.get(name) and matches(faults[name], tool, action):
+                faults.pop(name)
+                Run.objects.filter(pk=run.pk).update(faults=faults)
+                tx.event("fault.injected", {"fault": name, "tool": tool.name, "action": action,
+                                            "pid": os.getpid()}, step_id=step_id, progress=False)
+                run.faults = faults
+                return AFTER_TOOL_FAULTS[name]
+    return None
+
+
+def act(kind: str | None, tool: Tool) -> None:
+    """Fire a taken fault: ``crash`` exits 75 at once (no cleanup, like a killed worker);
+    ``hang`` prints ``HANG after <tool>`` and blocks until the process is killed."""
+    from runs.engine.executor import CRASH_EXIT_CODE, say
+
+    if kind == "crash":
+        say(f"CRASH after {tool.name}, exit={CRASH_EXIT_CODE} (result not saved)")
+        os._exit(CRASH_EXIT_CODE)
+    if kind == "hang":
+        say(f"HANG after {tool.name} (pid {os.getpid()}; result not saved)")
+        while True:
+            time.sleep(3600)

@@ -1,0 +1,216 @@
+"""Resume from a named checkpoint (DESIGN section 7).
+
+A resume picks a checkpoint (``start`` or ``after:<step>``), optionally patches its
+input, and continues from it in a NEW GENERATION of the run:
+
+- every step after the checkpoint (by ``seq``, not already SUPERSEDED or CANCELLED)
+  becomes SUPERSEDED: still visible, never executed or committed again (the executor
+  and the fenced commit both refuse steps of an old generation);
+- the run's generation is bumped and the checkpoint's state is copied into it (same
+  name, new generation) with the patched input;
+- messages of the run after the checkpoint's ``message_seq`` are marked superseded;
+- artifacts are restored by reference: the new generation sees exactly the artifact ids
+  of the checkpoint state (rows and files of superseded steps stay, unreferenced);
+- budget usage is set back to the checkpoint's ``budget_used`` (the usage being
+  discarded is recorded in the event);
+- the phase (the checkpoint's next step) is scheduled; nothing before the checkpoint
+  runs again.
+
+Idempotency keys contain the generation (``runs.engine.ledger``), so the new
+generation's side effects get NEW keys on purpose: resuming is a decision to act again,
+and reusing an old key would silently return the superseded result instead. The preview
+(``plan_resume``) lists the side-effecting operations that can therefore repeat.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Max
+from django.db.models.functions import Now
+
+from runs.engine.budget import usage
+from runs.engine.control import ControlError
+from runs.engine.gateway import run_transaction
+from runs.models import Checkpoint, Message, Operation, Run, Step
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.workflows import registry
+
+#: Steps that a resume leaves alone: already superseded, or cancelled for good.
+_SETTLED = (StepStatus.SUPERSEDED, StepStatus.CANCELLED)
+
+
+@dataclass
+class ResumePlan:
+    """What a resume from ``checkpoint`` would do.
+
+    ``steps_to_rerun``: step names that will run again, in order (approvals assumed
+    approved, no ``goto``). ``operations_may_repeat``: side-effecting operations done by
+    the steps being superseded, ``[{"step", "tool", "side_effect", "status",
+    "idempotency_key"}]``. ``steps_to_supersede``: ``[{"name", "seq", "generation",
+    "status"}]``. ``input``: the input the new generation will see.
+    """
+
+    checkpoint: Checkpoint
+    steps_to_rerun: list[str]
+    operations_may_repeat: list[dict[str, Any]]
+    steps_to_supersede: list[dict[str, Any]] = field(default_factory=list)
+    input: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON shape for the CLI and API."""
+        return {
+            "checkpoint": {"name": self.checkpoint.name, "generation": self.checkpoint.generation,
+                           "id": self.checkpoint.pk},
+            "steps_to_rerun": self.steps_to_rerun,
+            "operations_may_repeat": self.operations_may_repeat,
+            "steps_to_supersede": self.steps_to_supersede,
+            "input": self.input,
+        }
+
+
+def list_checkpoints(run: Run) -> list[dict[str, Any]]:
+    """The run's checkpoints, oldest first: ``[{"name", "generation", "created_at",
+    "step", "next_step", "resumable"}]``; resumable ones can be named in a resume (their
+    step is not superseded and they have a next step)."""
+    rows = []
+    for cp in Checkpoint.objects.filter(run=run).select_related("step").order_by("pk"):
+        rows.append({
+            "name": cp.name, "generation": cp.generation, "created_at": cp.created_at.isoformat(),
+            "step": cp.step.name if cp.step_id else None,
+            "next_step": cp.state.get("phase"),
+            "resumable": _usable(cp) and cp.state.get("phase") is not None,
+        })
+    return rows
+
+
+def _usable(cp: Checkpoint) -> bool:
+    return cp.step_id is None or cp.step.status != StepStatus.SUPERSEDED
+
+
+def find_checkpoint(run: Run, name: str) -> Checkpoint:
+    """The newest usable checkpoint called ``name``; ``ControlError("unknown_checkpoint")``
+    listing the names that exist."""
+    for cp in Checkpoint.objects.filter(run=run, name=name).select_related("step").order_by("-pk"):
+        if _usable(cp):
+            return cp
+    names = sorted({c["name"] for c in list_checkpoints(run) if c["resumable"]})
+    raise ControlError("unknown_checkpoint", f"run has no usable checkpoint {name!r}",
+                       {"checkpoint": "available: " + (", ".join(names) or "none")})
+
+
+def plan_resume(run: Run, checkpoint_name: str, input_patch: dict | None = None) -> ResumePlan:
+    """Preview a resume (changes nothing). Raises ``ControlError``: ``run_terminal``,
+    ``unknown_checkpoint``, ``nothing_to_resume`` (the checkpoint is the end of the
+    run), ``invalid_input`` (patch not an object, or the patched input invalid),
+    ``unknown_workflow_version``."""
+    run.refresh_from_db()
+    if run.status in RUN_TERMINAL:
+        raise ControlError("run_terminal", f"run is {run.status}; terminal runs do not resume")
+    if input_patch is not None and not isinstance(input_patch, dict):
+        raise ControlError("invalid_input", "input patch must be a JSON object",
+                           {"input_patch": "must be a JSON object"})
+    try:
+        workflow = registry.get(run.workflow, run.workflow_version)
+    except registry.UnknownWorkflow as exc:
+        raise ControlError("unknown_workflow_version", str(exc)) from exc
+    cp = find_checkpoint(run, checkpoint_name)
+    phase = cp.state.get("phase")
+    if phase is None:
+        raise ControlError("nothing_to_resume", f"{checkpoint_name} is the end of the run")
+    new_input = {**cp.state.get("input", run.input), **(input_patch or {})}
+    errors = workflow.validate_input(new_input)
+    if errors:
+        raise ControlError("invalid_input", "patched input is not valid",
+                           {f"input.{k}": v for k, v in errors.items()})
+    later = _later_steps(run, cp)
+    ops = (Operation.objects.filter(step__in=[s.pk for s in later])
+           .exclude(side_effect="read").exclude(status=Operation.Status.FAILED)
+           .select_related("step").order_by("pk"))
+    return ResumePlan(
+        checkpoint=cp,
+        steps_to_rerun=workflow.path_from(phase),
+        operations_may_repeat=[
+            {"step": op.step.name if op.step_id else None, "tool": op.tool,
+             "side_effect": op.side_effect, "status": op.status,
+             "idempotency_key": op.idempotency_key}
+            for op in ops
+        ],
+        steps_to_supersede=[{"name": s.name, "seq": s.seq, "generation": s.generation,
+                             "status": s.status} for s in later],
+        input=new_input,
+    )
+
+
+def _later_steps(run: Run, cp: Checkpoint) -> list[Step]:
+    cut = cp.step.seq if cp.step_id else 0
+    return list(Step.objects.filter(run=run, seq__gt=cut).exclude(status__in=_SETTLED)
+                .order_by("seq"))
+
+
+def resume_from_checkpoint(run: Run, checkpoint_name: str, *, actor: str,
+                           input_patch: dict | None = None, reason: str = "",
+                           takeover=None, note: dict | None = None) -> Run:
+    """Resume ``run`` from ``checkpoint_name`` (see the module docstring); returns the run.
+
+    Allowed while the run is PENDING, RUNNING, WAITING_APPROVAL, WAITING_EXTERNAL or
+    PAUSED and no step is RUNNING (a running step cannot be superseded under its worker:
+    wait for it or cancel). An open takeover is resolved with action ``resume``
+    (``takeover``/``note`` let ``resolve_takeover`` pass its own). Raises ``ControlError``
+    (the codes of ``plan_resume`` and ``step_running``, ``not_allowed_in_state``).
+    """
+    from approvals.models import Approval
+    from approvals.services import resolve_open_takeover
+    from runs.engine.executor import schedule_step
+
+    plan = plan_resume(run, checkpoint_name, input_patch)
+    cp = plan.checkpoint
+    with run_transaction(run.pk) as tx:
+        status = tx.run.status
+        if status in RUN_TERMINAL or status == RunStatus.CANCEL_REQUESTED:
+            raise ControlError("not_allowed_in_state", f"run is {status}")
+        running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).first()
+        if running is not None:
+            raise ControlError("step_running", f"step {running.name} is running on "
+                               f"{running.owner}; wait for it or cancel the run")
+        generation = tx.run.generation + 1
+        superseded = []
+        for step in _later_steps(tx.run, cp):
+            tx.transition_step(step.pk, StepStatus.SUPERSEDED, expected=step.status, actor=actor,
+                               event_type="step.superseded",
+                               payload={"by_generation": generation, "checkpoint": cp.name},
+                               owner="", lease_until=None)
+            superseded.append(step.pk)
+        for approval_id in Approval.objects.filter(step_id__in=superseded,
+                                                   status=Approval.Status.PENDING).values_list("pk", flat=True):
+            Approval.objects.filter(pk=approval_id).update(
+                status=Approval.Status.CANCELLED, decided_at=Now(),
+                comment=f"superseded by a resume from {cp.name}")
+            tx.event("approval.cancelled", {"approval_id": approval_id,
+                                            "reason": f"resume from {cp.name}"}, actor=actor)
+        message_seq = cp.state.get("message_seq", 0)
+        messages = Message.objects.filter(run_id=run.pk, seq__gt=message_seq).exclude(
+            status=Message.Status.SUPERSEDED).update(status=Message.Status.SUPERSEDED)
+        budget_before = usage(tx.run)
+        used = cp.state.get("budget_used") or budget_before
+        Run.objects.filter(pk=run.pk).update(
+            generation=generation, current_step=None, model_calls=used["model_calls"],
+            tool_calls=used["tool_calls"], cost_usd=used["cost_usd"])
+        tx.run.generation = generation
+        state = {**cp.state, "input": plan.input, "generation": generation}
+        Checkpoint.objects.create(run_id=run.pk, step_id=cp.step_id, name=cp.name,
+                                  generation=generation, state=state)
+        tx.event("run.resumed_from_checkpoint", {
+            "checkpoint": cp.name, "generation": generation, "input_patch": input_patch or {},
+            "reason": reason, "steps_to_rerun": plan.steps_to_rerun,
+            "superseded_steps": len(superseded), "superseded_messages": messages,
+            "budget_before": budget_before, "budget_restored": used,
+        }, actor=actor)
+        resolve_open_takeover(tx, actor, note or {"action": "resume", "reason": reason,
+                                                  "evidence": "", "checkpoint": cp.name},
+                              takeover)
+        if status in (RunStatus.PAUSED, RunStatus.WAITING_APPROVAL, RunStatus.WAITING_EXTERNAL):
+            tx.transition_run(RunStatus.RUNNING, actor=actor, reason=reason or f"resume from {cp.name}")
+        seq = (Step.objects.filter(run_id=run.pk).aggregate(m=Max("seq"))["m"] or 0) + 1
+        schedule_step(tx, cp.state["phase"], seq=seq, actor=actor)
+    run.refresh_from_db()
+    return run

@@ -1,0 +1,177 @@
+"""Unknown outcomes (DESIGN sections 1.5, 7): a side effect that may or may not have
+happened, which its tool's ``verify`` hook could not decide.
+
+The step becomes UNKNOWN, the run PAUSED, and a Takeover (cause ``unknown_outcome``)
+holds the operation and the evidence. A human then decides with ``resolve_unknown``
+(``runs resolve``; issue 4's console calls it too): "done" records the result and the
+step continues without calling the tool again; "not-done" lets the step call it once
+more. ``verify_now`` asks the hook again, for an operator who fixed the device.
+"""
+
+import json
+from typing import Any
+
+from django.db.models.functions import Now
+
+from runs.engine import dispatch, ledger
+from runs.engine.errors import OutcomeUnknown
+from runs.engine.gateway import record_event, run_transaction
+from runs.engine.takeovers import open_takeover
+from runs.models import Operation, Run, Step
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.tools import ToolCall, VerifyAnswer, get_tool
+
+__all__ = ["VerifyAnswer", "pause_unknown", "verify_now", "resolve_unknown", "OUTCOMES"]
+
+#: ``runs resolve --outcome`` values.
+OUTCOMES = ("done", "not-done")
+
+
+def pause_unknown(run: Run, step: Step, attempt: int, actor: str, exc: OutcomeUnknown) -> bool:
+    """Attempt ``attempt`` hit an unknown outcome: mark the step UNKNOWN and the
+    operation UNKNOWN, pause the run and open the takeover, all fenced by the attempt.
+
+    Returns ``False`` (recording ``step.commit_rejected``) when the attempt no longer
+    holds the step or the run is terminal. A run that is cancel-requested is not paused
+    (its cancel flow owns it); the step is still marked UNKNOWN.
+    """
+    with run_transaction(run.pk) as tx:
+        rejected = None
+        if tx.run.status in RUN_TERMINAL:
+            rejected = f"run is {tx.run.status}"
+        elif not tx.transition_step(
+                step.pk, StepStatus.UNKNOWN, expected=StepStatus.RUNNING, attempt=attempt,
+                actor=actor, payload={"attempt": attempt, "operation_id": exc.operation_id,
+                                      "reason": exc.reason, "evidence": exc.evidence[:2000]},
+                owner="", lease_until=None, finished_at=Now(), error_code="UNKNOWN_OUTCOME",
+                error_detail=exc.reason[:4000]):
+            rejected = f"attempt {attempt} no longer holds the step"
+        if rejected:
+            tx.event("step.commit_rejected", {"attempt": attempt, "reason": rejected,
+                                              "error_code": "UNKNOWN_OUTCOME"},
+                     step_id=step.pk, actor=actor, progress=False)
+            return False
+        Operation.objects.filter(pk=exc.operation_id, status=Operation.Status.INTENT).update(
+            status=Operation.Status.UNKNOWN, updated_at=Now())
+        op = Operation.objects.get(pk=exc.operation_id)
+        if tx.run.status == RunStatus.CANCEL_REQUESTED:
+            return True
+        open_takeover(
+            tx, cause="unknown_outcome", reason=exc.reason, actor=actor, step=step,
+            suggested_action=(
+                f"Check the outside system, then: runs resolve {run.pk} --step {step.name} "
+                "--outcome done|not-done --evidence '...'"),
+            evidence={"operation": ledger.describe(op), "verify": exc.evidence,
+                      "attempt": attempt},
+        )
+    return True
+
+
+def verify_now(step: Step, *, actor: str) -> VerifyAnswer:
+    """Ask the ``verify`` hook again about the step's unknown operation (for example
+    after the operator brought the device back) and record the answer as an event.
+
+    Changes no status: the operator resolves with the answer as evidence. Raises
+    ``ControlError`` (``no_unknown_operation``) when the step has no unknown operation.
+    """
+    from runs.engine.control import ControlError
+
+    op = _unknown_operation(step)
+    if op is None or op.status == Operation.Status.SUCCEEDED:
+        raise ControlError("no_unknown_operation", f"step {step.name} has no unknown operation")
+    tool = get_tool(op.tool)
+    run = step.run
+    if tool is None:
+        answer = VerifyAnswer("cannot_tell", evidence=f"this code has no tool {op.tool!r}")
+    else:
+        answer = ledger.verify(tool, op, ToolCall(run_id=str(run.pk),
+                                                  idempotency_key=op.idempotency_key,
+                                                  attempt=op.attempt, faults=dict(run.faults)))
+    record_event(run.pk, "operation.verified",
+                 {**ledger.describe(op), "answer": answer.status,
+                  "evidence": answer.evidence[:2000], "requested_by": actor},
+                 step_id=step.pk, actor=actor)
+    return answer
+
+
+def resolve_unknown(run: Run, step_name: str, *, outcome: str, evidence: str, actor: str,
+                    result: Any = None) -> Run:
+    """A human's decision on an UNKNOWN step of a PAUSED run; the run then continues.
+
+    ``outcome``: ``"done"`` (the operation becomes SUCCEEDED with ``result``, default
+    ``{"resolved": "done"}``; the step re-runs and reuses it without calling the tool)
+    or ``"not-done"`` (the operation becomes FAILED; the step re-runs and calls once
+    more). ``evidence`` (required) and ``actor`` go into the ``unknown.resolved`` event
+    and the takeover's resolution. The step gets a fresh retry allowance.
+
+    Raises ``ControlError``: ``invalid_outcome``, ``evidence_required``,
+    ``run_terminal``, ``not_allowed_in_state``, ``unknown_step``, ``step_not_unknown``,
+    ``outcome_known`` (a late result arrived: it cannot be "not-done").
+    """
+    from approvals.models import Takeover
+    from runs.engine.control import ControlError
+
+    if outcome not in OUTCOMES:
+        raise ControlError("invalid_outcome", f"outcome must be one of {', '.join(OUTCOMES)}",
+                           {"outcome": "must be done or not-done"})
+    if not (evidence or "").strip():
+        raise ControlError("evidence_required", "say what you checked (--evidence)",
+                           {"evidence": "is required"})
+    with run_transaction(run.pk) as tx:
+        if tx.run.status in RUN_TERMINAL:
+            raise ControlError("run_terminal", f"run is {tx.run.status}")
+        if tx.run.status != RunStatus.PAUSED:
+            raise ControlError("not_allowed_in_state",
+                               f"run is {tx.run.status}; only a PAUSED run can be resolved")
+        step = (Step.objects.filter(run_id=run.pk, generation=tx.run.generation, name=step_name)
+                .order_by("-seq").first())
+        if step is None:
+            raise ControlError("unknown_step", f"run has no step {step_name!r}")
+        if step.status != StepStatus.UNKNOWN:
+            raise ControlError("step_not_unknown", f"step {step_name} is {step.status}, not UNKNOWN")
+        op = _unknown_operation(step)
+        if op is not None:
+            if outcome == "done":
+                stored = result if result is not None else (
+                    op.result if op.status == Operation.Status.SUCCEEDED else {"resolved": "done"})
+                ledger.record_result(op, stored)
+            elif op.status == Operation.Status.SUCCEEDED:
+                raise ControlError("outcome_known", "the call's result arrived after the pause: "
+                                   f"it took effect ({json.dumps(op.result)[:200]})")
+            else:
+                ledger.record_result(op, {"resolved": "not_done", "evidence": evidence},
+                                     status=Operation.Status.FAILED)
+        tx.transition_step(
+            step.pk, StepStatus.PENDING, expected=StepStatus.UNKNOWN, actor=actor,
+            event_type="step.requeued", payload={"reason": f"unknown outcome resolved: {outcome}"},
+            not_before=Now(), notified_at=Now(), owner="", lease_until=None, started_at=None,
+            finished_at=None, attempt_base=step.attempt, error_code="", error_detail="",
+        )
+        takeover = Takeover.objects.filter(run_id=run.pk, status=Takeover.Status.OPEN).first()
+        if takeover is not None:
+            Takeover.objects.filter(pk=takeover.pk).update(
+                status=Takeover.Status.RESOLVED,
+                resolution="mark_done" if outcome == "done" else "retry",
+                resolution_note=evidence, resolved_by=actor, resolved_at=Now())
+        tx.event("unknown.resolved", {
+            "step": step.name, "outcome": outcome, "evidence": evidence,
+            "reason": f"operator decided the outcome was {outcome}",
+            "operation": ledger.describe(op) if op else None,
+            "result": op.result if op and outcome == "done" else None,
+            "takeover_id": takeover.pk if takeover else None,
+        }, step_id=step.pk, actor=actor)
+        tx.transition_run(RunStatus.RUNNING, actor=actor,
+                          reason=f"unknown outcome of {step.name} resolved: {outcome}")
+        dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
+    run.refresh_from_db()
+    return run
+
+
+def _unknown_operation(step: Step) -> Operation | None:
+    """The operation the step is unknown about: UNKNOWN first, else an unsettled INTENT,
+    else one whose late result arrived (SUCCEEDED)."""
+    for status in (Operation.Status.UNKNOWN, Operation.Status.INTENT, Operation.Status.SUCCEEDED):
+        op = Operation.objects.filter(step=step, status=status).order_by("-pk").first()
+        if op is not None:
+            return op
+    return None

@@ -1,0 +1,44 @@
+"""The watchdog (DESIGN section 6): flags runs that are RUNNING or WAITING_EXTERNAL but
+made no progress (no new event) for ``AGENTOPS_STUCK_SECONDS``. The flag is
+``Run.stuck_since`` plus a ``run.stuck`` event; the next progress event clears it
+(``runs.engine.gateway.RunTx.flush``). The console lists flagged runs with ``stuck_runs``.
+"""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import QuerySet
+from django.db.models.functions import Now
+
+from runs.engine.gateway import run_transaction
+from runs.models import Run
+from runs.states import RunStatus
+
+#: Statuses in which silence means something is wrong (waiting for people is not stuck).
+WATCHED = (RunStatus.RUNNING, RunStatus.WAITING_EXTERNAL)
+
+
+def flag_stuck_runs(actor: str, batch: int) -> int:
+    """Sweeper task: flag up to ``batch`` silent runs; returns how many were flagged."""
+    threshold = settings.AGENTOPS_STUCK_SECONDS
+    cutoff = Now() - timedelta(seconds=threshold)
+    ids = list(Run.objects.filter(status__in=WATCHED, stuck_since__isnull=True,
+                                  last_event_at__lt=cutoff)
+               .order_by("last_event_at").values_list("pk", flat=True)[:batch])
+    flagged = 0
+    for run_id in ids:
+        with run_transaction(run_id) as tx:
+            moved = Run.objects.filter(pk=run_id, status__in=WATCHED, stuck_since__isnull=True,
+                                       last_event_at__lt=cutoff).update(stuck_since=Now())
+            if moved:
+                tx.event("run.stuck", {"status": tx.run.status, "threshold_s": threshold,
+                                       "step": tx.run.current_step.name if tx.run.current_step_id else None,
+                                       "reason": f"no event for more than {threshold}s"},
+                         actor=actor, progress=False)
+                flagged += 1
+    return flagged
+
+
+def stuck_runs() -> QuerySet:
+    """Runs currently flagged stuck, longest stuck first."""
+    return Run.objects.filter(stuck_since__isnull=False).order_by("stuck_since")

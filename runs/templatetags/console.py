@@ -1,0 +1,98 @@
+"""Template helpers of the console. Nothing here marks anything safe: agent, model and
+tool output is untrusted, so every value reaches the page through autoescaping."""
+
+import json
+from datetime import datetime, timedelta
+
+from django import template
+from django.utils import timezone
+
+register = template.Library()
+
+#: Characters of a payload shown before the "show all" fold.
+PREVIEW_CHARS = 240
+
+
+def _as_text(value, indent: int | None = None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=indent, sort_keys=True, default=str, ensure_ascii=False)
+
+
+@register.inclusion_tag("partials/payload.html")
+def payload(value, limit: int = PREVIEW_CHARS):
+    """Render ``value`` (text or JSON) escaped; longer than ``limit`` characters, as a
+    preview with a ``<details>`` fold holding the whole text (no JavaScript needed)."""
+    text = _as_text(value)
+    long = len(text) > limit
+    return {
+        "text": _as_text(value, indent=2) if long else text,
+        "preview": text[:limit],
+        "long": long,
+        "size": len(text),
+    }
+
+
+@register.filter
+def duration(seconds) -> str:
+    """``3725.2`` -> ``"1h 2m"``; ``None`` -> ``"-"``."""
+    if seconds is None or seconds == "":
+        return "-"
+    if isinstance(seconds, timedelta):
+        seconds = seconds.total_seconds()
+    seconds = float(seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h {minutes}m"
+    return f"{hours // 24}d {hours % 24}h"
+
+
+@register.filter
+def age(moment: datetime | None) -> str:
+    """Time since ``moment`` as a ``duration``; ``"-"`` when unset."""
+    if not moment:
+        return "-"
+    return duration((timezone.now() - moment).total_seconds())
+
+
+@register.filter
+def percent(ratio) -> str:
+    """``0.1234`` -> ``"12.3%"``; ``None`` -> ``"-"``."""
+    return "-" if ratio is None else f"{float(ratio) * 100:.1f}%"
+
+
+@register.filter
+def shortid(value) -> str:
+    """The first 8 characters of a run id, as shown in lists."""
+    return str(value)[:8]
+
+
+@register.filter
+def getitem(mapping, key):
+    """``mapping[key]`` or ``None``."""
+    try:
+        return mapping.get(key)
+    except AttributeError:
+        return None
+
+
+@register.simple_tag(takes_context=True)
+def query_with(context, **changes) -> str:
+    """The current query string with ``changes`` applied (``None`` removes a key); for
+    sort links and pagination that keep the filters."""
+    params = context["request"].GET.copy()
+    for key, value in changes.items():
+        if value is None:
+            params.pop(key, None)
+        else:
+            params[key] = value
+    return params.urlencode()

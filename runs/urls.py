@@ -1,0 +1,35 @@
+"""URLs of the operator console (namespace ``console``)."""
+
+from django.urls import path
+
+from approvals import views as approval_views
+from runs.views import actions, audit, overview, run_detail, runs_list, triage, unknowns, workers
+
+app_name = "console"
+
+urlpatterns = [
+    path("", overview.overview, name="overview"),
+    path("triage/", triage.triage, name="triage"),
+    path("runs/", runs_list.runs_list, name="runs"),
+    path("runs/bulk/", actions.bulk, name="bulk"),
+    path("runs/<uuid:run_id>/", run_detail.run_detail, name="run"),
+    path("runs/<uuid:run_id>/events/", run_detail.run_events, name="run_events"),
+    path("runs/<uuid:run_id>/cancel/", actions.cancel, name="cancel"),
+    path("runs/<uuid:run_id>/redispatch/", actions.redispatch, name="redispatch"),
+    path("runs/<uuid:run_id>/retry/", actions.retry, name="retry"),
+    path("runs/<uuid:run_id>/budget/", actions.budget, name="budget"),
+    path("runs/<uuid:run_id>/resume/", actions.resume_preview, name="resume_preview"),
+    path("artifacts/<int:artifact_id>/download/", run_detail.artifact_download, name="artifact"),
+    path("unknowns/", unknowns.unknowns, name="unknowns"),
+    path("unknowns/<int:step_id>/verify/", unknowns.verify, name="verify"),
+    path("unknowns/<int:step_id>/resolve/", unknowns.resolve, name="resolve"),
+    path("approvals/", approval_views.approvals_inbox, name="approvals"),
+    path("approvals/<int:approval_id>/decide/", approval_views.decide_view, name="decide"),
+    path("takeovers/", approval_views.takeover_desk, name="takeovers"),
+    path("takeovers/<int:takeover_id>/claim/", approval_views.claim_view, name="claim"),
+    path(
+        "takeovers/<int:takeover_id>/resolve/", approval_views.resolve_view, name="resolve_takeover"
+    ),
+    path("workers/", workers.workers, name="workers"),
+    path("audit/", audit.audit, name="audit"),
+]

@@ -1,0 +1,256 @@
+"""Operator actions on runs: cancel, re-dispatch, retry a step, resume from a checkpoint
+(preview, then confirm), bulk cancel / re-dispatch (confirmation page first).
+
+Each is a plain POST form (CSRF), gated by ``runs.operate_run`` (403), re-checks the run's
+version at submit time, and calls exactly one engine function with the actor
+``user:<username>``; the engine writes the event.
+"""
+
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+
+from runs.console.access import (
+    OPERATE_PERM,
+    actor_of,
+    console_action,
+    console_view,
+    refusal,
+    stale_run,
+)
+from runs.console.actions import back_url, perform
+from runs.console.forms import InvalidInput, optional_json, required_text
+from runs.engine import control
+from runs.engine.budget import raise_budget
+from runs.engine.cancel import request_cancel
+from runs.engine.control import ControlError
+from runs.engine.rewind import plan_resume, resume_from_checkpoint
+from runs.models import Checkpoint, Run
+from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus
+
+#: Most runs one bulk action may touch.
+BULK_LIMIT = 500
+
+
+def _run_for_action(request, run_id):
+    run = get_object_or_404(Run, pk=run_id)
+    back = back_url(request, reverse("console:run", args=[run.pk]))
+    return run, back, stale_run(request, run, request.POST.get("run_version"), back)
+
+
+@console_action(OPERATE_PERM)
+def cancel(request, run_id):
+    """Ask the run to cancel (``runs.engine.cancel.request_cancel``); reason required."""
+    run, back, changed = _run_for_action(request, run_id)
+    if changed:
+        return changed
+
+    def call():
+        reason = required_text(request.POST, "reason", "A reason")
+        return request_cancel(run, actor=actor_of(request), reason=reason)
+
+    return perform(
+        request,
+        call,
+        back=back,
+        success=lambda r: f"Cancel requested for run {r.pk} (now {r.status}).",
+    )
+
+
+@console_action(OPERATE_PERM)
+def redispatch(request, run_id):
+    """Re-notify the run's open step (``control.resume``), never taking a live lease."""
+    run, back, changed = _run_for_action(request, run_id)
+    if changed:
+        return changed
+    return perform(
+        request,
+        lambda: control.resume(run, actor=actor_of(request), wait_seconds=0),
+        back=back,
+        success=lambda s: f"Re-dispatched step {s.name} of run {run.pk}.",
+    )
+
+
+@console_action(OPERATE_PERM)
+def retry(request, run_id):
+    """Re-queue the failed or unknown step of a PAUSED run (``control.retry_step``)."""
+    run, back, changed = _run_for_action(request, run_id)
+    if changed:
+        return changed
+
+    def call():
+        reason = required_text(request.POST, "reason", "A reason")
+        return control.retry_step(run, actor=actor_of(request), reason=reason)
+
+    return perform(
+        request, call, back=back, success=lambda s: f"Step {s.name} of run {run.pk} queued again."
+    )
+
+
+@console_action(OPERATE_PERM)
+def budget(request, run_id):
+    """Raise the run's budget limits (``runs.engine.budget.raise_budget``); a run paused
+    for an exhausted budget then resumes its paused step."""
+    run, back, changed = _run_for_action(request, run_id)
+    if changed:
+        return changed
+
+    def call():
+        reason = required_text(request.POST, "reason", "A reason")
+        return raise_budget(
+            run,
+            actor=actor_of(request),
+            reason=reason,
+            add_model_calls=request.POST.get("add_model_calls") or 0,
+            add_tool_calls=request.POST.get("add_tool_calls") or 0,
+            add_cost_usd=request.POST.get("add_cost_usd") or "0",
+        )
+
+    return perform(
+        request, call, back=back, success=lambda r: f"Budget of run {r.pk} raised (now {r.status})."
+    )
+
+
+@console_view
+def resume_preview(request, run_id):
+    """GET: what resuming from ``checkpoint`` (with an optional input patch) would re-run
+    and which side effects it could repeat, with the confirm form. POST: confirm."""
+    if not request.user.has_perm(OPERATE_PERM):
+        raise PermissionDenied("resuming needs runs.operate_run")
+    if request.method == "POST":
+        return _resume_confirm(request, run_id)
+    run = get_object_or_404(Run.objects.select_related("thread"), pk=run_id)
+    checkpoint = request.GET.get("checkpoint", "")
+    patch_text = request.GET.get("input_patch", "")
+    context = {
+        "run": run,
+        "checkpoint": checkpoint,
+        "patch_text": patch_text,
+        "checkpoints": list(
+            dict.fromkeys(
+                Checkpoint.objects.filter(run=run).order_by("pk").values_list("name", flat=True)
+            )
+        ),
+        "plan": None,
+        "error": "",
+    }
+    try:
+        patch = optional_json(
+            request.GET, "input_patch", label="The input patch", must_be_object=True
+        )
+        context["plan"] = plan_resume(run, checkpoint, patch)
+    except InvalidInput as exc:
+        context["error"] = str(exc)
+    except ControlError as exc:
+        context["error"] = f"{exc.message} [{exc.code}]"
+    return render(
+        request, "console/resume_preview.html", context, status=400 if context["error"] else 200
+    )
+
+
+def _resume_confirm(request, run_id):
+    run, back, changed = _run_for_action(request, run_id)
+    if changed:
+        return changed
+
+    def call():
+        checkpoint = required_text(request.POST, "checkpoint", "A checkpoint")
+        reason = required_text(request.POST, "reason", "A reason")
+        patch = optional_json(
+            request.POST, "input_patch", label="The input patch", must_be_object=True
+        )
+        return resume_from_checkpoint(
+            run, checkpoint, actor=actor_of(request), input_patch=patch, reason=reason
+        )
+
+    return perform(
+        request,
+        call,
+        back=reverse("console:run", args=[run.pk]),
+        success=lambda r: f"Run {r.pk} resumed (generation {r.generation}).",
+    )
+
+
+# -- bulk ------------------------------------------------------------------------------
+
+BULK_ACTIONS = {
+    "cancel": "Cancel",
+    "redispatch": "Re-dispatch",
+}
+
+
+def bulk_skip_reason(action: str, run: Run) -> str:
+    """Why ``action`` does not apply to ``run`` in its state, or ``""`` if it does."""
+    if run.status in RUN_TERMINAL:
+        return f"already {run.status}"
+    if action == "cancel" and run.status == RunStatus.CANCEL_REQUESTED:
+        return "cancel already requested"
+    if action == "redispatch" and run.status not in RUN_EXECUTABLE:
+        return f"{run.status}: nothing to re-dispatch (resolve or decide it instead)"
+    return ""
+
+
+def _apply_one(request, action: str, run: Run, reason: str):
+    if action == "cancel":
+        return request_cancel(run, actor=actor_of(request), reason=reason)
+    return control.resume(run, actor=actor_of(request), wait_seconds=0)
+
+
+@console_action(OPERATE_PERM)
+def bulk(request):
+    """Step 1 (no ``confirm``): the confirmation page listing exactly the runs that will
+    change, and those skipped with why. Step 2 (``confirm``): apply to each listed run
+    whose version is still the one confirmed; report what changed and what was skipped."""
+    action = request.POST.get("action", "")
+    if action not in BULK_ACTIONS:
+        return refusal(
+            request,
+            title="Unknown action",
+            message=f"no bulk action {action!r}",
+            status=400,
+            back=reverse("console:runs"),
+        )
+    ids = request.POST.getlist("run")[:BULK_LIMIT]
+    try:
+        runs = list(Run.objects.filter(pk__in=ids).order_by("-created_at"))
+    except Exception:  # noqa: BLE001 - malformed ids in the form
+        return refusal(
+            request,
+            title="Invalid selection",
+            message="malformed run ids",
+            status=400,
+            back=reverse("console:runs"),
+        )
+    context = {"action": action, "label": BULK_ACTIONS[action], "limit": BULK_LIMIT}
+    if not request.POST.get("confirm"):
+        context["apply"] = [r for r in runs if not bulk_skip_reason(action, r)]
+        context["skip"] = [
+            (r, bulk_skip_reason(action, r)) for r in runs if bulk_skip_reason(action, r)
+        ]
+        return render(request, "console/bulk_confirm.html", context)
+    reason = (request.POST.get("reason") or "").strip()
+    if action == "cancel" and not reason:
+        return refusal(
+            request,
+            title="Invalid input",
+            message="A reason is required.",
+            status=400,
+            back=reverse("console:runs"),
+        )
+    done, skipped = [], []
+    for run in runs:
+        confirmed = request.POST.get(f"version_{run.pk}")
+        why = bulk_skip_reason(action, run)
+        if str(run.version) != (confirmed or "").strip():
+            skipped.append((run, f"changed since the confirmation (now {run.status})"))
+        elif why:
+            skipped.append((run, why))
+        else:
+            try:
+                _apply_one(request, action, run, reason)
+                run.refresh_from_db()
+                done.append(run)
+            except ControlError as exc:
+                skipped.append((run, f"{exc.message} [{exc.code}]"))
+    context.update({"done": done, "skipped": skipped})
+    return render(request, "console/bulk_done.html", context)

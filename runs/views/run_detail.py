@@ -1,0 +1,127 @@
+"""The run detail page: header, steps with every attempt, live event timeline,
+messages, artifacts, checkpoints and the operation ledger; plus the full event list and
+artifact downloads."""
+
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import FileResponse, Http404
+from django.shortcuts import get_object_or_404
+
+from runs.console import artifacts as artifact_files
+from runs.console.access import DOWNLOAD_PERM, console_view, render_page
+from runs.console.attempts import step_histories
+from runs.engine.cancel import cancel_progress
+from runs.models import Artifact, Checkpoint, Event, Message, Operation, Run, Step
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+
+#: Newest events shown on the detail page; the events page pages through all of them.
+TIMELINE_LIMIT = 100
+EVENTS_PAGE_SIZE = 200
+
+
+def _get_run(run_id) -> Run:
+    return get_object_or_404(
+        Run.objects.select_related("thread", "owner", "current_step"), pk=run_id
+    )
+
+
+def budget_rows(run: Run) -> list[dict]:
+    """``[{name, used, limit, left}]`` for model calls, tool calls and cost."""
+    rows = []
+    for key in ("model_calls", "tool_calls", "cost_usd"):
+        used = getattr(run, key)
+        limit = run.budget.get(key) if isinstance(run.budget, dict) else None
+        left = None
+        if limit is not None:
+            try:
+                left = type(used)(str(limit)) - used
+            except (ValueError, ArithmeticError):
+                left = None
+        rows.append({"name": key, "used": used, "limit": limit, "left": left})
+    return rows
+
+
+def live_context(run: Run) -> dict:
+    """What the polled part of the page shows: header, steps with attempts, timeline."""
+    from approvals.models import Takeover
+
+    steps = list(Step.objects.filter(run=run).order_by("seq"))
+    step_events = list(Event.objects.filter(run=run, step__isnull=False).order_by("seq"))
+    timeline = list(
+        Event.objects.filter(run=run).select_related("step").order_by("-seq")[:TIMELINE_LIMIT]
+    )
+    return {
+        "run": run,
+        "terminal": run.status in RUN_TERMINAL,
+        "histories": step_histories(steps, step_events),
+        "retryable_steps": [
+            s
+            for s in steps
+            if s.generation == run.generation
+            and s.status in (StepStatus.FAILED, StepStatus.UNKNOWN)
+        ],
+        "timeline": timeline,
+        "timeline_limit": TIMELINE_LIMIT,
+        "budget": budget_rows(run),
+        "open_takeover": Takeover.objects.filter(run=run, status=Takeover.Status.OPEN).first(),
+        "cancel_progress": cancel_progress(run) if run.status == RunStatus.CANCEL_REQUESTED else "",
+    }
+
+
+@console_view
+def run_detail(request, run_id):
+    """Full page, or the live fragment (header, steps, timeline) when htmx polls."""
+    run = _get_run(run_id)
+    context = live_context(run)
+    if request.htmx:
+        return render_page(request, "console/run_detail.html", "partials/run_live.html", context)
+    artifacts = list(Artifact.objects.filter(run=run).select_related("step").order_by("pk"))
+    for artifact in artifacts:
+        artifact.verification = artifact_files.verify(artifact)
+    context.update(
+        {
+            "messages_list": list(
+                Message.objects.filter(thread_id=run.thread_id)
+                .exclude(status=Message.Status.SUPERSEDED)
+                .order_by("seq")
+            ),
+            "artifacts": artifacts,
+            "checkpoints": list(Checkpoint.objects.filter(run=run).defer("state").order_by("pk")),
+            "operations": list(
+                Operation.objects.filter(run=run).select_related("step").order_by("pk")
+            ),
+        }
+    )
+    return render_page(request, "console/run_detail.html", "partials/run_live.html", context)
+
+
+@console_view
+def run_events(request, run_id):
+    """Every event of the run, oldest first, paginated."""
+    run = _get_run(run_id)
+    page = Paginator(
+        Event.objects.filter(run=run).select_related("step").order_by("seq"), EVENTS_PAGE_SIZE
+    ).get_page(request.GET.get("page"))
+    return render_page(
+        request,
+        "console/run_events.html",
+        "partials/event_rows.html",
+        {"run": run, "page": page, "events": page.object_list},
+    )
+
+
+@console_view
+def artifact_download(request, artifact_id):
+    """The artifact's bytes as an attachment (never rendered inline: they are untrusted)."""
+    if not request.user.has_perm(DOWNLOAD_PERM):
+        raise PermissionDenied("downloading artifacts needs runs.view_artifact")
+    artifact = get_object_or_404(Artifact, pk=artifact_id)
+    try:
+        handle = artifact_files.open_artifact(artifact)
+    except OSError as exc:
+        raise Http404(str(exc)) from exc
+    response = FileResponse(
+        handle, as_attachment=True, filename=artifact.name, content_type="application/octet-stream"
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    return response

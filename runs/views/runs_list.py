@@ -1,0 +1,30 @@
+"""The runs list: django-filter filters, sorting, pagination, and bulk cancel /
+re-dispatch with a confirmation step."""
+
+from django.core.paginator import Paginator
+
+from runs.console.access import console_view, render_page
+from runs.console.filters import RunFilter, unknown_step_exists
+from runs.engine.clock import db_now
+from runs.models import Run
+
+PAGE_SIZE = 50
+
+
+@console_view
+def runs_list(request):
+    """Filtered, sorted (``o``), paginated (``page``) runs; the table alone for htmx."""
+    queryset = (
+        Run.objects.select_related("thread", "owner", "current_step")
+        .annotate(has_unknown=unknown_step_exists())
+        .order_by("-created_at")
+    )
+    run_filter = RunFilter(request.GET or None, queryset=queryset, now=db_now())
+    paginator = Paginator(run_filter.qs, PAGE_SIZE)
+    page = paginator.get_page(request.GET.get("page"))
+    return render_page(
+        request,
+        "console/runs.html",
+        "partials/run_table.html",
+        {"filter": run_filter, "page": page, "runs": page.object_list},
+    )

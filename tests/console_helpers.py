@@ -1,0 +1,137 @@
+"""Fixtures and helpers shared by the console tests (import them with
+``from tests.console_helpers import *``).
+
+Named actors after healthchecks' habit: ``alice`` the viewer, ``bob`` the operator,
+``carol`` the approver, and ``dave``, logged in but in no group, who may do nothing.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import Client
+
+from runs import demo_seed
+from runs.console.roles import setup_roles
+from runs.engine import control
+from runs.engine.worker import Worker
+from runs.models import Run
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PASSWORD = "console-test-pw"
+ACTORS = {"alice": "viewer", "bob": "operator", "carol": "approver", "dave": None}
+
+__all__ = [
+    "fast_passwords",
+    "device_dir",
+    "actors",
+    "clients",
+    "demo",
+    "PASSWORD",
+    "ACTORS",
+    "start_room_temperature",
+    "run_worker_in_process",
+    "worker_subprocess_env",
+    "run_worker_subprocess",
+]
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings):
+    """Cheap password hashing: the tests log in often."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def device_dir(settings, tmp_path):
+    """A private directory for the simulated outside world (thermostat, lamp, ...)."""
+    path = tmp_path / "devices"
+    path.mkdir()
+    settings.AGENTOPS_DEVICE_DIR = path
+    settings.MEDIA_ROOT = tmp_path / "artifacts"
+    return path
+
+
+@pytest.fixture
+def actors(db):
+    """``{name: user}`` for alice (viewer), bob (operator, staff), carol (approver), dave."""
+    groups = setup_roles()
+    users = {}
+    for name, role in ACTORS.items():
+        user = get_user_model().objects.create_user(
+            name, password=PASSWORD, is_staff=role == "operator"
+        )
+        if role:
+            user.groups.add(groups[role])
+        users[name] = user
+    return users
+
+
+@pytest.fixture
+def clients(actors):
+    """``{name: logged-in test client}`` (CSRF enforcement has its own test)."""
+    result = {}
+    for name, user in actors.items():
+        client = Client()
+        client.force_login(user)
+        result[name] = client
+    return result
+
+
+@pytest.fixture
+def demo(actors):
+    """One demo run per seed scenario (``{scenario: Run}``), from ``seed_demo``'s builder."""
+    report = demo_seed.Seeder(len(demo_seed.SCENARIOS), seed=7).seed()
+    return {name: Run.objects.get(pk=ids[0]) for name, ids in report.scenarios.items()}
+
+
+def start_room_temperature(thread: str = "T1", **kwargs) -> Run:
+    """A real run of the demo workflow, PENDING with its first step due."""
+    return control.start_run(
+        "room_temperature",
+        thread_id=thread,
+        input={"question": "How warm is the living room?"},
+        **kwargs,
+    )
+
+
+def run_worker_in_process() -> int:
+    """A real database-polling worker in burst mode, in this process; returns steps run."""
+    return Worker(mode="db", burst=True).run()
+
+
+def worker_subprocess_env(settings, **extra) -> dict[str, str]:
+    """Environment for a ``manage.py`` subprocess that works on this test's database
+    and simulated devices (pytest-django's test database, SQLite file or PostgreSQL)."""
+    env = dict(os.environ)
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        env.pop("DATABASE_URL", None)
+        env["AGENTOPS_SQLITE_PATH"] = str(db["NAME"])
+    else:
+        env["DATABASE_URL"] = (
+            f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        )
+    env["AGENTOPS_DEVICE_DIR"] = str(settings.AGENTOPS_DEVICE_DIR)
+    env["AGENTOPS_MEDIA_ROOT"] = str(settings.MEDIA_ROOT)
+    env["DJANGO_SETTINGS_MODULE"] = "agentops.settings"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_worker_subprocess(env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """``manage.py worker --burst --mode db`` in its own process, to completion."""
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "manage.py"), "worker", "--burst", "--mode", "db"],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
