@@ -115,7 +115,7 @@ def decide(approval: Approval, *, decision: str, user, comment: str = "") -> App
     target = DECISIONS[decision]
     actor = user_actor(user)
     with run_transaction(approval.run_id) as tx:
-        current = Approval.objects.select_for_update().select_related("decided_by").get(pk=approval.pk)
+        current = Approval.objects.select_for_update().get(pk=approval.pk)
         if current.status == target:
             return current
         if current.status != Approval.Status.PENDING:

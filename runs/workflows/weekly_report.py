@@ -66,6 +66,18 @@ def _release_slot(ctx, output) -> None:
     ctx.call_tool(release_slot, {"week": output["slot"]["slot"]})
 
 
+def _work(ctx, seconds: float) -> None:
+    """Simulated interruptible work: short slices with a safe point before each, so a
+    cancel (seen by the heartbeat) or a lost lease stops the step within a slice."""
+    deadline = time.monotonic() + seconds
+    while True:
+        ctx.safe_point()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(0.1, left))
+
+
 @workflow.step(compensate=_release_slot)
 def collect_sources(ctx):
     week = ctx.input["week"]
@@ -92,9 +104,7 @@ def deduplicate(ctx):
 def analyze(ctx):
     topics: dict[str, int] = {}
     for item in ctx.outputs["deduplicate"]["sources"]:
-        ctx.safe_point()  # cancel and lost leases stop the loop here
-        if _delay(ctx, "analyze"):
-            time.sleep(_delay(ctx, "analyze"))
+        _work(ctx, _delay(ctx, "analyze"))
         topics[item["topic"]] = topics.get(item["topic"], 0) + 1
     focus = ctx.input.get("focus") or max(sorted(topics), key=lambda t: topics[t])
     return {"topics": dict(sorted(topics.items())), "focus": focus}

@@ -1,0 +1,101 @@
+"""Helpers for the control-layer tests (issue 4): users, polling, and reading a
+deployment's database through ``manage.py shell`` (the tests stay black-box: every
+process is a real ``manage.py`` subprocess)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tests.support.services import Deployment
+
+WEEK = '{"week": "2026-W48"}'
+
+
+def weekly_input(**extra: Any) -> str:
+    """The weekly_report input JSON with optional extra keys (``delays``, ``focus``)."""
+    return json.dumps({"week": "2026-W48", **extra})
+
+
+def shell_json(d: Deployment, code: str) -> Any:
+    """Run ``code`` in ``manage.py shell`` and parse what it prints last as JSON; the
+    code must end by printing ``json.dumps(...)`` (``json`` is imported for it)."""
+    proc = d.manage("shell", "-v", "0", "-c", "import json\n" + code, check=True, timeout=120)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def make_user(d: Deployment, username: str, *, approver: bool = False) -> None:
+    """Create a plain user; ``approver`` grants ``approvals.decide_approval``."""
+    shell_json(d, f"""
+from django.contrib.auth.models import Permission, User
+u = User.objects.create_user({username!r}, password="pw-{username}")
+if {approver!r}:
+    u.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+print(json.dumps(u.pk))
+""")
+
+
+def status(d: Deployment, run_id: str) -> dict:
+    """``runs status RUN --json``."""
+    return d.manage_json("runs", "status", run_id, "--json")
+
+
+def facts(d: Deployment, run_id: str) -> dict:
+    """The run's rows as plain data: ``{"run": {...}, "steps": [...], "events": [...],
+    "approvals": [...], "takeovers": [...], "artifacts": [...], "operations": [...],
+    "checkpoints": [...]}``."""
+    return shell_json(d, f"""
+from approvals.models import Approval, Takeover
+from runs.models import Artifact, Checkpoint, Event, Operation, Run, Step
+run = Run.objects.get(pk={run_id!r})
+print(json.dumps({{
+    "run": {{"status": run.status, "generation": run.generation,
+             "workflow_version": run.workflow_version,
+             "stuck_since": str(run.stuck_since) if run.stuck_since else None,
+             "cancel_reason": run.cancel_reason}},
+    "steps": list(Step.objects.filter(run=run).order_by("seq").values(
+        "pk", "name", "seq", "status", "generation", "attempt", "owner", "lease_until",
+        "error_code", "output")),
+    "events": list(Event.objects.filter(run=run).order_by("seq").values(
+        "seq", "type", "actor", "payload", "step_id")),
+    "approvals": list(Approval.objects.filter(run=run).order_by("pk").values(
+        "pk", "status", "question", "evidence", "comment", "decided_by__username")),
+    "takeovers": list(Takeover.objects.filter(run=run).order_by("pk").values(
+        "pk", "status", "cause", "reason", "failed_at", "suggested_action", "evidence",
+        "checkpoints", "done_summary", "resolution", "resolved_by")),
+    "artifacts": list(Artifact.objects.filter(run=run).order_by("pk").values(
+        "pk", "name", "uri", "checksum", "size", "step__name")),
+    "operations": list(Operation.objects.filter(run=run).order_by("pk").values(
+        "tool", "idempotency_key", "status", "step__name")),
+    "checkpoints": list(Checkpoint.objects.filter(run=run).order_by("pk").values(
+        "name", "generation")),
+}}, default=str))
+""")
+
+
+def events_of(info: dict, type_: str) -> list[dict]:
+    """The events of type ``type_`` from ``facts()``."""
+    return [e for e in info["events"] if e["type"] == type_]
+
+
+def wait_until(check: Callable[[], Any], *, timeout: float = 90, interval: float = 0.3,
+               what: str = "condition") -> Any:
+    """Call ``check`` until it returns something truthy and return that; fail the test
+    with ``what`` after ``timeout`` seconds (a bound against hangs, never a timing
+    assertion)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last value: {value!r}")
+        time.sleep(interval)
+
+
+def step_status(d: Deployment, run_id: str, name: str) -> str | None:
+    """The newest step row called ``name`` of the run, its status (or None)."""
+    rows = [s for s in status(d, run_id)["steps"] if s["name"] == name]
+    return rows[-1]["status"] if rows else None

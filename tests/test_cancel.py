@@ -1,0 +1,118 @@
+"""Cancellation as a flow (issue 4), with real worker subprocesses: a running step stops
+at its safe point, its lease is released, compensations run once, the run ends
+CANCELLED, artifacts stay, and a result arriving after CANCELLED changes nothing."""
+
+import os
+import signal
+
+import pytest
+
+from tests.control_support import (
+    events_of,
+    facts,
+    make_user,
+    status,
+    step_status,
+    wait_until,
+    weekly_input,
+)
+from tests.support.services import BACKENDS
+
+FAST = {"AGENTOPS_LEASE_SECONDS": 2, "AGENTOPS_POLL_SECONDS": 0.2, "AGENTOPS_SWEEP_SECONDS": 0.5,
+        "AGENTOPS_RENOTIFY_SECONDS": 1}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_it_cancels_a_running_step_at_its_safe_point(deployment_factory, backend):
+    d = deployment_factory(backend, FAST)
+    run_id = d.manage("runs", "start", "weekly_report", "--thread", "C", "--input",
+                      weekly_input(delays={"analyze": 30}), check=True).stdout.strip()
+    worker = d.popen("worker")
+    wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run")
+
+    asked = d.manage("runs", "cancel", run_id, "--reason", "wrong week", check=True)
+    assert "CANCEL" in asked.stdout
+    wait_until(lambda: status(d, run_id)["status"] == "CANCELLED", what="CANCELLED")
+
+    info = facts(d, run_id)
+    analyze = next(s for s in info["steps"] if s["name"] == "analyze")
+    assert analyze["status"] == "CANCELLED" and analyze["attempt"] == 1
+    assert analyze["owner"] == "" and analyze["lease_until"] is None
+    [stopped] = [e for e in events_of(info, "step.cancelled") if e["step_id"] == analyze["pk"]]
+    worker_id = d.logs(worker)[0].split()[1]
+    assert stopped["actor"] == worker_id  # the worker stopped it, not a lease expiry
+    assert [e["type"] for e in info["events"]].count("run.cancelled") == 1
+    assert events_of(info, "run.cancel_requested")[0]["payload"]["reason"] == "wrong week"
+    assert info["run"]["cancel_reason"] == "wrong week"
+    calls = status(d, run_id)["calls"]
+    assert calls["publisher.reserve"] == 1 and calls["publisher.release"] == 1
+    [cancelled] = events_of(info, "run.cancelled")
+    assert cancelled["payload"]["compensation"]["steps"][0]["step"] == "collect_sources"
+    assert [s["status"] for s in info["steps"]] == ["SUCCEEDED", "SUCCEEDED", "CANCELLED"]
+
+    # The worker is still alive and healthy, and stops cleanly.
+    assert worker.poll() is None
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0
+
+
+def test_it_rejects_a_late_success_from_the_cancelled_worker(deployment_factory):
+    d = deployment_factory("sqlite", FAST)
+    run_id = d.manage("runs", "start", "weekly_report", "--thread", "L", "--input",
+                      weekly_input(delays={"collect_sources": 8}), check=True).stdout.strip()
+    worker = d.popen("worker")
+    wait_until(lambda: step_status(d, run_id, "collect_sources") == "RUNNING",
+               what="collect_sources to run")
+    os.kill(worker.pid, signal.SIGSTOP)  # the worker hangs: no heartbeat, no safe point
+    try:
+        asked = d.manage("runs", "cancel", run_id, "--reason", "hung", check=True)
+        assert "waiting for the current operation" in asked.stdout
+
+        def swept_to_cancelled():
+            d.manage("sweeper", "--once", check=True)
+            return status(d, run_id)["status"] == "CANCELLED"
+
+        wait_until(swept_to_cancelled, what="the sweeper to finish the cancel")
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+
+    def rejected():
+        return events_of(facts(d, run_id), "step.commit_rejected")
+
+    [late] = wait_until(rejected, what="the late commit to be rejected")
+    assert late["payload"]["reason"] == "run is CANCELLED"
+    info = facts(d, run_id)
+    assert info["run"]["status"] == "CANCELLED"
+    assert [(s["name"], s["status"]) for s in info["steps"]] == [("collect_sources", "CANCELLED")]
+    assert "after:collect_sources" not in [c["name"] for c in info["checkpoints"]]
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0
+
+
+def test_it_cancels_a_waiting_run_and_keeps_its_artifacts(deployment_factory):
+    d = deployment_factory("sqlite")
+    make_user(d, "alice", approver=True)
+    run_id = d.manage("runs", "start", "weekly_report", "--thread", "W", "--input",
+                      weekly_input(), check=True).stdout.strip()
+    d.manage("worker", "--burst", timeout=120, check=True)
+    assert status(d, run_id)["status"] == "WAITING_APPROVAL"
+
+    out = d.manage("runs", "cancel", run_id, "--reason", "not this week", check=True).stdout
+    assert "CANCELLED" in out
+    info = facts(d, run_id)
+    assert info["run"]["status"] == "CANCELLED"
+    assert info["approvals"][0]["status"] == "CANCELLED"
+    assert info["steps"][-1]["status"] == "CANCELLED"
+    media = d.var_dir / "artifacts"
+    assert sorted(a["name"] for a in info["artifacts"]) == ["report.md", "sources.json"]
+    for artifact in info["artifacts"]:
+        assert (media / artifact["uri"]).stat().st_size == artifact["size"]
+    assert status(d, run_id)["calls"]["publisher.release"] == 1
+
+    late = d.manage("approvals", "decide", info["approvals"][0]["pk"], "approve", "--as", "alice")
+    assert late.returncode != 0 and "decision_conflict" in late.stderr
+    again = d.manage("runs", "cancel", run_id, "--reason", "twice")
+    assert again.returncode != 0 and "run_terminal" in again.stderr
+    d.manage("worker", "--burst", timeout=120, check=True)
+    assert status(d, run_id)["status"] == "CANCELLED"
+    assert "publisher.publish" not in status(d, run_id)["calls"]
