@@ -33,3 +33,14 @@ def handle(command, options):
         reply_to = f" (result of {m['tool_call_id']})" if m["tool_call_id"] else ""
         out.write(f"  {m['role']:<9} {m['content']}{extra}{reply_to}")
     out.write(f"device calls: {json.dumps(status['calls'])}")
+    out.write(f"devices: {json.dumps(status['devices'])}")
+    takeover = status.get("takeover")
+    if takeover:
+        out.write(f"takeover {takeover['id']} OPEN ({takeover['cause']}) at "
+                  f"{takeover['step'] or '-'}: {takeover['reason']}")
+        out.write(f"  suggested: {takeover['suggested_action']}")
+    compensation = status.get("compensation") or {}
+    if compensation.get("status"):
+        out.write(f"compensation: {compensation['status']}")
+        for entry in compensation.get("steps", []):
+            out.write(f"  {entry['step']:<20} {entry['status']} {entry.get('detail', '')}")

@@ -121,6 +121,8 @@ def compensate_run(run: Run, *, actor: str, reason: str = "") -> CompensationRep
     Does not change the run's status (the caller fails or cancels it). Returns the
     report; ``BUSY`` when another process holds the pass.
     """
+    if not run.compensation_status and not needs_compensation(run):
+        return CompensationReport("")
     targets = _completed_steps(run)
     review_ops = _unsettled_operations(run)
     if not targets and not review_ops and not run.compensation_status:

@@ -1,0 +1,64 @@
+"""The retry policy value object and call timeouts (no database, no processes)."""
+
+import random
+import threading
+
+import pytest
+
+from runs.engine.calls import CallTimedOut, call_with_timeout
+from runs.engine.retry import RetryPolicy
+
+POLICY = RetryPolicy(max_attempts=4, initial_delay=1.0, max_delay=3.0, multiplier=2.0,
+                     jitter=0.2, deadline=30.0)
+
+
+def test_it_backs_off_exponentially_with_jitter_up_to_the_cap():
+    rng = random.Random(7)
+    for attempt, (low, high) in enumerate([(0.8, 1.0), (1.6, 2.0), (2.4, 3.0)], start=1):
+        assert POLICY.bounds(attempt) == pytest.approx((low, high))
+        decision = POLICY.decide(attempt, "RATE_LIMITED", rng=rng)
+        assert decision.retry and low <= decision.delay <= high
+
+
+def test_it_retries_the_retryable_codes_and_never_the_others():
+    for code in ("RATE_LIMITED", "DEPENDENCY_UNAVAILABLE", "TIMEOUT"):
+        assert POLICY.decide(1, code).retry
+    for code in ("INVALID_ARGUMENT", "PERMISSION_DENIED", "BUDGET_EXHAUSTED", "SOMETHING_NEW"):
+        decision = POLICY.decide(1, code)
+        assert not decision.retry and "not retryable" in decision.reason
+
+
+def test_it_stops_when_attempts_or_the_deadline_run_out():
+    assert not POLICY.decide(4, "RATE_LIMITED").retry
+    late = POLICY.decide(1, "RATE_LIMITED", elapsed=29.5)
+    assert not late.retry and "deadline" in late.reason
+
+
+def test_it_refuses_unbounded_or_contradictory_policies():
+    for bad in ({"max_attempts": 0}, {"jitter": 1.0}, {"initial_delay": 5, "max_delay": 1},
+                {"deadline": 0}, {"retryable": frozenset({"INVALID_ARGUMENT"})}):
+        with pytest.raises(ValueError):
+            RetryPolicy(**bad)
+
+
+def test_it_raises_call_timed_out_and_keeps_a_late_result():
+    release = threading.Event()
+    late = []
+    landed = threading.Event()
+
+    def slow():
+        release.wait(10)
+        return "late"
+
+    def on_late(value):
+        late.append(value)
+        landed.set()
+
+    with pytest.raises(CallTimedOut):
+        call_with_timeout(slow, 0.05, on_late=on_late)
+    release.set()
+    assert landed.wait(10)
+    assert late == ["late"]
+    assert call_with_timeout(lambda: 42, 5) == 42
+    with pytest.raises(ZeroDivisionError):
+        call_with_timeout(lambda: 1 / 0, 5)
