@@ -243,3 +243,26 @@ def test_it_creates_lists_and_revokes_tokens_with_the_command(alice):
     assert token.prefix in listing.getvalue() and raw not in listing.getvalue()
     call_command("api_token", "revoke", token.prefix, stdout=StringIO())
     assert client.get("/api/v1/runs").status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_lets_the_owner_act_through_the_engine(bob, bobs_run):
+    run, approval = bobs_run
+    client = client_for(bob)
+    preview = client.get(f"/api/v1/runs/{run.pk}/resume-preview", {"checkpoint": "start"})
+    assert preview.status_code == 200 and preview.json()["steps_to_rerun"][0] == "plan"
+    unknown = client.get(f"/api/v1/runs/{run.pk}/resume-preview", {"checkpoint": "nope"})
+    assert (unknown.status_code, unknown.json()["code"]) == (422, "unknown_checkpoint")
+    # Deciding needs the approver permission, whoever owns the run.
+    refused = post(client, f"/api/v1/approvals/{approval.pk}/decide", {"decision": "approve"})
+    assert (refused.status_code, refused.json()["code"]) == (403, "permission_denied")
+    not_unknown = post(client, f"/api/v1/runs/{run.pk}/steps/plan/resolve",
+                       {"outcome": "done", "evidence": "checked"})
+    assert 400 <= not_unknown.status_code < 500 and not_unknown.json()["code"]
+    cancelled = post(client, f"/api/v1/runs/{run.pk}/cancel", {"reason": "changed my mind"})
+    assert cancelled.status_code == 200
+    assert cancelled.json()["status"] in ("CANCEL_REQUESTED", "CANCELLED")
+    events = client.get(f"/api/v1/runs/{run.pk}/events").json()["items"]
+    assert any(e["actor"] == "user:bob" and e["type"].startswith("run.cancel") for e in events)
+    again = post(client, f"/api/v1/runs/{run.pk}/resume", {"checkpoint": "start"})
+    assert again.status_code in (409, 422) and again.json()["code"]

@@ -5,8 +5,9 @@ from uuid import UUID
 from ninja import Path, Query, Router
 
 from approvals.models import Approval
+from approvals.services import decide
 from runs.api import access
-from runs.api.errors import ApiError, not_found
+from runs.api.errors import not_found
 from runs.api.schemas import ApprovalOut, DecideIn, Error
 
 router = Router(tags=["approvals"])
@@ -47,16 +48,12 @@ def run_approvals(request, run_id: UUID):
              summary="Approve or reject")
 def decide_approval(request, payload: DecideIn,
                     approval_id: int = Path(..., ge=1, le=2**62)):
-    """Needs the ``approvals.decide_approval`` permission (403 otherwise); a different
-    second decision is a 409 ``decision_conflict``."""
+    """Needs the ``approvals.decide_approval`` permission (403 ``permission_denied``);
+    the same decision again is a no-op, a different second one a 409
+    ``decision_conflict``."""
     approval = _visible(request.user).filter(pk=approval_id).first()
     if approval is None:
         raise not_found("approval")
-    from approvals.services import DecisionConflict, decide
-
-    try:
-        approval = decide(approval, decision=payload.decision, user=request.user,
-                          comment=payload.comment)
-    except DecisionConflict as exc:
-        raise ApiError(409, "decision_conflict", str(exc) or "already decided otherwise") from exc
-    return _document(approval)
+    approval = decide(approval, decision=payload.decision, user=request.user,
+                      comment=payload.comment)
+    return _document(Approval.objects.select_related("step", "decided_by").get(pk=approval.pk))

@@ -28,8 +28,11 @@ from runs.api.schemas import (
     RunPage,
 )
 from runs.engine import idempotency
+from runs.engine.cancel import request_cancel
 from runs.engine.control import start_run
-from runs.models import Checkpoint, Event, Message, Step, Thread
+from runs.engine.rewind import list_checkpoints, plan_resume, resume_from_checkpoint
+from runs.engine.unknown import resolve_unknown
+from runs.models import Event, Message, Step, Thread
 from runs.states import RunStatus
 
 router = Router(tags=["runs"])
@@ -151,41 +154,30 @@ def cancel_run(request, run_id: UUID, payload: CancelIn):
     """Ask the run to cancel (CANCEL_REQUESTED, then CANCELLED once the running step
     reaches a safe point). 409 ``run_terminal`` for a finished run."""
     run = access.get_run_to_operate(request.user, run_id)
-    from runs.engine.cancel import request_cancel
-
     request_cancel(run, actor=access.actor(request.user), reason=payload.reason)
     return run_document(run)
 
 
 @router.get("/runs/{run_id}/checkpoints", response={200: list[CheckpointOut], **ERRORS},
             summary="The run's checkpoints, oldest first")
-def list_checkpoints(request, run_id: UUID):
-    run = access.get_run(request.user, run_id)
-    rows = Checkpoint.objects.filter(run=run).select_related("step").order_by("pk")
-    return [{"id": c.pk, "name": c.name, "generation": c.generation,
-             "step": c.step.name if c.step else None,
-             "phase": c.state.get("phase") if isinstance(c.state, dict) else None,
-             "created_at": c.created_at} for c in rows]
+def checkpoints(request, run_id: UUID):
+    """``resumable`` ones can be named in ``POST /runs/{id}/resume``."""
+    return list_checkpoints(access.get_run(request.user, run_id))
 
 
 @router.get("/runs/{run_id}/resume-preview", response={200: ResumePreview, **ERRORS},
             summary="What resuming from a checkpoint would re-run")
-def resume_preview(request, run_id: UUID, checkpoint: str = Query(..., min_length=1, max_length=120)):
-    run = access.get_run(request.user, run_id)
-    from runs.engine.rewind import plan_resume
-
-    plan = plan_resume(run, checkpoint)
-    return {"checkpoint": getattr(plan.checkpoint, "name", str(plan.checkpoint)),
-            "steps_to_rerun": list(plan.steps_to_rerun),
-            "operations_may_repeat": list(plan.operations_may_repeat)}
+def resume_preview(request, run_id: UUID,
+                   checkpoint: str = Query(..., min_length=1, max_length=120)):
+    """The steps that would run again and the side effects they could repeat; changes
+    nothing."""
+    return plan_resume(access.get_run(request.user, run_id), checkpoint).as_dict()
 
 
 @router.post("/runs/{run_id}/resume", response={200: RunOut, **ERRORS},
              summary="Resume the run from a named checkpoint")
 def resume_run(request, run_id: UUID, payload: ResumeIn):
     run = access.get_run_to_operate(request.user, run_id)
-    from runs.engine.rewind import resume_from_checkpoint
-
     resume_from_checkpoint(run, payload.checkpoint, actor=access.actor(request.user),
                            input_patch=payload.input_patch, reason=payload.reason)
     return run_document(run)
@@ -197,8 +189,6 @@ def resolve_step(request, run_id: UUID, step_name: str, payload: ResolveIn):
     """``done`` (with evidence and optional result: the side effect happened) or
     ``not-done`` (it did not: the step runs again)."""
     run = access.get_run_to_operate(request.user, run_id)
-    from runs.engine.unknown import resolve_unknown
-
     resolve_unknown(run, step_name, outcome=payload.outcome, evidence=payload.evidence,
                     actor=access.actor(request.user), result=payload.result)
     return run_document(run)

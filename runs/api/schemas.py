@@ -132,18 +132,26 @@ class MessageOut(Schema):
 
 
 class CheckpointOut(Schema):
-    id: int
     name: str
     generation: int
     step: str | None
-    phase: str | None
+    next_step: str | None
+    resumable: bool
     created_at: datetime
 
 
+class CheckpointRef(Schema):
+    id: int
+    name: str
+    generation: int
+
+
 class ResumePreview(Schema):
-    checkpoint: str
+    checkpoint: CheckpointRef
     steps_to_rerun: list[str]
     operations_may_repeat: list[dict[str, Any]]
+    steps_to_supersede: list[dict[str, Any]]
+    input: dict[str, Any]
 
 
 class CancelIn(Strict):
