@@ -2,13 +2,13 @@
 checkpoints, resume from a checkpoint, resolve an unknown outcome."""
 
 import re
-from datetime import datetime
+from datetime import datetime, timezone
 from uuid import UUID
 
 from django.conf import settings
 from django.http import HttpResponse
 from ninja import Header, Query, Router, Schema, Status
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from apitokens.services import throttle
 from runs.api import access
@@ -95,6 +95,19 @@ class RunFilters(Schema):
     created_before: datetime | None = None
     limit: int = Field(50, ge=1, le=200)
     offset: int = Field(0, ge=0, le=1_000_000)
+
+    @field_validator("created_after", "created_before")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        """In UTC (naive means UTC): PostgreSQL refuses offsets beyond +-15:59."""
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        try:
+            return value.astimezone(timezone.utc)
+        except OverflowError:
+            raise ValueError("out of range") from None
 
 
 @router.get("/runs", response={200: RunPage, **ERRORS}, summary="List runs, newest first")
