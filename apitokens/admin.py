@@ -11,8 +11,16 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ["prefix", "user", "name", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["revoked_at"]
     search_fields = ["prefix", "user__username", "name"]
-    readonly_fields = ["user", "name", "prefix", "token_hash", "created_at", "last_used_at",
-                       "throttle_window", "throttle_count"]
+    readonly_fields = [
+        "user",
+        "name",
+        "prefix",
+        "token_hash",
+        "created_at",
+        "last_used_at",
+        "throttle_window",
+        "throttle_count",
+    ]
     actions = ["revoke_tokens"]
 
     def has_add_permission(self, request) -> bool:

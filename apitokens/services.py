@@ -29,8 +29,9 @@ def create_token(user, name: str = "") -> tuple[ApiToken, str]:
     """Create a token for ``user``; returns ``(row, raw token)``. The raw token is not
     stored anywhere: show it to the user now."""
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(user=user, name=name[:100], prefix=raw[:10],
-                                    token_hash=hash_token(raw))
+    token = ApiToken.objects.create(
+        user=user, name=name[:100], prefix=raw[:10], token_hash=hash_token(raw)
+    )
     return token, raw
 
 
@@ -39,12 +40,16 @@ def authenticate(raw: str) -> ApiToken | None:
     last-used time (database clock, at most once per ``LAST_USED_RESOLUTION`` s)."""
     if not raw or not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
         return None
-    token = (ApiToken.objects.select_related("user")
-             .filter(token_hash=hash_token(raw), revoked_at__isnull=True).first())
+    token = (
+        ApiToken.objects.select_related("user")
+        .filter(token_hash=hash_token(raw), revoked_at__isnull=True)
+        .first()
+    )
     if token is None or not token.user.is_active:
         return None
-    stale = ExpressionWrapper(Now() - timedelta(seconds=LAST_USED_RESOLUTION),
-                              output_field=DateTimeField())
+    stale = ExpressionWrapper(
+        Now() - timedelta(seconds=LAST_USED_RESOLUTION), output_field=DateTimeField()
+    )
     ApiToken.objects.filter(
         Q(pk=token.pk) & (Q(last_used_at__isnull=True) | Q(last_used_at__lt=stale))
     ).update(last_used_at=Now())
@@ -53,7 +58,9 @@ def authenticate(raw: str) -> ApiToken | None:
 
 def revoke(token: ApiToken) -> bool:
     """Revoke ``token``; returns ``False`` if it was already revoked."""
-    return bool(ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=Now()))
+    return bool(
+        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=Now())
+    )
 
 
 @dataclass(frozen=True)
@@ -76,8 +83,9 @@ def throttle(token: ApiToken, *, limit: int, period: float) -> ThrottleDecision:
     allowed = ApiToken.objects.filter(
         Q(pk=token.pk) & (~Q(throttle_window=window) | Q(throttle_count__lt=limit))
     ).update(
-        throttle_count=Case(When(throttle_window=window, then=F("throttle_count") + 1),
-                            default=Value(1)),
+        throttle_count=Case(
+            When(throttle_window=window, then=F("throttle_count") + 1), default=Value(1)
+        ),
         throttle_window=window,
     )
     if allowed:

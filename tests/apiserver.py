@@ -50,8 +50,9 @@ class Server:
         self.proc.wait(timeout=30)
 
 
-def make_user(deployment: Deployment, username: str, *, staff: bool = False,
-              perms: tuple[str, ...] = ()) -> str:
+def make_user(
+    deployment: Deployment, username: str, *, staff: bool = False, perms: tuple[str, ...] = ()
+) -> str:
     """Create ``username`` (optionally staff with ``app.codename`` permissions) and return
     a new API token for it, made with ``manage.py api_token create``."""
     code = (
@@ -59,7 +60,8 @@ def make_user(deployment: Deployment, username: str, *, staff: bool = False,
         f"u = User.objects.create_user({username!r}, is_staff={staff!r})\n"
         f"for p in {list(perms)!r}:\n"
         "    app, codename = p.split('.')\n"
-        "    u.user_permissions.add(Permission.objects.get(content_type__app_label=app, codename=codename))\n"
+        "    perm = Permission.objects.get(content_type__app_label=app, codename=codename)\n"
+        "    u.user_permissions.add(perm)\n"
     )
     deployment.manage("shell", "-c", code, check=True)
     return deployment.manage("api_token", "create", username, check=True).stdout.strip()

@@ -44,8 +44,9 @@ def bob():
 
 @pytest.fixture
 def bobs_run(bob):
-    run = start_run("room_temperature", thread_id="bob-thread", input=QUESTION, owner=bob,
-                    actor="user:bob")
+    run = start_run(
+        "room_temperature", thread_id="bob-thread", input=QUESTION, owner=bob, actor="user:bob"
+    )
     step = Step.objects.get(run=run)
     approval = Approval.objects.create(run=run, step=step, question="Send it?")
     return run, approval
@@ -98,11 +99,15 @@ def test_it_scopes_idempotency_keys_to_their_owner(alice, bob):
 
 def test_it_reads_lists_and_reports_a_run(alice):
     client = client_for(alice)
-    created = post(client, "/api/v1/runs", {**BODY, "budget": {"model_calls": 5, "cost_usd": "0.10"}}).json()
+    created = post(
+        client, "/api/v1/runs", {**BODY, "budget": {"model_calls": 5, "cost_usd": "0.10"}}
+    ).json()
     run = client.get(f"/api/v1/runs/{created['id']}").json()
     assert run["status"] == "PENDING" and run["next_step"] == "plan"
-    assert run["budget"] == {"limits": {"model_calls": 5, "cost_usd": "0.10"},
-                             "used": {"model_calls": 0, "tool_calls": 0, "cost_usd": "0.000000"}}
+    assert run["budget"] == {
+        "limits": {"model_calls": 5, "cost_usd": "0.10"},
+        "used": {"model_calls": 0, "tool_calls": 0, "cost_usd": "0.000000"},
+    }
     assert [s["name"] for s in run["steps"]] == ["plan"]
     listing = client.get("/api/v1/runs", {"status": "PENDING", "thread_id": "t1"}).json()
     assert [r["id"] for r in listing["items"]] == [created["id"]] and listing["count"] == 1
@@ -111,7 +116,8 @@ def test_it_reads_lists_and_reports_a_run(alice):
     assert [e["seq"] for e in events["items"]] == [2, 3] and events["last_seq"] == 3
     messages = client.get("/api/v1/threads/t1/messages").json()
     assert [(m["role"], m["content"], m["status"]) for m in messages] == [
-        ("user", QUESTION["question"], "final")]
+        ("user", QUESTION["question"], "final")
+    ]
     checkpoints = client.get(f"/api/v1/runs/{created['id']}/checkpoints").json()
     assert [c["name"] for c in checkpoints] == ["start"]
 
@@ -130,8 +136,12 @@ BAD_BODIES = [
     ({**BODY, "budget": {"model_calls": "5"}}, 422, "invalid_request", "budget.model_calls"),
     ({**BODY, "budget": {"tokens": 5}}, 422, "invalid_request", "budget.tokens"),
     ({"workflow": "room_temperature"}, 422, "invalid_request", "thread_id"),
-    ('{"workflow": "room_temperature", "thread_id": "t\\u0000", "input": {}}', 400,
-     "invalid_request", None),
+    (
+        '{"workflow": "room_temperature", "thread_id": "t\\u0000", "input": {}}',
+        400,
+        "invalid_request",
+        None,
+    ),
 ]
 
 
@@ -167,8 +177,10 @@ def test_it_throttles_run_creation_per_token(alice, bob, settings):
     settings.AGENTOPS_API_CREATE_LIMIT = 2
     settings.AGENTOPS_API_CREATE_PERIOD = 3600
     client = client_for(alice)
-    statuses = [post(client, "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY=f"k{i}").status_code
-                for i in range(3)]
+    statuses = [
+        post(client, "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY=f"k{i}").status_code
+        for i in range(3)
+    ]
     assert statuses == [201, 201, 429]
     refused = post(client, "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k9")
     assert refused.json()["code"] == "throttled" and int(refused["Retry-After"]) >= 1
@@ -201,7 +213,7 @@ def test_it_answers_404_for_another_owners_run_on_every_endpoint(alice, bobs_run
     run, approval = bobs_run
     client = client_for(alice)
     for method, path, body in other_owner_requests(run, approval):
-        response = (client.get(path) if method == "get" else post(client, path, body))
+        response = client.get(path) if method == "get" else post(client, path, body)
         assert response.status_code == 404, (path, response.content)
         assert response.json()["code"] == "not_found"
     assert client.get("/api/v1/runs").json()["count"] == 0
@@ -256,8 +268,11 @@ def test_it_lets_the_owner_act_through_the_engine(bob, bobs_run):
     # Deciding needs the approver permission, whoever owns the run.
     refused = post(client, f"/api/v1/approvals/{approval.pk}/decide", {"decision": "approve"})
     assert (refused.status_code, refused.json()["code"]) == (403, "permission_denied")
-    not_unknown = post(client, f"/api/v1/runs/{run.pk}/steps/plan/resolve",
-                       {"outcome": "done", "evidence": "checked"})
+    not_unknown = post(
+        client,
+        f"/api/v1/runs/{run.pk}/steps/plan/resolve",
+        {"outcome": "done", "evidence": "checked"},
+    )
     assert 400 <= not_unknown.status_code < 500 and not_unknown.json()["code"]
     cancelled = post(client, f"/api/v1/runs/{run.pk}/cancel", {"reason": "changed my mind"})
     assert cancelled.status_code == 200

@@ -33,16 +33,25 @@ def owned(keep_connection):
     """A user's token and one of its runs (on thread ``t1``)."""
     user = User.objects.create_user("fuzz")
     _, raw = create_token(user)
-    run = start_run("room_temperature", thread_id="t1", owner=user,
-                    input={"question": "How warm is the living room?"})
+    run = start_run(
+        "room_temperature",
+        thread_id="t1",
+        owner=user,
+        input={"question": "How warm is the living room?"},
+    )
     return raw, str(run.pk)
 
 
 @pytest.mark.django_db
 @schema.parametrize()
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-          phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
 def test_it_never_answers_5xx(case, owned):
     token, run_id = owned
     params = case.path_parameters or {}

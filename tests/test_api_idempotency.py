@@ -7,14 +7,16 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from tests.apiserver import Server, make_user
-from tests.support.fixtures import deployment_factory, deployment_templates  # noqa: F401
 
-BODY = {"workflow": "room_temperature", "thread_id": "t1",
-        "input": {"question": "How warm is the living room?"}}
+BODY = {
+    "workflow": "room_temperature",
+    "thread_id": "t1",
+    "input": {"question": "How warm is the living room?"},
+}
 CLIENTS = 20
 
 
-def test_it_creates_one_run_for_20_concurrent_requests_with_one_key(deployment_factory):  # noqa: F811
+def test_it_creates_one_run_for_20_concurrent_requests_with_one_key(deployment_factory):
     deployment = deployment_factory("postgres")
     token = make_user(deployment, "alice")
     server = Server(deployment)
@@ -30,16 +32,22 @@ def test_it_creates_one_run_for_20_concurrent_requests_with_one_key(deployment_f
     with ThreadPoolExecutor(CLIENTS) as pool:
         responses = list(pool.map(create, range(CLIENTS)))
 
-    assert sorted(r.status_code for r in responses) == [200] * (CLIENTS - 1) + [201], \
-        [r.text for r in responses if r.status_code not in (200, 201)]
+    assert sorted(r.status_code for r in responses) == [200] * (CLIENTS - 1) + [201], [
+        r.text for r in responses if r.status_code not in (200, 201)
+    ]
     ids = {r.json()["id"] for r in responses}
     assert len(ids) == 1
-    with httpx.Client(base_url=server.url, headers={"Authorization": headers["Authorization"]}) as c:
+    with httpx.Client(
+        base_url=server.url, headers={"Authorization": headers["Authorization"]}
+    ) as c:
         listing = c.get("/api/v1/runs").json()
         assert listing["count"] == 1 and listing["items"][0]["id"] in ids
         # The same key with another body is refused, and creates nothing.
-        other = c.post("/api/v1/runs", json={**BODY, "thread_id": "t2"},
-                       headers={"Idempotency-Key": "same-key"})
+        other = c.post(
+            "/api/v1/runs",
+            json={**BODY, "thread_id": "t2"},
+            headers={"Idempotency-Key": "same-key"},
+        )
         assert (other.status_code, other.json()["code"]) == (422, "idempotency_key_reused")
         assert c.get("/api/v1/runs").json()["count"] == 1
         messages = c.get("/api/v1/threads/t1/messages").json()

@@ -7,16 +7,27 @@ import time
 import httpx
 
 from tests.apiserver import Server, make_user, sse_events
-from tests.support.fixtures import deployment_factory, deployment_templates  # noqa: F401
 
-BODY = {"workflow": "room_temperature", "thread_id": "t1",
-        "input": {"question": "How warm is the living room?"}}
-FAST = {"AGENTOPS_SSE_POLL_SECONDS": 0.1, "AGENTOPS_SSE_HEARTBEAT_SECONDS": 0.3,
-        "AGENTOPS_POLL_SECONDS": 0.1}
+BODY = {
+    "workflow": "room_temperature",
+    "thread_id": "t1",
+    "input": {"question": "How warm is the living room?"},
+}
+FAST = {
+    "AGENTOPS_SSE_POLL_SECONDS": 0.1,
+    "AGENTOPS_SSE_HEARTBEAT_SECONDS": 0.3,
+    "AGENTOPS_POLL_SECONDS": 0.1,
+}
 
 
-def read(client: httpx.Client, path: str, *, count: int | None = None,
-         until_heartbeat: bool = False, **headers) -> tuple[list[dict], bool]:
+def read(
+    client: httpx.Client,
+    path: str,
+    *,
+    count: int | None = None,
+    until_heartbeat: bool = False,
+    **headers,
+) -> tuple[list[dict], bool]:
     """Read events from the stream until ``count`` events, a heartbeat (if asked) or
     the end of the stream; returns them and whether a heartbeat was seen."""
     events, heartbeat = [], False
@@ -35,8 +46,7 @@ def read(client: httpx.Client, path: str, *, count: int | None = None,
     return events, heartbeat
 
 
-def test_it_replays_and_follows_without_gaps_or_repeats_across_a_server_restart(
-        deployment_factory):  # noqa: F811
+def test_it_replays_and_follows_without_gaps_or_repeats_across_a_server_restart(deployment_factory):
     deployment = deployment_factory("sqlite", extra_env=FAST)
     token = make_user(deployment, "alice")
     server = Server(deployment)
@@ -49,8 +59,14 @@ def test_it_replays_and_follows_without_gaps_or_repeats_across_a_server_restart(
     first, heartbeat = read(client, stream, until_heartbeat=True)
     assert heartbeat
     assert [(int(e["id"]), e["event"]) for e in first] == [
-        (1, "run.created"), (2, "message.created"), (3, "step.scheduled")]
-    assert first[0]["data"]["seq"] == 1 and first[0]["data"]["payload"]["workflow"] == "room_temperature"
+        (1, "run.created"),
+        (2, "message.created"),
+        (3, "step.scheduled"),
+    ]
+    assert (
+        first[0]["data"]["seq"] == 1
+        and first[0]["data"]["payload"]["workflow"] == "room_temperature"
+    )
 
     # "Last-Event-ID: 3 starts at event 4", live, while a worker moves the run.
     deployment.popen("worker", extra_env={"AGENTOPS_SIM_WORD_SECONDS": 0.2})
@@ -82,12 +98,13 @@ def test_it_replays_and_follows_without_gaps_or_repeats_across_a_server_restart(
     assert [int(e["id"]) for e in tail] == [log["last_seq"]]
 
 
-def test_it_refuses_the_stream_without_a_token_or_for_another_owner(deployment_factory):  # noqa: F811
+def test_it_refuses_the_stream_without_a_token_or_for_another_owner(deployment_factory):
     deployment = deployment_factory("sqlite", extra_env=FAST)
     alice, bob = make_user(deployment, "alice"), make_user(deployment, "bob")
     server = Server(deployment)
-    run_id = httpx.post(server.url + "/api/v1/runs", json=BODY,
-                        headers={"Authorization": f"Bearer {bob}"}).json()["id"]
+    run_id = httpx.post(
+        server.url + "/api/v1/runs", json=BODY, headers={"Authorization": f"Bearer {bob}"}
+    ).json()["id"]
     path = f"{server.url}/api/v1/runs/{run_id}/stream"
     assert httpx.get(path).status_code == 401
     response = httpx.get(path, headers={"Authorization": f"Bearer {alice}"})

@@ -8,21 +8,29 @@ import signal
 import httpx
 
 from tests.apiserver import Server, make_user, sse_events
-from tests.support.fixtures import deployment_factory, deployment_templates  # noqa: F401
 
-BODY = {"workflow": "room_temperature", "thread_id": "t1",
-        "input": {"question": "How warm is the living room?"}}
+BODY = {
+    "workflow": "room_temperature",
+    "thread_id": "t1",
+    "input": {"question": "How warm is the living room?"},
+}
 ANSWER = "It is 23.5 °C in the living room right now."
 
 
-def test_it_supersedes_the_draft_of_a_worker_killed_mid_reply(deployment_factory):  # noqa: F811
-    deployment = deployment_factory("sqlite", extra_env={
-        "AGENTOPS_LEASE_SECONDS": 2, "AGENTOPS_POLL_SECONDS": 0.1,
-        "AGENTOPS_SSE_POLL_SECONDS": 0.1})
+def test_it_supersedes_the_draft_of_a_worker_killed_mid_reply(deployment_factory):
+    deployment = deployment_factory(
+        "sqlite",
+        extra_env={
+            "AGENTOPS_LEASE_SECONDS": 2,
+            "AGENTOPS_POLL_SECONDS": 0.1,
+            "AGENTOPS_SSE_POLL_SECONDS": 0.1,
+        },
+    )
     token = make_user(deployment, "alice")
     server = Server(deployment)
-    client = httpx.Client(base_url=server.url, timeout=60,
-                          headers={"Authorization": f"Bearer {token}"})
+    client = httpx.Client(
+        base_url=server.url, timeout=60, headers={"Authorization": f"Bearer {token}"}
+    )
     run_id = client.post("/api/v1/runs", json=BODY).json()["id"]
     # Slow words give the test a wide window to kill the worker between two pieces.
     doomed = deployment.popen("worker", extra_env={"AGENTOPS_SIM_WORD_SECONDS": 3})
@@ -42,13 +50,19 @@ def test_it_supersedes_the_draft_of_a_worker_killed_mid_reply(deployment_factory
     started = [p["message_id"] for t, p in events if t == "message.started"]
     assert len(started) == 2 and started[0] != started[1]
     draft, final = started
-    assert ("message.superseded", {"message_id": draft, "replaced_by": final, "attempt": 2}) in events
+    assert (
+        "message.superseded",
+        {"message_id": draft, "replaced_by": final, "attempt": 2},
+    ) in events
     completed = [p["message_id"] for t, p in events if t == "message.completed"]
     assert completed == [final]
     assert events[-1][0] == "run.succeeded"
     # The client rebuilds the final text from the new attempt's pieces, placed by offset.
-    pieces = sorted((p["offset"], p["text"]) for t, p in events
-                    if t == "message.delta" and p["message_id"] == final)
+    pieces = sorted(
+        (p["offset"], p["text"])
+        for t, p in events
+        if t == "message.delta" and p["message_id"] == final
+    )
     assert "".join(text for _, text in pieces) == ANSWER
     order = [t for t, p in events if p.get("message_id") in (draft, final)]
     assert order.index("message.superseded") < order.index("message.completed")

@@ -15,8 +15,11 @@ from runs.models import Step
 # The executor closes stale connections between steps, so data must be committed.
 pytestmark = pytest.mark.django_db(transaction=True)
 TOKEN = "metrics-secret"
-BODY = {"workflow": "room_temperature", "thread_id": "t1",
-        "input": {"question": "How warm is the living room?"}}
+BODY = {
+    "workflow": "room_temperature",
+    "thread_id": "t1",
+    "input": {"question": "How warm is the living room?"},
+}
 
 
 @pytest.fixture
@@ -51,8 +54,12 @@ def test_it_refuses_scrapes_without_the_token(settings):
 def test_it_exposes_the_overview_figures_as_they_change(metrics_on, worker):
     before = scrape()
     assert runs_in(before, "PENDING") == 0 and runs_in(before, "SUCCEEDED") == 0
-    for name in ("agentops_runs_stuck", "agentops_takeovers_open", "agentops_approvals_pending",
-                 "agentops_steps_unknown"):
+    for name in (
+        "agentops_runs_stuck",
+        "agentops_takeovers_open",
+        "agentops_approvals_pending",
+        "agentops_steps_unknown",
+    ):
         assert (name, ()) in before
     labels = {key[0] for key in before}
     assert not any("run_id" in str(key[1]) for key in before)
@@ -61,8 +68,11 @@ def test_it_exposes_the_overview_figures_as_they_change(metrics_on, worker):
     _, raw = create_token(user)
     client = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
     for i in range(2):
-        client.post("/api/v1/runs", json.dumps({**BODY, "thread_id": f"t{i}"}),
-                    content_type="application/json")
+        client.post(
+            "/api/v1/runs",
+            json.dumps({**BODY, "thread_id": f"t{i}"}),
+            content_type="application/json",
+        )
     created = scrape()
     assert runs_in(created, "PENDING") == 2
 

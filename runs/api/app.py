@@ -28,14 +28,18 @@ class TokenAuth(HttpBearer):
 
 
 api = NinjaAPI(
-    title="AgentOps API", version="1", urls_namespace="api-v1", auth=TokenAuth(),
+    title="AgentOps API",
+    version="1",
+    urls_namespace="api-v1",
+    auth=TokenAuth(),
     description="Start and follow durable agent runs. See docs/api.md.",
 )
 
 
 def _error(request, status: int, code: str, message: str, errors=None, headers=None):
-    response = api.create_response(request, {"code": code, "message": message,
-                                             "errors": errors or {}}, status=status)
+    response = api.create_response(
+        request, {"code": code, "message": message, "errors": errors or {}}, status=status
+    )
     for name, value in (headers or {}).items():
         response[name] = value
     return response
@@ -76,8 +80,13 @@ def _control_error(request, exc: ControlError):
 
 @api.exception_handler(AuthenticationError)
 def _unauthorized(request, exc):
-    return _error(request, 401, "unauthorized", "a valid API token is required "
-                  "(Authorization: Bearer <token>)", headers={"WWW-Authenticate": "Bearer"})
+    return _error(
+        request,
+        401,
+        "unauthorized",
+        "a valid API token is required (Authorization: Bearer <token>)",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
 
 
 @api.exception_handler(HttpError)

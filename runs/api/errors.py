@@ -22,8 +22,14 @@ class ApiError(Exception):
     """A refused request: HTTP ``status``, ``code``, ``message`` and field ``errors``;
     ``headers`` are added to the response (e.g. ``Retry-After``)."""
 
-    def __init__(self, status: int, code: str, message: str,
-                 errors: dict[str, str] | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        errors: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.code = code

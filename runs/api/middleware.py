@@ -20,11 +20,14 @@ def ApiBodyLimitMiddleware(get_response):  # noqa: N802 - named like a class in 
     keeps every endpoint from failing later with a 500). Works in both sync and async
     stacks, so the SSE view stays async under ASGI."""
     if iscoroutinefunction(get_response):
+
         async def middleware(request):
             return _refusal(request) or await get_response(request)
     else:
+
         def middleware(request):
             return _refusal(request) or get_response(request)
+
     return middleware
 
 
@@ -39,7 +42,8 @@ def _refusal(request) -> JsonResponse | None:
     if declared > limit:
         return _refuse(413, "body_too_large", f"request body is over {limit} bytes")
     if "\x00" in request.META.get("QUERY_STRING", "") or any(
-            "\x00" in v for values in request.GET.lists() for v in values[1]):
+        "\x00" in v for values in request.GET.lists() for v in values[1]
+    ):
         return _refuse(400, "invalid_request", "NUL characters are not allowed")
     if request.method in ("POST", "PUT", "PATCH"):
         body = request.body

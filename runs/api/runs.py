@@ -2,7 +2,7 @@
 checkpoints, resume from a checkpoint, resolve an unknown outcome."""
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from uuid import UUID
 
 from django.conf import settings
@@ -39,14 +39,29 @@ router = Router(tags=["runs"])
 
 #: Printable ASCII without spaces: what a client puts in a header.
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
-ERRORS = {400: Error, 401: Error, 403: Error, 404: Error, 409: Error, 413: Error,
-          422: Error, 429: Error}
+ERRORS = {
+    400: Error,
+    401: Error,
+    403: Error,
+    404: Error,
+    409: Error,
+    413: Error,
+    422: Error,
+    429: Error,
+}
 
 
-@router.post("/runs", response={200: RunOut, 201: RunOut, **ERRORS},
-             summary="Start a run (idempotent with Idempotency-Key)")
-def create_run(request, response: HttpResponse, payload: RunCreate,
-               idempotency_key: str | None = Header(None, alias="Idempotency-Key")):
+@router.post(
+    "/runs",
+    response={200: RunOut, 201: RunOut, **ERRORS},
+    summary="Start a run (idempotent with Idempotency-Key)",
+)
+def create_run(
+    request,
+    response: HttpResponse,
+    payload: RunCreate,
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
+):
     """Start ``workflow`` on the caller's thread ``thread_id`` with ``input``.
 
     With an ``Idempotency-Key`` header the same key and body return the same run (201
@@ -57,8 +72,12 @@ def create_run(request, response: HttpResponse, payload: RunCreate,
     user = request.user
     body = payload.model_dump(mode="json", exclude_none=True)
     if idempotency_key is not None and not IDEMPOTENCY_KEY.match(idempotency_key):
-        raise ApiError(422, "invalid_idempotency_key", "Idempotency-Key must be 1..200 "
-                       "printable ASCII characters", {"Idempotency-Key": "1..200 printable ASCII"})
+        raise ApiError(
+            422,
+            "invalid_idempotency_key",
+            "Idempotency-Key must be 1..200 printable ASCII characters",
+            {"Idempotency-Key": "1..200 printable ASCII"},
+        )
     fingerprint = idempotency.fingerprint(body)
     if idempotency_key:
         existing = idempotency.find_request(user, idempotency_key)
@@ -67,17 +86,29 @@ def create_run(request, response: HttpResponse, payload: RunCreate,
             idempotency.check_replay(existing, fingerprint)
             response["Idempotent-Replayed"] = "true"
             return Status(200, run_document(existing))
-    decision = throttle(request.api_token, limit=settings.AGENTOPS_API_CREATE_LIMIT,
-                        period=settings.AGENTOPS_API_CREATE_PERIOD)
+    decision = throttle(
+        request.api_token,
+        limit=settings.AGENTOPS_API_CREATE_LIMIT,
+        period=settings.AGENTOPS_API_CREATE_PERIOD,
+    )
     if not decision.allowed:
-        raise ApiError(429, "throttled", "too many runs created with this token; retry later",
-                       headers={"Retry-After": str(decision.retry_after)})
-    kwargs = {"thread_id": body["thread_id"], "input": body["input"], "owner": user,
-              "budget": body.get("budget"), "actor": access.actor(user)}
+        raise ApiError(
+            429,
+            "throttled",
+            "too many runs created with this token; retry later",
+            headers={"Retry-After": str(decision.retry_after)},
+        )
+    kwargs = {
+        "thread_id": body["thread_id"],
+        "input": body["input"],
+        "owner": user,
+        "budget": body.get("budget"),
+        "actor": access.actor(user),
+    }
     if idempotency_key:
         run, created = idempotency.start_run_once(
-            body["workflow"], request_id=idempotency_key, request_fingerprint=fingerprint,
-            **kwargs)
+            body["workflow"], request_id=idempotency_key, request_fingerprint=fingerprint, **kwargs
+        )
     else:
         run, created = start_run(body["workflow"], **kwargs), True
     if not created:
@@ -103,9 +134,9 @@ class RunFilters(Schema):
         if value is None:
             return None
         if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
+            return value.replace(tzinfo=UTC)
         try:
-            return value.astimezone(timezone.utc)
+            return value.astimezone(UTC)
         except OverflowError:
             raise ValueError("out of range") from None
 
@@ -125,9 +156,13 @@ def list_runs(request, filters: Query[RunFilters]):
         runs = runs.filter(created_at__gte=filters.created_after)
     if filters.created_before:
         runs = runs.filter(created_at__lt=filters.created_before)
-    page = runs[filters.offset:filters.offset + filters.limit]
-    return {"items": [run_summary(r) for r in page], "count": runs.count(),
-            "limit": filters.limit, "offset": filters.offset}
+    page = runs[filters.offset : filters.offset + filters.limit]
+    return {
+        "items": [run_summary(r) for r in page],
+        "count": runs.count(),
+        "limit": filters.limit,
+        "offset": filters.offset,
+    }
 
 
 @router.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, summary="Read a run")
@@ -135,22 +170,39 @@ def read_run(request, run_id: UUID):
     return run_document(access.get_run(request.user, run_id))
 
 
-@router.get("/runs/{run_id}/events", response={200: EventPage, **ERRORS},
-            summary="The run's events after a sequence number")
-def list_events(request, run_id: UUID, after: int = Query(0, ge=0, le=2**31 - 1),
-                limit: int = Query(100, ge=1, le=1000)):
+@router.get(
+    "/runs/{run_id}/events",
+    response={200: EventPage, **ERRORS},
+    summary="The run's events after a sequence number",
+)
+def list_events(
+    request,
+    run_id: UUID,
+    after: int = Query(0, ge=0, le=2**31 - 1),
+    limit: int = Query(100, ge=1, le=1000),
+):
     run = access.get_run(request.user, run_id)
     events = list(Event.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit])
     names = dict(Step.objects.filter(run=run).values_list("pk", "name"))
-    return {"items": [event_document(e, names) for e in events], "run_status": run.status,
-            "last_seq": run.event_seq}
+    return {
+        "items": [event_document(e, names) for e in events],
+        "run_status": run.status,
+        "last_seq": run.event_seq,
+    }
 
 
-@router.get("/threads/{thread_id}/messages", response={200: list[MessageOut], **ERRORS},
-            summary="A thread's messages in order")
-def list_messages(request, thread_id: str, include_superseded: bool = False,
-                  after_seq: int = Query(0, ge=0, le=2**31 - 1),
-                  limit: int = Query(200, ge=1, le=1000)):
+@router.get(
+    "/threads/{thread_id}/messages",
+    response={200: list[MessageOut], **ERRORS},
+    summary="A thread's messages in order",
+)
+def list_messages(
+    request,
+    thread_id: str,
+    include_superseded: bool = False,
+    after_seq: int = Query(0, ge=0, le=2**31 - 1),
+    limit: int = Query(200, ge=1, le=1000),
+):
     """Final and draft messages in ``seq`` order (drafts are being streamed); superseded
     drafts only with ``include_superseded=true``."""
     thread = Thread.objects.filter(owner=request.user, thread_id=thread_id).first()
@@ -171,37 +223,61 @@ def cancel_run(request, run_id: UUID, payload: CancelIn):
     return run_document(run)
 
 
-@router.get("/runs/{run_id}/checkpoints", response={200: list[CheckpointOut], **ERRORS},
-            summary="The run's checkpoints, oldest first")
+@router.get(
+    "/runs/{run_id}/checkpoints",
+    response={200: list[CheckpointOut], **ERRORS},
+    summary="The run's checkpoints, oldest first",
+)
 def checkpoints(request, run_id: UUID):
     """``resumable`` ones can be named in ``POST /runs/{id}/resume``."""
     return list_checkpoints(access.get_run(request.user, run_id))
 
 
-@router.get("/runs/{run_id}/resume-preview", response={200: ResumePreview, **ERRORS},
-            summary="What resuming from a checkpoint would re-run")
-def resume_preview(request, run_id: UUID,
-                   checkpoint: str = Query(..., min_length=1, max_length=120)):
+@router.get(
+    "/runs/{run_id}/resume-preview",
+    response={200: ResumePreview, **ERRORS},
+    summary="What resuming from a checkpoint would re-run",
+)
+def resume_preview(
+    request, run_id: UUID, checkpoint: str = Query(..., min_length=1, max_length=120)
+):
     """The steps that would run again and the side effects they could repeat; changes
     nothing."""
     return plan_resume(access.get_run(request.user, run_id), checkpoint).as_dict()
 
 
-@router.post("/runs/{run_id}/resume", response={200: RunOut, **ERRORS},
-             summary="Resume the run from a named checkpoint")
+@router.post(
+    "/runs/{run_id}/resume",
+    response={200: RunOut, **ERRORS},
+    summary="Resume the run from a named checkpoint",
+)
 def resume_run(request, run_id: UUID, payload: ResumeIn):
     run = access.get_run_to_operate(request.user, run_id)
-    resume_from_checkpoint(run, payload.checkpoint, actor=access.actor(request.user),
-                           input_patch=payload.input_patch, reason=payload.reason)
+    resume_from_checkpoint(
+        run,
+        payload.checkpoint,
+        actor=access.actor(request.user),
+        input_patch=payload.input_patch,
+        reason=payload.reason,
+    )
     return run_document(run)
 
 
-@router.post("/runs/{run_id}/steps/{step_name}/resolve", response={200: RunOut, **ERRORS},
-             summary="Resolve a step whose outcome is unknown")
+@router.post(
+    "/runs/{run_id}/steps/{step_name}/resolve",
+    response={200: RunOut, **ERRORS},
+    summary="Resolve a step whose outcome is unknown",
+)
 def resolve_step(request, run_id: UUID, step_name: str, payload: ResolveIn):
     """``done`` (with evidence and optional result: the side effect happened) or
     ``not-done`` (it did not: the step runs again)."""
     run = access.get_run_to_operate(request.user, run_id)
-    resolve_unknown(run, step_name, outcome=payload.outcome, evidence=payload.evidence,
-                    actor=access.actor(request.user), result=payload.result)
+    resolve_unknown(
+        run,
+        step_name,
+        outcome=payload.outcome,
+        evidence=payload.evidence,
+        actor=access.actor(request.user),
+        result=payload.result,
+    )
     return run_document(run)

@@ -28,8 +28,13 @@ class BudgetIn(Strict):
 
     model_calls: StrictInt | None = Field(None, ge=0, le=1_000_000)
     tool_calls: StrictInt | None = Field(None, ge=0, le=1_000_000)
-    cost_usd: Decimal | None = Field(None, ge=0, max_digits=12, decimal_places=6,
-                                     description="USD, as a string like \"0.10\" or a number")
+    cost_usd: Decimal | None = Field(
+        None,
+        ge=0,
+        max_digits=12,
+        decimal_places=6,
+        description='USD, as a string like "0.10" or a number',
+    )
 
 
 class RunCreate(Strict):

@@ -43,8 +43,12 @@ def _authorize(authorization: str, query_token: str | None, run_id: UUID) -> Non
     try:
         token = tokens.authenticate(raw or "")
         if token is None:
-            raise ApiError(401, "unauthorized", "a valid API token is required",
-                           headers={"WWW-Authenticate": "Bearer"})
+            raise ApiError(
+                401,
+                "unauthorized",
+                "a valid API token is required",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         access.get_run(token.user, run_id)
     finally:
         connection.close()
@@ -59,10 +63,15 @@ def _poll(run_id: UUID, after: int) -> tuple[list[dict], int, bool]:
         if row is None:
             return [], after, True
         last_seq, status = row
-        events = list(Event.objects.filter(run_id=run_id, seq__gt=after, seq__lte=last_seq)
-                      .order_by("seq")[:BATCH])
+        events = list(
+            Event.objects.filter(run_id=run_id, seq__gt=after, seq__lte=last_seq).order_by("seq")[
+                :BATCH
+            ]
+        )
         step_ids = {e.step_id for e in events if e.step_id}
-        names = dict(Step.objects.filter(pk__in=step_ids).values_list("pk", "name")) if step_ids else {}
+        names = (
+            dict(Step.objects.filter(pk__in=step_ids).values_list("pk", "name")) if step_ids else {}
+        )
         return [event_document(e, names) for e in events], last_seq, status in RUN_TERMINAL
     finally:
         connection.close()
@@ -97,17 +106,28 @@ async def event_frames(run_id: UUID, after: int):
         await asyncio.sleep(poll)
 
 
-@router.get("/runs/{run_id}/stream", auth=None, summary="Follow the run's events (SSE)",
-            response={200: None, 401: Error, 404: Error, 422: Error},
-            openapi_extra={
-                "security": [{"TokenAuth": []}],
-                "responses": {"200": {"description": "text/event-stream of the run's events",
-                                      "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
-            })
-async def stream_events(request, run_id: UUID,
-                        last_event_id: int | None = Query(None, ge=0, le=2**31 - 1),
-                        last_event_id_header: str | None = Header(None, alias="Last-Event-ID"),
-                        access_token: str | None = Query(None, max_length=200)):
+@router.get(
+    "/runs/{run_id}/stream",
+    auth=None,
+    summary="Follow the run's events (SSE)",
+    response={200: None, 401: Error, 404: Error, 422: Error},
+    openapi_extra={
+        "security": [{"TokenAuth": []}],
+        "responses": {
+            "200": {
+                "description": "text/event-stream of the run's events",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            }
+        },
+    },
+)
+async def stream_events(
+    request,
+    run_id: UUID,
+    last_event_id: int | None = Query(None, ge=0, le=2**31 - 1),
+    last_event_id_header: str | None = Header(None, alias="Last-Event-ID"),
+    access_token: str | None = Query(None, max_length=200),
+):
     """Server-Sent Events of the run, replaying everything after ``Last-Event-ID``
     (header or ``last_event_id`` query parameter), then following live events. Auth:
     the bearer header, or ``access_token`` for EventSource clients that cannot set
@@ -117,12 +137,16 @@ async def stream_events(request, run_id: UUID,
         try:
             after = min(max(0, int(last_event_id_header)), 2**31 - 1)
         except ValueError:
-            raise ApiError(422, "invalid_request", "Last-Event-ID must be an event seq",
-                           {"Last-Event-ID": "must be an integer"}) from None
+            raise ApiError(
+                422,
+                "invalid_request",
+                "Last-Event-ID must be an event seq",
+                {"Last-Event-ID": "must be an integer"},
+            ) from None
     await sync_to_async(_authorize, thread_sensitive=False)(
-        request.headers.get("Authorization", ""), access_token, run_id)
-    response = StreamingHttpResponse(event_frames(run_id, after),
-                                     content_type="text/event-stream")
+        request.headers.get("Authorization", ""), access_token, run_id
+    )
+    response = StreamingHttpResponse(event_frames(run_id, after), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
     return response

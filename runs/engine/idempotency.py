@@ -40,9 +40,17 @@ def check_replay(run: Run, request_fingerprint: str) -> Run:
     return run
 
 
-def start_run_once(workflow: str, *, thread_id: str, input: Any, owner, request_id: str,
-                   request_fingerprint: str, budget: dict | None = None,
-                   actor: str) -> tuple[Run, bool]:
+def start_run_once(
+    workflow: str,
+    *,
+    thread_id: str,
+    input: Any,
+    owner,
+    request_id: str,
+    request_fingerprint: str,
+    budget: dict | None = None,
+    actor: str,
+) -> tuple[Run, bool]:
     """Start the run for ``(owner, request_id)`` unless it exists; returns ``(run,
     created)``.
 
@@ -55,8 +63,15 @@ def start_run_once(workflow: str, *, thread_id: str, input: Any, owner, request_
         return check_replay(existing, request_fingerprint), False
     try:
         with transaction.atomic():
-            run = start_run(workflow, thread_id=thread_id, input=input, owner=owner,
-                            budget=budget, request_id=request_id, actor=actor)
+            run = start_run(
+                workflow,
+                thread_id=thread_id,
+                input=input,
+                owner=owner,
+                budget=budget,
+                request_id=request_id,
+                actor=actor,
+            )
             Run.objects.filter(pk=run.pk).update(request_fingerprint=request_fingerprint)
             run.request_fingerprint = request_fingerprint
     except IntegrityError:

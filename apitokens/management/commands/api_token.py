@@ -39,7 +39,9 @@ class Command(BaseCommand):
         for t in tokens:
             state = f"revoked {t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else "active"
             used = f"{t.last_used_at:%Y-%m-%d %H:%M}" if t.last_used_at else "never"
-            self.stdout.write(f"{t.prefix}  {t.user.username}  {t.name or '-'}  {state}  last used {used}")
+            self.stdout.write(
+                f"{t.prefix}  {t.user.username}  {t.name or '-'}  {state}  last used {used}"
+            )
 
     def _revoke(self, options):
         tokens = list(ApiToken.objects.filter(prefix=options["prefix"], revoked_at__isnull=True))

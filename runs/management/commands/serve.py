@@ -22,11 +22,23 @@ class Command(BaseCommand):
         parser.add_argument("--log-level", default="warning")
 
     def handle(self, *args, **options):
-        argv = [sys.executable, "-m", "uvicorn", "agentops.asgi:application",
-                "--host", options["host"], "--port", str(options["port"]),
-                "--workers", str(options["workers"]), "--log-level", options["log_level"],
-                # SSE clients must not wait for the stream to end on shutdown.
-                "--timeout-graceful-shutdown", "5"]
+        argv = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "agentops.asgi:application",
+            "--host",
+            options["host"],
+            "--port",
+            str(options["port"]),
+            "--workers",
+            str(options["workers"]),
+            "--log-level",
+            options["log_level"],
+            # SSE clients must not wait for the stream to end on shutdown.
+            "--timeout-graceful-shutdown",
+            "5",
+        ]
         env = dict(os.environ, AGENTOPS_CONN_MAX_AGE="0")
         sys.stdout.flush()
         os.execve(sys.executable, argv, env)
