@@ -75,11 +75,13 @@ def test_it_exposes_the_overview_figures_as_they_change(metrics_on, worker):
         )
     created = scrape()
     assert runs_in(created, "PENDING") == 2
+    assert created[("agentops_queue_depth", ())] == 2
 
     while (step := Step.objects.filter(status="PENDING").order_by("pk").first()) is not None:
         execute_step(step.pk, worker)
     done = scrape()
     assert runs_in(done, "PENDING") == 0 and runs_in(done, "SUCCEEDED") == 2
+    assert done[("agentops_queue_depth", ())] == 0
     assert done[("agentops_window_events", (("kind", "steps_succeeded"), ("window", "hour")))] == 6
     assert done[("agentops_window_events", (("kind", "runs_created"), ("window", "day")))] == 2
     assert ("agentops_step_duration_seconds", (("quantile", "0.5"), ("step", "reply"))) in done

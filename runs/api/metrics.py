@@ -76,18 +76,13 @@ def metric_families(stats: dict) -> list[GaugeMetricFamily]:
             "Approvals waiting for a decision.",
             stats["approvals_pending"],
         ),
+        _gauge("agentops_queue_depth", "Steps due and waiting for a worker.", stats["queue_depth"]),
         _gauge(
             "agentops_approval_oldest_seconds",
             "Age of the oldest pending approval.",
             stats["approval_oldest_s"],
         ),
     ]
-    if stats.get("queue_depth") is not None:
-        families.append(
-            _gauge(
-                "agentops_queue_depth", "Steps due and waiting for a worker.", stats["queue_depth"]
-            )
-        )
     events = GaugeMetricFamily(
         "agentops_window_events",
         "Engine events in the trailing window (step outcomes, retries, lease expiries, "
