@@ -11,6 +11,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/v1/", api.urls),
     path("metrics", metrics_view, name="metrics"),
+    path("tokens/", include("apitokens.urls")),
     path("", include("runs.urls")),
 ]
 

@@ -281,3 +281,22 @@ def test_it_lets_the_owner_act_through_the_engine(bob, bobs_run):
     assert any(e["actor"] == "user:bob" and e["type"].startswith("run.cancel") for e in events)
     again = post(client, f"/api/v1/runs/{run.pk}/resume", {"checkpoint": "start"})
     assert again.status_code in (409, 422) and again.json()["code"]
+
+
+def test_it_manages_tokens_in_the_console(alice, bob):
+    browser = Client()
+    browser.force_login(alice)
+    page = browser.post("/tokens/", {"name": "laptop"})
+    assert page.status_code == 200
+    raw = page.context["created"]
+    assert raw in page.content.decode()
+    assert browser.get("/tokens/").content.decode().count(raw) == 0  # shown once
+    token = ApiToken.objects.get(user=alice, name="laptop")
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert api.get("/api/v1/runs").status_code == 200
+    bobs = Client()
+    bobs.force_login(bob)
+    assert bobs.post(f"/tokens/{token.pk}/revoke/").status_code == 404
+    assert browser.post(f"/tokens/{token.pk}/revoke/").status_code == 302
+    assert api.get("/api/v1/runs").status_code == 401
+    assert Client().get("/tokens/").status_code == 302  # login first
