@@ -2,9 +2,11 @@
 and query parameter), live follow, heartbeats, the end at a terminal state, and no
 event lost or repeated across reconnects and a server restart."""
 
+import contextlib
 import time
 
 import httpx
+import psycopg
 
 from tests.apiserver import Server, make_user, sse_events
 
@@ -112,3 +114,36 @@ def test_it_refuses_the_stream_without_a_token_or_for_another_owner(deployment_f
     # EventSource clients may pass the token as a query parameter.
     with httpx.stream("GET", f"{path}?access_token={bob}") as response:
         assert response.status_code == 200
+
+
+def test_it_holds_no_database_connection_for_idle_streams(deployment_factory):
+    # Polls once a second, each a few milliseconds long: a held connection would show in
+    # every sample, short ones almost never.
+    deployment = deployment_factory("postgres", extra_env={**FAST, "AGENTOPS_SSE_POLL_SECONDS": 1})
+    token = make_user(deployment, "alice")
+    server = Server(deployment)
+    auth = {"Authorization": f"Bearer {token}"}
+    run_id = httpx.post(server.url + "/api/v1/runs", json=BODY, headers=auth).json()["id"]
+    streams = 5
+    with contextlib.ExitStack() as stack:
+        for _ in range(streams):
+            client = stack.enter_context(
+                httpx.Client(base_url=server.url, headers=auth, timeout=60)
+            )
+            response = stack.enter_context(client.stream("GET", f"/api/v1/runs/{run_id}/stream"))
+            for item in sse_events(response):
+                if "comment" in item:
+                    break  # replayed, now idle: only heartbeats from here on
+        # Every open stream is idle now; count the server's sessions on the database.
+        samples = [server_connections(deployment) for _ in range(10)]
+    assert min(samples) == 0, samples
+
+
+def server_connections(deployment) -> int:
+    """Sessions on the deployment's database other than this one."""
+    with psycopg.connect(deployment.database_url, autocommit=True) as conn:
+        time.sleep(0.05)
+        return conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        ).fetchone()[0]

@@ -78,3 +78,43 @@ def test_it_supersedes_the_draft_of_a_worker_killed_mid_reply(deployment_factory
     assert draft not in {m["id"] for m in visible}
     assert [m["role"] for m in visible] == ["user", "assistant", "tool", "assistant"]
     assert doomed.returncode == -signal.SIGKILL
+
+
+def test_it_drops_the_draft_when_the_run_is_cancelled_mid_reply(deployment_factory):
+    deployment = deployment_factory(
+        "sqlite",
+        extra_env={
+            "AGENTOPS_LEASE_SECONDS": 3,
+            "AGENTOPS_POLL_SECONDS": 0.1,
+            "AGENTOPS_SWEEP_SECONDS": 0.5,
+            "AGENTOPS_SSE_POLL_SECONDS": 0.1,
+        },
+    )
+    token = make_user(deployment, "alice")
+    server = Server(deployment)
+    client = httpx.Client(
+        base_url=server.url, timeout=60, headers={"Authorization": f"Bearer {token}"}
+    )
+    run_id = client.post("/api/v1/runs", json=BODY).json()["id"]
+    deployment.popen("worker", extra_env={"AGENTOPS_SIM_WORD_SECONDS": 2})
+    events, cancelled = [], None
+    with client.stream("GET", f"/api/v1/runs/{run_id}/stream") as response:
+        for item in sse_events(response):
+            if "comment" in item:
+                continue
+            events.append((item["event"], item["data"]["payload"]))
+            if item["event"] == "message.delta" and cancelled is None:
+                cancelled = client.post(
+                    f"/api/v1/runs/{run_id}/cancel", json={"reason": "user left"}
+                )
+    assert cancelled is not None and cancelled.status_code == 200, cancelled
+    (draft,) = [p["message_id"] for t, p in events if t == "message.started"]
+    superseded = [p for t, p in events if t == "message.superseded"]
+    assert superseded == [
+        {"message_id": draft, "replaced_by": None, "attempt": 1, "reason": "cancel requested"}
+    ]
+    assert not any(t == "message.completed" for t, _ in events)
+    assert events[-1][0] == "run.cancelled"
+    visible = client.get("/api/v1/threads/t1/messages").json()
+    assert draft not in {m["id"] for m in visible}
+    assert all(m["status"] == "final" for m in visible)

@@ -115,7 +115,14 @@ class StepContext:
                           cost_usd=sim_model.COST_PER_CALL_USD)
         content = ""
         for piece in sim_model.stream(messages):
-            self.safe_point()
+            try:
+                self.safe_point()
+            except CancelRequested:
+                # Nothing will finish this draft: tell clients to drop it.
+                drafts.abandon(run_id=self.run.pk, step_id=self.step.pk, message_id=message_id,
+                               attempt=self.attempt, reason="cancel requested",
+                               actor=self.worker_id)
+                raise
             drafts.delta(run_id=self.run.pk, step=self.step, attempt=self.attempt,
                          message_id=message_id, offset=len(content), text=piece,
                          content=content + piece, actor=self.worker_id)

@@ -7,7 +7,8 @@ Event payloads (the SSE stream carries them as they are):
 - ``message.delta``: ``{message_id, offset, text}``; ``offset`` is the character offset
   of ``text`` in the message, so a client can place a piece exactly once.
 - ``message.superseded``: ``{message_id, replaced_by, attempt}``; an earlier attempt's
-  draft (its worker died or lost its lease) is dropped in favour of ``replaced_by``.
+  draft (its worker died or lost its lease) is dropped in favour of ``replaced_by``, or
+  (``replaced_by`` null, with a ``reason``) the run was cancelled mid-generation.
 - ``message.completed``: ``{message_id, role, seq}``; the draft is now final, with the
   whole content. It is written only by the commit of the attempt that owns the step, so
   a half message is never final.
@@ -123,6 +124,32 @@ def delta(
             step_id=step.pk,
             actor=actor,
         )
+
+
+def abandon(
+    *, run_id, step_id: int, message_id: str, attempt: int, reason: str, actor: str
+) -> bool:
+    """Mark the draft ``message_id`` superseded with nothing replacing it (its attempt
+    stopped for a cancel), with a ``message.superseded`` event whose ``replaced_by`` is
+    ``None``. Returns ``False`` if it is no longer a draft."""
+    with run_transaction(run_id) as tx:
+        moved = Message.objects.filter(message_id=message_id, status=Message.Status.DRAFT).update(
+            status=Message.Status.SUPERSEDED
+        )
+        if moved:
+            tx.event(
+                "message.superseded",
+                {
+                    "message_id": message_id,
+                    "replaced_by": None,
+                    "attempt": attempt,
+                    "reason": reason,
+                },
+                step_id=step_id,
+                actor=actor,
+                progress=False,
+            )
+    return bool(moved)
 
 
 def finalize(tx: RunTx, *, step_id: int, message: dict[str, Any], actor: str) -> int | None:
