@@ -14,7 +14,7 @@ import signal
 import sqlite3
 import subprocess
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -275,6 +275,11 @@ def test_it_retries_a_retryable_error_with_backoff_on_not_before(d):
         gap = (_parse(r["not_before"]) - _parse(r["failed_at"])).total_seconds()
         assert abs(gap - r["delay_s"]) < 0.001
         assert r["error_code"] == "RATE_LIMITED"
+    # The step row carries the last scheduled not_before (database clock), as the event says.
+    stored = step_row(d, run_id, "set_brightness")["not_before"]
+    if not isinstance(stored, datetime):
+        stored = datetime.fromisoformat(stored).replace(tzinfo=timezone.utc)
+    assert stored == _parse(retries[-1]["not_before"])
     # The second delay comes from the doubled base (1 s then 2 s, minus jitter).
     assert DIM_POLICY.bounds(2)[0] > DIM_POLICY.bounds(1)[0]
     s = status(d, run_id)

@@ -113,8 +113,11 @@ def raise_budget(run: Run, *, actor: str, add_model_calls: int = 0, add_tool_cal
         added = {"model_calls": int(add_model_calls), "tool_calls": int(add_tool_calls),
                  "cost_usd": Decimal(str(add_cost_usd))}
     except (ValueError, ArithmeticError) as exc:
-        raise ControlError("invalid_budget", f"not a number: {exc}") from exc
-    if any(v < 0 for v in added.values()) or not any(added.values()):
+        raise ControlError("invalid_budget", "amounts must be numbers (calls: integers, "
+                           f"cost: USD), got {add_model_calls!r}, {add_tool_calls!r}, "
+                           f"{add_cost_usd!r}") from exc
+    if (not added["cost_usd"].is_finite() or any(v < 0 for v in added.values())
+            or not any(added.values())):
         raise ControlError("invalid_budget", "add a positive amount of model calls, tool calls "
                            "or cost", {"budget": "amounts must be >= 0, at least one > 0"})
     with run_transaction(run.pk) as tx:

@@ -164,9 +164,7 @@ def _pass(run: Run, targets: list[Step], review_ops: list[Operation], *, actor: 
         if step_def is None or step_def.compensate is None:
             if step_def is not None and step_def.compensable and not effects:
                 continue  # nothing happened outside: nothing to undo
-            why = ("declared non-compensable" if step_def is not None and not step_def.compensable
-                   else "no compensation declared for its side effects" if step_def is not None
-                   else f"this code has no step {step.name} in {run.workflow}@{run.workflow_version}")
+            why = _review_reason(run, step, step_def)
             entry = {"step": step.name, "seq": step.seq, "status": "MANUAL_REVIEW", "detail": why}
             report.manual_review.append({"step": step.name, "reason": why,
                                          "operations": [ledger.describe(op) for op in effects]})
@@ -188,12 +186,21 @@ def _pass(run: Run, targets: list[Step], review_ops: list[Operation], *, actor: 
             compensation_status=report.status,
             compensation={"reason": reason, "steps": report.steps,
                           "manual_review": report.manual_review})
-        tx.event("compensation.finished", {"status": report.status, "reason": reason,
-                                           "compensated": [e["step"] for e in report.steps
-                                                           if e["status"] == "COMPENSATED"],
-                                           "manual_review": [m["step"] for m in report.manual_review]},
-                 actor=actor)
+        tx.event("compensation.finished", {
+            "status": report.status, "reason": reason,
+            "compensated": [e["step"] for e in report.steps if e["status"] == "COMPENSATED"],
+            "manual_review": [m["step"] for m in report.manual_review],
+        }, actor=actor)
     return report
+
+
+def _review_reason(run: Run, step: Step, step_def) -> str:
+    """Why a completed step without a compensation goes to manual review."""
+    if step_def is None:
+        return f"this code has no step {step.name} in {run.workflow}@{run.workflow_version}"
+    if not step_def.compensable:
+        return "declared non-compensable"
+    return "no compensation declared for its side effects"
 
 
 def _compensate_step(run: Run, step: Step, step_def, actor: str) -> dict[str, Any]:

@@ -128,7 +128,8 @@ def resolve_unknown(run: Run, step_name: str, *, outcome: str, evidence: str, ac
         if step is None:
             raise ControlError("unknown_step", f"run has no step {step_name!r}")
         if step.status != StepStatus.UNKNOWN:
-            raise ControlError("step_not_unknown", f"step {step_name} is {step.status}, not UNKNOWN")
+            raise ControlError("step_not_unknown",
+                               f"step {step_name} is {step.status}, not UNKNOWN")
         op = _unknown_operation(step)
         if op is not None:
             if outcome == "done":

@@ -93,10 +93,7 @@ def read_thermostat(room: str, *, run_id: str, key: str = "") -> dict[str, Any]:
 
 def _take_failure(data: dict[str, Any], op: str) -> str | None:
     plan = data["state"].get("fail_next", {}).get(op) or []
-    if not plan:
-        return None
-    code = plan.pop(0)
-    return code
+    return plan.pop(0) if plan else None
 
 
 def _raise_code(code: str, what: str):

@@ -1,0 +1,120 @@
+"""The operation ledger in process: keys, timeouts of unsafe and read calls, and the
+human decision on an unknown outcome (the outside world is an in-memory fake tool)."""
+
+import threading
+import time
+
+import pytest
+
+from approvals.models import Takeover
+from runs.engine import executor, ledger
+from runs.engine.control import ControlError, start_run
+from runs.engine.retry import RetryPolicy
+from runs.engine.unknown import resolve_unknown, verify_now
+from runs.models import Event, Operation, Run, Step
+from runs.states import RunStatus, StepStatus
+from runs.tools import Tool, VerifyAnswer
+from runs.workflows import registry
+from runs.workflows.definition import Workflow
+
+
+@pytest.fixture
+def outside():
+    """A fake outside system: a switch whose ``set`` can be made slow."""
+    state = {"calls": [], "value": 0, "delay": 0.0, "release": threading.Event()}
+
+    def set_value(args, call):
+        state["calls"].append(call.idempotency_key)
+        if state["delay"]:
+            state["release"].wait(state["delay"])
+        state["value"] = args["value"]
+        return {"value": args["value"]}
+
+    def read_value(args, call):
+        state["calls"].append("read")
+        if state["delay"]:
+            time.sleep(state["delay"])
+        return {"value": state["value"]}
+
+    state["set"] = Tool("drill.set", fn=set_value, side_effect="unsafe", timeout=0.2,
+                        verify=lambda args, call: VerifyAnswer("cannot_tell", evidence="no reads"))
+    state["read"] = Tool("drill.read", fn=read_value, side_effect="read", timeout=0.1)
+    return state
+
+
+@pytest.fixture
+def drill(outside):
+    workflow = Workflow("ledger_drill", version=1)
+
+    @workflow.step(retry=RetryPolicy(max_attempts=3, initial_delay=5, max_delay=5),
+                   on_exhausted="takeover")
+    def act(ctx):
+        return ctx.call_tool(outside["set"], {"value": 7})
+
+    @workflow.step(retry=RetryPolicy(max_attempts=2, initial_delay=5, max_delay=5))
+    def look(ctx):
+        return ctx.call_tool(outside["read"], {})
+
+    registry.register(workflow)
+    yield workflow
+    outside["release"].set()
+    registry.unregister("ledger_drill", 1)
+
+
+def test_it_keys_one_business_action_per_run_and_generation():
+    key = ledger.idempotency_key("r1", 1, "set_brightness", "lamp.set_brightness")
+    assert key == ledger.idempotency_key("r1", 1, "set_brightness", "lamp.set_brightness")
+    assert key != ledger.idempotency_key("r2", 1, "set_brightness", "lamp.set_brightness")
+    assert key != ledger.idempotency_key("r1", 2, "set_brightness", "lamp.set_brightness")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_pauses_an_unsafe_call_that_timed_out_and_keeps_its_late_result(drill, outside, worker):
+    outside["delay"] = 10
+    run = start_run("ledger_drill", thread_id="t", input={})
+    step = Step.objects.get(run=run, name="act")
+    executor.execute_step(step.pk, worker)
+
+    step.refresh_from_db()
+    run.refresh_from_db()
+    op = Operation.objects.get(run=run)
+    assert (step.status, run.status, op.status) == (StepStatus.UNKNOWN, RunStatus.PAUSED,
+                                                   Operation.Status.UNKNOWN)
+    takeover = Takeover.objects.get(run=run, status=Takeover.Status.OPEN)
+    assert takeover.cause == "unknown_outcome"
+    assert takeover.evidence["operation"]["idempotency_key"] == op.idempotency_key
+    assert verify_now(step, actor="user:alice").status == "cannot_tell"
+
+    outside["release"].set()  # the abandoned call finishes after all
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and Operation.objects.get(pk=op.pk).status != "SUCCEEDED":
+        time.sleep(0.05)
+    assert Operation.objects.get(pk=op.pk).result == {"value": 7}
+    with pytest.raises(ControlError) as refused:
+        resolve_unknown(run, "act", outcome="not-done", evidence="looked", actor="cli")
+    assert refused.value.code == "outcome_known"
+
+    resolve_unknown(run, "act", outcome="done", evidence="late result arrived", actor="cli")
+    executor.execute_step(step.pk, worker)
+    step.refresh_from_db()
+    assert (step.status, step.output) == (StepStatus.SUCCEEDED, {"value": 7})
+    assert len(outside["calls"]) == 1  # the step reused the result, no second call
+    assert Event.objects.filter(run=run, type="unknown.resolved", actor="cli").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_retries_a_read_call_that_timed_out(drill, outside, worker):
+    outside["delay"] = 0.5
+    run = start_run("ledger_drill", thread_id="t", input={})
+    act = Step.objects.get(run=run, name="act")
+    outside["delay"] = 0
+    executor.execute_step(act.pk, worker)
+    look = Step.objects.get(run=run, name="look")
+    outside["delay"] = 0.5
+    executor.execute_step(look.pk, worker)
+
+    look.refresh_from_db()
+    assert (look.status, look.error_code) == (StepStatus.PENDING, "TIMEOUT")
+    retry = Event.objects.get(run=run, type="step.retry_scheduled")
+    assert retry.payload["error_code"] == "TIMEOUT"
+    assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
