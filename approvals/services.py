@@ -263,6 +263,8 @@ def resolve_takeover(takeover: Takeover, *, action: str, actor: str, reason: str
         _continue_in_place(run, takeover, actor, note)
     elif action == "retry":
         control.retry_step(run, actor=actor, reason=reason, takeover=takeover, note=note)
+    elif _unknown_step(run) is not None:
+        _mark_unknown_done(run, takeover, actor, note, result)
     else:
         _mark_done(run, takeover, actor, note, result)
     takeover.refresh_from_db()
@@ -324,6 +326,28 @@ def _continue_in_place(run: Run, takeover: Takeover, actor: str, note: dict[str,
         tx.event("run.resume_requested", {"step": step.name, "reason": note["reason"]},
                  step_id=step.pk, actor=actor)
         dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
+
+
+def _unknown_step(run: Run) -> Step | None:
+    return (Step.objects.filter(run=run, generation=run.generation, status=StepStatus.UNKNOWN)
+            .order_by("-seq").first())
+
+
+def _mark_unknown_done(run: Run, takeover: Takeover, actor: str, note: dict[str, Any],
+                       result) -> None:
+    """``mark_done`` on an unknown outcome is issue 3's ``resolve_unknown(outcome="done")``:
+    the operation is recorded as done and the step re-runs, reusing it."""
+    from runs.engine.gateway import record_event
+    from runs.engine.unknown import resolve_unknown
+
+    if not note.get("evidence"):
+        raise ControlError("evidence_required", "mark_done needs evidence",
+                           {"evidence": "required"})
+    step = _unknown_step(run)
+    resolve_unknown(run, step.name, outcome="done", evidence=note["evidence"], actor=actor,
+                    result=result)
+    record_event(run.pk, "takeover.resolved", {**note, "takeover_id": takeover.pk},
+                 step_id=step.pk, actor=actor)
 
 
 def _mark_done(run: Run, takeover: Takeover, actor: str, note: dict[str, Any], result) -> None:

@@ -95,7 +95,27 @@ def wait_until(check: Callable[[], Any], *, timeout: float = 90, interval: float
         time.sleep(interval)
 
 
+def db_rows(d: Deployment, sql: str, params: tuple = ()) -> list[tuple]:
+    """Rows of one read-only query straight against the deployment's database (fast
+    enough to poll for a short-lived state; use ``%s`` placeholders)."""
+    if d.backend == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(d.env["AGENTOPS_SQLITE_PATH"], timeout=30)
+        try:
+            return conn.execute(sql.replace("%s", "?"), params).fetchall()
+        finally:
+            conn.close()
+    import psycopg
+
+    with psycopg.connect(d.database_url) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
 def step_status(d: Deployment, run_id: str, name: str) -> str | None:
     """The newest step row called ``name`` of the run, its status (or None)."""
-    rows = [s for s in status(d, run_id)["steps"] if s["name"] == name]
-    return rows[-1]["status"] if rows else None
+    # SQLite stores UUIDs as 32 hex digits, PostgreSQL as uuid.
+    key = run_id.replace("-", "") if d.backend == "sqlite" else run_id
+    rows = db_rows(d, "SELECT status FROM runs_step WHERE run_id = %s AND name = %s "
+                      "ORDER BY seq DESC LIMIT 1", (key, name))
+    return rows[0][0] if rows else None

@@ -8,6 +8,7 @@ import signal
 import pytest
 
 from tests.control_support import (
+    db_rows,
     events_of,
     facts,
     make_user,
@@ -57,12 +58,19 @@ def test_it_cancels_a_running_step_at_its_safe_point(deployment_factory, backend
 
 
 def test_it_rejects_a_late_success_from_the_cancelled_worker(deployment_factory):
-    d = deployment_factory("sqlite", FAST)
+    # A lease long enough that the cancel command surely starts while it is live.
+    d = deployment_factory("sqlite", {**FAST, "AGENTOPS_LEASE_SECONDS": 10})
     run_id = d.manage("runs", "start", "weekly_report", "--thread", "L", "--input",
-                      weekly_input(delays={"collect_sources": 8}), check=True).stdout.strip()
+                      weekly_input(delays={"collect_sources": 20}), check=True).stdout.strip()
     worker = d.popen("worker")
-    wait_until(lambda: step_status(d, run_id, "collect_sources") == "RUNNING",
-               what="collect_sources to run")
+    key = run_id.replace("-", "")  # SQLite stores UUIDs as 32 hex digits
+
+    def in_the_long_wait():
+        # The news feed read is recorded right before the step's uninterruptible wait.
+        return db_rows(d, "SELECT status FROM runs_operation WHERE run_id = %s AND tool = %s",
+                       (key, "newsfeed.fetch")) == [("SUCCEEDED",)]
+
+    wait_until(in_the_long_wait, interval=0.05, what="collect_sources to reach its long wait")
     os.kill(worker.pid, signal.SIGSTOP)  # the worker hangs: no heartbeat, no safe point
     try:
         asked = d.manage("runs", "cancel", run_id, "--reason", "hung", check=True)

@@ -21,7 +21,7 @@ from django.db import transaction
 from runs.engine.errors import LeaseLost, StepError
 from runs.engine.gateway import run_transaction
 from runs.engine.takeovers import open_takeover
-from runs.models import Artifact, Run, Step
+from runs.models import Artifact, Checkpoint, Run, Step
 from runs.states import StepStatus
 
 
@@ -109,13 +109,22 @@ def pause_for_invalid_artifact(run: Run, step: Step, attempt: int, worker_id: st
         )
         if not moved:
             return
-        producer = artifact.step.name if artifact.step_id else None
+        before = _checkpoint_before(run, artifact.step.name) if artifact.step_id else None
         open_takeover(
             tx, cause="artifact_invalid", reason=error.detail, actor=worker_id, step=step,
-            suggested_action=(f"Restore {artifact.name}, or resume from the checkpoint before "
-                              f"{producer} to write it again." if producer
+            suggested_action=(f"Resume from checkpoint {before} to write {artifact.name} "
+                              "again (or restore the file, then retry the step)." if before
                               else f"Restore {artifact.name}, then retry the step."),
             evidence={"artifact_id": artifact.pk, "name": artifact.name, "uri": artifact.uri,
                       "problem": error.problem, "expected_sha256": artifact.checksum,
                       "actual_sha256": error.actual, "expected_size": artifact.size},
         )
+
+
+def _checkpoint_before(run: Run, step_name: str) -> str | None:
+    """The name of the newest checkpoint whose next step is ``step_name``."""
+    for name, state in (Checkpoint.objects.filter(run_id=run.pk).order_by("-pk")
+                        .values_list("name", "state")):
+        if state.get("phase") == step_name:
+            return name
+    return None

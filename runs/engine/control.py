@@ -15,7 +15,7 @@ from runs.engine import dispatch
 from runs.engine.checkpoints import initial_state
 from runs.engine.clock import db_now
 from runs.engine.executor import schedule_step
-from runs.engine.gateway import run_transaction
+from runs.engine.gateway import record_event, run_transaction
 from runs.models import Checkpoint, Message, Run, Step, Thread
 from runs.sim.devices import device_calls, device_readings
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
@@ -257,10 +257,11 @@ def retry_step(run: Run, *, actor: str, reason: str, takeover=None, note: dict |
     """Re-queue the failed (or unknown-outcome) step of a PAUSED run: a new PENDING row
     of the same step in the same generation, so the failed attempts stay visible and the
     idempotency keys stay the same (a retried action that already succeeded at the
-    outside system is reused, not repeated). An UNKNOWN step becomes SUPERSEDED: the
-    operator decided to run it again. The run goes RUNNING; its open takeover is resolved
+    outside system is reused, not repeated). The run goes RUNNING; its open takeover is resolved
     (action ``retry``). Returns the new step. Raises ``ControlError``
-    (``not_allowed_in_state``, ``nothing_to_retry``).
+    (``not_allowed_in_state``, ``nothing_to_retry``). An UNKNOWN step is handed to
+    ``unknown.resolve_unknown`` with outcome ``not-done`` instead (the ledger row and the
+    step are requeued the way issue 3 defines), with ``reason`` as the evidence.
     """
     from approvals.services import resolve_open_takeover
 
@@ -273,10 +274,18 @@ def retry_step(run: Run, *, actor: str, reason: str, takeover=None, note: dict |
                   .order_by("-seq").first())
         if failed is None:
             raise ControlError("nothing_to_retry", "the run has no failed or unknown step")
-        if failed.status == StepStatus.UNKNOWN:
-            tx.transition_step(failed.pk, StepStatus.SUPERSEDED, expected=StepStatus.UNKNOWN,
-                               actor=actor, event_type="step.superseded",
-                               payload={"reason": reason, "by": "retry"})
+    if failed.status == StepStatus.UNKNOWN:
+        # Retrying an unknown outcome is the operator's "it did not happen" (issue 3).
+        from runs.engine.unknown import resolve_unknown
+
+        resolve_unknown(run, failed.name, outcome="not-done", evidence=reason, actor=actor)
+        if note:
+            record_event(run.pk, "takeover.resolved", {**note, "takeover_id": getattr(
+                takeover, "pk", None)}, step_id=failed.pk, actor=actor)
+        return Step.objects.get(pk=failed.pk)
+    with run_transaction(run.pk) as tx:
+        if tx.run.status != RunStatus.PAUSED or tx.run.generation != failed.generation:
+            raise ControlError("run_changed", "the run changed meanwhile; look again")
         resolve_open_takeover(tx, actor, note or {"action": "retry", "reason": reason,
                                                   "evidence": ""}, takeover)
         tx.transition_run(RunStatus.RUNNING, actor=actor, reason=reason)

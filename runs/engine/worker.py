@@ -36,6 +36,15 @@ def _redis_answers(conn) -> bool:
         return False
 
 
+def _stop_pubsub(rq_worker) -> None:
+    """Stop the command-listener thread of an RQ worker whose teardown failed (it would
+    otherwise retry its Redis connection forever in the background)."""
+    thread = getattr(rq_worker, "pubsub_thread", None)
+    if thread is not None:
+        thread.stop()
+        thread.join(timeout=1)
+
+
 def due_step_ids(limit: int = 10) -> list[int]:
     """Ids of steps a worker could claim now: PENDING and due, or RUNNING with an
     expired lease, in runs that may execute. Oldest ``not_before`` first."""
@@ -185,11 +194,13 @@ class Worker:
                 # A fresh name per round: RQ refuses a second live worker of one name,
                 # and the old registration may outlive an outage.
                 name = self.worker_id if round_no == 1 else f"{self.worker_id}:r{round_no}"
+                rq_worker = worker_class([queue], connection=queue.connection, name=name)
                 try:
-                    worker_class([queue], connection=queue.connection, name=name).work(
-                        burst=self.burst, with_scheduler=False, logging_level="WARNING")
-                except Exception:  # noqa: BLE001 - Redis errors escape RQ's start-up
+                    rq_worker.work(burst=self.burst, with_scheduler=False,
+                                   logging_level="WARNING")
+                except Exception:  # noqa: BLE001 - Redis errors escape RQ's start/teardown
                     logger.warning("RQ worker round %s failed", round_no, exc_info=True)
+                    _stop_pubsub(rq_worker)
                 if identity.stopping.is_set():
                     break
                 redis_up = _redis_answers(queue.connection)
