@@ -83,5 +83,5 @@ class TakeoverAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Resolve")
     def desk_link(self, obj):
-        url = reverse("console:takeovers") + f"#takeover-{obj.pk}"
+        url = reverse("console:takeovers") + f"?run={obj.run_id}#takeover-{obj.pk}"
         return format_html('<a href="{}">takeover desk</a>', url)

@@ -4,6 +4,8 @@ Decisions go through ``approvals.services.decide`` (approver role), takeover cla
 resolutions through ``claim_takeover`` / ``resolve_takeover`` (operator role).
 """
 
+import uuid
+
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 
@@ -28,6 +30,8 @@ from runs.models import Artifact
 DECIDED_LIMIT = 50
 #: Artifacts previewed per approval.
 PREVIEWS_PER_APPROVAL = 3
+#: Pending approvals / open takeovers shown at once (oldest first); ``?run=`` narrows.
+LIST_LIMIT = 100
 DECISIONS = ("approve", "reject")
 RESOLUTIONS = ("resume", "retry", "mark_done", "cancel")
 
@@ -63,14 +67,22 @@ def _attach_previews(approvals: list[Approval]) -> None:
         approval.previews = [(a, artifact_files.preview(a)) for a in chosen[:PREVIEWS_PER_APPROVAL]]
 
 
+def _for_run(request, queryset):
+    """``queryset`` narrowed to the run named by ``?run=<id>`` (exact id), if any."""
+    run_id = (request.GET.get("run") or "").strip()
+    if not run_id:
+        return queryset
+    try:
+        return queryset.filter(run_id=uuid.UUID(run_id))
+    except ValueError:
+        return queryset.none()
+
+
 @console_view
 def approvals_inbox(request):
     """Pending approvals (oldest first) with evidence previews; decided ones below."""
-    pending = list(
-        Approval.objects.filter(status=Approval.Status.PENDING)
-        .select_related("run", "step")
-        .order_by("created_at")
-    )
+    pending_all = _for_run(request, Approval.objects.filter(status=Approval.Status.PENDING))
+    pending = list(pending_all.select_related("run", "step").order_by("created_at")[:LIST_LIMIT])
     _attach_previews(pending)
     decided = list(
         Approval.objects.exclude(status=Approval.Status.PENDING)
@@ -81,7 +93,13 @@ def approvals_inbox(request):
         request,
         "console/approvals.html",
         "partials/approval_rows.html",
-        {"pending": pending, "decided": decided, "decisions": DECISIONS},
+        {
+            "pending": pending,
+            "pending_total": pending_all.count(),
+            "decided": decided,
+            "decisions": DECISIONS,
+            "limit": LIST_LIMIT,
+        },
     )
 
 
@@ -119,10 +137,9 @@ def decide_view(request, approval_id):
 @console_view
 def takeover_desk(request):
     """Open takeovers (oldest first) with their resolutions; recently resolved below."""
+    open_all = _for_run(request, Takeover.objects.filter(status=Takeover.Status.OPEN))
     open_takeovers = list(
-        Takeover.objects.filter(status=Takeover.Status.OPEN)
-        .select_related("run", "step", "claimed_by")
-        .order_by("created_at")
+        open_all.select_related("run", "step", "claimed_by").order_by("created_at")[:LIST_LIMIT]
     )
     resolved = list(
         Takeover.objects.filter(status=Takeover.Status.RESOLVED)
@@ -133,7 +150,13 @@ def takeover_desk(request):
         request,
         "console/takeovers.html",
         "partials/takeover_rows.html",
-        {"open": open_takeovers, "resolved": resolved, "resolutions": RESOLUTIONS},
+        {
+            "open": open_takeovers,
+            "open_total": open_all.count(),
+            "resolved": resolved,
+            "resolutions": RESOLUTIONS,
+            "limit": LIST_LIMIT,
+        },
     )
 
 
@@ -141,7 +164,7 @@ def _open_takeover(request, takeover_id):
     takeover = get_object_or_404(
         Takeover.objects.select_related("run", "claimed_by"), pk=takeover_id
     )
-    back = reverse("console:takeovers") + f"#takeover-{takeover.pk}"
+    back = reverse("console:takeovers") + f"?run={takeover.run_id}#takeover-{takeover.pk}"
     if takeover.status != Takeover.Status.OPEN:
         return (
             takeover,

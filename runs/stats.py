@@ -6,6 +6,7 @@ Every figure is computed with a bounded number of queries (about a dozen, whatev
 number of runs); ages and durations are seconds measured against the database clock.
 """
 
+import math
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -76,7 +77,7 @@ def percentile(values: list[float], fraction: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    index = max(0, min(len(ordered) - 1, round(fraction * len(ordered) + 0.5) - 1))
+    index = min(len(ordered), max(1, math.ceil(fraction * len(ordered)))) - 1
     return ordered[index]
 
 

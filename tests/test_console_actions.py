@@ -11,7 +11,11 @@ from django.urls import reverse
 from approvals.models import Approval, Takeover
 from runs.engine import control
 from runs.models import Event, Run, Step
-from tests.console_helpers import *  # noqa: F403
+from tests.console_helpers import *  # noqa: F403 - fixtures
+from tests.console_helpers import (
+    run_worker_in_process,
+    start_room_temperature,
+)
 
 # Real in-process workers open and close their own connections: transactional tests.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,14 +27,14 @@ def events(run, type_):
 
 @pytest.fixture
 def pending_run(actors):
-    return start_room_temperature("T-pending")  # noqa: F405
+    return start_room_temperature("T-pending")
 
 
 @pytest.fixture
 def paused_run(actors):
     """A real run paused by the engine: its budget allows no model call."""
-    run = start_room_temperature("T-paused", budget={"model_calls": 0})  # noqa: F405
-    run_worker_in_process()  # noqa: F405
+    run = start_room_temperature("T-paused", budget={"model_calls": 0})
+    run_worker_in_process()
     run.refresh_from_db()
     assert run.status == "PAUSED"
     return run
@@ -40,7 +44,7 @@ def paused_run(actors):
 def waiting_report(actors):
     """A real weekly_report run waiting for its publication approval."""
     run = control.start_run("weekly_report", thread_id="R1", input={"week": "2026-W48"})
-    run_worker_in_process()  # noqa: F405
+    run_worker_in_process()
     run.refresh_from_db()
     assert run.status == "WAITING_APPROVAL"
     return run
@@ -93,7 +97,7 @@ def test_it_needs_a_reason_to_cancel(clients, pending_run):
 
 def test_it_refuses_a_stale_action_on_a_run_that_changed(clients, pending_run):
     shown_version = pending_run.version
-    run_worker_in_process()  # noqa: F405 - the run moves on after the page was shown
+    run_worker_in_process()  # the run moves on after the page was shown
     pending_run.refresh_from_db()
     assert pending_run.status == "SUCCEEDED"
     before = pending_run.event_seq
@@ -159,7 +163,7 @@ def test_it_raises_the_budget_and_resumes_the_paused_run(clients, paused_run):
     assert event.actor == "user:bob"
     paused_run.refresh_from_db()
     assert paused_run.status != "PAUSED"
-    run_worker_in_process()  # noqa: F405
+    run_worker_in_process()
     paused_run.refresh_from_db()
     assert paused_run.status == "SUCCEEDED"
 
@@ -309,9 +313,9 @@ def test_it_marks_a_takeover_done_with_evidence_and_a_result(clients, paused_run
 
 
 def test_it_confirms_bulk_actions_and_skips_runs_they_do_not_apply_to(clients, actors):
-    a = start_room_temperature("B1")  # noqa: F405
-    b = start_room_temperature("B2")  # noqa: F405
-    done = start_room_temperature("B3")  # noqa: F405
+    a = start_room_temperature("B1")
+    b = start_room_temperature("B2")
+    done = start_room_temperature("B3")
     Run.objects.filter(pk=done.pk).update(status="SUCCEEDED")
     ids = [a.pk, b.pk, done.pk]
     assert (

@@ -11,7 +11,7 @@ from django.urls import reverse
 from approvals.models import Approval, Takeover
 from runs import demo_seed
 from runs.models import Message, Run
-from tests.console_helpers import *  # noqa: F403
+from tests.console_helpers import *  # noqa: F403 - fixtures
 
 pytestmark = pytest.mark.django_db
 
@@ -69,6 +69,15 @@ def test_it_renders_only_the_fragment_for_htmx_requests(clients, demo):
         assert b"<html" not in response.content, url
     live = clients["alice"].get(reverse("console:run", args=[run.pk]), HTTP_HX_REQUEST="true")
     assert b'id="run-live"' in live.content and b'hx-trigger="every 2s"' in live.content
+
+
+def test_it_asks_htmx_to_reload_the_page_when_the_run_changed_state(clients, demo):
+    run = demo["running"]
+    url = reverse("console:run", args=[run.pk])
+    same = clients["alice"].get(url, {"shown_version": run.version}, HTTP_HX_REQUEST="true")
+    assert same.status_code == 200 and "HX-Refresh" not in same
+    moved = clients["alice"].get(url, {"shown_version": run.version - 1}, HTTP_HX_REQUEST="true")
+    assert moved["HX-Refresh"] == "true"
 
 
 def test_it_stops_polling_a_finished_run(clients, demo):
@@ -244,3 +253,17 @@ def test_it_uses_the_same_number_of_queries_for_a_short_and_a_long_run(clients, 
     long = _queries(clients["alice"], reverse("console:run", args=[demo["long_history"].pk]))
     assert Run.objects.get(pk=demo["long_history"].pk).event_seq > 200
     assert long == short
+
+
+def test_it_narrows_the_takeover_desk_and_approvals_to_one_run(clients, demo):
+    run = demo["budget"]
+    page = clients["alice"].get(reverse("console:takeovers"), {"run": str(run.pk)})
+    assert [t.run_id for t in page.context["open"]] == [run.pk]
+    everything = clients["alice"].get(reverse("console:takeovers"))
+    assert len(everything.context["open"]) > 1
+    waiting = demo["waiting_approval"]
+    approvals = clients["alice"].get(reverse("console:approvals"), {"run": str(waiting.pk)})
+    assert [a.run_id for a in approvals.context["pending"]] == [waiting.pk]
+    assert (
+        clients["alice"].get(reverse("console:approvals"), {"run": "nope"}).context["pending"] == []
+    )

@@ -59,7 +59,9 @@ def step_histories(steps: list[Step], events: list[Event]) -> list[StepHistory]:
         if history is None:
             continue
         number = event.payload.get("attempt") if isinstance(event.payload, dict) else None
-        if not isinstance(number, int):
+        # Only step and lease events speak of a step attempt ("attempt" elsewhere, e.g. in
+        # operation.verified, is the ledger's attempt).
+        if not isinstance(number, int) or not event.type.startswith(("step.", "lease.")):
             history.other_events.append(event)
             continue
         attempt = index.get((event.step_id, number))

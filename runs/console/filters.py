@@ -1,8 +1,10 @@
 """django-filter filter sets of the console's lists (runs, audit log)."""
 
 import re
+import uuid
 
 import django_filters as df
+from django.db import connection
 from django.db.models import Exists, OuterRef, Q
 
 from runs.models import Event, Run, Step
@@ -10,6 +12,22 @@ from runs.states import RunStatus, StepStatus
 from runs.stats import NON_TERMINAL_STATES, stuck_q
 
 _HEX = re.compile(r"^[0-9a-f-]{4,36}$")
+
+
+def uuid_prefix_q(field: str, value: str) -> Q:
+    """Match a run id given whole (exact) or as a prefix of its canonical text.
+
+    PostgreSQL stores UUIDs natively and compares prefixes against the hyphenated text;
+    SQLite stores 32 hex digits without hyphens.
+    """
+    value = value.strip().lower()
+    try:
+        return Q(**{field: uuid.UUID(value)})
+    except ValueError:
+        pass
+    if not connection.features.has_native_uuid_field:
+        value = value.replace("-", "")
+    return Q(**{f"{field}__istartswith": value})
 
 
 def unknown_step_exists():
@@ -55,7 +73,7 @@ class RunFilter(df.FilterSet):
             return queryset
         match = Q(thread__thread_id__icontains=value) | Q(goal__icontains=value)
         if _HEX.match(value.lower()):
-            match |= Q(id__istartswith=value.lower().replace("-", ""))
+            match |= uuid_prefix_q("id", value)
         return queryset.filter(match)
 
     def filter_stuck(self, queryset, name, value):
@@ -92,7 +110,7 @@ class AuditFilter(df.FilterSet):
         value = value.strip().lower()
         if not _HEX.match(value):
             return queryset.none()
-        return queryset.filter(run__id__istartswith=value.replace("-", ""))
+        return queryset.filter(uuid_prefix_q("run__id", value))
 
 
 __all__ = ["RunFilter", "AuditFilter", "NON_TERMINAL_STATES", "unknown_step_exists"]

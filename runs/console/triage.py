@@ -75,7 +75,8 @@ def _overdue_approvals(now: datetime) -> TriageGroup:
                 "title": approval.question,
                 "detail": approval.reason,
                 "suggested": "Approve or reject it (approver role).",
-                "url": reverse("console:approvals") + f"#approval-{approval.pk}",
+                "url": reverse("console:approvals")
+                + f"?run={approval.run_id}#approval-{approval.pk}",
                 "action": "Decide",
             }
         )
@@ -96,7 +97,8 @@ def _takeovers(cause: str, title: str, suggested: str, causes: list[str]) -> Tri
                 "title": takeover.reason,
                 "detail": takeover.failed_at and f"failed at {takeover.failed_at}",
                 "suggested": takeover.suggested_action or suggested,
-                "url": reverse("console:takeovers") + f"#takeover-{takeover.pk}",
+                "url": reverse("console:takeovers")
+                + f"?run={takeover.run_id}#takeover-{takeover.pk}",
                 "action": "Take over",
             }
         )

@@ -6,6 +6,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404
+from django_htmx.http import HttpResponseClientRefresh
 
 from runs.console import artifacts as artifact_files
 from runs.console.access import DOWNLOAD_PERM, console_view, render_page
@@ -70,10 +71,16 @@ def live_context(run: Run) -> dict:
 
 @console_view
 def run_detail(request, run_id):
-    """Full page, or the live fragment (header, steps, timeline) when htmx polls."""
+    """Full page, or the live fragment (header, steps, timeline) when htmx polls; a poll
+    that shows an older ``shown_version`` of the run gets a full refresh instead."""
     run = _get_run(run_id)
     context = live_context(run)
     if request.htmx:
+        shown = request.GET.get("shown_version")
+        if shown is not None and shown != str(run.version):
+            # The run changed state: reload the whole page so the static parts (messages,
+            # artifacts, checkpoints, ledger, action forms) are current too.
+            return HttpResponseClientRefresh()
         return render_page(request, "console/run_detail.html", "partials/run_live.html", context)
     artifacts = list(Artifact.objects.filter(run=run).select_related("step").order_by("pk"))
     for artifact in artifacts:

@@ -2,6 +2,8 @@
 now" button (``runs.engine.unknown.verify_now``) and the resolutions (done with evidence,
 not done, or cancel the run)."""
 
+import json
+
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 
@@ -88,11 +90,12 @@ def verify(request, step_id):
         answer = verify_now(step, actor=actor_of(request))
     except ControlError as exc:
         return refusal(request, title="Refused", message=f"{exc.message} [{exc.code}]", back=back)
+    result_text = "" if answer.result is None else json.dumps(answer.result, sort_keys=True)
     return render_page(
         request,
         "console/verify_answer.html",
         "partials/verify_answer.html",
-        {"step": step, "answer": answer, "back": back},
+        {"step": step, "run": step.run, "answer": answer, "back": back, "result_text": result_text},
     )
 
 
