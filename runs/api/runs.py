@@ -70,7 +70,11 @@ def create_run(
     ``idempotency_key_reused``. Run creations are throttled per token (429).
     """
     user = request.user
-    body = payload.model_dump(mode="json", exclude_none=True)
+    # The canonical body the fingerprint covers; omitted budget limits are dropped, the
+    # input is kept exactly as sent (nulls included).
+    body = {"workflow": payload.workflow, "thread_id": payload.thread_id, "input": payload.input}
+    if payload.budget is not None:
+        body["budget"] = payload.budget.model_dump(mode="json", exclude_none=True)
     if idempotency_key is not None and not IDEMPOTENCY_KEY.match(idempotency_key):
         raise ApiError(
             422,
