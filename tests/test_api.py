@@ -118,6 +118,10 @@ def test_it_reads_lists_and_reports_a_run(alice):
     listing = client.get("/api/v1/runs", {"status": "PENDING", "thread_id": "t1"}).json()
     assert created["id"] in {r["id"] for r in listing["items"]} and listing["count"] == 2
     assert client.get("/api/v1/runs", {"status": "FAILED"}).json()["count"] == 0
+    assert client.get("/api/v1/runs", {"q": "warm"}).json()["count"] == 2
+    assert client.get("/api/v1/runs", {"q": created["id"][:8]}).json()["count"] == 1
+    assert client.get("/api/v1/runs", {"stuck": "true"}).json()["count"] == 0
+    assert client.get("/api/v1/runs", {"has_unknown": "false"}).json()["count"] == 2
     events = client.get(f"/api/v1/runs/{created['id']}/events", {"after": 1}).json()
     assert [e["seq"] for e in events["items"]] == [2, 3] and events["last_seq"] == 3
     messages = client.get("/api/v1/threads/t1/messages").json()

@@ -27,8 +27,10 @@ from runs.api.schemas import (
     RunOut,
     RunPage,
 )
+from runs.console.filters import RunFilter
 from runs.engine import idempotency
 from runs.engine.cancel import request_cancel
+from runs.engine.clock import db_now
 from runs.engine.control import start_run
 from runs.engine.rewind import list_checkpoints, plan_resume, resume_from_checkpoint
 from runs.engine.unknown import resolve_unknown
@@ -122,16 +124,24 @@ def create_run(
 
 
 class RunFilters(Schema):
+    """The console's run filters (``runs.console.filters.RunFilter``) as query
+    parameters; times are ISO datetimes."""
+
     status: RunStatus | None = None
     workflow: str | None = Field(None, max_length=100)
     version: int | None = Field(None, ge=1, le=2**31 - 1)
     thread_id: str | None = Field(None, max_length=200)
+    q: str | None = Field(None, max_length=200, description="run id prefix, thread id or goal text")
+    stuck: bool | None = None
+    has_unknown: bool | None = Field(None, description="has a step whose outcome is unknown")
     created_after: datetime | None = None
     created_before: datetime | None = None
+    updated_after: datetime | None = None
+    updated_before: datetime | None = None
     limit: int = Field(50, ge=1, le=200)
     offset: int = Field(0, ge=0, le=1_000_000)
 
-    @field_validator("created_after", "created_before")
+    @field_validator("created_after", "created_before", "updated_after", "updated_before")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
         """In UTC (naive means UTC): PostgreSQL refuses offsets beyond +-15:59."""
@@ -148,18 +158,24 @@ class RunFilters(Schema):
 @router.get("/runs", response={200: RunPage, **ERRORS}, summary="List runs, newest first")
 def list_runs(request, filters: Query[RunFilters]):
     runs = access.visible_runs(request.user).order_by("-created_at", "-pk")
-    if filters.status:
-        runs = runs.filter(status=filters.status)
-    if filters.workflow:
-        runs = runs.filter(workflow=filters.workflow)
-    if filters.version:
-        runs = runs.filter(workflow_version=filters.version)
-    if filters.thread_id:
-        runs = runs.filter(thread__thread_id=filters.thread_id)
-    if filters.created_after:
-        runs = runs.filter(created_at__gte=filters.created_after)
-    if filters.created_before:
-        runs = runs.filter(created_at__lt=filters.created_before)
+    exact = {
+        "status": filters.status,
+        "workflow": filters.workflow,
+        "workflow_version": filters.version,
+        "thread__thread_id": filters.thread_id,
+        "created_at__gte": filters.created_after,
+        "created_at__lt": filters.created_before,
+        "updated_at__gte": filters.updated_after,
+        "updated_at__lt": filters.updated_before,
+    }
+    runs = runs.filter(**{k: v for k, v in exact.items() if v is not None})
+    # Text, "stuck" and "has unknown outcome" mean exactly what they mean on the console.
+    console = {"q": filters.q, "stuck": filters.stuck, "has_unknown": filters.has_unknown}
+    data = {
+        k: str(v).lower() if isinstance(v, bool) else v for k, v in console.items() if v is not None
+    }
+    if data:
+        runs = RunFilter(data, queryset=runs, now=db_now()).qs
     page = runs[filters.offset : filters.offset + filters.limit]
     return {
         "items": [run_summary(r) for r in page],
