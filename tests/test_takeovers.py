@@ -92,3 +92,24 @@ def test_cancel_resolution_from_paused_compensates(deployment_factory):
                                    "evidence": "", "checkpoint": None, "takeover_id": takeover_id}
     again = d.manage("approvals", "resolve", takeover_id, "resume", "--reason", "x")
     assert again.returncode != 0 and "takeover_resolved" in again.stderr
+
+
+def test_an_operator_pause_opens_a_takeover_and_resume_continues(deployment_factory):
+    d = deployment_factory("sqlite")
+    run_id = d.manage("runs", "start", "weekly_report", "--thread", "P", "--input",
+                      weekly_input(), check=True).stdout.strip()
+    missing = d.manage("runs", "pause", run_id, "--reason", " ")
+    assert missing.returncode != 0 and "reason_required" in missing.stderr
+    d.manage("runs", "pause", run_id, "--reason", "check the sources first", check=True)
+    idle = d.manage("worker", "--burst", timeout=120, check=True)
+    assert "ENTER" not in idle.stdout
+
+    [takeover] = d.manage_json("approvals", "takeovers", "--json")
+    assert takeover["cause"] == "operator_request" and takeover["failed_at"] == "collect_sources"
+    assert takeover["evidence"] == {"requested_by": "cli"}
+    d.manage("approvals", "resolve", takeover["id"], "resume", "--reason", "sources are fine",
+             check=True)
+    d.manage("worker", "--burst", timeout=120, check=True)
+    assert status(d, run_id)["status"] == "WAITING_APPROVAL"
+    again = d.manage("runs", "pause", run_id, "--reason", "waiting already")
+    assert again.returncode != 0 and "not_allowed_in_state" in again.stderr

@@ -7,6 +7,7 @@ SUBCOMMANDS = {
     "resume": "runs.cli.resume",
     "checkpoints": "runs.cli.checkpoints",
     "cancel": "runs.cli.cancel",
+    "pause": "runs.cli.pause",
     "stuck": "runs.cli.stuck",
     "resolve": "runs.cli.resolve",
     "budget": "runs.cli.budget",

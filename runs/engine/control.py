@@ -296,3 +296,34 @@ def retry_step(run: Run, *, actor: str, reason: str, takeover=None, note: dict |
                  actor=actor)
         step_id = schedule_step(tx, failed.name, seq=seq, actor=actor)
     return Step.objects.get(pk=step_id)
+
+
+def pause_run(run: Run, *, actor: str, reason: str) -> Run:
+    """An operator pauses ``run`` for a human look: PAUSED with an ``operator_request``
+    takeover (resolve it to continue, e.g. ``resume``). Allowed from PENDING, RUNNING
+    and WAITING_EXTERNAL while no step is running (a running step is not interrupted:
+    wait for it, or cancel). Raises ``ControlError`` (``reason_required``,
+    ``run_terminal``, ``not_allowed_in_state``, ``step_running``).
+    """
+    from runs.engine.takeovers import open_takeover
+
+    if not reason or not reason.strip():
+        raise ControlError("reason_required", "a reason is required", {"reason": "required"})
+    with run_transaction(run.pk) as tx:
+        status = tx.run.status
+        if status in RUN_TERMINAL:
+            raise ControlError("run_terminal", f"run is {status}")
+        if status not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING_EXTERNAL):
+            raise ControlError("not_allowed_in_state", f"run is {status}; pause applies to "
+                               "PENDING, RUNNING or WAITING_EXTERNAL runs")
+        running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).first()
+        if running is not None:
+            raise ControlError("step_running", f"step {running.name} is running on "
+                               f"{running.owner}; wait for it or cancel the run")
+        step = (Step.objects.filter(run_id=run.pk, generation=tx.run.generation,
+                                    status=StepStatus.PENDING).order_by("seq").first())
+        open_takeover(tx, cause="operator_request", reason=reason, actor=actor, step=step,
+                      suggested_action="Resolve with resume to continue, or cancel.",
+                      evidence={"requested_by": actor})
+    run.refresh_from_db()
+    return run

@@ -1,0 +1,21 @@
+"""``runs pause (RUN_ID | --thread T) --reason TEXT``: pause a run for a human look
+(an ``operator_request`` takeover; resolve it with ``approvals resolve ID resume``)."""
+
+from runs.cli.common import control_error, resolve_run
+from runs.engine.control import ControlError, pause_run
+
+help = "pause a run for a human (opens an operator_request takeover)"
+
+
+def add_arguments(parser):
+    parser.add_argument("run_id", nargs="?")
+    parser.add_argument("--thread")
+    parser.add_argument("--reason", required=True, help="why (recorded on the event)")
+
+
+def handle(command, options):
+    try:
+        run = pause_run(resolve_run(options), actor="cli", reason=options["reason"])
+    except ControlError as exc:
+        raise control_error(exc) from exc
+    command.stdout.write(f"run {run.pk}: {run.status} (operator_request takeover open)")
