@@ -136,6 +136,8 @@ AGENTOPS_SSE_HEARTBEAT_SECONDS = env_number("AGENTOPS_SSE_HEARTBEAT_SECONDS", 15
 AGENTOPS_METRICS_TOKEN = env_str("AGENTOPS_METRICS_TOKEN") or None
 # Seconds the simulated model waits between the words of a streamed reply (demo pacing).
 AGENTOPS_SIM_WORD_SECONDS = env_number("AGENTOPS_SIM_WORD_SECONDS", 0, minimum=0)
+#: Redis database (on the configured server) that drills, the soak and the benchmark use.
+AGENTOPS_SCRATCH_REDIS_DB = int(env_number("AGENTOPS_SCRATCH_REDIS_DB", 15, minimum=0))
 #: Console: a step name run this many times in one generation counts as a loop.
 AGENTOPS_LOOP_REPEATS = int(env_number("AGENTOPS_LOOP_REPEATS", 5, minimum=2))
 #: Console: a pending approval older than this (seconds) with no expiry is overdue.
@@ -165,6 +167,8 @@ AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.dim_lights",
     "runs.workflows.book_trip",
     "runs.workflows.weekly_report",
+    # Benchmark, drill and soak workflows (bench_noop, bench_hold, synthetic_order).
+    "runs.workflows.synthetic",
 ]
 # More modules (comma-separated) for deployments that register their own workflows or a
 # new version of one; tests use it to play "old code" and "new code" side by side.

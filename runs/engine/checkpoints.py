@@ -19,8 +19,13 @@ def initial_state(run: Run, first_step: str) -> dict[str, Any]:
 
 
 def next_state(previous: dict[str, Any], *, run: Run, step: Step, output: Any,
-               next_name: str | None, message_seq: int) -> dict[str, Any]:
-    """The ``after:<step>`` state: ``previous`` plus this step's output."""
+               next_name: str | None, message_seq: int,
+               refresh_usage: bool = True) -> dict[str, Any]:
+    """The ``after:<step>`` state: ``previous`` plus this step's output.
+
+    ``refresh_usage=False`` trusts ``run``'s usage counters (the caller holds the row
+    lock taken after the last charge); by default they are re-read.
+    """
     state = dict(previous)
     state["outputs"] = {**previous.get("outputs", {}), step.name: output}
     state["completed"] = [*previous.get("completed", []), step.name]
@@ -29,6 +34,7 @@ def next_state(previous: dict[str, Any], *, run: Run, step: Step, output: Any,
     state["message_seq"] = message_seq
     state["generation"] = run.generation
     state["workflow_version"] = run.workflow_version
-    run.refresh_from_db(fields=["model_calls", "tool_calls", "cost_usd"])
+    if refresh_usage:
+        run.refresh_from_db(fields=["model_calls", "tool_calls", "cost_usd"])
     state["budget_used"] = usage(run)
     return state

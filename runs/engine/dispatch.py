@@ -27,14 +27,29 @@ def queue_name_for(run) -> str:
     return "default"
 
 
+_queues: dict[tuple[str, str], object] = {}
+
+
+def get_queue(name: str = "default"):
+    """The RQ queue ``name``, built once per process and configuration: django_rq's
+    ``get_queue`` makes a new Redis client (a new TCP connection) on every call, which
+    cost more than the rest of a notification. redis-py reconnects a pooled client by
+    itself after a Redis restart."""
+    import django_rq
+
+    key = (name, repr(sorted(settings.RQ_QUEUES[name].items())))
+    queue = _queues.get(key)
+    if queue is None:
+        queue = _queues[key] = django_rq.get_queue(name)
+    return queue
+
+
 def notify_now(run_id, step_id: int, attempt: int = 0, queue: str = "default") -> None:
     """Enqueue the notification immediately (caller guarantees the step row is committed).
     Raises redis errors to the caller."""
     if mode() != "rq":
         return
-    import django_rq
-
-    django_rq.get_queue(queue).enqueue(
+    get_queue(queue).enqueue(
         JOB_FUNC, str(run_id), step_id, attempt,
         result_ttl=0, failure_ttl=3600, job_timeout=settings.RQ_QUEUES["default"]["DEFAULT_TIMEOUT"],
     )

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import close_old_connections, connection
-from django.db.models import DateTimeField, ExpressionWrapper, F
+from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 
 from runs.engine import budget, compensation, dispatch, drafts, leases, unknown, versions
@@ -172,7 +172,7 @@ def _claim(run: Run, step: Step, worker: WorkerIdentity) -> tuple[int, dict] | N
             return None
         if tx.run.status == RunStatus.PENDING:
             tx.transition_run(RunStatus.RUNNING, actor=worker.worker_id, started_at=Now())
-        Run.objects.filter(pk=run.pk).update(current_step_id=step.pk)
+        tx.set_run(current_step_id=step.pk)
         payload = {"attempt": attempt, "worker": worker.worker_id}
         if step.status == StepStatus.RUNNING:
             payload["takeover_from"] = step.owner
@@ -225,21 +225,27 @@ def _commit_success(ctx: StepContext, output: Any, worker: WorkerIdentity) -> in
     next_name = ctx.next_step if ctx.goto_set else ctx.workflow.next_after(step.name)
     next_step_id = None
     with run_transaction(run.pk) as tx:
-        rejected = _commit_rejection(tx, step, attempt)
-        if rejected:
-            tx.event("step.commit_rejected", {"attempt": attempt, "reason": rejected,
+        # The fence is the UPDATE's WHERE clause (attempt and RUNNING); the reason for a
+        # refusal is only looked up when it matched nothing, saving a read per step.
+        committed = (tx.run.status not in RUN_TERMINAL and tx.run.generation == step.generation
+                     and Step.objects.filter(pk=step.pk, attempt=attempt,
+                                             status=StepStatus.RUNNING).update(
+                         status=StepStatus.SUCCEEDED, output=output, finished_at=Now(),
+                         lease_until=None, owner=worker.worker_id, error_code="",
+                         error_detail="") == 1)
+        if not committed:
+            tx.event("step.commit_rejected", {"attempt": attempt,
+                                              "reason": _commit_rejection(tx, step, attempt),
                                               "worker": worker.worker_id},
                      step_id=step.pk, actor=worker.worker_id, progress=False)
             return None
-        Step.objects.filter(pk=step.pk).update(
-            status=StepStatus.SUCCEEDED, output=output, finished_at=Now(),
-            lease_until=None, owner=worker.worker_id, error_code="", error_detail="",
-        )
         tx.event("step.succeeded", {"attempt": attempt, "worker": worker.worker_id},
                  step_id=step.pk, actor=worker.worker_id)
         message_seq = _write_messages(tx, ctx, worker)
+        # tx.run is the row locked at the start of this transaction, after all of the
+        # step's budget charges: its usage counters are current without a re-read.
         state = next_state(ctx.state, run=tx.run, step=step, output=output,
-                           next_name=next_name, message_seq=message_seq)
+                           next_name=next_name, message_seq=message_seq, refresh_usage=False)
         Checkpoint.objects.create(run_id=run.pk, step_id=step.pk, name=f"after:{step.name}",
                                   generation=tx.run.generation, state=state)
         tx.event("checkpoint.saved", {"name": f"after:{step.name}"}, step_id=step.pk,
@@ -282,8 +288,13 @@ def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:
     staged = [m for m in ctx.new_messages if not m.get("draft")]
     count = len(staged)
     if count:
-        Thread.objects.filter(pk=thread_id).update(message_seq=F("message_seq") + count)
-    last = Thread.objects.filter(pk=thread_id).values_list("message_seq", flat=True).get()
+        # One round trip to allocate the seqs and learn the last one.
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE runs_thread SET message_seq = message_seq + %s "
+                           "WHERE id = %s RETURNING message_seq", [count, thread_id])
+            last = cursor.fetchone()[0]
+    else:
+        last = Thread.objects.filter(pk=thread_id).values_list("message_seq", flat=True).get()
     first = last - count + 1
     rows = [
         Message(thread_id=thread_id, run_id=ctx.run.pk, step_id=ctx.step.pk, seq=first + i,
@@ -306,7 +317,7 @@ def schedule_step(tx: RunTx, name: str, *, seq: int, actor: str, delay: float = 
     step = Step.objects.create(run_id=tx.run.pk, name=name, seq=seq,
                                generation=tx.run.generation, not_before=not_before,
                                notified_at=Now() if dispatch.mode() == "rq" else None)
-    Run.objects.filter(pk=tx.run.pk).update(current_step_id=step.pk)
+    tx.set_run(current_step_id=step.pk)
     tx.event("step.scheduled", {"name": name, "seq": seq}, step_id=step.pk, actor=actor)
     dispatch.notify_on_commit(tx.run.pk, step.pk)
     return step.pk

@@ -52,6 +52,7 @@ class RunTx:
         self.run = run
         self._events: list[EventSpec] = []
         self._progress = False
+        self._run_fields: dict[str, Any] = {}
 
     def event(self, type: str, payload: dict | None = None, *, step_id: int | None = None,
               actor: str = "", progress: bool = True) -> None:
@@ -60,6 +61,11 @@ class RunTx:
         self._events.append(EventSpec(type, payload or {}, step_id, actor))
         self._progress = self._progress or progress
 
+    def set_run(self, **fields: Any) -> None:
+        """Plain (non-status) columns of the run to write with the events' UPDATE of the
+        run row at the end of the transaction: one statement instead of two."""
+        self._run_fields.update(fields)
+
     def flush(self) -> list[int]:
         """Allocate gap-free seqs for the queued events and insert them; returns the seqs.
 
@@ -67,10 +73,15 @@ class RunTx:
         an SSE reader never sees seq n+1 committed before seq n.
         """
         if not self._events:
+            if self._run_fields:
+                Run.objects.filter(pk=self.run.pk).update(**self._run_fields)
+                self._run_fields.clear()
             return []
         first = self.run.event_seq + 1
         last = self.run.event_seq + len(self._events)
-        updates: dict[str, Any] = {"event_seq": last, "last_event_at": Now(), "updated_at": Now()}
+        updates: dict[str, Any] = {**self._run_fields, "event_seq": last,
+                                   "last_event_at": Now(), "updated_at": Now()}
+        self._run_fields.clear()
         if self._progress:
             updates["stuck_since"] = None
         Run.objects.filter(pk=self.run.pk).update(**updates)

@@ -16,7 +16,13 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import close_old_connections, connection, connections
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    connections,
+)
 from django.db.models import Q
 from django.db.models.functions import Now
 
@@ -164,13 +170,19 @@ class Worker:
         total = 0
         while not self.identity.stopping.is_set():
             close_old_connections()
-            executed = self.handle_one()
-            total += executed
-            if executed:
-                continue
-            if self.burst:
-                break
-            self.maintain()
+            try:
+                executed = self.handle_one()
+                total += executed
+                if executed:
+                    continue
+                if self.burst:
+                    break
+                self.maintain()
+            except (OperationalError, InterfaceError):
+                # The database is away (restart, failover): keep polling until it is
+                # back; a step cut off mid-way is recovered by its lease.
+                logger.warning("database unavailable; retrying", exc_info=True)
+                connection.close()
             self.identity.stopping.wait(settings.AGENTOPS_POLL_SECONDS)
         return total
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from django.conf import settings
 
+from runs.sim import faults
+
 
 class DeviceStore:
     """One device's file: ``{"state": {...}, "calls": [{"op", "run_id", "key", "args"}]}``."""
@@ -77,10 +79,14 @@ DEVICES = [thermostat, lamp, publisher, booking, newsfeed]
 
 
 def read_thermostat(room: str, *, run_id: str, key: str = "") -> dict[str, Any]:
-    """Read the simulated thermostat: ``{"room": str, "celsius": float}``; logged."""
+    """Read the simulated thermostat: ``{"room": str, "celsius": float}``; logged.
+    Armed faults (``runs.sim.faults``) fire before and after the logged read."""
+    faults.fire("thermostat.read", "before", run_id)
     with thermostat.locked() as data:
         thermostat.log_call(data, "read", run_id, key, {"room": room})
-        return {"room": room, "celsius": data["state"]["celsius"]}
+        reading = {"room": room, "celsius": data["state"]["celsius"]}
+    faults.fire("thermostat.read", "after", run_id)
+    return reading
 
 
 # -- the lamp ------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from typing import Any
 
 from django.conf import settings
 
+from runs.sim import faults
+
 #: Price of one simulated call in USD, charged to the run's budget like a real one.
 COST_PER_CALL_USD = "0.001"
 
@@ -25,7 +27,9 @@ class ModelReply:
 
 
 def complete(messages: list[dict[str, Any]], tools: list[str]) -> ModelReply:
-    """Answer ``messages`` (``[{"role", "content", "tool_calls", "tool_call_id"}]``)."""
+    """Answer ``messages`` (``[{"role", "content", "tool_calls", "tool_call_id"}]``).
+    Faults armed for ``model.complete`` (``runs.sim.faults``, e.g. a delay) fire first."""
+    faults.fire("model.complete", "before", "")
     tool_results = [m for m in messages if m["role"] == "tool"]
     question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     if "lamp.set_brightness" in tools and tool_results:

@@ -1,0 +1,41 @@
+"""``python manage.py bench [--steps N] [--workers W] [--json PATH]``."""
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from runs.drills.bench import format_table, run_bench
+from runs.drills.sandbox import SandboxError
+
+
+class Command(BaseCommand):
+    help = ("Benchmark the engine against raw RQ and raw PostgreSQL, recovery after SIGKILL, "
+            "and console page times (scratch database; asserts nothing about time).")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--steps", type=int, default=2000, help="no-op steps in all")
+        parser.add_argument("--workers", type=int, default=4, help="worker processes")
+        parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+        parser.add_argument("--kills", type=int, default=3, help="SIGKILLs for recovery")
+        parser.add_argument("--console-runs", type=int, default=100_000)
+        parser.add_argument("--events-per-run", type=int, default=10)
+        parser.add_argument("--pg-seconds", type=float, default=5.0)
+
+    def handle(self, *args, **opts):
+        if opts["steps"] < 1 or opts["workers"] < 1:
+            raise CommandError("--steps and --workers must be at least 1")
+
+        def say(line: str) -> None:
+            self.stderr.write(f"bench: {line}")
+
+        try:
+            result = run_bench(steps=opts["steps"], workers=opts["workers"], kills=opts["kills"],
+                               pg_seconds=opts["pg_seconds"], console_runs=opts["console_runs"],
+                               events_per_run=opts["events_per_run"], say=say)
+        except SandboxError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(format_table(result))
+        if opts["json"]:
+            with open(opts["json"], "w", encoding="utf-8") as fh:
+                json.dump(result, fh, indent=2, default=str)
+            self.stdout.write(f"wrote {opts['json']}")

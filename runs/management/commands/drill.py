@@ -1,0 +1,48 @@
+"""``python manage.py drill NAME|--all [--json]``."""
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+import runs.drills.catalog  # noqa: F401 - registers the drills
+from runs.drills.base import DRILLS, format_table, run_drill
+from runs.drills.sandbox import SandboxError, server_from_settings
+
+
+class Command(BaseCommand):
+    help = ("Run fault drills against real worker processes (scratch database and Redis db on "
+            "the configured servers); exits 1 if any drill fails.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("names", nargs="*", metavar="NAME", help=", ".join(DRILLS))
+        parser.add_argument("--all", dest="run_all", action="store_true", help="run every drill")
+        parser.add_argument("--json", action="store_true", help="print results as JSON")
+
+    def handle(self, *args, names, run_all, **options):
+        as_json = options["json"]
+        if run_all:
+            names = list(DRILLS)
+        if not names:
+            raise CommandError("name a drill or use --all; drills: " + ", ".join(DRILLS))
+        unknown = [n for n in names if n not in DRILLS]
+        if unknown:
+            raise CommandError(f"unknown drill(s) {', '.join(unknown)}; "
+                               f"drills: {', '.join(DRILLS)}")
+        try:
+            server_from_settings()
+        except SandboxError as exc:
+            raise CommandError(str(exc)) from exc
+        results = []
+        for name in names:
+            if not as_json:
+                self.stderr.write(f"drill {name}: {DRILLS[name].title}")
+            results.append(run_drill(name))
+        if as_json:
+            self.stdout.write(json.dumps([r.as_dict() for r in results], indent=2))
+        else:
+            self.stdout.write(format_table(results))
+            for r in results:
+                if r.error:
+                    self.stderr.write(f"--- {r.name} error:\n{r.error}")
+        if any(not r.passed for r in results):
+            raise SystemExit(1)

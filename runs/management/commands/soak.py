@@ -1,0 +1,41 @@
+"""``python manage.py soak --runs N --workers W --duration S [--kill-every S] [--seed N]``."""
+
+import json
+import random
+
+from django.core.management.base import BaseCommand, CommandError
+
+from runs.drills.sandbox import SandboxError
+from runs.drills.soak import Soak, format_report
+
+
+class Command(BaseCommand):
+    help = ("Chaos soak: mixed workflows under random SIGKILL/SIGSTOP/Redis restarts/duplicate "
+            "notifications, then invariants; exits 1 on any violation (prints the seed).")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--runs", type=int, required=True)
+        parser.add_argument("--workers", type=int, required=True)
+        parser.add_argument("--duration", type=float, required=True, help="seconds of faults")
+        parser.add_argument("--kill-every", type=float, default=3.0,
+                            help="seconds between faults (default 3)")
+        parser.add_argument("--seed", type=int, default=None, help="default: random")
+        parser.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+
+    def handle(self, *args, runs, workers, duration, kill_every, seed, **opts):
+        if runs < 1 or workers < 1 or duration <= 0 or kill_every <= 0:
+            raise CommandError("--runs and --workers must be >= 1, --duration and --kill-every > 0")
+        seed = seed if seed is not None else random.SystemRandom().randrange(1, 10**6)
+        self.stdout.write(f"soak seed {seed}")
+        self.stdout.flush()
+        try:
+            report = Soak(runs=runs, workers=workers, duration=duration, kill_every=kill_every,
+                          seed=seed, say=lambda line: self.stderr.write(f"soak: {line}")).run()
+        except SandboxError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(format_report(report))
+        if opts["json"]:
+            with open(opts["json"], "w", encoding="utf-8") as fh:
+                json.dump(report.as_dict(), fh, indent=2, default=str)
+        if not report.ok:
+            raise SystemExit(1)

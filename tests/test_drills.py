@@ -1,0 +1,51 @@
+"""The fault drills, each through ``manage.py drill NAME --json`` against real
+PostgreSQL + Redis (the drill makes its own scratch database and Redis db there, and
+the DB-outage drill its own PostgreSQL server)."""
+
+import json
+
+import pytest
+
+import runs.drills.catalog  # noqa: F401 - registers the drills
+from runs.drills.base import DRILLS, DrillResult, Recorder, format_table
+
+#: Every drill, in the order ``drill --all`` runs them.
+NAMES = list(DRILLS)
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("name", NAMES)
+def test_it_passes_the_drill(deployment_factory, name):
+    d = deployment_factory("postgres")
+    proc = d.manage("drill", name, "--json", timeout=280)
+    results = json.loads(proc.stdout) if proc.stdout.strip().startswith("[") else None
+    assert results is not None, proc.stdout + proc.stderr
+    (result,) = results
+    failed = [c for c in result["checks"] if not c["ok"]]
+    assert result["error"] is None, result["error"]
+    assert not failed, json.dumps(failed, indent=2)
+    assert result["passed"] and proc.returncode == 0, proc.stderr
+    assert len(result["checks"]) >= 4
+
+
+def test_it_lists_the_twelve_drills_of_the_issue():
+    assert len(NAMES) == 12
+    assert {"kill_after_tool", "sigstop_fenced", "db_outage", "redis_flush"} <= set(NAMES)
+
+
+def test_it_refuses_an_unknown_drill_and_a_database_without_postgres(deployment_factory):
+    d = deployment_factory("sqlite")
+    unknown = d.manage("drill", "no_such_drill")
+    assert unknown.returncode != 0 and "unknown drill" in unknown.stderr
+    sqlite = d.manage("drill", "redis_flush")
+    assert sqlite.returncode != 0 and "need PostgreSQL" in sqlite.stderr
+
+
+def test_it_marks_a_drill_failed_when_one_check_disagrees():
+    recorder = Recorder()
+    recorder.expect("run status", "SUCCEEDED", "SUCCEEDED")
+    recorder.expect("thermostat reads", 1, 2)
+    result = DrillResult("x", "example", checks=recorder.checks)
+    assert not result.passed
+    table = format_table([result])
+    assert "FAIL" in table and "0 passed, 1 failed" in table

@@ -1,0 +1,21 @@
+"""The bounded chaos soak (CI variant, about two minutes) through ``manage.py soak``."""
+
+import json
+
+import pytest
+
+
+@pytest.mark.services
+def test_it_holds_every_invariant_under_random_faults(deployment_factory, tmp_path):
+    d = deployment_factory("postgres")
+    out = tmp_path / "soak.json"
+    proc = d.manage("soak", "--runs", "16", "--workers", "3", "--duration", "45",
+                    "--kill-every", "3", "--seed", "20261129", "--json", out, timeout=280)
+    assert "seed: 20261129" in proc.stdout, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    broken = [i for i in report["invariants"] if not i["held"]]
+    assert not broken, json.dumps(broken, indent=2)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert report["runs"] == 16 and len(report["invariants"]) == 6
+    assert sum(report["faults"].values()) >= 10
+    assert "all invariants held" in proc.stdout
