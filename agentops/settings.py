@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "django_rq",
     "runs",
     "approvals",
+    "apitokens",
 ]
 
 MIDDLEWARE = [
@@ -43,6 +44,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "runs.api.middleware.ApiBodyLimitMiddleware",
 ]
 
 ROOT_URLCONF = "agentops.urls"
@@ -67,9 +69,13 @@ TEMPLATES = [
 _database_url = env_str("DATABASE_URL")
 if _database_url:
     # Persistent connections (no per-step connection setup), health-checked so a worker
-    # survives a database restart.
+    # survives a database restart. The ASGI server sets AGENTOPS_CONN_MAX_AGE=0
+    # (agentops/asgi.py): under ASGI each request may run in another thread, so a kept
+    # connection would be held by a thread nobody reuses.
     DATABASES = {
-        "default": dj_database_url.parse(_database_url, conn_max_age=600, conn_health_checks=True)
+        "default": dj_database_url.parse(
+            _database_url, conn_max_age=int(env_number("AGENTOPS_CONN_MAX_AGE", 600, minimum=0)),
+            conn_health_checks=True)
     }
 else:
     _sqlite_path = env_str("AGENTOPS_SQLITE_PATH", str(VAR_DIR / "agentops.sqlite3"))
@@ -119,6 +125,17 @@ AGENTOPS_SWEEP_SECONDS = env_number("AGENTOPS_SWEEP_SECONDS", 5, minimum=0.1)
 AGENTOPS_RENOTIFY_SECONDS = env_number("AGENTOPS_RENOTIFY_SECONDS", 15, minimum=0.1)
 AGENTOPS_SWEEP_BATCH = int(env_number("AGENTOPS_SWEEP_BATCH", 200, minimum=1))
 AGENTOPS_STUCK_SECONDS = env_number("AGENTOPS_STUCK_SECONDS", 600, minimum=1)
+# Client API (docs/api.md): request body limit in bytes (413 above it), run creations
+# allowed per token per period (429 above it), SSE poll and heartbeat intervals in
+# seconds, and the bearer token /metrics requires (unset: /metrics answers 403).
+AGENTOPS_API_MAX_BODY_BYTES = int(env_number("AGENTOPS_API_MAX_BODY_BYTES", 65536, minimum=1024))
+AGENTOPS_API_CREATE_LIMIT = int(env_number("AGENTOPS_API_CREATE_LIMIT", 60, minimum=1))
+AGENTOPS_API_CREATE_PERIOD = env_number("AGENTOPS_API_CREATE_PERIOD", 60, minimum=1)
+AGENTOPS_SSE_POLL_SECONDS = env_number("AGENTOPS_SSE_POLL_SECONDS", 0.5, minimum=0.05)
+AGENTOPS_SSE_HEARTBEAT_SECONDS = env_number("AGENTOPS_SSE_HEARTBEAT_SECONDS", 15, minimum=0.1)
+AGENTOPS_METRICS_TOKEN = env_str("AGENTOPS_METRICS_TOKEN") or None
+# Seconds the simulated model waits between the words of a streamed reply (demo pacing).
+AGENTOPS_SIM_WORD_SECONDS = env_number("AGENTOPS_SIM_WORD_SECONDS", 0, minimum=0)
 #: Redis database (on the configured server) that drills, the soak and the benchmark use.
 AGENTOPS_SCRATCH_REDIS_DB = int(env_number("AGENTOPS_SCRATCH_REDIS_DB", 15, minimum=0))
 #: Console: a step name run this many times in one generation counts as a loop.

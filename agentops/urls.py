@@ -3,9 +3,15 @@ from django.contrib import admin
 from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import include, path, re_path
 
+from runs.api.app import api
+from runs.api.metrics import metrics_view
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("api/v1/", api.urls),
+    path("metrics", metrics_view, name="metrics"),
+    path("tokens/", include("apitokens.urls")),
     path("", include("runs.urls")),
 ]
 

@@ -16,7 +16,7 @@ from django.db.models import Avg, Count, F, Min, OuterRef, Q, Subquery
 
 from runs.engine.clock import db_now
 from runs.models import Event, Run, Step
-from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus, StepStatus
 
 #: Run states in which a run is expected to make progress by itself; a run in one of them
 #: with no event for ``AGENTOPS_STUCK_SECONDS`` is stuck even before the watchdog flags it.
@@ -107,7 +107,9 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
       last day, from their first start to their finish (retries included);
     - ``cancel_to_cancelled``: ``{count, p50_s, max_s}`` for runs cancelled in the last day;
     - ``per_run``: ``{runs, model_calls_avg, tool_calls_avg, cost_usd_avg}`` over runs
-      created in the last day (cost as a decimal string).
+      created in the last day (cost as a decimal string);
+    - ``queue_depth``: steps due now and waiting for a worker (PENDING, ``not_before``
+      passed, in a run that may execute).
     """
     from approvals.models import Approval, Takeover
 
@@ -222,6 +224,9 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
             if per_run["cost_usd_avg"] is not None
             else None,
         },
+        "queue_depth": Step.objects.filter(
+            status=StepStatus.PENDING, not_before__lte=now, run__status__in=RUN_EXECUTABLE
+        ).count(),
     }
 
 

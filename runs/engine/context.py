@@ -5,11 +5,11 @@ import threading
 from typing import Any
 
 from runs.engine import budget as budget_mod
-from runs.engine import faults, ledger
+from runs.engine import drafts, faults, ledger
 from runs.engine.calls import CallTimedOut, call_with_timeout
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
 from runs.engine.gateway import record_event
-from runs.models import Operation, Run, Step
+from runs.models import Message, Operation, Run, Step
 from runs.sim import model as sim_model
 from runs.tools import Tool, ToolCall
 
@@ -35,6 +35,8 @@ class StepContext:
         self.outputs: dict[str, Any] = dict(state.get("outputs", {}))
         self.new_messages: list[dict[str, Any]] = []
         self.new_summaries: list[dict[str, Any]] = []
+        #: Drafts begun by this attempt: ``{message_id: role}``.
+        self._draft_roles: dict[str, str] = {}
         self.next_step: str | None = None
         self.goto_set = False
         #: Set by the heartbeat thread; read at safe points.
@@ -63,7 +65,8 @@ class StepContext:
         instruction, summary, history, this run's tool calls and results, all from
         stored records), then the messages this step added so far, as ``{role, content,
         tool_calls, tool_call_id}`` dicts (stored ones also carry ``id``)."""
-        return self.context().model_input + [dict(m) for m in self.new_messages]
+        return self.context().model_input + [
+            {k: v for k, v in m.items() if k != "draft"} for m in self.new_messages]
 
     def context(self):
         """The assembled context (``AssembledContext``) for this step, from stored records."""
@@ -80,6 +83,15 @@ class StepContext:
             "first_seq": 1, "last_seq": plan.last_seq, "content": content,
             "tokens": token_counter()(content), "covered_tokens": plan.covered_tokens,
         })
+        """The thread's final messages in order, then those this step added so far, as
+        ``{id, role, content, tool_calls, tool_call_id}`` dicts."""
+        stored = [
+            m.as_dict()
+            for m in Message.objects.filter(
+                thread_id=self.run.thread_id, status=Message.Status.FINAL
+            ).order_by("seq")
+        ]
+        return stored + [{k: v for k, v in m.items() if k != "draft"} for m in self.new_messages]
 
     def tool_call_id(self, index: int = 0) -> str:
         """A tool-call id that is the same on every attempt of this step."""
@@ -96,7 +108,50 @@ class StepContext:
         })
         return message_id
 
+    def begin_message(self, role: str = "assistant") -> str:
+        """Commit an empty draft message now and return its ``message_id``, before any
+        generation starts (``runs.engine.drafts``). A retry of this step gets a new id
+        and supersedes this draft. Finish it with ``finish_message``."""
+        self.safe_point()
+        message_id = drafts.begin(run_id=self.run.pk, thread_id=self.run.thread_id,
+                                  step=self.step, attempt=self.attempt, role=role,
+                                  index=len(self.new_messages) + len(self._draft_roles),
+                                  actor=self.worker_id)
+        self._draft_roles[message_id] = role
+        return message_id
+
+    def finish_message(self, message_id: str, content: str) -> None:
+        """Stage the draft ``message_id`` as final with ``content``; it becomes final
+        only with the step's fenced commit."""
+        self.new_messages.append({"id": message_id, "role": self._draft_roles[message_id],
+                                  "content": content,
+                                  "tool_calls": [], "tool_call_id": None, "draft": True})
+
     # -- model and tools ------------------------------------------------------------
+    def stream_model(self, messages: list[dict[str, Any]], *, message_id: str):
+        """Ask the (simulated) model for a text reply and stream it into the draft
+        ``message_id`` piece by piece (one ``message.delta`` event each, with its
+        character offset); charges one model call first. Returns the whole reply as a
+        ``ModelReply``. Raises ``BudgetExhausted``, ``LeaseLost``, ``CancelRequested``."""
+        self.safe_point()
+        budget_mod.charge(self.run.pk, self.run.budget, model_calls=1,
+                          cost_usd=sim_model.COST_PER_CALL_USD)
+        content = ""
+        for piece in sim_model.stream(messages):
+            try:
+                self.safe_point()
+            except CancelRequested:
+                # Nothing will finish this draft: tell clients to drop it.
+                drafts.abandon(run_id=self.run.pk, step_id=self.step.pk, message_id=message_id,
+                               attempt=self.attempt, reason="cancel requested",
+                               actor=self.worker_id)
+                raise
+            drafts.delta(run_id=self.run.pk, step=self.step, attempt=self.attempt,
+                         message_id=message_id, offset=len(content), text=piece,
+                         content=content + piece, actor=self.worker_id)
+            content += piece
+        return sim_model.ModelReply(content=content)
+
     def call_model(self, messages: list[dict[str, Any]], tools: list[str] | None = None):
         """Ask the (simulated) model; charges one model call and its cost to the budget
         first. Returns ``runs.sim.model.ModelReply``; raises ``BudgetExhausted``, or

@@ -14,7 +14,7 @@ from django.db import IntegrityError, close_old_connections, connection, transac
 from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 
-from runs.engine import budget, compensation, dispatch, leases, unknown, versions
+from runs.engine import budget, compensation, dispatch, drafts, leases, unknown, versions
 from runs.engine.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.checkpoints import next_state
 from runs.engine.clock import db_now
@@ -282,7 +282,12 @@ def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:
     """Insert the step's staged messages with gap-free thread seqs; returns the thread's
     last message seq after the insert."""
     thread_id = ctx.run.thread_id
-    count = len(ctx.new_messages)
+    # Streamed drafts already hold a seq: they only become final here.
+    for m in ctx.new_messages:
+        if m.get("draft"):
+            drafts.finalize(tx, step_id=ctx.step.pk, message=m, actor=worker.worker_id)
+    staged = [m for m in ctx.new_messages if not m.get("draft")]
+    count = len(staged)
     if count:
         # One round trip to allocate the seqs and learn the last one.
         with connection.cursor() as cursor:
@@ -296,7 +301,7 @@ def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:
         Message(thread_id=thread_id, run_id=ctx.run.pk, step_id=ctx.step.pk, seq=first + i,
                 message_id=m["id"], role=m["role"], content=m["content"],
                 tool_calls=m["tool_calls"], tool_call_id=m["tool_call_id"] or "")
-        for i, m in enumerate(ctx.new_messages)
+        for i, m in enumerate(staged)
     ]
     Message.objects.bulk_create(rows)
     for row in rows:

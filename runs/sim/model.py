@@ -4,8 +4,12 @@ answers from the tool result otherwise."""
 
 import json
 import re
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.conf import settings
 
 from runs.sim import faults
 
@@ -51,6 +55,17 @@ def complete(messages: list[dict[str, Any]], tools: list[str]) -> ModelReply:
             return ModelReply(content=f"Done: the lamp went from {reading['previous']}% "
                                       f"to {reading['brightness']}% brightness.")
     return ModelReply(content=f"I have no tool for that: {question}")
+
+
+def stream(messages: list[dict[str, Any]]) -> Iterator[str]:
+    """Answer ``messages`` as ``complete`` does (text only, no tools), yielding the reply
+    word by word (each word with its trailing whitespace; the pieces join to the whole
+    reply), pausing ``AGENTOPS_SIM_WORD_SECONDS`` between words like a real model."""
+    pieces = re.findall(r"\S+\s*|\s+", complete(messages, []).content)
+    for index, piece in enumerate(pieces):
+        if index and settings.AGENTOPS_SIM_WORD_SECONDS:
+            time.sleep(settings.AGENTOPS_SIM_WORD_SECONDS)
+        yield piece
 
 
 def plan_brightness(request: str, current: int) -> int | None:

@@ -2,7 +2,7 @@
 
 ``plan`` (the simulated model decides to call the thermostat) -> ``read_temperature``
 (the simulated thermostat returns 23.5 °C and logs the read) -> ``reply`` (the model
-answers from the reading).
+answers from the reading, streamed word by word into a draft message).
 """
 
 import json
@@ -44,9 +44,12 @@ def read_temperature(ctx):
 
 @workflow.step()
 def reply(ctx):
-    answer = ctx.call_model(ctx.messages())
-    ctx.add_message("assistant", answer.content)
-    return {"answer": answer.content}
+    # The message id exists (as a draft) before generation, and the answer streams into
+    # it word by word; it becomes final with this step's commit.
+    message_id = ctx.begin_message("assistant")
+    answer = ctx.stream_model(ctx.messages(), message_id=message_id)
+    ctx.finish_message(message_id, answer.content)
+    return {"answer": answer.content, "message_id": message_id}
 
 
 registry.register(workflow)

@@ -1,0 +1,51 @@
+"""``python manage.py api_token create USERNAME [--name N]`` prints a new token (once);
+``api_token list [USERNAME]`` shows tokens without their secret; ``api_token revoke PREFIX``."""
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from apitokens.models import ApiToken
+from apitokens.services import create_token, revoke
+
+
+class Command(BaseCommand):
+    help = "Create, list or revoke API tokens."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        create = sub.add_parser("create", help="create a token and print it (shown once)")
+        create.add_argument("username")
+        create.add_argument("--name", default="", help="a label, e.g. the client's name")
+        listing = sub.add_parser("list", help="list tokens (prefix, user, last used)")
+        listing.add_argument("username", nargs="?")
+        rev = sub.add_parser("revoke", help="revoke a token by its prefix")
+        rev.add_argument("prefix")
+
+    def handle(self, *args, **options):
+        getattr(self, "_" + options["action"])(options)
+
+    def _create(self, options):
+        try:
+            user = get_user_model().objects.get(username=options["username"])
+        except get_user_model().DoesNotExist:
+            raise CommandError(f"no user {options['username']!r}") from None
+        _, raw = create_token(user, options["name"])
+        self.stdout.write(raw)
+
+    def _list(self, options):
+        tokens = ApiToken.objects.select_related("user").order_by("-created_at")
+        if options["username"]:
+            tokens = tokens.filter(user__username=options["username"])
+        for t in tokens:
+            state = f"revoked {t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else "active"
+            used = f"{t.last_used_at:%Y-%m-%d %H:%M}" if t.last_used_at else "never"
+            self.stdout.write(
+                f"{t.prefix}  {t.user.username}  {t.name or '-'}  {state}  last used {used}"
+            )
+
+    def _revoke(self, options):
+        tokens = list(ApiToken.objects.filter(prefix=options["prefix"], revoked_at__isnull=True))
+        if len(tokens) != 1:
+            raise CommandError(f"{len(tokens)} active tokens have prefix {options['prefix']!r}")
+        revoke(tokens[0])
+        self.stdout.write(f"revoked {tokens[0].prefix}")

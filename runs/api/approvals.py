@@ -1,0 +1,79 @@
+"""Approval endpoints: list (all visible, or one run's) and decide."""
+
+from uuid import UUID
+
+from ninja import Path, Query, Router
+
+from approvals.models import Approval
+from approvals.services import decide
+from runs.api import access
+from runs.api.errors import not_found
+from runs.api.schemas import ApprovalOut, DecideIn, Error
+
+router = Router(tags=["approvals"])
+ERRORS = {400: Error, 401: Error, 403: Error, 404: Error, 409: Error, 413: Error, 422: Error}
+
+
+def _document(a: Approval) -> dict:
+    return {
+        "id": a.pk,
+        "run_id": a.run_id,
+        "step": a.step.name,
+        "question": a.question,
+        "reason": a.reason,
+        "evidence": a.evidence if isinstance(a.evidence, dict) else {},
+        "status": a.status,
+        "decided_by": a.decided_by.get_username() if a.decided_by else None,
+        "decided_at": a.decided_at,
+        "comment": a.comment,
+        "expires_at": a.expires_at,
+        "created_at": a.created_at,
+    }
+
+
+def _visible(user):
+    return Approval.objects.select_related("step", "decided_by").filter(
+        run__in=access.visible_runs(user).values("pk")
+    )
+
+
+@router.get(
+    "/approvals",
+    response={200: list[ApprovalOut], **ERRORS},
+    summary="Approvals of the runs you can see, oldest first",
+)
+def list_approvals(
+    request, status: Approval.Status | None = None, limit: int = Query(100, ge=1, le=500)
+):
+    rows = _visible(request.user).order_by("created_at", "pk")
+    if status:
+        rows = rows.filter(status=status)
+    return [_document(a) for a in rows[:limit]]
+
+
+@router.get(
+    "/runs/{run_id}/approvals",
+    response={200: list[ApprovalOut], **ERRORS},
+    summary="A run's approvals",
+)
+def run_approvals(request, run_id: UUID):
+    run = access.get_run(request.user, run_id)
+    return [_document(a) for a in _visible(request.user).filter(run=run).order_by("pk")]
+
+
+@router.post(
+    "/approvals/{approval_id}/decide",
+    response={200: ApprovalOut, **ERRORS},
+    summary="Approve or reject",
+)
+def decide_approval(request, payload: DecideIn, approval_id: int = Path(..., ge=1, le=2**62)):
+    """Needs the ``approvals.decide_approval`` permission (403 ``permission_denied``);
+    the same decision again is a no-op, a different second one a 409
+    ``decision_conflict``."""
+    approval = _visible(request.user).filter(pk=approval_id).first()
+    if approval is None:
+        raise not_found("approval")
+    approval = decide(
+        approval, decision=payload.decision, user=request.user, comment=payload.comment
+    )
+    return _document(Approval.objects.select_related("step", "decided_by").get(pk=approval.pk))

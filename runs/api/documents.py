@@ -1,0 +1,114 @@
+"""Model rows -> the dicts the response schemas describe (``runs.api.schemas``)."""
+
+from typing import Any
+
+from runs.engine.control import open_step
+from runs.models import Event, Message, Run, Step
+from runs.states import RUN_TERMINAL
+
+
+def run_summary(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.pk,
+        "thread_id": run.thread.thread_id,
+        "workflow": run.workflow,
+        "workflow_version": run.workflow_version,
+        "status": run.status,
+        "generation": run.generation,
+        "goal": run.goal,
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "cancel_requested_at": run.cancel_requested_at,
+        "error_code": run.error_code or None,
+        "last_event_seq": run.event_seq,
+    }
+
+
+def _attempts(run: Run) -> dict[int, list[dict[str, Any]]]:
+    """``{step_id: [{attempt, worker, outcome, error_code}]}`` from the step events."""
+    by_step: dict[int, dict[int, dict[str, Any]]] = {}
+    rows = (
+        Event.objects.filter(run=run, step__isnull=False, type__startswith="step.")
+        .order_by("seq")
+        .values_list("step_id", "type", "payload")
+    )
+    for step_id, type_, payload in rows:
+        number = payload.get("attempt") if isinstance(payload, dict) else None
+        if not isinstance(number, int) or number < 1:
+            continue
+        entry = by_step.setdefault(step_id, {}).setdefault(
+            number, {"attempt": number, "worker": None, "outcome": None, "error_code": None}
+        )
+        entry["outcome"] = type_
+        if payload.get("worker"):
+            entry["worker"] = str(payload["worker"])
+        if payload.get("error_code"):
+            entry["error_code"] = str(payload["error_code"])
+    return {step_id: list(attempts.values()) for step_id, attempts in by_step.items()}
+
+
+def run_document(run: Run) -> dict[str, Any]:
+    """The full run: summary, input, next step, budget, steps with their attempts."""
+    run.refresh_from_db()
+    steps = list(Step.objects.filter(run=run).order_by("seq"))
+    attempts = _attempts(run)
+    nxt = open_step(run)
+    current = next((s.name for s in steps if s.pk == run.current_step_id), None)
+    return {
+        **run_summary(run),
+        "input": run.input if isinstance(run.input, dict) else {"value": run.input},
+        "next_step": nxt.name if nxt and run.status not in RUN_TERMINAL else None,
+        "current_step": current,
+        "budget": {
+            "limits": run.budget or {},
+            "used": {
+                "model_calls": run.model_calls,
+                "tool_calls": run.tool_calls,
+                "cost_usd": str(run.cost_usd),
+            },
+        },
+        "steps": [
+            {
+                "id": s.pk,
+                "name": s.name,
+                "seq": s.seq,
+                "generation": s.generation,
+                "status": s.status,
+                "attempt": s.attempt,
+                "error_code": s.error_code or None,
+                "error_detail": s.error_detail or None,
+                "started_at": s.started_at,
+                "finished_at": s.finished_at,
+                "attempts": attempts.get(s.pk, []),
+            }
+            for s in steps
+        ],
+    }
+
+
+def event_document(event: Event, step_names: dict[int, str]) -> dict[str, Any]:
+    return {
+        "seq": event.seq,
+        "type": event.type,
+        "step_id": event.step_id,
+        "step": step_names.get(event.step_id) if event.step_id else None,
+        "actor": event.actor,
+        "created_at": event.created_at,
+        "payload": event.payload if isinstance(event.payload, dict) else {"value": event.payload},
+    }
+
+
+def message_document(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.message_id,
+        "seq": message.seq,
+        "role": message.role,
+        "content": message.content,
+        "tool_calls": message.tool_calls or [],
+        "tool_call_id": message.tool_call_id or None,
+        "status": message.status,
+        "run_id": message.run_id,
+        "created_at": message.created_at,
+    }

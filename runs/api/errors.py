@@ -1,0 +1,53 @@
+"""Error bodies of the API: ``{"code": str, "message": str, "errors": {field: message}}``.
+
+``code`` is stable and machine-readable; ``errors`` names the offending fields (dotted
+paths into the body, or the header / query parameter name) and may be empty.
+"""
+
+from runs.engine.control import ControlError
+
+#: HTTP status for ``ControlError`` codes that are not conflicts (409 is the default).
+CONTROL_STATUS = {
+    "unknown_workflow": 422,
+    "unknown_checkpoint": 422,
+    "unknown_step": 422,
+    "unknown_run": 404,
+    "not_found": 404,
+    "idempotency_key_reused": 422,
+    "permission_denied": 403,
+}
+
+
+class ApiError(Exception):
+    """A refused request: HTTP ``status``, ``code``, ``message`` and field ``errors``;
+    ``headers`` are added to the response (e.g. ``Retry-After``)."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        errors: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.errors = errors or {}
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"code": self.code, "message": self.message, "errors": self.errors}
+
+
+def from_control(exc: ControlError) -> ApiError:
+    """The ``ApiError`` for an engine refusal: ``invalid_*`` codes are 422, the codes in
+    ``CONTROL_STATUS`` use theirs, anything else (state conflicts) is 409."""
+    status = CONTROL_STATUS.get(exc.code, 422 if exc.code.startswith("invalid") else 409)
+    return ApiError(status, exc.code, exc.message, {k: str(v) for k, v in exc.errors.items()})
+
+
+def not_found(what: str = "run") -> ApiError:
+    """404 for anything the caller may not see; another owner's run looks like no run."""
+    return ApiError(404, "not_found", f"no such {what}")

@@ -1,0 +1,303 @@
+"""Run endpoints: create (idempotent), read, list, events, messages, cancel,
+checkpoints, resume from a checkpoint, resolve an unknown outcome."""
+
+import re
+from datetime import UTC, datetime
+from uuid import UUID
+
+from django.conf import settings
+from django.http import HttpResponse
+from ninja import Header, Query, Router, Schema, Status
+from pydantic import Field, field_validator
+
+from apitokens.services import throttle
+from runs.api import access
+from runs.api.documents import event_document, message_document, run_document, run_summary
+from runs.api.errors import ApiError, not_found
+from runs.api.schemas import (
+    CancelIn,
+    CheckpointOut,
+    Error,
+    EventPage,
+    MessageOut,
+    ResolveIn,
+    ResumeIn,
+    ResumePreview,
+    RunCreate,
+    RunOut,
+    RunPage,
+)
+from runs.console.filters import RunFilter
+from runs.engine import idempotency
+from runs.engine.cancel import request_cancel
+from runs.engine.clock import db_now
+from runs.engine.control import start_run
+from runs.engine.rewind import list_checkpoints, plan_resume, resume_from_checkpoint
+from runs.engine.unknown import resolve_unknown
+from runs.models import Event, Message, Step, Thread
+from runs.states import RunStatus
+
+router = Router(tags=["runs"])
+
+#: Printable ASCII without spaces: what a client puts in a header.
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+ERRORS = {
+    400: Error,
+    401: Error,
+    403: Error,
+    404: Error,
+    409: Error,
+    413: Error,
+    422: Error,
+    429: Error,
+}
+
+
+@router.post(
+    "/runs",
+    response={200: RunOut, 201: RunOut, **ERRORS},
+    summary="Start a run (idempotent with Idempotency-Key)",
+)
+def create_run(
+    request,
+    response: HttpResponse,
+    payload: RunCreate,
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
+):
+    """Start ``workflow`` on the caller's thread ``thread_id`` with ``input``.
+
+    With an ``Idempotency-Key`` header the same key and body return the same run (201
+    the first time, 200 after, header ``Idempotent-Replayed: true``), also for
+    concurrent requests; the same key with another body is a 422
+    ``idempotency_key_reused``. Run creations are throttled per token (429).
+    """
+    user = request.user
+    # The canonical body the fingerprint covers; omitted budget limits are dropped, the
+    # input is kept exactly as sent (nulls included).
+    body = {"workflow": payload.workflow, "thread_id": payload.thread_id, "input": payload.input}
+    if payload.budget is not None:
+        body["budget"] = payload.budget.model_dump(mode="json", exclude_none=True)
+    if idempotency_key is not None and not IDEMPOTENCY_KEY.match(idempotency_key):
+        raise ApiError(
+            422,
+            "invalid_idempotency_key",
+            "Idempotency-Key must be 1..200 printable ASCII characters",
+            {"Idempotency-Key": "1..200 printable ASCII"},
+        )
+    fingerprint = idempotency.fingerprint(body)
+    if idempotency_key:
+        existing = idempotency.find_request(user, idempotency_key)
+        if existing is not None:
+            # A retry: no throttling, nothing new.
+            idempotency.check_replay(existing, fingerprint)
+            response["Idempotent-Replayed"] = "true"
+            return Status(200, run_document(existing))
+    decision = throttle(
+        request.api_token,
+        limit=settings.AGENTOPS_API_CREATE_LIMIT,
+        period=settings.AGENTOPS_API_CREATE_PERIOD,
+    )
+    if not decision.allowed:
+        raise ApiError(
+            429,
+            "throttled",
+            "too many runs created with this token; retry later",
+            headers={"Retry-After": str(decision.retry_after)},
+        )
+    kwargs = {
+        "thread_id": body["thread_id"],
+        "input": body["input"],
+        "owner": user,
+        "budget": body.get("budget"),
+        "actor": access.actor(user),
+    }
+    if idempotency_key:
+        run, created = idempotency.start_run_once(
+            body["workflow"], request_id=idempotency_key, request_fingerprint=fingerprint, **kwargs
+        )
+    else:
+        run, created = start_run(body["workflow"], **kwargs), True
+    if not created:
+        response["Idempotent-Replayed"] = "true"
+    response["Location"] = f"/api/v1/runs/{run.pk}"
+    return Status(201 if created else 200, run_document(run))
+
+
+class RunFilters(Schema):
+    """The console's run filters (``runs.console.filters.RunFilter``) as query
+    parameters; times are ISO datetimes."""
+
+    status: RunStatus | None = None
+    workflow: str | None = Field(None, max_length=100)
+    version: int | None = Field(None, ge=1, le=2**31 - 1)
+    thread_id: str | None = Field(None, max_length=200)
+    q: str | None = Field(None, max_length=200, description="run id prefix, thread id or goal text")
+    stuck: bool | None = None
+    has_unknown: bool | None = Field(None, description="has a step whose outcome is unknown")
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    updated_after: datetime | None = None
+    updated_before: datetime | None = None
+    limit: int = Field(50, ge=1, le=200)
+    offset: int = Field(0, ge=0, le=1_000_000)
+
+    @field_validator("created_after", "created_before", "updated_after", "updated_before")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        """In UTC (naive means UTC): PostgreSQL refuses offsets beyond +-15:59."""
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("out of range") from None
+
+
+@router.get("/runs", response={200: RunPage, **ERRORS}, summary="List runs, newest first")
+def list_runs(request, filters: Query[RunFilters]):
+    runs = access.visible_runs(request.user).order_by("-created_at", "-pk")
+    exact = {
+        "status": filters.status,
+        "workflow": filters.workflow,
+        "workflow_version": filters.version,
+        "thread__thread_id": filters.thread_id,
+        "created_at__gte": filters.created_after,
+        "created_at__lt": filters.created_before,
+        "updated_at__gte": filters.updated_after,
+        "updated_at__lt": filters.updated_before,
+    }
+    runs = runs.filter(**{k: v for k, v in exact.items() if v is not None})
+    # Text, "stuck" and "has unknown outcome" mean exactly what they mean on the console.
+    console = {"q": filters.q, "stuck": filters.stuck, "has_unknown": filters.has_unknown}
+    data = {
+        k: str(v).lower() if isinstance(v, bool) else v for k, v in console.items() if v is not None
+    }
+    if data:
+        runs = RunFilter(data, queryset=runs, now=db_now()).qs
+    page = runs[filters.offset : filters.offset + filters.limit]
+    return {
+        "items": [run_summary(r) for r in page],
+        "count": runs.count(),
+        "limit": filters.limit,
+        "offset": filters.offset,
+    }
+
+
+@router.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, summary="Read a run")
+def read_run(request, run_id: UUID):
+    return run_document(access.get_run(request.user, run_id))
+
+
+@router.get(
+    "/runs/{run_id}/events",
+    response={200: EventPage, **ERRORS},
+    summary="The run's events after a sequence number",
+)
+def list_events(
+    request,
+    run_id: UUID,
+    after: int = Query(0, ge=0, le=2**31 - 1),
+    limit: int = Query(100, ge=1, le=1000),
+):
+    run = access.get_run(request.user, run_id)
+    events = list(Event.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit])
+    names = dict(Step.objects.filter(run=run).values_list("pk", "name"))
+    return {
+        "items": [event_document(e, names) for e in events],
+        "run_status": run.status,
+        "last_seq": run.event_seq,
+    }
+
+
+@router.get(
+    "/threads/{thread_id}/messages",
+    response={200: list[MessageOut], **ERRORS},
+    summary="A thread's messages in order",
+)
+def list_messages(
+    request,
+    thread_id: str,
+    include_superseded: bool = False,
+    after_seq: int = Query(0, ge=0, le=2**31 - 1),
+    limit: int = Query(200, ge=1, le=1000),
+):
+    """Final and draft messages in ``seq`` order (drafts are being streamed); superseded
+    drafts only with ``include_superseded=true``."""
+    thread = Thread.objects.filter(owner=request.user, thread_id=thread_id).first()
+    if thread is None:
+        raise not_found("thread")
+    messages = Message.objects.filter(thread=thread, seq__gt=after_seq).order_by("seq")
+    if not include_superseded:
+        messages = messages.exclude(status=Message.Status.SUPERSEDED)
+    return [message_document(m) for m in messages[:limit]]
+
+
+@router.post("/runs/{run_id}/cancel", response={200: RunOut, **ERRORS}, summary="Cancel a run")
+def cancel_run(request, run_id: UUID, payload: CancelIn):
+    """Ask the run to cancel (CANCEL_REQUESTED, then CANCELLED once the running step
+    reaches a safe point). 409 ``run_terminal`` for a finished run."""
+    run = access.get_run_to_operate(request.user, run_id)
+    request_cancel(run, actor=access.actor(request.user), reason=payload.reason)
+    return run_document(run)
+
+
+@router.get(
+    "/runs/{run_id}/checkpoints",
+    response={200: list[CheckpointOut], **ERRORS},
+    summary="The run's checkpoints, oldest first",
+)
+def checkpoints(request, run_id: UUID):
+    """``resumable`` ones can be named in ``POST /runs/{id}/resume``."""
+    return list_checkpoints(access.get_run(request.user, run_id))
+
+
+@router.get(
+    "/runs/{run_id}/resume-preview",
+    response={200: ResumePreview, **ERRORS},
+    summary="What resuming from a checkpoint would re-run",
+)
+def resume_preview(
+    request, run_id: UUID, checkpoint: str = Query(..., min_length=1, max_length=120)
+):
+    """The steps that would run again and the side effects they could repeat; changes
+    nothing."""
+    return plan_resume(access.get_run(request.user, run_id), checkpoint).as_dict()
+
+
+@router.post(
+    "/runs/{run_id}/resume",
+    response={200: RunOut, **ERRORS},
+    summary="Resume the run from a named checkpoint",
+)
+def resume_run(request, run_id: UUID, payload: ResumeIn):
+    run = access.get_run_to_operate(request.user, run_id)
+    resume_from_checkpoint(
+        run,
+        payload.checkpoint,
+        actor=access.actor(request.user),
+        input_patch=payload.input_patch,
+        reason=payload.reason,
+    )
+    return run_document(run)
+
+
+@router.post(
+    "/runs/{run_id}/steps/{step_name}/resolve",
+    response={200: RunOut, **ERRORS},
+    summary="Resolve a step whose outcome is unknown",
+)
+def resolve_step(request, run_id: UUID, step_name: str, payload: ResolveIn):
+    """``done`` (with evidence and optional result: the side effect happened) or
+    ``not-done`` (it did not: the step runs again)."""
+    run = access.get_run_to_operate(request.user, run_id)
+    resolve_unknown(
+        run,
+        step_name,
+        outcome=payload.outcome,
+        evidence=payload.evidence,
+        actor=access.actor(request.user),
+        result=payload.result,
+    )
+    return run_document(run)

@@ -1,0 +1,312 @@
+"""The JSON API through the Django test client: tokens, ownership, idempotency, bad
+input, limits and throttling. Real database (PostgreSQL under `make test`)."""
+
+import hashlib
+import json
+from io import StringIO
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
+from django.test import Client
+from schemathesis.specs.openapi.adapter.validators import validate_v3
+
+from apitokens.models import ApiToken
+from apitokens.services import create_token
+from approvals.models import Approval
+from runs.engine.control import start_run
+from runs.models import Message, Run, Step, Thread
+
+pytestmark = pytest.mark.django_db
+
+QUESTION = {"question": "How warm is the living room?"}
+BODY = {"workflow": "room_temperature", "thread_id": "t1", "input": QUESTION}
+
+
+def client_for(user) -> Client:
+    _, raw = create_token(user)
+    return Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+
+
+def post(client: Client, path: str, body, **headers):
+    data = body if isinstance(body, str | bytes) else json.dumps(body)
+    return client.post(path, data, content_type="application/json", **headers)
+
+
+@pytest.fixture
+def alice():
+    return User.objects.create_user("alice")
+
+
+@pytest.fixture
+def bob():
+    return User.objects.create_user("bob")
+
+
+@pytest.fixture
+def bobs_run(bob):
+    run = start_run(
+        "room_temperature", thread_id="bob-thread", input=QUESTION, owner=bob, actor="user:bob"
+    )
+    step = Step.objects.get(run=run)
+    approval = Approval.objects.create(run=run, step=step, question="Send it?")
+    return run, approval
+
+
+def test_it_serves_an_openapi_3_schema_and_docs():
+    schema = Client().get("/api/v1/openapi.json").json()
+    assert schema["openapi"].startswith("3.")
+    # The OpenAPI 3.x meta-schema (as shipped with schemathesis) accepts it; this raises
+    # a ValidationError naming the offending part otherwise.
+    validate_v3(schema)
+    assert "/api/v1/runs" in schema["paths"]
+    assert "/api/v1/runs/{run_id}/stream" in schema["paths"]
+    assert Client().get("/api/v1/docs").status_code == 200
+
+
+def test_it_refuses_requests_without_a_valid_token(alice):
+    assert Client().get("/api/v1/runs").json()["code"] == "unauthorized"
+    response = Client(HTTP_AUTHORIZATION="Bearer ao_nope").get("/api/v1/runs")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Bearer"
+
+
+def test_it_creates_a_run_once_per_idempotency_key(alice):
+    client = client_for(alice)
+    first = post(client, "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k1")
+    again = post(client, "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k1")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json() == again.json()
+    assert again["Idempotent-Replayed"] == "true"
+    assert first["Location"] == f"/api/v1/runs/{first.json()['id']}"
+    assert Run.objects.filter(owner=alice).count() == 1
+    run = Run.objects.get()
+    assert run.request_id == "k1" and len(run.request_fingerprint) == 64
+
+
+def test_it_refuses_a_reused_key_with_a_different_body(alice):
+    client = client_for(alice)
+    post(client, "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k1")
+    response = post(client, "/api/v1/runs", {**BODY, "thread_id": "t2"}, HTTP_IDEMPOTENCY_KEY="k1")
+    assert response.status_code == 422
+    assert response.json()["code"] == "idempotency_key_reused"
+    assert Run.objects.count() == 1
+    assert not Thread.objects.filter(thread_id="t2").exists()
+
+
+def test_it_scopes_idempotency_keys_to_their_owner(alice, bob):
+    a = post(client_for(alice), "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k1")
+    b = post(client_for(bob), "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k1")
+    assert (a.status_code, b.status_code) == (201, 201)
+    assert a.json()["id"] != b.json()["id"]
+
+
+def test_it_reads_lists_and_reports_a_run(alice):
+    client = client_for(alice)
+    created = post(
+        client, "/api/v1/runs", {**BODY, "budget": {"model_calls": 5, "cost_usd": "0.10"}}
+    ).json()
+    run = client.get(f"/api/v1/runs/{created['id']}").json()
+    assert run["status"] == "PENDING" and run["next_step"] == "plan"
+    assert run["budget"] == {
+        "limits": {"model_calls": 5, "cost_usd": "0.10"},
+        "used": {"model_calls": 0, "tool_calls": 0, "cost_usd": "0.000000"},
+    }
+    assert [s["name"] for s in run["steps"]] == ["plan"]
+    with_null = post(client, "/api/v1/runs", {**BODY, "input": {**QUESTION, "note": None}})
+    assert with_null.json()["input"] == {**QUESTION, "note": None}
+    listing = client.get("/api/v1/runs", {"status": "PENDING", "thread_id": "t1"}).json()
+    assert created["id"] in {r["id"] for r in listing["items"]} and listing["count"] == 2
+    assert client.get("/api/v1/runs", {"status": "FAILED"}).json()["count"] == 0
+    assert client.get("/api/v1/runs", {"q": "warm"}).json()["count"] == 2
+    assert client.get("/api/v1/runs", {"q": created["id"][:8]}).json()["count"] == 1
+    assert client.get("/api/v1/runs", {"stuck": "true"}).json()["count"] == 0
+    assert client.get("/api/v1/runs", {"has_unknown": "false"}).json()["count"] == 2
+    events = client.get(f"/api/v1/runs/{created['id']}/events", {"after": 1}).json()
+    assert [e["seq"] for e in events["items"]] == [2, 3] and events["last_seq"] == 3
+    messages = client.get("/api/v1/threads/t1/messages").json()
+    assert [(m["role"], m["content"], m["status"]) for m in messages] == [
+        ("user", QUESTION["question"], "final")
+    ] * 2
+    checkpoints = client.get(f"/api/v1/runs/{created['id']}/checkpoints").json()
+    assert [c["name"] for c in checkpoints] == ["start"]
+
+
+BAD_BODIES = [
+    ("{not json", 400, "invalid_json", None),
+    ("[]", 422, "invalid_request", "body"),
+    ({**BODY, "workflow": "no_such_workflow"}, 422, "unknown_workflow", "workflow"),
+    ({**BODY, "surprise": 1}, 422, "invalid_request", "surprise"),
+    ({**BODY, "thread_id": 5}, 422, "invalid_request", "thread_id"),
+    ({**BODY, "thread_id": ""}, 422, "invalid_request", "thread_id"),
+    ({**BODY, "input": "text"}, 422, "invalid_request", "input"),
+    ({**BODY, "input": {}}, 422, "invalid_input", "input.question"),
+    ({**BODY, "budget": {"model_calls": -1}}, 422, "invalid_request", "budget.model_calls"),
+    ({**BODY, "budget": {"cost_usd": "-0.5"}}, 422, "invalid_request", "budget.cost_usd"),
+    ({**BODY, "budget": {"model_calls": "5"}}, 422, "invalid_request", "budget.model_calls"),
+    ({**BODY, "budget": {"tokens": 5}}, 422, "invalid_request", "budget.tokens"),
+    ({"workflow": "room_temperature"}, 422, "invalid_request", "thread_id"),
+    (
+        '{"workflow": "room_temperature", "thread_id": "t\\u0000", "input": {}}',
+        400,
+        "invalid_request",
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "code", "field"), BAD_BODIES)
+def test_it_refuses_bad_input_and_creates_nothing(alice, body, status, code, field):
+    response = post(client_for(alice), "/api/v1/runs", body, HTTP_IDEMPOTENCY_KEY="bad")
+    assert response.status_code == status, response.content
+    payload = response.json()
+    assert payload["code"] == code
+    assert set(payload) == {"code", "message", "errors"}
+    if field:
+        assert field in payload["errors"], payload
+    assert (Run.objects.count(), Thread.objects.count(), Message.objects.count()) == (0, 0, 0)
+
+
+def test_it_refuses_a_bad_idempotency_key(alice):
+    response = post(client_for(alice), "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="x" * 201)
+    assert response.status_code == 422
+    assert "Idempotency-Key" in response.json()["errors"]
+    assert Run.objects.count() == 0
+
+
+def test_it_refuses_a_body_over_the_limit_with_413(alice, settings):
+    settings.AGENTOPS_API_MAX_BODY_BYTES = 2048
+    body = {**BODY, "input": {"question": "x" * 4000}}
+    response = post(client_for(alice), "/api/v1/runs", body)
+    assert response.status_code == 413
+    assert response.json()["code"] == "body_too_large"
+    assert Run.objects.count() == 0
+
+
+def test_it_throttles_run_creation_per_token(alice, bob, settings):
+    settings.AGENTOPS_API_CREATE_LIMIT = 2
+    settings.AGENTOPS_API_CREATE_PERIOD = 3600
+    client = client_for(alice)
+    statuses = [
+        post(client, "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY=f"k{i}").status_code
+        for i in range(3)
+    ]
+    assert statuses == [201, 201, 429]
+    refused = post(client, "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k9")
+    assert refused.json()["code"] == "throttled" and int(refused["Retry-After"]) >= 1
+    # A retry of a request that already created its run is not throttled.
+    assert post(client, "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k0").status_code == 200
+    assert post(client_for(bob), "/api/v1/runs", BODY).status_code == 201
+    assert Run.objects.filter(owner=alice).count() == 2
+
+
+def other_owner_requests(run, approval):
+    base = f"/api/v1/runs/{run.pk}"
+    return [
+        ("get", base, None),
+        ("get", f"{base}/events", None),
+        ("get", f"{base}/stream", None),
+        ("get", f"{base}/checkpoints", None),
+        ("get", f"{base}/resume-preview?checkpoint=start", None),
+        ("get", f"{base}/approvals", None),
+        ("post", f"{base}/cancel", {"reason": "not mine"}),
+        ("post", f"{base}/resume", {"checkpoint": "start"}),
+        ("post", f"{base}/steps/plan/resolve", {"outcome": "done", "evidence": "looked"}),
+        ("post", f"/api/v1/approvals/{approval.pk}/decide", {"decision": "approve"}),
+        ("get", f"/api/v1/threads/{run.thread.thread_id}/messages", None),
+    ]
+
+
+# Committed data: the stream view reads in a worker thread with its own connection.
+@pytest.mark.django_db(transaction=True)
+def test_it_answers_404_for_another_owners_run_on_every_endpoint(alice, bobs_run):
+    run, approval = bobs_run
+    client = client_for(alice)
+    for method, path, body in other_owner_requests(run, approval):
+        response = client.get(path) if method == "get" else post(client, path, body)
+        assert response.status_code == 404, (path, response.content)
+        assert response.json()["code"] == "not_found"
+    assert client.get("/api/v1/runs").json()["count"] == 0
+    assert client.get("/api/v1/approvals").json() == []
+    assert Run.objects.get(pk=run.pk).status == "PENDING"
+    assert Approval.objects.get(pk=approval.pk).status == "PENDING"
+
+
+def test_it_lets_the_owner_and_staff_viewers_read_the_run(bob, bobs_run):
+    run, approval = bobs_run
+    assert client_for(bob).get(f"/api/v1/runs/{run.pk}").status_code == 200
+    assert [a["id"] for a in client_for(bob).get("/api/v1/approvals").json()] == [approval.pk]
+    view = Permission.objects.get(content_type__app_label="runs", codename="view_run")
+    viewer = User.objects.create_user("vic")
+    viewer.user_permissions.add(view)
+    assert client_for(viewer).get(f"/api/v1/runs/{run.pk}").status_code == 404
+    staff = User.objects.create_user("sam", is_staff=True)
+    staff.user_permissions.add(view)
+    assert client_for(staff).get(f"/api/v1/runs/{run.pk}").status_code == 200
+    # Seeing is not acting: without runs.operate_run a staff viewer may not cancel.
+    response = post(client_for(staff), f"/api/v1/runs/{run.pk}/cancel", {"reason": "x"})
+    assert response.status_code == 403 and response.json()["code"] == "permission_denied"
+
+
+def test_it_creates_lists_and_revokes_tokens_with_the_command(alice):
+    out = StringIO()
+    call_command("api_token", "create", "alice", "--name", "laptop", stdout=out)
+    raw = out.getvalue().strip()
+    token = ApiToken.objects.get(user=alice)
+    assert raw.startswith("ao_") and raw not in (token.token_hash, token.prefix)
+    assert token.token_hash == hashlib.sha256(raw.encode()).hexdigest()
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert token.last_used_at is None
+    assert client.get("/api/v1/runs").status_code == 200
+    token.refresh_from_db()
+    assert token.last_used_at is not None
+    listing = StringIO()
+    call_command("api_token", "list", "alice", stdout=listing)
+    assert token.prefix in listing.getvalue() and raw not in listing.getvalue()
+    call_command("api_token", "revoke", token.prefix, stdout=StringIO())
+    assert client.get("/api/v1/runs").status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_lets_the_owner_act_through_the_engine(bob, bobs_run):
+    run, approval = bobs_run
+    client = client_for(bob)
+    preview = client.get(f"/api/v1/runs/{run.pk}/resume-preview", {"checkpoint": "start"})
+    assert preview.status_code == 200 and preview.json()["steps_to_rerun"][0] == "plan"
+    unknown = client.get(f"/api/v1/runs/{run.pk}/resume-preview", {"checkpoint": "nope"})
+    assert (unknown.status_code, unknown.json()["code"]) == (422, "unknown_checkpoint")
+    # Deciding needs the approver permission, whoever owns the run.
+    refused = post(client, f"/api/v1/approvals/{approval.pk}/decide", {"decision": "approve"})
+    assert (refused.status_code, refused.json()["code"]) == (403, "permission_denied")
+    not_unknown = post(
+        client,
+        f"/api/v1/runs/{run.pk}/steps/plan/resolve",
+        {"outcome": "done", "evidence": "checked"},
+    )
+    assert 400 <= not_unknown.status_code < 500 and not_unknown.json()["code"]
+    cancelled = post(client, f"/api/v1/runs/{run.pk}/cancel", {"reason": "changed my mind"})
+    assert cancelled.status_code == 200
+    assert cancelled.json()["status"] in ("CANCEL_REQUESTED", "CANCELLED")
+    events = client.get(f"/api/v1/runs/{run.pk}/events").json()["items"]
+    assert any(e["actor"] == "user:bob" and e["type"].startswith("run.cancel") for e in events)
+    again = post(client, f"/api/v1/runs/{run.pk}/resume", {"checkpoint": "start"})
+    assert again.status_code in (409, 422) and again.json()["code"]
+
+
+def test_it_manages_tokens_in_the_console(alice, bob):
+    browser = Client()
+    browser.force_login(alice)
+    page = browser.post("/tokens/", {"name": "laptop"})
+    assert page.status_code == 200
+    raw = page.context["created"]
+    assert raw in page.content.decode()
+    assert browser.get("/tokens/").content.decode().count(raw) == 0  # shown once
+    token = ApiToken.objects.get(user=alice, name="laptop")
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert api.get("/api/v1/runs").status_code == 200
+    bobs = Client()
+    bobs.force_login(bob)
+    assert bobs.post(f"/tokens/{token.pk}/revoke/").status_code == 404
+    assert browser.post(f"/tokens/{token.pk}/revoke/").status_code == 302
+    assert api.get("/api/v1/runs").status_code == 401
+    assert Client().get("/tokens/").status_code == 302  # login first
