@@ -9,7 +9,7 @@ from runs.engine import drafts, faults, ledger
 from runs.engine.calls import CallTimedOut, call_with_timeout
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
 from runs.engine.gateway import record_event
-from runs.models import Message, Operation, Run, Step
+from runs.models import Operation, Run, Step
 from runs.sim import model as sim_model
 from runs.tools import Tool, ToolCall
 
@@ -83,15 +83,6 @@ class StepContext:
             "first_seq": 1, "last_seq": plan.last_seq, "content": content,
             "tokens": token_counter()(content), "covered_tokens": plan.covered_tokens,
         })
-        """The thread's final messages in order, then those this step added so far, as
-        ``{id, role, content, tool_calls, tool_call_id}`` dicts."""
-        stored = [
-            m.as_dict()
-            for m in Message.objects.filter(
-                thread_id=self.run.thread_id, status=Message.Status.FINAL
-            ).order_by("seq")
-        ]
-        return stored + [{k: v for k, v in m.items() if k != "draft"} for m in self.new_messages]
 
     def tool_call_id(self, index: int = 0) -> str:
         """A tool-call id that is the same on every attempt of this step."""
