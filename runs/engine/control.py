@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs.engine import dispatch
+from runs.engine import dispatch, leases
 from runs.engine.checkpoints import initial_state
 from runs.engine.clock import db_now
 from runs.engine.executor import schedule_step
@@ -229,14 +229,8 @@ def resume(run: Run, *, actor: str, wait_seconds: float | None = None,
             left = (step.lease_until - db_now()).total_seconds() if step.lease_until else 0
             if left < 0:
                 with run_transaction(run.pk) as tx:
-                    moved = Step.objects.filter(
-                        pk=step.pk, status=StepStatus.RUNNING, attempt=step.attempt,
-                        lease_until__lt=Now(),
-                    ).update(status=StepStatus.PENDING, owner="", lease_until=None,
-                             not_before=Now())
-                    if moved:
-                        tx.event("lease.expired", {"attempt": step.attempt, "owner": step.owner},
-                                 step_id=step.pk, actor=actor, progress=False)
+                    leases.release_expired_lease(tx, step.pk, step.attempt, step.owner,
+                                                 actor=actor)
                 continue
             if time.monotonic() + min(left, 0.5) > deadline:
                 raise ControlError("lease_live", f"step {step.name} is leased by {step.owner} "

@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from runs.models import Event, Run, Step
@@ -135,12 +135,14 @@ class RunTx:
 
     def transition_step(self, step_id: int, target: str, *, expected: str | Iterable[str],
                         attempt: int | None = None, actor: str, event_type: str | None = None,
-                        payload: dict | None = None, **fields: Any) -> bool:
+                        payload: dict | None = None, only_if: Q | None = None,
+                        progress: bool = True, **fields: Any) -> bool:
         """Conditionally move a step of this run from one of ``expected`` to ``target``.
 
         With ``attempt`` set the update is fenced: it applies only while the step's
-        attempt still equals it. Returns ``False`` when the row did not match (someone
-        else moved first); raises ``IllegalTransition`` for a move the table forbids.
+        attempt still equals it; ``only_if`` adds a further condition to the WHERE clause.
+        Returns ``False`` when the row did not match (someone else moved first); raises
+        ``IllegalTransition`` for a move the table forbids.
         """
         sources = [expected] if isinstance(expected, str) else list(expected)
         for source in sources:
@@ -149,10 +151,12 @@ class RunTx:
         query = Step.objects.filter(pk=step_id, run_id=self.run.pk, status__in=sources)
         if attempt is not None:
             query = query.filter(attempt=attempt)
+        if only_if is not None:
+            query = query.filter(only_if)
         if query.update(status=target, **fields) != 1:
             return False
         self.event(event_type or f"step.{target.lower()}", payload or {}, step_id=step_id,
-                   actor=actor)
+                   actor=actor, progress=progress)
         return True
 
 

@@ -6,6 +6,8 @@ the database's (``runs.engine.clock``).
 """
 
 from django.db import connection
+from django.db.models import Q
+from django.db.models.functions import Now
 
 from runs.engine.clock import now_plus_sql, now_sql, seconds_param
 from runs.models import Step
@@ -51,3 +53,17 @@ def renew_lease(step_id: int, attempt: int, ttl: float) -> bool:
 def is_claimable_now(step: Step) -> bool:
     """A cheap pre-check on a row already read; the claim's row count is what decides."""
     return step.status in (StepStatus.PENDING, StepStatus.RUNNING)
+
+
+def release_expired_lease(tx, step_id: int, attempt: int, owner: str, *, actor: str) -> bool:
+    """Move a RUNNING step whose lease has passed back to PENDING, fenced on the
+    ``attempt`` seen and on ``lease_until < now()``, with a ``lease.expired`` event, in the
+    locked run's transaction ``tx``. Returns ``False`` when the lease was renewed or
+    someone else moved first. The caller notifies workers."""
+    return tx.transition_step(
+        step_id, StepStatus.PENDING, expected=StepStatus.RUNNING, attempt=attempt,
+        only_if=Q(lease_until__lt=Now()), actor=actor, event_type="lease.expired",
+        payload={"attempt": attempt, "owner": owner}, progress=False,
+        owner="", lease_until=None, not_before=Now(), notified_at=Now(),
+    )
+

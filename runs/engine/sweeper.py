@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
-from runs.engine import dispatch
+from runs.engine import dispatch, leases
 from runs.engine.clock import now_plus_sql, now_sql, seconds_param
 from runs.engine.gateway import run_transaction
 from runs.models import MaintenanceLease, Step
@@ -49,13 +49,7 @@ def reclaim_expired_leases(actor: str, batch: int) -> int:
     done = 0
     for step_id, run_id, attempt, owner in expired:
         with run_transaction(run_id) as tx:
-            moved = Step.objects.filter(
-                pk=step_id, status=StepStatus.RUNNING, attempt=attempt, lease_until__lt=Now()
-            ).update(status=StepStatus.PENDING, owner="", lease_until=None, not_before=Now(),
-                     notified_at=Now())
-            if moved:
-                tx.event("lease.expired", {"attempt": attempt, "owner": owner},
-                         step_id=step_id, actor=actor, progress=False)
+            if leases.release_expired_lease(tx, step_id, attempt, owner, actor=actor):
                 dispatch.notify_on_commit(run_id, step_id, attempt)
                 done += 1
     return done
