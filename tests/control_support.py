@@ -26,13 +26,17 @@ def shell_json(d: Deployment, code: str) -> Any:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def make_user(d: Deployment, username: str, *, approver: bool = False) -> None:
-    """Create a plain user; ``approver`` grants ``approvals.decide_approval``."""
+def make_user(d: Deployment, username: str, *, approver: bool = False,
+              operator: bool = False) -> None:
+    """Create a plain user; ``approver`` grants ``approvals.decide_approval``,
+    ``operator`` grants ``runs.operate_run``."""
     shell_json(d, f"""
 from django.contrib.auth.models import Permission, User
 u = User.objects.create_user({username!r}, password="pw-{username}")
 if {approver!r}:
     u.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+if {operator!r}:
+    u.user_permissions.add(Permission.objects.get(codename="operate_run"))
 print(json.dumps(u.pk))
 """)
 

@@ -105,3 +105,21 @@ def test_it_refuses_nul_characters_the_same_on_every_backend(deployment_factory,
                     '{"question": "a\\u0000b"}')
     assert proc.returncode != 0 and "invalid_input" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_it_refuses_to_act_in_the_name_of_an_unknown_or_unauthorised_user(deployment_factory):
+    d = deployment_factory("sqlite")
+    run_id = d.manage("runs", "start", "room_temperature", "--thread", "A", "--input", QUESTION,
+                      check=True).stdout.strip()
+    d.manage("shell", "-v", "0", "-c",
+             "from django.contrib.auth.models import User; User.objects.create_user('viewer')",
+             check=True)
+    for who, code in (("nobody", "unknown_user"), ("viewer", "permission_denied")):
+        proc = d.manage("runs", "budget", run_id, "--add-tool-calls", "1", "--as", who)
+        assert proc.returncode != 0 and code in proc.stderr
+        check = d.manage("artifacts", "check", "--repair", "--as", who)
+        assert check.returncode != 0 and code in check.stderr
+    events = d.manage("shell", "-v", "0", "-c",
+                      "from runs.models import Event; print(Event.objects.filter(type='budget.raised').count())",
+                      check=True)
+    assert events.stdout.strip() == "0"

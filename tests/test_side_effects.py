@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from runs.engine.retry import RetryPolicy
+from tests.control_support import make_user
 from tests.support.services import BACKENDS, Deployment
 
 LEASE = {"AGENTOPS_LEASE_SECONDS": 2, "AGENTOPS_POLL_SECONDS": 0.1, "AGENTOPS_SWEEP_SECONDS": 0.5,
@@ -174,6 +175,7 @@ def _paused_unknown(d) -> str:
 
 def test_it_pauses_an_unknown_outcome_and_resolving_done_does_not_call_the_lamp(d):
     run_id = _paused_unknown(d)
+    make_user(d, "alice", operator=True)
     out = d.manage("runs", "resolve", run_id, "--step", "set_brightness", "--outcome", "done",
                    "--evidence", "lamp panel shows 70%", "--result", '{"brightness": 70}',
                    "--as", "alice", check=True)

@@ -2,7 +2,7 @@
 [--reason TEXT] [--as USER]``: raise a run's budget; a run paused for an exhausted
 budget resumes."""
 
-from runs.cli.common import control_error, resolve_run
+from runs.cli.common import cli_actor, control_error, resolve_run
 from runs.engine.budget import raise_budget
 from runs.engine.control import ControlError
 
@@ -21,7 +21,7 @@ def add_arguments(parser):
 
 def handle(command, options):
     run = resolve_run(options)
-    actor = f"user:{options['as_user']}" if options["as_user"] else "cli"
+    actor = cli_actor(options["as_user"])
     try:
         run = raise_budget(run, actor=actor, add_model_calls=options["add_model_calls"],
                            add_tool_calls=options["add_tool_calls"],

@@ -35,3 +35,21 @@ def control_error(exc: ControlError) -> CommandError:
     """A CLI error (non-zero exit) from an engine refusal, with its code and fields."""
     detail = "".join(f"\n  {k}: {v}" for k, v in exc.errors.items())
     return CommandError(f"{exc.message} [{exc.code}]{detail}")
+
+
+def cli_actor(username: str | None, permission: str = "runs.operate_run") -> str:
+    """The event actor for a CLI action: ``"cli"`` without ``--as``, else
+    ``"user:<username>"`` after checking that the user exists and holds ``permission``.
+    Raises ``CommandError`` (``unknown_user`` / ``permission_denied``) otherwise, so
+    nothing is recorded in the name of someone who may not act."""
+    if not username:
+        return "cli"
+    from django.contrib.auth import get_user_model
+
+    try:
+        user = get_user_model().objects.get_by_natural_key(username)
+    except get_user_model().DoesNotExist:
+        raise CommandError(f"no user {username!r} [unknown_user]") from None
+    if not user.has_perm(permission):
+        raise CommandError(f"{username} lacks {permission} [permission_denied]")
+    return f"user:{username}"

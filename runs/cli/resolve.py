@@ -1,7 +1,7 @@
 """``runs resolve RUN_ID --step NAME --outcome done|not-done --evidence TEXT
 [--result JSON] [--as USER]``: decide an unknown outcome; the run continues."""
 
-from runs.cli.common import control_error, parse_json, resolve_run
+from runs.cli.common import cli_actor, control_error, parse_json, resolve_run
 from runs.engine.control import ControlError
 from runs.engine.unknown import OUTCOMES, resolve_unknown
 
@@ -23,7 +23,7 @@ def add_arguments(parser):
 def handle(command, options):
     run = resolve_run(options)
     result = parse_json(options["result"], "--result") if options["result"] else None
-    actor = f"user:{options['as_user']}" if options["as_user"] else "cli"
+    actor = cli_actor(options["as_user"])
     try:
         run = resolve_unknown(run, options["step"], outcome=options["outcome"],
                               evidence=options["evidence"], actor=actor, result=result)

@@ -4,6 +4,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from runs.cli.common import cli_actor
 from runs.engine.artifact_check import check_artifacts
 
 
@@ -26,7 +27,7 @@ class Command(BaseCommand):
     def handle(self, *args, action: str, **options):
         if options["grace"] is not None and options["grace"] < 0:
             raise CommandError("--grace must be >= 0")
-        actor = f"user:{options['actor']}" if options["actor"] else "cli"
+        actor = cli_actor(options["actor"])
         report = check_artifacts(repair=options["repair"], grace_seconds=options["grace"],
                                  actor=actor)
         if options["json"]:
