@@ -74,8 +74,10 @@ if _database_url:
     # connection would be held by a thread nobody reuses.
     DATABASES = {
         "default": dj_database_url.parse(
-            _database_url, conn_max_age=int(env_number("AGENTOPS_CONN_MAX_AGE", 600, minimum=0)),
-            conn_health_checks=True)
+            _database_url,
+            conn_max_age=int(env_number("AGENTOPS_CONN_MAX_AGE", 600, minimum=0)),
+            conn_health_checks=True,
+        )
     }
 else:
     _sqlite_path = env_str("AGENTOPS_SQLITE_PATH", str(VAR_DIR / "agentops.sqlite3"))
@@ -152,10 +154,15 @@ AGENTOPS_DEVICE_DIR = Path(env_str("AGENTOPS_DEVICE_DIR", str(VAR_DIR / "devices
 # Context assembly (docs/data-safety.md): summarise older history once the part not yet
 # covered by a summary counts more than this many tokens, keeping the newest
 # AGENTOPS_CONTEXT_RECENT_MESSAGES messages in full; tokens by AGENTOPS_TOKEN_COUNTER.
-AGENTOPS_CONTEXT_SUMMARY_TOKENS = int(env_number("AGENTOPS_CONTEXT_SUMMARY_TOKENS", 2000, minimum=1))
-AGENTOPS_CONTEXT_RECENT_MESSAGES = int(env_number("AGENTOPS_CONTEXT_RECENT_MESSAGES", 20, minimum=1))
-AGENTOPS_TOKEN_COUNTER = env_str("AGENTOPS_TOKEN_COUNTER",
-                                 "runs.engine.context_assembly.count_tokens")
+AGENTOPS_CONTEXT_SUMMARY_TOKENS = int(
+    env_number("AGENTOPS_CONTEXT_SUMMARY_TOKENS", 2000, minimum=1)
+)
+AGENTOPS_CONTEXT_RECENT_MESSAGES = int(
+    env_number("AGENTOPS_CONTEXT_RECENT_MESSAGES", 20, minimum=1)
+)
+AGENTOPS_TOKEN_COUNTER = env_str(
+    "AGENTOPS_TOKEN_COUNTER", "runs.engine.context_assembly.count_tokens"
+)
 # Artifact files no row refers to are deleted by `artifacts check --repair` only when
 # older than this (a worker may be between writing a file and committing its row).
 AGENTOPS_ORPHAN_GRACE_SECONDS = env_number("AGENTOPS_ORPHAN_GRACE_SECONDS", 3600, minimum=0)
@@ -187,5 +194,7 @@ AGENTOPS_WORKFLOW_MODULES = [
 # More modules (comma-separated) for deployments that register their own workflows or a
 # new version of one; tests use it to play "old code" and "new code" side by side.
 AGENTOPS_WORKFLOW_MODULES += [
-    m.strip() for m in (env_str("AGENTOPS_EXTRA_WORKFLOW_MODULES", "") or "").split(",") if m.strip()
+    m.strip()
+    for m in (env_str("AGENTOPS_EXTRA_WORKFLOW_MODULES", "") or "").split(",")
+    if m.strip()
 ]

@@ -45,6 +45,7 @@ def user_actor(user) -> str:
 
 # -- asking --------------------------------------------------------------------------
 
+
 def commit_approval_request(ctx, request: dict[str, Any], worker_id: str) -> None:
     """Called by the executor when an approval step's function returned ``request``
     (``{"question", "reason", "evidence"}``): in one transaction fenced by the attempt,
@@ -67,36 +68,73 @@ def commit_approval_request(ctx, request: dict[str, Any], worker_id: str) -> Non
     with run_transaction(run.pk) as tx:
         rejected = _commit_rejection(tx, step, attempt)
         if rejected:
-            tx.event("step.commit_rejected", {"attempt": attempt, "reason": rejected,
-                                              "worker": worker_id},
-                     step_id=step.pk, actor=worker_id, progress=False)
+            tx.event(
+                "step.commit_rejected",
+                {"attempt": attempt, "reason": rejected, "worker": worker_id},
+                step_id=step.pk,
+                actor=worker_id,
+                progress=False,
+            )
             return
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
-            tx.transition_step(step.pk, StepStatus.CANCELLED, expected=StepStatus.RUNNING,
-                               attempt=attempt, actor=worker_id,
-                               payload={"reason": "cancel requested before the approval"},
-                               owner="", lease_until=None, finished_at=Now())
+            tx.transition_step(
+                step.pk,
+                StepStatus.CANCELLED,
+                expected=StepStatus.RUNNING,
+                attempt=attempt,
+                actor=worker_id,
+                payload={"reason": "cancel requested before the approval"},
+                owner="",
+                lease_until=None,
+                finished_at=Now(),
+            )
             return
-        tx.transition_step(step.pk, StepStatus.WAITING, expected=StepStatus.RUNNING,
-                           attempt=attempt, actor=worker_id, event_type="step.waiting",
-                           payload={"attempt": attempt, "waiting_for": "approval"},
-                           owner="", lease_until=None)
-        expires_at = (ExpressionWrapper(Now() + timedelta(seconds=ttl), output_field=DateTimeField())
-                      if ttl else None)
+        tx.transition_step(
+            step.pk,
+            StepStatus.WAITING,
+            expected=StepStatus.RUNNING,
+            attempt=attempt,
+            actor=worker_id,
+            event_type="step.waiting",
+            payload={"attempt": attempt, "waiting_for": "approval"},
+            owner="",
+            lease_until=None,
+        )
+        expires_at = (
+            ExpressionWrapper(Now() + timedelta(seconds=ttl), output_field=DateTimeField())
+            if ttl
+            else None
+        )
         approval = Approval.objects.create(
-            run_id=run.pk, step_id=step.pk, question=str(request.get("question", ""))[:4000],
-            reason=str(request.get("reason", "")), evidence=request.get("evidence") or {},
+            run_id=run.pk,
+            step_id=step.pk,
+            question=str(request.get("question", ""))[:4000],
+            reason=str(request.get("reason", "")),
+            evidence=request.get("evidence") or {},
             expires_at=expires_at,
             routes={"approve": approve_to, "reject": reject_to, "expire": expire_to},
         )
-        tx.event("approval.requested", {"approval_id": approval.pk, "question": approval.question,
-                                        "reason": approval.reason, "expires_in_s": ttl or None},
-                 step_id=step.pk, actor=worker_id)
-        tx.transition_run(RunStatus.WAITING_APPROVAL, actor=worker_id,
-                          reason=f"waiting for approval {approval.pk}", current_step=step.pk)
+        tx.event(
+            "approval.requested",
+            {
+                "approval_id": approval.pk,
+                "question": approval.question,
+                "reason": approval.reason,
+                "expires_in_s": ttl or None,
+            },
+            step_id=step.pk,
+            actor=worker_id,
+        )
+        tx.transition_run(
+            RunStatus.WAITING_APPROVAL,
+            actor=worker_id,
+            reason=f"waiting for approval {approval.pk}",
+            current_step=step.pk,
+        )
 
 
 # -- deciding --------------------------------------------------------------------------
+
 
 def decide(approval: Approval, *, decision: str, user, comment: str = "") -> Approval:
     """Record ``decision`` ("approve" or "reject") by ``user`` and continue the run on
@@ -108,8 +146,11 @@ def decide(approval: Approval, *, decision: str, user, comment: str = "") -> App
     cancelled approval), ``ControlError("invalid_decision")`` for another word.
     """
     if decision not in DECISIONS:
-        raise ControlError("invalid_decision", f"decision must be approve or reject, not {decision!r}",
-                           {"decision": "must be approve or reject"})
+        raise ControlError(
+            "invalid_decision",
+            f"decision must be approve or reject, not {decision!r}",
+            {"decision": "must be approve or reject"},
+        )
     if not user.has_perm("approvals.decide_approval"):
         raise PermissionDenied(f"{user.get_username()} may not decide approvals")
     target = DECISIONS[decision]
@@ -121,16 +162,26 @@ def decide(approval: Approval, *, decision: str, user, comment: str = "") -> App
         if current.status != Approval.Status.PENDING:
             raise DecisionConflict(current, decision)
         if tx.run.status != RunStatus.WAITING_APPROVAL:
-            raise ControlError("not_allowed_in_state",
-                               f"run is {tx.run.status}, not waiting for this approval")
+            raise ControlError(
+                "not_allowed_in_state", f"run is {tx.run.status}, not waiting for this approval"
+            )
         Approval.objects.filter(pk=current.pk, status=Approval.Status.PENDING).update(
-            status=target, decided_by=user, decided_at=Now(), comment=comment)
-        tx.event(f"approval.{target.lower()}", {"approval_id": current.pk, "comment": comment,
-                                                 "reason": comment},
-                 step_id=current.step_id, actor=actor)
+            status=target, decided_by=user, decided_at=Now(), comment=comment
+        )
+        tx.event(
+            f"approval.{target.lower()}",
+            {"approval_id": current.pk, "comment": comment, "reason": comment},
+            step_id=current.step_id,
+            actor=actor,
+        )
         route = "approve" if target == Approval.Status.APPROVED else "reject"
-        _continue_after(tx, current, route, actor,
-                        {"decision": target.lower(), "by": user.get_username(), "comment": comment})
+        _continue_after(
+            tx,
+            current,
+            route,
+            actor,
+            {"decision": target.lower(), "by": user.get_username(), "comment": comment},
+        )
     current.refresh_from_db()
     return current
 
@@ -138,28 +189,35 @@ def decide(approval: Approval, *, decision: str, user, comment: str = "") -> App
 def expire_approvals(actor: str, batch: int) -> int:
     """Sweeper task: PENDING approvals past ``expires_at`` become EXPIRED and their run
     takes the expiry route. Returns how many expired."""
-    due = list(Approval.objects.filter(status=Approval.Status.PENDING, expires_at__lt=Now())
-               .order_by("expires_at").values_list("pk", "run_id")[:batch])
+    due = list(
+        Approval.objects.filter(status=Approval.Status.PENDING, expires_at__lt=Now())
+        .order_by("expires_at")
+        .values_list("pk", "run_id")[:batch]
+    )
     done = 0
     for approval_id, run_id in due:
         with run_transaction(run_id) as tx:
-            moved = Approval.objects.filter(pk=approval_id, status=Approval.Status.PENDING,
-                                            expires_at__lt=Now()).update(
-                status=Approval.Status.EXPIRED, decided_at=Now())
+            moved = Approval.objects.filter(
+                pk=approval_id, status=Approval.Status.PENDING, expires_at__lt=Now()
+            ).update(status=Approval.Status.EXPIRED, decided_at=Now())
             if not moved:
                 continue
             approval = Approval.objects.get(pk=approval_id)
-            tx.event("approval.expired", {"approval_id": approval_id,
-                                          "reason": "no decision before expires_at"},
-                     step_id=approval.step_id, actor=actor)
+            tx.event(
+                "approval.expired",
+                {"approval_id": approval_id, "reason": "no decision before expires_at"},
+                step_id=approval.step_id,
+                actor=actor,
+            )
             if tx.run.status == RunStatus.WAITING_APPROVAL:
                 _continue_after(tx, approval, "expire", actor, {"decision": "expired"})
             done += 1
     return done
 
 
-def _continue_after(tx: RunTx, approval: Approval, route: str, actor: str,
-                    output: dict[str, Any]) -> None:
+def _continue_after(
+    tx: RunTx, approval: Approval, route: str, actor: str, output: dict[str, Any]
+) -> None:
     """The waiting step succeeds with ``output`` (the decision), a checkpoint is saved,
     and the run continues on ``approval.routes[route]``; no route on reject/expire fails
     the run (APPROVAL_REJECTED / APPROVAL_EXPIRED)."""
@@ -168,22 +226,48 @@ def _continue_after(tx: RunTx, approval: Approval, route: str, actor: str,
 
     step = Step.objects.get(pk=approval.step_id)
     next_name = approval.routes.get(route)
-    tx.transition_step(step.pk, StepStatus.SUCCEEDED, expected=StepStatus.WAITING, actor=actor,
-                       payload={"approval_id": approval.pk, **output},
-                       output=output, finished_at=Now())
-    previous = (Checkpoint.objects.filter(run_id=tx.run.pk, generation=tx.run.generation)
-                .order_by("-pk").first())
+    tx.transition_step(
+        step.pk,
+        StepStatus.SUCCEEDED,
+        expected=StepStatus.WAITING,
+        actor=actor,
+        payload={"approval_id": approval.pk, **output},
+        output=output,
+        finished_at=Now(),
+    )
+    previous = (
+        Checkpoint.objects.filter(run_id=tx.run.pk, generation=tx.run.generation)
+        .order_by("-pk")
+        .first()
+    )
     message_seq = Thread.objects.values_list("message_seq", flat=True).get(pk=tx.run.thread_id)
-    state = next_state(previous.state if previous else {}, run=tx.run, step=step, output=output,
-                       next_name=next_name, message_seq=message_seq)
-    Checkpoint.objects.create(run_id=tx.run.pk, step_id=step.pk, name=f"after:{step.name}",
-                              generation=tx.run.generation, state=state)
+    state = next_state(
+        previous.state if previous else {},
+        run=tx.run,
+        step=step,
+        output=output,
+        next_name=next_name,
+        message_seq=message_seq,
+    )
+    Checkpoint.objects.create(
+        run_id=tx.run.pk,
+        step_id=step.pk,
+        name=f"after:{step.name}",
+        generation=tx.run.generation,
+        state=state,
+    )
     tx.event("checkpoint.saved", {"name": f"after:{step.name}"}, step_id=step.pk, actor=actor)
     if next_name is None and route != "approve":
         code = "APPROVAL_REJECTED" if route == "reject" else "APPROVAL_EXPIRED"
-        tx.transition_run(RunStatus.FAILED, actor=actor, reason=f"approval {approval.pk} {route}",
-                          finished_at=Now(), current_step=None, error_code=code,
-                          error_detail=output.get("comment", ""))
+        tx.transition_run(
+            RunStatus.FAILED,
+            actor=actor,
+            reason=f"approval {approval.pk} {route}",
+            finished_at=Now(),
+            current_step=None,
+            error_code=code,
+            error_detail=output.get("comment", ""),
+        )
         return
     tx.transition_run(RunStatus.RUNNING, actor=actor, reason=f"approval {approval.pk}: {route}")
     if next_name is None:
@@ -198,6 +282,7 @@ def _next_seq(run: Run) -> int:
 
 # -- takeovers -------------------------------------------------------------------------
 
+
 def claim_takeover(takeover: Takeover, user) -> Takeover:
     """``user`` takes the open takeover on (so two operators do not both act). Claiming
     again by the same user is a no-op. Raises ``PermissionDenied`` without
@@ -211,19 +296,33 @@ def claim_takeover(takeover: Takeover, user) -> Takeover:
         if current.claimed_by_id == user.pk:
             return current
         if current.claimed_by_id is not None:
-            raise ControlError("already_claimed",
-                               f"takeover {current.pk} is claimed by {current.claimed_by.get_username()}")
+            raise ControlError(
+                "already_claimed",
+                f"takeover {current.pk} is claimed by {current.claimed_by.get_username()}",
+            )
         Takeover.objects.filter(pk=current.pk, claimed_by__isnull=True).update(
-            claimed_by=user, claimed_at=Now())
-        tx.event("takeover.claimed", {"takeover_id": current.pk}, step_id=current.step_id,
-                 actor=user_actor(user))
+            claimed_by=user, claimed_at=Now()
+        )
+        tx.event(
+            "takeover.claimed",
+            {"takeover_id": current.pk},
+            step_id=current.step_id,
+            actor=user_actor(user),
+        )
     current.refresh_from_db()
     return current
 
 
-def resolve_takeover(takeover: Takeover, *, action: str, actor: str, reason: str,
-                     checkpoint: str | None = None, evidence: str = "",
-                     result=None) -> Takeover:
+def resolve_takeover(
+    takeover: Takeover,
+    *,
+    action: str,
+    actor: str,
+    reason: str,
+    checkpoint: str | None = None,
+    evidence: str = "",
+    result=None,
+) -> Takeover:
     """Resolve an OPEN takeover with one of ``RESOLUTIONS``:
 
     - ``resume``: from ``checkpoint`` (``runs.engine.rewind.resume_from_checkpoint``), or,
@@ -244,8 +343,11 @@ def resolve_takeover(takeover: Takeover, *, action: str, actor: str, reason: str
     from runs.engine.cancel import request_cancel
 
     if action not in RESOLUTIONS:
-        raise ControlError("invalid_action", f"action must be one of {', '.join(RESOLUTIONS)}",
-                           {"action": "unknown action"})
+        raise ControlError(
+            "invalid_action",
+            f"action must be one of {', '.join(RESOLUTIONS)}",
+            {"action": "unknown action"},
+        )
     if not reason or not reason.strip():
         raise ControlError("reason_required", "a reason is required", {"reason": "required"})
     takeover.refresh_from_db()
@@ -257,8 +359,9 @@ def resolve_takeover(takeover: Takeover, *, action: str, actor: str, reason: str
         _mark_resolved(takeover, actor, note)
         request_cancel(run, actor=actor, reason=reason)
     elif action == "resume" and checkpoint:
-        rewind.resume_from_checkpoint(run, checkpoint, actor=actor, reason=reason,
-                                      takeover=takeover, note=note)
+        rewind.resume_from_checkpoint(
+            run, checkpoint, actor=actor, reason=reason, takeover=takeover, note=note
+        )
     elif action == "resume":
         _continue_in_place(run, takeover, actor, note)
     elif action == "retry":
@@ -271,8 +374,9 @@ def resolve_takeover(takeover: Takeover, *, action: str, actor: str, reason: str
     return takeover
 
 
-def resolve_open_takeover(tx: RunTx, actor: str, note: dict[str, Any],
-                          takeover: Takeover | None = None) -> Takeover | None:
+def resolve_open_takeover(
+    tx: RunTx, actor: str, note: dict[str, Any], takeover: Takeover | None = None
+) -> Takeover | None:
     """Inside a run transaction: mark the run's OPEN takeover (or ``takeover``) RESOLVED
     with ``note`` (``{"action", "reason", "evidence", ...}``) and record
     ``takeover.resolved``. Returns it, or ``None`` when none was open."""
@@ -283,10 +387,18 @@ def resolve_open_takeover(tx: RunTx, actor: str, note: dict[str, Any],
     if current is None:
         return None
     Takeover.objects.filter(pk=current.pk, status=Takeover.Status.OPEN).update(
-        status=Takeover.Status.RESOLVED, resolution=note.get("action", ""),
-        resolution_note=note.get("reason", ""), resolved_by=actor, resolved_at=Now())
-    tx.event("takeover.resolved", {"takeover_id": current.pk, **note}, step_id=current.step_id,
-             actor=actor)
+        status=Takeover.Status.RESOLVED,
+        resolution=note.get("action", ""),
+        resolution_note=note.get("reason", ""),
+        resolved_by=actor,
+        resolved_at=Now(),
+    )
+    tx.event(
+        "takeover.resolved",
+        {"takeover_id": current.pk, **note},
+        step_id=current.step_id,
+        actor=actor,
+    )
     return current
 
 
@@ -304,13 +416,20 @@ def _continue_in_place(run: Run, takeover: Takeover, actor: str, note: dict[str,
     from runs.engine.versions import known_or_migratable
 
     if takeover.cause == Takeover.Cause.UNKNOWN_WORKFLOW_VERSION and not known_or_migratable(run):
-        raise ControlError("unknown_workflow_version",
-                           f"this code still has no {run.workflow}@{run.workflow_version} "
-                           "(nor a migration from it); deploy it first")
-    step = (Step.objects.filter(run=run, generation=run.generation,
-                                status__in=[StepStatus.PENDING, StepStatus.FAILED,
-                                            StepStatus.UNKNOWN])
-            .order_by("-seq").first())
+        raise ControlError(
+            "unknown_workflow_version",
+            f"this code still has no {run.workflow}@{run.workflow_version} "
+            "(nor a migration from it); deploy it first",
+        )
+    step = (
+        Step.objects.filter(
+            run=run,
+            generation=run.generation,
+            status__in=[StepStatus.PENDING, StepStatus.FAILED, StepStatus.UNKNOWN],
+        )
+        .order_by("-seq")
+        .first()
+    )
     if step is not None and step.status != StepStatus.PENDING:
         control.retry_step(run, actor=actor, reason=note["reason"], takeover=takeover, note=note)
         return
@@ -320,34 +439,50 @@ def _continue_in_place(run: Run, takeover: Takeover, actor: str, note: dict[str,
         resolve_open_takeover(tx, actor, note, takeover)
         tx.transition_run(RunStatus.RUNNING, actor=actor, reason=note["reason"])
         if step is None:
-            raise ControlError("nothing_to_resume",
-                               "no open step: resume from a checkpoint instead")
+            raise ControlError(
+                "nothing_to_resume", "no open step: resume from a checkpoint instead"
+            )
         Step.objects.filter(pk=step.pk).update(notified_at=Now(), not_before=Now())
-        tx.event("run.resume_requested", {"step": step.name, "reason": note["reason"]},
-                 step_id=step.pk, actor=actor)
+        tx.event(
+            "run.resume_requested",
+            {"step": step.name, "reason": note["reason"]},
+            step_id=step.pk,
+            actor=actor,
+        )
         dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
 
 
 def _unknown_step(run: Run) -> Step | None:
-    return (Step.objects.filter(run=run, generation=run.generation, status=StepStatus.UNKNOWN)
-            .order_by("-seq").first())
+    return (
+        Step.objects.filter(run=run, generation=run.generation, status=StepStatus.UNKNOWN)
+        .order_by("-seq")
+        .first()
+    )
 
 
-def _mark_unknown_done(run: Run, takeover: Takeover, actor: str, note: dict[str, Any],
-                       result) -> None:
+def _mark_unknown_done(
+    run: Run, takeover: Takeover, actor: str, note: dict[str, Any], result
+) -> None:
     """``mark_done`` on an unknown outcome is issue 3's ``resolve_unknown(outcome="done")``:
     the operation is recorded as done and the step re-runs, reusing it."""
     from runs.engine.gateway import record_event
     from runs.engine.unknown import resolve_unknown
 
     if not note.get("evidence"):
-        raise ControlError("evidence_required", "mark_done needs evidence",
-                           {"evidence": "required"})
+        raise ControlError(
+            "evidence_required", "mark_done needs evidence", {"evidence": "required"}
+        )
     step = _unknown_step(run)
-    resolve_unknown(run, step.name, outcome="done", evidence=note["evidence"], actor=actor,
-                    result=result)
-    record_event(run.pk, "takeover.resolved", {**note, "takeover_id": takeover.pk},
-                 step_id=step.pk, actor=actor)
+    resolve_unknown(
+        run, step.name, outcome="done", evidence=note["evidence"], actor=actor, result=result
+    )
+    record_event(
+        run.pk,
+        "takeover.resolved",
+        {**note, "takeover_id": takeover.pk},
+        step_id=step.pk,
+        actor=actor,
+    )
 
 
 def _mark_done(run: Run, takeover: Takeover, actor: str, note: dict[str, Any], result) -> None:
@@ -360,8 +495,9 @@ def _mark_done(run: Run, takeover: Takeover, actor: str, note: dict[str, Any], r
     from runs.workflows import registry
 
     if not note.get("evidence"):
-        raise ControlError("evidence_required", "mark_done needs evidence",
-                           {"evidence": "required"})
+        raise ControlError(
+            "evidence_required", "mark_done needs evidence", {"evidence": "required"}
+        )
     try:
         workflow = registry.get(run.workflow, run.workflow_version)
     except registry.UnknownWorkflow as exc:
@@ -369,36 +505,68 @@ def _mark_done(run: Run, takeover: Takeover, actor: str, note: dict[str, Any], r
     with run_transaction(run.pk) as tx:
         if tx.run.status != RunStatus.PAUSED:
             raise ControlError("not_allowed_in_state", f"run is {tx.run.status}, not PAUSED")
-        step = (Step.objects.filter(run_id=run.pk, generation=tx.run.generation,
-                                    status__in=[StepStatus.FAILED, StepStatus.UNKNOWN,
-                                                StepStatus.PENDING])
-                .order_by("-seq").first())
+        step = (
+            Step.objects.filter(
+                run_id=run.pk,
+                generation=tx.run.generation,
+                status__in=[StepStatus.FAILED, StepStatus.UNKNOWN, StepStatus.PENDING],
+            )
+            .order_by("-seq")
+            .first()
+        )
         if step is None:
             raise ControlError("nothing_to_mark", "the run has no failed, unknown or pending step")
         resolve_open_takeover(tx, actor, note, takeover)
         output = result if result is not None else {"marked_done": True}
         payload = {"reason": note["reason"], "evidence": note["evidence"]}
         if step.status == StepStatus.FAILED:
-            done = Step.objects.create(run_id=run.pk, name=step.name, seq=_next_seq(tx.run),
-                                       generation=tx.run.generation)
-            tx.event("step.scheduled", {"name": step.name, "seq": done.seq}, step_id=done.pk,
-                     actor=actor)
+            done = Step.objects.create(
+                run_id=run.pk, name=step.name, seq=_next_seq(tx.run), generation=tx.run.generation
+            )
+            tx.event(
+                "step.scheduled", {"name": step.name, "seq": done.seq}, step_id=done.pk, actor=actor
+            )
         else:
             done = step
-        tx.transition_step(done.pk, StepStatus.SUCCEEDED, expected=done.status, actor=actor,
-                           event_type="step.marked_done", payload=payload, output=output,
-                           finished_at=Now(), owner="", lease_until=None)
+        tx.transition_step(
+            done.pk,
+            StepStatus.SUCCEEDED,
+            expected=done.status,
+            actor=actor,
+            event_type="step.marked_done",
+            payload=payload,
+            output=output,
+            finished_at=Now(),
+            owner="",
+            lease_until=None,
+        )
         next_name = workflow.next_after(step.name)
-        previous = (Checkpoint.objects.filter(run_id=run.pk, generation=tx.run.generation)
-                    .order_by("-pk").first())
+        previous = (
+            Checkpoint.objects.filter(run_id=run.pk, generation=tx.run.generation)
+            .order_by("-pk")
+            .first()
+        )
         message_seq = Thread.objects.values_list("message_seq", flat=True).get(pk=tx.run.thread_id)
-        state = next_state(previous.state if previous else {}, run=tx.run, step=done,
-                           output=output, next_name=next_name, message_seq=message_seq)
-        Checkpoint.objects.create(run_id=run.pk, step_id=done.pk, name=f"after:{step.name}",
-                                  generation=tx.run.generation, state=state)
+        state = next_state(
+            previous.state if previous else {},
+            run=tx.run,
+            step=done,
+            output=output,
+            next_name=next_name,
+            message_seq=message_seq,
+        )
+        Checkpoint.objects.create(
+            run_id=run.pk,
+            step_id=done.pk,
+            name=f"after:{step.name}",
+            generation=tx.run.generation,
+            state=state,
+        )
         tx.event("checkpoint.saved", {"name": f"after:{step.name}"}, step_id=done.pk, actor=actor)
         tx.transition_run(RunStatus.RUNNING, actor=actor, reason=note["reason"])
         if next_name is None:
-            tx.transition_run(RunStatus.SUCCEEDED, actor=actor, finished_at=Now(), current_step=None)
+            tx.transition_run(
+                RunStatus.SUCCEEDED, actor=actor, finished_at=Now(), current_step=None
+            )
         else:
             schedule_step(tx, next_name, seq=_next_seq(tx.run), actor=actor)

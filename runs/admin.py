@@ -184,8 +184,15 @@ class MessageAdmin(ReadOnlyAdmin):
 
 @admin.register(Summary)
 class SummaryAdmin(ReadOnlyAdmin):
-    list_display = ("thread", "first_seq", "last_seq", "tokens", "covered_tokens", "run",
-                    "created_at")
+    list_display = (
+        "thread",
+        "first_seq",
+        "last_seq",
+        "tokens",
+        "covered_tokens",
+        "run",
+        "created_at",
+    )
     search_fields = ("thread__thread_id", "run__id")
     list_select_related = ("thread", "run")
 

@@ -25,20 +25,24 @@ def check_durability(app_configs=None, databases=None, **kwargs):
         if connection.vendor == "postgresql":
             value = _setting(connection, "SHOW synchronous_commit")
             if value == "off":
-                warnings.append(Warning(
-                    f"database {alias!r} runs with synchronous_commit=off",
-                    hint="A crash of the PostgreSQL server can lose the last commits the "
-                         "engine was told were durable (step results, leases, events); a "
-                         "side effect may then run twice. Set synchronous_commit=on for "
-                         "the AgentOps database (see docs/data-safety.md).",
-                    id="agentops.W001",
-                ))
+                warnings.append(
+                    Warning(
+                        f"database {alias!r} runs with synchronous_commit=off",
+                        hint="A crash of the PostgreSQL server can lose the last commits the "
+                        "engine was told were durable (step results, leases, events); a "
+                        "side effect may then run twice. Set synchronous_commit=on for "
+                        "the AgentOps database (see docs/data-safety.md).",
+                        id="agentops.W001",
+                    )
+                )
         elif connection.vendor == "sqlite":
             if _setting(connection, "PRAGMA synchronous") == "0":
-                warnings.append(Warning(
-                    f"database {alias!r} runs with PRAGMA synchronous=OFF",
-                    hint="An OS crash or power loss can corrupt or lose committed "
-                         "transactions; use NORMAL (with WAL) or FULL.",
-                    id="agentops.W002",
-                ))
+                warnings.append(
+                    Warning(
+                        f"database {alias!r} runs with PRAGMA synchronous=OFF",
+                        hint="An OS crash or power loss can corrupt or lose committed "
+                        "transactions; use NORMAL (with WAL) or FULL.",
+                        id="agentops.W002",
+                    )
+                )
     return warnings

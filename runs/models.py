@@ -24,7 +24,10 @@ class Thread(models.Model):
         INTERRUPT = "interrupt"
 
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
         related_name="threads",
     )
     thread_id = models.CharField(max_length=200)
@@ -37,11 +40,13 @@ class Thread(models.Model):
         constraints = [
             # Lookup by (owner, thread_id) from the API and CLI; CLI threads have no owner.
             models.UniqueConstraint(
-                fields=["owner", "thread_id"], condition=Q(owner__isnull=False),
+                fields=["owner", "thread_id"],
+                condition=Q(owner__isnull=False),
                 name="thread_unique_per_owner",
             ),
             models.UniqueConstraint(
-                fields=["thread_id"], condition=Q(owner__isnull=True),
+                fields=["thread_id"],
+                condition=Q(owner__isnull=True),
                 name="thread_unique_ownerless",
             ),
         ]
@@ -63,7 +68,10 @@ class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="runs")
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
         related_name="runs",
     )
     workflow = models.CharField(max_length=100)
@@ -111,7 +119,8 @@ class Run(models.Model):
         constraints = [
             # Client idempotency (API ``Idempotency-Key``): one run per owner and key.
             models.UniqueConstraint(
-                fields=["owner", "request_id"], condition=Q(request_id__isnull=False),
+                fields=["owner", "request_id"],
+                condition=Q(request_id__isnull=False),
                 name="run_request_id_unique_per_owner",
             ),
         ]
@@ -212,8 +221,12 @@ class Message(models.Model):
         QUEUED = "queued"
 
     thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="messages")
-    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="messages")
-    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="messages"
+    )
+    step = models.ForeignKey(
+        Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages"
+    )
     #: Position in the thread, gap-free; ``None`` only while the message is QUEUED.
     seq = models.PositiveIntegerField(null=True, blank=True)
     message_id = models.CharField(max_length=64, unique=True)
@@ -230,7 +243,8 @@ class Message(models.Model):
             models.UniqueConstraint(fields=["thread", "seq"], name="message_unique_seq_per_thread"),
             # A client's resent message with the same request id is stored once.
             models.UniqueConstraint(
-                fields=["thread", "request_id"], condition=Q(request_id__isnull=False),
+                fields=["thread", "request_id"],
+                condition=Q(request_id__isnull=False),
                 name="message_request_id_unique",
             ),
         ]
@@ -258,7 +272,9 @@ class Summary(models.Model):
 
     thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="summaries")
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    step = models.ForeignKey(
+        Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     first_seq = models.PositiveIntegerField()
     last_seq = models.PositiveIntegerField()
     content = models.TextField()
@@ -280,7 +296,9 @@ class Artifact(models.Model):
     """A durable output file of a step: written to storage first, then this row."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="artifacts")
-    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="artifacts")
+    step = models.ForeignKey(
+        Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="artifacts"
+    )
     kind = models.CharField(max_length=50)
     name = models.CharField(max_length=200)
     uri = models.CharField(max_length=500)
@@ -297,7 +315,9 @@ class Event(models.Model):
     """Append-only log of a run; ``seq`` is gap-free per run and is the SSE event id."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
-    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
+    step = models.ForeignKey(
+        Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=64)
     payload = models.JSONField(default=dict, blank=True)
@@ -330,7 +350,9 @@ class Checkpoint(models.Model):
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
-    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    step = models.ForeignKey(
+        Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     name = models.CharField(max_length=120)
     generation = models.PositiveIntegerField(default=1)
     #: Schema version of ``state``, bumped when its shape changes.
@@ -363,7 +385,9 @@ class Operation(models.Model):
         COMPENSATED = "COMPENSATED"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="operations")
-    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="operations")
+    step = models.ForeignKey(
+        Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="operations"
+    )
     idempotency_key = models.CharField(max_length=200, unique=True)
     tool = models.CharField(max_length=100)
     side_effect = models.CharField(max_length=12, default="read")

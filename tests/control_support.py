@@ -26,11 +26,14 @@ def shell_json(d: Deployment, code: str) -> Any:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def make_user(d: Deployment, username: str, *, approver: bool = False,
-              operator: bool = False) -> None:
+def make_user(
+    d: Deployment, username: str, *, approver: bool = False, operator: bool = False
+) -> None:
     """Create a plain user; ``approver`` grants ``approvals.decide_approval``,
     ``operator`` grants ``runs.operate_run``."""
-    shell_json(d, f"""
+    shell_json(
+        d,
+        f"""
 from django.contrib.auth.models import Permission, User
 u = User.objects.create_user({username!r}, password="pw-{username}")
 if {approver!r}:
@@ -38,7 +41,8 @@ if {approver!r}:
 if {operator!r}:
     u.user_permissions.add(Permission.objects.get(codename="operate_run"))
 print(json.dumps(u.pk))
-""")
+""",
+    )
 
 
 def status(d: Deployment, run_id: str) -> dict:
@@ -50,7 +54,9 @@ def facts(d: Deployment, run_id: str) -> dict:
     """The run's rows as plain data: ``{"run": {...}, "steps": [...], "events": [...],
     "approvals": [...], "takeovers": [...], "artifacts": [...], "operations": [...],
     "checkpoints": [...]}``."""
-    return shell_json(d, f"""
+    return shell_json(
+        d,
+        f"""
 from approvals.models import Approval, Takeover
 from runs.models import Artifact, Checkpoint, Event, Operation, Run, Step
 run = Run.objects.get(pk={run_id!r})
@@ -76,7 +82,8 @@ print(json.dumps({{
     "checkpoints": list(Checkpoint.objects.filter(run=run).order_by("pk").values(
         "name", "generation")),
 }}, default=str))
-""")
+""",
+    )
 
 
 def events_of(info: dict, type_: str) -> list[dict]:
@@ -84,8 +91,9 @@ def events_of(info: dict, type_: str) -> list[dict]:
     return [e for e in info["events"] if e["type"] == type_]
 
 
-def wait_until(check: Callable[[], Any], *, timeout: float = 90, interval: float = 0.3,
-               what: str = "condition") -> Any:
+def wait_until(
+    check: Callable[[], Any], *, timeout: float = 90, interval: float = 0.3, what: str = "condition"
+) -> Any:
     """Call ``check`` until it returns something truthy and return that; fail the test
     with ``what`` after ``timeout`` seconds (a bound against hangs, never a timing
     assertion)."""
@@ -120,6 +128,9 @@ def step_status(d: Deployment, run_id: str, name: str) -> str | None:
     """The newest step row called ``name`` of the run, its status (or None)."""
     # SQLite stores UUIDs as 32 hex digits, PostgreSQL as uuid.
     key = run_id.replace("-", "") if d.backend == "sqlite" else run_id
-    rows = db_rows(d, "SELECT status FROM runs_step WHERE run_id = %s AND name = %s "
-                      "ORDER BY seq DESC LIMIT 1", (key, name))
+    rows = db_rows(
+        d,
+        "SELECT status FROM runs_step WHERE run_id = %s AND name = %s ORDER BY seq DESC LIMIT 1",
+        (key, name),
+    )
     return rows[0][0] if rows else None

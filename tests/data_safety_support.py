@@ -21,8 +21,9 @@ def shell_json(deployment: Deployment, code: str) -> Any:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def wait_for(check: Callable[[], Any], what: str, limit: float = WAIT_LIMIT,
-             procs: tuple = ()) -> Any:
+def wait_for(
+    check: Callable[[], Any], what: str, limit: float = WAIT_LIMIT, procs: tuple = ()
+) -> Any:
     """Call ``check`` until it returns a truthy value and return that value; fails the
     test after ``limit`` seconds, showing the logs of ``procs`` (``popen`` processes)."""
     deadline = time.monotonic() + limit
@@ -31,8 +32,9 @@ def wait_for(check: Callable[[], Any], what: str, limit: float = WAIT_LIMIT,
         if value:
             return value
         if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {p.args[2:4]} ---\n" + "\n".join(Deployment.logs(p))[-3000:]
-                             for p in procs)
+            logs = "\n".join(
+                f"--- {p.args[2:4]} ---\n" + "\n".join(Deployment.logs(p))[-3000:] for p in procs
+            )
             raise AssertionError(f"gave up waiting for {what}\n{logs}")
         time.sleep(0.3)
 
@@ -57,6 +59,15 @@ def context(deployment: Deployment, run_id: str, step: str | None = None) -> dic
 
 def start(deployment: Deployment, workflow: str, thread: str, data: dict, *extra) -> str:
     """``runs start``; returns the run id."""
-    proc = deployment.manage("runs", "start", workflow, "--thread", thread,
-                             "--input", json.dumps(data), *extra, check=True)
+    proc = deployment.manage(
+        "runs",
+        "start",
+        workflow,
+        "--thread",
+        thread,
+        "--input",
+        json.dumps(data),
+        *extra,
+        check=True,
+    )
     return proc.stdout.strip().splitlines()[-1]

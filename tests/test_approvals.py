@@ -10,8 +10,9 @@ from tests.support.services import BACKENDS
 
 
 def start_and_wait(d, thread="R"):
-    run_id = d.manage("runs", "start", "weekly_report", "--thread", thread, "--input",
-                      weekly_input(), check=True).stdout.strip()
+    run_id = d.manage(
+        "runs", "start", "weekly_report", "--thread", thread, "--input", weekly_input(), check=True
+    ).stdout.strip()
     d.manage("worker", "--burst", timeout=180, check=True)
     return run_id
 
@@ -23,8 +24,9 @@ def pending_approval(d) -> dict:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_it_waits_with_no_worker_and_a_new_worker_publishes_after_approve(deployment_factory,
-                                                                         backend):
+def test_it_waits_with_no_worker_and_a_new_worker_publishes_after_approve(
+    deployment_factory, backend
+):
     d = deployment_factory(backend, {"AGENTOPS_LEASE_SECONDS": 2})
     make_user(d, "alice", approver=True)
     run_id = start_and_wait(d)
@@ -45,8 +47,17 @@ def test_it_waits_with_no_worker_and_a_new_worker_publishes_after_approve(deploy
     idle = d.manage("worker", "--burst", timeout=120, check=True)
     assert "ENTER" not in idle.stdout
 
-    decided = d.manage("approvals", "decide", approval["id"], "approve", "--comment", "ship it",
-                       "--as", "alice", check=True)
+    decided = d.manage(
+        "approvals",
+        "decide",
+        approval["id"],
+        "approve",
+        "--comment",
+        "ship it",
+        "--as",
+        "alice",
+        check=True,
+    )
     assert "APPROVED by alice" in decided.stdout
     after = d.manage("worker", "--burst", timeout=180, check=True)
     assert "ENTER publish" in after.stdout and "ENTER collect_sources" not in after.stdout
@@ -66,8 +77,17 @@ def test_it_takes_the_reject_path_and_never_publishes(deployment_factory):
     make_user(d, "alice", approver=True)
     run_id = start_and_wait(d)
     approval = pending_approval(d)
-    d.manage("approvals", "decide", approval["id"], "reject", "--comment", "too thin",
-             "--as", "alice", check=True)
+    d.manage(
+        "approvals",
+        "decide",
+        approval["id"],
+        "reject",
+        "--comment",
+        "too thin",
+        "--as",
+        "alice",
+        check=True,
+    )
     d.manage("worker", "--burst", timeout=120, check=True)
 
     final = status(d, run_id)
@@ -86,8 +106,10 @@ def test_two_concurrent_approvals_make_one_decision(deployment_factory):
     run_id = start_and_wait(d)
     approval = pending_approval(d)
 
-    procs = [d.popen("approvals", "decide", approval["id"], "approve", "--comment", who,
-                     "--as", who) for who in ("alice", "bob")]
+    procs = [
+        d.popen("approvals", "decide", approval["id"], "approve", "--comment", who, "--as", who)
+        for who in ("alice", "bob")
+    ]
     codes = [p.wait(timeout=120) for p in procs]
     assert codes == [0, 0], [d.logs(p) for p in procs]
 
@@ -135,4 +157,6 @@ def test_an_expired_approval_takes_the_expiry_path(deployment_factory):
     assert final["status"] == "SUCCEEDED" and "publisher.publish" not in final["calls"]
     info = facts(d, run_id)
     assert info["approvals"][0]["status"] == "EXPIRED"
-    assert [e["actor"].startswith("sweeper:") for e in events_of(info, "approval.expired")] == [True]
+    assert [e["actor"].startswith("sweeper:") for e in events_of(info, "approval.expired")] == [
+        True
+    ]

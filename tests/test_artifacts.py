@@ -12,8 +12,9 @@ from tests.control_support import facts, make_user, status, weekly_input
 
 def run_to_approval(d):
     make_user(d, "alice", approver=True)
-    run_id = d.manage("runs", "start", "weekly_report", "--thread", "A", "--input",
-                      weekly_input(), check=True).stdout.strip()
+    run_id = d.manage(
+        "runs", "start", "weekly_report", "--thread", "A", "--input", weekly_input(), check=True
+    ).stdout.strip()
     d.manage("worker", "--burst", timeout=120, check=True)
     info = facts(d, run_id)
     assert info["run"]["status"] == "WAITING_APPROVAL"
@@ -60,11 +61,21 @@ def test_a_damaged_report_pauses_the_run_before_publish(deployment_factory, dama
     assert "after:analyze" in takeover["suggested_action"]
     publish = [s for s in after["steps"] if s["name"] == "publish"]
     assert [(s["status"], s["error_code"], s["attempt"]) for s in publish] == [
-        ("FAILED", "ARTIFACT_INVALID", 1)]
+        ("FAILED", "ARTIFACT_INVALID", 1)
+    ]
 
     # The operator re-drafts from the checkpoint before draft_report; then it publishes.
-    d.manage("approvals", "resolve", takeover["pk"], "resume", "--checkpoint", "after:analyze",
-             "--reason", "re-draft the damaged report", check=True)
+    d.manage(
+        "approvals",
+        "resolve",
+        takeover["pk"],
+        "resume",
+        "--checkpoint",
+        "after:analyze",
+        "--reason",
+        "re-draft the damaged report",
+        check=True,
+    )
     d.manage("worker", "--burst", timeout=120, check=True)
     pending = d.manage_json("approvals", "list", "--json")
     d.manage("approvals", "decide", pending[0]["id"], "approve", "--as", "alice", check=True)

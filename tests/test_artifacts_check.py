@@ -30,10 +30,12 @@ def stored_files(deployment):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_it_leaves_an_orphan_file_never_a_dangling_row_when_killed_between_file_and_row(
-        deployment_factory, backend):
+    deployment_factory, backend
+):
     deployment = deployment_factory(backend, extra_env={"AGENTOPS_LEASE_SECONDS": 2})
-    run_id = start(deployment, "chat", "a", {"message": "How warm is it?"},
-                   "--crash-at", "artifact_written")
+    run_id = start(
+        deployment, "chat", "a", {"message": "How warm is it?"}, "--crash-at", "artifact_written"
+    )
     killed = deployment.manage("worker", "--burst", "--mode", "db", timeout=120)
     assert killed.returncode == -9, killed.stdout + killed.stderr
     assert "CRASH at artifact_written in reply" in killed.stdout
@@ -48,8 +50,9 @@ def test_it_leaves_an_orphan_file_never_a_dangling_row_when_killed_between_file_
 
     code, report = check(deployment, "--repair", "--grace", "0")
     assert code == 0
-    assert report["orphans"] == [{"uri": orphan[0], "age_s": report["orphans"][0]["age_s"],
-                                  "deleted": True}]
+    assert report["orphans"] == [
+        {"uri": orphan[0], "age_s": report["orphans"][0]["age_s"], "deleted": True}
+    ]
     assert stored_files(deployment) == []
 
     deployment.manage("runs", "resume", run_id, "--wait", "30", check=True)
@@ -58,12 +61,19 @@ def test_it_leaves_an_orphan_file_never_a_dangling_row_when_killed_between_file_
     [[uri, _checksum, step, attempt]] = shell_json(deployment, ARTIFACTS)
     assert (step, attempt) == ("reply", 2) and stored_files(deployment) == [uri]
     code, report = check(deployment)
-    assert code == 0 and report == {"ok": True, "checked": 1, "invalid": [], "paused": [],
-                                    "orphans": [], "recent_orphans": 0}
+    assert code == 0 and report == {
+        "ok": True,
+        "checked": 1,
+        "invalid": [],
+        "paused": [],
+        "orphans": [],
+        "recent_orphans": 0,
+    }
 
 
 def test_it_reports_a_corrupt_file_by_run_and_step_and_pauses_a_live_run_for_a_missing_one(
-        deployment_factory):
+    deployment_factory,
+):
     deployment = deployment_factory("sqlite")
     done = start(deployment, "chat", "c", {"message": "How warm is it?"})
     deployment.manage("worker", "--burst", check=True, timeout=120)
@@ -72,13 +82,16 @@ def test_it_reports_a_corrupt_file_by_run_and_step_and_pauses_a_live_run_for_a_m
 
     # A live run (not started yet) whose artifact row points at a file that is gone.
     live = start(deployment, "chat", "d", {"message": "How warm is it now?"})
-    shell_json(deployment, f"""
+    shell_json(
+        deployment,
+        f"""
 from runs.models import Artifact, Step
 step = Step.objects.get(run_id={live!r}, name="summarize")
 Artifact.objects.create(run_id={live!r}, step=step, kind="file", name="notes.md",
                         uri="runs/{live}/gone/notes.md", checksum="0" * 64, size=3)
 print(1)
-""")
+""",
+    )
     code, report = check(deployment)
     assert code == 1 and not report["ok"]
     by_run = {i["run_id"]: i for i in report["invalid"]}
@@ -88,12 +101,15 @@ print(1)
     assert report["paused"] == [live]  # the terminal run stays as it is
     assert status(deployment, live)["status"] == "PAUSED"
     assert status(deployment, done)["status"] == "SUCCEEDED"
-    cause = shell_json(deployment, f"""
+    cause = shell_json(
+        deployment,
+        f"""
 from approvals.models import Takeover
 import json
 t = Takeover.objects.get(run_id={live!r}, status="OPEN")
 print(json.dumps([t.cause, t.evidence["artifacts"][0]["name"]]))
-""")
+""",
+    )
     assert cause == ["artifact_invalid", "notes.md"]
 
     text = deployment.manage("artifacts", "check")

@@ -37,16 +37,23 @@ def check_clean(deployment, artifacts):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_it_backs_up_during_a_workload_and_restores_runs_that_then_finish(
-        deployment_factory, backend, tmp_path):
+    deployment_factory, backend, tmp_path
+):
     source = deployment_factory(backend, extra_env=ENV)
-    quick = [start(source, "chat", f"b{i}", {"message": f"How warm is room {i}?"})
-             for i in range(3)]
-    held = [start(source, "chat", f"h{i}", {"message": f"And room {i}?", "hold": "later"})
-            for i in range(3)]
+    quick = [
+        start(source, "chat", f"b{i}", {"message": f"How warm is room {i}?"}) for i in range(3)
+    ]
+    held = [
+        start(source, "chat", f"h{i}", {"message": f"And room {i}?", "hold": "later"})
+        for i in range(3)
+    ]
     workers = [source.popen("worker"), source.popen("worker")]
-    wait_for(lambda: shell_json(source, COUNTS)["statuses"].count("SUCCEEDED") == 3
-             and sum(step_status(source, r, "plan") == "RUNNING" for r in held) == 2,
-             "3 runs done and 2 held in plan", procs=tuple(workers))
+    wait_for(
+        lambda: shell_json(source, COUNTS)["statuses"].count("SUCCEEDED") == 3
+        and sum(step_status(source, r, "plan") == "RUNNING" for r in held) == 2,
+        "3 runs done and 2 held in plan",
+        procs=tuple(workers),
+    )
 
     archive = tmp_path / "backup.tar"
     summary = source.manage_json("backup", str(archive), "--json", timeout=300)
@@ -64,8 +71,10 @@ def test_it_backs_up_during_a_workload_and_restores_runs_that_then_finish(
     assert json.loads(restored.stdout)["counts"] == manifest["counts"]
     check_clean(target, 3)
     counts = shell_json(target, COUNTS)
-    assert (counts["runs"], counts["events"]) == (manifest["counts"]["runs"],
-                                                  manifest["counts"]["events"])
+    assert (counts["runs"], counts["events"]) == (
+        manifest["counts"]["runs"],
+        manifest["counts"]["events"],
+    )
     assert counts["statuses"].count("SUCCEEDED") == 3
     assert counts["statuses"].count("RUNNING") == 2  # in progress when the backup was taken
     # Restoring again is refused: the target is no longer empty.
@@ -74,8 +83,11 @@ def test_it_backs_up_during_a_workload_and_restores_runs_that_then_finish(
 
     open_gate(target, "later")
     worker = target.popen("worker")
-    wait_for(lambda: shell_json(target, COUNTS)["statuses"] == ["SUCCEEDED"] * 6,
-             "every restored run to finish", procs=(worker,))
+    wait_for(
+        lambda: shell_json(target, COUNTS)["statuses"] == ["SUCCEEDED"] * 6,
+        "every restored run to finish",
+        procs=(worker,),
+    )
     worker.terminate()
     worker.wait(timeout=60)
     check_clean(target, 6)
@@ -83,8 +95,7 @@ def test_it_backs_up_during_a_workload_and_restores_runs_that_then_finish(
         assert step_status(target, run_id, "reply") == "SUCCEEDED"
 
 
-def test_it_refuses_an_archive_whose_file_does_not_match_the_manifest(deployment_factory,
-                                                                       tmp_path):
+def test_it_refuses_an_archive_whose_file_does_not_match_the_manifest(deployment_factory, tmp_path):
     source = deployment_factory("sqlite")
     start(source, "chat", "t", {"message": "How warm is it?"})
     source.manage("worker", "--burst", check=True, timeout=120)

@@ -19,15 +19,27 @@ from tests.control_support import (
 )
 from tests.support.services import BACKENDS
 
-FAST = {"AGENTOPS_LEASE_SECONDS": 2, "AGENTOPS_POLL_SECONDS": 0.2, "AGENTOPS_SWEEP_SECONDS": 0.5,
-        "AGENTOPS_RENOTIFY_SECONDS": 1}
+FAST = {
+    "AGENTOPS_LEASE_SECONDS": 2,
+    "AGENTOPS_POLL_SECONDS": 0.2,
+    "AGENTOPS_SWEEP_SECONDS": 0.5,
+    "AGENTOPS_RENOTIFY_SECONDS": 1,
+}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_it_cancels_a_running_step_at_its_safe_point(deployment_factory, backend):
     d = deployment_factory(backend, FAST)
-    run_id = d.manage("runs", "start", "weekly_report", "--thread", "C", "--input",
-                      weekly_input(delays={"analyze": 30}), check=True).stdout.strip()
+    run_id = d.manage(
+        "runs",
+        "start",
+        "weekly_report",
+        "--thread",
+        "C",
+        "--input",
+        weekly_input(delays={"analyze": 30}),
+        check=True,
+    ).stdout.strip()
     worker = d.popen("worker")
     wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run")
 
@@ -60,15 +72,26 @@ def test_it_cancels_a_running_step_at_its_safe_point(deployment_factory, backend
 def test_it_rejects_a_late_success_from_the_cancelled_worker(deployment_factory):
     # A lease long enough that the cancel command surely starts while it is live.
     d = deployment_factory("sqlite", {**FAST, "AGENTOPS_LEASE_SECONDS": 10})
-    run_id = d.manage("runs", "start", "weekly_report", "--thread", "L", "--input",
-                      weekly_input(delays={"collect_sources": 20}), check=True).stdout.strip()
+    run_id = d.manage(
+        "runs",
+        "start",
+        "weekly_report",
+        "--thread",
+        "L",
+        "--input",
+        weekly_input(delays={"collect_sources": 20}),
+        check=True,
+    ).stdout.strip()
     worker = d.popen("worker")
     key = run_id.replace("-", "")  # SQLite stores UUIDs as 32 hex digits
 
     def in_the_long_wait():
         # The news feed read is recorded right before the step's uninterruptible wait.
-        return db_rows(d, "SELECT status FROM runs_operation WHERE run_id = %s AND tool = %s",
-                       (key, "newsfeed.fetch")) == [("SUCCEEDED",)]
+        return db_rows(
+            d,
+            "SELECT status FROM runs_operation WHERE run_id = %s AND tool = %s",
+            (key, "newsfeed.fetch"),
+        ) == [("SUCCEEDED",)]
 
     wait_until(in_the_long_wait, interval=0.05, what="collect_sources to reach its long wait")
     os.kill(worker.pid, signal.SIGSTOP)  # the worker hangs: no heartbeat, no safe point
@@ -100,8 +123,9 @@ def test_it_rejects_a_late_success_from_the_cancelled_worker(deployment_factory)
 def test_it_cancels_a_waiting_run_and_keeps_its_artifacts(deployment_factory):
     d = deployment_factory("sqlite")
     make_user(d, "alice", approver=True)
-    run_id = d.manage("runs", "start", "weekly_report", "--thread", "W", "--input",
-                      weekly_input(), check=True).stdout.strip()
+    run_id = d.manage(
+        "runs", "start", "weekly_report", "--thread", "W", "--input", weekly_input(), check=True
+    ).stdout.strip()
     d.manage("worker", "--burst", timeout=120, check=True)
     assert status(d, run_id)["status"] == "WAITING_APPROVAL"
 

@@ -52,11 +52,18 @@ def assert_exact_seam(doc: dict, *, tool_results: bool) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_it_assembles_summary_recent_messages_and_tool_results_after_a_crash_while_summarising(
-        deployment_factory, backend):
+    deployment_factory, backend
+):
     deployment = deployment_factory(backend, extra_env={"AGENTOPS_LEASE_SECONDS": 2})
     shell_json(deployment, SEED)
-    run_id = start(deployment, "chat", "long", {"message": "How warm is the living room?"},
-                   "--crash-at", "summary_ready")
+    run_id = start(
+        deployment,
+        "chat",
+        "long",
+        {"message": "How warm is the living room?"},
+        "--crash-at",
+        "summary_ready",
+    )
 
     crashed = deployment.manage("worker", "--burst", "--mode", "db", timeout=120)
     assert crashed.returncode == -9, crashed.stdout + crashed.stderr
@@ -86,9 +93,18 @@ def _thread_with_messages(count: int, words: int = 5):
     from runs.models import Message, Thread
 
     thread = Thread.objects.create(thread_id=f"t{count}-{words}")
-    Message.objects.bulk_create([
-        Message(thread=thread, seq=i, message_id=f"m{thread.pk}_{i}", role="user",
-                content=" ".join(["word"] * words)) for i in range(1, count + 1)])
+    Message.objects.bulk_create(
+        [
+            Message(
+                thread=thread,
+                seq=i,
+                message_id=f"m{thread.pk}_{i}",
+                role="user",
+                content=" ".join(["word"] * words),
+            )
+            for i in range(1, count + 1)
+        ]
+    )
     Thread.objects.filter(pk=thread.pk).update(message_seq=count)
     return thread
 
@@ -96,8 +112,9 @@ def _thread_with_messages(count: int, words: int = 5):
 def _run_on(thread, end: int):
     from runs.models import Checkpoint, Run
 
-    run = Run.objects.create(thread=thread, workflow="chat", workflow_version=1,
-                             input={"message": "x"})
+    run = Run.objects.create(
+        thread=thread, workflow="chat", workflow_version=1, input={"message": "x"}
+    )
     Checkpoint.objects.create(run=run, name="start", state={"message_seq": end})
     return run
 

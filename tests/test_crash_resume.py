@@ -11,8 +11,18 @@ QUESTION = '{"question": "How warm is the living room?"}'
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_it_resumes_after_the_worker_dies_before_reply(deployment_factory, backend):
     d = deployment_factory(backend)
-    run_id = d.manage("runs", "start", "room_temperature", "--thread", "T", "--input", QUESTION,
-                      "--crash-before", "reply", check=True).stdout.strip()
+    run_id = d.manage(
+        "runs",
+        "start",
+        "room_temperature",
+        "--thread",
+        "T",
+        "--input",
+        QUESTION,
+        "--crash-before",
+        "reply",
+        check=True,
+    ).stdout.strip()
 
     crashed = d.manage("worker", "--burst", timeout=120)
     assert crashed.returncode == 75, crashed.stdout + crashed.stderr
@@ -53,8 +63,17 @@ def test_it_refuses_bad_cli_input_with_a_message_and_nothing_stored(deployment_f
     assert unknown.returncode != 0 and "unknown_workflow" in unknown.stderr
     missing = d.manage("runs", "start", "room_temperature", "--thread", "T", "--input", "{}")
     assert missing.returncode != 0 and "input.question" in missing.stderr
-    step = d.manage("runs", "start", "room_temperature", "--thread", "T", "--input", QUESTION,
-                    "--crash-before", "nope")
+    step = d.manage(
+        "runs",
+        "start",
+        "room_temperature",
+        "--thread",
+        "T",
+        "--input",
+        QUESTION,
+        "--crash-before",
+        "nope",
+    )
     assert step.returncode != 0 and "unknown_step" in step.stderr
     status = d.manage("runs", "status", "--thread", "T")
     assert status.returncode != 0 and "no run on thread" in status.stderr
@@ -71,8 +90,18 @@ def test_the_demo_command_tells_the_whole_story(deployment_factory):
 
 def test_it_takes_down_a_forking_rq_worker_not_only_its_work_horse(deployment_factory):
     d = deployment_factory("postgres")
-    d.manage("runs", "start", "room_temperature", "--thread", "F", "--input", QUESTION,
-             "--crash-before", "reply", check=True)
+    d.manage(
+        "runs",
+        "start",
+        "room_temperature",
+        "--thread",
+        "F",
+        "--input",
+        QUESTION,
+        "--crash-before",
+        "reply",
+        check=True,
+    )
     crashed = d.manage("worker", "--burst", "--fork", timeout=120)
     assert crashed.returncode == 75, crashed.stdout + crashed.stderr
     assert "CRASH before reply" in crashed.stdout
@@ -85,41 +114,77 @@ def test_it_takes_down_a_forking_rq_worker_not_only_its_work_horse(deployment_fa
     assert status["calls"] == {"thermostat.read": 1}
 
 
-@pytest.mark.parametrize("budget", ['[1]', '{"tool_calls": "x"}', '{"cost_usd": "abc"}',
-                                    '{"tool_calls": true}', '{"tool_calls": -1}',
-                                    '{"nonsense": 1}', '{"tool_calls": 1.5}'])
+@pytest.mark.parametrize(
+    "budget",
+    [
+        "[1]",
+        '{"tool_calls": "x"}',
+        '{"cost_usd": "abc"}',
+        '{"tool_calls": true}',
+        '{"tool_calls": -1}',
+        '{"nonsense": 1}',
+        '{"tool_calls": 1.5}',
+    ],
+)
 def test_it_refuses_a_bad_budget_before_storing_anything(deployment_factory, budget):
     d = deployment_factory("sqlite")
-    proc = d.manage("runs", "start", "room_temperature", "--thread", "B", "--input", QUESTION,
-                    "--budget", budget)
+    proc = d.manage(
+        "runs",
+        "start",
+        "room_temperature",
+        "--thread",
+        "B",
+        "--input",
+        QUESTION,
+        "--budget",
+        budget,
+    )
     assert proc.returncode != 0 and "invalid_budget" in proc.stderr
-    count = d.manage("shell", "-v", "0", "-c", "from runs.models import Run; print(Run.objects.count())",
-                     check=True)
+    count = d.manage(
+        "shell",
+        "-v",
+        "0",
+        "-c",
+        "from runs.models import Run; print(Run.objects.count())",
+        check=True,
+    )
     assert count.stdout.strip() == "0"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_it_refuses_nul_characters_the_same_on_every_backend(deployment_factory, backend):
     d = deployment_factory(backend)
-    proc = d.manage("runs", "start", "room_temperature", "--thread", "N", "--input",
-                    '{"question": "a\\u0000b"}')
+    proc = d.manage(
+        "runs", "start", "room_temperature", "--thread", "N", "--input", '{"question": "a\\u0000b"}'
+    )
     assert proc.returncode != 0 and "invalid_input" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 def test_it_refuses_to_act_in_the_name_of_an_unknown_or_unauthorised_user(deployment_factory):
     d = deployment_factory("sqlite")
-    run_id = d.manage("runs", "start", "room_temperature", "--thread", "A", "--input", QUESTION,
-                      check=True).stdout.strip()
-    d.manage("shell", "-v", "0", "-c",
-             "from django.contrib.auth.models import User; User.objects.create_user('viewer')",
-             check=True)
+    run_id = d.manage(
+        "runs", "start", "room_temperature", "--thread", "A", "--input", QUESTION, check=True
+    ).stdout.strip()
+    d.manage(
+        "shell",
+        "-v",
+        "0",
+        "-c",
+        "from django.contrib.auth.models import User; User.objects.create_user('viewer')",
+        check=True,
+    )
     for who, code in (("nobody", "unknown_user"), ("viewer", "permission_denied")):
         proc = d.manage("runs", "budget", run_id, "--add-tool-calls", "1", "--as", who)
         assert proc.returncode != 0 and code in proc.stderr
         check = d.manage("artifacts", "check", "--repair", "--as", who)
         assert check.returncode != 0 and code in check.stderr
-    events = d.manage("shell", "-v", "0", "-c",
-                      "from runs.models import Event; print(Event.objects.filter(type='budget.raised').count())",
-                      check=True)
+    events = d.manage(
+        "shell",
+        "-v",
+        "0",
+        "-c",
+        "from runs.models import Event; print(Event.objects.filter(type='budget.raised').count())",
+        check=True,
+    )
     assert events.stdout.strip() == "0"

@@ -13,8 +13,9 @@ def test_it_is_silent_with_durable_settings(deployment_factory, backend):
 
 
 def test_it_warns_when_postgresql_runs_with_synchronous_commit_off(deployment_factory):
-    deployment = deployment_factory("postgres",
-                                    extra_env={"PGOPTIONS": "-c synchronous_commit=off"})
+    deployment = deployment_factory(
+        "postgres", extra_env={"PGOPTIONS": "-c synchronous_commit=off"}
+    )
     proc = deployment.manage("check", "--database", "default", check=True)
     output = proc.stdout + proc.stderr
     assert "agentops.W001" in output and "synchronous_commit=off" in output

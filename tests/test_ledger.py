@@ -36,8 +36,13 @@ def outside():
             time.sleep(state["delay"])
         return {"value": state["value"]}
 
-    state["set"] = Tool("drill.set", fn=set_value, side_effect="unsafe", timeout=0.2,
-                        verify=lambda args, call: VerifyAnswer("cannot_tell", evidence="no reads"))
+    state["set"] = Tool(
+        "drill.set",
+        fn=set_value,
+        side_effect="unsafe",
+        timeout=0.2,
+        verify=lambda args, call: VerifyAnswer("cannot_tell", evidence="no reads"),
+    )
     state["read"] = Tool("drill.read", fn=read_value, side_effect="read", timeout=0.1)
     return state
 
@@ -46,8 +51,9 @@ def outside():
 def drill(outside):
     workflow = Workflow("ledger_drill", version=1)
 
-    @workflow.step(retry=RetryPolicy(max_attempts=3, initial_delay=5, max_delay=5),
-                   on_exhausted="takeover")
+    @workflow.step(
+        retry=RetryPolicy(max_attempts=3, initial_delay=5, max_delay=5), on_exhausted="takeover"
+    )
     def act(ctx):
         return ctx.call_tool(outside["set"], {"value": 7})
 
@@ -78,8 +84,11 @@ def test_it_pauses_an_unsafe_call_that_timed_out_and_keeps_its_late_result(drill
     step.refresh_from_db()
     run.refresh_from_db()
     op = Operation.objects.get(run=run)
-    assert (step.status, run.status, op.status) == (StepStatus.UNKNOWN, RunStatus.PAUSED,
-                                                   Operation.Status.UNKNOWN)
+    assert (step.status, run.status, op.status) == (
+        StepStatus.UNKNOWN,
+        RunStatus.PAUSED,
+        Operation.Status.UNKNOWN,
+    )
     takeover = Takeover.objects.get(run=run, status=Takeover.Status.OPEN)
     assert takeover.cause == "unknown_outcome"
     assert takeover.evidence["operation"]["idempotency_key"] == op.idempotency_key

@@ -14,14 +14,21 @@ import redis
 from tests.control_support import facts, make_user, status, step_status, wait_until, weekly_input
 from tests.support.services import require_services
 
-FAST = {"AGENTOPS_LEASE_SECONDS": 2, "AGENTOPS_POLL_SECONDS": 0.2, "AGENTOPS_SWEEP_SECONDS": 0.5,
-        "AGENTOPS_RENOTIFY_SECONDS": 1}
+FAST = {
+    "AGENTOPS_LEASE_SECONDS": 2,
+    "AGENTOPS_POLL_SECONDS": 0.2,
+    "AGENTOPS_SWEEP_SECONDS": 0.5,
+    "AGENTOPS_RENOTIFY_SECONDS": 1,
+}
 OUTAGE_SECONDS = 10
 
 
 def approve_when_waiting(d, run_id):
-    wait_until(lambda: status(d, run_id)["status"] == "WAITING_APPROVAL", timeout=180,
-               what="WAITING_APPROVAL")
+    wait_until(
+        lambda: status(d, run_id)["status"] == "WAITING_APPROVAL",
+        timeout=180,
+        what="WAITING_APPROVAL",
+    )
     [approval] = d.manage_json("approvals", "list", "--json")
     d.manage("approvals", "decide", approval["id"], "approve", "--as", "alice", check=True)
 
@@ -38,16 +45,27 @@ def test_a_run_survives_redis_flushall_at_every_stage(deployment_factory):
     make_user(d, "alice", approver=True)
     client = redis.Redis.from_url(d.env["REDIS_URL"])
     try:
-        run_id = d.manage("runs", "start", "weekly_report", "--thread", "F", "--input",
-                          weekly_input(delays={"analyze": 2}), check=True).stdout.strip()
+        run_id = d.manage(
+            "runs",
+            "start",
+            "weekly_report",
+            "--thread",
+            "F",
+            "--input",
+            weekly_input(delays={"analyze": 2}),
+            check=True,
+        ).stdout.strip()
         client.flushall()  # the first notification is gone before any worker saw it
         worker = d.popen("worker")
         wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run")
         client.flushall()  # mid-job: RQ's own keys for the running job vanish
         approve_when_waiting(d, run_id)
         client.flushall()  # the notification for publish is (likely) gone too
-        wait_until(lambda: status(d, run_id)["status"] == "SUCCEEDED", timeout=180,
-                   what="SUCCEEDED after FLUSHALL")
+        wait_until(
+            lambda: status(d, run_id)["status"] == "SUCCEEDED",
+            timeout=180,
+            what="SUCCEEDED after FLUSHALL",
+        )
     finally:
         client.close()
     assert_finished_once(d, run_id)
@@ -64,8 +82,20 @@ def _free_port() -> int:
 
 def _start_redis(port: int, log) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [os.environ["AGENTOPS_REDIS_BIN"], "--port", str(port), "--bind", "127.0.0.1",
-         "--save", "", "--appendonly", "no"], stdout=log, stderr=subprocess.STDOUT)
+        [
+            os.environ["AGENTOPS_REDIS_BIN"],
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     client = redis.Redis(port=port)
     try:
         wait_until(lambda: _pings(client), timeout=30, interval=0.1, what="redis-server")
@@ -89,11 +119,20 @@ def test_a_run_finishes_after_redis_was_stopped_for_ten_seconds(deployment_facto
         try:
             d = deployment_factory("postgres", {**FAST, "REDIS_URL": f"redis://127.0.0.1:{port}/0"})
             make_user(d, "alice", approver=True)
-            run_id = d.manage("runs", "start", "weekly_report", "--thread", "S", "--input",
-                              weekly_input(delays={"analyze": 2}), check=True).stdout.strip()
+            run_id = d.manage(
+                "runs",
+                "start",
+                "weekly_report",
+                "--thread",
+                "S",
+                "--input",
+                weekly_input(delays={"analyze": 2}),
+                check=True,
+            ).stdout.strip()
             worker = d.popen("worker")
-            wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING",
-                       what="analyze to run")
+            wait_until(
+                lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run"
+            )
             own.terminate()
             own.wait(timeout=30)
             stopped_at = time.monotonic()
@@ -101,8 +140,11 @@ def test_a_run_finishes_after_redis_was_stopped_for_ten_seconds(deployment_facto
             time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - stopped_at)))
             assert worker.poll() is None, d.logs(worker)
             own = _start_redis(port, log)  # back, empty (no persistence)
-            wait_until(lambda: status(d, run_id)["status"] == "SUCCEEDED", timeout=180,
-                       what="SUCCEEDED after the outage")
+            wait_until(
+                lambda: status(d, run_id)["status"] == "SUCCEEDED",
+                timeout=180,
+                what="SUCCEEDED after the outage",
+            )
             assert_finished_once(d, run_id)
             worker.send_signal(signal.SIGTERM)
             assert worker.wait(timeout=60) == 0

@@ -8,8 +8,9 @@ import pytest
 from runs.engine.calls import CallTimedOut, call_with_timeout
 from runs.engine.retry import RetryPolicy
 
-POLICY = RetryPolicy(max_attempts=4, initial_delay=1.0, max_delay=3.0, multiplier=2.0,
-                     jitter=0.2, deadline=30.0)
+POLICY = RetryPolicy(
+    max_attempts=4, initial_delay=1.0, max_delay=3.0, multiplier=2.0, jitter=0.2, deadline=30.0
+)
 
 
 def test_it_backs_off_exponentially_with_jitter_up_to_the_cap():
@@ -35,8 +36,13 @@ def test_it_stops_when_attempts_or_the_deadline_run_out():
 
 
 def test_it_refuses_unbounded_or_contradictory_policies():
-    for bad in ({"max_attempts": 0}, {"jitter": 1.0}, {"initial_delay": 5, "max_delay": 1},
-                {"deadline": 0}, {"retryable": frozenset({"INVALID_ARGUMENT"})}):
+    for bad in (
+        {"max_attempts": 0},
+        {"jitter": 1.0},
+        {"initial_delay": 5, "max_delay": 1},
+        {"deadline": 0},
+        {"retryable": frozenset({"INVALID_ARGUMENT"})},
+    ):
         with pytest.raises(ValueError):
             RetryPolicy(**bad)
 

@@ -12,8 +12,16 @@ from tests.support.services import BACKENDS
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sigterm_lets_the_running_step_finish_and_save(deployment_factory, backend):
     d = deployment_factory(backend, {"AGENTOPS_LEASE_SECONDS": 2, "AGENTOPS_POLL_SECONDS": 0.2})
-    run_id = d.manage("runs", "start", "weekly_report", "--thread", "S", "--input",
-                      weekly_input(delays={"analyze": 2}), check=True).stdout.strip()
+    run_id = d.manage(
+        "runs",
+        "start",
+        "weekly_report",
+        "--thread",
+        "S",
+        "--input",
+        weekly_input(delays={"analyze": 2}),
+        check=True,
+    ).stdout.strip()
     worker = d.popen("worker")
     wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run")
     worker.send_signal(signal.SIGTERM)
@@ -33,5 +41,10 @@ def test_sigterm_lets_the_running_step_finish_and_save(deployment_factory, backe
     assert "ENTER analyze" not in second.stdout and "ENTER collect_sources" not in second.stdout
     assert status(d, run_id)["status"] == "WAITING_APPROVAL"
     attempts = {s["name"]: s["attempt"] for s in facts(d, run_id)["steps"]}
-    assert attempts == {"collect_sources": 1, "deduplicate": 1, "analyze": 1,
-                        "draft_report": 1, "approve_publication": 1}
+    assert attempts == {
+        "collect_sources": 1,
+        "deduplicate": 1,
+        "analyze": 1,
+        "draft_report": 1,
+        "approve_publication": 1,
+    }

@@ -23,8 +23,12 @@ from runs.engine.retry import RetryPolicy
 from tests.control_support import make_user
 from tests.support.services import BACKENDS, Deployment
 
-LEASE = {"AGENTOPS_LEASE_SECONDS": 2, "AGENTOPS_POLL_SECONDS": 0.1, "AGENTOPS_SWEEP_SECONDS": 0.5,
-         "AGENTOPS_RENOTIFY_SECONDS": 1}
+LEASE = {
+    "AGENTOPS_LEASE_SECONDS": 2,
+    "AGENTOPS_POLL_SECONDS": 0.1,
+    "AGENTOPS_SWEEP_SECONDS": 0.5,
+    "AGENTOPS_RENOTIFY_SECONDS": 1,
+}
 REQUEST = json.dumps({"request": "lower the brightness by 10%"})
 #: dim_lights' policies (runs/workflows/dim_lights.py) for the backoff checks.
 DIM_POLICY = RetryPolicy(max_attempts=3, initial_delay=1.0, max_delay=10.0)
@@ -32,6 +36,7 @@ WAIT = 120  # seconds; generous for a loaded 2-core machine, never a timing asse
 
 
 # -- helpers ---------------------------------------------------------------------------
+
 
 def sql(d: Deployment, query: str, params: tuple = ()) -> list[tuple]:
     """Rows of ``query`` on the deployment's database (``%s`` placeholders)."""
@@ -58,8 +63,12 @@ def db_id(d: Deployment, run_id: str):
 
 
 def step_row(d: Deployment, run_id: str, name: str) -> dict:
-    rows = sql(d, "SELECT id, status, attempt, not_before FROM runs_step "
-                  "WHERE run_id = %s AND name = %s ORDER BY seq DESC", (db_id(d, run_id), name))
+    rows = sql(
+        d,
+        "SELECT id, status, attempt, not_before FROM runs_step "
+        "WHERE run_id = %s AND name = %s ORDER BY seq DESC",
+        (db_id(d, run_id), name),
+    )
     if not rows:
         return {}
     step_id, st, attempt, not_before = rows[0]
@@ -67,8 +76,11 @@ def step_row(d: Deployment, run_id: str, name: str) -> dict:
 
 
 def events(d: Deployment, run_id: str, type_: str) -> list[dict]:
-    rows = sql(d, "SELECT payload, actor FROM runs_event WHERE run_id = %s AND type = %s "
-                  "ORDER BY seq", (db_id(d, run_id), type_))
+    rows = sql(
+        d,
+        "SELECT payload, actor FROM runs_event WHERE run_id = %s AND type = %s ORDER BY seq",
+        (db_id(d, run_id), type_),
+    )
     return [{"payload": p if isinstance(p, dict) else json.loads(p), "actor": a} for p, a in rows]
 
 
@@ -85,8 +97,17 @@ def wait_for(what: str, check, procs=(), timeout: float = WAIT):
 
 
 def start(d: Deployment, workflow: str, input: str, *flags) -> str:
-    return d.manage("runs", "start", workflow, "--thread", f"t-{time.monotonic_ns()}",
-                    "--input", input, *flags, check=True).stdout.strip()
+    return d.manage(
+        "runs",
+        "start",
+        workflow,
+        "--thread",
+        f"t-{time.monotonic_ns()}",
+        "--input",
+        input,
+        *flags,
+        check=True,
+    ).stdout.strip()
 
 
 def lamp(d: Deployment, **state) -> None:
@@ -101,8 +122,9 @@ def device(d: Deployment, name: str) -> dict:
 
 def sigkill_when_hung(d: Deployment, worker: subprocess.Popen, tool: str) -> None:
     """Wait until the worker says it hangs after ``tool`` returned, then SIGKILL it."""
-    wait_for(f"HANG after {tool}", lambda: f"HANG after {tool}" in Deployment.logs(worker)[0],
-             [worker])
+    wait_for(
+        f"HANG after {tool}", lambda: f"HANG after {tool}" in Deployment.logs(worker)[0], [worker]
+    )
     os.killpg(worker.pid, signal.SIGKILL)
     assert worker.wait(timeout=30) == -signal.SIGKILL
 
@@ -110,11 +132,13 @@ def sigkill_when_hung(d: Deployment, worker: subprocess.Popen, tool: str) -> Non
 def burst_until(d: Deployment, what: str, check) -> None:
     """Run ``worker --burst`` until ``check()`` holds (a burst may start before the dead
     worker's lease expired and find nothing to do)."""
+
     def once():
         if check():
             return True
         d.manage("worker", "--burst", check=True, timeout=120)
         return check()
+
     wait_for(what, once)
 
 
@@ -132,6 +156,7 @@ def d(request, deployment_factory) -> Deployment:
 
 
 # -- crash after the lamp changed --------------------------------------------------------
+
 
 def test_it_sets_the_lamp_once_when_the_worker_is_sigkilled_after_the_call(d):
     run_id = start(d, "dim_lights", REQUEST, "--hang-after-tool", "set_brightness")
@@ -153,13 +178,17 @@ def test_it_survives_exit_75_after_the_call_as_the_demo_shows(d):
 
     burst_until(d, "SUCCEEDED", lambda: run_status(d, run_id) == "SUCCEEDED")
     s = status(d, run_id)
-    assert (s["status"], s["devices"]["lamp.brightness"], s["calls"]["lamp.set_brightness"]) == \
-        ("SUCCEEDED", 70, 1)
+    assert (s["status"], s["devices"]["lamp.brightness"], s["calls"]["lamp.set_brightness"]) == (
+        "SUCCEEDED",
+        70,
+        1,
+    )
 
 
 def _paused_unknown(d) -> str:
-    run_id = start(d, "dim_lights", REQUEST, "--hang-after-tool", "set_brightness",
-                   "--lamp-unreadable")
+    run_id = start(
+        d, "dim_lights", REQUEST, "--hang-after-tool", "set_brightness", "--lamp-unreadable"
+    )
     sigkill_when_hung(d, d.popen("worker", "--burst"), "lamp.set_brightness")
     burst_until(d, "PAUSED", lambda: run_status(d, run_id) == "PAUSED")
     s = status(d, run_id)
@@ -176,9 +205,22 @@ def _paused_unknown(d) -> str:
 def test_it_pauses_an_unknown_outcome_and_resolving_done_does_not_call_the_lamp(d):
     run_id = _paused_unknown(d)
     make_user(d, "alice", operator=True)
-    out = d.manage("runs", "resolve", run_id, "--step", "set_brightness", "--outcome", "done",
-                   "--evidence", "lamp panel shows 70%", "--result", '{"brightness": 70}',
-                   "--as", "alice", check=True)
+    out = d.manage(
+        "runs",
+        "resolve",
+        run_id,
+        "--step",
+        "set_brightness",
+        "--outcome",
+        "done",
+        "--evidence",
+        "lamp panel shows 70%",
+        "--result",
+        '{"brightness": 70}',
+        "--as",
+        "alice",
+        check=True,
+    )
     assert "RUNNING" in out.stdout
 
     burst_until(d, "SUCCEEDED", lambda: run_status(d, run_id) == "SUCCEEDED")
@@ -193,8 +235,18 @@ def test_it_pauses_an_unknown_outcome_and_resolving_done_does_not_call_the_lamp(
 
 def test_it_calls_the_lamp_exactly_once_more_when_resolved_not_done(d):
     run_id = _paused_unknown(d)
-    d.manage("runs", "resolve", run_id, "--step", "set_brightness", "--outcome", "not-done",
-             "--evidence", "lamp still at 80% on the wall panel", check=True)
+    d.manage(
+        "runs",
+        "resolve",
+        run_id,
+        "--step",
+        "set_brightness",
+        "--outcome",
+        "not-done",
+        "--evidence",
+        "lamp still at 80% on the wall panel",
+        check=True,
+    )
 
     burst_until(d, "SUCCEEDED", lambda: run_status(d, run_id) == "SUCCEEDED")
     s = status(d, run_id)
@@ -204,15 +256,34 @@ def test_it_calls_the_lamp_exactly_once_more_when_resolved_not_done(d):
 
 def test_it_refuses_a_resolve_without_evidence_or_of_a_step_that_is_not_unknown(d):
     run_id = start(d, "dim_lights", REQUEST)
-    no_evidence = d.manage("runs", "resolve", run_id, "--step", "set_brightness",
-                           "--outcome", "done", "--evidence", " ")
+    no_evidence = d.manage(
+        "runs",
+        "resolve",
+        run_id,
+        "--step",
+        "set_brightness",
+        "--outcome",
+        "done",
+        "--evidence",
+        " ",
+    )
     assert no_evidence.returncode != 0 and "evidence_required" in no_evidence.stderr
-    not_paused = d.manage("runs", "resolve", run_id, "--step", "set_brightness",
-                          "--outcome", "done", "--evidence", "x")
+    not_paused = d.manage(
+        "runs",
+        "resolve",
+        run_id,
+        "--step",
+        "set_brightness",
+        "--outcome",
+        "done",
+        "--evidence",
+        "x",
+    )
     assert not_paused.returncode != 0 and "not_allowed_in_state" in not_paused.stderr
 
 
 # -- duplicate deliveries -----------------------------------------------------------------
+
 
 def _deliver(d: Deployment, run_id: str, step_id: int, times: int) -> None:
     """Deliver the step's queue message ``times`` times: RQ jobs on PostgreSQL + Redis,
@@ -225,8 +296,9 @@ def _deliver(d: Deployment, run_id: str, step_id: int, times: int) -> None:
         for _ in range(times):
             queue.enqueue("runs.engine.jobs.execute_step_job", run_id, step_id, 0)
         return
-    code = ("from runs.engine.jobs import execute_step_job; "
-            f"execute_step_job({run_id!r}, {step_id}, 0)")
+    code = (
+        f"from runs.engine.jobs import execute_step_job; execute_step_job({run_id!r}, {step_id}, 0)"
+    )
     procs = [d.popen("shell", "-c", code) for _ in range(times)]
     for proc in procs:
         assert proc.wait(timeout=120) == 0, Deployment.logs(proc)
@@ -236,8 +308,11 @@ def test_it_runs_the_tool_once_when_the_message_is_delivered_five_times(d):
     lamp(d, delay_s={"set_brightness": 3})  # a slow lamp: duplicates arrive mid-call
     run_id = start(d, "dim_lights", REQUEST)
     workers = [d.popen("worker"), d.popen("worker")]
-    step = wait_for("set_brightness RUNNING", lambda: (
-        r := step_row(d, run_id, "set_brightness")) and r["status"] == "RUNNING" and r, workers)
+    step = wait_for(
+        "set_brightness RUNNING",
+        lambda: (r := step_row(d, run_id, "set_brightness")) and r["status"] == "RUNNING" and r,
+        workers,
+    )
     _deliver(d, run_id, step["id"], 5)
     wait_for("SUCCEEDED", lambda: run_status(d, run_id) == "SUCCEEDED", workers)
     _deliver(d, run_id, step["id"], 5)
@@ -256,6 +331,7 @@ def test_it_runs_the_tool_once_when_the_message_is_delivered_five_times(d):
 
 
 # -- retry policy ---------------------------------------------------------------------------
+
 
 def _parse(ts: str) -> datetime:
     return datetime.fromisoformat(ts)
@@ -303,8 +379,13 @@ def test_it_does_not_retry_a_non_retryable_error(d):
 
 
 def test_it_fails_or_pauses_as_declared_when_attempts_run_out(d):
-    lamp(d, fail_next={"get_brightness": ["DEPENDENCY_UNAVAILABLE"] * 3,
-                       "set_brightness": ["RATE_LIMITED"] * 3})
+    lamp(
+        d,
+        fail_next={
+            "get_brightness": ["DEPENDENCY_UNAVAILABLE"] * 3,
+            "set_brightness": ["RATE_LIMITED"] * 3,
+        },
+    )
     fails = start(d, "dim_lights", REQUEST)  # read_lamp: on_exhausted="fail"
     worker = d.popen("worker")
     wait_for("FAILED", lambda: run_status(d, fails) == "FAILED", [worker])
@@ -322,6 +403,7 @@ def test_it_fails_or_pauses_as_declared_when_attempts_run_out(d):
 
 # -- budgets --------------------------------------------------------------------------------
 
+
 def test_it_pauses_before_the_call_that_would_exceed_the_budget_and_resumes_when_raised(d):
     run_id = start(d, "dim_lights", REQUEST, "--budget", '{"tool_calls": 1}')
     d.manage("worker", "--burst", check=True)
@@ -333,40 +415,58 @@ def test_it_pauses_before_the_call_that_would_exceed_the_budget_and_resumes_when
     assert "lamp.set_brightness" not in s["calls"]  # paused before the call
     assert s["budget"]["used"]["tool_calls"] == 1
 
-    out = d.manage("runs", "budget", run_id, "--add-tool-calls", "1", "--reason", "approved",
-                   check=True)
+    out = d.manage(
+        "runs", "budget", run_id, "--add-tool-calls", "1", "--reason", "approved", check=True
+    )
     assert "RUNNING" in out.stdout
     burst_until(d, "SUCCEEDED", lambda: run_status(d, run_id) == "SUCCEEDED")
     s = status(d, run_id)
     assert s["calls"]["lamp.set_brightness"] == 1
-    assert s["budget"] == {"limits": {"tool_calls": 2},
-                           "used": {**s["budget"]["used"], "tool_calls": 2}}
+    assert s["budget"] == {
+        "limits": {"tool_calls": 2},
+        "used": {**s["budget"]["used"], "tool_calls": 2},
+    }
     [raised] = events(d, run_id, "budget.raised")
     assert (raised["actor"], raised["payload"]["reason"]) == ("cli", "approved")
 
 
 # -- compensation -----------------------------------------------------------------------------
 
+
 def test_it_compensates_in_reverse_order_once_each_also_when_the_compensator_is_killed(d):
-    run_id = start(d, "book_trip", json.dumps({"guest": "Ada", "card": "declined"}),
-                   "--hang-after-tool", "booking.release")
+    run_id = start(
+        d,
+        "book_trip",
+        json.dumps({"guest": "Ada", "card": "declined"}),
+        "--hang-after-tool",
+        "booking.release",
+    )
     sigkill_when_hung(d, d.popen("worker", "--burst"), "booking.release")
     assert run_status(d, run_id) == "FAILED"
 
-    burst_until(d, "compensation finished",
-                lambda: status(d, run_id)["compensation"]["status"] == "REVIEW")
-    releases = [c["args"]["hold_id"] for c in device(d, "booking")["calls"]
-                if c["op"] == "booking.release"]
+    burst_until(
+        d, "compensation finished", lambda: status(d, run_id)["compensation"]["status"] == "REVIEW"
+    )
+    releases = [
+        c["args"]["hold_id"] for c in device(d, "booking")["calls"] if c["op"] == "booking.release"
+    ]
     assert releases == ["car-2", "room-1"]  # reverse order, once each despite the kill
     holds = device(d, "booking")["state"]["holds"]
     assert {h: (v["status"], v["releases"]) for h, v in holds.items()} == {
-        "room-1": ("released", 1), "car-2": ("released", 1)}
+        "room-1": ("released", 1),
+        "car-2": ("released", 1),
+    }
     comp = status(d, run_id)["compensation"]
     assert [(e["step"], e["status"]) for e in comp["steps"]] == [
-        ("notify_guest", "MANUAL_REVIEW"), ("hold_car", "COMPENSATED"),
-        ("hold_room", "COMPENSATED")]
+        ("notify_guest", "MANUAL_REVIEW"),
+        ("hold_car", "COMPENSATED"),
+        ("hold_room", "COMPENSATED"),
+    ]
     assert [m["step"] for m in comp["manual_review"]] == ["notify_guest"]
-    holds_ledger = sql(d, "SELECT status FROM runs_operation WHERE run_id = %s AND tool = %s",
-                       (db_id(d, run_id), "booking.hold"))
+    holds_ledger = sql(
+        d,
+        "SELECT status FROM runs_operation WHERE run_id = %s AND tool = %s",
+        (db_id(d, run_id), "booking.hold"),
+    )
     assert sorted(holds_ledger) == [("COMPENSATED",), ("COMPENSATED",)]
     assert run_status(d, run_id) == "FAILED"

@@ -9,8 +9,22 @@ import pytest
 def test_it_holds_every_invariant_under_random_faults(deployment_factory, tmp_path):
     d = deployment_factory("postgres")
     out = tmp_path / "soak.json"
-    proc = d.manage("soak", "--runs", "16", "--workers", "3", "--duration", "45",
-                    "--kill-every", "3", "--seed", "20261129", "--json", out, timeout=280)
+    proc = d.manage(
+        "soak",
+        "--runs",
+        "16",
+        "--workers",
+        "3",
+        "--duration",
+        "45",
+        "--kill-every",
+        "3",
+        "--seed",
+        "20261129",
+        "--json",
+        out,
+        timeout=280,
+    )
     assert "seed: 20261129" in proc.stdout, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     broken = [i for i in report["invariants"] if not i["held"]]

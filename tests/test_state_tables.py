@@ -57,8 +57,12 @@ def test_it_applies_exactly_the_allowed_run_transitions(run, source, target):
         assert (after.status, after.version) == (source, before.version)
         last = Event.objects.filter(run=run).order_by("-seq").first()
         assert last.type == "transition.rejected"
-        assert last.payload == {"entity": "run", "from": source, "to": target,
-                                "reason": "run is terminal"}
+        assert last.payload == {
+            "entity": "run",
+            "from": source,
+            "to": target,
+            "reason": "run is terminal",
+        }
     else:
         with pytest.raises(IllegalTransition):
             transition_run(run.pk, target, expected=source, actor="test")
@@ -76,7 +80,9 @@ def test_it_applies_exactly_the_allowed_step_transitions(run, source, target):
             moved = tx.transition_step(step.pk, target, expected=source, actor="test")
         assert moved is True
         assert Step.objects.get(pk=step.pk).status == target
-        assert Event.objects.filter(run=run).order_by("-seq").first().type == f"step.{target.lower()}"
+        assert (
+            Event.objects.filter(run=run).order_by("-seq").first().type == f"step.{target.lower()}"
+        )
     else:
         with pytest.raises(IllegalTransition), run_transaction(run.pk) as tx:
             tx.transition_step(step.pk, target, expected=source, actor="test")
@@ -88,8 +94,9 @@ def test_it_refuses_a_step_move_when_someone_else_moved_first(run):
     step = Step.objects.get(run=run)
     Step.objects.filter(pk=step.pk).update(status=StepStatus.SUCCEEDED)
     with run_transaction(run.pk) as tx:
-        moved = tx.transition_step(step.pk, StepStatus.RUNNING, expected=StepStatus.PENDING,
-                                   actor="test")
+        moved = tx.transition_step(
+            step.pk, StepStatus.RUNNING, expected=StepStatus.PENDING, actor="test"
+        )
     assert moved is False
     assert Step.objects.get(pk=step.pk).status == StepStatus.SUCCEEDED
 
@@ -102,8 +109,9 @@ def test_it_refuses_a_run_move_from_a_stale_expected_state(run):
 
 def test_it_numbers_events_without_gaps(run):
     for _ in range(3):
-        transition_run(run.pk, RunStatus.PAUSED, expected=RunStatus.PENDING, actor="t") or \
-            transition_run(run.pk, RunStatus.RUNNING, expected=RunStatus.PAUSED, actor="t")
+        transition_run(
+            run.pk, RunStatus.PAUSED, expected=RunStatus.PENDING, actor="t"
+        ) or transition_run(run.pk, RunStatus.RUNNING, expected=RunStatus.PAUSED, actor="t")
     seqs = list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1))
     assert Run.objects.get(pk=run.pk).event_seq == len(seqs)

@@ -25,8 +25,9 @@ print(json.dumps([[m.seq, m.role, m.content, m.status, str(m.run_id)] for m in
 
 
 def post(deployment, thread, text, request_id):
-    return deployment.manage_json("runs", "message", "--thread", thread, text,
-                                  "--request-id", request_id, "--json")
+    return deployment.manage_json(
+        "runs", "message", "--thread", thread, text, "--request-id", request_id, "--json"
+    )
 
 
 def open_gate(deployment, name):
@@ -41,12 +42,14 @@ def runs_of(deployment, thread):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_it_queues_a_message_sent_during_a_run_and_starts_exactly_one_run_after_it(
-        deployment_factory, backend):
+    deployment_factory, backend
+):
     deployment = deployment_factory(backend, extra_env={"AGENTOPS_POLL_SECONDS": 0.1})
     first = start(deployment, "chat", "q", {"message": "How warm is it?", "hold": "g1"})
     worker = deployment.popen("worker")
-    wait_for(lambda: step_status(deployment, first, "plan") == "RUNNING", "plan running",
-             procs=(worker,))
+    wait_for(
+        lambda: step_status(deployment, first, "plan") == "RUNNING", "plan running", procs=(worker,)
+    )
 
     posted = post(deployment, "q", "And in the kitchen?", "req-2")
     assert posted["action"] == "queued"
@@ -60,8 +63,11 @@ def test_it_queues_a_message_sent_during_a_run_and_starts_exactly_one_run_after_
     assert status(deployment, posted["run_id"])["status"] == "PENDING"
 
     open_gate(deployment, "g1")
-    runs = wait_for(lambda: (r := runs_of(deployment, "q")) and all(s == "SUCCEEDED" for _, s in r)
-                    and r, "both runs to succeed", procs=(worker,))
+    runs = wait_for(
+        lambda: (r := runs_of(deployment, "q")) and all(s == "SUCCEEDED" for _, s in r) and r,
+        "both runs to succeed",
+        procs=(worker,),
+    )
     worker.terminate()
     worker.wait(timeout=60)
     assert [r for r, _ in runs] == [first, posted["run_id"]]
@@ -79,40 +85,54 @@ def test_it_queues_a_message_sent_during_a_run_and_starts_exactly_one_run_after_
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_it_interrupts_the_running_run_through_the_cancel_flow_then_starts_the_new_one(
-        deployment_factory, backend):
-    deployment = deployment_factory(backend, extra_env={"AGENTOPS_POLL_SECONDS": 0.1,
-                                                         "AGENTOPS_LEASE_SECONDS": 3})
+    deployment_factory, backend
+):
+    deployment = deployment_factory(
+        backend, extra_env={"AGENTOPS_POLL_SECONDS": 0.1, "AGENTOPS_LEASE_SECONDS": 3}
+    )
     deployment.manage("runs", "policy", "--thread", "i", "interrupt", check=True)
     first = start(deployment, "chat", "i", {"message": "Think for a long time", "hold": "never"})
     worker = deployment.popen("worker")
-    wait_for(lambda: step_status(deployment, first, "plan") == "RUNNING", "plan running",
-             procs=(worker,))
+    wait_for(
+        lambda: step_status(deployment, first, "plan") == "RUNNING", "plan running", procs=(worker,)
+    )
 
     posted = post(deployment, "i", "Stop, what is the temperature?", "req-i")
     assert posted["action"] == "interrupting"
     assert posted["interrupted"] == [first]
-    runs = wait_for(lambda: (r := runs_of(deployment, "i")) and r[-1][1] == "SUCCEEDED" and r,
-                    "the new run to succeed", procs=(worker,))
+    runs = wait_for(
+        lambda: (r := runs_of(deployment, "i")) and r[-1][1] == "SUCCEEDED" and r,
+        "the new run to succeed",
+        procs=(worker,),
+    )
     assert runs == [[first, "CANCELLED"], [posted["run_id"], "SUCCEEDED"]]
     again = post(deployment, "i", "Stop, what is the temperature?", "req-i")
     assert again["action"] == "duplicate" and again["run_id"] == posted["run_id"]
     worker.terminate()
     worker.wait(timeout=60)
     assert runs_of(deployment, "i") == runs
-    events = shell_json(deployment, f"""
+    events = shell_json(
+        deployment,
+        f"""
 import json
 from runs.models import Event
 print(json.dumps([e.type for e in Event.objects.filter(run_id={first!r}).order_by("seq")]))
-""")
-    assert "run.cancel_requested" in events and events.index("run.cancel_requested") < \
-        events.index("run.cancelled")
+""",
+    )
+    assert "run.cancel_requested" in events and events.index("run.cancel_requested") < events.index(
+        "run.cancelled"
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_it_stores_concurrent_resends_of_one_request_id_once(deployment_factory, backend):
     deployment = deployment_factory(backend)
-    procs = [deployment.popen("runs", "message", "--thread", "r", "How warm is it?",
-                              "--request-id", "same", "--json") for _ in range(4)]
+    procs = [
+        deployment.popen(
+            "runs", "message", "--thread", "r", "How warm is it?", "--request-id", "same", "--json"
+        )
+        for _ in range(4)
+    ]
     for proc in procs:
         assert proc.wait(timeout=120) == 0, deployment.logs(proc)
     answers = [json.loads(deployment.logs(p)[0]) for p in procs]

@@ -5,10 +5,20 @@ from tests.control_support import events_of, facts, step_status, wait_until, wee
 
 
 def test_it_flags_a_silent_run_and_progress_clears_the_flag(deployment_factory):
-    d = deployment_factory("sqlite", {"AGENTOPS_STUCK_SECONDS": 1, "AGENTOPS_LEASE_SECONDS": 2,
-                                      "AGENTOPS_SWEEP_SECONDS": 3600})
-    run_id = d.manage("runs", "start", "weekly_report", "--thread", "D", "--input",
-                      weekly_input(delays={"analyze": 2}), check=True).stdout.strip()
+    d = deployment_factory(
+        "sqlite",
+        {"AGENTOPS_STUCK_SECONDS": 1, "AGENTOPS_LEASE_SECONDS": 2, "AGENTOPS_SWEEP_SECONDS": 3600},
+    )
+    run_id = d.manage(
+        "runs",
+        "start",
+        "weekly_report",
+        "--thread",
+        "D",
+        "--input",
+        weekly_input(delays={"analyze": 2}),
+        check=True,
+    ).stdout.strip()
     worker = d.popen("worker", "--burst")
     wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run")
 

@@ -15,17 +15,26 @@ def add_arguments(parser):
     parser.add_argument("--add-tool-calls", type=int, default=0, metavar="N")
     parser.add_argument("--add-cost", default="0", metavar="USD", help="e.g. 0.05")
     parser.add_argument("--reason", default="", help="why, for the audit log")
-    parser.add_argument("--as", dest="as_user", default=None,
-                        help="record the change as user:USER (default actor: cli)")
+    parser.add_argument(
+        "--as",
+        dest="as_user",
+        default=None,
+        help="record the change as user:USER (default actor: cli)",
+    )
 
 
 def handle(command, options):
     run = resolve_run(options)
     actor = cli_actor(options["as_user"])
     try:
-        run = raise_budget(run, actor=actor, add_model_calls=options["add_model_calls"],
-                           add_tool_calls=options["add_tool_calls"],
-                           add_cost_usd=options["add_cost"], reason=options["reason"])
+        run = raise_budget(
+            run,
+            actor=actor,
+            add_model_calls=options["add_model_calls"],
+            add_tool_calls=options["add_tool_calls"],
+            add_cost_usd=options["add_cost"],
+            reason=options["reason"],
+        )
     except ControlError as exc:
         raise control_error(exc) from exc
     command.stdout.write(f"run {run.pk}: budget now {run.budget}; run is {run.status}")

@@ -21,5 +21,7 @@ def handle(command, options):
         return
     for row in rows:
         flag = "resumable" if row["resumable"] else "-"
-        command.stdout.write(f"{row['name']:<32} gen {row['generation']:<3} next "
-                             f"{row['next_step'] or '(end)':<22} {flag}")
+        command.stdout.write(
+            f"{row['name']:<32} gen {row['generation']:<3} next "
+            f"{row['next_step'] or '(end)':<22} {flag}"
+        )

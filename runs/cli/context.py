@@ -14,9 +14,11 @@ help = "print the assembled model input of a run's step, with each part labelled
 def add_arguments(parser):
     parser.add_argument("run_id", nargs="?")
     parser.add_argument("--thread")
-    parser.add_argument("--step", default=None,
-                        help="the step whose input to show (default: the run's open step, "
-                             "else its last step)")
+    parser.add_argument(
+        "--step",
+        default=None,
+        help="the step whose input to show (default: the run's open step, else its last step)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -45,8 +47,10 @@ def handle(command, options):
         command.stdout.write(json.dumps(assembled.as_dict(), ensure_ascii=False))
         return
     out = command.stdout
-    out.write(f"context of run {run.pk} at step {step or '-'} (history ends at message "
-              f"{assembled.history_end})")
+    out.write(
+        f"context of run {run.pk} at step {step or '-'} (history ends at message "
+        f"{assembled.history_end})"
+    )
     for part in assembled.parts:
         label = part["label"]
         if label == "system":
@@ -57,14 +61,16 @@ def handle(command, options):
             for line in part["content"].splitlines():
                 out.write(f"  {line}")
         else:
-            title = ("messages" if label == "messages" else "tool results (this run)")
+            title = "messages" if label == "messages" else "tool results (this run)"
             if part["messages"]:
                 out.write(f"[{title} {part['messages'][0]['seq']}..{part['messages'][-1]['seq']}]")
             else:
                 out.write(f"[{title}: none]")
             for m in part["messages"]:
-                calls = ", ".join(f"{c['name']}({json.dumps(c['arguments'])}) [{c['id']}]"
-                                  for c in m["tool_calls"])
+                calls = ", ".join(
+                    f"{c['name']}({json.dumps(c['arguments'])}) [{c['id']}]"
+                    for c in m["tool_calls"]
+                )
                 extra = f" -> {calls}" if calls else ""
                 reply_to = f" [result of {m['tool_call_id']}]" if m["tool_call_id"] else ""
                 out.write(f"  #{m['seq']} {m['role']:<9}{reply_to} {m['content']}{extra}")

@@ -11,13 +11,24 @@ help = "decide whether an UNKNOWN step's side effect happened; the run then cont
 def add_arguments(parser):
     parser.add_argument("run_id")
     parser.add_argument("--step", required=True, help="the UNKNOWN step's name")
-    parser.add_argument("--outcome", required=True, choices=OUTCOMES,
-                        help="done: use --result, do not call again; not-done: call once more")
+    parser.add_argument(
+        "--outcome",
+        required=True,
+        choices=OUTCOMES,
+        help="done: use --result, do not call again; not-done: call once more",
+    )
     parser.add_argument("--evidence", required=True, help="what you checked, for the audit log")
-    parser.add_argument("--result", default=None,
-                        help="with done: the call's result as JSON (what the tool returned)")
-    parser.add_argument("--as", dest="as_user", default=None,
-                        help="record the decision as user:USER (default actor: cli)")
+    parser.add_argument(
+        "--result",
+        default=None,
+        help="with done: the call's result as JSON (what the tool returned)",
+    )
+    parser.add_argument(
+        "--as",
+        dest="as_user",
+        default=None,
+        help="record the decision as user:USER (default actor: cli)",
+    )
 
 
 def handle(command, options):
@@ -25,9 +36,16 @@ def handle(command, options):
     result = parse_json(options["result"], "--result") if options["result"] else None
     actor = cli_actor(options["as_user"])
     try:
-        run = resolve_unknown(run, options["step"], outcome=options["outcome"],
-                              evidence=options["evidence"], actor=actor, result=result)
+        run = resolve_unknown(
+            run,
+            options["step"],
+            outcome=options["outcome"],
+            evidence=options["evidence"],
+            actor=actor,
+            result=result,
+        )
     except ControlError as exc:
         raise control_error(exc) from exc
-    command.stdout.write(f"resolved {options['step']} of run {run.pk} as {options['outcome']}; "
-                         f"run is {run.status}")
+    command.stdout.write(
+        f"resolved {options['step']} of run {run.pk} as {options['outcome']}; run is {run.status}"
+    )

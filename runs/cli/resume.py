@@ -21,14 +21,29 @@ help = "re-dispatch the run's next step, or resume from a checkpoint with --from
 def add_arguments(parser):
     parser.add_argument("run_id", nargs="?")
     parser.add_argument("--thread")
-    parser.add_argument("--wait", type=float, default=None,
-                        help="seconds to wait for a live lease (default: lease length + 5)")
-    parser.add_argument("--from", dest="checkpoint", metavar="CHECKPOINT", default=None,
-                        help="resume from this checkpoint (see `runs checkpoints RUN_ID`)")
-    parser.add_argument("--input-patch", default=None,
-                        help="JSON object merged into the checkpoint's input (with --from)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="with --from: show what would run again, change nothing")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=None,
+        help="seconds to wait for a live lease (default: lease length + 5)",
+    )
+    parser.add_argument(
+        "--from",
+        dest="checkpoint",
+        metavar="CHECKPOINT",
+        default=None,
+        help="resume from this checkpoint (see `runs checkpoints RUN_ID`)",
+    )
+    parser.add_argument(
+        "--input-patch",
+        default=None,
+        help="JSON object merged into the checkpoint's input (with --from)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --from: show what would run again, change nothing",
+    )
     parser.add_argument("--reason", default="", help="why (recorded on the event)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -42,22 +57,26 @@ def handle(command, options):
         _resume_from(command, run, options)
         return
     if options["input_patch"] or options["dry_run"]:
-        raise control_error(ControlError("needs_checkpoint",
-                                         "--input-patch and --dry-run need --from CHECKPOINT"))
+        raise control_error(
+            ControlError("needs_checkpoint", "--input-patch and --dry-run need --from CHECKPOINT")
+        )
     told = []
 
     def on_wait(step, left):
         if not told:
-            command.stdout.write(f"step {step.name} is leased by {step.owner} for {left:.1f}s; "
-                                 "waiting for the lease to expire")
+            command.stdout.write(
+                f"step {step.name} is leased by {step.owner} for {left:.1f}s; "
+                "waiting for the lease to expire"
+            )
             told.append(True)
 
     try:
         step = resume(run, actor="cli", wait_seconds=options["wait"], on_wait=on_wait)
     except ControlError as exc:
         raise control_error(exc) from exc
-    command.stdout.write(f"resumed run {run.pk}: next step {step.name} "
-                         f"(attempt so far {step.attempt}) dispatched")
+    command.stdout.write(
+        f"resumed run {run.pk}: next step {step.name} (attempt so far {step.attempt}) dispatched"
+    )
 
 
 def _resume_from(command, run, options):
@@ -65,8 +84,9 @@ def _resume_from(command, run, options):
     try:
         plan = plan_resume(run, options["checkpoint"], patch)
         if not options["dry_run"]:
-            run = resume_from_checkpoint(run, options["checkpoint"], actor="cli",
-                                         input_patch=patch, reason=options["reason"])
+            run = resume_from_checkpoint(
+                run, options["checkpoint"], actor="cli", input_patch=patch, reason=options["reason"]
+            )
     except ControlError as exc:
         raise control_error(exc) from exc
     if options["json"]:
@@ -77,11 +97,18 @@ def _resume_from(command, run, options):
         return
     out = command.stdout
     verb = "would run again" if options["dry_run"] else "will run again"
-    out.write(f"{'dry run: ' if options['dry_run'] else ''}resume run {run.pk} from "
-              f"{plan.checkpoint.name} (generation {plan.checkpoint.generation})")
+    out.write(
+        f"{'dry run: ' if options['dry_run'] else ''}resume run {run.pk} from "
+        f"{plan.checkpoint.name} (generation {plan.checkpoint.generation})"
+    )
     out.write(f"steps that {verb}: {', '.join(plan.steps_to_rerun)}")
-    out.write("steps superseded: " + (", ".join(f"{s['name']}#{s['seq']} ({s['status']})"
-                                                for s in plan.steps_to_supersede) or "none"))
+    out.write(
+        "steps superseded: "
+        + (
+            ", ".join(f"{s['name']}#{s['seq']} ({s['status']})" for s in plan.steps_to_supersede)
+            or "none"
+        )
+    )
     if plan.operations_may_repeat:
         out.write("side effects that may repeat (new idempotency keys):")
         for op in plan.operations_may_repeat:

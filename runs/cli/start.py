@@ -13,22 +13,43 @@ def add_arguments(parser):
     parser.add_argument("workflow")
     parser.add_argument("--thread", required=True)
     parser.add_argument("--input", default="{}", help="run input as a JSON object")
-    parser.add_argument("--budget", default=None,
-                        help='limits as JSON, e.g. {"tool_calls": 5, "cost_usd": "0.10"}')
-    parser.add_argument("--crash-before", metavar="STEP", default=None,
-                        help="fault injection: the worker reaching STEP exits 75 at once")
-    parser.add_argument("--crash-at", metavar="POINT", default=None, choices=fault_points.POINTS,
-                        help="fault injection: the worker reaching POINT inside a step "
-                             "(artifact_written, summary_ready) SIGKILLs itself")
-    parser.add_argument("--crash-after-tool", metavar="TOOL", default=None,
-                        help="fault injection: after the first call of TOOL (e.g. "
-                             "set_brightness) returns, the worker exits 75 before saving it")
-    parser.add_argument("--hang-after-tool", metavar="TOOL", default=None,
-                        help="fault injection: after the first call of TOOL returns, the "
-                             "worker prints 'HANG after TOOL' and blocks until killed")
-    parser.add_argument("--lamp-unreadable", action="store_true",
-                        help="fault injection: the simulated lamp stops answering reads "
-                             "after it is set (verify cannot tell)")
+    parser.add_argument(
+        "--budget", default=None, help='limits as JSON, e.g. {"tool_calls": 5, "cost_usd": "0.10"}'
+    )
+    parser.add_argument(
+        "--crash-before",
+        metavar="STEP",
+        default=None,
+        help="fault injection: the worker reaching STEP exits 75 at once",
+    )
+    parser.add_argument(
+        "--crash-at",
+        metavar="POINT",
+        default=None,
+        choices=fault_points.POINTS,
+        help="fault injection: the worker reaching POINT inside a step "
+        "(artifact_written, summary_ready) SIGKILLs itself",
+    )
+    parser.add_argument(
+        "--crash-after-tool",
+        metavar="TOOL",
+        default=None,
+        help="fault injection: after the first call of TOOL (e.g. "
+        "set_brightness) returns, the worker exits 75 before saving it",
+    )
+    parser.add_argument(
+        "--hang-after-tool",
+        metavar="TOOL",
+        default=None,
+        help="fault injection: after the first call of TOOL returns, the "
+        "worker prints 'HANG after TOOL' and blocks until killed",
+    )
+    parser.add_argument(
+        "--lamp-unreadable",
+        action="store_true",
+        help="fault injection: the simulated lamp stops answering reads "
+        "after it is set (verify cannot tell)",
+    )
 
 
 def handle(command, options):
@@ -41,9 +62,13 @@ def handle(command, options):
         except registry.UnknownWorkflow as exc:
             raise control_error(ControlError("unknown_workflow", str(exc))) from exc
         if not wf.has(options["crash_before"]):
-            raise control_error(ControlError(
-                "unknown_step", f"{wf.name} has no step {options['crash_before']!r}; steps: "
-                + ", ".join(s.name for s in wf.steps)))
+            raise control_error(
+                ControlError(
+                    "unknown_step",
+                    f"{wf.name} has no step {options['crash_before']!r}; steps: "
+                    + ", ".join(s.name for s in wf.steps),
+                )
+            )
         faults["crash_before"] = options["crash_before"]
     if options["crash_at"]:
         faults["crash_at"] = options["crash_at"]
@@ -53,8 +78,13 @@ def handle(command, options):
     if options["lamp_unreadable"]:
         faults["lamp_unreadable"] = True
     try:
-        run = start_run(options["workflow"], thread_id=options["thread"], input=data,
-                        budget=budget, faults=faults)
+        run = start_run(
+            options["workflow"],
+            thread_id=options["thread"],
+            input=data,
+            budget=budget,
+            faults=faults,
+        )
     except ControlError as exc:
         raise control_error(exc) from exc
     command.stdout.write(str(run.pk))

@@ -20,15 +20,18 @@ def handle(command, options):
         command.stdout.write(json.dumps(status, ensure_ascii=False))
         return
     out = command.stdout
-    out.write(f"run {status['run_id']} ({status['workflow']}@{status['version']}) "
-              f"thread {status['thread']}: {status['status']}")
+    out.write(
+        f"run {status['run_id']} ({status['workflow']}@{status['version']}) "
+        f"thread {status['thread']}: {status['status']}"
+    )
     out.write(f"next step: {status['next_step'] or '-'}")
     for s in status["steps"]:
         out.write(f"  step {s['name']:<20} {s['status']:<10} attempt {s['attempt']}")
     out.write(f"messages ({len(status['messages'])}):")
     for m in status["messages"]:
-        calls = ", ".join(f"{c['name']}({json.dumps(c['arguments'])}) [{c['id']}]"
-                          for c in m["tool_calls"])
+        calls = ", ".join(
+            f"{c['name']}({json.dumps(c['arguments'])}) [{c['id']}]" for c in m["tool_calls"]
+        )
         extra = f" -> {calls}" if calls else ""
         reply_to = f" (result of {m['tool_call_id']})" if m["tool_call_id"] else ""
         out.write(f"  {m['role']:<9} {m['content']}{extra}{reply_to}")
@@ -36,8 +39,10 @@ def handle(command, options):
     out.write(f"devices: {json.dumps(status['devices'])}")
     takeover = status.get("takeover")
     if takeover:
-        out.write(f"takeover {takeover['id']} OPEN ({takeover['cause']}) at "
-                  f"{takeover['step'] or '-'}: {takeover['reason']}")
+        out.write(
+            f"takeover {takeover['id']} OPEN ({takeover['cause']}) at "
+            f"{takeover['step'] or '-'}: {takeover['reason']}"
+        )
         out.write(f"  suggested: {takeover['suggested_action']}")
     compensation = status.get("compensation") or {}
     if compensation.get("status"):

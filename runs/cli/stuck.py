@@ -13,15 +13,23 @@ def add_arguments(parser):
 
 
 def handle(command, options):
-    rows = [{"run_id": str(r.pk), "workflow": r.workflow, "status": r.status,
-             "stuck_since": r.stuck_since.isoformat(),
-             "last_event_at": r.last_event_at.isoformat() if r.last_event_at else None}
-            for r in stuck_runs()]
+    rows = [
+        {
+            "run_id": str(r.pk),
+            "workflow": r.workflow,
+            "status": r.status,
+            "stuck_since": r.stuck_since.isoformat(),
+            "last_event_at": r.last_event_at.isoformat() if r.last_event_at else None,
+        }
+        for r in stuck_runs()
+    ]
     if options["json"]:
         command.stdout.write(json.dumps(rows))
         return
     if not rows:
         command.stdout.write("no stuck runs")
     for r in rows:
-        command.stdout.write(f"{r['run_id']} {r['workflow']} {r['status']} stuck since "
-                             f"{r['stuck_since']} (last event {r['last_event_at']})")
+        command.stdout.write(
+            f"{r['run_id']} {r['workflow']} {r['status']} stuck since "
+            f"{r['stuck_since']} (last event {r['last_event_at']})"
+        )

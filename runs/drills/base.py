@@ -38,9 +38,14 @@ class DrillResult:
         return self.error is None and all(c.ok for c in self.checks)
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "title": self.title, "passed": self.passed,
-                "error": self.error, "seconds": round(self.seconds, 1),
-                "checks": [c.__dict__ for c in self.checks]}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "passed": self.passed,
+            "error": self.error,
+            "seconds": round(self.seconds, 1),
+            "checks": [c.__dict__ for c in self.checks],
+        }
 
 
 class Recorder:
@@ -102,10 +107,18 @@ def format_table(results: list[DrillResult]) -> str:
         for c in r.checks:
             rows.append((r.name, c.what, c.expected, c.observed, "pass" if c.ok else "FAIL"))
         if r.error:
-            rows.append((r.name, "drill ran to the end", "no error",
-                         r.error.strip().splitlines()[-1], "FAIL"))
-    widths = [min(max(len(row[i]) for row in rows), cap) for i, cap in
-              enumerate((18, 36, 40, 48, 4))]
+            rows.append(
+                (
+                    r.name,
+                    "drill ran to the end",
+                    "no error",
+                    r.error.strip().splitlines()[-1],
+                    "FAIL",
+                )
+            )
+    widths = [
+        min(max(len(row[i]) for row in rows), cap) for i, cap in enumerate((18, 36, 40, 48, 4))
+    ]
     lines = []
     for row in rows:
         lines.append("  ".join(cell[:w].ljust(w) for cell, w in zip(row, widths, strict=True)))
@@ -115,6 +128,7 @@ def format_table(results: list[DrillResult]) -> str:
 
 
 # -- helpers the drills share -----------------------------------------------------------
+
 
 def _read_retrying(read):
     """``read()``, retried while the database is unreachable (the DB-outage drill)."""
@@ -142,7 +156,8 @@ def wait_terminal(run_ids, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         statuses = _read_retrying(
-            lambda: dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "status")))
+            lambda: dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "status"))
+        )
         if all(s in RUN_TERMINAL for s in statuses.values()) or time.monotonic() >= deadline:
             return statuses
         time.sleep(0.2)

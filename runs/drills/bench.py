@@ -61,12 +61,20 @@ def machine() -> dict:
         pg = cur.fetchone()[0]
         cur.execute("SHOW synchronous_commit")
         sync = cur.fetchone()[0]
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": mem_gb,
-            "os": platform.platform(), "python": platform.python_version(),
-            "postgresql": pg, "synchronous_commit": sync, "load_avg_at_start": os.getloadavg()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": mem_gb,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "postgresql": pg,
+        "synchronous_commit": sync,
+        "load_avg_at_start": os.getloadavg(),
+    }
 
 
 # -- engine ---------------------------------------------------------------------------
+
 
 def bench_engine(box: Sandbox, steps: int, workers: int, say) -> dict:
     """No-op ``bench_noop`` runs (``BENCH_STEPS`` steps each) enqueued up front, then
@@ -79,12 +87,18 @@ def bench_engine(box: Sandbox, steps: int, workers: int, say) -> dict:
     for probe in probes:
         box.start_worker(probe_file=probe)
     total = runs * BENCH_STEPS
-    done = wait_until(lambda: Step.objects.filter(status=StepStatus.SUCCEEDED).count() >= total
-                      and Run.objects.filter(status=RunStatus.SUCCEEDED).count() == runs,
-                      timeout=max(120, total / 20), interval=0.5)
+    done = wait_until(
+        lambda: Step.objects.filter(status=StepStatus.SUCCEEDED).count() >= total
+        and Run.objects.filter(status=RunStatus.SUCCEEDED).count() == runs,
+        timeout=max(120, total / 20),
+        interval=0.5,
+    )
     box.stop_workers()
-    rows = list(Step.objects.filter(status=StepStatus.SUCCEEDED)
-                .values_list("seq", "created_at", "started_at", "finished_at"))
+    rows = list(
+        Step.objects.filter(status=StepStatus.SUCCEEDED).values_list(
+            "seq", "created_at", "started_at", "finished_at"
+        )
+    )
     first = min(r[2] for r in rows)
     last = max(r[3] for r in rows)
     elapsed = (last - first).total_seconds()
@@ -94,29 +108,42 @@ def bench_engine(box: Sandbox, steps: int, workers: int, say) -> dict:
     executed = sum(c["steps"] for c in counts) or len(rows)
     total_of = lambda key: sum(c[key] for c in counts)  # noqa: E731
     return {
-        "completed": bool(done), "steps": len(rows), "runs": runs, "workers": workers,
-        "elapsed_s": round(elapsed, 3), "steps_per_s": round(len(rows) / elapsed, 1),
-        "latency_ms": {"p50": _ms(percentile(chained, 50)), "p95": _ms(percentile(chained, 95)),
-                       "p99": _ms(percentile(chained, 99))},
-        "first_step_latency_ms": {"p50": _ms(percentile(initial, 50)),
-                                  "p99": _ms(percentile(initial, 99))},
+        "completed": bool(done),
+        "steps": len(rows),
+        "runs": runs,
+        "workers": workers,
+        "elapsed_s": round(elapsed, 3),
+        "steps_per_s": round(len(rows) / elapsed, 1),
+        "latency_ms": {
+            "p50": _ms(percentile(chained, 50)),
+            "p95": _ms(percentile(chained, 95)),
+            "p99": _ms(percentile(chained, 99)),
+        },
+        "first_step_latency_ms": {
+            "p50": _ms(percentile(initial, 50)),
+            "p99": _ms(percentile(initial, 99)),
+        },
         "db_per_step": {
             "round_trips": round(total_of("round_trips") / executed, 2),
             "statements": round(total_of("statements") / executed, 2),
             "transactions": round(total_of("transactions") / executed, 2),
             "explicit_transactions": round(total_of("explicit_commits") / executed, 2),
-        } if counts else None,
+        }
+        if counts
+        else None,
         "probed_workers": len(counts),
-        "peak_worker_rss_mb": (round(max(c["max_rss_kb"] for c in counts) / 1024, 1)
-                               if counts else None),
+        "peak_worker_rss_mb": (
+            round(max(c["max_rss_kb"] for c in counts) / 1024, 1) if counts else None
+        ),
         "notes": "latency = step row created (dispatched by the predecessor's commit) to its "
-                 "commit, steps 2..N of each run; first steps wait in the up-front backlog "
-                 "(first_step_latency_ms). DB counts include each worker's start-up recovery, "
-                 "registration and sweeps.",
+        "commit, steps 2..N of each run; first steps wait in the up-front backlog "
+        "(first_step_latency_ms). DB counts include each worker's start-up recovery, "
+        "registration and sweeps.",
     }
 
 
 # -- raw RQ ---------------------------------------------------------------------------
+
 
 def bench_raw_rq(box: Sandbox, jobs: int, workers: int, say) -> dict:
     """``jobs`` no-op jobs through the scratch Redis, ``workers`` burst SimpleWorkers."""
@@ -128,28 +155,52 @@ def bench_raw_rq(box: Sandbox, jobs: int, workers: int, say) -> dict:
     queue = Queue("rawbench", connection=redis)
     ids = []
     for start in range(0, jobs, 1000):
-        batch = [Queue.prepare_data("runs.drills.raw.noop", result_ttl=3600)
-                 for _ in range(min(1000, jobs - start))]
+        batch = [
+            Queue.prepare_data("runs.drills.raw.noop", result_ttl=3600)
+            for _ in range(min(1000, jobs - start))
+        ]
         ids += [j.id for j in queue.enqueue_many(batch)]
-    procs = [box.popen([sys.executable, "-m", "rq.cli", "worker", "--burst", "--quiet",
-                        "-w", "rq.worker.SimpleWorker", "--url", box.redis_url,
-                        "--logging_level", "WARNING", "rawbench"], label="rqworker")
-             for _ in range(workers)]
+    procs = [
+        box.popen(
+            [
+                sys.executable,
+                "-m",
+                "rq.cli",
+                "worker",
+                "--burst",
+                "--quiet",
+                "-w",
+                "rq.worker.SimpleWorker",
+                "--url",
+                box.redis_url,
+                "--logging_level",
+                "WARNING",
+                "rawbench",
+            ],
+            label="rqworker",
+        )
+        for _ in range(workers)
+    ]
     for proc in procs:
         proc.wait(timeout=max(300, jobs / 20))
     started, ended = [], []
     for start in range(0, len(ids), 1000):
-        for job in Job.fetch_many(ids[start:start + 1000], connection=redis):
+        for job in Job.fetch_many(ids[start : start + 1000], connection=redis):
             if job is not None and job.started_at and job.ended_at:
                 started.append(job.started_at)
                 ended.append(job.ended_at)
     elapsed = (max(ended) - min(started)).total_seconds() if ended else float("nan")
-    return {"jobs": len(ended), "workers": workers, "elapsed_s": round(elapsed, 3),
-            "jobs_per_s": round(len(ended) / elapsed, 1) if ended else None,
-            "worker_class": "rq.worker.SimpleWorker"}
+    return {
+        "jobs": len(ended),
+        "workers": workers,
+        "elapsed_s": round(elapsed, 3),
+        "jobs_per_s": round(len(ended) / elapsed, 1) if ended else None,
+        "worker_class": "rq.worker.SimpleWorker",
+    }
 
 
 # -- raw PostgreSQL -------------------------------------------------------------------
+
 
 def bench_raw_postgres(box: Sandbox, workers: int, seconds: float, say) -> dict:
     """Single-row UPDATE transactions (autocommit, server commit settings) from
@@ -163,26 +214,45 @@ def bench_raw_postgres(box: Sandbox, workers: int, seconds: float, say) -> dict:
     import multiprocessing
 
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        counts = list(pool.map(raw.pg_writer, [box.database_url] * workers, range(1, workers + 1),
-                               [start_at] * workers, [seconds] * workers))
+        counts = list(
+            pool.map(
+                raw.pg_writer,
+                [box.database_url] * workers,
+                range(1, workers + 1),
+                [start_at] * workers,
+                [seconds] * workers,
+            )
+        )
     total = sum(counts)
-    return {"connections": workers, "seconds": seconds, "transactions": total,
-            "tx_per_s": round(total / seconds, 1)}
+    return {
+        "connections": workers,
+        "seconds": seconds,
+        "transactions": total,
+        "tx_per_s": round(total / seconds, 1),
+    }
 
 
 # -- recovery -------------------------------------------------------------------------
+
 
 def bench_recovery(box: Sandbox, kills: int, stagger: float, say) -> dict:
     """SIGKILL ``kills`` workers, each holding a ``bench_hold`` step, ``stagger`` seconds
     apart, with the default lease and sweep settings; time each step from its holder's
     kill to its commit by the rescuer worker."""
-    say(f"recovery: {kills} SIGKILLs (lease {settings.AGENTOPS_LEASE_SECONDS}s, "
-        f"sweep {settings.AGENTOPS_SWEEP_SECONDS}s)")
-    runs = [start_run("bench_hold", thread_id=f"hold-{i}", input={}, actor="bench")
-            for i in range(kills)]
+    say(
+        f"recovery: {kills} SIGKILLs (lease {settings.AGENTOPS_LEASE_SECONDS}s, "
+        f"sweep {settings.AGENTOPS_SWEEP_SECONDS}s)"
+    )
+    runs = [
+        start_run("bench_hold", thread_id=f"hold-{i}", input={}, actor="bench")
+        for i in range(kills)
+    ]
     holders = {box.start_worker().pid: None for _ in range(kills)}
-    held = wait_until(lambda: Step.objects.filter(status=StepStatus.RUNNING, attempt=1).count()
-                      == kills, timeout=120, interval=0.2)
+    held = wait_until(
+        lambda: Step.objects.filter(status=StepStatus.RUNNING, attempt=1).count() == kills,
+        timeout=120,
+        interval=0.2,
+    )
     if not held:
         return {"error": "holders did not claim the steps"}
     rescuer = box.start_worker()
@@ -194,20 +264,30 @@ def bench_recovery(box: Sandbox, kills: int, stagger: float, say) -> dict:
         box.signal(by_pid[pid], signal.SIGKILL)
         killed_at[step.pk] = db_now()
         time.sleep(stagger)
-    wait_until(lambda: Step.objects.filter(pk__in=killed_at, status=StepStatus.SUCCEEDED).count()
-               == kills, timeout=settings.AGENTOPS_LEASE_SECONDS * 3 + 60, interval=0.2)
-    times = [(s.finished_at - killed_at[s.pk]).total_seconds()
-             for s in Step.objects.filter(pk__in=killed_at, status=StepStatus.SUCCEEDED)]
+    wait_until(
+        lambda: Step.objects.filter(pk__in=killed_at, status=StepStatus.SUCCEEDED).count() == kills,
+        timeout=settings.AGENTOPS_LEASE_SECONDS * 3 + 60,
+        interval=0.2,
+    )
+    times = [
+        (s.finished_at - killed_at[s.pk]).total_seconds()
+        for s in Step.objects.filter(pk__in=killed_at, status=StepStatus.SUCCEEDED)
+    ]
     box.stop_workers()
     del holders, runs
-    return {"kills": kills, "recovered": len(times),
-            "lease_s": settings.AGENTOPS_LEASE_SECONDS, "sweep_s": settings.AGENTOPS_SWEEP_SECONDS,
-            "p50_s": round(percentile(times, 50), 2) if times else None,
-            "max_s": round(max(times), 2) if times else None,
-            "samples_s": [round(t, 2) for t in sorted(times)]}
+    return {
+        "kills": kills,
+        "recovered": len(times),
+        "lease_s": settings.AGENTOPS_LEASE_SECONDS,
+        "sweep_s": settings.AGENTOPS_SWEEP_SECONDS,
+        "p50_s": round(percentile(times, 50), 2) if times else None,
+        "max_s": round(max(times), 2) if times else None,
+        "samples_s": [round(t, 2) for t in sorted(times)],
+    }
 
 
 # -- console --------------------------------------------------------------------------
+
 
 def _insert_select(model, source_sql: str, overrides: dict[str, str], params=()) -> int:
     """``INSERT INTO <model table> SELECT ...`` over ``source_sql``: each concrete column
@@ -226,8 +306,10 @@ def _insert_select(model, source_sql: str, overrides: dict[str, str], params=())
         columns.append(column)
         exprs.append("%s")
         values.append(field.get_db_prep_save(getattr(template, field.attname), connection))
-    sql = (f"INSERT INTO {model._meta.db_table} ({', '.join(columns)}) "
-           f"SELECT {', '.join(exprs)} {source_sql}")
+    sql = (
+        f"INSERT INTO {model._meta.db_table} ({', '.join(columns)}) "
+        f"SELECT {', '.join(exprs)} {source_sql}"
+    )
     with connection.cursor() as cur:
         cur.execute(sql, [*values, *params])
         return cur.rowcount
@@ -239,34 +321,52 @@ def seed_console(runs: int, events_per_run: int, say) -> dict:
     (100,000 runs span 35 days)."""
     say(f"console: seeding {runs:,} runs and {runs * events_per_run:,} events")
     t0 = time.monotonic()
-    _insert_select(Thread, "FROM generate_series(1, 1000) g",
-                   {"thread_id": "'seed-' || g"})
+    _insert_select(Thread, "FROM generate_series(1, 1000) g", {"thread_id": "'seed-' || g"})
     # 97% finished (90 succeeded, 5 failed, 2 cancelled), 3% open (running, paused,
     # waiting for approval): what a deployment that has run for a while looks like.
-    statuses = ("CASE WHEN mod(g, 100) < 90 THEN 'SUCCEEDED' WHEN mod(g, 100) < 95 THEN 'FAILED' "
-                "WHEN mod(g, 100) < 97 THEN 'CANCELLED' WHEN mod(g, 100) = 97 THEN 'RUNNING' "
-                "WHEN mod(g, 100) = 98 THEN 'PAUSED' ELSE 'WAITING_APPROVAL' END")
-    _insert_select(Run, "FROM generate_series(1, %s) g", {
-        "id": "gen_random_uuid()",
-        "thread_id": "(SELECT min(id) FROM runs_thread) + mod(g, 1000)",
-        "workflow": "'room_temperature'", "workflow_version": "1", "status": statuses,
-        "event_seq": str(events_per_run),
-        "created_at": "now() - make_interval(secs => g * 30)",
-        "updated_at": "now() - make_interval(secs => g * 30)",
-        "last_event_at": "now() - make_interval(secs => g * 30)",
-        "goal": "'How warm is the living room? #' || g",
-    }, [runs])
-    _insert_select(Event, "FROM runs_run r CROSS JOIN generate_series(1, %s) s", {
-        "run_id": "r.id", "seq": "s",
-        "type": "(ARRAY['run.created','step.scheduled','step.started','step.succeeded',"
-                "'checkpoint.saved'])[1 + mod(s, 5)]",
-        "payload": "jsonb_build_object('attempt', 1, 's', s)", "actor": "'seed'",
-        "created_at": "r.created_at + make_interval(secs => s)",
-    }, [events_per_run])
+    statuses = (
+        "CASE WHEN mod(g, 100) < 90 THEN 'SUCCEEDED' WHEN mod(g, 100) < 95 THEN 'FAILED' "
+        "WHEN mod(g, 100) < 97 THEN 'CANCELLED' WHEN mod(g, 100) = 97 THEN 'RUNNING' "
+        "WHEN mod(g, 100) = 98 THEN 'PAUSED' ELSE 'WAITING_APPROVAL' END"
+    )
+    _insert_select(
+        Run,
+        "FROM generate_series(1, %s) g",
+        {
+            "id": "gen_random_uuid()",
+            "thread_id": "(SELECT min(id) FROM runs_thread) + mod(g, 1000)",
+            "workflow": "'room_temperature'",
+            "workflow_version": "1",
+            "status": statuses,
+            "event_seq": str(events_per_run),
+            "created_at": "now() - make_interval(secs => g * 30)",
+            "updated_at": "now() - make_interval(secs => g * 30)",
+            "last_event_at": "now() - make_interval(secs => g * 30)",
+            "goal": "'How warm is the living room? #' || g",
+        },
+        [runs],
+    )
+    _insert_select(
+        Event,
+        "FROM runs_run r CROSS JOIN generate_series(1, %s) s",
+        {
+            "run_id": "r.id",
+            "seq": "s",
+            "type": "(ARRAY['run.created','step.scheduled','step.started','step.succeeded',"
+            "'checkpoint.saved'])[1 + mod(s, 5)]",
+            "payload": "jsonb_build_object('attempt', 1, 's', s)",
+            "actor": "'seed'",
+            "created_at": "r.created_at + make_interval(secs => s)",
+        },
+        [events_per_run],
+    )
     with connection.cursor() as cur:
         cur.execute("ANALYZE")
-    return {"runs": Run.objects.count(), "events": Event.objects.count(),
-            "seed_s": round(time.monotonic() - t0, 1)}
+    return {
+        "runs": Run.objects.count(),
+        "events": Event.objects.count(),
+        "seed_s": round(time.monotonic() - t0, 1),
+    }
 
 
 def _console_targets() -> tuple[str, list[tuple[str, str]]]:
@@ -297,8 +397,10 @@ def _console_targets() -> tuple[str, list[tuple[str, str]]]:
         pass  # issue 5's console is not in this build
     return "admin (issue 5's console not merged)", [
         ("admin changelist", reverse("admin:runs_run_changelist")),
-        ("admin changelist (status=FAILED)",
-         reverse("admin:runs_run_changelist") + "?status__exact=FAILED"),
+        (
+            "admin changelist (status=FAILED)",
+            reverse("admin:runs_run_changelist") + "?status__exact=FAILED",
+        ),
         ("admin change page", reverse("admin:runs_run_change", args=[run.pk])),
     ]
 
@@ -324,16 +426,29 @@ def bench_console(runs: int, events_per_run: int, requests: int, say) -> dict:
             response = client.get(url)
             times.append(time.perf_counter() - t0)
             status = response.status_code
-        pages[label] = {"url": url, "status": status, "p50_ms": _ms(percentile(times, 50)),
-                        "p95_ms": _ms(percentile(times, 95))}
+        pages[label] = {
+            "url": url,
+            "status": status,
+            "p50_ms": _ms(percentile(times, 50)),
+            "p95_ms": _ms(percentile(times, 95)),
+        }
     return {"source": source, **seeded, "requests_per_page": requests, "pages": pages}
 
 
 # -- the whole benchmark ----------------------------------------------------------------
 
-def run_bench(*, steps: int, workers: int, kills: int = 3, pg_seconds: float = 5.0,
-              console_runs: int = 100_000, events_per_run: int = 10, console_requests: int = 20,
-              say=print) -> dict:
+
+def run_bench(
+    *,
+    steps: int,
+    workers: int,
+    kills: int = 3,
+    pg_seconds: float = 5.0,
+    console_runs: int = 100_000,
+    events_per_run: int = 10,
+    console_requests: int = 20,
+    say=print,
+) -> dict:
     """Run all five parts; returns ``{"machine", "engine", "raw_rq", "raw_postgres",
     "recovery", "console"}`` (see docs/drills-and-bench.md)."""
     result: dict = {}
@@ -349,7 +464,8 @@ def run_bench(*, steps: int, workers: int, kills: int = 3, pg_seconds: float = 5
     engine = result["engine"]["steps_per_s"]
     result["ratios"] = {
         "engine_vs_raw_rq": round(engine / result["raw_rq"]["jobs_per_s"], 3)
-        if result["raw_rq"].get("jobs_per_s") else None,
+        if result["raw_rq"].get("jobs_per_s")
+        else None,
         "engine_vs_raw_postgres": round(engine / result["raw_postgres"]["tx_per_s"], 3),
     }
     return result
@@ -362,23 +478,40 @@ def format_table(result: dict) -> str:
     lat, db = e["latency_ms"], e.get("db_per_step") or {}
     rows = [
         ("engine", f"steps/s ({e['steps']} no-op steps, {e['workers']} workers)", e["steps_per_s"]),
-        ("", "dispatch-to-commit ms p50 / p95 / p99",
-         f"{lat['p50']} / {lat['p95']} / {lat['p99']}"),
-        ("", "per step: DB round trips / statements / transactions",
-         f"{db.get('round_trips')} / {db.get('statements')} / {db.get('transactions')}"),
+        (
+            "",
+            "dispatch-to-commit ms p50 / p95 / p99",
+            f"{lat['p50']} / {lat['p95']} / {lat['p99']}",
+        ),
+        (
+            "",
+            "per step: DB round trips / statements / transactions",
+            f"{db.get('round_trips')} / {db.get('statements')} / {db.get('transactions')}",
+        ),
         ("", "peak worker RSS MB", e["peak_worker_rss_mb"]),
         ("raw RQ", f"no-op jobs/s (SimpleWorker x {rq['workers']})", rq["jobs_per_s"]),
-        ("raw Postgres", f"single-row UPDATE tx/s ({pg['connections']} connections)",
-         pg["tx_per_s"]),
+        (
+            "raw Postgres",
+            f"single-row UPDATE tx/s ({pg['connections']} connections)",
+            pg["tx_per_s"],
+        ),
         ("ratios", "engine / raw RQ", ratios["engine_vs_raw_rq"]),
         ("", "engine / raw PostgreSQL", ratios["engine_vs_raw_postgres"]),
-        ("recovery", f"SIGKILL to commit s p50 / max ({rec.get('kills')} kills)",
-         f"{rec.get('p50_s')} / {rec.get('max_s')}"),
+        (
+            "recovery",
+            f"SIGKILL to commit s p50 / max ({rec.get('kills')} kills)",
+            f"{rec.get('p50_s')} / {rec.get('max_s')}",
+        ),
         ("console", f"{con['source']}", f"{con['runs']:,} runs, {con['events']:,} events"),
     ]
     for label, page in con["pages"].items():
-        rows.append(("", f"{label} ms p50 / p95",
-                     f"{page['p50_ms']} / {page['p95_ms']} (HTTP {page['status']})"))
+        rows.append(
+            (
+                "",
+                f"{label} ms p50 / p95",
+                f"{page['p50_ms']} / {page['p95_ms']} (HTTP {page['status']})",
+            )
+        )
     lines = [f"{'part':<13} {'figure':<54} value"]
     lines += [f"{part:<13} {figure:<54} {value}" for part, figure, value in rows]
     return "\n".join(lines)

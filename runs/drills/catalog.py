@@ -17,8 +17,12 @@ from runs.sim.devices import device_calls
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
 #: Short leases and fast sweeps so a drill takes seconds, not minutes.
-DRILL_ENV = {"AGENTOPS_LEASE_SECONDS": "3", "AGENTOPS_SWEEP_SECONDS": "0.5",
-             "AGENTOPS_RENOTIFY_SECONDS": "2", "AGENTOPS_POLL_SECONDS": "0.2"}
+DRILL_ENV = {
+    "AGENTOPS_LEASE_SECONDS": "3",
+    "AGENTOPS_SWEEP_SECONDS": "0.5",
+    "AGENTOPS_RENOTIFY_SECONDS": "2",
+    "AGENTOPS_POLL_SECONDS": "0.2",
+}
 ANSWER = "It is 23.5 °C in the living room right now."
 QUESTION = {"question": "How warm is the living room?"}
 
@@ -30,22 +34,33 @@ def _answer(run_id) -> str:
 
 
 def _start_room(label: str, budget: dict | None = None) -> Run:
-    return start_run("room_temperature", thread_id=f"drill-{label}-{time.monotonic_ns()}",
-                     input=QUESTION, budget=budget, actor="drill")
+    return start_run(
+        "room_temperature",
+        thread_id=f"drill-{label}-{time.monotonic_ns()}",
+        input=QUESTION,
+        budget=budget,
+        actor="drill",
+    )
 
 
 def _wait_stopped(box: Sandbox, timeout: float = 30, exclude=None):
     """The sandbox worker that suspended itself (an armed ``stop`` fault fired)."""
-    return wait_until(lambda: next((p for p in box.live_workers()
-                                    if process_state(p.pid) == "T" and p is not exclude), None),
-                      timeout)
+    return wait_until(
+        lambda: next(
+            (p for p in box.live_workers() if process_state(p.pid) == "T" and p is not exclude),
+            None,
+        ),
+        timeout,
+    )
 
 
 def _started_by(run_id) -> list[tuple[str, int, str]]:
     """``(step name, attempt, worker)`` of every step.started event, in order."""
     names = {s.pk: s.name for s in Step.objects.filter(run_id=run_id)}
-    return [(names.get(e.step_id, "?"), e.payload.get("attempt"), e.payload.get("worker"))
-            for e in events(run_id, ("step.started",))]
+    return [
+        (names.get(e.step_id, "?"), e.payload.get("attempt"), e.payload.get("worker"))
+        for e in events(run_id, ("step.started",))
+    ]
 
 
 def _status_events_after_terminal(run_id) -> list[str]:
@@ -67,10 +82,16 @@ def _cancel(run: Run) -> None:
     except ImportError:
         from runs.engine.gateway import transition_run
 
-        transition_run(run.pk, RunStatus.CANCEL_REQUESTED, actor="user:drill",
-                       reason="drill: operator cancel")
-        transition_run(run.pk, RunStatus.CANCELLED, expected=RunStatus.CANCEL_REQUESTED,
-                       actor="user:drill", reason="drill: operator cancel")
+        transition_run(
+            run.pk, RunStatus.CANCEL_REQUESTED, actor="user:drill", reason="drill: operator cancel"
+        )
+        transition_run(
+            run.pk,
+            RunStatus.CANCELLED,
+            expected=RunStatus.CANCEL_REQUESTED,
+            actor="user:drill",
+            reason="drill: operator cancel",
+        )
         return
     request_cancel(run, actor="user:drill", reason="drill: operator cancel")
 
@@ -82,8 +103,12 @@ def kill_after_tool(r):
         faults.arm("thermostat.read", "stop", when="after", run_id=run.pk)
         first = box.start_worker()
         frozen = _wait_stopped(box)
-        r.check("worker froze right after the thermostat answered", "stopped", 
-                "stopped" if frozen else "not stopped", frozen is first)
+        r.check(
+            "worker froze right after the thermostat answered",
+            "stopped",
+            "stopped" if frozen else "not stopped",
+            frozen is first,
+        )
         calls_at_kill = device_calls(str(run.pk))
         box.signal(first, signal.SIGKILL)
         second = box.start_worker()
@@ -96,8 +121,11 @@ def kill_after_tool(r):
         r.expect("second worker resumed at", "read_temperature", resumed[0] if resumed else None)
         r.expect("plan (done before the kill) attempts", 1, by_name["plan"].attempt)
         r.expect("read_temperature attempts", 2, by_name["read_temperature"].attempt)
-        r.expect("thermostat reads in all (read tool: safe to repeat)", 2,
-                 device_calls(str(run.pk)).get("thermostat.read"))
+        r.expect(
+            "thermostat reads in all (read tool: safe to repeat)",
+            2,
+            device_calls(str(run.pk)).get("thermostat.read"),
+        )
         r.expect("model calls charged", 2, Run.objects.get(pk=run.pk).model_calls)
         r.expect("answer", ANSWER, _answer(run.pk))
         r.expect("second worker still alive", None, second.poll())
@@ -139,14 +167,20 @@ def duplicate_messages(r):
         r.expect("attempts per step", [1], attempts)
         started = [len(_started_by(i)) for i in ids]
         r.expect("step.started events per run", [3, 3, 3], started)
-        r.expect("thermostat reads per run", [1, 1, 1],
-                 [device_calls(str(i)).get("thermostat.read") for i in ids])
+        r.expect(
+            "thermostat reads per run",
+            [1, 1, 1],
+            [device_calls(str(i)).get("thermostat.read") for i in ids],
+        )
         r.expect("answers", [ANSWER] * 3, [_answer(i) for i in ids])
         r.expect("workers alive", 2, len(box.live_workers()))
 
 
-@drill("late_message", "late writes after a terminal state (success after cancel, failure "
-                       "after success) and late queue messages")
+@drill(
+    "late_message",
+    "late writes after a terminal state (success after cancel, failure "
+    "after success) and late queue messages",
+)
 def late_message(r):
     with Sandbox("late", env=DRILL_ENV) as box:
         # Failure after success: the first worker freezes inside the read; another takes
@@ -156,47 +190,69 @@ def late_message(r):
         sleeper = box.start_worker()
         _wait_stopped(box)
         helper = box.start_worker()
-        r.expect("run finished by the other worker", "SUCCEEDED",
-                 wait_status(done.pk, RUN_TERMINAL, 60))
+        r.expect(
+            "run finished by the other worker", "SUCCEEDED", wait_status(done.pk, RUN_TERMINAL, 60)
+        )
         box.signal(sleeper, signal.SIGCONT)
         wait_until(lambda: events(done.pk, ("step.commit_rejected",)), 20)
         rejected = events(done.pk, ("step.commit_rejected",))
-        r.check("late failure recorded as rejected", "step.commit_rejected",
-                [e.payload.get("reason") for e in rejected], bool(rejected))
-        r.expect("status after the late failure", "SUCCEEDED",
-                 Run.objects.get(pk=done.pk).status)
+        r.check(
+            "late failure recorded as rejected",
+            "step.commit_rejected",
+            [e.payload.get("reason") for e in rejected],
+            bool(rejected),
+        )
+        r.expect("status after the late failure", "SUCCEEDED", Run.objects.get(pk=done.pk).status)
         # Success after cancel: freeze inside the read, cancel, wake up, succeed.
         box.signal(helper, signal.SIGSTOP)
         cancelled = _start_room("late-cancel")
         faults.arm("thermostat.read", "stop", when="before", run_id=cancelled.pk)
         frozen = _wait_stopped(box, exclude=helper)
         box.signal(helper, signal.SIGCONT)
-        r.check("a worker froze inside the second run's read", "stopped",
-                "stopped" if frozen else "not stopped", frozen is not None)
+        r.check(
+            "a worker froze inside the second run's read",
+            "stopped",
+            "stopped" if frozen else "not stopped",
+            frozen is not None,
+        )
         _cancel(Run.objects.get(pk=cancelled.pk))
-        r.expect("run cancelled while its step ran", "CANCELLED",
-                 wait_status(cancelled.pk, (RunStatus.CANCELLED,), 60))
+        r.expect(
+            "run cancelled while its step ran",
+            "CANCELLED",
+            wait_status(cancelled.pk, (RunStatus.CANCELLED,), 60),
+        )
         box.signal(frozen, signal.SIGCONT)
-        wait_until(lambda: events(cancelled.pk, ("step.commit_rejected", "step.abandoned",
-                                                 "step.cancelled")), 20)
-        late = [e.type for e in events(cancelled.pk, ("step.commit_rejected", "step.abandoned",
-                                                      "step.cancelled"))]
+        wait_until(
+            lambda: events(
+                cancelled.pk, ("step.commit_rejected", "step.abandoned", "step.cancelled")
+            ),
+            20,
+        )
+        late = [
+            e.type
+            for e in events(
+                cancelled.pk, ("step.commit_rejected", "step.abandoned", "step.cancelled")
+            )
+        ]
         r.check("late success refused", "step.commit_rejected (or abandoned)", late, bool(late))
-        r.expect("status after the late success", "CANCELLED",
-                 Run.objects.get(pk=cancelled.pk).status)
+        r.expect(
+            "status after the late success", "CANCELLED", Run.objects.get(pk=cancelled.pk).status
+        )
         # Late queue messages for every step of both terminal runs.
         before = {i: len(_started_by(i)) for i in (done.pk, cancelled.pk)}
         for _ in range(5):
             for step_id, run_id in Step.objects.filter(
-                    run_id__in=[done.pk, cancelled.pk]).values_list("pk", "run_id"):
+                run_id__in=[done.pk, cancelled.pk]
+            ).values_list("pk", "run_id"):
                 dispatch.notify_now(run_id, step_id)
         time.sleep(3)
         after = {i: len(_started_by(i)) for i in (done.pk, cancelled.pk)}
-        r.expect("steps started by late messages", 0,
-                 sum(after[i] - before[i] for i in after))
-        r.expect("status events after a terminal one", [[], []],
-                 [_status_events_after_terminal(done.pk),
-                  _status_events_after_terminal(cancelled.pk)])
+        r.expect("steps started by late messages", 0, sum(after[i] - before[i] for i in after))
+        r.expect(
+            "status events after a terminal one",
+            [[], []],
+            [_status_events_after_terminal(done.pk), _status_events_after_terminal(cancelled.pk)],
+        )
 
 
 @drill("redis_flush", "Redis flushed and its connections dropped mid-run")
@@ -206,22 +262,31 @@ def redis_flush(r):
         ids = [_start_room(f"redis{i}").pk for i in range(4)]
         for _ in range(2):
             box.start_worker()
-        wait_until(lambda: Step.objects.filter(run_id__in=ids, status=StepStatus.RUNNING).exists(),
-                   30, 0.05)
+        wait_until(
+            lambda: Step.objects.filter(run_id__in=ids, status=StepStatus.RUNNING).exists(),
+            30,
+            0.05,
+        )
         killed = box.drop_redis_connections()
         time.sleep(1.5)
         killed += box.drop_redis_connections()
         statuses = wait_terminal(ids, 90)
         r.check("Redis clients disconnected", "> 0", killed, killed > 0)
         r.expect("runs SUCCEEDED", 4, sum(s == RunStatus.SUCCEEDED for s in statuses.values()))
-        r.expect("thermostat reads per run", [1] * 4,
-                 [device_calls(str(i)).get("thermostat.read") for i in ids])
+        r.expect(
+            "thermostat reads per run",
+            [1] * 4,
+            [device_calls(str(i)).get("thermostat.read") for i in ids],
+        )
         r.expect("answers", [ANSWER] * 4, [_answer(i) for i in ids])
         r.expect("workers alive", 2, len(box.live_workers()))
 
 
-@drill("db_outage", "PostgreSQL stopped for a few seconds while workers run (one RQ "
-                    "worker, one database-polling worker)")
+@drill(
+    "db_outage",
+    "PostgreSQL stopped for a few seconds while workers run (one RQ "
+    "worker, one database-polling worker)",
+)
 def db_outage(r):
     cluster = PgCluster().init()
     try:
@@ -234,8 +299,11 @@ def db_outage(r):
             # running: the outage hits workers at work, not a process still starting.
             wait_until(lambda: WorkerProcess.objects.count() == 2, 60)
             time.sleep(1.5)
-            wait_until(lambda: Step.objects.filter(run_id__in=ids,
-                                                   status=StepStatus.RUNNING).exists(), 30, 0.05)
+            wait_until(
+                lambda: Step.objects.filter(run_id__in=ids, status=StepStatus.RUNNING).exists(),
+                30,
+                0.05,
+            )
             from django.db import connection
 
             finished_before = sum(s in RUN_TERMINAL for s in wait_terminal(ids, 0).values())
@@ -247,42 +315,64 @@ def db_outage(r):
             reads = [device_calls(str(i)).get("thermostat.read", 0) for i in ids]
             r.check("runs finished before the outage", "< 3", finished_before, finished_before < 3)
             r.expect("runs SUCCEEDED", 3, sum(s == RunStatus.SUCCEEDED for s in statuses.values()))
-            r.check("thermostat reads per run (a read lost in the outage is repeated)",
-                    "1 or 2 each", reads, all(n in (1, 2) for n in reads))
+            r.check(
+                "thermostat reads per run (a read lost in the outage is repeated)",
+                "1 or 2 each",
+                reads,
+                all(n in (1, 2) for n in reads),
+            )
             r.expect("answers", [ANSWER] * 3, [_answer(i) for i in ids])
-            dead = [box.log(p).strip().splitlines()[-1:] for p in box.workers
-                    if p.poll() is not None]
+            dead = [
+                box.log(p).strip().splitlines()[-1:] for p in box.workers if p.poll() is not None
+            ]
             r.expect("workers that died (last log line)", [], dead)
     finally:
         cluster.destroy()
 
 
-@drill("sigstop_fenced", "worker paused past its lease, another takes over, the first "
-                         "wakes up: write fenced, side effect deduplicated by key")
+@drill(
+    "sigstop_fenced",
+    "worker paused past its lease, another takes over, the first "
+    "wakes up: write fenced, side effect deduplicated by key",
+)
 def sigstop_fenced(r):
     with Sandbox("stop", env=DRILL_ENV) as box:
-        run = start_run("synthetic_order", thread_id="drill-stop",
-                        input={"sku": "A-1", "amount": 42}, actor="drill")
+        run = start_run(
+            "synthetic_order",
+            thread_id="drill-stop",
+            input={"sku": "A-1", "amount": 42},
+            actor="drill",
+        )
         faults.arm("payments.charge", "stop", when="before", run_id=run.pk)
         first = box.start_worker()
         _wait_stopped(box)
         second = box.start_worker()
-        r.expect("run finished by the second worker", "SUCCEEDED",
-                 wait_status(run.pk, RUN_TERMINAL, 60))
+        r.expect(
+            "run finished by the second worker", "SUCCEEDED", wait_status(run.pk, RUN_TERMINAL, 60)
+        )
         box.signal(first, signal.SIGCONT)
         wait_until(lambda: events(run.pk, ("step.commit_rejected", "step.abandoned")), 20)
         time.sleep(0.5)
-        late = [(e.type, e.payload.get("attempt")) for e in
-                events(run.pk, ("step.commit_rejected", "step.abandoned"))]
-        r.check("stale attempt's commit fenced", "step.commit_rejected attempt 1", late,
-                ("step.commit_rejected", 1) in late)
+        late = [
+            (e.type, e.payload.get("attempt"))
+            for e in events(run.pk, ("step.commit_rejected", "step.abandoned"))
+        ]
+        r.check(
+            "stale attempt's commit fenced",
+            "step.commit_rejected attempt 1",
+            late,
+            ("step.commit_rejected", 1) in late,
+        )
         charges = [a for a in services.applied_effects() if a["op"] == "charge"]
         requests = device_calls(str(run.pk)).get("payments.charge")
         r.expect("payments.charge requests (both attempts called)", 2, requests)
         r.expect("charges applied by the payments ledger", 1, len(charges))
         op = Operation.objects.get(run_id=run.pk, tool="payments.charge")
-        r.expect("ledger key = applied charge key", op.idempotency_key,
-                 charges[0]["key"] if charges else None)
+        r.expect(
+            "ledger key = applied charge key",
+            op.idempotency_key,
+            charges[0]["key"] if charges else None,
+        )
         r.expect("charge step attempts", 2, steps(run.pk)["charge"].attempt)
         r.expect("status after the late write", "SUCCEEDED", Run.objects.get(pk=run.pk).status)
         r.expect("first worker alive after waking", None, first.poll())
@@ -306,13 +396,20 @@ def budget_out(r):
         try:
             from runs.engine.budget import raise_budget
         except ImportError:
-            r.check("raise the budget and resume", "SUCCEEDED (issue 3)", "raise_budget not in "
-                    "this build; paused state checked", True)
+            r.check(
+                "raise the budget and resume",
+                "SUCCEEDED (issue 3)",
+                "raise_budget not in this build; paused state checked",
+                True,
+            )
             return
-        raise_budget(Run.objects.get(pk=run.pk), actor="user:drill", add_model_calls=1,
-                     reason="drill: budget raised")
-        r.expect("after raising the budget", "SUCCEEDED",
-                 wait_status(run.pk, RUN_TERMINAL, 60))
+        raise_budget(
+            Run.objects.get(pk=run.pk),
+            actor="user:drill",
+            add_model_calls=1,
+            reason="drill: budget raised",
+        )
+        r.expect("after raising the budget", "SUCCEEDED", wait_status(run.pk, RUN_TERMINAL, 60))
         r.expect("thermostat reads in all", 1, device_calls(str(run.pk)).get("thermostat.read"))
         r.expect("answer", ANSWER, _answer(run.pk))
 
@@ -321,16 +418,23 @@ def budget_out(r):
 def model_timeout(r):
     with Sandbox("timeout", env=DRILL_ENV) as box:
         faults.arm("model.complete", "delay", when="before", seconds=6.0)
-        run = start_run("synthetic_order", thread_id="drill-timeout",
-                        input={"sku": "T-1", "amount": 5}, actor="drill")
+        run = start_run(
+            "synthetic_order",
+            thread_id="drill-timeout",
+            input={"sku": "T-1", "amount": 5},
+            actor="drill",
+        )
         box.start_worker()
         status = wait_status(run.pk, RUN_TERMINAL, 60)
         retries = [e.payload.get("error_code") for e in events(run.pk, ("step.retry_scheduled",))]
         r.expect("run status", "SUCCEEDED", status)
         r.expect("plan's first attempt failed with", ["TIMEOUT"], retries)
         r.expect("plan attempts", 2, steps(run.pk)["plan"].attempt)
-        r.expect("model calls charged (the timed-out one counts)", 2,
-                 Run.objects.get(pk=run.pk).model_calls)
+        r.expect(
+            "model calls charged (the timed-out one counts)",
+            2,
+            Run.objects.get(pk=run.pk).model_calls,
+        )
         applied = sorted(a["op"] for a in services.applied_effects())
         r.expect("effects applied once each", ["charge", "reserve", "send"], applied)
 
@@ -355,20 +459,28 @@ def _shift_run_clock(run_id, days: int) -> None:
     from runs.models import Event
 
     delta = timedelta(days=days)
-    Run.objects.filter(pk=run_id).update(created_at=F("created_at") - delta,
-                                         updated_at=F("updated_at") - delta,
-                                         started_at=F("started_at") - delta,
-                                         last_event_at=F("last_event_at") - delta)
+    Run.objects.filter(pk=run_id).update(
+        created_at=F("created_at") - delta,
+        updated_at=F("updated_at") - delta,
+        started_at=F("started_at") - delta,
+        last_event_at=F("last_event_at") - delta,
+    )
     Event.objects.filter(run_id=run_id).update(created_at=F("created_at") - delta)
-    Step.objects.filter(run_id=run_id).update(created_at=F("created_at") - delta,
-                                              started_at=F("started_at") - delta,
-                                              finished_at=F("finished_at") - delta)
-    Approval.objects.filter(run_id=run_id).update(created_at=F("created_at") - delta,
-                                                  expires_at=F("expires_at") - delta)
+    Step.objects.filter(run_id=run_id).update(
+        created_at=F("created_at") - delta,
+        started_at=F("started_at") - delta,
+        finished_at=F("finished_at") - delta,
+    )
+    Approval.objects.filter(run_id=run_id).update(
+        created_at=F("created_at") - delta, expires_at=F("expires_at") - delta
+    )
 
 
-@drill("approval_wait", "approvals wait days (database clock moved forward, no worker), "
-                        "then one is approved and one has expired")
+@drill(
+    "approval_wait",
+    "approvals wait days (database clock moved forward, no worker), "
+    "then one is approved and one has expired",
+)
 def approval_wait(r):
     from datetime import timedelta
 
@@ -378,26 +490,35 @@ def approval_wait(r):
     from approvals.services import DecisionConflict, decide
 
     with Sandbox("approval", env=DRILL_ENV) as box:
-        kept = start_run("weekly_report", thread_id="drill-appr-1", input={"week": "2026-W40"},
-                         actor="drill")
-        lapsed = start_run("weekly_report", thread_id="drill-appr-2", input={"week": "2026-W41"},
-                           actor="drill")
+        kept = start_run(
+            "weekly_report", thread_id="drill-appr-1", input={"week": "2026-W40"}, actor="drill"
+        )
+        lapsed = start_run(
+            "weekly_report", thread_id="drill-appr-2", input={"week": "2026-W41"}, actor="drill"
+        )
         box.start_worker()
-        waiting = [wait_status(i, (RunStatus.WAITING_APPROVAL, *RUN_TERMINAL), 60)
-                   for i in (kept.pk, lapsed.pk)]
+        waiting = [
+            wait_status(i, (RunStatus.WAITING_APPROVAL, *RUN_TERMINAL), 60)
+            for i in (kept.pk, lapsed.pk)
+        ]
         r.expect("both runs wait for approval", ["WAITING_APPROVAL"] * 2, waiting)
         box.stop_workers()
         # Both approvals expire 7 days after they were asked; 3 and 10 days pass.
         Approval.objects.filter(run_id__in=[kept.pk, lapsed.pk]).update(
-            expires_at=F("created_at") + timedelta(days=7))
+            expires_at=F("created_at") + timedelta(days=7)
+        )
         _shift_run_clock(kept.pk, 3)
         _shift_run_clock(lapsed.pk, 10)
         box.start_worker()
-        r.expect("expired approval's run took the expiry route", "SUCCEEDED",
-                 wait_status(lapsed.pk, RUN_TERMINAL, 60))
+        r.expect(
+            "expired approval's run took the expiry route",
+            "SUCCEEDED",
+            wait_status(lapsed.pk, RUN_TERMINAL, 60),
+        )
         r.expect("expired approval", "EXPIRED", Approval.objects.get(run_id=lapsed.pk).status)
-        r.expect("still waiting after 3 days", "WAITING_APPROVAL",
-                 Run.objects.get(pk=kept.pk).status)
+        r.expect(
+            "still waiting after 3 days", "WAITING_APPROVAL", Run.objects.get(pk=kept.pk).status
+        )
         approval = Approval.objects.get(run_id=kept.pk)
         r.expect("approval still pending", "PENDING", approval.status)
         user = _approver()
@@ -409,10 +530,15 @@ def approval_wait(r):
             second = "DecisionConflict"
         r.expect("a different second decision", "DecisionConflict", second)
         r.expect("approved run", "SUCCEEDED", wait_status(kept.pk, RUN_TERMINAL, 60))
-        r.expect("publications (approved run, expired run)", [1, 0],
-                 [device_calls(str(i)).get("publisher.publish", 0) for i in (kept.pk, lapsed.pk)])
-        decided = [len(events(i, ("approval.approved", "approval.rejected", "approval.expired")))
-                   for i in (kept.pk, lapsed.pk)]
+        r.expect(
+            "publications (approved run, expired run)",
+            [1, 0],
+            [device_calls(str(i)).get("publisher.publish", 0) for i in (kept.pk, lapsed.pk)],
+        )
+        decided = [
+            len(events(i, ("approval.approved", "approval.rejected", "approval.expired")))
+            for i in (kept.pk, lapsed.pk)
+        ]
         r.expect("decision events per approval", [1, 1], decided)
 
 
@@ -421,27 +547,47 @@ def cancel_running(r):
     from runs.engine.cancel import request_cancel
 
     with Sandbox("cancel", env=DRILL_ENV) as box:
-        run = start_run("weekly_report", thread_id="drill-cancel",
-                        input={"week": "2026-W42", "delays": {"analyze": 0.5}}, actor="drill")
+        run = start_run(
+            "weekly_report",
+            thread_id="drill-cancel",
+            input={"week": "2026-W42", "delays": {"analyze": 0.5}},
+            actor="drill",
+        )
         box.start_worker()
-        running = wait_until(lambda: Step.objects.filter(run_id=run.pk, name="analyze",
-                                                         status=StepStatus.RUNNING).exists(), 60)
-        r.check("analyze running when cancelled", "RUNNING", "RUNNING" if running else "not",
-                bool(running))
+        running = wait_until(
+            lambda: Step.objects.filter(
+                run_id=run.pk, name="analyze", status=StepStatus.RUNNING
+            ).exists(),
+            60,
+        )
+        r.check(
+            "analyze running when cancelled",
+            "RUNNING",
+            "RUNNING" if running else "not",
+            bool(running),
+        )
         request_cancel(Run.objects.get(pk=run.pk), actor="user:drill", reason="drill: stop it")
         r.expect("run status", "CANCELLED", wait_status(run.pk, RUN_TERMINAL, 60))
         by_name = steps(run.pk)
         r.expect("analyze stopped at a safe point", "CANCELLED", by_name["analyze"].status)
-        r.expect("steps after analyze", [],
-                 [n for n in by_name if n in ("draft_report", "publish")])
+        r.expect(
+            "steps after analyze", [], [n for n in by_name if n in ("draft_report", "publish")]
+        )
         calls = device_calls(str(run.pk))
-        r.expect("slot reserved, then released by compensation", (1, 1),
-                 (calls.get("publisher.reserve"), calls.get("publisher.release")))
+        r.expect(
+            "slot reserved, then released by compensation",
+            (1, 1),
+            (calls.get("publisher.reserve"), calls.get("publisher.release")),
+        )
         r.expect("publications", 0, calls.get("publisher.publish", 0))
-        cancel_events = [(e.actor, e.payload.get("reason")) for e in
-                         events(run.pk, ("run.cancel_requested",))]
-        r.expect("cancel recorded with actor and reason", [("user:drill", "drill: stop it")],
-                 cancel_events)
+        cancel_events = [
+            (e.actor, e.payload.get("reason")) for e in events(run.pk, ("run.cancel_requested",))
+        ]
+        r.expect(
+            "cancel recorded with actor and reason",
+            [("user:drill", "drill: stop it")],
+            cancel_events,
+        )
 
 
 @drill("verify_unknown", "an external system answers unknown to verification")
@@ -450,10 +596,13 @@ def verify_unknown(r):
     from runs.engine.unknown import resolve_unknown
 
     with Sandbox("unknown", env=DRILL_ENV) as box:
-        run = start_run("dim_lights", thread_id="drill-unknown",
-                        input={"request": "Lower the brightness by 10%"},
-                        faults={"crash_after_tool": "set_brightness", "lamp_unreadable": True},
-                        actor="drill")
+        run = start_run(
+            "dim_lights",
+            thread_id="drill-unknown",
+            input={"request": "Lower the brightness by 10%"},
+            faults={"crash_after_tool": "set_brightness", "lamp_unreadable": True},
+            actor="drill",
+        )
         first = box.start_worker()
         wait_until(lambda: first.poll() is not None, 60)
         r.expect("worker crashed after the lamp changed", 75, first.poll())
@@ -463,11 +612,17 @@ def verify_unknown(r):
         r.expect("run status", "PAUSED", status)
         r.expect("takeover cause", "unknown_outcome", takeover.cause if takeover else None)
         r.expect("step status", "UNKNOWN", steps(run.pk)["set_brightness"].status)
-        r.expect("lamp sets (no blind retry)", 1,
-                 device_calls(str(run.pk)).get("lamp.set_brightness"))
-        resolve_unknown(Run.objects.get(pk=run.pk), "set_brightness", outcome="done",
-                        evidence="drill: the lamp shows 70% on its panel", actor="user:drill",
-                        result={"brightness": 70, "previous": 80})
+        r.expect(
+            "lamp sets (no blind retry)", 1, device_calls(str(run.pk)).get("lamp.set_brightness")
+        )
+        resolve_unknown(
+            Run.objects.get(pk=run.pk),
+            "set_brightness",
+            outcome="done",
+            evidence="drill: the lamp shows 70% on its panel",
+            actor="user:drill",
+            result={"brightness": 70, "previous": 80},
+        )
         r.expect("after the operator said done", "SUCCEEDED", wait_status(run.pk, RUN_TERMINAL, 60))
         r.expect("lamp sets in all", 1, device_calls(str(run.pk)).get("lamp.set_brightness"))
 
@@ -481,10 +636,12 @@ def artifact_corrupt(r):
     from runs.models import Artifact
 
     with Sandbox("artifact", env=DRILL_ENV) as box:
-        corrupt = start_run("weekly_report", thread_id="drill-art-1", input={"week": "2026-W43"},
-                            actor="drill")
-        missing = start_run("weekly_report", thread_id="drill-art-2", input={"week": "2026-W44"},
-                            actor="drill")
+        corrupt = start_run(
+            "weekly_report", thread_id="drill-art-1", input={"week": "2026-W43"}, actor="drill"
+        )
+        missing = start_run(
+            "weekly_report", thread_id="drill-art-2", input={"week": "2026-W44"}, actor="drill"
+        )
         box.start_worker()
         for run in (corrupt, missing):
             wait_status(run.pk, (RunStatus.WAITING_APPROVAL, *RUN_TERMINAL), 60)
@@ -495,17 +652,27 @@ def artifact_corrupt(r):
         default_storage.delete(gone.uri)
         user = _approver()
         for run in (corrupt, missing):
-            decide(Approval.objects.get(run_id=run.pk), decision="approve", user=user,
-                   comment="drill")
-        statuses = [wait_status(i, (RunStatus.PAUSED, *RUN_TERMINAL), 60)
-                    for i in (corrupt.pk, missing.pk)]
+            decide(
+                Approval.objects.get(run_id=run.pk), decision="approve", user=user, comment="drill"
+            )
+        statuses = [
+            wait_status(i, (RunStatus.PAUSED, *RUN_TERMINAL), 60) for i in (corrupt.pk, missing.pk)
+        ]
         r.expect("runs paused", ["PAUSED", "PAUSED"], statuses)
-        takeovers = [Takeover.objects.filter(run_id=i, status=Takeover.Status.OPEN).first()
-                     for i in (corrupt.pk, missing.pk)]
-        r.expect("takeover causes", ["artifact_invalid"] * 2,
-                 [t.cause if t else None for t in takeovers])
-        r.expect("problems found", ["checksum_mismatch", "missing"],
-                 [(t.evidence or {}).get("problem") if t else None for t in takeovers])
-        r.expect("publications", [0, 0],
-                 [device_calls(str(i)).get("publisher.publish", 0)
-                  for i in (corrupt.pk, missing.pk)])
+        takeovers = [
+            Takeover.objects.filter(run_id=i, status=Takeover.Status.OPEN).first()
+            for i in (corrupt.pk, missing.pk)
+        ]
+        r.expect(
+            "takeover causes", ["artifact_invalid"] * 2, [t.cause if t else None for t in takeovers]
+        )
+        r.expect(
+            "problems found",
+            ["checksum_mismatch", "missing"],
+            [(t.evidence or {}).get("problem") if t else None for t in takeovers],
+        )
+        r.expect(
+            "publications",
+            [0, 0],
+            [device_calls(str(i)).get("publisher.publish", 0) for i in (corrupt.pk, missing.pk)],
+        )

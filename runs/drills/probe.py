@@ -34,6 +34,7 @@ def _install() -> None:
                 if self.db.get_autocommit():
                     COUNTS["autocommit_statements"] += 1
             return method(self, *args, **kwargs)
+
         return wrapper
 
     CursorWrapper._execute = counted(CursorWrapper._execute)

@@ -69,10 +69,16 @@ def server_from_settings() -> dict:
     configured database is not PostgreSQL."""
     db = settings.DATABASES["default"]
     if "postgresql" not in db["ENGINE"]:
-        raise SandboxError("drills, soak and bench need PostgreSQL: set DATABASE_URL "
-                           "(and REDIS_URL), e.g. under scripts/with_services.py")
-    return {"host": db.get("HOST") or "127.0.0.1", "port": str(db.get("PORT") or 5432),
-            "user": db.get("USER") or "", "password": db.get("PASSWORD") or ""}
+        raise SandboxError(
+            "drills, soak and bench need PostgreSQL: set DATABASE_URL "
+            "(and REDIS_URL), e.g. under scripts/with_services.py"
+        )
+    return {
+        "host": db.get("HOST") or "127.0.0.1",
+        "port": str(db.get("PORT") or 5432),
+        "user": db.get("USER") or "",
+        "password": db.get("PASSWORD") or "",
+    }
 
 
 def db_url(server: dict, name: str) -> str:
@@ -85,9 +91,15 @@ def db_url(server: dict, name: str) -> str:
 def admin_connect(server: dict):
     import psycopg
 
-    return psycopg.connect(dbname="postgres", host=server["host"], port=server["port"],
-                           user=server["user"], password=server["password"] or None,
-                           autocommit=True, connect_timeout=10)
+    return psycopg.connect(
+        dbname="postgres",
+        host=server["host"],
+        port=server["port"],
+        user=server["user"],
+        password=server["password"] or None,
+        autocommit=True,
+        connect_timeout=10,
+    )
 
 
 def _migrations_hash() -> str:
@@ -108,8 +120,14 @@ def ensure_template(server: dict) -> str:
         building = f"{name}_{secrets.token_hex(3)}"
         conn.execute(f'CREATE DATABASE "{building}"')
     env = {**os.environ, "DATABASE_URL": db_url(server, building)}
-    proc = subprocess.run([sys.executable, str(MANAGE_PY), "migrate", "--noinput", "-v", "0"],
-                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(MANAGE_PY), "migrate", "--noinput", "-v", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     with admin_connect(server) as conn:
         if proc.returncode != 0:
             conn.execute(f'DROP DATABASE IF EXISTS "{building}"')
@@ -176,11 +194,16 @@ class Sandbox:
     def env(self, extra: dict | None = None) -> dict[str, str]:
         """The environment of a sandbox process."""
         env = dict(os.environ)
-        env.update({
-            "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url,
-            "AGENTOPS_VAR_DIR": str(self.root), "AGENTOPS_DEVICE_DIR": str(self.root / "devices"),
-            "AGENTOPS_MEDIA_ROOT": str(self.root / "artifacts"), "PYTHONUNBUFFERED": "1",
-        })
+        env.update(
+            {
+                "DATABASE_URL": self.database_url,
+                "REDIS_URL": self.redis_url,
+                "AGENTOPS_VAR_DIR": str(self.root),
+                "AGENTOPS_DEVICE_DIR": str(self.root / "devices"),
+                "AGENTOPS_MEDIA_ROOT": str(self.root / "artifacts"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.update(self.extra_env)
         env.update({k: str(v) for k, v in (extra or {}).items()})
         return env
@@ -190,12 +213,21 @@ class Sandbox:
         conn.close()
         rq = settings.RQ_QUEUES["default"]
         self._saved = {
-            "db": dict(conn.settings_dict), "rq_url": rq["URL"], "redis": settings.REDIS_URL,
-            "devices": settings.AGENTOPS_DEVICE_DIR, "media": settings.MEDIA_ROOT,
+            "db": dict(conn.settings_dict),
+            "rq_url": rq["URL"],
+            "redis": settings.REDIS_URL,
+            "devices": settings.AGENTOPS_DEVICE_DIR,
+            "media": settings.MEDIA_ROOT,
         }
-        conn.settings_dict.update({"NAME": self.db_name, "HOST": self.server["host"],
-                                   "PORT": self.server["port"], "USER": self.server["user"],
-                                   "PASSWORD": self.server["password"]})
+        conn.settings_dict.update(
+            {
+                "NAME": self.db_name,
+                "HOST": self.server["host"],
+                "PORT": self.server["port"],
+                "USER": self.server["user"],
+                "PASSWORD": self.server["password"],
+            }
+        )
         rq["URL"] = self.redis_url
         settings.REDIS_URL = self.redis_url
         settings.AGENTOPS_DEVICE_DIR = self.root / "devices"
@@ -234,20 +266,34 @@ class Sandbox:
         ``<root>/<label>-<n>.log`` (``proc.log_path``)."""
         log_path = self.root / f"{label}-{len(self.workers) + 1}.log"
         with open(log_path, "w", encoding="utf-8") as log:
-            proc = subprocess.Popen(argv, env=self.env(extra_env), cwd=settings.BASE_DIR,
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                env=self.env(extra_env),
+                cwd=settings.BASE_DIR,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         proc.log_path = log_path  # type: ignore[attr-defined]
         self.workers.append(proc)
         return proc
 
-    def start_worker(self, *, mode: str = "rq", extra_env: dict | None = None,
-                     probe_file: Path | None = None):
+    def start_worker(
+        self, *, mode: str = "rq", extra_env: dict | None = None, probe_file: Path | None = None
+    ):
         """Start ``manage.py worker --mode MODE``; with ``probe_file`` the worker counts
         its queries and commits and writes them there at exit (``runs.drills.probe``)."""
         if probe_file is not None:
-            argv = [sys.executable, "-m", "runs.drills.probe", str(probe_file), "worker",
-                    "--mode", mode]
+            argv = [
+                sys.executable,
+                "-m",
+                "runs.drills.probe",
+                str(probe_file),
+                "worker",
+                "--mode",
+                mode,
+            ]
         else:
             argv = [sys.executable, str(MANAGE_PY), "worker", "--mode", mode]
         return self.popen(argv, extra_env=extra_env, label="worker")
@@ -294,8 +340,10 @@ class PgCluster:
     def __init__(self):
         bin_dir = os.environ.get("AGENTOPS_PG_BIN")
         if not bin_dir or not (Path(bin_dir) / "pg_ctl").exists():
-            raise SandboxError("this drill runs its own PostgreSQL: set AGENTOPS_PG_BIN "
-                               "(scripts/with_services.py does)")
+            raise SandboxError(
+                "this drill runs its own PostgreSQL: set AGENTOPS_PG_BIN "
+                "(scripts/with_services.py does)"
+            )
         self.bin = Path(bin_dir)
         self.run_as = os.environ.get("AGENTOPS_PG_RUN_AS", "") if os.geteuid() == 0 else ""
         if os.geteuid() == 0 and not self.run_as:
@@ -305,32 +353,55 @@ class PgCluster:
         self.log = self.root / "postgres.log"
         self.port = free_port()
         self.user = self.run_as or os.environ.get("USER") or "postgres"
-        self.server = {"host": "127.0.0.1", "port": str(self.port), "user": self.user,
-                       "password": ""}
+        self.server = {
+            "host": "127.0.0.1",
+            "port": str(self.port),
+            "user": self.user,
+            "password": "",
+        }
 
     def _pg(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         argv = [str(self.bin / args[0]), *args[1:]]
         if self.run_as:
             argv = ["runuser", "-u", self.run_as, "--", *argv]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              check=False, stdin=subprocess.DEVNULL, cwd=self.root)
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            cwd=self.root,
+        )
 
     def init(self) -> "PgCluster":
         if self.run_as:
             shutil.chown(self.root, self.run_as, self.run_as)
-        proc = self._pg("initdb", "-D", str(self.data), "--auth=trust", f"--username={self.user}",
-                        "--no-sync", "-E", "UTF8", "--locale=C")
+        proc = self._pg(
+            "initdb",
+            "-D",
+            str(self.data),
+            "--auth=trust",
+            f"--username={self.user}",
+            "--no-sync",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        )
         if proc.returncode:
             raise SandboxError(f"initdb failed: {proc.stderr[-1000:]}")
         with open(self.data / "postgresql.conf", "a", encoding="utf-8") as fh:
-            fh.write(f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n"
-                     "unix_socket_directories = ''\nmax_connections = 100\nfsync = on\n")
+            fh.write(
+                f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n"
+                "unix_socket_directories = ''\nmax_connections = 100\nfsync = on\n"
+            )
         self.start()
         return self
 
     def start(self) -> None:
-        proc = self._pg("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
-                        "start")
+        proc = self._pg(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start"
+        )
         if proc.returncode:
             raise SandboxError(f"pg_ctl start failed: {proc.stderr[-1000:]}")
 

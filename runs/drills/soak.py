@@ -28,8 +28,12 @@ from runs.sim import devices, services
 from runs.states import RUN_TERMINAL, RunStatus
 from runs.workflows import registry
 
-SOAK_ENV = {"AGENTOPS_LEASE_SECONDS": "3", "AGENTOPS_SWEEP_SECONDS": "0.5",
-            "AGENTOPS_RENOTIFY_SECONDS": "2", "AGENTOPS_POLL_SECONDS": "0.2"}
+SOAK_ENV = {
+    "AGENTOPS_LEASE_SECONDS": "3",
+    "AGENTOPS_SWEEP_SECONDS": "0.5",
+    "AGENTOPS_RENOTIFY_SECONDS": "2",
+    "AGENTOPS_POLL_SECONDS": "0.2",
+}
 FAULTS = ("kill", "stop", "redis", "duplicate")
 TERMINAL_EVENTS = {f"run.{s.lower()}": s for s in RUN_TERMINAL}
 #: Unsafe operations: every request the system gets is applied, so requests per key
@@ -62,10 +66,16 @@ class SoakReport:
         return all(i.held for i in self.invariants)
 
     def as_dict(self) -> dict:
-        return {"seed": self.seed, "ok": self.ok, "runs": self.runs, "statuses": self.statuses,
-                "faults": self.faults, "workers_started": self.workers_started,
-                "seconds": round(self.seconds, 1),
-                "invariants": [i.__dict__ for i in self.invariants]}
+        return {
+            "seed": self.seed,
+            "ok": self.ok,
+            "runs": self.runs,
+            "statuses": self.statuses,
+            "faults": self.faults,
+            "workers_started": self.workers_started,
+            "seconds": round(self.seconds, 1),
+            "invariants": [i.__dict__ for i in self.invariants],
+        }
 
 
 def _workflow_mix() -> list[str]:
@@ -95,8 +105,9 @@ def _input(workflow: str, i: int, rng: random.Random) -> dict:
 class Soak:
     """One soak (see the module docstring); ``run()`` returns a ``SoakReport``."""
 
-    def __init__(self, *, runs: int, workers: int, duration: float, kill_every: float,
-                 seed: int, say=print):
+    def __init__(
+        self, *, runs: int, workers: int, duration: float, kill_every: float, seed: int, say=print
+    ):
         self.n_runs, self.n_workers = runs, workers
         self.duration, self.kill_every = duration, kill_every
         self.seed = seed
@@ -139,11 +150,18 @@ class Soak:
                 time.sleep(0.5)
             box.stop_workers(timeout=20)
             invariants = check_invariants(self.run_ids)
-            statuses = Counter(Run.objects.filter(pk__in=self.run_ids)
-                               .values_list("status", flat=True))
-        return SoakReport(self.seed, len(self.run_ids), dict(sorted(statuses.items())),
-                          dict(self.fault_counts), invariants, self.workers_started,
-                          time.monotonic() - started)
+            statuses = Counter(
+                Run.objects.filter(pk__in=self.run_ids).values_list("status", flat=True)
+            )
+        return SoakReport(
+            self.seed,
+            len(self.run_ids),
+            dict(sorted(statuses.items())),
+            dict(self.fault_counts),
+            invariants,
+            self.workers_started,
+            time.monotonic() - started,
+        )
 
     # -- the fault schedule ----------------------------------------------------------
     def _start_worker(self):
@@ -156,8 +174,12 @@ class Soak:
         while len(self.run_ids) < min(due, self.n_runs):
             i = len(self.run_ids)
             workflow = mix[i % len(mix)]
-            run = start_run(workflow, thread_id=f"soak-{self.seed}-{i}",
-                            input=_input(workflow, i, self.rng), actor="soak")
+            run = start_run(
+                workflow,
+                thread_id=f"soak-{self.seed}-{i}",
+                input=_input(workflow, i, self.rng),
+                actor="soak",
+            )
             self.run_ids.append(run.pk)
 
     def _inject(self, fault: str) -> None:
@@ -178,9 +200,11 @@ class Soak:
         elif fault == "redis":
             box.drop_redis_connections()
         else:
-            open_steps = list(Step.objects.filter(run_id__in=self.run_ids)
-                              .exclude(run__status__in=RUN_TERMINAL)
-                              .values_list("pk", "run_id"))
+            open_steps = list(
+                Step.objects.filter(run_id__in=self.run_ids)
+                .exclude(run__status__in=RUN_TERMINAL)
+                .values_list("pk", "run_id")
+            )
             for step_id, run_id in self.rng.sample(open_steps, min(20, len(open_steps))):
                 for _ in range(3):
                     try:
@@ -198,8 +222,9 @@ class Soak:
         from approvals.models import Approval
         from approvals.services import DecisionConflict, decide
 
-        pending = list(Approval.objects.filter(run_id__in=self.run_ids,
-                                               status=Approval.Status.PENDING))
+        pending = list(
+            Approval.objects.filter(run_id__in=self.run_ids, status=Approval.Status.PENDING)
+        )
         if not pending:
             return
         user = _approver()
@@ -240,6 +265,7 @@ def _approver():
 
 # -- invariants -----------------------------------------------------------------------
 
+
 def _inv(name: str, checked: int, violations: list[str]) -> Invariant:
     return Invariant(name, not violations, checked, violations[:10])
 
@@ -252,23 +278,34 @@ def check_invariants(run_ids: list) -> list[Invariant]:
     out = []
 
     bad = []
-    open_takeovers = dict(Takeover.objects.filter(run_id__in=run_ids, status=Takeover.Status.OPEN)
-                          .values_list("run_id", "cause"))
+    open_takeovers = dict(
+        Takeover.objects.filter(run_id__in=run_ids, status=Takeover.Status.OPEN).values_list(
+            "run_id", "cause"
+        )
+    )
     for run in runs.values():
         if run.status in RUN_TERMINAL:
             continue
         if run.status != RunStatus.PAUSED or not open_takeovers.get(run.pk):
-            bad.append(f"{run.workflow} {run.pk} is {run.status} "
-                       f"(takeover: {open_takeovers.get(run.pk) or 'none'})")
-    out.append(_inv("every run terminal, or PAUSED with a takeover naming its cause",
-                    len(runs), bad))
+            bad.append(
+                f"{run.workflow} {run.pk} is {run.status} "
+                f"(takeover: {open_takeovers.get(run.pk) or 'none'})"
+            )
+    out.append(
+        _inv("every run terminal, or PAUSED with a takeover naming its cause", len(runs), bad)
+    )
 
     bad = []
     applied = Counter((a["system"], a["op"], a["key"]) for a in services.applied_effects())
-    published = Counter(item["key"] for item in devices.publisher.snapshot()["state"]
-                        .get("published", []))
-    unsafe = Counter((c["op"], c["key"]) for d in devices.DEVICES for c in d.snapshot()["calls"]
-                     if c["op"] in UNSAFE_OPS and c["key"])
+    published = Counter(
+        item["key"] for item in devices.publisher.snapshot()["state"].get("published", [])
+    )
+    unsafe = Counter(
+        (c["op"], c["key"])
+        for d in devices.DEVICES
+        for c in d.snapshot()["calls"]
+        if c["op"] in UNSAFE_OPS and c["key"]
+    )
     for (system, op, key), n in applied.items():
         if n > 1:
             bad.append(f"{system}.{op} applied {n}x for key {key}")
@@ -294,40 +331,64 @@ def check_invariants(run_ids: list) -> list[Invariant]:
         expected = _expected_effects(run)
         for op in expected:
             if effects.get(op, 0) != 1:
-                bad.append(f"SUCCEEDED {run.workflow} {run.pk}: {op} applied "
-                           f"{effects.get(op, 0)}x, expected exactly once")
-    out.append(_inv("side effects at most once per idempotency key (external ledgers), "
-                    "exactly once per SUCCEEDED run", checked, bad))
+                bad.append(
+                    f"SUCCEEDED {run.workflow} {run.pk}: {op} applied "
+                    f"{effects.get(op, 0)}x, expected exactly once"
+                )
+    out.append(
+        _inv(
+            "side effects at most once per idempotency key (external ledgers), "
+            "exactly once per SUCCEEDED run",
+            checked,
+            bad,
+        )
+    )
 
     bad = []
     status_events = defaultdict(list)
-    for run_id, type_, seq in (Event.objects.filter(run_id__in=run_ids, type__startswith="run.")
-                               .order_by("run_id", "seq").values_list("run_id", "type", "seq")):
+    for run_id, type_, seq in (
+        Event.objects.filter(run_id__in=run_ids, type__startswith="run.")
+        .order_by("run_id", "seq")
+        .values_list("run_id", "type", "seq")
+    ):
         status_events[run_id].append((type_, seq))
     for run_id, evs in status_events.items():
         terminal = [(t, s) for t, s in evs if t in TERMINAL_EVENTS]
         if not terminal:
             continue
         first_type, first_seq = terminal[0]
-        later = [t for t, s in evs if s > first_seq and t != "run.resume_requested"
-                 and not t.startswith("run.cancel_waiting")]
+        later = [
+            t
+            for t, s in evs
+            if s > first_seq
+            and t != "run.resume_requested"
+            and not t.startswith("run.cancel_waiting")
+        ]
         if later or TERMINAL_EVENTS[first_type] != runs[run_id].status:
             bad.append(f"run {run_id}: {first_type} then {later or runs[run_id].status}")
     out.append(_inv("no terminal state ever changed (event log)", len(status_events), bad))
 
     bad = []
-    seqs = (Event.objects.filter(run_id__in=run_ids).values("run_id")
-            .annotate(n=Count("id"), lo=Min("seq"), hi=Max("seq")))
+    seqs = (
+        Event.objects.filter(run_id__in=run_ids)
+        .values("run_id")
+        .annotate(n=Count("id"), lo=Min("seq"), hi=Max("seq"))
+    )
     for row in seqs:
         run = runs[row["run_id"]]
         if not (row["lo"] == 1 and row["hi"] == row["n"] == run.event_seq):
-            bad.append(f"run {run.pk}: {row['n']} events, seq {row['lo']}..{row['hi']}, "
-                       f"event_seq {run.event_seq}")
+            bad.append(
+                f"run {run.pk}: {row['n']} events, seq {row['lo']}..{row['hi']}, "
+                f"event_seq {run.event_seq}"
+            )
     out.append(_inv("event seqs gap-free per run", len(seqs), bad))
 
     bad = []
-    commits = (Event.objects.filter(run_id__in=run_ids, type="step.succeeded")
-               .values("step_id").annotate(n=Count("id")))
+    commits = (
+        Event.objects.filter(run_id__in=run_ids, type="step.succeeded")
+        .values("step_id")
+        .annotate(n=Count("id"))
+    )
     for row in commits:
         if row["n"] > 1:
             bad.append(f"step {row['step_id']} committed {row['n']}x")
@@ -336,8 +397,8 @@ def check_invariants(run_ids: list) -> list[Invariant]:
     bad = []
     decisions = Counter()
     for payload in Event.objects.filter(
-            run_id__in=run_ids, type__in=["approval.approved", "approval.rejected",
-                                          "approval.expired"]).values_list("payload", flat=True):
+        run_id__in=run_ids, type__in=["approval.approved", "approval.rejected", "approval.expired"]
+    ).values_list("payload", flat=True):
         decisions[payload.get("approval_id")] += 1
     for approval_id, n in decisions.items():
         if n > 1:
@@ -366,11 +427,14 @@ def _resolved_by_operator(run: Run) -> bool:
 
 def format_report(report: SoakReport) -> str:
     """The invariant table and the numbers, seed first."""
-    lines = [f"seed: {report.seed}   (replay: --seed {report.seed})",
-             f"runs: {report.runs}  statuses: {report.statuses}",
-             f"faults injected: {report.faults}  workers started: {report.workers_started}  "
-             f"time: {report.seconds:.0f}s", "",
-             f"{'invariant':<92} {'checked':>7}  result"]
+    lines = [
+        f"seed: {report.seed}   (replay: --seed {report.seed})",
+        f"runs: {report.runs}  statuses: {report.statuses}",
+        f"faults injected: {report.faults}  workers started: {report.workers_started}  "
+        f"time: {report.seconds:.0f}s",
+        "",
+        f"{'invariant':<92} {'checked':>7}  result",
+    ]
     for inv in report.invariants:
         lines.append(f"{inv.name:<92} {inv.checked:>7}  {'held' if inv.held else 'VIOLATED'}")
         lines += [f"    - {v}" for v in inv.violations]

@@ -40,13 +40,19 @@ class CheckReport:
         return not self.invalid
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "checked": self.checked, "invalid": self.invalid,
-                "paused": self.paused, "orphans": self.orphans,
-                "recent_orphans": self.recent_orphans}
+        return {
+            "ok": self.ok,
+            "checked": self.checked,
+            "invalid": self.invalid,
+            "paused": self.paused,
+            "orphans": self.orphans,
+            "recent_orphans": self.recent_orphans,
+        }
 
 
-def check_artifacts(*, repair: bool = False, grace_seconds: float | None = None,
-                    actor: str = "cli", storage=None) -> CheckReport:
+def check_artifacts(
+    *, repair: bool = False, grace_seconds: float | None = None, actor: str = "cli", storage=None
+) -> CheckReport:
     """Check every artifact row and every stored file; see the module docstring.
 
     ``grace_seconds`` defaults to ``AGENTOPS_ORPHAN_GRACE_SECONDS``; orphan age is
@@ -64,14 +70,20 @@ def check_artifacts(*, repair: bool = False, grace_seconds: float | None = None,
         found = artifact_store.file_digest(artifact.uri, storage)
         if found is not None and found[0] == artifact.checksum:
             continue
-        report.invalid.append({
-            "artifact_id": artifact.pk, "run_id": str(artifact.run_id),
-            "run_status": artifact.run.status,
-            "step": artifact.step.name if artifact.step else None, "step_id": artifact.step_id,
-            "name": artifact.name, "uri": artifact.uri,
-            "problem": "missing" if found is None else "corrupt",
-            "checksum": artifact.checksum, "actual_checksum": found[0] if found else None,
-        })
+        report.invalid.append(
+            {
+                "artifact_id": artifact.pk,
+                "run_id": str(artifact.run_id),
+                "run_status": artifact.run.status,
+                "step": artifact.step.name if artifact.step else None,
+                "step_id": artifact.step_id,
+                "name": artifact.name,
+                "uri": artifact.uri,
+                "problem": "missing" if found is None else "corrupt",
+                "checksum": artifact.checksum,
+                "actual_checksum": found[0] if found else None,
+            }
+        )
     for run_id in dict.fromkeys(i["run_id"] for i in report.invalid):
         if _pause(run_id, [i for i in report.invalid if i["run_id"] == run_id], actor):
             report.paused.append(run_id)
@@ -96,8 +108,10 @@ def _pause(run_id: str, problems: list[dict[str, Any]], actor: str) -> bool:
     """Pause a non-terminal run with an ``artifact_invalid`` takeover; ``False`` if it is
     terminal, already paused, or cancelling (a cancel finishes on its own)."""
     with run_transaction(run_id) as tx:
-        if tx.run.status in RUN_TERMINAL or tx.run.status in (RunStatus.PAUSED,
-                                                              RunStatus.CANCEL_REQUESTED):
+        if tx.run.status in RUN_TERMINAL or tx.run.status in (
+            RunStatus.PAUSED,
+            RunStatus.CANCEL_REQUESTED,
+        ):
             return False
         first = problems[0]
         step = None
@@ -106,10 +120,16 @@ def _pause(run_id: str, problems: list[dict[str, Any]], actor: str) -> bool:
 
             step = Step.objects.filter(pk=first["step_id"]).first()
         names = ", ".join(f"{p['name']} ({p['problem']})" for p in problems)
-        return open_takeover(
-            tx, cause="artifact_invalid", reason=f"artifact file check failed: {names}",
-            actor=actor, step=step,
-            suggested_action="Restore the files from a backup (or re-run the step that "
-                             "wrote them from an earlier checkpoint), then resume.",
-            evidence={"artifacts": problems},
-        ) is not None
+        return (
+            open_takeover(
+                tx,
+                cause="artifact_invalid",
+                reason=f"artifact file check failed: {names}",
+                actor=actor,
+                step=step,
+                suggested_action="Restore the files from a backup (or re-run the step that "
+                "wrote them from an earlier checkpoint), then resume.",
+                evidence={"artifacts": problems},
+            )
+            is not None
+        )

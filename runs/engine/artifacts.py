@@ -33,8 +33,10 @@ class ArtifactInvalid(StepError):
     """
 
     def __init__(self, artifact: Artifact, problem: str, actual: str | None = None):
-        super().__init__("ARTIFACT_INVALID",
-                         f"artifact {artifact.name} (id {artifact.pk}) is {problem.replace('_', ' ')}")
+        super().__init__(
+            "ARTIFACT_INVALID",
+            f"artifact {artifact.name} (id {artifact.pk}) is {problem.replace('_', ' ')}",
+        )
         self.artifact = artifact
         self.problem = problem
         self.actual = actual
@@ -45,8 +47,16 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def write_artifact(*, run: Run, step: Step, attempt: int, name: str, data: bytes | str,
-                   kind: str = "file", metadata: dict[str, Any] | None = None) -> Artifact:
+def write_artifact(
+    *,
+    run: Run,
+    step: Step,
+    attempt: int,
+    name: str,
+    data: bytes | str,
+    kind: str = "file",
+    metadata: dict[str, Any] | None = None,
+) -> Artifact:
     """Store ``data`` (str is UTF-8 encoded) as artifact ``name`` of ``step``: file first,
     then the row, which is only inserted while ``attempt`` still holds the step.
 
@@ -62,13 +72,17 @@ def write_artifact(*, run: Run, step: Step, attempt: int, name: str, data: bytes
     artifact_store.fsync_file(default_storage, stored)
     faults.crash_point(run, step, "artifact_written")
     with transaction.atomic():
-        held = Step.objects.filter(pk=step.pk, attempt=attempt,
-                                   status=StepStatus.RUNNING).exists()
+        held = Step.objects.filter(pk=step.pk, attempt=attempt, status=StepStatus.RUNNING).exists()
         if not held:
             raise LeaseLost(f"step {step.pk} attempt {attempt} no longer holds the lease")
         return Artifact.objects.create(
-            run_id=run.pk, step_id=step.pk, kind=kind, name=name, uri=stored,
-            checksum=sha256_hex(raw), size=len(raw),
+            run_id=run.pk,
+            step_id=step.pk,
+            kind=kind,
+            name=name,
+            uri=stored,
+            checksum=sha256_hex(raw),
+            size=len(raw),
             metadata={"attempt": attempt, "generation": step.generation, **(metadata or {})},
         )
 
@@ -98,8 +112,9 @@ def verify_artifact(artifact: Artifact) -> str | None:
     return None
 
 
-def pause_for_invalid_artifact(run: Run, step: Step, attempt: int, worker_id: str,
-                               error: ArtifactInvalid) -> None:
+def pause_for_invalid_artifact(
+    run: Run, step: Step, attempt: int, worker_id: str, error: ArtifactInvalid
+) -> None:
     """The step found a missing or corrupt artifact: fail this attempt (fenced) and pause
     the run with an ``artifact_invalid`` takeover whose evidence names the file, the
     expected and the actual checksum. Never retried automatically: the bytes will not
@@ -107,29 +122,49 @@ def pause_for_invalid_artifact(run: Run, step: Step, attempt: int, worker_id: st
     artifact = error.artifact
     with run_transaction(run.pk) as tx:
         moved = tx.transition_step(
-            step.pk, StepStatus.FAILED, expected=StepStatus.RUNNING, attempt=attempt,
-            actor=worker_id, payload={"attempt": attempt, "error_code": error.code,
-                                      "error_detail": error.detail},
-            owner="", lease_until=None, error_code=error.code, error_detail=error.detail,
+            step.pk,
+            StepStatus.FAILED,
+            expected=StepStatus.RUNNING,
+            attempt=attempt,
+            actor=worker_id,
+            payload={"attempt": attempt, "error_code": error.code, "error_detail": error.detail},
+            owner="",
+            lease_until=None,
+            error_code=error.code,
+            error_detail=error.detail,
         )
         if not moved:
             return
         before = _checkpoint_before(run, artifact.step.name) if artifact.step_id else None
         open_takeover(
-            tx, cause="artifact_invalid", reason=error.detail, actor=worker_id, step=step,
-            suggested_action=(f"Resume from checkpoint {before} to write {artifact.name} "
-                              "again (or restore the file, then retry the step)." if before
-                              else f"Restore {artifact.name}, then retry the step."),
-            evidence={"artifact_id": artifact.pk, "name": artifact.name, "uri": artifact.uri,
-                      "problem": error.problem, "expected_sha256": artifact.checksum,
-                      "actual_sha256": error.actual, "expected_size": artifact.size},
+            tx,
+            cause="artifact_invalid",
+            reason=error.detail,
+            actor=worker_id,
+            step=step,
+            suggested_action=(
+                f"Resume from checkpoint {before} to write {artifact.name} "
+                "again (or restore the file, then retry the step)."
+                if before
+                else f"Restore {artifact.name}, then retry the step."
+            ),
+            evidence={
+                "artifact_id": artifact.pk,
+                "name": artifact.name,
+                "uri": artifact.uri,
+                "problem": error.problem,
+                "expected_sha256": artifact.checksum,
+                "actual_sha256": error.actual,
+                "expected_size": artifact.size,
+            },
         )
 
 
 def _checkpoint_before(run: Run, step_name: str) -> str | None:
     """The name of the newest checkpoint whose next step is ``step_name``."""
-    for name, state in (Checkpoint.objects.filter(run_id=run.pk).order_by("-pk")
-                        .values_list("name", "state")):
+    for name, state in (
+        Checkpoint.objects.filter(run_id=run.pk).order_by("-pk").values_list("name", "state")
+    ):
         if state.get("phase") == step_name:
             return name
     return None

@@ -46,8 +46,14 @@ from runs.models import Artifact, Event, Message, Run, Step, Thread
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-COUNTED = {"threads": Thread, "runs": Run, "steps": Step, "messages": Message,
-           "events": Event, "artifacts": Artifact}
+COUNTED = {
+    "threads": Thread,
+    "runs": Run,
+    "steps": Step,
+    "messages": Message,
+    "events": Event,
+    "artifacts": Artifact,
+}
 
 
 class BackupError(Exception):
@@ -74,8 +80,14 @@ def pg_tool(name: str) -> str:
     found = shutil.which(name)
     if found:
         candidates.append(found)
-    candidates += [os.path.join(d, name) for d in sorted(
-        glob.glob("/usr/lib/postgresql/*/bin"), key=lambda d: int(d.split("/")[-2]), reverse=True)]
+    candidates += [
+        os.path.join(d, name)
+        for d in sorted(
+            glob.glob("/usr/lib/postgresql/*/bin"),
+            key=lambda d: int(d.split("/")[-2]),
+            reverse=True,
+        )
+    ]
     for path in candidates:
         if os.access(path, os.X_OK):
             return path
@@ -85,8 +97,13 @@ def pg_tool(name: str) -> str:
 def _pg_env() -> dict[str, str]:
     db = connection.settings_dict
     env = dict(os.environ)
-    for key, var in (("HOST", "PGHOST"), ("PORT", "PGPORT"), ("USER", "PGUSER"),
-                     ("PASSWORD", "PGPASSWORD"), ("NAME", "PGDATABASE")):
+    for key, var in (
+        ("HOST", "PGHOST"),
+        ("PORT", "PGPORT"),
+        ("USER", "PGUSER"),
+        ("PASSWORD", "PGPASSWORD"),
+        ("NAME", "PGDATABASE"),
+    ):
         if db.get(key):
             env[var] = str(db[key])
     return env
@@ -129,9 +146,21 @@ def _dump_postgres(target: Path) -> tuple[list[tuple], dict[str, int], list[str]
         rows, counts, migrations = _snapshot_rows(cursor)
         # pg_dump reads the very snapshot this transaction exported, so the dump and the
         # artifact list above are the same state; the transaction stays open meanwhile.
-        proc = subprocess.run([pg_dump, "-Fc", "--no-owner", "--no-privileges",
-                               f"--snapshot={snapshot}", "-f", str(target)],
-                              env=_pg_env(), capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [
+                pg_dump,
+                "-Fc",
+                "--no-owner",
+                "--no-privileges",
+                f"--snapshot={snapshot}",
+                "-f",
+                str(target),
+            ],
+            env=_pg_env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if proc.returncode != 0:
             raise BackupError(f"pg_dump failed: {proc.stderr.strip()[-2000:]}")
     return rows, counts, migrations
@@ -173,14 +202,19 @@ def create_backup(dest: Path | str, storage=None) -> dict[str, Any]:
             if sha != checksum:
                 problems.append(f"artifact {artifact_id} {uri}: checksum differs")
                 continue
-            artifacts.append({"artifact_id": artifact_id, "uri": uri, "sha256": sha,
-                              "size": real_size})
+            artifacts.append(
+                {"artifact_id": artifact_id, "uri": uri, "sha256": sha, "size": real_size}
+            )
         if problems:
-            raise BackupError("artifact files do not match their rows (run `artifacts check`): "
-                              + "; ".join(problems[:20]))
+            raise BackupError(
+                "artifact files do not match their rows (run `artifacts check`): "
+                + "; ".join(problems[:20])
+            )
         manifest = {
-            "format": FORMAT_VERSION, "vendor": connection.vendor,
-            "created_at": timezone.now().isoformat(), "counts": counts,
+            "format": FORMAT_VERSION,
+            "vendor": connection.vendor,
+            "created_at": timezone.now().isoformat(),
+            "counts": counts,
             "migrations": migrations,
             "database": {"path": db_member, "sha256": db_sha, "size": db_size},
             "artifacts": artifacts,
@@ -219,8 +253,9 @@ def verify_archive(src: Path | str, into: Path) -> dict[str, Any]:
     manifest = read_manifest(src)
     if manifest.get("format") != FORMAT_VERSION:
         raise BackupError(f"unsupported backup format {manifest.get('format')!r}")
-    expected = {manifest["database"]["path"]: (manifest["database"]["sha256"],
-                                               manifest["database"]["size"])}
+    expected = {
+        manifest["database"]["path"]: (manifest["database"]["sha256"], manifest["database"]["size"])
+    }
     for entry in manifest["artifacts"]:
         expected[f"artifacts/{entry['uri']}"] = (entry["sha256"], entry["size"])
     seen = set()
@@ -237,8 +272,9 @@ def verify_archive(src: Path | str, into: Path) -> dict[str, Any]:
             seen.add(member.name)
     missing = sorted(set(expected) - seen)
     if missing:
-        raise BackupError(f"archive lacks {len(missing)} member(s) of the manifest, "
-                          f"e.g. {missing[0]}")
+        raise BackupError(
+            f"archive lacks {len(missing)} member(s) of the manifest, e.g. {missing[0]}"
+        )
     return manifest
 
 
@@ -270,8 +306,10 @@ def restore_backup(src: Path | str, storage=None) -> dict[str, Any]:
     storage = storage or default_storage
     manifest = read_manifest(src)
     if manifest.get("vendor") != connection.vendor:
-        raise BackupError(f"the backup is of a {manifest.get('vendor')} database; this "
-                          f"deployment uses {connection.vendor}")
+        raise BackupError(
+            f"the backup is of a {manifest.get('vendor')} database; this "
+            f"deployment uses {connection.vendor}"
+        )
     problems = target_problems(storage)
     if problems:
         raise BackupError("restore needs an empty database and storage: " + "; ".join(problems))
@@ -299,8 +337,9 @@ def restore_backup(src: Path | str, storage=None) -> dict[str, Any]:
         if found is None or found[0] != artifact.checksum:
             bad.append(artifact.uri)
     if bad:
-        raise BackupError(f"{len(bad)} restored artifact row(s) lack a matching file, "
-                          f"e.g. {bad[0]}")
+        raise BackupError(
+            f"{len(bad)} restored artifact row(s) lack a matching file, e.g. {bad[0]}"
+        )
     return {"manifest": manifest, "counts": counts, "artifacts_checked": len(manifest["artifacts"])}
 
 
@@ -317,9 +356,23 @@ def _restore_sqlite(db_file: Path) -> None:
 
 
 def _restore_postgres(db_file: Path) -> None:
-    proc = subprocess.run([pg_tool("pg_restore"), "--clean", "--if-exists", "--no-owner",
-                           "--no-privileges", "--single-transaction", "--exit-on-error",
-                           "-d", connection.settings_dict["NAME"], str(db_file)],
-                          env=_pg_env(), capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            pg_tool("pg_restore"),
+            "--clean",
+            "--if-exists",
+            "--no-owner",
+            "--no-privileges",
+            "--single-transaction",
+            "--exit-on-error",
+            "-d",
+            connection.settings_dict["NAME"],
+            str(db_file),
+        ],
+        env=_pg_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise BackupError(f"pg_restore failed: {proc.stderr.strip()[-2000:]}")

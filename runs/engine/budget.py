@@ -21,8 +21,14 @@ class BudgetExhausted(StepError):
         self.limit = limit
 
 
-def charge(run_id, budget: dict, *, model_calls: int = 0, tool_calls: int = 0,
-           cost_usd: Decimal | str = "0") -> None:
+def charge(
+    run_id,
+    budget: dict,
+    *,
+    model_calls: int = 0,
+    tool_calls: int = 0,
+    cost_usd: Decimal | str = "0",
+) -> None:
     """Add the usage to the run in one conditional UPDATE.
 
     ``budget`` is the run's limits dict (``Run.budget``); a missing key means no limit.
@@ -30,7 +36,11 @@ def charge(run_id, budget: dict, *, model_calls: int = 0, tool_calls: int = 0,
     """
     cost = Decimal(str(cost_usd))
     condition = Q(pk=run_id)
-    for key, amount in (("model_calls", model_calls), ("tool_calls", tool_calls), ("cost_usd", cost)):
+    for key, amount in (
+        ("model_calls", model_calls),
+        ("tool_calls", tool_calls),
+        ("cost_usd", cost),
+    ):
         limit = budget.get(key)
         if limit is not None and amount:
             condition &= Q(**{f"{LIMIT_FIELDS[key]}__lte": Decimal(str(limit)) - amount})
@@ -41,17 +51,26 @@ def charge(run_id, budget: dict, *, model_calls: int = 0, tool_calls: int = 0,
     )
     if updated != 1:
         run = Run.objects.only("model_calls", "tool_calls", "cost_usd").get(pk=run_id)
-        for key, amount in (("model_calls", model_calls), ("tool_calls", tool_calls), ("cost_usd", cost)):
+        for key, amount in (
+            ("model_calls", model_calls),
+            ("tool_calls", tool_calls),
+            ("cost_usd", cost),
+        ):
             limit = budget.get(key)
             if limit is not None and amount and getattr(run, key) + amount > Decimal(str(limit)):
-                raise BudgetExhausted(key, f"{key} limit {limit} reached (used {getattr(run, key)})")
+                raise BudgetExhausted(
+                    key, f"{key} limit {limit} reached (used {getattr(run, key)})"
+                )
         raise BudgetExhausted("unknown", "budget charge refused")
 
 
 def usage(run: Run) -> dict:
     """``{"model_calls": int, "tool_calls": int, "cost_usd": str}`` used so far."""
-    return {"model_calls": run.model_calls, "tool_calls": run.tool_calls,
-            "cost_usd": str(run.cost_usd)}
+    return {
+        "model_calls": run.model_calls,
+        "tool_calls": run.tool_calls,
+        "cost_usd": str(run.cost_usd),
+    }
 
 
 def pause_exhausted(run: Run, step, attempt: int, actor: str, exc: BudgetExhausted) -> bool:
@@ -69,32 +88,56 @@ def pause_exhausted(run: Run, step, attempt: int, actor: str, exc: BudgetExhaust
         if tx.run.status in RUN_TERMINAL:
             rejected = f"run is {tx.run.status}"
         elif not tx.transition_step(
-                step.pk, StepStatus.PENDING, expected=StepStatus.RUNNING, attempt=attempt,
-                actor=actor, event_type="step.budget_exhausted",
-                payload={"attempt": attempt, "limit": exc.limit, "detail": exc.detail},
-                owner="", lease_until=None, not_before=Now(), error_code=exc.code,
-                error_detail=exc.detail):
+            step.pk,
+            StepStatus.PENDING,
+            expected=StepStatus.RUNNING,
+            attempt=attempt,
+            actor=actor,
+            event_type="step.budget_exhausted",
+            payload={"attempt": attempt, "limit": exc.limit, "detail": exc.detail},
+            owner="",
+            lease_until=None,
+            not_before=Now(),
+            error_code=exc.code,
+            error_detail=exc.detail,
+        ):
             rejected = f"attempt {attempt} no longer holds the step"
         if rejected:
-            tx.event("step.commit_rejected", {"attempt": attempt, "reason": rejected,
-                                              "error_code": exc.code},
-                     step_id=step.pk, actor=actor, progress=False)
+            tx.event(
+                "step.commit_rejected",
+                {"attempt": attempt, "reason": rejected, "error_code": exc.code},
+                step_id=step.pk,
+                actor=actor,
+                progress=False,
+            )
             return False
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return True
         current = Run.objects.get(pk=run.pk)
         open_takeover(
-            tx, cause="budget_exhausted", reason=f"budget exhausted: {exc.detail}", actor=actor,
+            tx,
+            cause="budget_exhausted",
+            reason=f"budget exhausted: {exc.detail}",
+            actor=actor,
             step=step,
-            suggested_action=(f"Raise the budget: runs budget {run.pk} --add-tool-calls N "
-                              "--add-model-calls N --add-cost USD (the run then resumes)."),
+            suggested_action=(
+                f"Raise the budget: runs budget {run.pk} --add-tool-calls N "
+                "--add-model-calls N --add-cost USD (the run then resumes)."
+            ),
             evidence={"limit": exc.limit, "limits": current.budget, "used": usage(current)},
         )
     return True
 
 
-def raise_budget(run: Run, *, actor: str, add_model_calls: int = 0, add_tool_calls: int = 0,
-                 add_cost_usd: Decimal | str = "0", reason: str = "") -> Run:
+def raise_budget(
+    run: Run,
+    *,
+    actor: str,
+    add_model_calls: int = 0,
+    add_tool_calls: int = 0,
+    add_cost_usd: Decimal | str = "0",
+    reason: str = "",
+) -> Run:
     """Raise the run's limits by the given amounts (a limit the run does not have stays
     unlimited) and, if the run is PAUSED for ``budget_exhausted``, resolve that takeover
     and resume the paused step. Records ``budget.raised`` with the actor.
@@ -110,16 +153,28 @@ def raise_budget(run: Run, *, actor: str, add_model_calls: int = 0, add_tool_cal
     from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
     try:
-        added = {"model_calls": int(add_model_calls), "tool_calls": int(add_tool_calls),
-                 "cost_usd": Decimal(str(add_cost_usd))}
+        added = {
+            "model_calls": int(add_model_calls),
+            "tool_calls": int(add_tool_calls),
+            "cost_usd": Decimal(str(add_cost_usd)),
+        }
     except (ValueError, ArithmeticError) as exc:
-        raise ControlError("invalid_budget", "amounts must be numbers (calls: integers, "
-                           f"cost: USD), got {add_model_calls!r}, {add_tool_calls!r}, "
-                           f"{add_cost_usd!r}") from exc
-    if (not added["cost_usd"].is_finite() or any(v < 0 for v in added.values())
-            or not any(added.values())):
-        raise ControlError("invalid_budget", "add a positive amount of model calls, tool calls "
-                           "or cost", {"budget": "amounts must be >= 0, at least one > 0"})
+        raise ControlError(
+            "invalid_budget",
+            "amounts must be numbers (calls: integers, "
+            f"cost: USD), got {add_model_calls!r}, {add_tool_calls!r}, "
+            f"{add_cost_usd!r}",
+        ) from exc
+    if (
+        not added["cost_usd"].is_finite()
+        or any(v < 0 for v in added.values())
+        or not any(added.values())
+    ):
+        raise ControlError(
+            "invalid_budget",
+            "add a positive amount of model calls, tool calls or cost",
+            {"budget": "amounts must be >= 0, at least one > 0"},
+        )
     with run_transaction(run.pk) as tx:
         if tx.run.status in RUN_TERMINAL:
             raise ControlError("run_terminal", f"run is {tx.run.status}; its budget is final")
@@ -130,23 +185,42 @@ def raise_budget(run: Run, *, actor: str, add_model_calls: int = 0, add_tool_cal
                 total = Decimal(str(limits[key])) + amount
                 limits[key] = str(total) if key == "cost_usd" else int(total)
         Run.objects.filter(pk=run.pk).update(budget=limits)
-        tx.event("budget.raised", {"reason": reason or "budget raised", "before": before,
-                                   "after": limits,
-                                   "added": {k: str(v) for k, v in added.items() if v}},
-                 actor=actor)
-        takeover = Takeover.objects.filter(run_id=run.pk, status=Takeover.Status.OPEN,
-                                           cause=Takeover.Cause.BUDGET_EXHAUSTED).first()
+        tx.event(
+            "budget.raised",
+            {
+                "reason": reason or "budget raised",
+                "before": before,
+                "after": limits,
+                "added": {k: str(v) for k, v in added.items() if v},
+            },
+            actor=actor,
+        )
+        takeover = Takeover.objects.filter(
+            run_id=run.pk, status=Takeover.Status.OPEN, cause=Takeover.Cause.BUDGET_EXHAUSTED
+        ).first()
         if takeover is not None and tx.run.status == RunStatus.PAUSED:
             Takeover.objects.filter(pk=takeover.pk).update(
-                status=Takeover.Status.RESOLVED, resolution="resume", resolved_by=actor,
-                resolution_note=reason or "budget raised", resolved_at=Now())
-            tx.event("takeover.resolved", {"takeover_id": takeover.pk, "action": "resume",
-                                           "reason": reason or "budget raised"}, actor=actor)
+                status=Takeover.Status.RESOLVED,
+                resolution="resume",
+                resolved_by=actor,
+                resolution_note=reason or "budget raised",
+                resolved_at=Now(),
+            )
+            tx.event(
+                "takeover.resolved",
+                {
+                    "takeover_id": takeover.pk,
+                    "action": "resume",
+                    "reason": reason or "budget raised",
+                },
+                actor=actor,
+            )
             tx.transition_run(RunStatus.RUNNING, actor=actor, reason="budget raised")
             step = Step.objects.filter(pk=takeover.step_id, status=StepStatus.PENDING).first()
             if step is not None:
-                Step.objects.filter(pk=step.pk).update(not_before=Now(), notified_at=Now(),
-                                                       attempt_base=step.attempt)
+                Step.objects.filter(pk=step.pk).update(
+                    not_before=Now(), notified_at=Now(), attempt_base=step.attempt
+                )
                 dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
     run.refresh_from_db()
     return run

@@ -21,8 +21,9 @@ class CallTimedOut(Exception):
         self.timeout = timeout
 
 
-def call_with_timeout(fn: Callable[[], Any], timeout: float | None,
-                      on_late: Callable[[Any], None] | None = None) -> Any:
+def call_with_timeout(
+    fn: Callable[[], Any], timeout: float | None, on_late: Callable[[Any], None] | None = None
+) -> Any:
     """Return ``fn()``, or raise ``CallTimedOut`` after ``timeout`` seconds (``None``:
     no limit, called inline). Exceptions of ``fn`` propagate unchanged."""
     if not timeout:

@@ -46,27 +46,50 @@ def request_cancel(run: Run, *, actor: str, reason: str) -> Run:
         if tx.run.status in RUN_TERMINAL:
             raise ControlError("run_terminal", f"run is {tx.run.status}; nothing to cancel")
         if tx.run.status != RunStatus.CANCEL_REQUESTED:
-            tx.transition_run(RunStatus.CANCEL_REQUESTED, actor=actor, reason=reason,
-                              cancel_requested_at=Now(), cancel_reason=reason, updated_at=Now())
+            tx.transition_run(
+                RunStatus.CANCEL_REQUESTED,
+                actor=actor,
+                reason=reason,
+                cancel_requested_at=Now(),
+                cancel_reason=reason,
+                updated_at=Now(),
+            )
             for step_id, status in Step.objects.filter(
-                    run_id=run.pk, status__in=_IDLE_OPEN_STEPS).values_list("pk", "status"):
-                tx.transition_step(step_id, StepStatus.CANCELLED, expected=status, actor=actor,
-                                   payload={"reason": reason, "from": status},
-                                   owner="", lease_until=None, finished_at=Now())
+                run_id=run.pk, status__in=_IDLE_OPEN_STEPS
+            ).values_list("pk", "status"):
+                tx.transition_step(
+                    step_id,
+                    StepStatus.CANCELLED,
+                    expected=status,
+                    actor=actor,
+                    payload={"reason": reason, "from": status},
+                    owner="",
+                    lease_until=None,
+                    finished_at=Now(),
+                )
             for approval_id, step_id in Approval.objects.filter(
-                    run_id=run.pk, status=Approval.Status.PENDING).values_list("pk", "step_id"):
+                run_id=run.pk, status=Approval.Status.PENDING
+            ).values_list("pk", "step_id"):
                 Approval.objects.filter(pk=approval_id, status=Approval.Status.PENDING).update(
-                    status=Approval.Status.CANCELLED, decided_at=Now(),
-                    comment=f"run cancelled: {reason}")
-                tx.event("approval.cancelled", {"approval_id": approval_id, "reason": reason},
-                         step_id=step_id, actor=actor)
-            resolve_open_takeover(tx, actor, {"action": "cancel", "reason": reason,
-                                              "evidence": ""})
+                    status=Approval.Status.CANCELLED,
+                    decided_at=Now(),
+                    comment=f"run cancelled: {reason}",
+                )
+                tx.event(
+                    "approval.cancelled",
+                    {"approval_id": approval_id, "reason": reason},
+                    step_id=step_id,
+                    actor=actor,
+                )
+            resolve_open_takeover(tx, actor, {"action": "cancel", "reason": reason, "evidence": ""})
             running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).first()
             if running is not None:
-                tx.event("run.cancel_waiting", {"step": running.name, "worker": running.owner,
-                                                "message": WAITING_MESSAGE},
-                         step_id=running.pk, actor=actor)
+                tx.event(
+                    "run.cancel_waiting",
+                    {"step": running.name, "worker": running.owner, "message": WAITING_MESSAGE},
+                    step_id=running.pk,
+                    actor=actor,
+                )
     finish_cancel(run.pk, actor=actor)
     run.refresh_from_db()
     return run
@@ -93,19 +116,33 @@ def finish_cancel(run_id, *, actor: str) -> bool:
     with run_transaction(run_id) as tx:
         if tx.run.status != RunStatus.CANCEL_REQUESTED:
             return tx.run.status == RunStatus.CANCELLED
-        if Step.objects.filter(run_id=run_id, status=StepStatus.RUNNING,
-                               lease_until__gte=Now()).exists():
+        if Step.objects.filter(
+            run_id=run_id, status=StepStatus.RUNNING, lease_until__gte=Now()
+        ).exists():
             return False
         for step_id, attempt, owner in Step.objects.filter(
-                run_id=run_id, status=StepStatus.RUNNING).values_list("pk", "attempt", "owner"):
-            tx.transition_step(step_id, StepStatus.CANCELLED, expected=StepStatus.RUNNING,
-                               attempt=attempt, actor=actor,
-                               payload={"attempt": attempt, "owner": owner,
-                                        "reason": "lease expired while cancel requested"},
-                               owner="", lease_until=None, finished_at=Now())
+            run_id=run_id, status=StepStatus.RUNNING
+        ).values_list("pk", "attempt", "owner"):
+            tx.transition_step(
+                step_id,
+                StepStatus.CANCELLED,
+                expected=StepStatus.RUNNING,
+                attempt=attempt,
+                actor=actor,
+                payload={
+                    "attempt": attempt,
+                    "owner": owner,
+                    "reason": "lease expired while cancel requested",
+                },
+                owner="",
+                lease_until=None,
+                finished_at=Now(),
+            )
     lease_name = f"cancel:{run_id}"
     holder = f"{actor}:{uuid.uuid4().hex[:8]}"
-    if not acquire_maintenance_lease(lease_name, holder, max(60.0, settings.AGENTOPS_LEASE_SECONDS * 3)):
+    if not acquire_maintenance_lease(
+        lease_name, holder, max(60.0, settings.AGENTOPS_LEASE_SECONDS * 3)
+    ):
         return False
     try:
         outcome = _compensate(Run.objects.get(pk=run_id), actor)
@@ -114,9 +151,14 @@ def finish_cancel(run_id, *, actor: str) -> bool:
         with run_transaction(run_id) as tx:
             if tx.run.status != RunStatus.CANCEL_REQUESTED:
                 return tx.run.status == RunStatus.CANCELLED
-            tx.transition_run(RunStatus.CANCELLED, actor=actor, reason=tx.run.cancel_reason,
-                              payload={"compensation": outcome}, finished_at=Now(),
-                              current_step=None)
+            tx.transition_run(
+                RunStatus.CANCELLED,
+                actor=actor,
+                reason=tx.run.cancel_reason,
+                payload={"compensation": outcome},
+                finished_at=Now(),
+                current_step=None,
+            )
             return True
     finally:
         MaintenanceLease.objects.filter(name=lease_name, owner=holder).delete()
@@ -131,13 +173,19 @@ def _compensate(run: Run, actor: str) -> dict | None:
     report = compensate_run(run, actor=actor, reason=f"cancelled: {run.cancel_reason}")
     if report.status == "BUSY":
         return None
-    return {"status": report.status or "nothing to compensate", "steps": report.steps,
-            "manual_review": report.manual_review}
+    return {
+        "status": report.status or "nothing to compensate",
+        "steps": report.steps,
+        "manual_review": report.manual_review,
+    }
 
 
 def finish_requested_cancels(actor: str, batch: int) -> int:
     """Sweeper task: finish CANCEL_REQUESTED runs whose running step's worker died (its
     lease expired) or whose finisher died. Returns how many became CANCELLED."""
-    ids = list(Run.objects.filter(status=RunStatus.CANCEL_REQUESTED)
-               .order_by("cancel_requested_at").values_list("pk", flat=True)[:batch])
+    ids = list(
+        Run.objects.filter(status=RunStatus.CANCEL_REQUESTED)
+        .order_by("cancel_requested_at")
+        .values_list("pk", flat=True)[:batch]
+    )
     return sum(1 for run_id in ids if finish_cancel(run_id, actor=actor))

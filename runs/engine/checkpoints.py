@@ -11,16 +11,31 @@ STATE_VERSION = 1
 def initial_state(run: Run, first_step: str) -> dict[str, Any]:
     """The ``start`` checkpoint's state for a new run."""
     return {
-        "phase": first_step, "input": run.input, "completed": [], "outputs": {},
-        "message_seq": 0, "artifacts": [], "budget_used": usage(run),
-        "workflow": run.workflow, "workflow_version": run.workflow_version,
-        "generation": run.generation, "next_allowed": [first_step], "pending_approval": None,
+        "phase": first_step,
+        "input": run.input,
+        "completed": [],
+        "outputs": {},
+        "message_seq": 0,
+        "artifacts": [],
+        "budget_used": usage(run),
+        "workflow": run.workflow,
+        "workflow_version": run.workflow_version,
+        "generation": run.generation,
+        "next_allowed": [first_step],
+        "pending_approval": None,
     }
 
 
-def next_state(previous: dict[str, Any], *, run: Run, step: Step, output: Any,
-               next_name: str | None, message_seq: int,
-               refresh_usage: bool = True) -> dict[str, Any]:
+def next_state(
+    previous: dict[str, Any],
+    *,
+    run: Run,
+    step: Step,
+    output: Any,
+    next_name: str | None,
+    message_seq: int,
+    refresh_usage: bool = True,
+) -> dict[str, Any]:
     """The ``after:<step>`` state: ``previous`` plus this step's output.
 
     ``refresh_usage=False`` trusts ``run``'s usage counters (the caller holds the row

@@ -68,9 +68,18 @@ class CompensationContext:
         """Call ``tool`` once per compensation action (default action: the tool name)."""
         action = action or tool.name
         key = compensation_key(self.run.pk, self.step, action)
-        return perform_call(run=self.run, step=self.step, attempt=None, actor=self.actor,
-                            tool=tool, arguments=arguments, key=key, action=action, budget={},
-                            timeout=tool.timeout)
+        return perform_call(
+            run=self.run,
+            step=self.step,
+            attempt=None,
+            actor=self.actor,
+            tool=tool,
+            arguments=arguments,
+            key=key,
+            action=action,
+            budget={},
+            timeout=tool.timeout,
+        )
 
 
 def compensation_key(run_id, step: Step, action: str) -> str:
@@ -88,9 +97,18 @@ def needs_compensation(run: Run) -> bool:
         return True
     if any(s.compensate is not None or not s.compensable for s in workflow.steps):
         return True
-    return Operation.objects.filter(run_id=run.pk).exclude(side_effect="read").filter(
-        status__in=[Operation.Status.SUCCEEDED, Operation.Status.UNKNOWN,
-                    Operation.Status.INTENT]).exists()
+    return (
+        Operation.objects.filter(run_id=run.pk)
+        .exclude(side_effect="read")
+        .filter(
+            status__in=[
+                Operation.Status.SUCCEEDED,
+                Operation.Status.UNKNOWN,
+                Operation.Status.INTENT,
+            ]
+        )
+        .exists()
+    )
 
 
 def schedule(tx: RunTx, *, actor: str, reason: str) -> None:
@@ -99,8 +117,9 @@ def schedule(tx: RunTx, *, actor: str, reason: str) -> None:
     process dies first)."""
     if not needs_compensation(tx.run):
         return
-    Run.objects.filter(pk=tx.run.pk).update(compensation_status=PENDING,
-                                            compensation={"reason": reason})
+    Run.objects.filter(pk=tx.run.pk).update(
+        compensation_status=PENDING, compensation={"reason": reason}
+    )
     tx.event("compensation.scheduled", {"reason": reason}, actor=actor)
     run_id = tx.run.pk
 
@@ -140,16 +159,20 @@ def compensate_run(run: Run, *, actor: str, reason: str = "") -> CompensationRep
         _release_lease(lease_name, actor)
 
 
-def _pass(run: Run, targets: list[Step], review_ops: list[Operation], *, actor: str,
-          reason: str) -> CompensationReport:
+def _pass(
+    run: Run, targets: list[Step], review_ops: list[Operation], *, actor: str, reason: str
+) -> CompensationReport:
     run.refresh_from_db()
     state = dict(run.compensation or {})
     done_before = {e["seq"]: e for e in state.get("steps", []) if e.get("status") == "COMPENSATED"}
     reason = reason or state.get("reason", "")
     with run_transaction(run.pk) as tx:
         Run.objects.filter(pk=run.pk).update(compensation_status=PENDING)
-        tx.event("compensation.started", {"reason": reason,
-                                          "steps": [s.name for s in targets]}, actor=actor)
+        tx.event(
+            "compensation.started",
+            {"reason": reason, "steps": [s.name for s in targets]},
+            actor=actor,
+        )
     try:
         workflow = registry.get(run.workflow, run.workflow_version)
     except registry.UnknownWorkflow:
@@ -166,31 +189,54 @@ def _pass(run: Run, targets: list[Step], review_ops: list[Operation], *, actor: 
                 continue  # nothing happened outside: nothing to undo
             why = _review_reason(run, step, step_def)
             entry = {"step": step.name, "seq": step.seq, "status": "MANUAL_REVIEW", "detail": why}
-            report.manual_review.append({"step": step.name, "reason": why,
-                                         "operations": [ledger.describe(op) for op in effects]})
+            report.manual_review.append(
+                {
+                    "step": step.name,
+                    "reason": why,
+                    "operations": [ledger.describe(op) for op in effects],
+                }
+            )
         else:
             entry = _compensate_step(run, step, step_def, actor)
             if entry["status"] != "COMPENSATED":
-                report.manual_review.append({"step": step.name, "reason": entry["detail"],
-                                             "operations": [ledger.describe(op) for op in effects]})
+                report.manual_review.append(
+                    {
+                        "step": step.name,
+                        "reason": entry["detail"],
+                        "operations": [ledger.describe(op) for op in effects],
+                    }
+                )
         report.steps.append(entry)
         _save_progress(run, report, reason, actor, entry)
     for op in review_ops:
-        report.manual_review.append({"step": op.step.name if op.step else "", "operations":
-                                     [ledger.describe(op)],
-                                     "reason": f"operation {op.status} in a step that did not "
-                                               "complete: check it by hand"})
+        report.manual_review.append(
+            {
+                "step": op.step.name if op.step else "",
+                "operations": [ledger.describe(op)],
+                "reason": f"operation {op.status} in a step that did not "
+                "complete: check it by hand",
+            }
+        )
     report.status = REVIEW if report.manual_review else DONE
     with run_transaction(run.pk) as tx:
         Run.objects.filter(pk=run.pk).update(
             compensation_status=report.status,
-            compensation={"reason": reason, "steps": report.steps,
-                          "manual_review": report.manual_review})
-        tx.event("compensation.finished", {
-            "status": report.status, "reason": reason,
-            "compensated": [e["step"] for e in report.steps if e["status"] == "COMPENSATED"],
-            "manual_review": [m["step"] for m in report.manual_review],
-        }, actor=actor)
+            compensation={
+                "reason": reason,
+                "steps": report.steps,
+                "manual_review": report.manual_review,
+            },
+        )
+        tx.event(
+            "compensation.finished",
+            {
+                "status": report.status,
+                "reason": reason,
+                "compensated": [e["step"] for e in report.steps if e["status"] == "COMPENSATED"],
+                "manual_review": [m["step"] for m in report.manual_review],
+            },
+            actor=actor,
+        )
     return report
 
 
@@ -209,59 +255,96 @@ def _compensate_step(run: Run, step: Step, step_def, actor: str) -> dict[str, An
     try:
         step_def.compensate(ctx, step.output)
     except OutcomeUnknown as exc:
-        return {"step": step.name, "seq": step.seq, "status": "FAILED",
-                "detail": f"compensation outcome unknown: {exc.reason} ({exc.evidence})"}
+        return {
+            "step": step.name,
+            "seq": step.seq,
+            "status": "FAILED",
+            "detail": f"compensation outcome unknown: {exc.reason} ({exc.evidence})",
+        }
     except (StepError, LeaseLost) as exc:
-        return {"step": step.name, "seq": step.seq, "status": "FAILED",
-                "detail": f"compensation failed: {exc}"}
+        return {
+            "step": step.name,
+            "seq": step.seq,
+            "status": "FAILED",
+            "detail": f"compensation failed: {exc}",
+        }
     except Exception as exc:  # noqa: BLE001 - a bug in a compensation goes to a human
         logger.exception("compensation of %s raised", step.name)
-        return {"step": step.name, "seq": step.seq, "status": "FAILED",
-                "detail": f"compensation raised {type(exc).__name__}: {exc}"}
+        return {
+            "step": step.name,
+            "seq": step.seq,
+            "status": "FAILED",
+            "detail": f"compensation raised {type(exc).__name__}: {exc}",
+        }
     prefix = compensation_key(run.pk, step, "")
     Operation.objects.filter(step=step, status=Operation.Status.SUCCEEDED).exclude(
-        side_effect="read").exclude(idempotency_key__startswith=prefix).update(
-        status=Operation.Status.COMPENSATED, updated_at=Now())
+        side_effect="read"
+    ).exclude(idempotency_key__startswith=prefix).update(
+        status=Operation.Status.COMPENSATED, updated_at=Now()
+    )
     return {"step": step.name, "seq": step.seq, "status": "COMPENSATED", "detail": ""}
 
 
-def _save_progress(run: Run, report: CompensationReport, reason: str, actor: str,
-                   entry: dict[str, Any]) -> None:
+def _save_progress(
+    run: Run, report: CompensationReport, reason: str, actor: str, entry: dict[str, Any]
+) -> None:
     """Persist each finished step at once, so a pass resumed after a crash skips it."""
     with run_transaction(run.pk) as tx:
-        Run.objects.filter(pk=run.pk).update(compensation={
-            "reason": reason, "steps": report.steps, "manual_review": report.manual_review})
-        tx.event("compensation.step", {"step": entry["step"], "status": entry["status"],
-                                       "detail": entry["detail"]},
-                 step_id=None, actor=actor)
+        Run.objects.filter(pk=run.pk).update(
+            compensation={
+                "reason": reason,
+                "steps": report.steps,
+                "manual_review": report.manual_review,
+            }
+        )
+        tx.event(
+            "compensation.step",
+            {"step": entry["step"], "status": entry["status"], "detail": entry["detail"]},
+            step_id=None,
+            actor=actor,
+        )
 
 
 def _completed_steps(run: Run) -> list[Step]:
     """Steps whose work completed, newest first: SUCCEEDED ones, and SUPERSEDED ones that
     had finished without error before a resume replaced them (their effects are real)."""
-    steps = Step.objects.filter(run_id=run.pk, status__in=[StepStatus.SUCCEEDED,
-                                                           StepStatus.SUPERSEDED])
-    return [s for s in steps.order_by("-generation", "-seq")
-            if s.status == StepStatus.SUCCEEDED or (s.finished_at and not s.error_code)]
+    steps = Step.objects.filter(
+        run_id=run.pk, status__in=[StepStatus.SUCCEEDED, StepStatus.SUPERSEDED]
+    )
+    return [
+        s
+        for s in steps.order_by("-generation", "-seq")
+        if s.status == StepStatus.SUCCEEDED or (s.finished_at and not s.error_code)
+    ]
 
 
 def _effects(step: Step) -> list[Operation]:
     """The step's non-read operations that took effect (compensations excluded)."""
-    return list(Operation.objects.filter(step=step, status=Operation.Status.SUCCEEDED)
-                .exclude(side_effect="read")
-                .exclude(idempotency_key__contains=":compensate:").order_by("pk"))
+    return list(
+        Operation.objects.filter(step=step, status=Operation.Status.SUCCEEDED)
+        .exclude(side_effect="read")
+        .exclude(idempotency_key__contains=":compensate:")
+        .order_by("pk")
+    )
 
 
 def _unsettled_operations(run: Run) -> list[Operation]:
     """Non-read operations of steps that did not complete but that took effect or may
     have (SUCCEEDED, INTENT, UNKNOWN): nobody knows how to undo a half-done step."""
     return list(
-        Operation.objects.filter(run_id=run.pk).exclude(side_effect="read")
+        Operation.objects.filter(run_id=run.pk)
+        .exclude(side_effect="read")
         .exclude(idempotency_key__contains=":compensate:")
         .exclude(step__status__in=[StepStatus.SUCCEEDED, StepStatus.SUPERSEDED])
-        .filter(status__in=[Operation.Status.SUCCEEDED, Operation.Status.INTENT,
-                            Operation.Status.UNKNOWN])
-        .select_related("step").order_by("pk")
+        .filter(
+            status__in=[
+                Operation.Status.SUCCEEDED,
+                Operation.Status.INTENT,
+                Operation.Status.UNKNOWN,
+            ]
+        )
+        .select_related("step")
+        .order_by("pk")
     )
 
 

@@ -22,8 +22,17 @@ class StepContext:
     ``state``: the latest checkpoint's whole state dict.
     """
 
-    def __init__(self, *, run: Run, step: Step, attempt: int, worker_id: str,
-                 workflow, step_def, state: dict[str, Any]):
+    def __init__(
+        self,
+        *,
+        run: Run,
+        step: Step,
+        attempt: int,
+        worker_id: str,
+        workflow,
+        step_def,
+        state: dict[str, Any],
+    ):
         self.run = run
         self.step = step
         self.attempt = attempt
@@ -66,7 +75,8 @@ class StepContext:
         stored records), then the messages this step added so far, as ``{role, content,
         tool_calls, tool_call_id}`` dicts (stored ones also carry ``id``)."""
         return self.context().model_input + [
-            {k: v for k, v in m.items() if k != "draft"} for m in self.new_messages]
+            {k: v for k, v in m.items() if k != "draft"} for m in self.new_messages
+        ]
 
     def context(self):
         """The assembled context (``AssembledContext``) for this step, from stored records."""
@@ -79,24 +89,40 @@ class StepContext:
         the step's result; a re-run of the step after a crash stages it again."""
         from runs.engine.context_assembly import token_counter
 
-        self.new_summaries.append({
-            "first_seq": 1, "last_seq": plan.last_seq, "content": content,
-            "tokens": token_counter()(content), "covered_tokens": plan.covered_tokens,
-        })
+        self.new_summaries.append(
+            {
+                "first_seq": 1,
+                "last_seq": plan.last_seq,
+                "content": content,
+                "tokens": token_counter()(content),
+                "covered_tokens": plan.covered_tokens,
+            }
+        )
 
     def tool_call_id(self, index: int = 0) -> str:
         """A tool-call id that is the same on every attempt of this step."""
         return f"call_{self.run.pk.hex[:8]}_{self.step.pk}_{index}"
 
-    def add_message(self, role: str, content: str = "", *, tool_calls: list | None = None,
-                    tool_call_id: str | None = None) -> str:
+    def add_message(
+        self,
+        role: str,
+        content: str = "",
+        *,
+        tool_calls: list | None = None,
+        tool_call_id: str | None = None,
+    ) -> str:
         """Stage a message, committed with the step's result; returns its ``message_id``
         (stable across attempts of this step)."""
         message_id = f"msg_{self.run.pk.hex[:8]}_{self.step.pk}_{len(self.new_messages)}"
-        self.new_messages.append({
-            "id": message_id, "role": role, "content": content,
-            "tool_calls": tool_calls or [], "tool_call_id": tool_call_id,
-        })
+        self.new_messages.append(
+            {
+                "id": message_id,
+                "role": role,
+                "content": content,
+                "tool_calls": tool_calls or [],
+                "tool_call_id": tool_call_id,
+            }
+        )
         return message_id
 
     def begin_message(self, role: str = "assistant") -> str:
@@ -104,19 +130,31 @@ class StepContext:
         generation starts (``runs.engine.drafts``). A retry of this step gets a new id
         and supersedes this draft. Finish it with ``finish_message``."""
         self.safe_point()
-        message_id = drafts.begin(run_id=self.run.pk, thread_id=self.run.thread_id,
-                                  step=self.step, attempt=self.attempt, role=role,
-                                  index=len(self.new_messages) + len(self._draft_roles),
-                                  actor=self.worker_id)
+        message_id = drafts.begin(
+            run_id=self.run.pk,
+            thread_id=self.run.thread_id,
+            step=self.step,
+            attempt=self.attempt,
+            role=role,
+            index=len(self.new_messages) + len(self._draft_roles),
+            actor=self.worker_id,
+        )
         self._draft_roles[message_id] = role
         return message_id
 
     def finish_message(self, message_id: str, content: str) -> None:
         """Stage the draft ``message_id`` as final with ``content``; it becomes final
         only with the step's fenced commit."""
-        self.new_messages.append({"id": message_id, "role": self._draft_roles[message_id],
-                                  "content": content,
-                                  "tool_calls": [], "tool_call_id": None, "draft": True})
+        self.new_messages.append(
+            {
+                "id": message_id,
+                "role": self._draft_roles[message_id],
+                "content": content,
+                "tool_calls": [],
+                "tool_call_id": None,
+                "draft": True,
+            }
+        )
 
     # -- model and tools ------------------------------------------------------------
     def stream_model(self, messages: list[dict[str, Any]], *, message_id: str):
@@ -125,21 +163,34 @@ class StepContext:
         character offset); charges one model call first. Returns the whole reply as a
         ``ModelReply``. Raises ``BudgetExhausted``, ``LeaseLost``, ``CancelRequested``."""
         self.safe_point()
-        budget_mod.charge(self.run.pk, self.run.budget, model_calls=1,
-                          cost_usd=sim_model.COST_PER_CALL_USD)
+        budget_mod.charge(
+            self.run.pk, self.run.budget, model_calls=1, cost_usd=sim_model.COST_PER_CALL_USD
+        )
         content = ""
         for piece in sim_model.stream(messages):
             try:
                 self.safe_point()
             except CancelRequested:
                 # Nothing will finish this draft: tell clients to drop it.
-                drafts.abandon(run_id=self.run.pk, step_id=self.step.pk, message_id=message_id,
-                               attempt=self.attempt, reason="cancel requested",
-                               actor=self.worker_id)
+                drafts.abandon(
+                    run_id=self.run.pk,
+                    step_id=self.step.pk,
+                    message_id=message_id,
+                    attempt=self.attempt,
+                    reason="cancel requested",
+                    actor=self.worker_id,
+                )
                 raise
-            drafts.delta(run_id=self.run.pk, step=self.step, attempt=self.attempt,
-                         message_id=message_id, offset=len(content), text=piece,
-                         content=content + piece, actor=self.worker_id)
+            drafts.delta(
+                run_id=self.run.pk,
+                step=self.step,
+                attempt=self.attempt,
+                message_id=message_id,
+                offset=len(content),
+                text=piece,
+                content=content + piece,
+                actor=self.worker_id,
+            )
             content += piece
         return sim_model.ModelReply(content=content)
 
@@ -148,11 +199,13 @@ class StepContext:
         first. Returns ``runs.sim.model.ModelReply``; raises ``BudgetExhausted``, or
         ``StepError("TIMEOUT")`` past the step's ``timeout``."""
         self.safe_point()
-        budget_mod.charge(self.run.pk, self.run.budget, model_calls=1,
-                          cost_usd=sim_model.COST_PER_CALL_USD)
+        budget_mod.charge(
+            self.run.pk, self.run.budget, model_calls=1, cost_usd=sim_model.COST_PER_CALL_USD
+        )
         try:
-            return call_with_timeout(lambda: sim_model.complete(messages, tools or []),
-                                     self.step_def.timeout)
+            return call_with_timeout(
+                lambda: sim_model.complete(messages, tools or []), self.step_def.timeout
+            )
         except CallTimedOut as exc:
             raise StepError("TIMEOUT", f"model call: {exc}") from exc
 
@@ -168,21 +221,42 @@ class StepContext:
         self.safe_point()
         action = action or tool.name
         key = ledger.idempotency_key(self.run.pk, self.step.generation, self.step.name, action)
-        return perform_call(run=self.run, step=self.step, attempt=self.attempt,
-                            actor=self.worker_id, tool=tool, arguments=arguments, key=key,
-                            action=action, budget=self.run.budget,
-                            timeout=tool.timeout or self.step_def.timeout)
+        return perform_call(
+            run=self.run,
+            step=self.step,
+            attempt=self.attempt,
+            actor=self.worker_id,
+            tool=tool,
+            arguments=arguments,
+            key=key,
+            action=action,
+            budget=self.run.budget,
+            timeout=tool.timeout or self.step_def.timeout,
+        )
 
     # -- artifacts (runs.engine.artifacts) ------------------------------------------
-    def save_artifact(self, name: str, data: bytes | str, *, kind: str = "file",
-                      metadata: dict[str, Any] | None = None):
+    def save_artifact(
+        self,
+        name: str,
+        data: bytes | str,
+        *,
+        kind: str = "file",
+        metadata: dict[str, Any] | None = None,
+    ):
         """Write artifact ``name`` (file first, then the row) and reference it from the
         checkpoint this step commits. Returns the ``Artifact``; raises ``LeaseLost``."""
         from runs.engine.artifacts import write_artifact
 
         self.safe_point()
-        artifact = write_artifact(run=self.run, step=self.step, attempt=self.attempt,
-                                  name=name, data=data, kind=kind, metadata=metadata)
+        artifact = write_artifact(
+            run=self.run,
+            step=self.step,
+            attempt=self.attempt,
+            name=name,
+            data=data,
+            kind=kind,
+            metadata=metadata,
+        )
         # A new dict, not an in-place append: the checkpoint state read at claim time
         # stays as it was if this attempt never commits.
         self.state = {**self.state, "artifacts": [*self.state.get("artifacts", []), artifact.pk]}
@@ -203,9 +277,19 @@ class StepContext:
         return read_artifact(artifact)
 
 
-def perform_call(*, run: Run, step: Step, attempt: int | None, actor: str, tool: Tool,
-                 arguments: dict[str, Any], key: str, action: str, budget: dict,
-                 timeout: float | None):
+def perform_call(
+    *,
+    run: Run,
+    step: Step,
+    attempt: int | None,
+    actor: str,
+    tool: Tool,
+    arguments: dict[str, Any],
+    key: str,
+    action: str,
+    budget: dict,
+    timeout: float | None,
+):
     """One outside call through the ledger (DESIGN section 5.4), in this order:
 
     1. A SUCCEEDED row for ``key``: return its result, no call.
@@ -221,46 +305,78 @@ def perform_call(*, run: Run, step: Step, attempt: int | None, actor: str, tool:
     FAILED and the error propagates. A timeout of an ``unsafe`` call raises
     ``OutcomeUnknown`` (it may still land); of other tools, ``StepError("TIMEOUT")``.
     """
-    info = ToolCall(run_id=str(run.pk), idempotency_key=key, attempt=attempt or 0,
-                    faults=dict(run.faults or {}))
+    info = ToolCall(
+        run_id=str(run.pk), idempotency_key=key, attempt=attempt or 0, faults=dict(run.faults or {})
+    )
     op = ledger.find(key)
     if op is not None:
         if op.status == Operation.Status.SUCCEEDED:
             return op.result
         if op.status == Operation.Status.COMPENSATED:
             raise StepError("OPERATION_COMPENSATED", f"operation {key} was compensated")
-        if op.status in (Operation.Status.INTENT, Operation.Status.UNKNOWN) \
-                and tool.side_effect == "unsafe":
+        if (
+            op.status in (Operation.Status.INTENT, Operation.Status.UNKNOWN)
+            and tool.side_effect == "unsafe"
+        ):
             answer = ledger.verify(tool, op, info)
-            record_event(run.pk, "operation.verified",
-                         {**ledger.describe(op), "answer": answer.status,
-                          "evidence": answer.evidence[:2000]},
-                         step_id=step.pk if step else None, actor=actor)
+            record_event(
+                run.pk,
+                "operation.verified",
+                {
+                    **ledger.describe(op),
+                    "answer": answer.status,
+                    "evidence": answer.evidence[:2000],
+                },
+                step_id=step.pk if step else None,
+                actor=actor,
+            )
             if answer.status == "done":
                 ledger.record_result(op, answer.result)
                 return answer.result
             if answer.status == "cannot_tell":
-                raise OutcomeUnknown(op.pk, f"{tool.name}: an earlier attempt may have made "
-                                     "this call and verify cannot tell", answer.evidence)
-            ledger.record_result(op, {"verified": "not_done", "evidence": answer.evidence},
-                                 status=Operation.Status.FAILED)
+                raise OutcomeUnknown(
+                    op.pk,
+                    f"{tool.name}: an earlier attempt may have made "
+                    "this call and verify cannot tell",
+                    answer.evidence,
+                )
+            ledger.record_result(
+                op,
+                {"verified": "not_done", "evidence": answer.evidence},
+                status=Operation.Status.FAILED,
+            )
     budget_mod.charge(run.pk, budget, tool_calls=1)
-    op = ledger.record_intent(run_id=run.pk, step_id=step.pk if step else None,
-                              attempt=attempt, key=key, tool=tool, arguments=arguments)
+    op = ledger.record_intent(
+        run_id=run.pk,
+        step_id=step.pk if step else None,
+        attempt=attempt,
+        key=key,
+        tool=tool,
+        arguments=arguments,
+    )
     if op.status == Operation.Status.SUCCEEDED:
         return op.result
     fault = faults.take_after_tool(run, step.pk if step else None, tool, action)
     try:
-        result = call_with_timeout(lambda: ledger.call(tool, arguments, info), timeout,
-                                   on_late=lambda late: ledger.record_late_result(op.pk, late))
+        result = call_with_timeout(
+            lambda: ledger.call(tool, arguments, info),
+            timeout,
+            on_late=lambda late: ledger.record_late_result(op.pk, late),
+        )
     except CallTimedOut as exc:
         if tool.side_effect == "unsafe":
-            raise OutcomeUnknown(op.pk, f"{tool.name} exceeded its timeout of {exc.timeout}s "
-                                 "and may still take effect", str(exc)) from exc
+            raise OutcomeUnknown(
+                op.pk,
+                f"{tool.name} exceeded its timeout of {exc.timeout}s and may still take effect",
+                str(exc),
+            ) from exc
         raise StepError("TIMEOUT", f"{tool.name}: {exc}") from exc
     except StepError as exc:
-        ledger.record_result(op, {"error_code": exc.code, "detail": exc.detail[:2000]},
-                             status=Operation.Status.FAILED)
+        ledger.record_result(
+            op,
+            {"error_code": exc.code, "detail": exc.detail[:2000]},
+            status=Operation.Status.FAILED,
+        )
         raise
     faults.act(fault, tool)
     ledger.record_result(op, result)

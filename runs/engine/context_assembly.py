@@ -91,8 +91,10 @@ class AssembledContext:
                 text = f"Summary of messages {first}..{last}:\n{part['content']}"
                 out.append(_chat("system", text))
             else:
-                out.extend(_chat(m["role"], m["content"], m["tool_calls"], m["tool_call_id"])
-                           for m in part["messages"])
+                out.extend(
+                    _chat(m["role"], m["content"], m["tool_calls"], m["tool_call_id"])
+                    for m in part["messages"]
+                )
         return out
 
     @property
@@ -111,15 +113,22 @@ class AssembledContext:
         model_input, tokens}``."""
         count = token_counter()
         return {
-            "run_id": self.run_id, "step": self.step, "history_end": self.history_end,
-            "parts": self.parts, "model_input": self.model_input,
+            "run_id": self.run_id,
+            "step": self.step,
+            "history_end": self.history_end,
+            "parts": self.parts,
+            "model_input": self.model_input,
             "tokens": sum(count(m["content"] or "") for m in self.model_input),
         }
 
 
 def _chat(role: str, content: str, tool_calls=None, tool_call_id=None) -> dict[str, Any]:
-    return {"role": role, "content": content, "tool_calls": tool_calls or [],
-            "tool_call_id": tool_call_id or None}
+    return {
+        "role": role,
+        "content": content,
+        "tool_calls": tool_calls or [],
+        "tool_call_id": tool_call_id or None,
+    }
 
 
 def _row(m: Message) -> dict[str, Any]:
@@ -129,12 +138,20 @@ def _row(m: Message) -> dict[str, Any]:
 def history_end(run: Run) -> int:
     """H: the thread's last message seq when ``run`` started (its ``start`` checkpoint),
     or, for a run without one, the last seq of its own user messages."""
-    state = (Checkpoint.objects.filter(run_id=run.pk, name="start").order_by("pk")
-             .values_list("state", flat=True).first())
+    state = (
+        Checkpoint.objects.filter(run_id=run.pk, name="start")
+        .order_by("pk")
+        .values_list("state", flat=True)
+        .first()
+    )
     if state and state.get("message_seq") is not None:
         return int(state["message_seq"])
-    own = (Message.objects.filter(run_id=run.pk, step__isnull=True, seq__isnull=False)
-           .order_by("-seq").values_list("seq", flat=True).first())
+    own = (
+        Message.objects.filter(run_id=run.pk, step__isnull=True, seq__isnull=False)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
     return int(own or 0)
 
 
@@ -146,19 +163,22 @@ def current_summary(run: Run, end: int | None = None) -> Summary | None:
     return (
         Summary.objects.filter(thread_id=run.thread_id, last_seq__lte=end)
         .filter(Q(run_id=run.pk) | Q(run__isnull=True) | Q(run__created_at__lt=run.created_at))
-        .order_by("-last_seq").first()
+        .order_by("-last_seq")
+        .first()
     )
 
 
 def _step_position(run: Run, step_name: str | None) -> Step | None:
     if step_name is None:
         return None
-    return (Step.objects.filter(run_id=run.pk, name=step_name).order_by("-generation", "-seq")
-            .first())
+    return (
+        Step.objects.filter(run_id=run.pk, name=step_name).order_by("-generation", "-seq").first()
+    )
 
 
-def assemble_context(run: Run, *, step: str | None = None,
-                     system: str | None = None) -> AssembledContext:
+def assemble_context(
+    run: Run, *, step: str | None = None, system: str | None = None
+) -> AssembledContext:
     """Build the model input of ``run`` as seen by step ``step`` from stored records.
 
     ``step`` (a step name) limits this run's own messages to those committed by steps
@@ -176,22 +196,33 @@ def assemble_context(run: Run, *, step: str | None = None,
     covered = 0
     if summary is not None:
         covered = summary.last_seq
-        result.parts.append({"label": "summary", "summary_id": summary.pk,
-                             "covers": [summary.first_seq, summary.last_seq],
-                             "tokens": summary.tokens, "content": summary.content})
+        result.parts.append(
+            {
+                "label": "summary",
+                "summary_id": summary.pk,
+                "covers": [summary.first_seq, summary.last_seq],
+                "tokens": summary.tokens,
+                "content": summary.content,
+            }
+        )
     finals = Message.objects.filter(thread_id=run.thread_id, status=Message.Status.FINAL)
     history = [_row(m) for m in finals.filter(seq__gt=covered, seq__lte=end).order_by("seq")]
-    result.parts.append({"label": "messages", "from_seq": covered + 1, "to_seq": end,
-                         "messages": history})
+    result.parts.append(
+        {"label": "messages", "from_seq": covered + 1, "to_seq": end, "messages": history}
+    )
     own = finals.filter(run_id=run.pk, seq__gt=end).select_related("step").order_by("seq")
     position = _step_position(run, step)
     if position is not None:
         own = own.filter(step__seq__lt=position.seq, step__generation=position.generation)
     own_rows = [_row(m) for m in own]
-    result.parts.append({"label": "tool_results",
-                         "from_seq": own_rows[0]["seq"] if own_rows else None,
-                         "to_seq": own_rows[-1]["seq"] if own_rows else None,
-                         "messages": own_rows})
+    result.parts.append(
+        {
+            "label": "tool_results",
+            "from_seq": own_rows[0]["seq"] if own_rows else None,
+            "to_seq": own_rows[-1]["seq"] if own_rows else None,
+            "messages": own_rows,
+        }
+    )
     return result
 
 
@@ -228,9 +259,15 @@ def summary_due(run: Run) -> SummaryPlan | None:
     end = history_end(run)
     summary = current_summary(run, end)
     covered = summary.last_seq if summary else 0
-    uncovered = [_row(m) for m in Message.objects.filter(
-        thread_id=run.thread_id, status=Message.Status.FINAL, seq__gt=covered, seq__lte=end,
-    ).order_by("seq")]
+    uncovered = [
+        _row(m)
+        for m in Message.objects.filter(
+            thread_id=run.thread_id,
+            status=Message.Status.FINAL,
+            seq__gt=covered,
+            seq__lte=end,
+        ).order_by("seq")
+    ]
     if sum(message_tokens(m) for m in uncovered) <= settings.AGENTOPS_CONTEXT_SUMMARY_TOKENS:
         return None
     last = end - settings.AGENTOPS_CONTEXT_RECENT_MESSAGES
@@ -238,5 +275,9 @@ def summary_due(run: Run) -> SummaryPlan | None:
         return None
     new = [m for m in uncovered if m["seq"] <= last]
     previous_tokens = summary.covered_tokens if summary else 0
-    return SummaryPlan(last_seq=last, previous=summary, new_messages=new,
-                       covered_tokens=previous_tokens + sum(message_tokens(m) for m in new))
+    return SummaryPlan(
+        last_seq=last,
+        previous=summary,
+        new_messages=new,
+        covered_tokens=previous_tokens + sum(message_tokens(m) for m in new),
+    )

@@ -36,10 +36,18 @@ class ControlError(Exception):
         self.errors = errors or {}
 
 
-def start_run(workflow: str, *, thread_id: str, input: Any, owner=None,
-              budget: dict | None = None, request_id: str | None = None,
-              faults: dict | None = None, version: int | None = None,
-              actor: str = "cli") -> Run:
+def start_run(
+    workflow: str,
+    *,
+    thread_id: str,
+    input: Any,
+    owner=None,
+    budget: dict | None = None,
+    request_id: str | None = None,
+    faults: dict | None = None,
+    version: int | None = None,
+    actor: str = "cli",
+) -> Run:
     """Create a run of ``workflow`` (latest version unless ``version``) on the thread
     ``thread_id``, with its first user message, ``start`` checkpoint and first step,
     all in one transaction; the first step is notified after commit.
@@ -50,16 +58,26 @@ def start_run(workflow: str, *, thread_id: str, input: Any, owner=None,
         wf = registry.get(workflow, version)
     except registry.UnknownWorkflow as exc:
         raise ControlError("unknown_workflow", str(exc), {"workflow": str(exc)}) from exc
-    if (not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 200
-            or "\x00" in thread_id):
-        raise ControlError("invalid_thread", "thread id must be 1..200 characters",
-                           {"thread_id": "must be 1..200 characters"})
+    if (
+        not isinstance(thread_id, str)
+        or not thread_id.strip()
+        or len(thread_id) > 200
+        or "\x00" in thread_id
+    ):
+        raise ControlError(
+            "invalid_thread",
+            "thread id must be 1..200 characters",
+            {"thread_id": "must be 1..200 characters"},
+        )
     errors = wf.validate_input(input)
     if not errors and _has_nul(input):
         errors = {"input": "must not contain NUL (\\u0000) characters"}
     if errors:
-        raise ControlError("invalid_input", "input is not valid for " + wf.name,
-                           {f"input.{k}" if k != "input" else k: v for k, v in errors.items()})
+        raise ControlError(
+            "invalid_input",
+            "input is not valid for " + wf.name,
+            {f"input.{k}" if k != "input" else k: v for k, v in errors.items()},
+        )
     budget_errors = validate_budget(budget)
     if budget_errors:
         raise ControlError("invalid_budget", "budget is not valid", budget_errors)
@@ -70,24 +88,42 @@ def start_run(workflow: str, *, thread_id: str, input: Any, owner=None,
         except IntegrityError:
             thread = Thread.objects.get(owner=owner, thread_id=thread_id)
         run = Run.objects.create(
-            thread=thread, owner=owner, workflow=wf.name, workflow_version=wf.version,
-            input=input, goal=goal[:2000], budget=budget or {}, faults=faults or {},
+            thread=thread,
+            owner=owner,
+            workflow=wf.name,
+            workflow_version=wf.version,
+            input=input,
+            goal=goal[:2000],
+            budget=budget or {},
+            faults=faults or {},
             request_id=request_id,
         )
         with run_transaction(run.pk) as tx:
-            tx.event("run.created", {"workflow": wf.name, "version": wf.version,
-                                     "thread": thread_id}, actor=actor)
+            tx.event(
+                "run.created",
+                {"workflow": wf.name, "version": wf.version, "thread": thread_id},
+                actor=actor,
+            )
             if wf.message_field:
                 Thread.objects.filter(pk=thread.pk).update(message_seq=F("message_seq") + 1)
                 seq = Thread.objects.values_list("message_seq", flat=True).get(pk=thread.pk)
                 message = Message.objects.create(
-                    thread=thread, run=run, seq=seq, message_id=f"msg_{uuid.uuid4().hex}",
-                    role=Message.Role.USER, content=goal,
+                    thread=thread,
+                    run=run,
+                    seq=seq,
+                    message_id=f"msg_{uuid.uuid4().hex}",
+                    role=Message.Role.USER,
+                    content=goal,
                 )
-                tx.event("message.created", {"message_id": message.message_id, "role": "user",
-                                             "seq": seq}, actor=actor)
+                tx.event(
+                    "message.created",
+                    {"message_id": message.message_id, "role": "user", "seq": seq},
+                    actor=actor,
+                )
             state = initial_state(run, wf.first_step)
-            state["message_seq"] = Thread.objects.values_list("message_seq", flat=True).get(pk=thread.pk)
+            state["message_seq"] = Thread.objects.values_list("message_seq", flat=True).get(
+                pk=thread.pk
+            )
             Checkpoint.objects.create(run=run, name="start", generation=run.generation, state=state)
             schedule_step(tx, wf.first_step, seq=1, actor=actor)
     run.refresh_from_db()
@@ -138,8 +174,11 @@ def _has_nul(value) -> bool:
 
 def latest_run(thread_id: str, owner=None) -> Run:
     """The newest run on the thread; raises ``ControlError`` ``unknown_thread``."""
-    run = (Run.objects.filter(thread__thread_id=thread_id, thread__owner=owner)
-           .order_by("-created_at").first())
+    run = (
+        Run.objects.filter(thread__thread_id=thread_id, thread__owner=owner)
+        .order_by("-created_at")
+        .first()
+    )
     if run is None:
         raise ControlError("unknown_thread", f"no run on thread {thread_id!r}")
     return run
@@ -155,8 +194,11 @@ def get_run(run_id: str) -> Run:
 
 def open_step(run: Run) -> Step | None:
     """The current generation's step that is not finished yet, if any."""
-    return (Step.objects.filter(run=run, generation=run.generation, status__in=OPEN_STEP_STATES)
-            .order_by("seq").first())
+    return (
+        Step.objects.filter(run=run, generation=run.generation, status__in=OPEN_STEP_STATES)
+        .order_by("seq")
+        .first()
+    )
 
 
 def run_status(run: Run) -> dict[str, Any]:
@@ -168,21 +210,41 @@ def run_status(run: Run) -> dict[str, Any]:
     run.refresh_from_db()
     nxt = open_step(run)
     steps = [
-        {"name": s.name, "status": s.status, "attempt": s.attempt, "generation": s.generation,
-         "error_code": s.error_code or None}
+        {
+            "name": s.name,
+            "status": s.status,
+            "attempt": s.attempt,
+            "generation": s.generation,
+            "error_code": s.error_code or None,
+        }
         for s in Step.objects.filter(run=run).order_by("seq")
     ]
-    messages = [m.as_dict() for m in Message.objects.filter(
-        thread_id=run.thread_id, status=Message.Status.FINAL).order_by("seq")]
+    messages = [
+        m.as_dict()
+        for m in Message.objects.filter(
+            thread_id=run.thread_id, status=Message.Status.FINAL
+        ).order_by("seq")
+    ]
     return {
-        "run_id": str(run.pk), "thread": run.thread.thread_id, "workflow": run.workflow,
-        "version": run.workflow_version, "status": run.status, "generation": run.generation,
+        "run_id": str(run.pk),
+        "thread": run.thread.thread_id,
+        "workflow": run.workflow,
+        "version": run.workflow_version,
+        "status": run.status,
+        "generation": run.generation,
         "next_step": nxt.name if nxt and run.status not in RUN_TERMINAL else None,
-        "steps": steps, "messages": messages, "calls": device_calls(str(run.pk)),
+        "steps": steps,
+        "messages": messages,
+        "calls": device_calls(str(run.pk)),
         "devices": device_readings(),
-        "budget": {"limits": run.budget, "used": {"model_calls": run.model_calls,
-                                                   "tool_calls": run.tool_calls,
-                                                   "cost_usd": str(run.cost_usd)}},
+        "budget": {
+            "limits": run.budget,
+            "used": {
+                "model_calls": run.model_calls,
+                "tool_calls": run.tool_calls,
+                "cost_usd": str(run.cost_usd),
+            },
+        },
         "error_code": run.error_code or None,
         "takeover": _open_takeover(run),
         "compensation": {"status": run.compensation_status or None, **(run.compensation or {})},
@@ -196,12 +258,16 @@ def _open_takeover(run: Run) -> dict[str, Any] | None:
     t = Takeover.objects.filter(run=run, status=Takeover.Status.OPEN).select_related("step").first()
     if t is None:
         return None
-    return {"id": t.pk, "cause": t.cause, "reason": t.reason,
-            "step": t.step.name if t.step else None, "suggested_action": t.suggested_action}
+    return {
+        "id": t.pk,
+        "cause": t.cause,
+        "reason": t.reason,
+        "step": t.step.name if t.step else None,
+        "suggested_action": t.suggested_action,
+    }
 
 
-def resume(run: Run, *, actor: str, wait_seconds: float | None = None,
-           on_wait=None) -> Step:
+def resume(run: Run, *, actor: str, wait_seconds: float | None = None, on_wait=None) -> Step:
     """Re-dispatch the run's next step (DESIGN section 6).
 
     A step whose lease is still live elsewhere is never taken: this waits (up to
@@ -214,14 +280,17 @@ def resume(run: Run, *, actor: str, wait_seconds: float | None = None,
     if run.status in RUN_TERMINAL:
         raise ControlError("run_terminal", f"run is {run.status}; nothing to resume")
     if run.status == RunStatus.PAUSED:
-        raise ControlError("run_paused", "run is PAUSED for a takeover: resolve it, or resume "
-                           "from a checkpoint with --from")
+        raise ControlError(
+            "run_paused",
+            "run is PAUSED for a takeover: resolve it, or resume from a checkpoint with --from",
+        )
     step = open_step(run)
     if step is None:
         raise ControlError("nothing_to_resume", "the run has no open step")
     if step.status == StepStatus.RUNNING:
-        deadline = time.monotonic() + (wait_seconds if wait_seconds is not None
-                                       else settings.AGENTOPS_LEASE_SECONDS + 5)
+        deadline = time.monotonic() + (
+            wait_seconds if wait_seconds is not None else settings.AGENTOPS_LEASE_SECONDS + 5
+        )
         while True:
             step.refresh_from_db()
             if step.status != StepStatus.RUNNING:
@@ -229,25 +298,33 @@ def resume(run: Run, *, actor: str, wait_seconds: float | None = None,
             left = (step.lease_until - db_now()).total_seconds() if step.lease_until else 0
             if left < 0:
                 with run_transaction(run.pk) as tx:
-                    leases.release_expired_lease(tx, step.pk, step.attempt, step.owner,
-                                                 actor=actor)
+                    leases.release_expired_lease(tx, step.pk, step.attempt, step.owner, actor=actor)
                 continue
             if time.monotonic() + min(left, 0.5) > deadline:
-                raise ControlError("lease_live", f"step {step.name} is leased by {step.owner} "
-                                   f"for {left:.1f}s more; not taking it")
+                raise ControlError(
+                    "lease_live",
+                    f"step {step.name} is leased by {step.owner} "
+                    f"for {left:.1f}s more; not taking it",
+                )
             if on_wait:
                 on_wait(step, left)
             time.sleep(min(max(left, 0.05), 0.5))
     with run_transaction(run.pk) as tx:
-        tx.event("run.resume_requested", {"step": step.name, "attempt": step.attempt},
-                 step_id=step.pk, actor=actor)
+        tx.event(
+            "run.resume_requested",
+            {"step": step.name, "attempt": step.attempt},
+            step_id=step.pk,
+            actor=actor,
+        )
         Step.objects.filter(pk=step.pk).update(notified_at=Now())
         dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
     step.refresh_from_db()
     return step
 
 
-def retry_step(run: Run, *, actor: str, reason: str, takeover=None, note: dict | None = None) -> Step:
+def retry_step(
+    run: Run, *, actor: str, reason: str, takeover=None, note: dict | None = None
+) -> Step:
     """Re-queue the failed (or unknown-outcome) step of a PAUSED run: a new PENDING row
     of the same step in the same generation, so the failed attempts stay visible and the
     idempotency keys stay the same (a retried action that already succeeded at the
@@ -261,11 +338,19 @@ def retry_step(run: Run, *, actor: str, reason: str, takeover=None, note: dict |
 
     with run_transaction(run.pk) as tx:
         if tx.run.status != RunStatus.PAUSED:
-            raise ControlError("not_allowed_in_state",
-                               f"run is {tx.run.status}; only a PAUSED run's step is retried")
-        failed = (Step.objects.filter(run_id=run.pk, generation=tx.run.generation,
-                                      status__in=[StepStatus.FAILED, StepStatus.UNKNOWN])
-                  .order_by("-seq").first())
+            raise ControlError(
+                "not_allowed_in_state",
+                f"run is {tx.run.status}; only a PAUSED run's step is retried",
+            )
+        failed = (
+            Step.objects.filter(
+                run_id=run.pk,
+                generation=tx.run.generation,
+                status__in=[StepStatus.FAILED, StepStatus.UNKNOWN],
+            )
+            .order_by("-seq")
+            .first()
+        )
         if failed is None:
             raise ControlError("nothing_to_retry", "the run has no failed or unknown step")
     if failed.status == StepStatus.UNKNOWN:
@@ -274,20 +359,34 @@ def retry_step(run: Run, *, actor: str, reason: str, takeover=None, note: dict |
 
         resolve_unknown(run, failed.name, outcome="not-done", evidence=reason, actor=actor)
         if note:
-            record_event(run.pk, "takeover.resolved", {**note, "takeover_id": getattr(
-                takeover, "pk", None)}, step_id=failed.pk, actor=actor)
+            record_event(
+                run.pk,
+                "takeover.resolved",
+                {**note, "takeover_id": getattr(takeover, "pk", None)},
+                step_id=failed.pk,
+                actor=actor,
+            )
         return Step.objects.get(pk=failed.pk)
     with run_transaction(run.pk) as tx:
         if tx.run.status != RunStatus.PAUSED or tx.run.generation != failed.generation:
             raise ControlError("run_changed", "the run changed meanwhile; look again")
-        resolve_open_takeover(tx, actor, note or {"action": "retry", "reason": reason,
-                                                  "evidence": ""}, takeover)
+        resolve_open_takeover(
+            tx, actor, note or {"action": "retry", "reason": reason, "evidence": ""}, takeover
+        )
         tx.transition_run(RunStatus.RUNNING, actor=actor, reason=reason)
-        seq = (Step.objects.filter(run_id=run.pk).order_by("-seq")
-               .values_list("seq", flat=True).first() or 0) + 1
-        tx.event("step.retry_requested", {"step": failed.name, "reason": reason,
-                                          "failed_step_id": failed.pk}, step_id=failed.pk,
-                 actor=actor)
+        seq = (
+            Step.objects.filter(run_id=run.pk)
+            .order_by("-seq")
+            .values_list("seq", flat=True)
+            .first()
+            or 0
+        ) + 1
+        tx.event(
+            "step.retry_requested",
+            {"step": failed.name, "reason": reason, "failed_step_id": failed.pk},
+            step_id=failed.pk,
+            actor=actor,
+        )
         step_id = schedule_step(tx, failed.name, seq=seq, actor=actor)
     return Step.objects.get(pk=step_id)
 
@@ -308,16 +407,31 @@ def pause_run(run: Run, *, actor: str, reason: str) -> Run:
         if status in RUN_TERMINAL:
             raise ControlError("run_terminal", f"run is {status}")
         if status not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING_EXTERNAL):
-            raise ControlError("not_allowed_in_state", f"run is {status}; pause applies to "
-                               "PENDING, RUNNING or WAITING_EXTERNAL runs")
+            raise ControlError(
+                "not_allowed_in_state",
+                f"run is {status}; pause applies to PENDING, RUNNING or WAITING_EXTERNAL runs",
+            )
         running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).first()
         if running is not None:
-            raise ControlError("step_running", f"step {running.name} is running on "
-                               f"{running.owner}; wait for it or cancel the run")
-        step = (Step.objects.filter(run_id=run.pk, generation=tx.run.generation,
-                                    status=StepStatus.PENDING).order_by("seq").first())
-        open_takeover(tx, cause="operator_request", reason=reason, actor=actor, step=step,
-                      suggested_action="Resolve with resume to continue, or cancel.",
-                      evidence={"requested_by": actor})
+            raise ControlError(
+                "step_running",
+                f"step {running.name} is running on {running.owner}; wait for it or cancel the run",
+            )
+        step = (
+            Step.objects.filter(
+                run_id=run.pk, generation=tx.run.generation, status=StepStatus.PENDING
+            )
+            .order_by("seq")
+            .first()
+        )
+        open_takeover(
+            tx,
+            cause="operator_request",
+            reason=reason,
+            actor=actor,
+            step=step,
+            suggested_action="Resolve with resume to continue, or cancel.",
+            evidence={"requested_by": actor},
+        )
     run.refresh_from_db()
     return run

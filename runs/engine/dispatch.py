@@ -50,8 +50,13 @@ def notify_now(run_id, step_id: int, attempt: int = 0, queue: str = "default") -
     if mode() != "rq":
         return
     get_queue(queue).enqueue(
-        JOB_FUNC, str(run_id), step_id, attempt,
-        result_ttl=0, failure_ttl=3600, job_timeout=settings.RQ_QUEUES["default"]["DEFAULT_TIMEOUT"],
+        JOB_FUNC,
+        str(run_id),
+        step_id,
+        attempt,
+        result_ttl=0,
+        failure_ttl=3600,
+        job_timeout=settings.RQ_QUEUES["default"]["DEFAULT_TIMEOUT"],
     )
 
 
@@ -67,7 +72,11 @@ def notify_on_commit(run_id, step_id: int, attempt: int = 0, queue: str = "defau
         try:
             notify_now(run_id, step_id, attempt, queue)
         except Exception as exc:  # noqa: BLE001 - any Redis failure leaves recovery to the sweeper
-            logger.warning("notification for step %s not sent (%s: %s); the sweeper will retry",
-                           step_id, type(exc).__name__, exc)
+            logger.warning(
+                "notification for step %s not sent (%s: %s); the sweeper will retry",
+                step_id,
+                type(exc).__name__,
+                exc,
+            )
 
     transaction.on_commit(send)

@@ -65,8 +65,11 @@ def _finish_cancel_if_requested(step_id: int, worker: WorkerIdentity) -> None:
     """A chain ended (the step stopped, failed, waits or was the last): if its run is
     cancel-requested, this worker completes the cancel flow right away instead of
     leaving it to the sweeper (one query when not)."""
-    run_id = Step.objects.filter(pk=step_id, run__status=RunStatus.CANCEL_REQUESTED).values_list(
-        "run_id", flat=True).first()
+    run_id = (
+        Step.objects.filter(pk=step_id, run__status=RunStatus.CANCEL_REQUESTED)
+        .values_list("run_id", flat=True)
+        .first()
+    )
     if run_id is not None:
         from runs.engine.cancel import finish_cancel
 
@@ -113,15 +116,30 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
         # Each claim is an attempt, including claims whose worker died; a step that keeps
         # killing its workers must stop being retried. Attempts before the last human
         # decision (attempt_base) do not count.
-        _fail_attempt(run, step, attempt, worker, step_def,
-                      StepError("ATTEMPTS_EXHAUSTED",
-                                f"claimed {attempt - step.attempt_base} times, "
-                                f"max_attempts={step_def.retry.max_attempts}"),
-                      force_final=True)
+        _fail_attempt(
+            run,
+            step,
+            attempt,
+            worker,
+            step_def,
+            StepError(
+                "ATTEMPTS_EXHAUSTED",
+                f"claimed {attempt - step.attempt_base} times, "
+                f"max_attempts={step_def.retry.max_attempts}",
+            ),
+            force_final=True,
+        )
         return StepOutcome(True)
 
-    ctx = StepContext(run=run, step=step, attempt=attempt, worker_id=worker.worker_id,
-                      workflow=workflow, step_def=step_def, state=state)
+    ctx = StepContext(
+        run=run,
+        step=step,
+        attempt=attempt,
+        worker_id=worker.worker_id,
+        workflow=workflow,
+        step_def=step_def,
+        state=state,
+    )
     heartbeat = Heartbeat(ctx)
     heartbeat.start()
     try:
@@ -146,8 +164,14 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
         return StepOutcome(True)
     except Exception as exc:  # noqa: BLE001 - a bug in a step is recorded, not fatal to the worker
         logger.exception("step %s raised", step.name)
-        _fail_attempt(run, step, attempt, worker, step_def,
-                      StepError("INTERNAL", f"{type(exc).__name__}: {exc}"))
+        _fail_attempt(
+            run,
+            step,
+            attempt,
+            worker,
+            step_def,
+            StepError("INTERNAL", f"{type(exc).__name__}: {exc}"),
+        )
         return StepOutcome(True)
     finally:
         heartbeat.stop()
@@ -160,6 +184,7 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
 
 
 # -- claim -----------------------------------------------------------------------------
+
 
 def _claim(run: Run, step: Step, worker: WorkerIdentity) -> tuple[int, dict] | None:
     """Claim the step and mark the run RUNNING in one transaction; returns the attempt
@@ -177,7 +202,11 @@ def _claim(run: Run, step: Step, worker: WorkerIdentity) -> tuple[int, dict] | N
         if step.status == StepStatus.RUNNING:
             payload["takeover_from"] = step.owner
         tx.event("step.started", payload, step_id=step.pk, actor=worker.worker_id)
-        checkpoint = Checkpoint.objects.filter(run_id=run.pk, generation=tx.run.generation).order_by("-pk").first()
+        checkpoint = (
+            Checkpoint.objects.filter(run_id=run.pk, generation=tx.run.generation)
+            .order_by("-pk")
+            .first()
+        )
         state = checkpoint.state if checkpoint else {}
     run.status = tx.run.status
     return attempt, state
@@ -219,6 +248,7 @@ class Heartbeat:
 
 # -- commit ----------------------------------------------------------------------------
 
+
 def _commit_success(ctx: StepContext, output: Any, worker: WorkerIdentity) -> int | None:
     """Commit the result, fenced by attempt. Returns the next step's id, if any."""
     run, step, attempt = ctx.run, ctx.step, ctx.attempt
@@ -227,35 +257,71 @@ def _commit_success(ctx: StepContext, output: Any, worker: WorkerIdentity) -> in
     with run_transaction(run.pk) as tx:
         # The fence is the UPDATE's WHERE clause (attempt and RUNNING); the reason for a
         # refusal is only looked up when it matched nothing, saving a read per step.
-        committed = (tx.run.status not in RUN_TERMINAL and tx.run.generation == step.generation
-                     and Step.objects.filter(pk=step.pk, attempt=attempt,
-                                             status=StepStatus.RUNNING).update(
-                         status=StepStatus.SUCCEEDED, output=output, finished_at=Now(),
-                         lease_until=None, owner=worker.worker_id, error_code="",
-                         error_detail="") == 1)
+        committed = (
+            tx.run.status not in RUN_TERMINAL
+            and tx.run.generation == step.generation
+            and Step.objects.filter(pk=step.pk, attempt=attempt, status=StepStatus.RUNNING).update(
+                status=StepStatus.SUCCEEDED,
+                output=output,
+                finished_at=Now(),
+                lease_until=None,
+                owner=worker.worker_id,
+                error_code="",
+                error_detail="",
+            )
+            == 1
+        )
         if not committed:
-            tx.event("step.commit_rejected", {"attempt": attempt,
-                                              "reason": _commit_rejection(tx, step, attempt),
-                                              "worker": worker.worker_id},
-                     step_id=step.pk, actor=worker.worker_id, progress=False)
+            tx.event(
+                "step.commit_rejected",
+                {
+                    "attempt": attempt,
+                    "reason": _commit_rejection(tx, step, attempt),
+                    "worker": worker.worker_id,
+                },
+                step_id=step.pk,
+                actor=worker.worker_id,
+                progress=False,
+            )
             return None
-        tx.event("step.succeeded", {"attempt": attempt, "worker": worker.worker_id},
-                 step_id=step.pk, actor=worker.worker_id)
+        tx.event(
+            "step.succeeded",
+            {"attempt": attempt, "worker": worker.worker_id},
+            step_id=step.pk,
+            actor=worker.worker_id,
+        )
         message_seq = _write_messages(tx, ctx, worker)
         _write_summaries(tx, ctx, worker)
         # tx.run is the row locked at the start of this transaction, after all of the
         # step's budget charges: its usage counters are current without a re-read.
-        state = next_state(ctx.state, run=tx.run, step=step, output=output,
-                           next_name=next_name, message_seq=message_seq, refresh_usage=False)
-        Checkpoint.objects.create(run_id=run.pk, step_id=step.pk, name=f"after:{step.name}",
-                                  generation=tx.run.generation, state=state)
-        tx.event("checkpoint.saved", {"name": f"after:{step.name}"}, step_id=step.pk,
-                 actor=worker.worker_id)
+        state = next_state(
+            ctx.state,
+            run=tx.run,
+            step=step,
+            output=output,
+            next_name=next_name,
+            message_seq=message_seq,
+            refresh_usage=False,
+        )
+        Checkpoint.objects.create(
+            run_id=run.pk,
+            step_id=step.pk,
+            name=f"after:{step.name}",
+            generation=tx.run.generation,
+            state=state,
+        )
+        tx.event(
+            "checkpoint.saved",
+            {"name": f"after:{step.name}"},
+            step_id=step.pk,
+            actor=worker.worker_id,
+        )
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return None
         if next_name is None:
-            tx.transition_run(RunStatus.SUCCEEDED, actor=worker.worker_id,
-                              finished_at=Now(), current_step=None)
+            tx.transition_run(
+                RunStatus.SUCCEEDED, actor=worker.worker_id, finished_at=Now(), current_step=None
+            )
             return None
         next_step_id = schedule_step(tx, next_name, seq=step.seq + 1, actor=worker.worker_id)
     return next_step_id
@@ -291,22 +357,37 @@ def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:
     if count:
         # One round trip to allocate the seqs and learn the last one.
         with connection.cursor() as cursor:
-            cursor.execute("UPDATE runs_thread SET message_seq = message_seq + %s "
-                           "WHERE id = %s RETURNING message_seq", [count, thread_id])
+            cursor.execute(
+                "UPDATE runs_thread SET message_seq = message_seq + %s "
+                "WHERE id = %s RETURNING message_seq",
+                [count, thread_id],
+            )
             last = cursor.fetchone()[0]
     else:
         last = Thread.objects.filter(pk=thread_id).values_list("message_seq", flat=True).get()
     first = last - count + 1
     rows = [
-        Message(thread_id=thread_id, run_id=ctx.run.pk, step_id=ctx.step.pk, seq=first + i,
-                message_id=m["id"], role=m["role"], content=m["content"],
-                tool_calls=m["tool_calls"], tool_call_id=m["tool_call_id"] or "")
+        Message(
+            thread_id=thread_id,
+            run_id=ctx.run.pk,
+            step_id=ctx.step.pk,
+            seq=first + i,
+            message_id=m["id"],
+            role=m["role"],
+            content=m["content"],
+            tool_calls=m["tool_calls"],
+            tool_call_id=m["tool_call_id"] or "",
+        )
         for i, m in enumerate(staged)
     ]
     Message.objects.bulk_create(rows)
     for row in rows:
-        tx.event("message.created", {"message_id": row.message_id, "role": row.role,
-                                     "seq": row.seq}, step_id=ctx.step.pk, actor=worker.worker_id)
+        tx.event(
+            "message.created",
+            {"message_id": row.message_id, "role": row.role, "seq": row.seq},
+            step_id=ctx.step.pk,
+            actor=worker.worker_id,
+        )
     return last
 
 
@@ -316,24 +397,39 @@ def _write_summaries(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> Non
     for s in ctx.new_summaries:
         try:
             with transaction.atomic():
-                summary = Summary.objects.create(thread_id=ctx.run.thread_id, run_id=ctx.run.pk,
-                                                 step_id=ctx.step.pk, **s)
+                summary = Summary.objects.create(
+                    thread_id=ctx.run.thread_id, run_id=ctx.run.pk, step_id=ctx.step.pk, **s
+                )
         except IntegrityError:
             continue
-        tx.event("summary.created", {"summary_id": summary.pk,
-                                     "covers": [s["first_seq"], s["last_seq"]],
-                                     "tokens": s["tokens"]},
-                 step_id=ctx.step.pk, actor=worker.worker_id)
+        tx.event(
+            "summary.created",
+            {
+                "summary_id": summary.pk,
+                "covers": [s["first_seq"], s["last_seq"]],
+                "tokens": s["tokens"],
+            },
+            step_id=ctx.step.pk,
+            actor=worker.worker_id,
+        )
 
 
 def schedule_step(tx: RunTx, name: str, *, seq: int, actor: str, delay: float = 0.0) -> int:
     """Create the PENDING step ``name`` in the locked run's current generation and
     notify workers after commit. Returns the new step's id."""
-    not_before = Now() if not delay else ExpressionWrapper(
-        Now() + timedelta(seconds=delay), output_field=DateTimeField())
-    step = Step.objects.create(run_id=tx.run.pk, name=name, seq=seq,
-                               generation=tx.run.generation, not_before=not_before,
-                               notified_at=Now() if dispatch.mode() == "rq" else None)
+    not_before = (
+        Now()
+        if not delay
+        else ExpressionWrapper(Now() + timedelta(seconds=delay), output_field=DateTimeField())
+    )
+    step = Step.objects.create(
+        run_id=tx.run.pk,
+        name=name,
+        seq=seq,
+        generation=tx.run.generation,
+        not_before=not_before,
+        notified_at=Now() if dispatch.mode() == "rq" else None,
+    )
     tx.set_run(current_step_id=step.pk)
     tx.event("step.scheduled", {"name": name, "seq": seq}, step_id=step.pk, actor=actor)
     dispatch.notify_on_commit(tx.run.pk, step.pk)
@@ -342,8 +438,16 @@ def schedule_step(tx: RunTx, name: str, *, seq: int, actor: str, delay: float = 
 
 # -- failures --------------------------------------------------------------------------
 
-def _fail_attempt(run: Run, step: Step, attempt: int, worker: WorkerIdentity,
-                  step_def: StepDef, error: StepError, force_final: bool = False) -> None:
+
+def _fail_attempt(
+    run: Run,
+    step: Step,
+    attempt: int,
+    worker: WorkerIdentity,
+    step_def: StepDef,
+    error: StepError,
+    force_final: bool = False,
+) -> None:
     """Record a failed attempt: schedule a retry with backoff, or give up as the step's
     policy says (fail the run and compensate, or pause it for a takeover)."""
     started = Step.objects.filter(pk=step.pk).values_list("started_at", flat=True).first()
@@ -353,48 +457,88 @@ def _fail_attempt(run: Run, step: Step, attempt: int, worker: WorkerIdentity,
     with run_transaction(run.pk) as tx:
         rejected = _commit_rejection(tx, step, attempt)
         if rejected:
-            tx.event("step.commit_rejected", {"attempt": attempt, "reason": rejected,
-                                              "error_code": error.code},
-                     step_id=step.pk, actor=worker.worker_id, progress=False)
+            tx.event(
+                "step.commit_rejected",
+                {"attempt": attempt, "reason": rejected, "error_code": error.code},
+                step_id=step.pk,
+                actor=worker.worker_id,
+                progress=False,
+            )
             return
-        common = {"owner": "", "lease_until": None, "error_code": error.code,
-                  "error_detail": error.detail[:4000]}
+        common = {
+            "owner": "",
+            "lease_until": None,
+            "error_code": error.code,
+            "error_detail": error.detail[:4000],
+        }
         payload = {"attempt": attempt, "error_code": error.code, "error_detail": error.detail[:500]}
         if decision.retry and not force_final and tx.run.status != RunStatus.CANCEL_REQUESTED:
             # not_before is computed once from the database clock read above, so the event
             # says exactly when the next attempt may start.
             not_before = now + timedelta(seconds=decision.delay)
             tx.transition_step(
-                step.pk, StepStatus.PENDING, expected=StepStatus.RUNNING, attempt=attempt,
-                actor=worker.worker_id, event_type="step.retry_scheduled",
-                payload={**payload, "delay_s": decision.delay, "failed_at": now.isoformat(),
-                         "not_before": not_before.isoformat()},
-                not_before=not_before, **common,
+                step.pk,
+                StepStatus.PENDING,
+                expected=StepStatus.RUNNING,
+                attempt=attempt,
+                actor=worker.worker_id,
+                event_type="step.retry_scheduled",
+                payload={
+                    **payload,
+                    "delay_s": decision.delay,
+                    "failed_at": now.isoformat(),
+                    "not_before": not_before.isoformat(),
+                },
+                not_before=not_before,
+                **common,
             )
             # The sweeper notifies when not_before passes (notified_at < not_before).
             return
-        tx.transition_step(step.pk, StepStatus.FAILED, expected=StepStatus.RUNNING,
-                           attempt=attempt, actor=worker.worker_id,
-                           payload={**payload, "reason": decision.reason},
-                           finished_at=Now(), **common)
+        tx.transition_step(
+            step.pk,
+            StepStatus.FAILED,
+            expected=StepStatus.RUNNING,
+            attempt=attempt,
+            actor=worker.worker_id,
+            payload={**payload, "reason": decision.reason},
+            finished_at=Now(),
+            **common,
+        )
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return
         if step_def.on_exhausted == "takeover" and not isinstance(error, budget.BudgetExhausted):
-            open_takeover(tx, cause="retries_exhausted",
-                          reason=f"{step.name} failed: {error.code} ({decision.reason})",
-                          actor=worker.worker_id, step=step,
-                          suggested_action="Check the dependency, then retry the step.",
-                          evidence={"error_code": error.code, "error_detail": error.detail[:2000]})
+            open_takeover(
+                tx,
+                cause="retries_exhausted",
+                reason=f"{step.name} failed: {error.code} ({decision.reason})",
+                actor=worker.worker_id,
+                step=step,
+                suggested_action="Check the dependency, then retry the step.",
+                evidence={"error_code": error.code, "error_detail": error.detail[:2000]},
+            )
         else:
-            tx.transition_run(RunStatus.FAILED, actor=worker.worker_id,
-                              reason=f"{step.name}: {error.code}", finished_at=Now(),
-                              error_code=error.code, error_detail=error.detail[:4000])
-            compensation.schedule(tx, actor=worker.worker_id,
-                                  reason=f"run failed at {step.name}: {error.code}")
+            tx.transition_run(
+                RunStatus.FAILED,
+                actor=worker.worker_id,
+                reason=f"{step.name}: {error.code}",
+                finished_at=Now(),
+                error_code=error.code,
+                error_detail=error.detail[:4000],
+            )
+            compensation.schedule(
+                tx, actor=worker.worker_id, reason=f"run failed at {step.name}: {error.code}"
+            )
 
 
-def _budget_exhausted(run: Run, step: Step, attempt: int, worker: WorkerIdentity,
-                      workflow: Workflow, step_def: StepDef, error) -> None:
+def _budget_exhausted(
+    run: Run,
+    step: Step,
+    attempt: int,
+    worker: WorkerIdentity,
+    workflow: Workflow,
+    step_def: StepDef,
+    error,
+) -> None:
     """The next call would pass the run's budget (it was not made): fail the run where
     the workflow says so, else pause it for a human to raise the budget."""
     if workflow.on_budget_exhausted == "fail":
@@ -407,10 +551,17 @@ def _release_for_cancel(run: Run, step: Step, attempt: int, worker: WorkerIdenti
     """The step stopped at a safe point because the run is cancel-requested: mark it
     CANCELLED (fenced), releasing the lease."""
     with run_transaction(run.pk) as tx:
-        tx.transition_step(step.pk, StepStatus.CANCELLED, expected=StepStatus.RUNNING,
-                           attempt=attempt, actor=worker.worker_id,
-                           payload={"attempt": attempt, "reason": "cancel requested"},
-                           owner="", lease_until=None, finished_at=Now())
+        tx.transition_step(
+            step.pk,
+            StepStatus.CANCELLED,
+            expected=StepStatus.RUNNING,
+            attempt=attempt,
+            actor=worker.worker_id,
+            payload={"attempt": attempt, "reason": "cancel requested"},
+            owner="",
+            lease_until=None,
+            finished_at=Now(),
+        )
 
 
 def _maybe_crash_before(run: Run, step: Step) -> None:
@@ -423,8 +574,12 @@ def _maybe_crash_before(run: Run, step: Step) -> None:
         if faults.pop("crash_before", None) != step.name:
             return
         Run.objects.filter(pk=run.pk).update(faults=faults)
-        tx.event("fault.injected", {"fault": "crash_before", "step": step.name,
-                                    "pid": os.getpid()}, step_id=step.pk, progress=False)
+        tx.event(
+            "fault.injected",
+            {"fault": "crash_before", "step": step.name, "pid": os.getpid()},
+            step_id=step.pk,
+            progress=False,
+        )
     say(f"CRASH before {step.name}, exit={CRASH_EXIT_CODE} (no cleanup)")
     os._exit(CRASH_EXIT_CODE)
 

@@ -29,8 +29,11 @@ def matches(target: str, tool: Tool, action: str) -> bool:
 def take_after_tool(run: Run, step_id: int | None, tool: Tool, action: str) -> str | None:
     """Consume an after-tool fault that matches this call; returns ``"crash"``,
     ``"hang"`` or ``None``. Call before the tool, act after it."""
-    wanted = [name for name in AFTER_TOOL_FAULTS
-              if run.faults.get(name) and matches(run.faults[name], tool, action)]
+    wanted = [
+        name
+        for name in AFTER_TOOL_FAULTS
+        if run.faults.get(name) and matches(run.faults[name], tool, action)
+    ]
     if not wanted:
         return None
     with run_transaction(run.pk) as tx:
@@ -39,8 +42,12 @@ def take_after_tool(run: Run, step_id: int | None, tool: Tool, action: str) -> s
             if faults.get(name) and matches(faults[name], tool, action):
                 faults.pop(name)
                 Run.objects.filter(pk=run.pk).update(faults=faults)
-                tx.event("fault.injected", {"fault": name, "tool": tool.name, "action": action,
-                                            "pid": os.getpid()}, step_id=step_id, progress=False)
+                tx.event(
+                    "fault.injected",
+                    {"fault": name, "tool": tool.name, "action": action, "pid": os.getpid()},
+                    step_id=step_id,
+                    progress=False,
+                )
                 run.faults = faults
                 return AFTER_TOOL_FAULTS[name]
     return None
@@ -76,8 +83,12 @@ def crash_point(run: Run, step: Step, point: str) -> None:
         if faults.pop("crash_at", None) != point:
             return
         Run.objects.filter(pk=run.pk).update(faults=faults)
-        tx.event("fault.injected", {"fault": "crash_at", "point": point, "step": step.name,
-                                    "pid": os.getpid()}, step_id=step.pk, progress=False)
+        tx.event(
+            "fault.injected",
+            {"fault": "crash_at", "point": point, "step": step.name, "pid": os.getpid()},
+            step_id=step.pk,
+            progress=False,
+        )
     from runs.engine.executor import say
 
     say(f"CRASH at {point} in {step.name}: SIGKILL (no cleanup)")

@@ -60,8 +60,15 @@ class RunTx:
         self._progress = False
         self._run_fields: dict[str, Any] = {}
 
-    def event(self, type: str, payload: dict | None = None, *, step_id: int | None = None,
-              actor: str = "", progress: bool = True) -> None:
+    def event(
+        self,
+        type: str,
+        payload: dict | None = None,
+        *,
+        step_id: int | None = None,
+        actor: str = "",
+        progress: bool = True,
+    ) -> None:
         """Queue an event; ``progress=False`` for events that do not count as the run
         moving forward (the watchdog's own flags)."""
         self._events.append(EventSpec(type, payload or {}, step_id, actor))
@@ -85,16 +92,26 @@ class RunTx:
             return []
         first = self.run.event_seq + 1
         last = self.run.event_seq + len(self._events)
-        updates: dict[str, Any] = {**self._run_fields, "event_seq": last,
-                                   "last_event_at": Now(), "updated_at": Now()}
+        updates: dict[str, Any] = {
+            **self._run_fields,
+            "event_seq": last,
+            "last_event_at": Now(),
+            "updated_at": Now(),
+        }
         self._run_fields.clear()
         if self._progress:
             updates["stuck_since"] = None
         Run.objects.filter(pk=self.run.pk).update(**updates)
         Event.objects.bulk_create(
             [
-                Event(run_id=self.run.pk, step_id=e.step_id, seq=first + i, type=e.type,
-                      payload=e.payload, actor=e.actor)
+                Event(
+                    run_id=self.run.pk,
+                    step_id=e.step_id,
+                    seq=first + i,
+                    type=e.type,
+                    payload=e.payload,
+                    actor=e.actor,
+                )
                 for i, e in enumerate(self._events)
             ]
         )
@@ -102,8 +119,15 @@ class RunTx:
         self._events.clear()
         return list(range(first, last + 1))
 
-    def transition_run(self, target: str, *, actor: str, reason: str = "",
-                       payload: dict | None = None, **fields: Any) -> bool:
+    def transition_run(
+        self,
+        target: str,
+        *,
+        actor: str,
+        reason: str = "",
+        payload: dict | None = None,
+        **fields: Any,
+    ) -> bool:
         """Move the locked run from its current status to ``target``.
 
         Returns ``False`` (and records ``transition.rejected``) when the run is terminal;
@@ -111,9 +135,17 @@ class RunTx:
         """
         source = self.run.status
         if source in RUN_TERMINAL:
-            self.event("transition.rejected", {
-                "entity": "run", "from": source, "to": target, "reason": reason or "run is terminal",
-            }, actor=actor, progress=False)
+            self.event(
+                "transition.rejected",
+                {
+                    "entity": "run",
+                    "from": source,
+                    "to": target,
+                    "reason": reason or "run is terminal",
+                },
+                actor=actor,
+                progress=False,
+            )
             return False
         if not run_can(source, target):
             raise IllegalTransition("run", source, target)
@@ -127,16 +159,30 @@ class RunTx:
         self.run.version += 1
         if target in RUN_TERMINAL:
             for hook in RUN_FINISHED_HOOKS:
-                transaction.on_commit(partial(hook, self.run.pk, self.run.thread_id, target),
-                                      robust=True)
-        self.event(f"run.{target.lower()}", {"from": source, "reason": reason, **(payload or {})},
-                   actor=actor)
+                transaction.on_commit(
+                    partial(hook, self.run.pk, self.run.thread_id, target), robust=True
+                )
+        self.event(
+            f"run.{target.lower()}",
+            {"from": source, "reason": reason, **(payload or {})},
+            actor=actor,
+        )
         return True
 
-    def transition_step(self, step_id: int, target: str, *, expected: str | Iterable[str],
-                        attempt: int | None = None, actor: str, event_type: str | None = None,
-                        payload: dict | None = None, only_if: Q | None = None,
-                        progress: bool = True, **fields: Any) -> bool:
+    def transition_step(
+        self,
+        step_id: int,
+        target: str,
+        *,
+        expected: str | Iterable[str],
+        attempt: int | None = None,
+        actor: str,
+        event_type: str | None = None,
+        payload: dict | None = None,
+        only_if: Q | None = None,
+        progress: bool = True,
+        **fields: Any,
+    ) -> bool:
         """Conditionally move a step of this run from one of ``expected`` to ``target``.
 
         With ``attempt`` set the update is fenced: it applies only while the step's
@@ -155,8 +201,13 @@ class RunTx:
             query = query.filter(only_if)
         if query.update(status=target, **fields) != 1:
             return False
-        self.event(event_type or f"step.{target.lower()}", payload or {}, step_id=step_id,
-                   actor=actor, progress=progress)
+        self.event(
+            event_type or f"step.{target.lower()}",
+            payload or {},
+            step_id=step_id,
+            actor=actor,
+            progress=progress,
+        )
         return True
 
 
@@ -174,17 +225,31 @@ def run_transaction(run_id) -> Iterator[RunTx]:
         tx.flush()
 
 
-def record_event(run_id, type: str, payload: dict | None = None, *, step_id: int | None = None,
-                 actor: str = "", progress: bool = True) -> int:
+def record_event(
+    run_id,
+    type: str,
+    payload: dict | None = None,
+    *,
+    step_id: int | None = None,
+    actor: str = "",
+    progress: bool = True,
+) -> int:
     """Append one event in its own transaction; returns its seq."""
     with run_transaction(run_id) as tx:
         tx.event(type, payload, step_id=step_id, actor=actor, progress=progress)
         return tx.flush()[0]
 
 
-def transition_run(run_id, target: str, *, expected: str | Iterable[str] | None = None,
-                   actor: str, reason: str = "", payload: dict | None = None,
-                   **fields: Any) -> bool:
+def transition_run(
+    run_id,
+    target: str,
+    *,
+    expected: str | Iterable[str] | None = None,
+    actor: str,
+    reason: str = "",
+    payload: dict | None = None,
+    **fields: Any,
+) -> bool:
     """Apply one run transition in its own transaction.
 
     ``expected``: the status(es) the caller believes the run is in; if the run has moved
@@ -192,18 +257,34 @@ def transition_run(run_id, target: str, *, expected: str | Iterable[str] | None 
     ``transition.rejected`` event). Raises ``IllegalTransition`` for a forbidden move.
     """
     with run_transaction(run_id) as tx:
-        allowed = None if expected is None else ({expected} if isinstance(expected, str) else set(expected))
+        allowed = (
+            None
+            if expected is None
+            else ({expected} if isinstance(expected, str) else set(expected))
+        )
         if allowed is not None and tx.run.status not in allowed:
             if tx.run.status in RUN_TERMINAL:
-                tx.event("transition.rejected", {
-                    "entity": "run", "from": tx.run.status, "to": target,
-                    "reason": reason or "run is terminal",
-                }, actor=actor, progress=False)
+                tx.event(
+                    "transition.rejected",
+                    {
+                        "entity": "run",
+                        "from": tx.run.status,
+                        "to": target,
+                        "reason": reason or "run is terminal",
+                    },
+                    actor=actor,
+                    progress=False,
+                )
             return False
         return tx.transition_run(target, actor=actor, reason=reason, payload=payload, **fields)
 
 
 __all__ = [
-    "EventSpec", "RunTx", "run_transaction", "record_event", "transition_run",
-    "RunStatus", "StepStatus",
+    "EventSpec",
+    "RunTx",
+    "run_transaction",
+    "record_event",
+    "transition_run",
+    "RunStatus",
+    "StepStatus",
 ]

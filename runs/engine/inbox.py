@@ -46,10 +46,14 @@ class Posted:
     interrupted: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {"message_id": self.message.message_id, "seq": self.message.seq,
-                "status": self.message.status,
-                "run_id": str(self.run.pk) if self.run else None,
-                "action": self.action, "interrupted": self.interrupted}
+        return {
+            "message_id": self.message.message_id,
+            "seq": self.message.seq,
+            "status": self.message.status,
+            "run_id": str(self.run.pk) if self.run else None,
+            "action": self.action,
+            "interrupted": self.interrupted,
+        }
 
 
 def _locked_thread(owner, thread_id: str) -> Thread:
@@ -63,25 +67,41 @@ def _locked_thread(owner, thread_id: str) -> Thread:
 
 def active_runs(thread: Thread):
     """Runs of the thread in progress: not terminal and not waiting in the queue."""
-    return (Run.objects.filter(thread=thread).exclude(status__in=RUN_TERMINAL)
-            .exclude(messages__status=Message.Status.QUEUED))
+    return (
+        Run.objects.filter(thread=thread)
+        .exclude(status__in=RUN_TERMINAL)
+        .exclude(messages__status=Message.Status.QUEUED)
+    )
 
 
-def post_message(thread_id: str, content: str, *, owner=None, request_id: str | None = None,
-                 workflow: str | None = None, actor: str = "cli") -> Posted:
+def post_message(
+    thread_id: str,
+    content: str,
+    *,
+    owner=None,
+    request_id: str | None = None,
+    workflow: str | None = None,
+    actor: str = "cli",
+) -> Posted:
     """Store a user message on ``thread_id`` and start, queue or interrupt per the
     thread's policy. ``workflow`` defaults to the thread's latest run's workflow.
 
     Raises ``ControlError`` (``invalid_message``, ``unknown_workflow``, ``invalid_input``).
     """
     if not isinstance(content, str) or not content.strip():
-        raise ControlError("invalid_message", "message must be non-empty text",
-                           {"content": "must be non-empty text"})
+        raise ControlError(
+            "invalid_message",
+            "message must be non-empty text",
+            {"content": "must be non-empty text"},
+        )
     with transaction.atomic():
         thread = _locked_thread(owner, thread_id)
         if request_id:
-            existing = (Message.objects.filter(thread=thread, request_id=request_id)
-                        .select_related("run").first())
+            existing = (
+                Message.objects.filter(thread=thread, request_id=request_id)
+                .select_related("run")
+                .first()
+            )
             if existing is not None:
                 return Posted(existing, existing.run, "duplicate")
         wf = _workflow_for(thread, workflow)
@@ -89,19 +109,40 @@ def post_message(thread_id: str, content: str, *, owner=None, request_id: str | 
         errors = wf.validate_input(data)
         if errors:
             raise ControlError("invalid_input", "input is not valid for " + wf.name, errors)
-        run = Run.objects.create(thread=thread, owner=owner, workflow=wf.name,
-                                 workflow_version=wf.version, input=data, goal=content[:2000])
+        run = Run.objects.create(
+            thread=thread,
+            owner=owner,
+            workflow=wf.name,
+            workflow_version=wf.version,
+            input=data,
+            goal=content[:2000],
+        )
         message = Message.objects.create(
-            thread=thread, run=run, seq=None, message_id=f"msg_{uuid.uuid4().hex}",
-            role=Message.Role.USER, content=content, status=Message.Status.QUEUED,
+            thread=thread,
+            run=run,
+            seq=None,
+            message_id=f"msg_{uuid.uuid4().hex}",
+            role=Message.Role.USER,
+            content=content,
+            status=Message.Status.QUEUED,
             request_id=request_id,
         )
         with run_transaction(run.pk) as tx:
-            tx.event("run.created", {"workflow": wf.name, "version": wf.version,
-                                     "thread": thread_id, "message_id": message.message_id},
-                     actor=actor)
-            tx.event("message.queued", {"message_id": message.message_id,
-                                        "request_id": request_id}, actor=actor)
+            tx.event(
+                "run.created",
+                {
+                    "workflow": wf.name,
+                    "version": wf.version,
+                    "thread": thread_id,
+                    "message_id": message.message_id,
+                },
+                actor=actor,
+            )
+            tx.event(
+                "message.queued",
+                {"message_id": message.message_id, "request_id": request_id},
+                actor=actor,
+            )
         running = list(active_runs(thread))
         if not running:
             _promote(thread, message, actor)
@@ -118,8 +159,9 @@ def post_message(thread_id: str, content: str, *, owner=None, request_id: str | 
 
         for other in running:
             try:
-                request_cancel(other, actor=actor,
-                               reason=f"interrupted by message {message.message_id}")
+                request_cancel(
+                    other, actor=actor, reason=f"interrupted by message {message.message_id}"
+                )
                 interrupted.append(str(other.pk))
             except ControlError as exc:  # it ended meanwhile; its end starts ours
                 logger.info("interrupt of run %s refused: %s", other.pk, exc.code)
@@ -131,15 +173,20 @@ def post_message(thread_id: str, content: str, *, owner=None, request_id: str | 
 
 def _workflow_for(thread: Thread, name: str | None):
     if name is None:
-        name = (Run.objects.filter(thread=thread).order_by("-created_at")
-                .values_list("workflow", flat=True).first()) or "chat"
+        name = (
+            Run.objects.filter(thread=thread)
+            .order_by("-created_at")
+            .values_list("workflow", flat=True)
+            .first()
+        ) or "chat"
     try:
         wf = registry.get(name)
     except registry.UnknownWorkflow as exc:
         raise ControlError("unknown_workflow", str(exc), {"workflow": str(exc)}) from exc
     if not wf.message_field:
-        raise ControlError("unknown_workflow", f"{wf.name} takes no message",
-                           {"workflow": "takes no message"})
+        raise ControlError(
+            "unknown_workflow", f"{wf.name} takes no message", {"workflow": "takes no message"}
+        )
     return wf
 
 
@@ -151,12 +198,14 @@ def _promote(thread: Thread, message: Message, actor: str) -> Run:
     seq = Thread.objects.values_list("message_seq", flat=True).get(pk=thread.pk)
     Message.objects.filter(pk=message.pk).update(seq=seq, status=Message.Status.FINAL)
     with run_transaction(run.pk) as tx:
-        tx.event("message.created", {"message_id": message.message_id, "role": "user",
-                                     "seq": seq}, actor=actor)
+        tx.event(
+            "message.created",
+            {"message_id": message.message_id, "role": "user", "seq": seq},
+            actor=actor,
+        )
         state = initial_state(tx.run, wf.first_step)
         state["message_seq"] = seq
-        Checkpoint.objects.create(run=run, name="start", generation=tx.run.generation,
-                                  state=state)
+        Checkpoint.objects.create(run=run, name="start", generation=tx.run.generation, state=state)
         schedule_step(tx, wf.first_step, seq=1, actor=actor)
     return run
 
@@ -168,9 +217,14 @@ def promote_next(thread_pk: int, *, actor: str = "inbox") -> Run | None:
         thread = Thread.objects.select_for_update().get(pk=thread_pk)
         if active_runs(thread).exists():
             return None
-        message = (Message.objects.filter(thread=thread, status=Message.Status.QUEUED,
-                                          run__status=RunStatus.PENDING)
-                   .select_related("run").order_by("pk").first())
+        message = (
+            Message.objects.filter(
+                thread=thread, status=Message.Status.QUEUED, run__status=RunStatus.PENDING
+            )
+            .select_related("run")
+            .order_by("pk")
+            .first()
+        )
         if message is None:
             return None
         return _promote(thread, message, actor)
@@ -183,9 +237,11 @@ def _on_run_finished(run_id, thread_id: int, status: str) -> None:
 def promote_queued(actor: str, batch: int) -> int:
     """Sweep task: threads with a queued message whose in-progress run has ended (the
     process died between that commit and its hook). Returns runs started."""
-    threads = list(Message.objects.filter(status=Message.Status.QUEUED,
-                                          run__status=RunStatus.PENDING)
-                   .values_list("thread_id", flat=True).distinct()[:batch])
+    threads = list(
+        Message.objects.filter(status=Message.Status.QUEUED, run__status=RunStatus.PENDING)
+        .values_list("thread_id", flat=True)
+        .distinct()[:batch]
+    )
     return sum(1 for t in threads if promote_next(t, actor=actor) is not None)
 
 
@@ -193,8 +249,11 @@ def set_policy(thread_id: str, policy: str, *, owner=None, actor: str = "cli") -
     """Set the thread's message policy (``queue`` or ``interrupt``); creates the thread
     if needed. Raises ``ControlError`` ``invalid_policy``."""
     if policy not in Thread.Policy.values:
-        raise ControlError("invalid_policy", f"policy must be one of {Thread.Policy.values}",
-                           {"policy": "must be queue or interrupt"})
+        raise ControlError(
+            "invalid_policy",
+            f"policy must be one of {Thread.Policy.values}",
+            {"policy": "must be queue or interrupt"},
+        )
     with transaction.atomic():
         thread = _locked_thread(owner, thread_id)
         Thread.objects.filter(pk=thread.pk).update(policy=policy)

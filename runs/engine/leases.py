@@ -30,8 +30,14 @@ def claim_step(step_id: int, worker_id: str, ttl: float) -> int | None:
         f"WHERE id = %s AND ((status = %s AND not_before <= {now}) "
         f"OR (status = %s AND lease_until < {now})) RETURNING attempt"
     )
-    params = [StepStatus.RUNNING, worker_id, seconds_param(ttl), step_id,
-              StepStatus.PENDING, StepStatus.RUNNING]
+    params = [
+        StepStatus.RUNNING,
+        worker_id,
+        seconds_param(ttl),
+        step_id,
+        StepStatus.PENDING,
+        StepStatus.RUNNING,
+    ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
@@ -61,9 +67,17 @@ def release_expired_lease(tx, step_id: int, attempt: int, owner: str, *, actor: 
     locked run's transaction ``tx``. Returns ``False`` when the lease was renewed or
     someone else moved first. The caller notifies workers."""
     return tx.transition_step(
-        step_id, StepStatus.PENDING, expected=StepStatus.RUNNING, attempt=attempt,
-        only_if=Q(lease_until__lt=Now()), actor=actor, event_type="lease.expired",
-        payload={"attempt": attempt, "owner": owner}, progress=False,
-        owner="", lease_until=None, not_before=Now(), notified_at=Now(),
+        step_id,
+        StepStatus.PENDING,
+        expected=StepStatus.RUNNING,
+        attempt=attempt,
+        only_if=Q(lease_until__lt=Now()),
+        actor=actor,
+        event_type="lease.expired",
+        payload={"attempt": attempt, "owner": owner},
+        progress=False,
+        owner="",
+        lease_until=None,
+        not_before=Now(),
+        notified_at=Now(),
     )
-

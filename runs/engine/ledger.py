@@ -37,8 +37,9 @@ def find(key: str) -> Operation | None:
     return Operation.objects.filter(idempotency_key=key).first()
 
 
-def record_intent(*, run_id, step_id: int, attempt: int | None, key: str, tool: Tool,
-                  arguments: dict) -> Operation:
+def record_intent(
+    *, run_id, step_id: int, attempt: int | None, key: str, tool: Tool, arguments: dict
+) -> Operation:
     """Create the INTENT row for ``key``, or turn an earlier INTENT/FAILED/UNKNOWN row
     back into an INTENT of this attempt, fenced by ``attempt``.
 
@@ -48,19 +49,31 @@ def record_intent(*, run_id, step_id: int, attempt: int | None, key: str, tool: 
     longer holds the step.
     """
     with transaction.atomic():
-        if attempt is not None and not Step.objects.filter(
-                pk=step_id, attempt=attempt, status=StepStatus.RUNNING).exists():
+        if (
+            attempt is not None
+            and not Step.objects.filter(
+                pk=step_id, attempt=attempt, status=StepStatus.RUNNING
+            ).exists()
+        ):
             raise LeaseLost(f"step {step_id} attempt {attempt} no longer holds the lease")
         op, created = Operation.objects.get_or_create(
             idempotency_key=key,
-            defaults={"run_id": run_id, "step_id": step_id, "tool": tool.name,
-                      "side_effect": tool.side_effect, "arguments": arguments,
-                      "attempt": attempt or 0},
+            defaults={
+                "run_id": run_id,
+                "step_id": step_id,
+                "tool": tool.name,
+                "side_effect": tool.side_effect,
+                "arguments": arguments,
+                "attempt": attempt or 0,
+            },
         )
         if not created and op.status in REINTENDABLE:
             Operation.objects.filter(pk=op.pk).update(
-                status=Operation.Status.INTENT, attempt=attempt or 0, arguments=arguments,
-                updated_at=Now())
+                status=Operation.Status.INTENT,
+                attempt=attempt or 0,
+                arguments=arguments,
+                updated_at=Now(),
+            )
             op.status = Operation.Status.INTENT
             op.attempt = attempt or 0
             op.arguments = arguments
@@ -106,6 +119,12 @@ def verify(tool: Tool, op: Operation, call_info: ToolCall) -> VerifyAnswer:
 
 def describe(op: Operation) -> dict[str, Any]:
     """The operation as shown in takeovers and events."""
-    return {"id": op.pk, "tool": op.tool, "side_effect": op.side_effect,
-            "idempotency_key": op.idempotency_key, "arguments": op.arguments,
-            "status": op.status, "attempt": op.attempt}
+    return {
+        "id": op.pk,
+        "tool": op.tool,
+        "side_effect": op.side_effect,
+        "idempotency_key": op.idempotency_key,
+        "arguments": op.arguments,
+        "status": op.status,
+        "attempt": op.attempt,
+    }

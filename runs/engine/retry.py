@@ -11,8 +11,16 @@ from dataclasses import dataclass, field
 RETRYABLE_CODES = frozenset({"RATE_LIMITED", "DEPENDENCY_UNAVAILABLE", "TIMEOUT", "LEASE_LOST"})
 #: Never retried, whatever a policy lists (a retry cannot fix a bad request, and an
 #: exhausted budget or an unknown outcome needs a human, not another attempt).
-NON_RETRYABLE_CODES = frozenset({"INVALID_ARGUMENT", "PERMISSION_DENIED", "INTERNAL",
-                                 "BUDGET_EXHAUSTED", "ATTEMPTS_EXHAUSTED", "UNKNOWN_OUTCOME"})
+NON_RETRYABLE_CODES = frozenset(
+    {
+        "INVALID_ARGUMENT",
+        "PERMISSION_DENIED",
+        "INTERNAL",
+        "BUDGET_EXHAUSTED",
+        "ATTEMPTS_EXHAUSTED",
+        "UNKNOWN_OUTCOME",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -67,14 +75,17 @@ class RetryPolicy:
         factor = 1.0 - self.jitter * (rng or random).random()
         return base * factor
 
-    def decide(self, attempt: int, code: str, elapsed: float = 0.0,
-               rng: random.Random | None = None) -> RetryDecision:
+    def decide(
+        self, attempt: int, code: str, elapsed: float = 0.0, rng: random.Random | None = None
+    ) -> RetryDecision:
         """Whether attempt ``attempt`` failing with ``code`` after ``elapsed`` seconds since
         the step's first start may be retried, and after how long."""
         if code not in self.retryable:
             return RetryDecision(False, reason=f"{code} is not retryable")
         if attempt >= self.max_attempts:
-            return RetryDecision(False, reason=f"attempts exhausted ({attempt}/{self.max_attempts})")
+            return RetryDecision(
+                False, reason=f"attempts exhausted ({attempt}/{self.max_attempts})"
+            )
         delay = self.delay_for(attempt, rng)
         if self.deadline is not None and elapsed + delay > self.deadline:
             return RetryDecision(False, reason=f"deadline of {self.deadline}s would pass")

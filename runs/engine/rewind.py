@@ -59,8 +59,11 @@ class ResumePlan:
     def as_dict(self) -> dict[str, Any]:
         """JSON shape for the CLI and API."""
         return {
-            "checkpoint": {"name": self.checkpoint.name, "generation": self.checkpoint.generation,
-                           "id": self.checkpoint.pk},
+            "checkpoint": {
+                "name": self.checkpoint.name,
+                "generation": self.checkpoint.generation,
+                "id": self.checkpoint.pk,
+            },
             "steps_to_rerun": self.steps_to_rerun,
             "operations_may_repeat": self.operations_may_repeat,
             "steps_to_supersede": self.steps_to_supersede,
@@ -74,12 +77,16 @@ def list_checkpoints(run: Run) -> list[dict[str, Any]]:
     step is not superseded and they have a next step)."""
     rows = []
     for cp in Checkpoint.objects.filter(run=run).select_related("step").order_by("pk"):
-        rows.append({
-            "name": cp.name, "generation": cp.generation, "created_at": cp.created_at.isoformat(),
-            "step": cp.step.name if cp.step_id else None,
-            "next_step": cp.state.get("phase"),
-            "resumable": _usable(cp) and cp.state.get("phase") is not None,
-        })
+        rows.append(
+            {
+                "name": cp.name,
+                "generation": cp.generation,
+                "created_at": cp.created_at.isoformat(),
+                "step": cp.step.name if cp.step_id else None,
+                "next_step": cp.state.get("phase"),
+                "resumable": _usable(cp) and cp.state.get("phase") is not None,
+            }
+        )
     return rows
 
 
@@ -94,8 +101,11 @@ def find_checkpoint(run: Run, name: str) -> Checkpoint:
         if _usable(cp):
             return cp
     names = sorted({c["name"] for c in list_checkpoints(run) if c["resumable"]})
-    raise ControlError("unknown_checkpoint", f"run has no usable checkpoint {name!r}",
-                       {"checkpoint": "available: " + (", ".join(names) or "none")})
+    raise ControlError(
+        "unknown_checkpoint",
+        f"run has no usable checkpoint {name!r}",
+        {"checkpoint": "available: " + (", ".join(names) or "none")},
+    )
 
 
 def plan_resume(run: Run, checkpoint_name: str, input_patch: dict | None = None) -> ResumePlan:
@@ -107,8 +117,11 @@ def plan_resume(run: Run, checkpoint_name: str, input_patch: dict | None = None)
     if run.status in RUN_TERMINAL:
         raise ControlError("run_terminal", f"run is {run.status}; terminal runs do not resume")
     if input_patch is not None and not isinstance(input_patch, dict):
-        raise ControlError("invalid_input", "input patch must be a JSON object",
-                           {"input_patch": "must be a JSON object"})
+        raise ControlError(
+            "invalid_input",
+            "input patch must be a JSON object",
+            {"input_patch": "must be a JSON object"},
+        )
     try:
         workflow = registry.get(run.workflow, run.workflow_version)
     except registry.UnknownWorkflow as exc:
@@ -120,36 +133,57 @@ def plan_resume(run: Run, checkpoint_name: str, input_patch: dict | None = None)
     new_input = {**cp.state.get("input", run.input), **(input_patch or {})}
     errors = workflow.validate_input(new_input)
     if errors:
-        raise ControlError("invalid_input", "patched input is not valid",
-                           {f"input.{k}": v for k, v in errors.items()})
+        raise ControlError(
+            "invalid_input",
+            "patched input is not valid",
+            {f"input.{k}": v for k, v in errors.items()},
+        )
     later = _later_steps(run, cp)
-    ops = (Operation.objects.filter(step__in=[s.pk for s in later])
-           .exclude(side_effect="read").exclude(status=Operation.Status.FAILED)
-           .select_related("step").order_by("pk"))
+    ops = (
+        Operation.objects.filter(step__in=[s.pk for s in later])
+        .exclude(side_effect="read")
+        .exclude(status=Operation.Status.FAILED)
+        .select_related("step")
+        .order_by("pk")
+    )
     return ResumePlan(
         checkpoint=cp,
         steps_to_rerun=workflow.path_from(phase),
         operations_may_repeat=[
-            {"step": op.step.name if op.step_id else None, "tool": op.tool,
-             "side_effect": op.side_effect, "status": op.status,
-             "idempotency_key": op.idempotency_key}
+            {
+                "step": op.step.name if op.step_id else None,
+                "tool": op.tool,
+                "side_effect": op.side_effect,
+                "status": op.status,
+                "idempotency_key": op.idempotency_key,
+            }
             for op in ops
         ],
-        steps_to_supersede=[{"name": s.name, "seq": s.seq, "generation": s.generation,
-                             "status": s.status} for s in later],
+        steps_to_supersede=[
+            {"name": s.name, "seq": s.seq, "generation": s.generation, "status": s.status}
+            for s in later
+        ],
         input=new_input,
     )
 
 
 def _later_steps(run: Run, cp: Checkpoint) -> list[Step]:
     cut = cp.step.seq if cp.step_id else 0
-    return list(Step.objects.filter(run=run, seq__gt=cut).exclude(status__in=_SETTLED)
-                .order_by("seq"))
+    return list(
+        Step.objects.filter(run=run, seq__gt=cut).exclude(status__in=_SETTLED).order_by("seq")
+    )
 
 
-def resume_from_checkpoint(run: Run, checkpoint_name: str, *, actor: str,
-                           input_patch: dict | None = None, reason: str = "",
-                           takeover=None, note: dict | None = None) -> Run:
+def resume_from_checkpoint(
+    run: Run,
+    checkpoint_name: str,
+    *,
+    actor: str,
+    input_patch: dict | None = None,
+    reason: str = "",
+    takeover=None,
+    note: dict | None = None,
+) -> Run:
     """Resume ``run`` from ``checkpoint_name`` (see the module docstring); returns the run.
 
     Allowed while the run is PENDING, RUNNING, WAITING_APPROVAL, WAITING_EXTERNAL or
@@ -170,46 +204,82 @@ def resume_from_checkpoint(run: Run, checkpoint_name: str, *, actor: str,
             raise ControlError("not_allowed_in_state", f"run is {status}")
         running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).first()
         if running is not None:
-            raise ControlError("step_running", f"step {running.name} is running on "
-                               f"{running.owner}; wait for it or cancel the run")
+            raise ControlError(
+                "step_running",
+                f"step {running.name} is running on {running.owner}; wait for it or cancel the run",
+            )
         generation = tx.run.generation + 1
         superseded = []
         for step in _later_steps(tx.run, cp):
-            tx.transition_step(step.pk, StepStatus.SUPERSEDED, expected=step.status, actor=actor,
-                               event_type="step.superseded",
-                               payload={"by_generation": generation, "checkpoint": cp.name},
-                               owner="", lease_until=None)
+            tx.transition_step(
+                step.pk,
+                StepStatus.SUPERSEDED,
+                expected=step.status,
+                actor=actor,
+                event_type="step.superseded",
+                payload={"by_generation": generation, "checkpoint": cp.name},
+                owner="",
+                lease_until=None,
+            )
             superseded.append(step.pk)
-        for approval_id in Approval.objects.filter(step_id__in=superseded,
-                                                   status=Approval.Status.PENDING).values_list("pk", flat=True):
+        for approval_id in Approval.objects.filter(
+            step_id__in=superseded, status=Approval.Status.PENDING
+        ).values_list("pk", flat=True):
             Approval.objects.filter(pk=approval_id).update(
-                status=Approval.Status.CANCELLED, decided_at=Now(),
-                comment=f"superseded by a resume from {cp.name}")
-            tx.event("approval.cancelled", {"approval_id": approval_id,
-                                            "reason": f"resume from {cp.name}"}, actor=actor)
+                status=Approval.Status.CANCELLED,
+                decided_at=Now(),
+                comment=f"superseded by a resume from {cp.name}",
+            )
+            tx.event(
+                "approval.cancelled",
+                {"approval_id": approval_id, "reason": f"resume from {cp.name}"},
+                actor=actor,
+            )
         message_seq = cp.state.get("message_seq", 0)
-        messages = Message.objects.filter(run_id=run.pk, seq__gt=message_seq).exclude(
-            status=Message.Status.SUPERSEDED).update(status=Message.Status.SUPERSEDED)
+        messages = (
+            Message.objects.filter(run_id=run.pk, seq__gt=message_seq)
+            .exclude(status=Message.Status.SUPERSEDED)
+            .update(status=Message.Status.SUPERSEDED)
+        )
         budget_before = usage(tx.run)
         used = cp.state.get("budget_used") or budget_before
         Run.objects.filter(pk=run.pk).update(
-            generation=generation, current_step=None, model_calls=used["model_calls"],
-            tool_calls=used["tool_calls"], cost_usd=used["cost_usd"])
+            generation=generation,
+            current_step=None,
+            model_calls=used["model_calls"],
+            tool_calls=used["tool_calls"],
+            cost_usd=used["cost_usd"],
+        )
         tx.run.generation = generation
         state = {**cp.state, "input": plan.input, "generation": generation}
-        Checkpoint.objects.create(run_id=run.pk, step_id=cp.step_id, name=cp.name,
-                                  generation=generation, state=state)
-        tx.event("run.resumed_from_checkpoint", {
-            "checkpoint": cp.name, "generation": generation, "input_patch": input_patch or {},
-            "reason": reason, "steps_to_rerun": plan.steps_to_rerun,
-            "superseded_steps": len(superseded), "superseded_messages": messages,
-            "budget_before": budget_before, "budget_restored": used,
-        }, actor=actor)
-        resolve_open_takeover(tx, actor, note or {"action": "resume", "reason": reason,
-                                                  "evidence": "", "checkpoint": cp.name},
-                              takeover)
+        Checkpoint.objects.create(
+            run_id=run.pk, step_id=cp.step_id, name=cp.name, generation=generation, state=state
+        )
+        tx.event(
+            "run.resumed_from_checkpoint",
+            {
+                "checkpoint": cp.name,
+                "generation": generation,
+                "input_patch": input_patch or {},
+                "reason": reason,
+                "steps_to_rerun": plan.steps_to_rerun,
+                "superseded_steps": len(superseded),
+                "superseded_messages": messages,
+                "budget_before": budget_before,
+                "budget_restored": used,
+            },
+            actor=actor,
+        )
+        resolve_open_takeover(
+            tx,
+            actor,
+            note or {"action": "resume", "reason": reason, "evidence": "", "checkpoint": cp.name},
+            takeover,
+        )
         if status in (RunStatus.PAUSED, RunStatus.WAITING_APPROVAL, RunStatus.WAITING_EXTERNAL):
-            tx.transition_run(RunStatus.RUNNING, actor=actor, reason=reason or f"resume from {cp.name}")
+            tx.transition_run(
+                RunStatus.RUNNING, actor=actor, reason=reason or f"resume from {cp.name}"
+            )
         seq = (Step.objects.filter(run_id=run.pk).aggregate(m=Max("seq"))["m"] or 0) + 1
         schedule_step(tx, cp.state["phase"], seq=seq, actor=actor)
     run.refresh_from_db()

@@ -42,9 +42,9 @@ def reclaim_expired_leases(actor: str, batch: int) -> int:
     """RUNNING steps whose lease passed: back to PENDING (fenced on the attempt seen), a
     ``lease.expired`` event each, and a notification. Returns how many."""
     expired = list(
-        Step.objects.filter(status=StepStatus.RUNNING, lease_until__lt=Now(),
-                            run__status__in=RUN_EXECUTABLE)
-        .values_list("pk", "run_id", "attempt", "owner")[:batch]
+        Step.objects.filter(
+            status=StepStatus.RUNNING, lease_until__lt=Now(), run__status__in=RUN_EXECUTABLE
+        ).values_list("pk", "run_id", "attempt", "owner")[:batch]
     )
     done = 0
     for step_id, run_id, attempt, owner in expired:
@@ -65,11 +65,15 @@ def renotify_due_steps(actor: str, batch: int, *, force: bool = False) -> int:
     if dispatch.mode() != "rq":
         return 0
     stale = Now() - timedelta(seconds=settings.AGENTOPS_RENOTIFY_SECONDS)
-    query = Step.objects.filter(status=StepStatus.PENDING, not_before__lte=Now(),
-                                run__status__in=RUN_EXECUTABLE)
+    query = Step.objects.filter(
+        status=StepStatus.PENDING, not_before__lte=Now(), run__status__in=RUN_EXECUTABLE
+    )
     if not force:
-        query = query.filter(Q(notified_at__isnull=True) | Q(notified_at__lt=stale)
-                             | Q(notified_at__lt=F("not_before")))
+        query = query.filter(
+            Q(notified_at__isnull=True)
+            | Q(notified_at__lt=stale)
+            | Q(notified_at__lt=F("not_before"))
+        )
     due = list(query.order_by("not_before").values_list("pk", "run_id", "attempt")[:batch])
     sent = 0
     for step_id, run_id, attempt in due:

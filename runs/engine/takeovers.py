@@ -8,8 +8,16 @@ from runs.models import Artifact, Checkpoint, Step
 from runs.states import RunStatus, StepStatus
 
 
-def open_takeover(tx: RunTx, *, cause: str, reason: str, actor: str, step: Step | None = None,
-                  suggested_action: str = "", evidence: dict | None = None):
+def open_takeover(
+    tx: RunTx,
+    *,
+    cause: str,
+    reason: str,
+    actor: str,
+    step: Step | None = None,
+    suggested_action: str = "",
+    evidence: dict | None = None,
+):
     """Pause the locked run (``tx``) and open (or update) its one OPEN takeover.
 
     ``cause`` is an ``approvals.models.Takeover.Cause`` value. Returns the Takeover, or
@@ -20,12 +28,14 @@ def open_takeover(tx: RunTx, *, cause: str, reason: str, actor: str, step: Step 
 
     run = tx.run
     if run.status != RunStatus.PAUSED:
-        if not tx.transition_run(RunStatus.PAUSED, actor=actor, reason=reason,
-                                 payload={"cause": cause}, updated_at=Now()):
+        if not tx.transition_run(
+            RunStatus.PAUSED, actor=actor, reason=reason, payload={"cause": cause}, updated_at=Now()
+        ):
             return None
     completed = list(
         Step.objects.filter(run_id=run.pk, generation=run.generation, status=StepStatus.SUCCEEDED)
-        .order_by("seq").values_list("name", flat=True)
+        .order_by("seq")
+        .values_list("name", flat=True)
     )
     artifacts = [
         {"id": a.pk, "name": a.name, "size": a.size, "checksum": a.checksum}
@@ -35,10 +45,13 @@ def open_takeover(tx: RunTx, *, cause: str, reason: str, actor: str, step: Step 
         Checkpoint.objects.filter(run_id=run.pk).order_by("pk").values_list("name", flat=True)
     )
     fields = {
-        "step": step, "cause": cause, "reason": reason,
+        "step": step,
+        "cause": cause,
+        "reason": reason,
         "done_summary": {"completed_steps": completed, "artifacts": artifacts},
         "failed_at": step.name if step else "",
-        "suggested_action": suggested_action, "evidence": evidence or {},
+        "suggested_action": suggested_action,
+        "evidence": evidence or {},
         "checkpoints": list(dict.fromkeys(checkpoints)),
     }
     takeover = Takeover.objects.filter(run_id=run.pk, status=Takeover.Status.OPEN).first()
@@ -48,8 +61,16 @@ def open_takeover(tx: RunTx, *, cause: str, reason: str, actor: str, step: Step 
         for key, value in fields.items():
             setattr(takeover, key, value)
         takeover.save()
-    tx.event("takeover.opened", {"takeover_id": takeover.pk, "cause": cause, "reason": reason,
-                                 "step": step.name if step else None,
-                                 "suggested_action": suggested_action},
-             step_id=step.pk if step else None, actor=actor)
+    tx.event(
+        "takeover.opened",
+        {
+            "takeover_id": takeover.pk,
+            "cause": cause,
+            "reason": reason,
+            "step": step.name if step else None,
+            "suggested_action": suggested_action,
+        },
+        step_id=step.pk if step else None,
+        actor=actor,
+    )
     return takeover

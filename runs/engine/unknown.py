@@ -40,29 +40,50 @@ def pause_unknown(run: Run, step: Step, attempt: int, actor: str, exc: OutcomeUn
         if tx.run.status in RUN_TERMINAL:
             rejected = f"run is {tx.run.status}"
         elif not tx.transition_step(
-                step.pk, StepStatus.UNKNOWN, expected=StepStatus.RUNNING, attempt=attempt,
-                actor=actor, payload={"attempt": attempt, "operation_id": exc.operation_id,
-                                      "reason": exc.reason, "evidence": exc.evidence[:2000]},
-                owner="", lease_until=None, finished_at=Now(), error_code="UNKNOWN_OUTCOME",
-                error_detail=exc.reason[:4000]):
+            step.pk,
+            StepStatus.UNKNOWN,
+            expected=StepStatus.RUNNING,
+            attempt=attempt,
+            actor=actor,
+            payload={
+                "attempt": attempt,
+                "operation_id": exc.operation_id,
+                "reason": exc.reason,
+                "evidence": exc.evidence[:2000],
+            },
+            owner="",
+            lease_until=None,
+            finished_at=Now(),
+            error_code="UNKNOWN_OUTCOME",
+            error_detail=exc.reason[:4000],
+        ):
             rejected = f"attempt {attempt} no longer holds the step"
         if rejected:
-            tx.event("step.commit_rejected", {"attempt": attempt, "reason": rejected,
-                                              "error_code": "UNKNOWN_OUTCOME"},
-                     step_id=step.pk, actor=actor, progress=False)
+            tx.event(
+                "step.commit_rejected",
+                {"attempt": attempt, "reason": rejected, "error_code": "UNKNOWN_OUTCOME"},
+                step_id=step.pk,
+                actor=actor,
+                progress=False,
+            )
             return False
         Operation.objects.filter(pk=exc.operation_id, status=Operation.Status.INTENT).update(
-            status=Operation.Status.UNKNOWN, updated_at=Now())
+            status=Operation.Status.UNKNOWN, updated_at=Now()
+        )
         op = Operation.objects.get(pk=exc.operation_id)
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return True
         open_takeover(
-            tx, cause="unknown_outcome", reason=exc.reason, actor=actor, step=step,
+            tx,
+            cause="unknown_outcome",
+            reason=exc.reason,
+            actor=actor,
+            step=step,
             suggested_action=(
                 f"Check the outside system, then: runs resolve {run.pk} --step {step.name} "
-                "--outcome done|not-done --evidence '...'"),
-            evidence={"operation": ledger.describe(op), "verify": exc.evidence,
-                      "attempt": attempt},
+                "--outcome done|not-done --evidence '...'"
+            ),
+            evidence={"operation": ledger.describe(op), "verify": exc.evidence, "attempt": attempt},
         )
     return True
 
@@ -84,18 +105,34 @@ def verify_now(step: Step, *, actor: str) -> VerifyAnswer:
     if tool is None:
         answer = VerifyAnswer("cannot_tell", evidence=f"this code has no tool {op.tool!r}")
     else:
-        answer = ledger.verify(tool, op, ToolCall(run_id=str(run.pk),
-                                                  idempotency_key=op.idempotency_key,
-                                                  attempt=op.attempt, faults=dict(run.faults)))
-    record_event(run.pk, "operation.verified",
-                 {**ledger.describe(op), "answer": answer.status,
-                  "evidence": answer.evidence[:2000], "requested_by": actor},
-                 step_id=step.pk, actor=actor)
+        answer = ledger.verify(
+            tool,
+            op,
+            ToolCall(
+                run_id=str(run.pk),
+                idempotency_key=op.idempotency_key,
+                attempt=op.attempt,
+                faults=dict(run.faults),
+            ),
+        )
+    record_event(
+        run.pk,
+        "operation.verified",
+        {
+            **ledger.describe(op),
+            "answer": answer.status,
+            "evidence": answer.evidence[:2000],
+            "requested_by": actor,
+        },
+        step_id=step.pk,
+        actor=actor,
+    )
     return answer
 
 
-def resolve_unknown(run: Run, step_name: str, *, outcome: str, evidence: str, actor: str,
-                    result: Any = None) -> Run:
+def resolve_unknown(
+    run: Run, step_name: str, *, outcome: str, evidence: str, actor: str, result: Any = None
+) -> Run:
     """A human's decision on an UNKNOWN step of a PAUSED run; the run then continues.
 
     ``outcome``: ``"done"`` (the operation becomes SUCCEEDED with ``result``, default
@@ -112,57 +149,103 @@ def resolve_unknown(run: Run, step_name: str, *, outcome: str, evidence: str, ac
     from runs.engine.control import ControlError
 
     if outcome not in OUTCOMES:
-        raise ControlError("invalid_outcome", f"outcome must be one of {', '.join(OUTCOMES)}",
-                           {"outcome": "must be done or not-done"})
+        raise ControlError(
+            "invalid_outcome",
+            f"outcome must be one of {', '.join(OUTCOMES)}",
+            {"outcome": "must be done or not-done"},
+        )
     if not (evidence or "").strip():
-        raise ControlError("evidence_required", "say what you checked (--evidence)",
-                           {"evidence": "is required"})
+        raise ControlError(
+            "evidence_required", "say what you checked (--evidence)", {"evidence": "is required"}
+        )
     with run_transaction(run.pk) as tx:
         if tx.run.status in RUN_TERMINAL:
             raise ControlError("run_terminal", f"run is {tx.run.status}")
         if tx.run.status != RunStatus.PAUSED:
-            raise ControlError("not_allowed_in_state",
-                               f"run is {tx.run.status}; only a PAUSED run can be resolved")
-        step = (Step.objects.filter(run_id=run.pk, generation=tx.run.generation, name=step_name)
-                .order_by("-seq").first())
+            raise ControlError(
+                "not_allowed_in_state", f"run is {tx.run.status}; only a PAUSED run can be resolved"
+            )
+        step = (
+            Step.objects.filter(run_id=run.pk, generation=tx.run.generation, name=step_name)
+            .order_by("-seq")
+            .first()
+        )
         if step is None:
             raise ControlError("unknown_step", f"run has no step {step_name!r}")
         if step.status != StepStatus.UNKNOWN:
-            raise ControlError("step_not_unknown",
-                               f"step {step_name} is {step.status}, not UNKNOWN")
+            raise ControlError(
+                "step_not_unknown", f"step {step_name} is {step.status}, not UNKNOWN"
+            )
         op = _unknown_operation(step)
         if op is not None:
             if outcome == "done":
-                stored = result if result is not None else (
-                    op.result if op.status == Operation.Status.SUCCEEDED else {"resolved": "done"})
+                stored = (
+                    result
+                    if result is not None
+                    else (
+                        op.result
+                        if op.status == Operation.Status.SUCCEEDED
+                        else {"resolved": "done"}
+                    )
+                )
                 ledger.record_result(op, stored)
             elif op.status == Operation.Status.SUCCEEDED:
-                raise ControlError("outcome_known", "the call's result arrived after the pause: "
-                                   f"it took effect ({json.dumps(op.result)[:200]})")
+                raise ControlError(
+                    "outcome_known",
+                    "the call's result arrived after the pause: "
+                    f"it took effect ({json.dumps(op.result)[:200]})",
+                )
             else:
-                ledger.record_result(op, {"resolved": "not_done", "evidence": evidence},
-                                     status=Operation.Status.FAILED)
+                ledger.record_result(
+                    op,
+                    {"resolved": "not_done", "evidence": evidence},
+                    status=Operation.Status.FAILED,
+                )
         tx.transition_step(
-            step.pk, StepStatus.PENDING, expected=StepStatus.UNKNOWN, actor=actor,
-            event_type="step.requeued", payload={"reason": f"unknown outcome resolved: {outcome}"},
-            not_before=Now(), notified_at=Now(), owner="", lease_until=None, started_at=None,
-            finished_at=None, attempt_base=step.attempt, error_code="", error_detail="",
+            step.pk,
+            StepStatus.PENDING,
+            expected=StepStatus.UNKNOWN,
+            actor=actor,
+            event_type="step.requeued",
+            payload={"reason": f"unknown outcome resolved: {outcome}"},
+            not_before=Now(),
+            notified_at=Now(),
+            owner="",
+            lease_until=None,
+            started_at=None,
+            finished_at=None,
+            attempt_base=step.attempt,
+            error_code="",
+            error_detail="",
         )
         takeover = Takeover.objects.filter(run_id=run.pk, status=Takeover.Status.OPEN).first()
         if takeover is not None:
             Takeover.objects.filter(pk=takeover.pk).update(
                 status=Takeover.Status.RESOLVED,
                 resolution="mark_done" if outcome == "done" else "retry",
-                resolution_note=evidence, resolved_by=actor, resolved_at=Now())
-        tx.event("unknown.resolved", {
-            "step": step.name, "outcome": outcome, "evidence": evidence,
-            "reason": f"operator decided the outcome was {outcome}",
-            "operation": ledger.describe(op) if op else None,
-            "result": op.result if op and outcome == "done" else None,
-            "takeover_id": takeover.pk if takeover else None,
-        }, step_id=step.pk, actor=actor)
-        tx.transition_run(RunStatus.RUNNING, actor=actor,
-                          reason=f"unknown outcome of {step.name} resolved: {outcome}")
+                resolution_note=evidence,
+                resolved_by=actor,
+                resolved_at=Now(),
+            )
+        tx.event(
+            "unknown.resolved",
+            {
+                "step": step.name,
+                "outcome": outcome,
+                "evidence": evidence,
+                "reason": f"operator decided the outcome was {outcome}",
+                "operation": ledger.describe(op) if op else None,
+                "result": op.result if op and outcome == "done" else None,
+                "takeover_id": takeover.pk if takeover else None,
+            },
+            step_id=step.pk,
+            actor=actor,
+        )
+        tx.transition_run(
+            RunStatus.RUNNING,
+            actor=actor,
+            reason=f"unknown outcome of {step.name} resolved: {outcome}",
+        )
         dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
     run.refresh_from_db()
     return run

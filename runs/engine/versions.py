@@ -17,8 +17,9 @@ from runs.workflows.definition import Workflow
 
 def migration_target(name: str, version: int) -> Workflow | None:
     """The newest registered version of ``name`` that can migrate from ``version``."""
-    candidates = [wf for wf in registry.all_workflows()
-                  if wf.name == name and version in wf.migrate_from]
+    candidates = [
+        wf for wf in registry.all_workflows() if wf.name == name and version in wf.migrate_from
+    ]
     return max(candidates, key=lambda wf: wf.version) if candidates else None
 
 
@@ -44,8 +45,12 @@ def workflow_for(run: Run, step: Step, worker_id: str) -> Workflow | None:
     target = migration_target(run.workflow, run.workflow_version)
     if target is not None and target.has(step.name):
         return _migrate(run, target, worker_id)
-    _pause_unknown_version(run, step, worker_id,
-                           "a newer version exists but has no step " + step.name if target else "")
+    _pause_unknown_version(
+        run,
+        step,
+        worker_id,
+        "a newer version exists but has no step " + step.name if target else "",
+    )
     return None
 
 
@@ -57,16 +62,27 @@ def _migrate(run: Run, target: Workflow, worker_id: str) -> Workflow | None:
             return registry.get(run.workflow, run.workflow_version)
         if tx.run.status not in RUN_EXECUTABLE:
             return None
-        latest = (Checkpoint.objects.filter(run_id=run.pk, generation=tx.run.generation)
-                  .order_by("-pk").first())
+        latest = (
+            Checkpoint.objects.filter(run_id=run.pk, generation=tx.run.generation)
+            .order_by("-pk")
+            .first()
+        )
         state = target.migrate_from[old](dict(latest.state if latest else {}))
         state["workflow_version"] = target.version
         name = f"migrated:v{old}-v{target.version}"
-        Checkpoint.objects.create(run_id=run.pk, step_id=latest.step_id if latest else None,
-                                  name=name, generation=tx.run.generation, state=state)
+        Checkpoint.objects.create(
+            run_id=run.pk,
+            step_id=latest.step_id if latest else None,
+            name=name,
+            generation=tx.run.generation,
+            state=state,
+        )
         Run.objects.filter(pk=run.pk).update(workflow_version=target.version)
-        tx.event("workflow.migrated", {"from_version": old, "to_version": target.version,
-                                       "checkpoint": name}, actor=worker_id)
+        tx.event(
+            "workflow.migrated",
+            {"from_version": old, "to_version": target.version, "checkpoint": name},
+            actor=worker_id,
+        )
     run.workflow_version = target.version
     return target
 
@@ -77,12 +93,19 @@ def _pause_unknown_version(run: Run, step: Step, worker_id: str, detail: str = "
         if tx.run.status not in RUN_EXECUTABLE:
             return
         open_takeover(
-            tx, cause="unknown_workflow_version",
+            tx,
+            cause="unknown_workflow_version",
             reason=f"this code has no workflow {run.workflow}@{run.workflow_version}"
-                   + (f" ({detail})" if detail else ""),
-            actor=worker_id, step=step,
+            + (f" ({detail})" if detail else ""),
+            actor=worker_id,
+            step=step,
             suggested_action="Deploy code that registers this version (or a migration from "
-                             "it), then resolve the takeover with resume to continue.",
-            evidence={"workflow": run.workflow, "version": run.workflow_version,
-                      "versions_known_here": known, "worker": worker_id, "step": step.name},
+            "it), then resolve the takeover with resume to continue.",
+            evidence={
+                "workflow": run.workflow,
+                "version": run.workflow_version,
+                "versions_known_here": known,
+                "worker": worker_id,
+                "step": step.name,
+            },
         )

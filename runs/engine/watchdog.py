@@ -22,19 +22,29 @@ def flag_stuck_runs(actor: str, batch: int) -> int:
     """Sweeper task: flag up to ``batch`` silent runs; returns how many were flagged."""
     threshold = settings.AGENTOPS_STUCK_SECONDS
     cutoff = Now() - timedelta(seconds=threshold)
-    ids = list(Run.objects.filter(status__in=WATCHED, stuck_since__isnull=True,
-                                  last_event_at__lt=cutoff)
-               .order_by("last_event_at").values_list("pk", flat=True)[:batch])
+    ids = list(
+        Run.objects.filter(status__in=WATCHED, stuck_since__isnull=True, last_event_at__lt=cutoff)
+        .order_by("last_event_at")
+        .values_list("pk", flat=True)[:batch]
+    )
     flagged = 0
     for run_id in ids:
         with run_transaction(run_id) as tx:
-            moved = Run.objects.filter(pk=run_id, status__in=WATCHED, stuck_since__isnull=True,
-                                       last_event_at__lt=cutoff).update(stuck_since=Now())
+            moved = Run.objects.filter(
+                pk=run_id, status__in=WATCHED, stuck_since__isnull=True, last_event_at__lt=cutoff
+            ).update(stuck_since=Now())
             if moved:
-                tx.event("run.stuck", {"status": tx.run.status, "threshold_s": threshold,
-                                       "step": tx.run.current_step.name if tx.run.current_step_id else None,
-                                       "reason": f"no event for more than {threshold}s"},
-                         actor=actor, progress=False)
+                tx.event(
+                    "run.stuck",
+                    {
+                        "status": tx.run.status,
+                        "threshold_s": threshold,
+                        "step": tx.run.current_step.name if tx.run.current_step_id else None,
+                        "reason": f"no event for more than {threshold}s",
+                    },
+                    actor=actor,
+                    progress=False,
+                )
                 flagged += 1
     return flagged
 

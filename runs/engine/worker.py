@@ -59,7 +59,9 @@ def due_step_ids(limit: int = 10) -> list[int]:
             Q(status=StepStatus.PENDING, not_before__lte=Now())
             | Q(status=StepStatus.RUNNING, lease_until__lt=Now()),
             run__status__in=RUN_EXECUTABLE,
-        ).order_by("not_before").values_list("pk", flat=True)[:limit]
+        )
+        .order_by("not_before")
+        .values_list("pk", flat=True)[:limit]
     )
 
 
@@ -89,7 +91,10 @@ def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False):
 
         def wait_for_horse(self):
             retpid, ret_val, rusage = super().wait_for_horse()
-            if ret_val is not None and os.waitstatus_to_exitcode(ret_val) == executor.CRASH_EXIT_CODE:
+            if (
+                ret_val is not None
+                and os.waitstatus_to_exitcode(ret_val) == executor.CRASH_EXIT_CODE
+            ):
                 os._exit(executor.CRASH_EXIT_CODE)
             return retpid, ret_val, rusage
 
@@ -100,8 +105,14 @@ class Worker:
     """One worker process. ``mode``: ``"db"`` or ``"rq"``; ``burst``: exit when nothing
     is due (db) or the queue is empty (rq)."""
 
-    def __init__(self, *, mode: str | None = None, queue: str = "default", burst: bool = False,
-                 fork: bool = False):
+    def __init__(
+        self,
+        *,
+        mode: str | None = None,
+        queue: str = "default",
+        burst: bool = False,
+        fork: bool = False,
+    ):
         self.mode = mode or dispatch.mode()
         self.queue = queue
         self.burst = burst
@@ -208,8 +219,7 @@ class Worker:
                 name = self.worker_id if round_no == 1 else f"{self.worker_id}:r{round_no}"
                 rq_worker = worker_class([queue], connection=queue.connection, name=name)
                 try:
-                    rq_worker.work(burst=self.burst, with_scheduler=False,
-                                   logging_level="WARNING")
+                    rq_worker.work(burst=self.burst, with_scheduler=False, logging_level="WARNING")
                 except Exception:  # noqa: BLE001 - Redis errors escape RQ's start/teardown
                     logger.warning("RQ worker round %s failed", round_no, exc_info=True)
                     _stop_pubsub(rq_worker)
@@ -253,8 +263,13 @@ class Worker:
             connection.close()
 
     def _register(self) -> None:
-        WorkerProcess.objects.create(worker_id=self.worker_id, host=socket.gethostname(),
-                                     pid=os.getpid(), mode=self.mode, queues=self.queue)
+        WorkerProcess.objects.create(
+            worker_id=self.worker_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            mode=self.mode,
+            queues=self.queue,
+        )
 
     def _unregister(self) -> None:
         try:

@@ -63,10 +63,12 @@ class DeviceStore:
         except FileNotFoundError:
             return {"state": dict(self.initial_state), "calls": []}
 
-    def log_call(self, data: dict[str, Any], op: str, run_id: str, key: str = "",
-                 args: dict | None = None) -> None:
-        data["calls"].append({"op": f"{self.name}.{op}", "run_id": run_id, "key": key,
-                              "args": args or {}})
+    def log_call(
+        self, data: dict[str, Any], op: str, run_id: str, key: str = "", args: dict | None = None
+    ) -> None:
+        data["calls"].append(
+            {"op": f"{self.name}.{op}", "run_id": run_id, "key": key, "args": args or {}}
+        )
 
 
 thermostat = DeviceStore("thermostat", {"celsius": 23.5})
@@ -124,8 +126,9 @@ def get_lamp_brightness(*, run_id: str, key: str = "", purpose: str = "read") ->
     return {"brightness": brightness}
 
 
-def set_lamp_brightness(brightness: int, *, run_id: str, key: str = "",
-                        unreadable_after: bool = False) -> dict[str, Any]:
+def set_lamp_brightness(
+    brightness: int, *, run_id: str, key: str = "", unreadable_after: bool = False
+) -> dict[str, Any]:
     """Set the lamp to an absolute ``brightness`` (percent); logged as
     ``lamp.set_brightness``. Returns ``{"brightness": new, "previous": old}``.
 
@@ -161,8 +164,13 @@ def hold(kind: str, guest: str, *, run_id: str, key: str) -> dict[str, Any]:
             if h["key"] == key:
                 return {"hold_id": hold_id, "kind": h["kind"], "status": h["status"]}
         hold_id = f"{kind}-{len(holds) + 1}"
-        holds[hold_id] = {"kind": kind, "guest": guest, "key": key, "status": "held",
-                          "run_id": run_id}
+        holds[hold_id] = {
+            "kind": kind,
+            "guest": guest,
+            "key": key,
+            "status": "held",
+            "run_id": run_id,
+        }
         return {"hold_id": hold_id, "kind": kind, "status": "held"}
 
 
@@ -218,8 +226,11 @@ def fetch_sources(week: str, *, run_id: str, key: str = "") -> list[dict[str, An
         newsfeed.log_call(data, "fetch", run_id, key, {"week": week})
     topics = ["reliability", "costs", "agents", "reliability", "evaluation", "agents"]
     items = [
-        {"url": f"https://news.example/{week}/{i}", "title": f"{topic.title()} note {i}",
-         "topic": topic}
+        {
+            "url": f"https://news.example/{week}/{i}",
+            "title": f"{topic.title()} note {i}",
+            "topic": topic,
+        }
         for i, topic in enumerate(topics)
     ]
     return items + [dict(items[0]), dict(items[2])]
@@ -259,8 +270,11 @@ def publish(title: str, body: str, *, run_id: str, key: str) -> dict[str, Any]:
         for item in published:
             if item["key"] == key:
                 return item["receipt"]
-        receipt = {"publication_id": f"pub-{len(published) + 1}", "title": title,
-                   "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest()}
+        receipt = {
+            "publication_id": f"pub-{len(published) + 1}",
+            "title": title,
+            "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest(),
+        }
         published.append({"key": key, "run_id": run_id, "receipt": receipt})
         return receipt
 

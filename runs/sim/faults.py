@@ -53,15 +53,28 @@ def _locked():
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def arm(op: str, action: str, *, when: str = "after", run_id: str | None = None,
-        shots: int = 1, seconds: float = 0.0) -> None:
+def arm(
+    op: str,
+    action: str,
+    *,
+    when: str = "after",
+    run_id: str | None = None,
+    shots: int = 1,
+    seconds: float = 0.0,
+) -> None:
     """Arm a fault on device operation ``op`` (see the module docstring)."""
     if action not in ("stop", "stop_then_fail", "fail", "delay"):
         raise ValueError(f"unknown fault action {action!r}")
     with _locked() as data:
-        data.setdefault(op, []).append({"action": action, "when": when, "shots": shots,
-                                        "run_id": str(run_id) if run_id else None,
-                                        "seconds": seconds})
+        data.setdefault(op, []).append(
+            {
+                "action": action,
+                "when": when,
+                "shots": shots,
+                "run_id": str(run_id) if run_id else None,
+                "seconds": seconds,
+            }
+        )
 
 
 def clear() -> None:

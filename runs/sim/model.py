@@ -34,17 +34,19 @@ def complete(messages: list[dict[str, Any]], tools: list[str]) -> ModelReply:
     ``model.complete`` (``runs.sim.faults``, e.g. a delay) fire first."""
     faults.fire("model.complete", "before", "")
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
-    tool_results = [m for m in messages[last_user + 1:] if m["role"] == "tool"]
+    tool_results = [m for m in messages[last_user + 1 :] if m["role"] == "tool"]
     question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     if "lamp.set_brightness" in tools and tool_results:
         reading = json.loads(tool_results[-1]["content"])
         target = plan_brightness(question, int(reading["brightness"]))
         if target is not None:
-            return ModelReply(tool_calls=[{"name": "lamp.set_brightness",
-                                           "arguments": {"brightness": target}}])
+            return ModelReply(
+                tool_calls=[{"name": "lamp.set_brightness", "arguments": {"brightness": target}}]
+            )
     if not tool_results and "thermostat.read" in tools:
-        return ModelReply(tool_calls=[{"name": "thermostat.read",
-                                       "arguments": {"room": "living room"}}])
+        return ModelReply(
+            tool_calls=[{"name": "thermostat.read", "arguments": {"room": "living room"}}]
+        )
     if tool_results:
         reading = json.loads(tool_results[-1]["content"])
         if "celsius" in reading:
@@ -52,8 +54,10 @@ def complete(messages: list[dict[str, Any]], tools: list[str]) -> ModelReply:
                 content=f"It is {reading['celsius']} °C in the {reading['room']} right now."
             )
         if "brightness" in reading and "previous" in reading:
-            return ModelReply(content=f"Done: the lamp went from {reading['previous']}% "
-                                      f"to {reading['brightness']}% brightness.")
+            return ModelReply(
+                content=f"Done: the lamp went from {reading['previous']}% "
+                f"to {reading['brightness']}% brightness."
+            )
     return ModelReply(content=f"I have no tool for that: {question}")
 
 

@@ -32,8 +32,16 @@ for _system in SYSTEMS:
         devices.DEVICES.append(_system)
 
 
-def _request(store: DeviceStore, op: str, args: dict[str, Any], *, run_id: str, key: str,
-             idempotent: bool, latency_ms: int = 0) -> dict[str, Any]:
+def _request(
+    store: DeviceStore,
+    op: str,
+    args: dict[str, Any],
+    *,
+    run_id: str,
+    key: str,
+    idempotent: bool,
+    latency_ms: int = 0,
+) -> dict[str, Any]:
     """Apply one request: log it, apply its effect unless an idempotent system has seen
     the key, and return ``{"ref", "key", "replayed"}``."""
     name = f"{store.name}.{op}"
@@ -56,14 +64,28 @@ def _request(store: DeviceStore, op: str, args: dict[str, Any], *, run_id: str, 
 
 def charge(args: dict, *, run_id: str, key: str) -> dict[str, Any]:
     """Charge ``args["amount"]`` (idempotent by ``key``)."""
-    return _request(payments, "charge", args, run_id=run_id, key=key, idempotent=True,
-                    latency_ms=int(args.get("latency_ms", 0)))
+    return _request(
+        payments,
+        "charge",
+        args,
+        run_id=run_id,
+        key=key,
+        idempotent=True,
+        latency_ms=int(args.get("latency_ms", 0)),
+    )
 
 
 def reserve(args: dict, *, run_id: str, key: str) -> dict[str, Any]:
     """Reserve ``args["qty"]`` of ``args["sku"]`` (idempotent by ``key``)."""
-    return _request(inventory, "reserve", args, run_id=run_id, key=key, idempotent=True,
-                    latency_ms=int(args.get("latency_ms", 0)))
+    return _request(
+        inventory,
+        "reserve",
+        args,
+        run_id=run_id,
+        key=key,
+        idempotent=True,
+        latency_ms=int(args.get("latency_ms", 0)),
+    )
 
 
 def release(args: dict, *, run_id: str, key: str) -> dict[str, Any]:
@@ -73,14 +95,27 @@ def release(args: dict, *, run_id: str, key: str) -> dict[str, Any]:
 
 def send_mail(args: dict, *, run_id: str, key: str) -> dict[str, Any]:
     """Send a message (unsafe: every request is applied, even with a repeated key)."""
-    return _request(mailer, "send", args, run_id=run_id, key=key, idempotent=False,
-                    latency_ms=int(args.get("latency_ms", 0)))
+    return _request(
+        mailer,
+        "send",
+        args,
+        run_id=run_id,
+        key=key,
+        idempotent=False,
+        latency_ms=int(args.get("latency_ms", 0)),
+    )
 
 
 def mail_sent(key: str) -> dict[str, Any] | None:
     """The first message sent with ``key``, or ``None`` (what ``verify`` asks)."""
-    return next((a for a in mailer.snapshot()["state"].get("applied", [])
-                 if a["key"] == key and a["op"] == "send"), None)
+    return next(
+        (
+            a
+            for a in mailer.snapshot()["state"].get("applied", [])
+            if a["key"] == key and a["op"] == "send"
+        ),
+        None,
+    )
 
 
 def applied_effects() -> list[dict[str, Any]]:

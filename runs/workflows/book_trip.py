@@ -17,8 +17,11 @@ from runs.workflows.definition import Workflow
 def _verify_release(args: dict, call) -> VerifyAnswer:
     status = devices.hold_status(args["hold_id"])
     if status == "released":
-        return VerifyAnswer("done", {"hold_id": args["hold_id"], "status": "released"},
-                            evidence=f"hold {args['hold_id']} is released")
+        return VerifyAnswer(
+            "done",
+            {"hold_id": args["hold_id"], "status": "released"},
+            evidence=f"hold {args['hold_id']} is released",
+        )
     if status == "held":
         return VerifyAnswer("not_done", evidence=f"hold {args['hold_id']} is still held")
     return VerifyAnswer("cannot_tell", evidence=f"hold {args['hold_id']} not found")
@@ -26,31 +29,37 @@ def _verify_release(args: dict, call) -> VerifyAnswer:
 
 booking_hold = Tool(
     "booking.hold",
-    fn=lambda args, call: devices.hold(args["kind"], args["guest"], run_id=call.run_id,
-                                       key=call.idempotency_key),
+    fn=lambda args, call: devices.hold(
+        args["kind"], args["guest"], run_id=call.run_id, key=call.idempotency_key
+    ),
     side_effect="idempotent",
 )
 booking_release = Tool(
     "booking.release",
-    fn=lambda args, call: devices.release(args["hold_id"], run_id=call.run_id,
-                                          key=call.idempotency_key),
-    side_effect="unsafe", verify=_verify_release,
+    fn=lambda args, call: devices.release(
+        args["hold_id"], run_id=call.run_id, key=call.idempotency_key
+    ),
+    side_effect="unsafe",
+    verify=_verify_release,
 )
 booking_notify = Tool(
     "booking.notify",
-    fn=lambda args, call: devices.notify_guest(args["guest"], args["text"], run_id=call.run_id,
-                                               key=call.idempotency_key),
+    fn=lambda args, call: devices.notify_guest(
+        args["guest"], args["text"], run_id=call.run_id, key=call.idempotency_key
+    ),
     side_effect="unsafe",
 )
 booking_pay = Tool(
     "booking.pay",
-    fn=lambda args, call: devices.pay(args["card"], args["amount"], run_id=call.run_id,
-                                      key=call.idempotency_key),
+    fn=lambda args, call: devices.pay(
+        args["card"], args["amount"], run_id=call.run_id, key=call.idempotency_key
+    ),
     side_effect="idempotent",
 )
 
 workflow = Workflow(
-    "book_trip", version=1,
+    "book_trip",
+    version=1,
     description="Hold a room and a car, tell the guest, pay; undo the holds if payment fails.",
     input_fields={"guest": str, "card": str},
 )
@@ -72,8 +81,10 @@ def hold_car(ctx):
 
 @workflow.step(compensable=False)
 def notify_guest(ctx):
-    text = (f"Holding room {ctx.outputs['hold_room']['hold_id']} and car "
-            f"{ctx.outputs['hold_car']['hold_id']} for you.")
+    text = (
+        f"Holding room {ctx.outputs['hold_room']['hold_id']} and car "
+        f"{ctx.outputs['hold_car']['hold_id']} for you."
+    )
     return ctx.call_tool(booking_notify, {"guest": ctx.input["guest"], "text": text})
 
 

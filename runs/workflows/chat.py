@@ -24,13 +24,14 @@ from runs.workflows import registry
 from runs.workflows.definition import Workflow
 from runs.workflows.room_temperature import thermostat_read
 
-SYSTEM = ("You are the AgentOps home assistant. Answer from tool results; "
-          "never guess a reading.")
+SYSTEM = "You are the AgentOps home assistant. Answer from tool results; never guess a reading."
 
 workflow = Workflow(
-    "chat", version=1,
+    "chat",
+    version=1,
     description="Answer a message on a long thread, summarising older history when needed.",
-    input_fields={"message": str}, message_field="message",
+    input_fields={"message": str},
+    message_field="message",
 )
 
 

@@ -63,10 +63,16 @@ class Workflow:
     budget) or ``"fail"`` (fail the run and compensate).
     """
 
-    def __init__(self, name: str, version: int, description: str = "",
-                 migrate_from: dict[int, Callable[[dict], dict]] | None = None,
-                 input_fields: dict[str, type] | None = None, message_field: str | None = None,
-                 on_budget_exhausted: str = "takeover"):
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        description: str = "",
+        migrate_from: dict[int, Callable[[dict], dict]] | None = None,
+        input_fields: dict[str, type] | None = None,
+        message_field: str | None = None,
+        on_budget_exhausted: str = "takeover",
+    ):
         if on_budget_exhausted not in ("takeover", "fail"):
             raise WorkflowDefinitionError(f"{name}: on_budget_exhausted must be takeover or fail")
         self.on_budget_exhausted = on_budget_exhausted
@@ -93,7 +99,11 @@ class Workflow:
             if key not in data:
                 errors[key] = "is required"
             elif not isinstance(data[key], kind) or (kind is str and not data[key].strip()):
-                errors[key] = f"must be a non-empty {kind.__name__}" if kind is str else f"must be {kind.__name__}"
+                errors[key] = (
+                    f"must be a non-empty {kind.__name__}"
+                    if kind is str
+                    else f"must be {kind.__name__}"
+                )
         return errors
 
     def step(self, name: str | None = None, **options: Any) -> Callable:
@@ -105,9 +115,15 @@ class Workflow:
 
         return decorator
 
-    def approval(self, name: str | None = None, *, on_reject: str | None = None,
-                 on_expire: str | None = None, expires_after: float | None = None,
-                 **options: Any) -> Callable:
+    def approval(
+        self,
+        name: str | None = None,
+        *,
+        on_reject: str | None = None,
+        on_expire: str | None = None,
+        expires_after: float | None = None,
+        **options: Any,
+    ) -> Callable:
         """Decorator declaring an approval step. The function ``fn(ctx)`` returns
         ``{"question": str, "reason": str, "evidence": dict}``; the run then waits in
         WAITING_APPROVAL with no lease held. Approve continues with the next declared step;
@@ -115,12 +131,22 @@ class Workflow:
         expiry after ``expires_after`` seconds (default ``AGENTOPS_APPROVAL_EXPIRY_SECONDS``,
         0 = never) goes to ``on_expire`` (default: the reject path).
         """
-        approval_options = {"on_reject": on_reject, "on_expire": on_expire,
-                            "expires_after": expires_after}
+        approval_options = {
+            "on_reject": on_reject,
+            "on_expire": on_expire,
+            "expires_after": expires_after,
+        }
 
         def decorator(fn: Callable) -> Callable:
-            self.add_step(StepDef(name=name or fn.__name__, fn=fn, kind="approval",
-                                  options=approval_options, **options))
+            self.add_step(
+                StepDef(
+                    name=name or fn.__name__,
+                    fn=fn,
+                    kind="approval",
+                    options=approval_options,
+                    **options,
+                )
+            )
             return fn
 
         return decorator
@@ -129,8 +155,9 @@ class Workflow:
         """Append ``step``; raises ``WorkflowDefinitionError`` on a duplicate name or an
         ``on_exhausted`` other than ``fail``/``takeover``."""
         if step.on_exhausted not in ("fail", "takeover"):
-            raise WorkflowDefinitionError(f"{self.name}: step {step.name!r} on_exhausted must be "
-                                          "fail or takeover")
+            raise WorkflowDefinitionError(
+                f"{self.name}: step {step.name!r} on_exhausted must be fail or takeover"
+            )
         if step.name in self._by_name:
             raise WorkflowDefinitionError(f"{self.name}: step {step.name!r} declared twice")
         self.steps.append(step)
@@ -147,7 +174,9 @@ class Workflow:
         try:
             return self._by_name[name]
         except KeyError:
-            raise WorkflowDefinitionError(f"{self.name}@{self.version} has no step {name!r}") from None
+            raise WorkflowDefinitionError(
+                f"{self.name}@{self.version} has no step {name!r}"
+            ) from None
 
     def has(self, name: str) -> bool:
         return name in self._by_name

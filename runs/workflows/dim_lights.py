@@ -25,47 +25,63 @@ def _verify_set(args: dict, call) -> VerifyAnswer:
     """Did a ``lamp.set_brightness`` to ``args["brightness"]`` take effect?"""
     target, previous = args["brightness"], args.get("previous")
     try:
-        now = devices.get_lamp_brightness(run_id=call.run_id, key=call.idempotency_key,
-                                          purpose="verify")["brightness"]
+        now = devices.get_lamp_brightness(
+            run_id=call.run_id, key=call.idempotency_key, purpose="verify"
+        )["brightness"]
     except Exception as exc:  # noqa: BLE001 - an unreadable lamp cannot confirm anything
         return VerifyAnswer("cannot_tell", evidence=f"lamp did not answer a read: {exc}")
     if now == target:
-        return VerifyAnswer("done", {"brightness": target, "previous": previous},
-                            evidence=f"lamp reads {now}%, the target of the interrupted call")
+        return VerifyAnswer(
+            "done",
+            {"brightness": target, "previous": previous},
+            evidence=f"lamp reads {now}%, the target of the interrupted call",
+        )
     if now == previous:
-        return VerifyAnswer("not_done", evidence=f"lamp still reads {now}%, the value before "
-                                                 "the interrupted call")
-    return VerifyAnswer("cannot_tell", evidence=f"lamp reads {now}%: neither the target "
-                                                f"{target}% nor the previous {previous}%")
+        return VerifyAnswer(
+            "not_done", evidence=f"lamp still reads {now}%, the value before the interrupted call"
+        )
+    return VerifyAnswer(
+        "cannot_tell",
+        evidence=f"lamp reads {now}%: neither the target {target}% nor the previous {previous}%",
+    )
 
 
 lamp_get = Tool(
     "lamp.get_brightness",
-    fn=lambda args, call: devices.get_lamp_brightness(run_id=call.run_id,
-                                                      key=call.idempotency_key),
-    side_effect="read", timeout=10,
+    fn=lambda args, call: devices.get_lamp_brightness(run_id=call.run_id, key=call.idempotency_key),
+    side_effect="read",
+    timeout=10,
 )
 lamp_set = Tool(
     "lamp.set_brightness",
     fn=lambda args, call: devices.set_lamp_brightness(
-        args["brightness"], run_id=call.run_id, key=call.idempotency_key,
-        unreadable_after=bool(call.faults.get("lamp_unreadable"))),
-    side_effect="unsafe", verify=_verify_set, timeout=10,
+        args["brightness"],
+        run_id=call.run_id,
+        key=call.idempotency_key,
+        unreadable_after=bool(call.faults.get("lamp_unreadable")),
+    ),
+    side_effect="unsafe",
+    verify=_verify_set,
+    timeout=10,
 )
 
 workflow = Workflow(
-    "dim_lights", version=1,
+    "dim_lights",
+    version=1,
     description="Read the lamp, plan a change, set an absolute brightness once, reply.",
-    input_fields={"request": str}, message_field="request",
+    input_fields={"request": str},
+    message_field="request",
 )
 
 
-@workflow.step(retry=RetryPolicy(max_attempts=3, initial_delay=1.0, max_delay=10.0),
-               on_exhausted="fail")
+@workflow.step(
+    retry=RetryPolicy(max_attempts=3, initial_delay=1.0, max_delay=10.0), on_exhausted="fail"
+)
 def read_lamp(ctx):
     call_id = ctx.tool_call_id(0)
-    ctx.add_message("assistant", "", tool_calls=[
-        {"id": call_id, "name": lamp_get.name, "arguments": {}}])
+    ctx.add_message(
+        "assistant", "", tool_calls=[{"id": call_id, "name": lamp_get.name, "arguments": {}}]
+    )
     reading = ctx.call_tool(lamp_get, {})
     ctx.add_message("tool", json.dumps(reading), tool_call_id=call_id)
     return reading
@@ -84,12 +100,19 @@ def plan(ctx):
 def _restore(ctx, output):
     """Compensation: put the lamp back to where it was before this run changed it."""
     if output:
-        ctx.call_tool(lamp_set, {"brightness": output["previous"],
-                                 "previous": output["brightness"]}, action="restore")
+        ctx.call_tool(
+            lamp_set,
+            {"brightness": output["previous"], "previous": output["brightness"]},
+            action="restore",
+        )
 
 
-@workflow.step(retry=RetryPolicy(max_attempts=3, initial_delay=1.0, max_delay=10.0),
-               on_exhausted="takeover", timeout=10, compensate=_restore)
+@workflow.step(
+    retry=RetryPolicy(max_attempts=3, initial_delay=1.0, max_delay=10.0),
+    on_exhausted="takeover",
+    timeout=10,
+    compensate=_restore,
+)
 def set_brightness(ctx):
     call = ctx.outputs["plan"]["tool_calls"][0]
     previous = ctx.outputs["read_lamp"]["brightness"]

@@ -14,15 +14,18 @@ from runs.workflows.definition import Workflow
 
 thermostat_read = Tool(
     "thermostat.read",
-    fn=lambda args, call: devices.read_thermostat(args["room"], run_id=call.run_id,
-                                                  key=call.idempotency_key),
+    fn=lambda args, call: devices.read_thermostat(
+        args["room"], run_id=call.run_id, key=call.idempotency_key
+    ),
     side_effect="read",
 )
 
 workflow = Workflow(
-    "room_temperature", version=1,
+    "room_temperature",
+    version=1,
     description="Ask the thermostat and answer how warm a room is.",
-    input_fields={"question": str}, message_field="question",
+    input_fields={"question": str},
+    message_field="question",
 )
 
 

@@ -30,8 +30,9 @@ def _noop(ctx):
 for _i in range(1, BENCH_STEPS + 1):
     bench_noop.step(name=f"s{_i:02d}")(_noop)
 
-bench_hold = Workflow("bench_hold", version=1,
-                      description="Blocks on attempt 1 until killed (recovery benchmark).")
+bench_hold = Workflow(
+    "bench_hold", version=1, description="Blocks on attempt 1 until killed (recovery benchmark)."
+)
 
 
 @bench_hold.step()
@@ -51,20 +52,26 @@ def _call(fn):
 def _verify_mail(args, call):
     sent = services.mail_sent(call.idempotency_key)
     if sent is None:
-        return VerifyAnswer("not_done", evidence=f"mailer has no message with key "
-                                                 f"{call.idempotency_key}")
-    return VerifyAnswer("done", {"ref": sent["ref"], "key": sent["key"], "replayed": False},
-                        evidence=f"mailer sent {sent['ref']} with key {call.idempotency_key}")
+        return VerifyAnswer(
+            "not_done", evidence=f"mailer has no message with key {call.idempotency_key}"
+        )
+    return VerifyAnswer(
+        "done",
+        {"ref": sent["ref"], "key": sent["key"], "replayed": False},
+        evidence=f"mailer sent {sent['ref']} with key {call.idempotency_key}",
+    )
 
 
 inventory_reserve = Tool("inventory.reserve", fn=_call(services.reserve), side_effect="idempotent")
 inventory_release = Tool("inventory.release", fn=_call(services.release), side_effect="idempotent")
 payments_charge = Tool("payments.charge", fn=_call(services.charge), side_effect="idempotent")
-mailer_send = Tool("mailer.send", fn=_call(services.send_mail), side_effect="unsafe",
-                   verify=_verify_mail)
+mailer_send = Tool(
+    "mailer.send", fn=_call(services.send_mail), side_effect="unsafe", verify=_verify_mail
+)
 
 synthetic_order = Workflow(
-    "synthetic_order", version=1,
+    "synthetic_order",
+    version=1,
     description="Reserve stock, charge, send a confirmation (simulated systems).",
     input_fields={"sku": str, "amount": int},
 )
@@ -74,42 +81,62 @@ def _latency(ctx) -> int:
     return int(ctx.input.get("latency_ms", 0))
 
 
-@synthetic_order.step(timeout=2.0, retry=RetryPolicy(max_attempts=3, initial_delay=0.5,
-                                                    max_delay=2.0))
+@synthetic_order.step(
+    timeout=2.0, retry=RetryPolicy(max_attempts=3, initial_delay=0.5, max_delay=2.0)
+)
 def plan(ctx):
-    reply = ctx.call_model([{"role": "user", "content": f"order {ctx.input['sku']}",
-                             "tool_calls": [], "tool_call_id": None}])
+    reply = ctx.call_model(
+        [
+            {
+                "role": "user",
+                "content": f"order {ctx.input['sku']}",
+                "tool_calls": [],
+                "tool_call_id": None,
+            }
+        ]
+    )
     return {"note": reply.content[:80], "cost": sim_model.COST_PER_CALL_USD}
 
 
 def _release(ctx, output):
-    return ctx.call_tool(inventory_release, {"sku": ctx.input["sku"], "ref": output["ref"]},
-                         action="release")
+    return ctx.call_tool(
+        inventory_release, {"sku": ctx.input["sku"], "ref": output["ref"]}, action="release"
+    )
 
 
 @synthetic_order.step(compensate=_release)
 def reserve(ctx):
-    return ctx.call_tool(inventory_reserve, {"sku": ctx.input["sku"], "qty": 1,
-                                             "latency_ms": _latency(ctx)})
+    return ctx.call_tool(
+        inventory_reserve, {"sku": ctx.input["sku"], "qty": 1, "latency_ms": _latency(ctx)}
+    )
 
 
 @synthetic_order.step()
 def charge(ctx):
-    return ctx.call_tool(payments_charge, {"amount": ctx.input["amount"],
-                                           "latency_ms": _latency(ctx)})
+    return ctx.call_tool(
+        payments_charge, {"amount": ctx.input["amount"], "latency_ms": _latency(ctx)}
+    )
 
 
 @synthetic_order.step(compensable=False)
 def notify(ctx):
-    return ctx.call_tool(mailer_send, {"to": "customer@example.com",
-                                       "body": f"order {ctx.input['sku']} confirmed",
-                                       "latency_ms": _latency(ctx)})
+    return ctx.call_tool(
+        mailer_send,
+        {
+            "to": "customer@example.com",
+            "body": f"order {ctx.input['sku']} confirmed",
+            "latency_ms": _latency(ctx),
+        },
+    )
 
 
 @synthetic_order.step()
 def done(ctx):
-    return {"reserved": ctx.outputs["reserve"]["ref"], "charged": ctx.outputs["charge"]["ref"],
-            "mailed": ctx.outputs["notify"]["ref"]}
+    return {
+        "reserved": ctx.outputs["reserve"]["ref"],
+        "charged": ctx.outputs["charge"]["ref"],
+        "mailed": ctx.outputs["notify"]["ref"],
+    }
 
 
 for _wf in (bench_noop, bench_hold, synthetic_order):

@@ -25,31 +25,36 @@ from runs.workflows.definition import Workflow
 
 fetch_news = Tool(
     "newsfeed.fetch",
-    fn=lambda args, call: devices.fetch_sources(args["week"], run_id=call.run_id,
-                                                key=call.idempotency_key),
+    fn=lambda args, call: devices.fetch_sources(
+        args["week"], run_id=call.run_id, key=call.idempotency_key
+    ),
     side_effect="read",
 )
 reserve_slot = Tool(
     "publisher.reserve",
-    fn=lambda args, call: devices.reserve_slot(args["week"], run_id=call.run_id,
-                                               key=call.idempotency_key),
+    fn=lambda args, call: devices.reserve_slot(
+        args["week"], run_id=call.run_id, key=call.idempotency_key
+    ),
     side_effect="idempotent",
 )
 release_slot = Tool(
     "publisher.release",
-    fn=lambda args, call: devices.release_slot(args["week"], run_id=call.run_id,
-                                               key=call.idempotency_key),
+    fn=lambda args, call: devices.release_slot(
+        args["week"], run_id=call.run_id, key=call.idempotency_key
+    ),
     side_effect="idempotent",
 )
 publish_report = Tool(
     "publisher.publish",
-    fn=lambda args, call: devices.publish(args["title"], args["body"], run_id=call.run_id,
-                                          key=call.idempotency_key),
+    fn=lambda args, call: devices.publish(
+        args["title"], args["body"], run_id=call.run_id, key=call.idempotency_key
+    ),
     side_effect="idempotent",
 )
 
 workflow = Workflow(
-    "weekly_report", version=1,
+    "weekly_report",
+    version=1,
     description="Collect the week's sources, draft a report, publish it after approval.",
     input_fields={"week": str},
 )
@@ -120,14 +125,19 @@ def draft_report(ctx):
     lines += [f"- {topic}: {count}" for topic, count in analysis["topics"].items()]
     lines += ["", "## Sources", ""]
     lines += [f"- [{s['title']}]({s['url']})" for s in sources]
-    sources_json = ctx.save_artifact("sources.json", json.dumps(sources, indent=2),
-                                     kind="data", metadata={"week": week})
-    report = ctx.save_artifact("report.md", "\n".join(lines) + "\n", kind="report",
-                               metadata={"week": week, "title": title})
-    return {"title": title, "artifacts": [
-        {"name": a.name, "id": a.pk, "sha256": a.checksum, "size": a.size}
-        for a in (sources_json, report)
-    ]}
+    sources_json = ctx.save_artifact(
+        "sources.json", json.dumps(sources, indent=2), kind="data", metadata={"week": week}
+    )
+    report = ctx.save_artifact(
+        "report.md", "\n".join(lines) + "\n", kind="report", metadata={"week": week, "title": title}
+    )
+    return {
+        "title": title,
+        "artifacts": [
+            {"name": a.name, "id": a.pk, "sha256": a.checksum, "size": a.size}
+            for a in (sources_json, report)
+        ],
+    }
 
 
 @workflow.approval(on_reject="shelve_draft")
@@ -135,7 +145,7 @@ def approve_publication(ctx):
     draft = ctx.outputs["draft_report"]
     excerpt = ctx.read_artifact("report.md").decode("utf-8")[:400]
     return {
-        "question": f"Publish \"{draft['title']}\"?",
+        "question": f'Publish "{draft["title"]}"?',
         "reason": "Publishing cannot be undone; a person checks the draft first.",
         "evidence": {"artifacts": draft["artifacts"], "report_excerpt": excerpt},
     }

@@ -7,8 +7,9 @@ from runs.workflows.definition import Workflow
 def build(version: int, migrate_from=None) -> Workflow:
     """``versioned@version``: ``first`` -> ``second`` -> ``third``; each output names the
     version that ran it, and ``third`` reports what ``first`` left in the checkpoint."""
-    wf = Workflow("versioned", version=version, migrate_from=migrate_from,
-                  input_fields={"label": str})
+    wf = Workflow(
+        "versioned", version=version, migrate_from=migrate_from, input_fields={"label": str}
+    )
 
     @wf.step()
     def first(ctx):

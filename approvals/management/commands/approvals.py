@@ -48,8 +48,9 @@ class Command(BaseCommand):
         p.add_argument("--checkpoint", default=None, help="with resume: the checkpoint name")
         p.add_argument("--evidence", default="", help="how you know (required for mark_done)")
         p.add_argument("--result", default=None, help="with mark_done: the step's output as JSON")
-        p.add_argument("--as", dest="username", default=None,
-                       help="actor user:NAME (default actor: cli)")
+        p.add_argument(
+            "--as", dest="username", default=None, help="actor user:NAME (default actor: cli)"
+        )
 
     def handle(self, *args, subcommand: str, **options):
         try:
@@ -71,16 +72,21 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("no approvals")
         for r in rows:
-            self.stdout.write(f"#{r['id']} {r['status']:<9} run {r['run_id']} step {r['step']}: "
-                              f"{r['question']}" + (f" (by {r['decided_by']})" if r["decided_by"] else ""))
+            self.stdout.write(
+                f"#{r['id']} {r['status']:<9} run {r['run_id']} step {r['step']}: "
+                f"{r['question']}" + (f" (by {r['decided_by']})" if r["decided_by"] else "")
+            )
 
     def do_decide(self, options):
         user = _user(options["username"])
         approval = _get(Approval, options["approval_id"], "approval")
-        approval = services.decide(approval, decision=options["decision"], user=user,
-                                   comment=options["comment"])
-        self.stdout.write(f"approval {approval.pk}: {approval.status} by "
-                          f"{approval.decided_by.get_username() if approval.decided_by_id else '-'}")
+        approval = services.decide(
+            approval, decision=options["decision"], user=user, comment=options["comment"]
+        )
+        self.stdout.write(
+            f"approval {approval.pk}: {approval.status} by "
+            f"{approval.decided_by.get_username() if approval.decided_by_id else '-'}"
+        )
 
     # -- takeovers ------------------------------------------------------------------
     def do_takeovers(self, options):
@@ -94,14 +100,17 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("no takeovers")
         for r in rows:
-            self.stdout.write(f"#{r['id']} {r['status']:<8} {r['cause']:<26} run {r['run_id']} "
-                              f"at {r['failed_at'] or '-'}: {r['reason']}")
+            self.stdout.write(
+                f"#{r['id']} {r['status']:<8} {r['cause']:<26} run {r['run_id']} "
+                f"at {r['failed_at'] or '-'}: {r['reason']}"
+            )
             self.stdout.write(f"    suggested: {r['suggested_action']}")
             self.stdout.write(f"    checkpoints: {', '.join(r['checkpoints']) or '-'}")
 
     def do_claim(self, options):
-        takeover = services.claim_takeover(_get(Takeover, options["takeover_id"], "takeover"),
-                                           _user(options["username"]))
+        takeover = services.claim_takeover(
+            _get(Takeover, options["takeover_id"], "takeover"), _user(options["username"])
+        )
         self.stdout.write(f"takeover {takeover.pk} claimed by {options['username']}")
 
     def do_resolve(self, options):
@@ -110,12 +119,19 @@ class Command(BaseCommand):
             actor = services.user_actor(_user(options["username"]))
         result = parse_json(options["result"], "--result") if options["result"] else None
         takeover = services.resolve_takeover(
-            _get(Takeover, options["takeover_id"], "takeover"), action=options["action"],
-            actor=actor, reason=options["reason"], checkpoint=options["checkpoint"],
-            evidence=options["evidence"], result=result)
+            _get(Takeover, options["takeover_id"], "takeover"),
+            action=options["action"],
+            actor=actor,
+            reason=options["reason"],
+            checkpoint=options["checkpoint"],
+            evidence=options["evidence"],
+            result=result,
+        )
         takeover.run.refresh_from_db()
-        self.stdout.write(f"takeover {takeover.pk}: {takeover.status} ({takeover.resolution}); "
-                          f"run is {takeover.run.status}")
+        self.stdout.write(
+            f"takeover {takeover.pk}: {takeover.status} ({takeover.resolution}); "
+            f"run is {takeover.run.status}"
+        )
 
 
 def _user(username: str):
@@ -133,15 +149,32 @@ def _get(model, pk: int, what: str):
 
 
 def _approval_row(a: Approval) -> dict:
-    return {"id": a.pk, "run_id": str(a.run_id), "step": a.step.name, "status": a.status,
-            "question": a.question, "reason": a.reason, "evidence": a.evidence,
-            "decided_by": a.decided_by.get_username() if a.decided_by_id else None,
-            "comment": a.comment,
-            "expires_at": a.expires_at.isoformat() if a.expires_at else None}
+    return {
+        "id": a.pk,
+        "run_id": str(a.run_id),
+        "step": a.step.name,
+        "status": a.status,
+        "question": a.question,
+        "reason": a.reason,
+        "evidence": a.evidence,
+        "decided_by": a.decided_by.get_username() if a.decided_by_id else None,
+        "comment": a.comment,
+        "expires_at": a.expires_at.isoformat() if a.expires_at else None,
+    }
 
 
 def _takeover_row(t: Takeover) -> dict:
-    return {"id": t.pk, "run_id": str(t.run_id), "status": t.status, "cause": t.cause,
-            "reason": t.reason, "failed_at": t.failed_at, "suggested_action": t.suggested_action,
-            "evidence": t.evidence, "done": t.done_summary, "checkpoints": t.checkpoints,
-            "resolution": t.resolution, "resolved_by": t.resolved_by}
+    return {
+        "id": t.pk,
+        "run_id": str(t.run_id),
+        "status": t.status,
+        "cause": t.cause,
+        "reason": t.reason,
+        "failed_at": t.failed_at,
+        "suggested_action": t.suggested_action,
+        "evidence": t.evidence,
+        "done": t.done_summary,
+        "checkpoints": t.checkpoints,
+        "resolution": t.resolution,
+        "resolved_by": t.resolved_by,
+    }

@@ -9,27 +9,41 @@ from runs.engine.artifact_check import check_artifacts
 
 
 class Command(BaseCommand):
-    help = ("Check artifact rows against their files (missing or corrupt files pause their "
-            "runs) and find orphan files (deleted with --repair after the grace period). "
-            "Exits 1 when a row points at a missing or corrupt file.")
+    help = (
+        "Check artifact rows against their files (missing or corrupt files pause their "
+        "runs) and find orphan files (deleted with --repair after the grace period). "
+        "Exits 1 when a row points at a missing or corrupt file."
+    )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         check = sub.add_parser("check", help="check rows and files")
-        check.add_argument("--repair", action="store_true",
-                           help="delete orphan files older than the grace period")
-        check.add_argument("--grace", type=float, default=None, metavar="SECONDS",
-                           help="orphan grace period (default AGENTOPS_ORPHAN_GRACE_SECONDS)")
+        check.add_argument(
+            "--repair", action="store_true", help="delete orphan files older than the grace period"
+        )
+        check.add_argument(
+            "--grace",
+            type=float,
+            default=None,
+            metavar="SECONDS",
+            help="orphan grace period (default AGENTOPS_ORPHAN_GRACE_SECONDS)",
+        )
         check.add_argument("--json", action="store_true", help="print one JSON object")
-        check.add_argument("--as", dest="actor", default=None, metavar="USERNAME",
-                           help="record actions as user:USERNAME (default: cli)")
+        check.add_argument(
+            "--as",
+            dest="actor",
+            default=None,
+            metavar="USERNAME",
+            help="record actions as user:USERNAME (default: cli)",
+        )
 
     def handle(self, *args, action: str, **options):
         if options["grace"] is not None and options["grace"] < 0:
             raise CommandError("--grace must be >= 0")
         actor = cli_actor(options["actor"])
-        report = check_artifacts(repair=options["repair"], grace_seconds=options["grace"],
-                                 actor=actor)
+        report = check_artifacts(
+            repair=options["repair"], grace_seconds=options["grace"], actor=actor
+        )
         if options["json"]:
             self.stdout.write(json.dumps(report.as_dict()))
         else:
@@ -41,8 +55,10 @@ class Command(BaseCommand):
         out = self.stdout
         out.write(f"checked {report.checked} artifact(s)")
         for i in report.invalid:
-            out.write(f"  {i['problem'].upper()}: {i['name']} ({i['uri']}) of run {i['run_id']} "
-                      f"step {i['step'] or '-'} [{i['run_status']}]")
+            out.write(
+                f"  {i['problem'].upper()}: {i['name']} ({i['uri']}) of run {i['run_id']} "
+                f"step {i['step'] or '-'} [{i['run_status']}]"
+            )
         for run_id in report.paused:
             out.write(f"  paused run {run_id} with an artifact_invalid takeover")
         for o in report.orphans:

@@ -9,8 +9,10 @@ from runs.drills.sandbox import SandboxError
 
 
 class Command(BaseCommand):
-    help = ("Benchmark the engine against raw RQ and raw PostgreSQL, recovery after SIGKILL, "
-            "and console page times (scratch database; asserts nothing about time).")
+    help = (
+        "Benchmark the engine against raw RQ and raw PostgreSQL, recovery after SIGKILL, "
+        "and console page times (scratch database; asserts nothing about time)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--steps", type=int, default=2000, help="no-op steps in all")
@@ -29,9 +31,15 @@ class Command(BaseCommand):
             self.stderr.write(f"bench: {line}")
 
         try:
-            result = run_bench(steps=opts["steps"], workers=opts["workers"], kills=opts["kills"],
-                               pg_seconds=opts["pg_seconds"], console_runs=opts["console_runs"],
-                               events_per_run=opts["events_per_run"], say=say)
+            result = run_bench(
+                steps=opts["steps"],
+                workers=opts["workers"],
+                kills=opts["kills"],
+                pg_seconds=opts["pg_seconds"],
+                console_runs=opts["console_runs"],
+                events_per_run=opts["events_per_run"],
+                say=say,
+            )
         except SandboxError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(format_table(result))

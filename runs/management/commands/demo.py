@@ -32,13 +32,24 @@ class Command(BaseCommand):
         out = self.stdout
         thread = thread or f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
         db = settings.DATABASES["default"]
-        where = db["NAME"] if db["ENGINE"].endswith("sqlite3") else f"{db['ENGINE'].rsplit('.', 1)[-1]} {db['NAME']}"
-        out.write(f"== AgentOps demo: database {where}, dispatch "
-                  f"{'RQ (' + settings.REDIS_URL + ')' if settings.REDIS_URL else 'database polling'}")
+        where = (
+            db["NAME"]
+            if db["ENGINE"].endswith("sqlite3")
+            else f"{db['ENGINE'].rsplit('.', 1)[-1]} {db['NAME']}"
+        )
+        out.write(
+            f"== AgentOps demo: database {where}, dispatch "
+            f"{'RQ (' + settings.REDIS_URL + ')' if settings.REDIS_URL else 'database polling'}"
+        )
         call_command("migrate", verbosity=0, interactive=False)
 
-        run = start_run("room_temperature", thread_id=thread, input={"question": QUESTION},
-                        faults={"crash_before": "reply"}, actor="demo")
+        run = start_run(
+            "room_temperature",
+            thread_id=thread,
+            input={"question": QUESTION},
+            faults={"crash_before": "reply"},
+            actor="demo",
+        )
         out.write(f"\n1. started run {run.pk} on thread {thread}: {QUESTION!r}")
         out.write("   (fault injected: the worker will die just before the reply step)")
 
@@ -46,15 +57,19 @@ class Command(BaseCommand):
         code = self._worker()
         out.write(f"   worker #1 exited with {code}")
         if code != CRASH_EXIT_CODE:
-            raise CommandError(f"expected the first worker to crash with {CRASH_EXIT_CODE}, got {code}")
+            raise CommandError(
+                f"expected the first worker to crash with {CRASH_EXIT_CODE}, got {code}"
+            )
 
         status = run_status(run)
         out.write(f"\n3. after the crash: run {status['status']}, next step {status['next_step']}")
         self._messages(status)
 
         step = resume(run, actor="demo")
-        out.write(f"\n4. resume: next step {step.name} dispatched from checkpoint "
-                  f"after:{status['steps'][-2]['name']}")
+        out.write(
+            f"\n4. resume: next step {step.name} dispatched from checkpoint "
+            f"after:{status['steps'][-2]['name']}"
+        )
         out.write("\n5. worker #2 starts")
         code = self._worker()
         out.write(f"   worker #2 exited with {code}")
@@ -73,8 +88,12 @@ class Command(BaseCommand):
 
     def _worker(self) -> int:
         manage = Path(settings.BASE_DIR) / "manage.py"
-        proc = subprocess.Popen([sys.executable, str(manage), "worker", "--burst"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(manage), "worker", "--burst"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for line in proc.stdout:
             if line.startswith(("ENTER", "CRASH")):
                 self.stdout.write("   " + line.rstrip())
@@ -83,7 +102,9 @@ class Command(BaseCommand):
     def _messages(self, status: dict) -> None:
         self.stdout.write(f"   {len(status['messages'])} messages:")
         for m in status["messages"]:
-            calls = "".join(f" -> calls {c['name']}({json.dumps(c['arguments'])}) [{c['id']}]"
-                            for c in m["tool_calls"])
+            calls = "".join(
+                f" -> calls {c['name']}({json.dumps(c['arguments'])}) [{c['id']}]"
+                for c in m["tool_calls"]
+            )
             reply_to = f" [answers {m['tool_call_id']}]" if m["tool_call_id"] else ""
             self.stdout.write(f"     {m['role']:<9} {m['content']}{calls}{reply_to}")

@@ -10,8 +10,10 @@ from runs.drills.sandbox import SandboxError, server_from_settings
 
 
 class Command(BaseCommand):
-    help = ("Run fault drills against real worker processes (scratch database and Redis db on "
-            "the configured servers); exits 1 if any drill fails.")
+    help = (
+        "Run fault drills against real worker processes (scratch database and Redis db on "
+        "the configured servers); exits 1 if any drill fails."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("names", nargs="*", metavar="NAME", help=", ".join(DRILLS))
@@ -26,8 +28,9 @@ class Command(BaseCommand):
             raise CommandError("name a drill or use --all; drills: " + ", ".join(DRILLS))
         unknown = [n for n in names if n not in DRILLS]
         if unknown:
-            raise CommandError(f"unknown drill(s) {', '.join(unknown)}; "
-                               f"drills: {', '.join(DRILLS)}")
+            raise CommandError(
+                f"unknown drill(s) {', '.join(unknown)}; drills: {', '.join(DRILLS)}"
+            )
         try:
             server_from_settings()
         except SandboxError as exc:

@@ -9,9 +9,11 @@ from runs.engine.backup import BackupError, restore_backup
 
 
 class Command(BaseCommand):
-    help = ("Restore a backup archive into an empty database (a freshly migrated one is "
-            "fine) and empty artifact storage. Stop workers first; start them afterwards "
-            "and non-terminal runs continue through startup recovery.")
+    help = (
+        "Restore a backup archive into an empty database (a freshly migrated one is "
+        "fine) and empty artifact storage. Stop workers first; start them afterwards "
+        "and non-terminal runs continue through startup recovery."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("src", help="archive written by `manage.py backup`")
@@ -23,11 +25,19 @@ class Command(BaseCommand):
         except BackupError as exc:
             raise CommandError(str(exc)) from exc
         if options["json"]:
-            self.stdout.write(json.dumps({"counts": result["counts"],
-                                          "artifacts_checked": result["artifacts_checked"],
-                                          "created_at": result["manifest"]["created_at"]}))
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "counts": result["counts"],
+                        "artifacts_checked": result["artifacts_checked"],
+                        "created_at": result["manifest"]["created_at"],
+                    }
+                )
+            )
             return
         counts = ", ".join(f"{v} {k}" for k, v in result["counts"].items())
-        self.stdout.write(f"restored {src} (taken {result['manifest']['created_at']}): {counts}; "
-                          f"{result['artifacts_checked']} artifact file(s) verified. Run "
-                          "`manage.py migrate`, then start workers to resume non-terminal runs.")
+        self.stdout.write(
+            f"restored {src} (taken {result['manifest']['created_at']}): {counts}; "
+            f"{result['artifacts_checked']} artifact file(s) verified. Run "
+            "`manage.py migrate`, then start workers to resume non-terminal runs."
+        )

@@ -10,15 +10,18 @@ from runs.drills.soak import Soak, format_report
 
 
 class Command(BaseCommand):
-    help = ("Chaos soak: mixed workflows under random SIGKILL/SIGSTOP/Redis restarts/duplicate "
-            "notifications, then invariants; exits 1 on any violation (prints the seed).")
+    help = (
+        "Chaos soak: mixed workflows under random SIGKILL/SIGSTOP/Redis restarts/duplicate "
+        "notifications, then invariants; exits 1 on any violation (prints the seed)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--runs", type=int, required=True)
         parser.add_argument("--workers", type=int, required=True)
         parser.add_argument("--duration", type=float, required=True, help="seconds of faults")
-        parser.add_argument("--kill-every", type=float, default=3.0,
-                            help="seconds between faults (default 3)")
+        parser.add_argument(
+            "--kill-every", type=float, default=3.0, help="seconds between faults (default 3)"
+        )
         parser.add_argument("--seed", type=int, default=None, help="default: random")
         parser.add_argument("--json", metavar="PATH", help="also write the report as JSON")
 
@@ -29,8 +32,14 @@ class Command(BaseCommand):
         self.stdout.write(f"soak seed {seed}")
         self.stdout.flush()
         try:
-            report = Soak(runs=runs, workers=workers, duration=duration, kill_every=kill_every,
-                          seed=seed, say=lambda line: self.stderr.write(f"soak: {line}")).run()
+            report = Soak(
+                runs=runs,
+                workers=workers,
+                duration=duration,
+                kill_every=kill_every,
+                seed=seed,
+                say=lambda line: self.stderr.write(f"soak: {line}"),
+            ).run()
         except SandboxError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(format_report(report))

@@ -10,13 +10,23 @@ class Command(BaseCommand):
     help = "Run a worker: RQ when REDIS_URL is set, database polling otherwise."
 
     def add_arguments(self, parser):
-        parser.add_argument("--burst", action="store_true",
-                            help="exit when nothing is due instead of waiting for work")
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="exit when nothing is due instead of waiting for work",
+        )
         parser.add_argument("--queue", default="default", help="RQ queue name (default: default)")
-        parser.add_argument("--mode", choices=["rq", "db"], default=None,
-                            help="dispatch mode (default: rq if REDIS_URL is set, else db)")
-        parser.add_argument("--fork", action="store_true",
-                            help="RQ only: fork a work horse per job (slower; for comparison)")
+        parser.add_argument(
+            "--mode",
+            choices=["rq", "db"],
+            default=None,
+            help="dispatch mode (default: rq if REDIS_URL is set, else db)",
+        )
+        parser.add_argument(
+            "--fork",
+            action="store_true",
+            help="RQ only: fork a work horse per job (slower; for comparison)",
+        )
 
     def handle(self, *args, burst: bool, queue: str, mode: str | None, fork: bool, **options):
         if mode == "rq" and dispatch.mode() != "rq":
@@ -24,8 +34,9 @@ class Command(BaseCommand):
         worker = Worker(mode=mode, queue=queue, burst=burst, fork=fork)
         if fork and worker.mode != "rq":
             raise CommandError("--fork needs RQ dispatch (REDIS_URL)")
-        self.stdout.write(f"worker {worker.worker_id} mode={worker.mode} queue={queue}"
-                          f"{' burst' if burst else ''}")
+        self.stdout.write(
+            f"worker {worker.worker_id} mode={worker.mode} queue={queue}{' burst' if burst else ''}"
+        )
         self.stdout.flush()
         executed = worker.run()
         self.stdout.write(f"worker {worker.worker_id} stopped after {executed} step(s)")
