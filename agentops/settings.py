@@ -161,7 +161,7 @@ AGENTOPS_CONTEXT_RECENT_MESSAGES = int(
     env_number("AGENTOPS_CONTEXT_RECENT_MESSAGES", 20, minimum=1)
 )
 AGENTOPS_TOKEN_COUNTER = env_str(
-    "AGENTOPS_TOKEN_COUNTER", "runs.engine.context_assembly.count_tokens"
+    "AGENTOPS_TOKEN_COUNTER", "runs.engine.data.model_input.count_tokens"
 )
 # Artifact files no row refers to are deleted by `artifacts check --repair` only when
 # older than this (a worker may be between writing a file and committing its row).

@@ -8,6 +8,6 @@ class ApprovalsConfig(AppConfig):
     def ready(self) -> None:
         # Expired approvals take their workflow's expiry route on the next sweep.
         from approvals import services
-        from runs.engine import sweeper
+        from runs.engine.execution import sweeper
 
         sweeper.EXTRA_TASKS.setdefault("approvals_expired", services.expire_approvals)

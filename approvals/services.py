@@ -1,7 +1,7 @@
 """People in the loop (DESIGN section 7): approval requests and decisions, approval
 expiry, and the resolutions of takeovers.
 
-Every function here writes its status changes through ``runs.engine.gateway`` (run row
+Every function here writes its status changes through ``runs.engine.state.gateway`` (run row
 locked first) with an event naming the actor; views, the API and the CLI call these and
 stay thin.
 """
@@ -15,8 +15,8 @@ from django.db.models import DateTimeField, ExpressionWrapper, Max
 from django.db.models.functions import Now
 
 from approvals.models import Approval, Takeover
-from runs.engine.control import ControlError
-from runs.engine.gateway import RunTx, run_transaction
+from runs.engine.control.lifecycle import ControlError
+from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Checkpoint, Run, Step, Thread
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
@@ -53,7 +53,7 @@ def commit_approval_request(ctx, request: dict[str, Any], worker_id: str) -> Non
     routes and expiry, and the run goes WAITING_APPROVAL. Nothing is dispatched until a
     decision, so no worker holds anything while the run waits.
     """
-    from runs.engine.executor import _commit_rejection
+    from runs.engine.execution.executor import _commit_rejection
 
     run, step, attempt, step_def = ctx.run, ctx.step, ctx.attempt, ctx.step_def
     options = step_def.options
@@ -221,8 +221,8 @@ def _continue_after(
     """The waiting step succeeds with ``output`` (the decision), a checkpoint is saved,
     and the run continues on ``approval.routes[route]``; no route on reject/expire fails
     the run (APPROVAL_REJECTED / APPROVAL_EXPIRED)."""
-    from runs.engine.checkpoints import next_state
-    from runs.engine.executor import schedule_step
+    from runs.engine.execution.executor import schedule_step
+    from runs.engine.state.checkpoints import next_state
 
     step = Step.objects.get(pk=approval.step_id)
     next_name = approval.routes.get(route)
@@ -325,10 +325,10 @@ def resolve_takeover(
 ) -> Takeover:
     """Resolve an OPEN takeover with one of ``RESOLUTIONS``:
 
-    - ``resume``: from ``checkpoint`` (``runs.engine.rewind.resume_from_checkpoint``), or,
+    - ``resume``: from ``checkpoint`` (``runs.engine.control.rewind.resume_from_checkpoint``), or,
       without one, continue where the run stopped (the open step is dispatched again;
       after an unknown-version pause this needs code that now knows the version);
-    - ``retry``: run the failed/unknown step again (``control.retry_step``);
+    - ``retry``: run the failed/unknown step again (``lifecycle.retry_step``);
     - ``mark_done``: record the step as done with ``evidence`` (and ``result`` as its
       output) and continue with the next step;
     - ``cancel``: ``cancel.request_cancel``.
@@ -339,8 +339,8 @@ def resolve_takeover(
     Raises ``ControlError`` (``invalid_action``, ``reason_required``,
     ``takeover_resolved``, ``unknown_workflow_version``, ...).
     """
-    from runs.engine import control, rewind
-    from runs.engine.cancel import request_cancel
+    from runs.engine.control import lifecycle, rewind
+    from runs.engine.control.cancel import request_cancel
 
     if action not in RESOLUTIONS:
         raise ControlError(
@@ -365,7 +365,7 @@ def resolve_takeover(
     elif action == "resume":
         _continue_in_place(run, takeover, actor, note)
     elif action == "retry":
-        control.retry_step(run, actor=actor, reason=reason, takeover=takeover, note=note)
+        lifecycle.retry_step(run, actor=actor, reason=reason, takeover=takeover, note=note)
     elif _unknown_step(run) is not None:
         _mark_unknown_done(run, takeover, actor, note, result)
     else:
@@ -412,8 +412,9 @@ def _mark_resolved(takeover: Takeover, actor: str, note: dict[str, Any]) -> None
 def _continue_in_place(run: Run, takeover: Takeover, actor: str, note: dict[str, Any]) -> None:
     """``resume`` without a checkpoint: the run goes RUNNING and its open step is
     dispatched again; a failed or unknown step is retried instead."""
-    from runs.engine import control, dispatch
-    from runs.engine.versions import known_or_migratable
+    from runs.engine.control import lifecycle
+    from runs.engine.control.versions import known_or_migratable
+    from runs.engine.execution import dispatch
 
     if takeover.cause == Takeover.Cause.UNKNOWN_WORKFLOW_VERSION and not known_or_migratable(run):
         raise ControlError(
@@ -431,7 +432,7 @@ def _continue_in_place(run: Run, takeover: Takeover, actor: str, note: dict[str,
         .first()
     )
     if step is not None and step.status != StepStatus.PENDING:
-        control.retry_step(run, actor=actor, reason=note["reason"], takeover=takeover, note=note)
+        lifecycle.retry_step(run, actor=actor, reason=note["reason"], takeover=takeover, note=note)
         return
     with run_transaction(run.pk) as tx:
         if tx.run.status != RunStatus.PAUSED:
@@ -465,8 +466,8 @@ def _mark_unknown_done(
 ) -> None:
     """``mark_done`` on an unknown outcome is issue 3's ``resolve_unknown(outcome="done")``:
     the operation is recorded as done and the step re-runs, reusing it."""
-    from runs.engine.gateway import record_event
-    from runs.engine.unknown import resolve_unknown
+    from runs.engine.effects.unknown_outcomes import resolve_unknown
+    from runs.engine.state.gateway import record_event
 
     if not note.get("evidence"):
         raise ControlError(
@@ -490,8 +491,8 @@ def _mark_done(run: Run, takeover: Takeover, actor: str, note: dict[str, Any], r
     they know). The step becomes SUCCEEDED with ``result`` as output (a FAILED step gets a
     new SUCCEEDED row: failed attempts stay visible), a checkpoint is saved, and the run
     continues with the next step."""
-    from runs.engine.checkpoints import next_state
-    from runs.engine.executor import schedule_step
+    from runs.engine.execution.executor import schedule_step
+    from runs.engine.state.checkpoints import next_state
     from runs.workflows import registry
 
     if not note.get("evidence"):

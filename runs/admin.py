@@ -10,9 +10,9 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html
 
-from runs.engine import control
-from runs.engine.cancel import request_cancel
-from runs.engine.control import ControlError
+from runs.engine.control import lifecycle
+from runs.engine.control.cancel import request_cancel
+from runs.engine.control.lifecycle import ControlError
 from runs.models import (
     Artifact,
     Checkpoint,
@@ -132,7 +132,7 @@ class RunAdmin(ReadOnlyAdmin):
         self._each(
             request,
             queryset,
-            lambda run: control.resume(run, actor=_actor(request), wait_seconds=0),
+            lambda run: lifecycle.resume(run, actor=_actor(request), wait_seconds=0),
             "re-dispatched",
         )
 

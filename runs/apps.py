@@ -11,18 +11,18 @@ class RunsConfig(AppConfig):
 
         registry.autodiscover()
         # Registers the sweeper task that finishes interrupted compensations.
-        import runs.engine.compensation  # noqa: F401
+        import runs.engine.effects.compensation  # noqa: F401
 
         _register_sweep_tasks()
         # Registers the thread-queue hook and sweep task, and the durability check.
         from runs import checks  # noqa: F401
-        from runs.engine import inbox  # noqa: F401
 
 
 def _register_sweep_tasks() -> None:
     """Sweeper tasks beyond leases and notifications (issue 4): finish cancels whose
     worker died, and flag stuck runs."""
-    from runs.engine import cancel, sweeper, watchdog
+    from runs.engine.control import cancel
+    from runs.engine.execution import sweeper, watchdog
 
     sweeper.EXTRA_TASKS.setdefault("cancels_finished", cancel.finish_requested_cancels)
     sweeper.EXTRA_TASKS.setdefault("stuck_flagged", watchdog.flag_stuck_runs)

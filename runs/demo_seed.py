@@ -23,7 +23,7 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 
 from runs.console.roles import setup_roles
-from runs.engine.clock import db_now
+from runs.engine.state.clock import db_now
 from runs.models import (
     Artifact,
     Checkpoint,

@@ -1,8 +1,8 @@
 """Durable state of agent work: threads, runs, steps, messages, artifacts, events,
 checkpoints and the side-effect ledger (DESIGN section 3).
 
-Status columns are written only through ``runs.engine.gateway`` and
-``runs.engine.leases`` (conditional UPDATEs); nothing else assigns ``status``.
+Status columns are written only through ``runs.engine.state.gateway`` and
+``runs.engine.state.leases`` (conditional UPDATEs); nothing else assigns ``status``.
 Timestamps that drive leases and stuck detection come from the database clock.
 """
 
@@ -104,7 +104,7 @@ class Run(models.Model):
     last_event_at = models.DateTimeField(null=True, blank=True)
     #: Set by the watchdog when the run made no progress for too long; cleared on progress.
     stuck_since = models.DateTimeField(null=True, blank=True)
-    #: Compensation of a failed or cancelled run (``runs.engine.compensation``): "" (none
+    #: Compensation of a failed or cancelled run (``runs.engine.effects.compensation``): "" (none
     #: needed yet), PENDING (to do or interrupted), DONE, or REVIEW (done, but some
     #: effects need a human: non-compensable or failed compensations).
     compensation_status = models.CharField(max_length=10, blank=True, default="")

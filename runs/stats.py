@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Avg, Count, F, Min, OuterRef, Q, Subquery
 
-from runs.engine.clock import db_now
+from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step
 from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus, StepStatus
 

@@ -4,7 +4,7 @@
 - ``idempotent``: the outside system accepts an idempotency key; a retry reuses the key.
 - ``unsafe``: no key; a ``verify`` hook must say what happened before any retry.
 
-Every call goes through the operation ledger (``runs.engine.ledger``). Tools register
+Every call goes through the operation ledger (``runs.engine.effects.ledger``). Tools register
 themselves by name when created, so the engine can find a tool's ``verify`` hook from an
 ``Operation`` row (``get_tool``).
 """

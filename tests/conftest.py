@@ -1,6 +1,6 @@
 import pytest
 
-from runs.engine.identity import WorkerIdentity
+from runs.engine.execution.identity import WorkerIdentity
 from runs.workflows import registry
 
 pytest_plugins = ["tests.support.fixtures"]

@@ -17,8 +17,8 @@ from django.test import Client
 
 from runs import demo_seed
 from runs.console.roles import setup_roles
-from runs.engine import control
-from runs.engine.worker import Worker
+from runs.engine.control import lifecycle
+from runs.engine.execution.worker import Worker
 from runs.models import Run
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +91,7 @@ def demo(actors):
 
 def start_room_temperature(thread: str = "T1", **kwargs) -> Run:
     """A real run of the demo workflow, PENDING with its first step due."""
-    return control.start_run(
+    return lifecycle.start_run(
         "room_temperature",
         thread_id=thread,
         input={"question": "How warm is the living room?"},

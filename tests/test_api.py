@@ -14,7 +14,7 @@ from schemathesis.specs.openapi.adapter.validators import validate_v3
 from apitokens.models import ApiToken
 from apitokens.services import create_token
 from approvals.models import Approval
-from runs.engine.control import start_run
+from runs.engine.control.lifecycle import start_run
 from runs.models import Message, Run, Step, Thread
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, Phase, settings
 
 from apitokens.services import create_token
-from runs.engine.control import start_run
+from runs.engine.control.lifecycle import start_run
 
 schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", get_wsgi_application())
 EXAMPLES = 20

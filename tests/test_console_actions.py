@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from approvals.models import Approval, Takeover
-from runs.engine import control
+from runs.engine.control import lifecycle
 from runs.models import Event, Run, Step
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import (
@@ -43,7 +43,7 @@ def paused_run(actors):
 @pytest.fixture
 def waiting_report(actors):
     """A real weekly_report run waiting for its publication approval."""
-    run = control.start_run("weekly_report", thread_id="R1", input={"week": "2026-W48"})
+    run = lifecycle.start_run("weekly_report", thread_id="R1", input={"week": "2026-W48"})
     run_worker_in_process()
     run.refresh_from_db()
     assert run.status == "WAITING_APPROVAL"

@@ -16,8 +16,8 @@ import pytest
 from django.urls import reverse
 
 from approvals.models import Approval
-from runs.engine import control
-from runs.engine.clock import db_now
+from runs.engine.control import lifecycle
+from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step
 from runs.sim import devices
 from tests.console_helpers import *  # noqa: F403 - fixtures
@@ -106,7 +106,7 @@ def _unknown_outcome_run(settings) -> Run:
     before saving; after its lease expires, a second worker finds the intent, the lamp
     cannot be read, and the run pauses with the step UNKNOWN."""
     env = worker_subprocess_env(settings, AGENTOPS_LEASE_SECONDS=1)
-    run = control.start_run(
+    run = lifecycle.start_run(
         "dim_lights",
         thread_id="L",
         input={"request": "lower the brightness by 10%"},
@@ -181,7 +181,7 @@ def test_an_operator_resolves_an_unknown_outcome_and_sees_the_run_finish(open_as
 
 
 def test_an_approver_approves_the_weekly_report(open_as):
-    run = control.start_run("weekly_report", thread_id="R", input={"week": "2026-W48"})
+    run = lifecycle.start_run("weekly_report", thread_id="R", input={"week": "2026-W48"})
     run_worker_in_process()
     approval = Approval.objects.get(run=run, status="PENDING")
     page = open_as("carol")

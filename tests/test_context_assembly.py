@@ -121,15 +121,15 @@ def _run_on(thread, end: int):
 
 @pytest.mark.django_db
 def test_it_counts_tokens_with_the_configured_counter(settings):
-    from runs.engine import context_assembly
+    from runs.engine.data import model_input
 
     thread = _thread_with_messages(30)
     run = _run_on(thread, 30)
     settings.AGENTOPS_CONTEXT_SUMMARY_TOKENS = 1000
     settings.AGENTOPS_CONTEXT_RECENT_MESSAGES = 10
-    assert context_assembly.summary_due(run) is None  # 30 x 5 words = 150 tokens
+    assert model_input.summary_due(run) is None  # 30 x 5 words = 150 tokens
     settings.AGENTOPS_TOKEN_COUNTER = "tests.test_context_assembly.hundred_per_text"
-    plan = context_assembly.summary_due(run)
+    plan = model_input.summary_due(run)
     assert plan.last_seq == 20 and [m["seq"] for m in plan.new_messages] == list(range(1, 21))
     assert plan.covered_tokens == 20 * 100
 
@@ -141,7 +141,7 @@ def hundred_per_text(text: str) -> int:
 
 @pytest.mark.django_db
 def test_it_never_lets_a_later_runs_summary_change_an_earlier_runs_input():
-    from runs.engine.context_assembly import assemble_context
+    from runs.engine.data.model_input import assemble_context
     from runs.models import Summary
 
     thread = _thread_with_messages(50)

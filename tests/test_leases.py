@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from runs.engine import executor, jobs
-from runs.engine.control import start_run
-from runs.engine.identity import set_current_worker
+from runs.engine.control.lifecycle import start_run
+from runs.engine.execution import executor, jobs
+from runs.engine.execution.identity import set_current_worker
 from runs.models import Event, Message, Run, Step
 from runs.sim.devices import device_calls
 from runs.states import RunStatus, StepStatus
@@ -19,7 +19,7 @@ from runs.workflows.definition import Workflow
 CONTENDER = """
 import json, time
 from django.db import transaction
-from runs.engine.leases import claim_step
+from runs.engine.state.leases import claim_step
 ids = {ids}; start = {start}; won = []
 while time.time() < start: time.sleep(0.001)
 for step_id in ids:
@@ -40,7 +40,7 @@ def test_it_lets_exactly_one_of_two_processes_claim_each_step(deployment_factory
         "-c",
         (
             "import json\n"
-            "from runs.engine.control import start_run\n"
+            "from runs.engine.control.lifecycle import start_run\n"
             "from runs.models import Step\n"
             "run = start_run('room_temperature', thread_id='c', input={'question': 'q'})\n"
             "Step.objects.bulk_create([Step(run=run, name='plan', seq=100 + i) for i in range(60)])\n"
@@ -106,7 +106,7 @@ def blocking_workflow():
 
 @pytest.mark.django_db(transaction=True)
 def test_it_rejects_a_stale_workers_late_commit(blocking_workflow):
-    from runs.engine.identity import WorkerIdentity
+    from runs.engine.execution.identity import WorkerIdentity
 
     slow = WorkerIdentity("slow:1:a", "db")
     fast = WorkerIdentity("fast:2:b", "db")
@@ -174,7 +174,7 @@ def test_it_ignores_duplicate_rq_messages_in_a_real_worker(deployment_factory):
         "0",
         "-c",
         (
-            "from runs.engine.dispatch import notify_now\n"
+            "from runs.engine.execution.dispatch import notify_now\n"
             "from runs.models import Step\n"
             "for s in Step.objects.all():\n"
             "    for _ in range(5): notify_now(s.run_id, s.pk, s.attempt)\n"

@@ -7,10 +7,11 @@ import time
 import pytest
 
 from approvals.models import Takeover
-from runs.engine import executor, ledger
-from runs.engine.control import ControlError, start_run
-from runs.engine.retry import RetryPolicy
-from runs.engine.unknown import resolve_unknown, verify_now
+from runs.engine.control.lifecycle import ControlError, start_run
+from runs.engine.effects import ledger
+from runs.engine.effects.retry import RetryPolicy
+from runs.engine.effects.unknown_outcomes import resolve_unknown, verify_now
+from runs.engine.execution import executor
 from runs.models import Event, Operation, Run, Step
 from runs.states import RunStatus, StepStatus
 from runs.tools import Tool, VerifyAnswer

@@ -9,7 +9,7 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from apitokens.services import create_token
-from runs.engine.executor import execute_step
+from runs.engine.execution.executor import execute_step
 from runs.models import Step
 
 # The executor closes stale connections between steps, so data must be committed.

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from runs.engine.cancel import request_cancel
+from runs.engine.control.cancel import request_cancel
 from runs.models import Run
 from runs.stats import overview_stats, percentile
 from tests.console_helpers import *  # noqa: F403 - fixtures

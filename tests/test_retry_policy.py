@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from runs.engine.calls import CallTimedOut, call_with_timeout
-from runs.engine.retry import RetryPolicy
+from runs.engine.effects.calls import CallTimedOut, call_with_timeout
+from runs.engine.effects.retry import RetryPolicy
 
 POLICY = RetryPolicy(
     max_attempts=4, initial_delay=1.0, max_delay=3.0, multiplier=2.0, jitter=0.2, deadline=30.0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.engine.retry import RetryPolicy
+from runs.engine.effects.retry import RetryPolicy
 from tests.control_support import make_user
 from tests.support.services import BACKENDS, Deployment
 
@@ -294,11 +294,9 @@ def _deliver(d: Deployment, run_id: str, step_id: int, times: int) -> None:
 
         queue = Queue("default", connection=Redis.from_url(d.env["REDIS_URL"]))
         for _ in range(times):
-            queue.enqueue("runs.engine.jobs.execute_step_job", run_id, step_id, 0)
+            queue.enqueue("runs.engine.execution.jobs.execute_step_job", run_id, step_id, 0)
         return
-    code = (
-        f"from runs.engine.jobs import execute_step_job; execute_step_job({run_id!r}, {step_id}, 0)"
-    )
+    code = f"from runs.engine.execution.jobs import execute_step_job; execute_step_job({run_id!r}, {step_id}, 0)"
     procs = [d.popen("shell", "-c", code) for _ in range(times)]
     for proc in procs:
         assert proc.wait(timeout=120) == 0, Deployment.logs(proc)

@@ -5,8 +5,8 @@ import itertools
 
 import pytest
 
-from runs.engine.control import start_run
-from runs.engine.gateway import run_transaction, transition_run
+from runs.engine.control.lifecycle import start_run
+from runs.engine.state.gateway import run_transaction, transition_run
 from runs.models import Event, Run, Step
 from runs.states import (
     RUN_TERMINAL,

@@ -12,7 +12,7 @@ from ninja.security import HttpBearer
 from apitokens import services as tokens
 from runs.api import approvals, runs, stream
 from runs.api.errors import ApiError, from_control
-from runs.engine.control import ControlError
+from runs.engine.control.lifecycle import ControlError
 
 
 class TokenAuth(HttpBearer):

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from runs.engine.control import open_step
+from runs.engine.control.lifecycle import open_step
 from runs.models import Event, Message, Run, Step
 from runs.states import RUN_TERMINAL
 

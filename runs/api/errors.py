@@ -4,7 +4,7 @@
 paths into the body, or the header / query parameter name) and may be empty.
 """
 
-from runs.engine.control import ControlError
+from runs.engine.control.lifecycle import ControlError
 
 #: HTTP status for ``ControlError`` codes that are not conflicts (409 is the default).
 CONTROL_STATUS = {

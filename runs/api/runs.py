@@ -28,12 +28,12 @@ from runs.api.schemas import (
     RunPage,
 )
 from runs.console.filters import RunFilter
-from runs.engine import idempotency
-from runs.engine.cancel import request_cancel
-from runs.engine.clock import db_now
-from runs.engine.control import start_run
-from runs.engine.rewind import list_checkpoints, plan_resume, resume_from_checkpoint
-from runs.engine.unknown import resolve_unknown
+from runs.engine.control import idempotency
+from runs.engine.control.cancel import request_cancel
+from runs.engine.control.lifecycle import start_run
+from runs.engine.control.rewind import list_checkpoints, plan_resume, resume_from_checkpoint
+from runs.engine.effects.unknown_outcomes import resolve_unknown
+from runs.engine.state.clock import db_now
 from runs.models import Event, Message, Step, Thread
 from runs.states import RunStatus
 

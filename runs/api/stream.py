@@ -9,7 +9,7 @@ proxies.
 
 No database connection is held while a client waits: each poll is one short
 ``sync_to_async`` call that reads and then closes its connection. Gap-free seqs,
-allocated under the run-row lock (``runs.engine.gateway``), mean reading ``seq > last``
+allocated under the run-row lock (``runs.engine.state.gateway``), mean reading ``seq > last``
 up to the run's ``event_seq`` never skips an event that commits later.
 """
 

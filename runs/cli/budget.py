@@ -3,8 +3,8 @@
 budget resumes."""
 
 from runs.cli.common import cli_actor, control_error, resolve_run
-from runs.engine.budget import raise_budget
-from runs.engine.control import ControlError
+from runs.engine.control.lifecycle import ControlError
+from runs.engine.effects.budget import raise_budget
 
 help = "raise a run's budget limits (and resume it if it was paused for its budget)"
 

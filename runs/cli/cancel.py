@@ -1,8 +1,8 @@
 """``runs cancel (RUN_ID | --thread T) --reason TEXT``: cancel as a flow (actor ``cli``)."""
 
 from runs.cli.common import control_error, resolve_run
-from runs.engine.cancel import cancel_progress, request_cancel
-from runs.engine.control import ControlError
+from runs.engine.control.cancel import cancel_progress, request_cancel
+from runs.engine.control.lifecycle import ControlError
 
 help = "cancel a run (a running step stops at its next heartbeat or safe point)"
 

@@ -4,7 +4,7 @@ import json
 
 from django.core.management.base import CommandError
 
-from runs.engine.control import ControlError, get_run, latest_run
+from runs.engine.control.lifecycle import ControlError, get_run, latest_run
 from runs.models import Run
 
 

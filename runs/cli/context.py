@@ -6,7 +6,7 @@ import json
 from django.core.management.base import CommandError
 
 from runs.cli.common import resolve_run
-from runs.engine.context_assembly import assemble_context
+from runs.engine.data.model_input import assemble_context
 
 help = "print the assembled model input of a run's step, with each part labelled"
 
@@ -23,7 +23,7 @@ def add_arguments(parser):
 
 
 def _default_step(run) -> str | None:
-    from runs.engine.control import open_step
+    from runs.engine.control.lifecycle import open_step
     from runs.models import Step
 
     step = open_step(run) or Step.objects.filter(run=run).order_by("-seq").first()

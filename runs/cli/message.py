@@ -4,8 +4,8 @@ user message; it starts a run now, or waits (queue) / interrupts per the thread 
 import json
 
 from runs.cli.common import control_error
-from runs.engine.control import ControlError
-from runs.engine.inbox import post_message
+from runs.engine.control.lifecycle import ControlError
+from runs.engine.data.inbox import post_message
 
 help = "post a user message to a thread (starts, queues or interrupts per its policy)"
 

@@ -2,8 +2,8 @@
 during a run does."""
 
 from runs.cli.common import control_error
-from runs.engine.control import ControlError
-from runs.engine.inbox import set_policy
+from runs.engine.control.lifecycle import ControlError
+from runs.engine.data.inbox import set_policy
 
 help = "show or set a thread's policy for messages arriving during a run"
 

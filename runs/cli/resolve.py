@@ -2,8 +2,8 @@
 [--result JSON] [--as USER]``: decide an unknown outcome; the run continues."""
 
 from runs.cli.common import cli_actor, control_error, parse_json, resolve_run
-from runs.engine.control import ControlError
-from runs.engine.unknown import OUTCOMES, resolve_unknown
+from runs.engine.control.lifecycle import ControlError
+from runs.engine.effects.unknown_outcomes import OUTCOMES, resolve_unknown
 
 help = "decide whether an UNKNOWN step's side effect happened; the run then continues"
 

@@ -1,7 +1,7 @@
 """``runs resume (RUN_ID | --thread T) [--wait SECONDS]``: re-dispatch the next step.
 
 ``runs resume RUN_ID --from CHECKPOINT [--input-patch JSON] [--dry-run] [--reason TEXT]
-[--json]``: resume from a named checkpoint in a new generation (``runs.engine.rewind``);
+[--json]``: resume from a named checkpoint in a new generation (``runs.engine.control.rewind``);
 ``--dry-run`` prints the steps that would run again and the side-effecting operations
 they could repeat, and changes nothing.
 """
@@ -12,8 +12,8 @@ import math
 from django.core.management.base import CommandError
 
 from runs.cli.common import control_error, parse_json, resolve_run
-from runs.engine.control import ControlError, resume
-from runs.engine.rewind import plan_resume, resume_from_checkpoint
+from runs.engine.control.lifecycle import ControlError, resume
+from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
 
 help = "re-dispatch the run's next step, or resume from a checkpoint with --from"
 

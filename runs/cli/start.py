@@ -2,8 +2,8 @@
 [--crash-after-tool TOOL] [--hang-after-tool TOOL] [--lamp-unreadable] [--crash-at POINT]``."""
 
 from runs.cli.common import control_error, parse_json
-from runs.engine import faults as fault_points
-from runs.engine.control import ControlError, start_run
+from runs.engine.control.lifecycle import ControlError, start_run
+from runs.engine.execution import faults as fault_points
 from runs.workflows import registry
 
 help = "start a run and print its id"

@@ -3,7 +3,7 @@
 import json
 
 from runs.cli.common import resolve_run
-from runs.engine.control import run_status
+from runs.engine.control.lifecycle import run_status
 
 help = "show a run's status, steps, next step and messages"
 

@@ -3,7 +3,7 @@
 
 import json
 
-from runs.engine.watchdog import stuck_runs
+from runs.engine.execution.watchdog import stuck_runs
 
 help = "list runs flagged as stuck by the watchdog"
 

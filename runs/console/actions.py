@@ -11,7 +11,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from runs.console.access import refusal
 from runs.console.forms import InvalidInput
-from runs.engine.control import ControlError
+from runs.engine.control.lifecycle import ControlError
 
 #: ControlError codes that mean "someone else moved first": shown as a changed run.
 CHANGED_CODES = {

@@ -21,8 +21,8 @@ from django.db.models import NOT_PROVIDED
 
 from runs.drills import raw
 from runs.drills.sandbox import Sandbox, wait_until
-from runs.engine.clock import db_now
-from runs.engine.control import start_run
+from runs.engine.control.lifecycle import start_run
+from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step, Thread
 from runs.states import RunStatus, StepStatus
 from runs.workflows.synthetic import BENCH_STEPS

@@ -9,8 +9,8 @@ import time
 
 from runs.drills.base import drill, events, owner_pid, steps, wait_status, wait_terminal
 from runs.drills.sandbox import PgCluster, Sandbox, process_state, wait_until
-from runs.engine import dispatch
-from runs.engine.control import run_status, start_run
+from runs.engine.control.lifecycle import run_status, start_run
+from runs.engine.execution import dispatch
 from runs.models import Operation, Run, Step, WorkerProcess
 from runs.sim import faults, services
 from runs.sim.devices import device_calls
@@ -78,9 +78,9 @@ def _cancel(run: Run) -> None:
     """Cancel as an operator: issue 4's cancel flow when present, else the gateway's
     transitions (CANCEL_REQUESTED, then CANCELLED)."""
     try:
-        from runs.engine.cancel import request_cancel
+        from runs.engine.control.cancel import request_cancel
     except ImportError:
-        from runs.engine.gateway import transition_run
+        from runs.engine.state.gateway import transition_run
 
         transition_run(
             run.pk, RunStatus.CANCEL_REQUESTED, actor="user:drill", reason="drill: operator cancel"
@@ -394,7 +394,7 @@ def budget_out(r):
         r.expect("model calls used (limit 1)", 1, Run.objects.get(pk=run.pk).model_calls)
         r.expect("thermostat reads", 1, device_calls(str(run.pk)).get("thermostat.read"))
         try:
-            from runs.engine.budget import raise_budget
+            from runs.engine.effects.budget import raise_budget
         except ImportError:
             r.check(
                 "raise the budget and resume",
@@ -544,7 +544,7 @@ def approval_wait(r):
 
 @drill("cancel_running", "a user cancels while a step is running")
 def cancel_running(r):
-    from runs.engine.cancel import request_cancel
+    from runs.engine.control.cancel import request_cancel
 
     with Sandbox("cancel", env=DRILL_ENV) as box:
         run = start_run(
@@ -593,7 +593,7 @@ def cancel_running(r):
 @drill("verify_unknown", "an external system answers unknown to verification")
 def verify_unknown(r):
     from approvals.models import Takeover
-    from runs.engine.unknown import resolve_unknown
+    from runs.engine.effects.unknown_outcomes import resolve_unknown
 
     with Sandbox("unknown", env=DRILL_ENV) as box:
         run = start_run(

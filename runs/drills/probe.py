@@ -51,7 +51,7 @@ def _install() -> None:
 
 def report() -> dict:
     """The counts so far, with derived totals, steps executed and peak RSS (KiB)."""
-    from runs.engine import identity
+    from runs.engine.execution import identity
 
     current = identity._current
     return {

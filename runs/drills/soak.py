@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from django.db.models import Count, Max, Min
 
 from runs.drills.sandbox import Sandbox
-from runs.engine import dispatch
-from runs.engine.control import ControlError, start_run
+from runs.engine.control.lifecycle import ControlError, start_run
+from runs.engine.execution import dispatch
 from runs.models import Event, Run, Step
 from runs.sim import devices, services
 from runs.states import RUN_TERMINAL, RunStatus

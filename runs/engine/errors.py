@@ -2,7 +2,7 @@
 
 
 class StepError(Exception):
-    """A step failed with a machine-readable ``code`` (see ``runs.engine.retry`` for which
+    """A step failed with a machine-readable ``code`` (see ``runs.engine.effects.retry`` for which
     codes are retryable) and a human-readable ``detail``."""
 
     def __init__(self, code: str, detail: str = ""):
@@ -32,7 +32,7 @@ class OutcomeUnknown(Exception):
     """A side effect may or may not have happened and nothing could tell which (no
     ``verify`` hook, the hook answered "cannot tell", or an unsafe call timed out).
 
-    The step becomes UNKNOWN and the run PAUSED for a human (``runs.engine.unknown``).
+    The step becomes UNKNOWN and the run PAUSED for a human (``runs.engine.effects.unknown_outcomes``).
     ``operation_id``: the ledger row; ``evidence``: what was checked, for the takeover.
     """
 

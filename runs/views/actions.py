@@ -20,11 +20,11 @@ from runs.console.access import (
 )
 from runs.console.actions import back_url, perform
 from runs.console.forms import InvalidInput, optional_json, required_text
-from runs.engine import control
-from runs.engine.budget import raise_budget
-from runs.engine.cancel import request_cancel
-from runs.engine.control import ControlError
-from runs.engine.rewind import plan_resume, resume_from_checkpoint
+from runs.engine.control import lifecycle
+from runs.engine.control.cancel import request_cancel
+from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
+from runs.engine.effects.budget import raise_budget
 from runs.models import Checkpoint, Run
 from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus
 
@@ -40,7 +40,7 @@ def _run_for_action(request, run_id):
 
 @console_action(OPERATE_PERM)
 def cancel(request, run_id):
-    """Ask the run to cancel (``runs.engine.cancel.request_cancel``); reason required."""
+    """Ask the run to cancel (``runs.engine.control.cancel.request_cancel``); reason required."""
     run, back, changed = _run_for_action(request, run_id)
     if changed:
         return changed
@@ -59,13 +59,13 @@ def cancel(request, run_id):
 
 @console_action(OPERATE_PERM)
 def redispatch(request, run_id):
-    """Re-notify the run's open step (``control.resume``), never taking a live lease."""
+    """Re-notify the run's open step (``lifecycle.resume``), never taking a live lease."""
     run, back, changed = _run_for_action(request, run_id)
     if changed:
         return changed
     return perform(
         request,
-        lambda: control.resume(run, actor=actor_of(request), wait_seconds=0),
+        lambda: lifecycle.resume(run, actor=actor_of(request), wait_seconds=0),
         back=back,
         success=lambda s: f"Re-dispatched step {s.name} of run {run.pk}.",
     )
@@ -73,14 +73,14 @@ def redispatch(request, run_id):
 
 @console_action(OPERATE_PERM)
 def retry(request, run_id):
-    """Re-queue the failed or unknown step of a PAUSED run (``control.retry_step``)."""
+    """Re-queue the failed or unknown step of a PAUSED run (``lifecycle.retry_step``)."""
     run, back, changed = _run_for_action(request, run_id)
     if changed:
         return changed
 
     def call():
         reason = required_text(request.POST, "reason", "A reason")
-        return control.retry_step(run, actor=actor_of(request), reason=reason)
+        return lifecycle.retry_step(run, actor=actor_of(request), reason=reason)
 
     return perform(
         request, call, back=back, success=lambda s: f"Step {s.name} of run {run.pk} queued again."
@@ -89,7 +89,7 @@ def retry(request, run_id):
 
 @console_action(OPERATE_PERM)
 def budget(request, run_id):
-    """Raise the run's budget limits (``runs.engine.budget.raise_budget``); a run paused
+    """Raise the run's budget limits (``runs.engine.effects.budget.raise_budget``); a run paused
     for an exhausted budget then resumes its paused step."""
     run, back, changed = _run_for_action(request, run_id)
     if changed:
@@ -193,7 +193,7 @@ def bulk_skip_reason(action: str, run: Run) -> str:
 def _apply_one(request, action: str, run: Run, reason: str):
     if action == "cancel":
         return request_cancel(run, actor=actor_of(request), reason=reason)
-    return control.resume(run, actor=actor_of(request), wait_seconds=0)
+    return lifecycle.resume(run, actor=actor_of(request), wait_seconds=0)
 
 
 @console_action(OPERATE_PERM)

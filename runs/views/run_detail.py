@@ -12,7 +12,7 @@ from django_htmx.http import HttpResponseClientRefresh
 from runs.console import artifacts as artifact_files
 from runs.console.access import DOWNLOAD_PERM, console_view, render_page
 from runs.console.attempts import step_histories
-from runs.engine.cancel import cancel_progress
+from runs.engine.control.cancel import cancel_progress
 from runs.models import Artifact, Checkpoint, Event, Message, Operation, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 

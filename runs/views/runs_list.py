@@ -5,7 +5,7 @@ from django.core.paginator import Paginator
 
 from runs.console.access import console_view, render_page
 from runs.console.filters import RunFilter, unknown_step_exists
-from runs.engine.clock import db_now
+from runs.engine.state.clock import db_now
 from runs.models import Run
 
 PAGE_SIZE = 50

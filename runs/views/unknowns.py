@@ -1,5 +1,5 @@
 """Unknown outcomes: each UNKNOWN step with its operation, a "check the outside world
-now" button (``runs.engine.unknown.verify_now``) and the resolutions (done with evidence,
+now" button (``runs.engine.effects.unknown_outcomes.verify_now``) and the resolutions (done with evidence,
 not done, or cancel the run)."""
 
 import json
@@ -18,8 +18,8 @@ from runs.console.access import (
 )
 from runs.console.actions import perform
 from runs.console.forms import InvalidInput, optional_json, required_text
-from runs.engine.control import ControlError
-from runs.engine.unknown import OUTCOMES, resolve_unknown, verify_now
+from runs.engine.control.lifecycle import ControlError
+from runs.engine.effects.unknown_outcomes import OUTCOMES, resolve_unknown, verify_now
 from runs.models import Event, Operation, Step
 from runs.states import StepStatus
 from runs.stats import NON_TERMINAL_STATES

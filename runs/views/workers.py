@@ -5,7 +5,7 @@ from datetime import timedelta
 from django.conf import settings
 
 from runs.console.access import console_view, render_page
-from runs.engine.clock import db_now
+from runs.engine.state.clock import db_now
 from runs.models import Step, WorkerProcess
 from runs.states import StepStatus
 

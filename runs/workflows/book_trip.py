@@ -7,7 +7,7 @@ manual review. Holds are ``idempotent`` (the booking service dedupes by key); a 
 is ``unsafe`` with a ``verify`` hook that looks the hold up.
 """
 
-from runs.engine.retry import RetryPolicy
+from runs.engine.effects.retry import RetryPolicy
 from runs.sim import devices
 from runs.tools import Tool, VerifyAnswer
 from runs.workflows import registry

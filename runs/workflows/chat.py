@@ -17,8 +17,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from runs.engine import faults
-from runs.engine.context_assembly import summary_due
+from runs.engine.data.model_input import summary_due
+from runs.engine.execution import faults
 from runs.sim import model as sim_model
 from runs.workflows import registry
 from runs.workflows.definition import Workflow

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runs.engine.retry import DEFAULT_RETRY, RetryPolicy
+from runs.engine.effects.retry import DEFAULT_RETRY, RetryPolicy
 
 
 class WorkflowDefinitionError(Exception):

@@ -14,7 +14,7 @@ previous brightness if the run later fails or is cancelled.
 
 import json
 
-from runs.engine.retry import RetryPolicy
+from runs.engine.effects.retry import RetryPolicy
 from runs.sim import devices
 from runs.tools import Tool, VerifyAnswer
 from runs.workflows import registry

@@ -10,7 +10,7 @@
 
 import time
 
-from runs.engine.retry import RetryPolicy
+from runs.engine.effects.retry import RetryPolicy
 from runs.sim import model as sim_model
 from runs.sim import services
 from runs.tools import Tool, VerifyAnswer

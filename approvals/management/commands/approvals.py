@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 from approvals import services
 from approvals.models import Approval, Takeover
 from runs.cli.common import control_error, parse_json
-from runs.engine.control import ControlError
+from runs.engine.control.lifecycle import ControlError
 
 
 class Command(BaseCommand):

@@ -5,7 +5,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from runs.cli.common import cli_actor
-from runs.engine.artifact_check import check_artifacts
+from runs.engine.data.artifact_integrity import check_artifacts
 
 
 class Command(BaseCommand):

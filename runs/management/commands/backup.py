@@ -4,7 +4,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.engine.backup import BackupError, create_backup
+from runs.engine.data.backup import BackupError, create_backup
 
 
 class Command(BaseCommand):

@@ -16,8 +16,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.engine.control import resume, run_status, start_run
-from runs.engine.executor import CRASH_EXIT_CODE
+from runs.engine.control.lifecycle import resume, run_status, start_run
+from runs.engine.execution.executor import CRASH_EXIT_CODE
 
 QUESTION = "How warm is the living room?"
 

@@ -5,7 +5,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.engine.backup import BackupError, restore_backup
+from runs.engine.data.backup import BackupError, restore_backup
 
 
 class Command(BaseCommand):

@@ -6,8 +6,8 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from runs.engine import sweeper
-from runs.engine.identity import new_worker_id
+from runs.engine.execution import sweeper
+from runs.engine.execution.identity import new_worker_id
 
 
 class Command(BaseCommand):

@@ -2,8 +2,8 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.engine import dispatch
-from runs.engine.worker import Worker
+from runs.engine.execution import dispatch
+from runs.engine.execution.worker import Worker
 
 
 class Command(BaseCommand):

@@ -17,10 +17,10 @@ import uuid
 from django.conf import settings
 from django.db.models.functions import Now
 
-from runs.engine.compensation import compensate_run
-from runs.engine.control import ControlError
-from runs.engine.gateway import run_transaction
-from runs.engine.sweeper import acquire_maintenance_lease
+from runs.engine.control.lifecycle import ControlError
+from runs.engine.effects.compensation import compensate_run
+from runs.engine.execution.sweeper import acquire_maintenance_lease
+from runs.engine.state.gateway import run_transaction
 from runs.models import MaintenanceLease, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 

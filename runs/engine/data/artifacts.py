@@ -18,9 +18,9 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import transaction
 
+from runs.engine.control.takeovers import open_takeover
 from runs.engine.errors import LeaseLost, StepError
-from runs.engine.gateway import run_transaction
-from runs.engine.takeovers import open_takeover
+from runs.engine.state.gateway import run_transaction
 from runs.models import Artifact, Checkpoint, Run, Step
 from runs.states import StepStatus
 
@@ -63,13 +63,14 @@ def write_artifact(
     Returns the row. Raises ``LeaseLost`` when the attempt lost the step (the file then
     stays as an unreferenced orphan).
     """
-    from runs.engine import artifact_store, faults
+    from runs.engine.data import artifact_files
+    from runs.engine.execution import faults
 
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     path = f"runs/{run.pk}/{step.pk}-a{attempt}/{name}"
     stored = default_storage.save(path, ContentFile(raw))
     # Durable before any row may refer to it (docs/data-safety.md).
-    artifact_store.fsync_file(default_storage, stored)
+    artifact_files.fsync_file(default_storage, stored)
     faults.crash_point(run, step, "artifact_written")
     with transaction.atomic():
         held = Step.objects.filter(pk=step.pk, attempt=attempt, status=StepStatus.RUNNING).exists()

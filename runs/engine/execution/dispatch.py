@@ -14,7 +14,7 @@ from django.db import transaction
 
 logger = logging.getLogger("agentops.dispatch")
 
-JOB_FUNC = "runs.engine.jobs.execute_step_job"
+JOB_FUNC = "runs.engine.execution.jobs.execute_step_job"
 
 
 def mode() -> str:

@@ -79,8 +79,8 @@ def pause_exhausted(run: Run, step, attempt: int, actor: str, exc: BudgetExhaust
     attempt. Returns ``False`` (recording ``step.commit_rejected``) when the attempt no
     longer holds the step or the run is terminal; a cancel-requested run is not paused.
     """
-    from runs.engine.gateway import run_transaction
-    from runs.engine.takeovers import open_takeover
+    from runs.engine.control.takeovers import open_takeover
+    from runs.engine.state.gateway import run_transaction
     from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
     with run_transaction(run.pk) as tx:
@@ -146,9 +146,9 @@ def raise_budget(
     ``run_terminal``.
     """
     from approvals.models import Takeover
-    from runs.engine import dispatch
-    from runs.engine.control import ControlError
-    from runs.engine.gateway import run_transaction
+    from runs.engine.control.lifecycle import ControlError
+    from runs.engine.execution import dispatch
+    from runs.engine.state.gateway import run_transaction
     from runs.models import Step
     from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from runs.engine.control import ControlError, start_run
+from runs.engine.control.lifecycle import ControlError, start_run
 from runs.models import Run
 
 

@@ -26,8 +26,8 @@ from django.db import (
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from runs.engine import dispatch, executor, sweeper
-from runs.engine.identity import WorkerIdentity, new_worker_id, set_current_worker
+from runs.engine.execution import dispatch, executor, sweeper
+from runs.engine.execution.identity import WorkerIdentity, new_worker_id, set_current_worker
 from runs.models import Step, WorkerProcess
 from runs.states import RUN_EXECUTABLE, StepStatus
 

@@ -14,9 +14,9 @@ from django.conf import settings
 from django.core.files.storage import default_storage
 from django.utils import timezone
 
-from runs.engine import artifact_store
-from runs.engine.gateway import run_transaction
-from runs.engine.takeovers import open_takeover
+from runs.engine.control.takeovers import open_takeover
+from runs.engine.data import artifact_files
+from runs.engine.state.gateway import run_transaction
 from runs.models import Artifact
 from runs.states import RUN_TERMINAL, RunStatus
 
@@ -63,11 +63,11 @@ def check_artifacts(
     report = CheckReport()
     # Files first, rows second: a row committed in between then counts as referenced,
     # so a worker's fresh file is never mistaken for an orphan by this ordering.
-    files = artifact_store.walk(storage)
+    files = artifact_files.walk(storage)
     rows = list(Artifact.objects.select_related("run", "step").order_by("pk"))
     report.checked = len(rows)
     for artifact in rows:
-        found = artifact_store.file_digest(artifact.uri, storage)
+        found = artifact_files.file_digest(artifact.uri, storage)
         if found is not None and found[0] == artifact.checksum:
             continue
         report.invalid.append(
@@ -92,7 +92,7 @@ def check_artifacts(
     for uri in files:
         if uri in referenced:
             continue
-        age = (now - artifact_store.modified_at(uri, storage)).total_seconds()
+        age = (now - artifact_files.modified_at(uri, storage)).total_seconds()
         if age < grace:
             report.recent_orphans += 1
             continue

@@ -12,7 +12,7 @@ import os
 import signal
 import time
 
-from runs.engine.gateway import run_transaction
+from runs.engine.state.gateway import run_transaction
 from runs.models import Run, Step
 from runs.tools import Tool
 
@@ -56,7 +56,7 @@ def take_after_tool(run: Run, step_id: int | None, tool: Tool, action: str) -> s
 def act(kind: str | None, tool: Tool) -> None:
     """Fire a taken fault: ``crash`` exits 75 at once (no cleanup, like a killed worker);
     ``hang`` prints ``HANG after <tool>`` and blocks until the process is killed."""
-    from runs.engine.executor import CRASH_EXIT_CODE, say
+    from runs.engine.execution.executor import CRASH_EXIT_CODE, say
 
     if kind == "crash":
         say(f"CRASH after {tool.name}, exit={CRASH_EXIT_CODE} (result not saved)")
@@ -89,7 +89,7 @@ def crash_point(run: Run, step: Step, point: str) -> None:
             step_id=step.pk,
             progress=False,
         )
-    from runs.engine.executor import say
+    from runs.engine.execution.executor import say
 
     say(f"CRASH at {point} in {step.name}: SIGKILL (no cleanup)")
     os.kill(os.getpid(), signal.SIGKILL)

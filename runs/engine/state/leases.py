@@ -2,14 +2,14 @@
 
 Claiming a step is one conditional UPDATE that increments ``attempt``; the new attempt
 is the fencing token that every later write of the claimer must present. All times are
-the database's (``runs.engine.clock``).
+the database's (``runs.engine.state.clock``).
 """
 
 from django.db import connection
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from runs.engine.clock import now_plus_sql, now_sql, seconds_param
+from runs.engine.state.clock import now_plus_sql, now_sql, seconds_param
 from runs.models import Step
 from runs.states import StepStatus
 

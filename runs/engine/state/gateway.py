@@ -31,7 +31,6 @@ from runs.states import (
     step_can,
 )
 
-
 #: ``fn(run_id, thread_id, status)`` called after the commit of each transaction that
 #: moved a run to a terminal state (the thread's queued message starts its run).
 RUN_FINISHED_HOOKS: list[Callable[[Any, int, str], None]] = []

@@ -14,15 +14,19 @@ from django.db import IntegrityError, close_old_connections, connection, transac
 from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 
-from runs.engine import budget, compensation, dispatch, drafts, leases, unknown, versions
-from runs.engine.artifacts import ArtifactInvalid, pause_for_invalid_artifact
-from runs.engine.checkpoints import next_state
-from runs.engine.clock import db_now
-from runs.engine.context import StepContext
+from runs.engine.control import versions
+from runs.engine.control.takeovers import open_takeover
+from runs.engine.data import drafts
+from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
+from runs.engine.effects import budget, compensation, unknown_outcomes
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
-from runs.engine.gateway import RunTx, run_transaction
-from runs.engine.identity import WorkerIdentity
-from runs.engine.takeovers import open_takeover
+from runs.engine.execution import dispatch
+from runs.engine.execution.identity import WorkerIdentity
+from runs.engine.execution.step_context import StepContext
+from runs.engine.state import leases
+from runs.engine.state.checkpoints import next_state
+from runs.engine.state.clock import db_now
+from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Checkpoint, Message, Run, Step, Summary, Thread
 from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus, StepStatus
 from runs.workflows.definition import StepDef, Workflow
@@ -71,7 +75,7 @@ def _finish_cancel_if_requested(step_id: int, worker: WorkerIdentity) -> None:
         .first()
     )
     if run_id is not None:
-        from runs.engine.cancel import finish_cancel
+        from runs.engine.control.cancel import finish_cancel
 
         finish_cancel(run_id, actor=worker.worker_id)
 
@@ -154,7 +158,7 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
         pause_for_invalid_artifact(run, step, attempt, worker.worker_id, exc)
         return StepOutcome(True)
     except OutcomeUnknown as exc:
-        unknown.pause_unknown(run, step, attempt, worker.worker_id, exc)
+        unknown_outcomes.pause_unknown(run, step, attempt, worker.worker_id, exc)
         return StepOutcome(True)
     except budget.BudgetExhausted as exc:
         _budget_exhausted(run, step, attempt, worker, workflow, step_def, exc)

@@ -1,6 +1,6 @@
 """Storage-level helpers for artifact files in Django's default storage: making a
 written file durable, hashing a stored file, and listing files (for ``artifacts check``
-and ``backup``). Writing and reading artifacts is ``runs.engine.artifacts``.
+and ``backup``). Writing and reading artifacts is ``runs.engine.data.artifacts``.
 """
 
 import hashlib

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from runs.engine.budget import usage
+from runs.engine.effects.budget import usage
 from runs.models import Run, Step
 
 STATE_VERSION = 1

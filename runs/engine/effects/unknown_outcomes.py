@@ -13,10 +13,11 @@ from typing import Any
 
 from django.db.models.functions import Now
 
-from runs.engine import dispatch, ledger
+from runs.engine.control.takeovers import open_takeover
+from runs.engine.effects import ledger
 from runs.engine.errors import OutcomeUnknown
-from runs.engine.gateway import record_event, run_transaction
-from runs.engine.takeovers import open_takeover
+from runs.engine.execution import dispatch
+from runs.engine.state.gateway import record_event, run_transaction
 from runs.models import Operation, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.tools import ToolCall, VerifyAnswer, get_tool
@@ -95,7 +96,7 @@ def verify_now(step: Step, *, actor: str) -> VerifyAnswer:
     Changes no status: the operator resolves with the answer as evidence. Raises
     ``ControlError`` (``no_unknown_operation``) when the step has no unknown operation.
     """
-    from runs.engine.control import ControlError
+    from runs.engine.control.lifecycle import ControlError
 
     op = _unknown_operation(step)
     if op is None or op.status == Operation.Status.SUCCEEDED:
@@ -146,7 +147,7 @@ def resolve_unknown(
     ``outcome_known`` (a late result arrived: it cannot be "not-done").
     """
     from approvals.models import Takeover
-    from runs.engine.control import ControlError
+    from runs.engine.control.lifecycle import ControlError
 
     if outcome not in OUTCOMES:
         raise ControlError(

@@ -24,10 +24,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from runs.engine import ledger, sweeper
-from runs.engine.context import perform_call
+from runs.engine.effects import ledger
 from runs.engine.errors import LeaseLost, OutcomeUnknown, StepError
-from runs.engine.gateway import RunTx, run_transaction
+from runs.engine.execution import sweeper
+from runs.engine.execution.step_context import perform_call
+from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Operation, Run, Step
 from runs.states import StepStatus
 from runs.tools import Tool

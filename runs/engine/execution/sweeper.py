@@ -15,9 +15,10 @@ from django.db import connection
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
-from runs.engine import dispatch, leases
-from runs.engine.clock import now_plus_sql, now_sql, seconds_param
-from runs.engine.gateway import run_transaction
+from runs.engine.execution import dispatch
+from runs.engine.state import leases
+from runs.engine.state.clock import now_plus_sql, now_sql, seconds_param
+from runs.engine.state.gateway import run_transaction
 from runs.models import MaintenanceLease, Step
 from runs.states import RUN_EXECUTABLE, StepStatus
 

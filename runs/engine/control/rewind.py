@@ -16,7 +16,7 @@ input, and continues from it in a NEW GENERATION of the run:
 - the phase (the checkpoint's next step) is scheduled; nothing before the checkpoint
   runs again.
 
-Idempotency keys contain the generation (``runs.engine.ledger``), so the new
+Idempotency keys contain the generation (``runs.engine.effects.ledger``), so the new
 generation's side effects get NEW keys on purpose: resuming is a decision to act again,
 and reusing an old key would silently return the superseded result instead. The preview
 (``plan_resume``) lists the side-effecting operations that can therefore repeat.
@@ -28,9 +28,9 @@ from typing import Any
 from django.db.models import Max
 from django.db.models.functions import Now
 
-from runs.engine.budget import usage
-from runs.engine.control import ControlError
-from runs.engine.gateway import run_transaction
+from runs.engine.control.lifecycle import ControlError
+from runs.engine.effects.budget import usage
+from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Message, Operation, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.workflows import registry
@@ -194,7 +194,7 @@ def resume_from_checkpoint(
     """
     from approvals.models import Approval
     from approvals.services import resolve_open_takeover
-    from runs.engine.executor import schedule_step
+    from runs.engine.execution.executor import schedule_step
 
     plan = plan_resume(run, checkpoint_name, input_patch)
     cp = plan.checkpoint

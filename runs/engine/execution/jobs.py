@@ -1,8 +1,8 @@
 """RQ job entry point. The job carries ids only; everything else is read from the
 database (DESIGN section 1.1)."""
 
-from runs.engine import executor
-from runs.engine.identity import current_worker
+from runs.engine.execution import executor
+from runs.engine.execution.identity import current_worker
 
 
 def execute_step_job(run_id: str, step_id: int, attempt: int = 0) -> None:

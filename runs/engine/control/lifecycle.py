@@ -11,11 +11,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs.engine import dispatch, leases
-from runs.engine.checkpoints import initial_state
-from runs.engine.clock import db_now
-from runs.engine.executor import schedule_step
-from runs.engine.gateway import record_event, run_transaction
+from runs.engine.execution import dispatch
+from runs.engine.execution.executor import schedule_step
+from runs.engine.state import leases
+from runs.engine.state.checkpoints import initial_state
+from runs.engine.state.clock import db_now
+from runs.engine.state.gateway import record_event, run_transaction
 from runs.models import Checkpoint, Message, Run, Step, Thread
 from runs.sim.devices import device_calls, device_readings
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
@@ -355,7 +356,7 @@ def retry_step(
             raise ControlError("nothing_to_retry", "the run has no failed or unknown step")
     if failed.status == StepStatus.UNKNOWN:
         # Retrying an unknown outcome is the operator's "it did not happen" (issue 3).
-        from runs.engine.unknown import resolve_unknown
+        from runs.engine.effects.unknown_outcomes import resolve_unknown
 
         resolve_unknown(run, failed.name, outcome="not-done", evidence=reason, actor=actor)
         if note:
@@ -398,7 +399,7 @@ def pause_run(run: Run, *, actor: str, reason: str) -> Run:
     wait for it, or cancel). Raises ``ControlError`` (``reason_required``,
     ``run_terminal``, ``not_allowed_in_state``, ``step_running``).
     """
-    from runs.engine.takeovers import open_takeover
+    from runs.engine.control.takeovers import open_takeover
 
     if not reason or not reason.strip():
         raise ControlError("reason_required", "a reason is required", {"reason": "required"})

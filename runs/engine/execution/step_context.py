@@ -4,11 +4,13 @@ budget, and helpers for model calls, tool calls and safe points."""
 import threading
 from typing import Any
 
-from runs.engine import budget as budget_mod
-from runs.engine import drafts, faults, ledger
-from runs.engine.calls import CallTimedOut, call_with_timeout
+from runs.engine.data import drafts
+from runs.engine.effects import budget as budget_mod
+from runs.engine.effects import ledger
+from runs.engine.effects.calls import CallTimedOut, call_with_timeout
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
-from runs.engine.gateway import record_event
+from runs.engine.execution import faults
+from runs.engine.state.gateway import record_event
 from runs.models import Operation, Run, Step
 from runs.sim import model as sim_model
 from runs.tools import Tool, ToolCall
@@ -70,7 +72,7 @@ class StepContext:
 
     # -- messages -------------------------------------------------------------------
     def messages(self) -> list[dict[str, Any]]:
-        """The model input for this step (``runs.engine.context_assembly``: system
+        """The model input for this step (``runs.engine.data.model_input``: system
         instruction, summary, history, this run's tool calls and results, all from
         stored records), then the messages this step added so far, as ``{role, content,
         tool_calls, tool_call_id}`` dicts (stored ones also carry ``id``)."""
@@ -80,14 +82,14 @@ class StepContext:
 
     def context(self):
         """The assembled context (``AssembledContext``) for this step, from stored records."""
-        from runs.engine.context_assembly import assemble_context
+        from runs.engine.data.model_input import assemble_context
 
         return assemble_context(self.run, step=self.step.name)
 
     def add_summary(self, plan, content: str) -> None:
         """Stage a Summary for ``plan`` (``context_assembly.SummaryPlan``), committed with
         the step's result; a re-run of the step after a crash stages it again."""
-        from runs.engine.context_assembly import token_counter
+        from runs.engine.data.model_input import token_counter
 
         self.new_summaries.append(
             {
@@ -127,7 +129,7 @@ class StepContext:
 
     def begin_message(self, role: str = "assistant") -> str:
         """Commit an empty draft message now and return its ``message_id``, before any
-        generation starts (``runs.engine.drafts``). A retry of this step gets a new id
+        generation starts (``runs.engine.data.drafts``). A retry of this step gets a new id
         and supersedes this draft. Finish it with ``finish_message``."""
         self.safe_point()
         message_id = drafts.begin(
@@ -234,7 +236,7 @@ class StepContext:
             timeout=tool.timeout or self.step_def.timeout,
         )
 
-    # -- artifacts (runs.engine.artifacts) ------------------------------------------
+    # -- artifacts (runs.engine.data.artifacts) ------------------------------------------
     def save_artifact(
         self,
         name: str,
@@ -245,7 +247,7 @@ class StepContext:
     ):
         """Write artifact ``name`` (file first, then the row) and reference it from the
         checkpoint this step commits. Returns the ``Artifact``; raises ``LeaseLost``."""
-        from runs.engine.artifacts import write_artifact
+        from runs.engine.data.artifacts import write_artifact
 
         self.safe_point()
         artifact = write_artifact(
@@ -267,7 +269,7 @@ class StepContext:
         (or saved by this attempt), checksum verified. Raises ``ArtifactInvalid`` when the
         file is missing or changed (the executor pauses the run for a takeover), or
         ``StepError("ARTIFACT_NOT_FOUND")`` when no such artifact is referenced."""
-        from runs.engine.artifacts import read_artifact
+        from runs.engine.data.artifacts import read_artifact
         from runs.models import Artifact
 
         ids = self.state.get("artifacts", [])

@@ -37,7 +37,7 @@ def current_worker() -> WorkerIdentity:
     (e.g. a plain ``rqworker`` process)."""
     global _current
     if _current is None:
-        from runs.engine.dispatch import mode
+        from runs.engine.execution.dispatch import mode
 
         _current = WorkerIdentity(new_worker_id(), mode())
     return _current

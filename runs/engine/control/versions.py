@@ -7,8 +7,8 @@ resolving that takeover (``resume``) after deploying code that knows the version
 continues it at the step where it stopped.
 """
 
-from runs.engine.gateway import run_transaction
-from runs.engine.takeovers import open_takeover
+from runs.engine.control.takeovers import open_takeover
+from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Run, Step
 from runs.states import RUN_EXECUTABLE
 from runs.workflows import registry

@@ -3,7 +3,7 @@ was done, where it failed, what to do next, and which checkpoints it can resume 
 
 from django.db.models.functions import Now
 
-from runs.engine.gateway import RunTx
+from runs.engine.state.gateway import RunTx
 from runs.models import Artifact, Checkpoint, Step
 from runs.states import RunStatus, StepStatus
 

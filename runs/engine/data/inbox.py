@@ -5,7 +5,7 @@ once: the thread row lock serialises arrivals, and ``(thread, request_id)`` is u
 It becomes a new run. If no run of the thread is in progress, that run starts now.
 Otherwise the message is QUEUED (no ``seq`` yet, never part of the running run's
 history) and its run waits; with the thread policy ``interrupt`` the running run is
-also cancelled through the normal cancel flow (``runs.engine.cancel.request_cancel``).
+also cancelled through the normal cancel flow (``runs.engine.control.cancel.request_cancel``).
 When a run ends, the oldest queued message gets its ``seq`` and its run starts
 (``promote_next``, called after the commit of every terminal transition and, as a
 safety net for a crash in between, by the sweeper).
@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from runs.engine import gateway, sweeper
-from runs.engine.checkpoints import initial_state
-from runs.engine.control import ControlError
-from runs.engine.executor import schedule_step
-from runs.engine.gateway import run_transaction
+from runs.engine.control.lifecycle import ControlError
+from runs.engine.execution import sweeper
+from runs.engine.execution.executor import schedule_step
+from runs.engine.state import gateway
+from runs.engine.state.checkpoints import initial_state
+from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Message, Run, Thread
 from runs.states import RUN_TERMINAL, RunStatus
 from runs.workflows import registry
@@ -155,7 +156,7 @@ def post_message(
     if action == "interrupting":
         # After the commit: request_cancel locks the run row, which must not wait while
         # this transaction holds the thread row (lock order: run, then thread).
-        from runs.engine.cancel import request_cancel
+        from runs.engine.control.cancel import request_cancel
 
         for other in running:
             try:

@@ -41,7 +41,7 @@ from django.core.files.storage import default_storage
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runs.engine import artifact_store
+from runs.engine.data import artifact_files
 from runs.models import Artifact, Event, Message, Run, Step, Thread
 
 FORMAT_VERSION = 1
@@ -65,7 +65,7 @@ def _sha256_file(path: Path) -> tuple[str, int]:
     digest = hashlib.sha256()
     size = 0
     with open(path, "rb") as fh:
-        while chunk := fh.read(artifact_store.CHUNK):
+        while chunk := fh.read(artifact_files.CHUNK):
             digest.update(chunk)
             size += len(chunk)
     return digest.hexdigest(), size
@@ -194,7 +194,7 @@ def create_backup(dest: Path | str, storage=None) -> dict[str, Any]:
             copy.parent.mkdir(parents=True, exist_ok=True)
             try:
                 with storage.open(uri, "rb") as src, open(copy, "wb") as out:
-                    shutil.copyfileobj(src, out, artifact_store.CHUNK)
+                    shutil.copyfileobj(src, out, artifact_files.CHUNK)
             except FileNotFoundError:
                 problems.append(f"artifact {artifact_id} {uri}: missing")
                 continue
@@ -293,7 +293,7 @@ def target_problems(storage=None) -> list[str]:
                 cursor.execute(f"SELECT COUNT(*) FROM {table}")
                 if cursor.fetchone()[0]:
                     problems.append(f"the database already has {key}")
-    files = artifact_store.walk(storage)
+    files = artifact_files.walk(storage)
     if files:
         problems.append(f"the artifact storage already has {len(files)} file(s), e.g. {files[0]}")
     return problems
@@ -327,13 +327,13 @@ def restore_backup(src: Path | str, storage=None) -> dict[str, Any]:
                 name = storage.save(entry["uri"], File(fh))
             if name != entry["uri"]:
                 raise BackupError(f"storage saved {entry['uri']} as {name}")
-            artifact_store.fsync_file(storage, name)
+            artifact_files.fsync_file(storage, name)
     counts = {key: model.objects.count() for key, model in COUNTED.items()}
     if counts != manifest["counts"]:
         raise BackupError(f"restored counts {counts} differ from the manifest {manifest['counts']}")
     bad = []
     for artifact in Artifact.objects.order_by("pk"):
-        found = artifact_store.file_digest(artifact.uri, storage)
+        found = artifact_files.file_digest(artifact.uri, storage)
         if found is None or found[0] != artifact.checksum:
             bad.append(artifact.uri)
     if bad:

@@ -1,7 +1,7 @@
 """The watchdog (DESIGN section 6): flags runs that are RUNNING or WAITING_EXTERNAL but
 made no progress (no new event) for ``AGENTOPS_STUCK_SECONDS``. The flag is
 ``Run.stuck_since`` plus a ``run.stuck`` event; the next progress event clears it
-(``runs.engine.gateway.RunTx.flush``). The console lists flagged runs with ``stuck_runs``.
+(``runs.engine.state.gateway.RunTx.flush``). The console lists flagged runs with ``stuck_runs``.
 """
 
 from datetime import timedelta
@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.db.models.functions import Now
 
-from runs.engine.gateway import run_transaction
+from runs.engine.state.gateway import run_transaction
 from runs.models import Run
 from runs.states import RunStatus
 

@@ -22,7 +22,7 @@ from typing import Any
 from django.db.models import F
 
 from runs.engine.errors import CancelRequested, LeaseLost
-from runs.engine.gateway import RunTx, run_transaction
+from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Message, Step, Thread
 from runs.states import RUN_TERMINAL, StepStatus
 

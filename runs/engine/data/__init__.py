@@ -1,0 +1,1 @@
+"""Run data: artifacts, model input assembly, message drafts, the thread inbox, backup and restore."""

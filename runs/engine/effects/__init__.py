@@ -1,0 +1,1 @@
+"""Side effects: the operation ledger, calls with timeouts, unknown outcomes, retry policies, budgets, compensation."""

@@ -1,0 +1,1 @@
+"""Executing steps: the executor, the worker process, dispatch, the sweeper, the watchdog and the step context."""
