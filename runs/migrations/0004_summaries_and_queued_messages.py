@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0003_issue5_operate_run'),
+        ('runs', '0003_operate_run_permission'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0002_issue3_side_effects'),
+        ('runs', '0002_side_effect_ledger'),
     ]
 
     operations = [
