@@ -26,7 +26,8 @@ def env_str(name: str, default: str | None = None) -> str | None:
 
 
 def env_bool(name: str, default: bool) -> bool:
-    """Return a boolean; raises ``ImproperlyConfigured`` for anything but 1/0/true/false/yes/no/on/off."""
+    """Return a boolean; raises ``ImproperlyConfigured`` for anything but
+    1/0/true/false/yes/no/on/off."""
     raw = env_str(name)
     if raw is None:
         return default

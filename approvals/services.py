@@ -464,7 +464,7 @@ def _unknown_step(run: Run) -> Step | None:
 def _mark_unknown_done(
     run: Run, takeover: Takeover, actor: str, note: dict[str, Any], result
 ) -> None:
-    """``mark_done`` on an unknown outcome is issue 3's ``resolve_unknown(outcome="done")``:
+    """``mark_done`` on an unknown outcome is ``resolve_unknown(outcome="done")``:
     the operation is recorded as done and the step re-runs, reusing it."""
     from runs.engine.effects.unknown_outcomes import resolve_unknown
     from runs.engine.state.gateway import record_event

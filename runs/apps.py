@@ -19,7 +19,7 @@ class RunsConfig(AppConfig):
 
 
 def _register_sweep_tasks() -> None:
-    """Sweeper tasks beyond leases and notifications (issue 4): finish cancels whose
+    """Sweeper tasks beyond leases and notifications: finish cancels whose
     worker died, and flag stuck runs."""
     from runs.engine.control import cancel
     from runs.engine.execution import sweeper, watchdog

@@ -1,4 +1,4 @@
-"""Redis only notifies (issue 4): flushed or stopped mid-run, nothing is lost. The
+"""Redis only notifies: flushed or stopped mid-run, nothing is lost. The
 sweeper and startup recovery re-notify from the database, and an RQ worker whose Redis
 vanished keeps working from the database until Redis answers again."""
 

@@ -1,4 +1,4 @@
-"""Side effects happen once (issue 3): drills with real worker subprocesses on SQLite
+"""Side effects happen once: drills with real worker subprocesses on SQLite
 (database polling) and PostgreSQL + Redis (RQ).
 
 Only the outside world is faked: the simulated lamp and booking service keep their state
@@ -14,7 +14,7 @@ import signal
 import sqlite3
 import subprocess
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -296,7 +296,10 @@ def _deliver(d: Deployment, run_id: str, step_id: int, times: int) -> None:
         for _ in range(times):
             queue.enqueue("runs.engine.execution.jobs.execute_step_job", run_id, step_id, 0)
         return
-    code = f"from runs.engine.execution.jobs import execute_step_job; execute_step_job({run_id!r}, {step_id}, 0)"
+    code = (
+        "from runs.engine.execution.jobs import execute_step_job; "
+        f"execute_step_job({run_id!r}, {step_id}, 0)"
+    )
     procs = [d.popen("shell", "-c", code) for _ in range(times)]
     for proc in procs:
         assert proc.wait(timeout=120) == 0, Deployment.logs(proc)
@@ -354,7 +357,7 @@ def test_it_retries_a_retryable_error_with_backoff_on_not_before(d):
     # The step row carries the last scheduled not_before (database clock), as the event says.
     stored = step_row(d, run_id, "set_brightness")["not_before"]
     if not isinstance(stored, datetime):
-        stored = datetime.fromisoformat(stored).replace(tzinfo=timezone.utc)
+        stored = datetime.fromisoformat(stored).replace(tzinfo=UTC)
     assert stored == _parse(retries[-1]["not_before"])
     # The second delay comes from the doubled base (1 s then 2 s, minus jitter).
     assert DIM_POLICY.bounds(2)[0] > DIM_POLICY.bounds(1)[0]

@@ -1,4 +1,4 @@
-"""Workflow versions (issue 4): every run keeps the workflow name and version it started
+"""Workflow versions: every run keeps the workflow name and version it started
 with. When a worker reaches a run whose version this code does not register, it looks
 for a registered version that declares ``migrate_from[old_version]`` and upgrades the
 run's latest checkpoint with it; failing that, it pauses the run with an

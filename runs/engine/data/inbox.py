@@ -126,7 +126,7 @@ def post_message(
             role=Message.Role.USER,
             content=content,
             status=Message.Status.QUEUED,
-            request_id=request_id,
+            request_id=request_id or "",
         )
         with run_transaction(run.pk) as tx:
             tx.event(
