@@ -6,6 +6,7 @@ be given as ``NAME_FILE``, a path whose contents are the value (for secrets).
 """
 
 import os
+from typing import overload
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -13,6 +14,10 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+@overload
+def env_str(name: str, default: str) -> str: ...
+@overload
+def env_str(name: str, default: None = None) -> str | None: ...
 def env_str(name: str, default: str | None = None) -> str | None:
     """Return the variable ``name`` (or the contents of ``NAME_FILE``), else ``default``."""
     path = os.environ.get(f"{name}_FILE")

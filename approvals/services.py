@@ -32,7 +32,7 @@ class DecisionConflict(ControlError):
         super().__init__(
             "decision_conflict",
             f"approval {approval.pk} is already {approval.status}"
-            + (f" by {approval.decided_by.get_username()}" if approval.decided_by_id else "")
+            + (f" by {approval.decided_by.get_username()}" if approval.decided_by else "")
             + f"; cannot {wanted} it",
         )
         self.approval = approval
@@ -295,7 +295,7 @@ def claim_takeover(takeover: Takeover, user) -> Takeover:
             raise ControlError("takeover_resolved", f"takeover {current.pk} is already resolved")
         if current.claimed_by_id == user.pk:
             return current
-        if current.claimed_by_id is not None:
+        if current.claimed_by is not None:
             raise ControlError(
                 "already_claimed",
                 f"takeover {current.pk} is claimed by {current.claimed_by.get_username()}",
@@ -474,6 +474,8 @@ def _mark_unknown_done(
             "evidence_required", "mark_done needs evidence", {"evidence": "required"}
         )
     step = _unknown_step(run)
+    if step is None:
+        raise ControlError("nothing_unknown", "the run has no step with an unknown outcome")
     resolve_unknown(
         run, step.name, outcome="done", evidence=note["evidence"], actor=actor, result=result
     )

@@ -82,7 +82,7 @@ def list_checkpoints(run: Run) -> list[dict[str, Any]]:
                 "name": cp.name,
                 "generation": cp.generation,
                 "created_at": cp.created_at.isoformat(),
-                "step": cp.step.name if cp.step_id else None,
+                "step": cp.step.name if cp.step else None,
                 "next_step": cp.state.get("phase"),
                 "resumable": _usable(cp) and cp.state.get("phase") is not None,
             }
@@ -91,7 +91,7 @@ def list_checkpoints(run: Run) -> list[dict[str, Any]]:
 
 
 def _usable(cp: Checkpoint) -> bool:
-    return cp.step_id is None or cp.step.status != StepStatus.SUPERSEDED
+    return cp.step is None or cp.step.status != StepStatus.SUPERSEDED
 
 
 def find_checkpoint(run: Run, name: str) -> Checkpoint:
@@ -151,7 +151,7 @@ def plan_resume(run: Run, checkpoint_name: str, input_patch: dict | None = None)
         steps_to_rerun=workflow.path_from(phase),
         operations_may_repeat=[
             {
-                "step": op.step.name if op.step_id else None,
+                "step": op.step.name if op.step else None,
                 "tool": op.tool,
                 "side_effect": op.side_effect,
                 "status": op.status,
@@ -168,7 +168,7 @@ def plan_resume(run: Run, checkpoint_name: str, input_patch: dict | None = None)
 
 
 def _later_steps(run: Run, cp: Checkpoint) -> list[Step]:
-    cut = cp.step.seq if cp.step_id else 0
+    cut = cp.step.seq if cp.step else 0
     return list(
         Step.objects.filter(run=run, seq__gt=cut).exclude(status__in=_SETTLED).order_by("seq")
     )

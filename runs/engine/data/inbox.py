@@ -194,6 +194,8 @@ def _workflow_for(thread: Thread, name: str | None):
 def _promote(thread: Thread, message: Message, actor: str) -> Run:
     """Give the queued ``message`` its seq and start its run (thread row locked)."""
     run = message.run
+    if run is None:
+        raise ValueError(f"queued message {message.message_id} has no run")
     wf = registry.get(run.workflow, run.workflow_version)
     Thread.objects.filter(pk=thread.pk).update(message_seq=F("message_seq") + 1)
     seq = Thread.objects.values_list("message_seq", flat=True).get(pk=thread.pk)

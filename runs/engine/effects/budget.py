@@ -154,8 +154,8 @@ def raise_budget(
 
     try:
         added = {
-            "model_calls": int(add_model_calls),
-            "tool_calls": int(add_tool_calls),
+            "model_calls": Decimal(int(add_model_calls)),
+            "tool_calls": Decimal(int(add_tool_calls)),
             "cost_usd": Decimal(str(add_cost_usd)),
         }
     except (ValueError, ArithmeticError) as exc:
@@ -216,7 +216,11 @@ def raise_budget(
                 actor=actor,
             )
             tx.transition_run(RunStatus.RUNNING, actor=actor, reason="budget raised")
-            step = Step.objects.filter(pk=takeover.step_id, status=StepStatus.PENDING).first()
+            step = (
+                Step.objects.filter(pk=takeover.step_id, status=StepStatus.PENDING).first()
+                if takeover.step_id is not None
+                else None
+            )
             if step is not None:
                 Step.objects.filter(pk=step.pk).update(
                     not_before=Now(), notified_at=Now(), attempt_base=step.attempt

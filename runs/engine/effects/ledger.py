@@ -38,7 +38,7 @@ def find(key: str) -> Operation | None:
 
 
 def record_intent(
-    *, run_id, step_id: int, attempt: int | None, key: str, tool: Tool, arguments: dict
+    *, run_id, step_id: int | None, attempt: int | None, key: str, tool: Tool, arguments: dict
 ) -> Operation:
     """Create the INTENT row for ``key``, or turn an earlier INTENT/FAILED/UNKNOWN row
     back into an INTENT of this attempt, fenced by ``attempt``.
@@ -49,9 +49,9 @@ def record_intent(
     longer holds the step.
     """
     with transaction.atomic():
-        if (
-            attempt is not None
-            and not Step.objects.filter(
+        if attempt is not None and (
+            step_id is None
+            or not Step.objects.filter(
                 pk=step_id, attempt=attempt, status=StepStatus.RUNNING
             ).exists()
         ):

@@ -469,7 +469,7 @@ def _fail_attempt(
                 progress=False,
             )
             return
-        common = {
+        common: dict[str, Any] = {
             "owner": "",
             "lease_until": None,
             "error_code": error.code,
