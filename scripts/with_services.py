@@ -210,13 +210,18 @@ class Services:
 
     ``start(should_stop)`` raises ``ServiceError``, or ``Interrupted`` when
     ``should_stop()`` returns a signal number between steps; ``stop()`` is safe to call
-    in any partial state and more than once.
+    in any partial state and more than once. ``redis_conf``: a redis.conf to start Redis
+    with (port, bind address and directory still come from here) instead of the
+    throwaway settings (no persistence).
     """
 
-    def __init__(self, pg_bin: Path, redis_bin: str, keep_data: bool) -> None:
+    def __init__(
+        self, pg_bin: Path, redis_bin: str, keep_data: bool, redis_conf: Path | None = None
+    ) -> None:
         self.pg_bin = pg_bin
         self.redis_bin = redis_bin
         self.keep_data = keep_data
+        self.redis_conf = redis_conf
         self.run_as: pwd.struct_passwd | None = None
         self.db_user = getpass.getuser()
         self.tmp: Path | None = None
@@ -470,25 +475,14 @@ class Services:
             self._check_interrupt()
             self.redis_port = free_port()
             log_offset = self.redis_log.stat().st_size if self.redis_log.exists() else 0
+            persistence = ["--save", "", "--appendonly", "no"]
+            argv = [self.redis_bin, *([str(self.redis_conf)] if self.redis_conf else [])]
+            argv += ["--port", str(self.redis_port), "--bind", "127.0.0.1"]
+            argv += [] if self.redis_conf else persistence
+            argv += ["--daemonize", "no", "--dir", str(redis_dir), "--logfile", ""]
             with open(self.redis_log, "ab") as logf:
                 self.redis_proc = subprocess.Popen(
-                    [
-                        self.redis_bin,
-                        "--port",
-                        str(self.redis_port),
-                        "--bind",
-                        "127.0.0.1",
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                        "--daemonize",
-                        "no",
-                        "--dir",
-                        str(redis_dir),
-                        "--logfile",
-                        "",
-                    ],
+                    argv,
                     stdin=subprocess.DEVNULL,
                     stdout=logf,
                     stderr=subprocess.STDOUT,
