@@ -163,6 +163,8 @@ AGENTOPS_SERVE_STATIC = env_bool("AGENTOPS_SERVE_STATIC", True)
 #: step's ``expires_after`` overrides it.
 AGENTOPS_APPROVAL_EXPIRY_SECONDS = env_number("AGENTOPS_APPROVAL_EXPIRY_SECONDS", 0, minimum=0)
 AGENTOPS_DEVICE_DIR = Path(env_str("AGENTOPS_DEVICE_DIR", str(VAR_DIR / "devices")))
+#: Simulated devices keep only this many newest calls in their log.
+AGENTOPS_SIM_CALL_LOG_MAX = int(env_number("AGENTOPS_SIM_CALL_LOG_MAX", 1000, minimum=10))
 # Context assembly (docs/data-safety.md): summarise older history once the part not yet
 # covered by a summary counts more than this many tokens, keeping the newest
 # AGENTOPS_CONTEXT_RECENT_MESSAGES messages in full; tokens by AGENTOPS_TOKEN_COUNTER.
