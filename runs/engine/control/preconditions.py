@@ -4,8 +4,10 @@ A run's tag (``run_etag``) is ``"<version>.<generation>.<budget digest>"``: what
 operator's decision rests on. Every status change bumps ``version``, a resume from a
 checkpoint bumps ``generation``, a budget raise changes the limits; so every action
 that succeeds gives a new tag, while a worker streaming tokens or finishing a step
-without a status change does not (a client need not chase a busy run to cancel it). ``expect(run_id, tag)`` makes the action inside it conditional: the
-first ``run_transaction`` on that run compares the tag *after* locking the row, so of
+without a status change does not (a client need not chase a busy run to cancel it).
+
+``expect(run_id, tag)`` makes the action inside it conditional: the first
+``run_transaction`` on that run compares the tag *after* locking the row, so of
 several concurrent requests holding the same tag exactly one proceeds and the others
 get ``ControlError("run_changed")``; nothing is checked before the lock (no
 read-then-write race). Once the action has written (its transaction flushed events), its

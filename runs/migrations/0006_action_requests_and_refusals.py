@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0004_summaries_and_queued_messages'),
+        ('runs', '0005_worker_liveness'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
