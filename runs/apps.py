@@ -15,6 +15,8 @@ class RunsConfig(AppConfig):
 
         _register_sweep_tasks()
         # Registers the thread-queue hook and sweep task, and the durability check.
+        # Bounds lock and statement waits on every PostgreSQL connection.
+        import agentops.db_session  # noqa: F401
         from runs import checks  # noqa: F401
 
 
