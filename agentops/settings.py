@@ -110,6 +110,9 @@ REDIS_URL = env_str("REDIS_URL") or None
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL or "redis://127.0.0.1:6379/0", "DEFAULT_TIMEOUT": 3600},
 }
+# Without Redis, dispatch runs from the database: django-rq's admin dashboard would only
+# fail to reach a Redis nobody configured, so it is not registered at all.
+RQ_SHOW_ADMIN_LINK = REDIS_URL is not None
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
