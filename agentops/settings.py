@@ -149,6 +149,11 @@ AGENTOPS_SWEEP_SECONDS = env_number("AGENTOPS_SWEEP_SECONDS", 5, minimum=0.1)
 AGENTOPS_RENOTIFY_SECONDS = env_number("AGENTOPS_RENOTIFY_SECONDS", 15, minimum=0.1)
 AGENTOPS_SWEEP_BATCH = int(env_number("AGENTOPS_SWEEP_BATCH", 200, minimum=1))
 AGENTOPS_STUCK_SECONDS = env_number("AGENTOPS_STUCK_SECONDS", 600, minimum=1)
+# Worker liveness (runs/engine/execution/liveness.py): workers learn that a step's owner
+# died from a PostgreSQL session lock (or its pid on SQLite) and re-claim its step within
+# about AGENTOPS_LIVENESS_SECONDS instead of waiting for the lease. Off: the lease decides.
+AGENTOPS_LIVENESS = env_bool("AGENTOPS_LIVENESS", True)
+AGENTOPS_LIVENESS_SECONDS = env_number("AGENTOPS_LIVENESS_SECONDS", 0.5, minimum=0.05)
 # Client API (docs/api.md): request body limit in bytes (413 above it), run creations
 # allowed per token per period (429 above it), SSE poll and heartbeat intervals in
 # seconds, and the bearer token /metrics requires (unset: /metrics answers 403).
