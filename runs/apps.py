@@ -19,6 +19,8 @@ class RunsConfig(AppConfig):
         import runs.engine.control.preconditions  # noqa: F401
 
         # Registers the thread-queue hook and sweep task, and the durability check.
+        # Bounds lock and statement waits on every PostgreSQL connection.
+        import agentops.db_session  # noqa: F401
         from runs import checks  # noqa: F401
 
 

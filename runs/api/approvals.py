@@ -12,7 +12,16 @@ from runs.api.errors import not_found
 from runs.api.schemas import ApprovalOut, DecideIn, Error
 
 router = Router(tags=["approvals"])
-ERRORS = {400: Error, 401: Error, 403: Error, 404: Error, 409: Error, 413: Error, 422: Error}
+ERRORS = {
+    400: Error,
+    401: Error,
+    403: Error,
+    404: Error,
+    409: Error,
+    413: Error,
+    422: Error,
+    503: Error,
+}
 
 
 def _document(a: Approval) -> dict:

@@ -52,6 +52,7 @@ ERRORS = {
     413: Error,
     422: Error,
     429: Error,
+    503: Error,
 }
 
 
