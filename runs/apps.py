@@ -10,12 +10,29 @@ class RunsConfig(AppConfig):
         from runs.workflows import registry
 
         registry.autodiscover()
+        _check_token_counter()
         # Registers the sweeper task that finishes interrupted compensations.
         import runs.engine.effects.compensation  # noqa: F401
 
         _register_sweep_tasks()
         # Registers the thread-queue hook and sweep task, and the durability check.
         from runs import checks  # noqa: F401
+
+
+def _check_token_counter() -> None:
+    """A token counter that cannot be imported stops start-up, not the first summary."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+    from django.utils.module_loading import import_string
+
+    try:
+        counter = import_string(settings.AGENTOPS_TOKEN_COUNTER)
+    except ImportError as exc:
+        raise ImproperlyConfigured(f"AGENTOPS_TOKEN_COUNTER: {exc}") from None
+    if not callable(counter):
+        raise ImproperlyConfigured(
+            f"AGENTOPS_TOKEN_COUNTER={settings.AGENTOPS_TOKEN_COUNTER!r} is not callable"
+        )
 
 
 def _register_sweep_tasks() -> None:
