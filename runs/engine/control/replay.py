@@ -20,7 +20,7 @@ audit record: who replayed what, why, from which checkpoint, reusing what.
 """
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -206,10 +206,11 @@ def replay_run(
     reuse.check_choice(reexecute, reason)
     plan = plan_replay(run, checkpoint, reexecute=reexecute)
     cp = plan.checkpoint
-    with transaction.atomic():
-        # The original's row lock serialises concurrent replays of it (two bulk replays,
-        # a double click); the original itself is not written.
-        original = Run.objects.select_for_update().get(pk=run.pk)
+    # The original's row lock serialises concurrent replays of it (two bulk replays, a
+    # double click) and checks a client's precondition; it writes nothing to the
+    # original (no event is queued on it).
+    with run_transaction(run.pk) as locked:
+        original = locked.run
         earlier = list(original.replays.values_list("pk", flat=True))
         if earlier and not again:
             raise ControlError(
@@ -320,7 +321,8 @@ def bulk_candidates(
             Exists(failing) | Exists(Run.objects.filter(pk=OuterRef("pk"), error_code=error_code))
         )
     if since is not None:
-        runs = runs.filter(created_at__gte=since)
+        # A time without an offset is UTC, as everywhere in the API and the CLI.
+        runs = runs.filter(created_at__gte=since if since.tzinfo else since.replace(tzinfo=UTC))
     if not again:
         runs = runs.filter(~replayed())
     return runs.order_by("created_at", "pk")
