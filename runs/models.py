@@ -110,6 +110,13 @@ class Run(models.Model):
     compensation_status = models.CharField(max_length=10, blank=True, default="")
     #: ``{"reason", "steps": [{"step", "status", "detail"}], "manual_review": [...]}``.
     compensation = models.JSONField(default=dict, blank=True)
+    #: The finished run this one replays (``runs.engine.control.replay``), and the name
+    #: of the original's checkpoint it started from; the original lists its replays
+    #: through ``replays`` and is itself never changed.
+    replay_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
+    )
+    replay_checkpoint = models.CharField(max_length=120, blank=True, default="")
 
     class Meta:
         permissions = [
@@ -396,6 +403,11 @@ class Operation(models.Model):
     result = models.JSONField(null=True, blank=True)
     external_ref = models.CharField(max_length=200, blank=True, default="")
     attempt = models.PositiveIntegerField(default=0)
+    #: The SUCCEEDED operation whose recorded result this row carries over into a resumed
+    #: generation or a replay (``runs.engine.control.reuse``): the call is not made again.
+    reused_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 
