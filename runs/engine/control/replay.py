@@ -19,6 +19,7 @@ The event ``run.replay_created`` on the new run, with the operator as actor, is 
 audit record: who replayed what, why, from which checkpoint, reusing what.
 """
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -81,9 +82,9 @@ class ReplayPlan:
         }
 
 
-def _checkpoints(run: Run) -> list[Checkpoint]:
-    """The run's checkpoints that can start work, newest first: not of a superseded
-    step, with a next step, of the run's live generations."""
+def replayable_checkpoints(run: Run) -> list[Checkpoint]:
+    """The run's checkpoints a replay can start from, newest first: not of a superseded
+    step, with a next step."""
     return [
         cp
         for cp in Checkpoint.objects.filter(run=run).select_related("step").order_by("-pk")
@@ -111,7 +112,7 @@ def default_checkpoint(run: Run) -> Checkpoint:
     """The last checkpoint before the run's failed (or cancelled) step; for a run whose
     steps all succeeded, its first checkpoint (the whole run again, a fork). Raises
     ``ControlError`` ``nothing_to_replay`` when the run has no checkpoint to start from."""
-    candidates = _checkpoints(run)
+    candidates = replayable_checkpoints(run)
     if not candidates:
         raise ControlError("nothing_to_replay", "the run has no checkpoint to start from")
     failed = _first_unfinished(run)
@@ -128,7 +129,7 @@ def find_checkpoint(run: Run, name: str | None) -> Checkpoint:
     ``ControlError`` ``unknown_checkpoint`` listing the names that exist."""
     if not name:
         return default_checkpoint(run)
-    candidates = _checkpoints(run)
+    candidates = replayable_checkpoints(run)
     for cp in candidates:
         if cp.name == name:
             return cp
@@ -292,7 +293,7 @@ def replayed():
 
 def bulk_candidates(
     *,
-    status: str = RunStatus.FAILED,
+    status: str | Collection[str] = RunStatus.FAILED,
     workflow: str | None = None,
     error_code: str | None = None,
     since: datetime | None = None,
@@ -300,17 +301,21 @@ def bulk_candidates(
     queryset: QuerySet[Run] | None = None,
 ) -> QuerySet[Run]:
     """The finished runs a bulk replay takes, oldest first: in ``status`` (FAILED,
-    CANCELLED or SUCCEEDED), of ``workflow``, whose failing step (or the run) has
-    ``error_code``, created at or after ``since``, not replayed already unless
-    ``again``; within ``queryset`` when given (the console's current filter). Raises
-    ``ControlError`` ``invalid_status`` for a status that is not terminal."""
-    if status not in RUN_TERMINAL:
+    CANCELLED or SUCCEEDED, or several of them), of ``workflow``, whose failing step (or
+    the run) has ``error_code``, created at or after ``since``, not replayed already
+    unless ``again``; within ``queryset`` when given (the console's current filter).
+    Raises ``ControlError`` ``invalid_status`` for a status that is not terminal."""
+    statuses = {status} if isinstance(status, str) else set(status)
+    if not statuses or not statuses <= RUN_TERMINAL:
         raise ControlError(
             "invalid_status",
-            f"only finished runs replay; {status!r} is not SUCCEEDED, FAILED or CANCELLED",
+            f"only finished runs replay; {', '.join(sorted(statuses - RUN_TERMINAL)) or 'no state'}"
+            " is not SUCCEEDED, FAILED or CANCELLED",
             {"status": "one of SUCCEEDED, FAILED, CANCELLED"},
         )
-    runs = (queryset if queryset is not None else Run.objects.all()).filter(status=status)
+    runs = (queryset if queryset is not None else Run.objects.all()).filter(
+        status__in=sorted(statuses)
+    )
     if workflow:
         runs = runs.filter(workflow=workflow)
     if error_code:
