@@ -83,4 +83,4 @@ def test_it_refuses_an_unknown_log_format(tmp_path):
     env["AGENTOPS_LOG_FORMAT"] = "xml"
     proc = manage(env, "check")
     assert proc.returncode != 0
-    assert "AGENTOPS_LOG_FORMAT='xml' must be 'plain' or 'json'" in proc.stderr
+    assert "AGENTOPS_LOG_FORMAT='xml' is not one of plain, json" in proc.stderr
