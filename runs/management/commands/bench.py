@@ -19,9 +19,24 @@ class Command(BaseCommand):
         parser.add_argument("--workers", type=int, default=4, help="worker processes")
         parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
         parser.add_argument("--kills", type=int, default=3, help="SIGKILLs for recovery")
-        parser.add_argument("--console-runs", type=int, default=100_000)
-        parser.add_argument("--events-per-run", type=int, default=10)
-        parser.add_argument("--pg-seconds", type=float, default=5.0)
+        parser.add_argument(
+            "--console-runs",
+            type=int,
+            default=100_000,
+            help="runs seeded for the console part (default 100000)",
+        )
+        parser.add_argument(
+            "--events-per-run",
+            type=int,
+            default=10,
+            help="events per seeded console run (default 10)",
+        )
+        parser.add_argument(
+            "--pg-seconds",
+            type=float,
+            default=5.0,
+            help="seconds of the raw PostgreSQL part (default 5)",
+        )
 
     def handle(self, *args, **opts):
         if opts["steps"] < 1 or opts["workers"] < 1:
