@@ -10,12 +10,17 @@ class RunsConfig(AppConfig):
         from runs.workflows import registry
 
         registry.autodiscover()
+        # Registers the run-lock hook that checks clients' If-Match preconditions.
+        import runs.engine.control.preconditions  # noqa: F401
+
         _check_token_counter()
         # Registers the sweeper task that finishes interrupted compensations.
         import runs.engine.effects.compensation  # noqa: F401
 
         _register_sweep_tasks()
         # Registers the thread-queue hook and sweep task, and the durability check.
+        # Bounds lock and statement waits on every PostgreSQL connection.
+        import agentops.db_session  # noqa: F401
         from runs import checks  # noqa: F401
 
 
@@ -36,10 +41,11 @@ def _check_token_counter() -> None:
 
 
 def _register_sweep_tasks() -> None:
-    """Sweeper tasks beyond leases and notifications (issue 4): finish cancels whose
-    worker died, and flag stuck runs."""
+    """Sweeper tasks beyond leases and notifications: finish cancels whose
+    worker died, flag stuck runs, and release the steps of workers known to be dead."""
     from runs.engine.control import cancel
-    from runs.engine.execution import sweeper, watchdog
+    from runs.engine.execution import liveness, sweeper, watchdog
 
     sweeper.EXTRA_TASKS.setdefault("cancels_finished", cancel.finish_requested_cancels)
     sweeper.EXTRA_TASKS.setdefault("stuck_flagged", watchdog.flag_stuck_runs)
+    sweeper.EXTRA_TASKS.setdefault("dead_owners", liveness.release_dead_owners)
