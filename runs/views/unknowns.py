@@ -31,7 +31,7 @@ def unknown_rows() -> list[dict]:
     steps = list(
         Step.objects.filter(status=StepStatus.UNKNOWN, run__status__in=NON_TERMINAL_STATES)
         .select_related("run", "run__thread")
-        .order_by("created_at")[:200]
+        .order_by("created_at", "pk")[:200]
     )
     ids = [s.pk for s in steps]
     operations: dict[int, Operation] = {}

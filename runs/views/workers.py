@@ -17,12 +17,14 @@ RECENTLY_STOPPED = 20
 def workers(request):
     """Live workers (not stopped) with heartbeat age and held steps; recently stopped ones."""
     now = db_now()
-    live = list(WorkerProcess.objects.filter(stopped_at__isnull=True).order_by("-heartbeat_at"))
+    live = list(
+        WorkerProcess.objects.filter(stopped_at__isnull=True).order_by("-heartbeat_at", "-pk")
+    )
     held: dict[str, list[Step]] = {}
     for step in (
         Step.objects.filter(status=StepStatus.RUNNING, owner__in=[w.worker_id for w in live])
         .select_related("run")
-        .order_by("lease_until")
+        .order_by("lease_until", "pk")
     ):
         held.setdefault(step.owner, []).append(step)
     silent_after = timedelta(seconds=max(10, settings.AGENTOPS_LEASE_SECONDS))
@@ -31,7 +33,7 @@ def workers(request):
         worker.silent = now - worker.heartbeat_at > silent_after
         worker.heartbeat_age = (now - worker.heartbeat_at).total_seconds()
     stopped = list(
-        WorkerProcess.objects.filter(stopped_at__isnull=False).order_by("-stopped_at")[
+        WorkerProcess.objects.filter(stopped_at__isnull=False).order_by("-stopped_at", "-pk")[
             :RECENTLY_STOPPED
         ]
     )
