@@ -10,6 +10,9 @@ class RunsConfig(AppConfig):
         from runs.workflows import registry
 
         registry.autodiscover()
+        # Registers the run-lock hook that checks clients' If-Match preconditions.
+        import runs.engine.control.preconditions  # noqa: F401
+
         _check_token_counter()
         # Registers the sweeper task that finishes interrupted compensations.
         import runs.engine.effects.compensation  # noqa: F401

@@ -66,6 +66,7 @@ def live_context(run: Run) -> dict:
         "timeline_limit": TIMELINE_LIMIT,
         "budget": budget_rows(run),
         "open_takeover": Takeover.objects.filter(run=run, status=Takeover.Status.OPEN).first(),
+        "replays": list(run.replays.order_by("created_at").only("pk", "status")),
         "cancel_progress": cancel_progress(run) if run.status == RunStatus.CANCEL_REQUESTED else "",
     }
 
@@ -133,4 +134,6 @@ def artifact_download(request, artifact_id):
         handle, as_attachment=True, filename=artifact.name, content_type="application/octet-stream"
     )
     response["X-Content-Type-Options"] = "nosniff"
+    # Opened directly anyway (a browser ignoring the attachment): no script, no origin.
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
     return response
