@@ -28,7 +28,9 @@ def workforce(now: datetime | None = None) -> Workforce:
     """The workers and what they hold, measured against the database clock. A live worker
     whose heartbeat is older than the lease (at least 10 s) is flagged ``silent``."""
     now = now or db_now()
-    live = list(WorkerProcess.objects.filter(stopped_at__isnull=True).order_by("-heartbeat_at"))
+    live = list(
+        WorkerProcess.objects.filter(stopped_at__isnull=True).order_by("-heartbeat_at", "-pk")
+    )
     held: dict[str, list[Step]] = {}
     for step in (
         Step.objects.filter(status=StepStatus.RUNNING, owner__in=[w.worker_id for w in live])

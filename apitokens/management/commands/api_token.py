@@ -30,7 +30,7 @@ class Command(BaseCommand):
         self.stdout.write(raw)
 
     def _list(self, options):
-        tokens = ApiToken.objects.select_related("user").order_by("-created_at")
+        tokens = ApiToken.objects.select_related("user").order_by("-created_at", "-pk")
         if options["username"]:
             tokens = tokens.filter(user__username=options["username"])
         for t in tokens:
