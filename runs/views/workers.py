@@ -5,6 +5,7 @@ from datetime import timedelta
 from django.conf import settings
 
 from runs.console.access import console_view, render_page
+from runs.console.charts import workers_chart
 from runs.engine.state.clock import db_now
 from runs.models import Step, WorkerProcess
 from runs.states import StepStatus
@@ -35,9 +36,7 @@ def workers(request):
             :RECENTLY_STOPPED
         ]
     )
-    return render_page(
-        request,
-        "console/workers.html",
-        "partials/worker_rows.html",
-        {"live": live, "stopped": stopped, "now": now},
-    )
+    context = {"live": live, "stopped": stopped, "now": now}
+    if not request.htmx:
+        context["chart"] = workers_chart(now)
+    return render_page(request, "console/workers.html", "partials/worker_rows.html", context)
