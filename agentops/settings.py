@@ -9,6 +9,8 @@
 
 from pathlib import Path
 
+from csp.constants import NONE, SELF
+
 from django.core.exceptions import ImproperlyConfigured
 
 from agentops.env import (
@@ -51,9 +53,12 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "runs.api.middleware.ApiBodyLimitMiddleware",
     "agentops.middleware.DatabaseBusyMiddleware",
+    # Innermost: records refused (403/409) actions with the reason the view gave.
+    "runs.refusals.RefusalAuditMiddleware",
 ]
 
 ROOT_URLCONF = "agentops.urls"
@@ -137,6 +142,29 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 
+# Browser security headers on every page (console, admin, login). Scripts and styles
+# come only from this origin, nothing inline (htmx's own indicator <style> is turned off
+# in base.html and lives in console.css), no plugins, no framing, forms post here only.
+# The browsable API docs load Swagger UI from a CDN with an inline script: excluded.
+CONTENT_SECURITY_POLICY = {
+    "EXCLUDE_URL_PREFIXES": ["/api/v1/docs"],
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "font-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 MEDIA_ROOT = Path(env_str("AGENTOPS_MEDIA_ROOT", str(VAR_DIR / "artifacts")))
@@ -177,6 +205,15 @@ AGENTOPS_SERVE_STATIC = env_bool("AGENTOPS_SERVE_STATIC", True)
 #: Default lifetime of an approval request; 0 means approvals never expire. An approval
 #: step's ``expires_after`` overrides it.
 AGENTOPS_APPROVAL_EXPIRY_SECONDS = env_number("AGENTOPS_APPROVAL_EXPIRY_SECONDS", 0, minimum=0)
+#: Approval policy (approvals/policy.py): workflows whose runs their own starter may
+#: approve (comma-separated names; empty: none, the four-eyes default), and whether a
+#: superuser may decide without holding the approver role.
+AGENTOPS_SELF_APPROVAL_WORKFLOWS = frozenset(
+    name.strip()
+    for name in (env_str("AGENTOPS_SELF_APPROVAL_WORKFLOWS", "") or "").split(",")
+    if name.strip()
+)
+AGENTOPS_SUPERUSER_DECIDES = env_bool("AGENTOPS_SUPERUSER_DECIDES", False)
 AGENTOPS_DEVICE_DIR = Path(env_str("AGENTOPS_DEVICE_DIR", str(VAR_DIR / "devices")))
 #: Simulated devices keep only this many newest calls in their log.
 AGENTOPS_SIM_CALL_LOG_MAX = int(env_number("AGENTOPS_SIM_CALL_LOG_MAX", 1000, minimum=10))

@@ -168,7 +168,7 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
         Step.objects.filter(
             status=StepStatus.SUCCEEDED, finished_at__gte=day_ago, started_at__isnull=False
         )
-        .order_by("-finished_at")
+        .order_by("-finished_at", "-pk")
         .values_list("name", "started_at", "finished_at")[:DURATION_SAMPLE]
     ):
         durations.setdefault(name, []).append(_seconds(finished - started))
