@@ -4,7 +4,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.drills.bench import format_table, run_bench
+from runs.drills.bench import PARTS, format_table, run_bench
 from runs.drills.sandbox import SandboxError
 
 
@@ -16,9 +16,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--steps", type=int, default=2000, help="no-op steps in all")
-        parser.add_argument("--workers", type=int, default=4, help="worker processes")
+        parser.add_argument("--workers", type=int, default=2, help="worker processes")
         parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
-        parser.add_argument("--kills", type=int, default=3, help="SIGKILLs for recovery")
+        parser.add_argument("--kills", type=int, default=5, help="SIGKILLs for recovery")
+        parser.add_argument("--stops", type=int, default=2, help="SIGSTOPs for the lease fallback")
+        parser.add_argument(
+            "--only",
+            default=",".join(PARTS),
+            help=f"comma-separated parts to run (default all: {','.join(PARTS)})",
+        )
         parser.add_argument("--console-runs", type=int, default=100_000)
         parser.add_argument("--events-per-run", type=int, default=10)
         parser.add_argument("--pg-seconds", type=float, default=5.0)
@@ -26,6 +32,10 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         if opts["steps"] < 1 or opts["workers"] < 1:
             raise CommandError("--steps and --workers must be at least 1")
+        only = tuple(p.strip() for p in opts["only"].split(",") if p.strip())
+        unknown = sorted(set(only) - set(PARTS))
+        if unknown or not only:
+            raise CommandError(f"--only: unknown part(s) {unknown}; choose from {','.join(PARTS)}")
 
         def say(line: str) -> None:
             self.stderr.write(f"bench: {line}")
@@ -35,6 +45,8 @@ class Command(BaseCommand):
                 steps=opts["steps"],
                 workers=opts["workers"],
                 kills=opts["kills"],
+                stops=opts["stops"],
+                only=only,
                 pg_seconds=opts["pg_seconds"],
                 console_runs=opts["console_runs"],
                 events_per_run=opts["events_per_run"],
