@@ -15,7 +15,12 @@ class RunsConfig(AppConfig):
         import runs.engine.effects.compensation  # noqa: F401
 
         _register_sweep_tasks()
+        # Registers the run-lock hook that checks clients' If-Match preconditions.
+        import runs.engine.control.preconditions  # noqa: F401
+
         # Registers the thread-queue hook and sweep task, and the durability check.
+        # Bounds lock and statement waits on every PostgreSQL connection.
+        import agentops.db_session  # noqa: F401
         from runs import checks  # noqa: F401
 
 

@@ -3,6 +3,7 @@
 from typing import Any
 
 from runs.engine.control.lifecycle import open_step
+from runs.engine.control.preconditions import run_etag
 from runs.models import Event, Message, Run, Step
 from runs.states import RUN_TERMINAL
 
@@ -10,6 +11,7 @@ from runs.states import RUN_TERMINAL
 def run_summary(run: Run) -> dict[str, Any]:
     return {
         "id": run.pk,
+        "etag": run_etag(run),
         "thread_id": run.thread.thread_id,
         "workflow": run.workflow,
         "workflow_version": run.workflow_version,

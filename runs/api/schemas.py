@@ -78,6 +78,9 @@ class Budget(Schema):
 
 class RunSummary(Schema):
     id: UUID
+    etag: str = Field(
+        description="the run's entity tag: send it as If-Match with an action on the run"
+    )
     thread_id: str
     workflow: str
     workflow_version: int
@@ -167,6 +170,21 @@ class ResumeIn(Strict):
     checkpoint: StrictStr = Field(min_length=1, max_length=120)
     input_patch: dict[str, Any] | None = None
     reason: StrictStr = Field("", max_length=2000)
+
+
+class RetryIn(Strict):
+    reason: StrictStr = Field(min_length=1, max_length=2000)
+
+
+class BudgetRaiseIn(Strict):
+    """Amounts to add; at least one must be positive."""
+
+    reason: StrictStr = Field(min_length=1, max_length=2000)
+    add_model_calls: StrictInt = Field(0, ge=0, le=1_000_000)
+    add_tool_calls: StrictInt = Field(0, ge=0, le=1_000_000)
+    add_cost_usd: Decimal = Field(
+        Decimal("0"), ge=0, max_digits=12, decimal_places=6, description="USD"
+    )
 
 
 class ResolveIn(Strict):

@@ -123,7 +123,7 @@ def engine_figures(rows: list[tuple], counts: list[dict], **about) -> dict:
         **about,
         "steps": len(rows),
         "elapsed_s": round(elapsed, 3),
-        "steps_per_s": round(len(rows) / elapsed, 1),
+        "steps_per_s": round(len(rows) / elapsed, 1) if elapsed > 0 else None,
         "latency_ms": {
             "p50": _ms(percentile(chained, 50)),
             "p95": _ms(percentile(chained, 95)),
@@ -159,6 +159,13 @@ def bench_sqlite(steps: int, workers: int, say) -> dict:
     runs = max(1, math.ceil(steps / BENCH_STEPS))
     say(f"embedded SQLite: {runs} runs x {BENCH_STEPS} no-op steps, {workers} polling workers")
     root = Path(tempfile.mkdtemp(prefix="agentops-bench-sqlite-"))
+    try:
+        return _bench_sqlite_in(root, runs, workers)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _bench_sqlite_in(root: Path, runs: int, workers: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(
         {
@@ -178,26 +185,32 @@ def bench_sqlite(steps: int, workers: int, say) -> dict:
     )
     subprocess.run([*manage, "shell", "-v", "0", "-c", start], check=True, **run_opts)
     probes = [root / f"probe-{i}.json" for i in range(workers)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "runs.drills.probe", str(probe), "worker", "--mode", "db"],
-            env=env,
-            cwd=settings.BASE_DIR,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        for probe in probes
-    ]
     total = runs * BENCH_STEPS
+    procs: list[subprocess.Popen] = []
     db = sqlite3.connect(root / "bench.sqlite3", timeout=30)
-
-    def succeeded() -> int:
-        return db.execute("SELECT count(*) FROM runs_step WHERE status = 'SUCCEEDED'").fetchone()[0]
-
     try:
-        done = wait_until(lambda: succeeded() >= total, timeout=max(120, total / 10), interval=0.5)
+        for probe in probes:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "runs.drills.probe", str(probe), "worker"]
+                    + ["--mode", "db"],
+                    env=env,
+                    cwd=settings.BASE_DIR,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
+        done = wait_until(
+            lambda: db.execute(
+                "SELECT count(*) FROM runs_step WHERE status = 'SUCCEEDED'"
+            ).fetchone()[0]
+            >= total,
+            timeout=max(120, total / 10),
+            interval=0.5,
+        )
     finally:
+        # SIGTERM: each worker finishes its step and its probe writes the counts.
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         for proc in procs:
@@ -216,7 +229,6 @@ def bench_sqlite(steps: int, workers: int, say) -> dict:
     ]
     db.close()
     counts = [json.loads(p.read_text()) for p in probes if p.exists()]
-    shutil.rmtree(root, ignore_errors=True)
     return engine_figures(rows, counts, runs=runs, workers=workers, completed=bool(done))
 
 
@@ -511,7 +523,11 @@ def _console_targets() -> tuple[str, list[tuple[str, str]]]:
         admin.site.register(Run, BenchRunAdmin)
         clear_url_caches()
         importlib.reload(importlib.import_module(settings.ROOT_URLCONF))
-    run = Run.objects.filter(status=RunStatus.FAILED).order_by("-created_at").first()
+    # A FAILED run when the seed has one (1 in 20), else the newest run.
+    run = (
+        Run.objects.filter(status=RunStatus.FAILED).order_by("-created_at", "-pk").first()
+        or Run.objects.order_by("-created_at", "-pk").first()
+    )
     try:
         return "console", [
             ("overview", reverse("console:overview")),
@@ -591,13 +607,15 @@ def run_bench(
             result["machine"] = machine()
             result["engine"] = bench_engine(box, steps, workers, say)
             result["raw_rq"] = bench_raw_rq(box, result["engine"]["steps"], workers, say)
-            result["raw_postgres"] = bench_raw_postgres(box, workers, pg_seconds, say)
+            result["raw_postgres"] = (
+                bench_raw_postgres(box, workers, pg_seconds, say)
+                if pg_seconds > 0
+                else {"skipped": "--pg-seconds 0"}
+            )
         engine = result["engine"]["steps_per_s"]
         result["ratios"] = {
-            "engine_vs_raw_rq": round(engine / result["raw_rq"]["jobs_per_s"], 3)
-            if result["raw_rq"].get("jobs_per_s")
-            else None,
-            "engine_vs_raw_postgres": round(engine / result["raw_postgres"]["tx_per_s"], 3),
+            "engine_vs_raw_rq": _ratio(engine, result["raw_rq"].get("jobs_per_s")),
+            "engine_vs_raw_postgres": _ratio(engine, result["raw_postgres"].get("tx_per_s")),
         }
     if "engine_1" in only:
         with Sandbox("bench1") as box:
@@ -606,15 +624,30 @@ def run_bench(
     if "sqlite" in only:
         result["sqlite"] = bench_sqlite(min(steps, 1000), workers, say)
     if "recovery" in only:
-        with Sandbox("recovery") as box:
-            result["recovery"] = bench_recovery(box, kills, stagger=1.5, say=say)
+        if kills > 0:
+            with Sandbox("recovery") as box:
+                result["recovery"] = bench_recovery(box, kills, stagger=1.5, say=say)
+        else:
+            result["recovery"] = {"skipped": "--kills 0"}
     if "lease_fallback" in only:
-        with Sandbox("fallback") as box:
-            result["lease_fallback"] = bench_lease_fallback(box, stops, say=say)
+        if stops > 0:
+            with Sandbox("fallback") as box:
+                result["lease_fallback"] = bench_lease_fallback(box, stops, say=say)
+        else:
+            result["lease_fallback"] = {"skipped": "--stops 0"}
     if "console" in only:
-        with Sandbox("console") as box:
-            result["console"] = bench_console(console_runs, events_per_run, console_requests, say)
+        if console_runs > 0:
+            with Sandbox("console") as box:
+                result["console"] = bench_console(
+                    console_runs, events_per_run, console_requests, say
+                )
+        else:
+            result["console"] = {"skipped": "--console-runs 0"}
     return result
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
 
 
 def _engine_rows(label: str, e: dict) -> list[tuple]:
@@ -635,19 +668,25 @@ def _engine_rows(label: str, e: dict) -> list[tuple]:
     ]
 
 
+def _skipped(label: str, part: dict) -> list[tuple]:
+    return [(label, "skipped", part["skipped"])] if "skipped" in part else []
+
+
 def format_table(result: dict) -> str:
     """The human-readable table printed by ``manage.py bench`` (the parts that ran)."""
     rows: list[tuple] = []
     if "engine" in result:
         rq, pg, ratios = result["raw_rq"], result["raw_postgres"], result["ratios"]
         rows += _engine_rows("engine", result["engine"])
-        rows += [
-            ("raw RQ", f"no-op jobs/s (SimpleWorker x {rq['workers']})", rq["jobs_per_s"]),
+        rows.append(("raw RQ", f"no-op jobs/s (SimpleWorker x {rq['workers']})", rq["jobs_per_s"]))
+        rows += _skipped("raw Postgres", pg) or [
             (
                 "raw Postgres",
                 f"single-row UPDATE tx/s ({pg['connections']} connections)",
                 pg["tx_per_s"],
-            ),
+            )
+        ]
+        rows += [
             ("ratios", "engine / raw RQ", ratios["engine_vs_raw_rq"]),
             ("", "engine / raw PostgreSQL", ratios["engine_vs_raw_postgres"]),
         ]
@@ -657,25 +696,26 @@ def format_table(result: dict) -> str:
         rows += _engine_rows("SQLite", result["sqlite"])
     if "recovery" in result:
         rec = result["recovery"]
-        rows.append(
+        rows += _skipped("recovery", rec) or [
             (
                 "recovery",
                 f"SIGKILL to commit s p50 / max ({rec.get('kills')} kills, liveness)",
                 f"{rec.get('p50_s')} / {rec.get('max_s')} {rec.get('handed_over_by')}",
             )
-        )
+        ]
     if "lease_fallback" in result:
         fb = result["lease_fallback"]
-        rows.append(
+        rows += _skipped("lease fallbk", fb) or [
             (
                 "lease fallbk",
                 f"SIGSTOP to commit s max; lease end to commit ({fb.get('lease_s')} s lease)",
                 f"{fb.get('stop_to_commit_max_s')}; {fb.get('lease_end_to_commit_max_s')} "
                 f"{fb.get('handed_over_by')}",
             )
-        )
-    if "console" in result:
-        con = result["console"]
+        ]
+    con = result.get("console", {})
+    rows += _skipped("console", con)
+    if con and "skipped" not in con:
         rows.append(
             ("console", f"{con['source']}", f"{con['runs']:,} runs, {con['events']:,} events")
         )
