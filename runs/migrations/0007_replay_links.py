@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0004_summaries_and_queued_messages'),
+        ('runs', '0006_action_requests_and_refusals'),
     ]
 
     operations = [
