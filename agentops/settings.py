@@ -54,6 +54,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "runs.api.middleware.ApiBodyLimitMiddleware",
     "agentops.middleware.DatabaseBusyMiddleware",
+    # Innermost: records refused (403/409) actions with the reason the view gave.
+    "runs.refusals.RefusalAuditMiddleware",
 ]
 
 ROOT_URLCONF = "agentops.urls"
@@ -177,6 +179,15 @@ AGENTOPS_SERVE_STATIC = env_bool("AGENTOPS_SERVE_STATIC", True)
 #: Default lifetime of an approval request; 0 means approvals never expire. An approval
 #: step's ``expires_after`` overrides it.
 AGENTOPS_APPROVAL_EXPIRY_SECONDS = env_number("AGENTOPS_APPROVAL_EXPIRY_SECONDS", 0, minimum=0)
+#: Approval policy (approvals/policy.py): workflows whose runs their own starter may
+#: approve (comma-separated names; empty: none, the four-eyes default), and whether a
+#: superuser may decide without holding the approver role.
+AGENTOPS_SELF_APPROVAL_WORKFLOWS = frozenset(
+    name.strip()
+    for name in (env_str("AGENTOPS_SELF_APPROVAL_WORKFLOWS", "") or "").split(",")
+    if name.strip()
+)
+AGENTOPS_SUPERUSER_DECIDES = env_bool("AGENTOPS_SUPERUSER_DECIDES", False)
 AGENTOPS_DEVICE_DIR = Path(env_str("AGENTOPS_DEVICE_DIR", str(VAR_DIR / "devices")))
 #: Simulated devices keep only this many newest calls in their log.
 AGENTOPS_SIM_CALL_LOG_MAX = int(env_number("AGENTOPS_SIM_CALL_LOG_MAX", 1000, minimum=10))

@@ -15,6 +15,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, Max
 from django.db.models.functions import Now
 
 from approvals.models import Approval, Takeover
+from approvals.policy import check_decider
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Checkpoint, Run, Step, Thread
@@ -141,7 +142,8 @@ def decide(approval: Approval, *, decision: str, user, comment: str = "") -> App
     the matching route, in one transaction.
 
     Idempotent: the same decision again returns the approval unchanged (one decision,
-    one event). Raises ``PermissionDenied`` without ``approvals.decide_approval``,
+    one event). Raises what ``approvals.policy.check_decider`` raises (no approver
+    permission, a superuser without the role, self-approval),
     ``DecisionConflict`` for a different decision after the first (or on an expired or
     cancelled approval), ``ControlError("invalid_decision")`` for another word.
     """
@@ -151,8 +153,7 @@ def decide(approval: Approval, *, decision: str, user, comment: str = "") -> App
             f"decision must be approve or reject, not {decision!r}",
             {"decision": "must be approve or reject"},
         )
-    if not user.has_perm("approvals.decide_approval"):
-        raise PermissionDenied(f"{user.get_username()} may not decide approvals")
+    check_decider(approval, user)
     target = DECISIONS[decision]
     actor = user_actor(user)
     with run_transaction(approval.run_id) as tx:

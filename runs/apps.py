@@ -10,14 +10,14 @@ class RunsConfig(AppConfig):
         from runs.workflows import registry
 
         registry.autodiscover()
+        # Registers the run-lock hook that checks clients' If-Match preconditions.
+        import runs.engine.control.preconditions  # noqa: F401
+
         _check_token_counter()
         # Registers the sweeper task that finishes interrupted compensations.
         import runs.engine.effects.compensation  # noqa: F401
 
         _register_sweep_tasks()
-        # Registers the run-lock hook that checks clients' If-Match preconditions.
-        import runs.engine.control.preconditions  # noqa: F401
-
         # Registers the thread-queue hook and sweep task, and the durability check.
         # Bounds lock and statement waits on every PostgreSQL connection.
         import agentops.db_session  # noqa: F401

@@ -79,10 +79,14 @@ def _run_id_param(kwargs: dict[str, Any]):
 
 def conditional_action(
     run_of: Callable[[dict[str, Any]], Any] = _run_id_param,
+    *,
+    precondition: bool = True,
 ) -> Callable[[Callable], Callable]:
     """Decorate a state-changing API view (see the module docstring). ``run_of(kwargs)``
     gives the id of the run the action changes from the view's parameters (default:
-    ``run_id``); ``None`` (no such object) leaves the view to answer 404."""
+    ``run_id``); ``None`` (no such object) leaves the view to answer 404.
+    ``precondition=False`` is for an action on no single run (a bulk action over a
+    selection): it takes ``Idempotency-Key`` only, no ``If-Match``."""
 
     def decorator(view: Callable) -> Callable:
         signature = inspect.signature(view)
@@ -90,18 +94,22 @@ def conditional_action(
         response_param = next((p.name for p in params if p.annotation is HttpResponse), None)
         extra = [
             inspect.Parameter(
-                "if_match",
-                inspect.Parameter.KEYWORD_ONLY,
-                default=Header(..., alias="If-Match", description=IF_MATCH_DOC),
-                annotation=str,
-            ),
-            inspect.Parameter(
                 "idempotency_key",
                 inspect.Parameter.KEYWORD_ONLY,
                 default=Header(None, alias="Idempotency-Key", description=KEY_DOC),
                 annotation=str | None,
             ),
         ]
+        if precondition:
+            extra.insert(
+                0,
+                inspect.Parameter(
+                    "if_match",
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=Header(..., alias="If-Match", description=IF_MATCH_DOC),
+                    annotation=str,
+                ),
+            )
         if response_param is None:
             extra.append(
                 inspect.Parameter(
@@ -115,7 +123,7 @@ def conditional_action(
             if response_param is None:
                 kwargs.pop("response")
             try:
-                etag = preconditions.parse_if_match(if_match)
+                etag = preconditions.parse_if_match(if_match) if if_match is not None else None
             except ControlError as exc:
                 raise from_control(exc) from None
             check_idempotency_key(idempotency_key)

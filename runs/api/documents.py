@@ -25,6 +25,8 @@ def run_summary(run: Run) -> dict[str, Any]:
         "cancel_requested_at": run.cancel_requested_at,
         "error_code": run.error_code or None,
         "last_event_seq": run.event_seq,
+        "replay_of": run.replay_of_id,
+        "replay_checkpoint": run.replay_checkpoint or None,
     }
 
 
@@ -87,6 +89,7 @@ def run_document(run: Run) -> dict[str, Any]:
             }
             for s in steps
         ],
+        "replays": list(run.replays.order_by("created_at").values_list("pk", flat=True)),
     }
 
 

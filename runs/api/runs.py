@@ -261,11 +261,16 @@ def checkpoints(request, run_id: UUID):
     summary="What resuming from a checkpoint would re-run",
 )
 def resume_preview(
-    request, run_id: UUID, checkpoint: str = Query(..., min_length=1, max_length=120)
+    request,
+    run_id: UUID,
+    checkpoint: str = Query(..., min_length=1, max_length=120),
+    reexecute: bool = False,
 ):
-    """The steps that would run again and the side effects they could repeat; changes
-    nothing."""
-    return plan_resume(access.get_run(request.user, run_id), checkpoint).as_dict()
+    """The steps that would run again, each side effect whose recorded result the resume
+    reuses (with that result) and those that could repeat (all of them with
+    ``reexecute``); changes nothing."""
+    run = access.get_run(request.user, run_id)
+    return plan_resume(run, checkpoint, reexecute=reexecute).as_dict()
 
 
 @router.post(
@@ -282,6 +287,7 @@ def resume_run(request, run_id: UUID, payload: ResumeIn):
         actor=access.actor(request.user),
         input_patch=payload.input_patch,
         reason=payload.reason,
+        reexecute=payload.reexecute,
     )
     return run_document(run)
 

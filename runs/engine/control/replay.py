@@ -19,8 +19,9 @@ The event ``run.replay_created`` on the new run, with the operator as actor, is 
 audit record: who replayed what, why, from which checkpoint, reusing what.
 """
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -81,9 +82,9 @@ class ReplayPlan:
         }
 
 
-def _checkpoints(run: Run) -> list[Checkpoint]:
-    """The run's checkpoints that can start work, newest first: not of a superseded
-    step, with a next step, of the run's live generations."""
+def replayable_checkpoints(run: Run) -> list[Checkpoint]:
+    """The run's checkpoints a replay can start from, newest first: not of a superseded
+    step, with a next step."""
     return [
         cp
         for cp in Checkpoint.objects.filter(run=run).select_related("step").order_by("-pk")
@@ -111,7 +112,7 @@ def default_checkpoint(run: Run) -> Checkpoint:
     """The last checkpoint before the run's failed (or cancelled) step; for a run whose
     steps all succeeded, its first checkpoint (the whole run again, a fork). Raises
     ``ControlError`` ``nothing_to_replay`` when the run has no checkpoint to start from."""
-    candidates = _checkpoints(run)
+    candidates = replayable_checkpoints(run)
     if not candidates:
         raise ControlError("nothing_to_replay", "the run has no checkpoint to start from")
     failed = _first_unfinished(run)
@@ -128,7 +129,7 @@ def find_checkpoint(run: Run, name: str | None) -> Checkpoint:
     ``ControlError`` ``unknown_checkpoint`` listing the names that exist."""
     if not name:
         return default_checkpoint(run)
-    candidates = _checkpoints(run)
+    candidates = replayable_checkpoints(run)
     for cp in candidates:
         if cp.name == name:
             return cp
@@ -206,10 +207,11 @@ def replay_run(
     reuse.check_choice(reexecute, reason)
     plan = plan_replay(run, checkpoint, reexecute=reexecute)
     cp = plan.checkpoint
-    with transaction.atomic():
-        # The original's row lock serialises concurrent replays of it (two bulk replays,
-        # a double click); the original itself is not written.
-        original = Run.objects.select_for_update().get(pk=run.pk)
+    # The original's row lock serialises concurrent replays of it (two bulk replays, a
+    # double click) and checks a client's precondition; it writes nothing to the
+    # original (no event is queued on it).
+    with run_transaction(run.pk) as locked:
+        original = locked.run
         earlier = list(original.replays.values_list("pk", flat=True))
         if earlier and not again:
             raise ControlError(
@@ -291,7 +293,7 @@ def replayed():
 
 def bulk_candidates(
     *,
-    status: str = RunStatus.FAILED,
+    status: str | Collection[str] = RunStatus.FAILED,
     workflow: str | None = None,
     error_code: str | None = None,
     since: datetime | None = None,
@@ -299,17 +301,21 @@ def bulk_candidates(
     queryset: QuerySet[Run] | None = None,
 ) -> QuerySet[Run]:
     """The finished runs a bulk replay takes, oldest first: in ``status`` (FAILED,
-    CANCELLED or SUCCEEDED), of ``workflow``, whose failing step (or the run) has
-    ``error_code``, created at or after ``since``, not replayed already unless
-    ``again``; within ``queryset`` when given (the console's current filter). Raises
-    ``ControlError`` ``invalid_status`` for a status that is not terminal."""
-    if status not in RUN_TERMINAL:
+    CANCELLED or SUCCEEDED, or several of them), of ``workflow``, whose failing step (or
+    the run) has ``error_code``, created at or after ``since``, not replayed already
+    unless ``again``; within ``queryset`` when given (the console's current filter).
+    Raises ``ControlError`` ``invalid_status`` for a status that is not terminal."""
+    statuses = {status} if isinstance(status, str) else set(status)
+    if not statuses or not statuses <= RUN_TERMINAL:
         raise ControlError(
             "invalid_status",
-            f"only finished runs replay; {status!r} is not SUCCEEDED, FAILED or CANCELLED",
+            f"only finished runs replay; {', '.join(sorted(statuses - RUN_TERMINAL)) or 'no state'}"
+            " is not SUCCEEDED, FAILED or CANCELLED",
             {"status": "one of SUCCEEDED, FAILED, CANCELLED"},
         )
-    runs = (queryset if queryset is not None else Run.objects.all()).filter(status=status)
+    runs = (queryset if queryset is not None else Run.objects.all()).filter(
+        status__in=sorted(statuses)
+    )
     if workflow:
         runs = runs.filter(workflow=workflow)
     if error_code:
@@ -320,7 +326,8 @@ def bulk_candidates(
             Exists(failing) | Exists(Run.objects.filter(pk=OuterRef("pk"), error_code=error_code))
         )
     if since is not None:
-        runs = runs.filter(created_at__gte=since)
+        # A time without an offset is UTC, as everywhere in the API and the CLI.
+        runs = runs.filter(created_at__gte=since if since.tzinfo else since.replace(tzinfo=UTC))
     if not again:
         runs = runs.filter(~replayed())
     return runs.order_by("created_at", "pk")
