@@ -452,19 +452,22 @@ def _insert_select(model, source_sql: str, overrides: dict[str, str], params=())
         return cur.rowcount
 
 
-def seed_console(runs: int, events_per_run: int, say) -> dict:
-    """Bulk-insert ``runs`` runs over 1,000 threads and ``events_per_run`` events each,
+def seed_console(runs: int, events_per_run: int, say, *, open_permille: int = 30) -> dict:
+    """Bulk-insert ``runs`` runs over 1,000 threads (``open_permille`` per mille of them
+    not finished), 3 steps and ``events_per_run`` events each,
     server-side (INSERT ... SELECT over generate_series), one run every 30 s back in time
     (100,000 runs span 35 days)."""
     say(f"console: seeding {runs:,} runs and {runs * events_per_run:,} events")
     t0 = time.monotonic()
     _insert_select(Thread, "FROM generate_series(1, 1000) g", {"thread_id": "'seed-' || g"})
-    # 97% finished (90 succeeded, 5 failed, 2 cancelled), 3% open (running, paused,
-    # waiting for approval): what a deployment that has run for a while looks like.
+    # By default 97% finished (90 succeeded, 5 failed, 2 cancelled), 3% open (running,
+    # paused, waiting for approval): what a deployment that has run for a while looks like.
+    done = 1000 - open_permille
     statuses = (
-        "CASE WHEN mod(g, 100) < 90 THEN 'SUCCEEDED' WHEN mod(g, 100) < 95 THEN 'FAILED' "
-        "WHEN mod(g, 100) < 97 THEN 'CANCELLED' WHEN mod(g, 100) = 97 THEN 'RUNNING' "
-        "WHEN mod(g, 100) = 98 THEN 'PAUSED' ELSE 'WAITING_APPROVAL' END"
+        f"CASE WHEN mod(g, 1000) < {done - 70} THEN 'SUCCEEDED' "
+        f"WHEN mod(g, 1000) < {done - 20} THEN 'FAILED' "
+        f"WHEN mod(g, 1000) < {done} THEN 'CANCELLED' "
+        "ELSE (ARRAY['RUNNING','PAUSED','WAITING_APPROVAL'])[1 + mod(g, 3)] END"
     )
     _insert_select(
         Run,
@@ -497,10 +500,33 @@ def seed_console(runs: int, events_per_run: int, say) -> dict:
         },
         [events_per_run],
     )
+    # Three steps a run; the last one mirrors the run's state.
+    last_step = (
+        "CASE WHEN s < 3 OR r.status = 'SUCCEEDED' THEN 'SUCCEEDED' "
+        "WHEN r.status = 'RUNNING' THEN 'RUNNING' WHEN r.status = 'WAITING_APPROVAL' "
+        "THEN 'WAITING' WHEN r.status = 'CANCELLED' THEN 'CANCELLED' ELSE 'FAILED' END"
+    )
+    _insert_select(
+        Step,
+        "FROM runs_run r CROSS JOIN generate_series(1, 3) s",
+        {
+            "run_id": "r.id",
+            "name": "(ARRAY['plan','read_temperature','reply'])[s]",
+            "seq": "s",
+            "status": last_step,
+            "attempt": "1",
+            "not_before": "r.created_at",
+            "created_at": "r.created_at + make_interval(secs => s)",
+            "started_at": "r.created_at + make_interval(secs => s)",
+            "finished_at": "r.created_at + make_interval(secs => s + 1)",
+        },
+    )
     with connection.cursor() as cur:
-        cur.execute("ANALYZE")
+        # As autovacuum would have on a deployment this old (visibility map set).
+        cur.execute("VACUUM ANALYZE")
     return {
         "runs": Run.objects.count(),
+        "steps": Step.objects.count(),
         "events": Event.objects.count(),
         "seed_s": round(time.monotonic() - t0, 1),
     }
