@@ -85,7 +85,7 @@ def looping_run_ids(now: datetime, min_repeats: int | None = None) -> list:
     active_since = now - timedelta(seconds=settings.AGENTOPS_STUCK_SECONDS)
     candidates = (
         Run.objects.filter(status__in=PROGRESSING_STATES, last_event_at__gte=active_since)
-        .order_by("-last_event_at")
+        .order_by("-last_event_at", "-pk")
         .values("pk")[:LOOP_SCAN_RUNS]
     )
     return list(
@@ -246,7 +246,7 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
         .annotate(
             took=ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
         )
-        .order_by("-finished_at")[:DURATION_SAMPLE],
+        .order_by("-finished_at", "-pk")[:DURATION_SAMPLE],
         "name",
         "took",
         (0.5, 0.95),

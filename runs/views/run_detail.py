@@ -134,4 +134,6 @@ def artifact_download(request, artifact_id):
         handle, as_attachment=True, filename=artifact.name, content_type="application/octet-stream"
     )
     response["X-Content-Type-Options"] = "nosniff"
+    # Opened directly anyway (a browser ignoring the attachment): no script, no origin.
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
     return response
