@@ -12,11 +12,25 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Avg, Count, F, Min, OuterRef, Q, Subquery
+from django.db import connection
+from django.db.models import (
+    Avg,
+    Count,
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Min,
+    OuterRef,
+    Q,
+    Subquery,
+    Value,
+)
+from django.db.models.functions import Coalesce
 
 from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step
-from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus, StepStatus
+from runs.states import RUN_EXECUTABLE, RUN_STATE_EVENTS, RUN_TERMINAL, RunStatus, StepStatus
 
 #: Run states in which a run is expected to make progress by itself; a run in one of them
 #: with no event for ``AGENTOPS_STUCK_SECONDS`` is stuck even before the watchdog flags it.
@@ -27,8 +41,9 @@ PROGRESSING_STATES = (
     RunStatus.CANCEL_REQUESTED,
 )
 NON_TERMINAL_STATES = tuple(s for s in RunStatus.values if s not in RUN_TERMINAL)
-#: Event types written by a run status transition (``run.<status>``) or its creation.
-RUN_STATE_EVENTS = ["run.created", *(f"run.{s.lower()}" for s in RunStatus.values)]
+#: At most this many recently active runs are examined for a loop, so the check costs
+#: the same whatever the number of open runs.
+LOOP_SCAN_RUNS = 500
 
 #: Event types counted per time window, and the key each count is reported under.
 WINDOW_EVENTS = {
@@ -57,17 +72,29 @@ def stuck_q(now: datetime) -> Q:
     )
 
 
-def looping_run_ids(min_repeats: int | None = None):
-    """A queryset of ids of non-terminal runs whose current generation ran one step name
-    at least ``min_repeats`` times (``AGENTOPS_LOOP_REPEATS``): a workflow going round in
-    circles without finishing."""
+def looping_run_ids(now: datetime, min_repeats: int | None = None) -> list:
+    """Ids of runs going round in circles at ``now``: in a progressing state, with an
+    event within ``AGENTOPS_STUCK_SECONDS`` (a quieter run is reported stuck instead, see
+    ``stuck_q``), whose current generation ran one step name at least ``min_repeats``
+    times (``AGENTOPS_LOOP_REPEATS``).
+
+    Bounded: only the ``LOOP_SCAN_RUNS`` most recently active such runs are examined
+    (index ``run_status_last_event``), then their steps (one index range per run).
+    """
     repeats = min_repeats or settings.AGENTOPS_LOOP_REPEATS
-    return (
-        Step.objects.filter(run__status__in=NON_TERMINAL_STATES, generation=F("run__generation"))
+    active_since = now - timedelta(seconds=settings.AGENTOPS_STUCK_SECONDS)
+    candidates = (
+        Run.objects.filter(status__in=PROGRESSING_STATES, last_event_at__gte=active_since)
+        .order_by("-last_event_at", "-pk")
+        .values("pk")[:LOOP_SCAN_RUNS]
+    )
+    return list(
+        Step.objects.filter(run_id__in=candidates, generation=F("run__generation"))
         .values("run_id", "name")
         .annotate(n=Count("id"))
         .filter(n__gte=repeats)
-        .values("run_id")
+        .order_by()
+        .values_list("run_id", flat=True)
         .distinct()
     )
 
@@ -87,6 +114,50 @@ def _ratio(numerator: int, denominator: int) -> float | None:
 
 def _seconds(delta: timedelta) -> float:
     return round(delta.total_seconds(), 3)
+
+
+def spread(query, group: str, duration: str, fractions: tuple[float, ...]) -> dict:
+    """Per ``group`` value, the count, the maximum and nearest-rank percentiles (seconds,
+    rounded to ms) of the DurationField annotation ``duration`` of ``query``:
+    ``{value: {"count": n, "max": s, 0.5: s, ...}}``.
+
+    On PostgreSQL the database aggregates (``percentile_disc`` over the query as a
+    subquery), so only one row per group crosses the wire, however many rows there are;
+    elsewhere the durations are read and ranked here.
+    """
+    query = query.values(group, duration)
+    if connection.vendor == "postgresql":
+        sql, params = query.query.sql_with_params()
+        seconds = f'EXTRACT(EPOCH FROM t."{duration}")'
+        ranks = ", ".join(
+            f"percentile_disc({float(f)}) WITHIN GROUP (ORDER BY {seconds})" for f in fractions
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f'SELECT t."{group}", count(*), max({seconds}), {ranks} '
+                f'FROM ({sql}) t GROUP BY t."{group}"',
+                params,
+            )
+            rows = cursor.fetchall()
+        return {
+            row[0]: {
+                "count": row[1],
+                "max": round(float(row[2]), 3),
+                **{f: round(float(v), 3) for f, v in zip(fractions, row[3:], strict=True)},
+            }
+            for row in rows
+        }
+    values: dict[Any, list[float]] = {}
+    for key, delta in query.values_list(group, duration):
+        values.setdefault(key, []).append(_seconds(delta))
+    return {
+        key: {
+            "count": len(found),
+            "max": max(found),
+            **{f: percentile(found, f) for f in fractions},
+        }
+        for key, found in values.items()
+    }
 
 
 def overview_stats(now: datetime | None = None) -> dict[str, Any]:
@@ -122,22 +193,26 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
         .order_by("-seq")
         .values("created_at")[:1]
     )
-    ages: dict[str, list[float]] = {}
-    for status, since, created in (
-        Run.objects.filter(status__in=NON_TERMINAL_STATES)
-        .annotate(entered=entered)
-        .values_list("status", "entered", "created_at")
-    ):
-        ages.setdefault(status, []).append(_seconds(now - (since or created)))
+    ages = spread(
+        Run.objects.filter(status__in=NON_TERMINAL_STATES).annotate(
+            in_state=ExpressionWrapper(
+                Value(now, output_field=DateTimeField()) - Coalesce(entered, F("created_at")),
+                output_field=DurationField(),
+            )
+        ),
+        "status",
+        "in_state",
+        (0.5,),
+    )
     runs_by_state = []
     for state in RunStatus.values:
-        state_ages = ages.get(state, [])
+        state_ages = ages.get(state, {})
         runs_by_state.append(
             {
                 "state": state,
                 "count": counts.get(state, 0),
-                "oldest_s": max(state_ages) if state_ages else None,
-                "p50_s": percentile(state_ages, 0.5),
+                "oldest_s": state_ages.get("max"),
+                "p50_s": state_ages.get(0.5),
             }
         )
 
@@ -163,23 +238,22 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
         figures["takeover_rate"] = _ratio(figures["takeovers_opened"], figures["runs_created"])
         windows[window] = figures
 
-    durations: dict[str, list[float]] = {}
-    for name, started, finished in (
+    # The newest DURATION_SAMPLE steps that succeeded in the last day.
+    durations = spread(
         Step.objects.filter(
             status=StepStatus.SUCCEEDED, finished_at__gte=day_ago, started_at__isnull=False
         )
-        .order_by("-finished_at", "-pk")
-        .values_list("name", "started_at", "finished_at")[:DURATION_SAMPLE]
-    ):
-        durations.setdefault(name, []).append(_seconds(finished - started))
+        .annotate(
+            took=ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
+        )
+        .order_by("-finished_at", "-pk")[:DURATION_SAMPLE],
+        "name",
+        "took",
+        (0.5, 0.95),
+    )
     step_durations = [
-        {
-            "name": name,
-            "count": len(values),
-            "p50_s": percentile(values, 0.5),
-            "p95_s": percentile(values, 0.95),
-        }
-        for name, values in sorted(durations.items())
+        {"name": name, "count": row["count"], "p50_s": row[0.5], "p95_s": row[0.95]}
+        for name, row in sorted(durations.items())
     ]
 
     cancel_times = [
@@ -202,7 +276,7 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
         "runs_total": sum(counts.values()),
         "runs_by_state": runs_by_state,
         "stuck_runs": Run.objects.filter(stuck_q(now)).count(),
-        "looping_runs": looping_run_ids().count(),
+        "looping_runs": len(looping_run_ids(now)),
         "unknown_steps": Step.objects.filter(
             status=StepStatus.UNKNOWN, run__status__in=NON_TERMINAL_STATES
         ).count(),
