@@ -40,6 +40,9 @@ RUN_TERMINAL = frozenset({R.SUCCEEDED, R.FAILED, R.CANCELLED})
 STEP_TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.SUPERSEDED})
 #: Run states in which a worker may claim and execute a step of the run.
 RUN_EXECUTABLE = frozenset({R.PENDING, R.RUNNING})
+#: Event types written by a run status transition (``run.<status>``) or its creation:
+#: the latest one of a run says since when it is in its current state.
+RUN_STATE_EVENTS = ("run.created", *(f"run.{s.lower()}" for s in RunStatus.values))
 
 RUN_TRANSITIONS: dict[str, frozenset[str]] = {
     R.PENDING: frozenset({R.RUNNING, R.PAUSED, R.CANCEL_REQUESTED, R.CANCELLED, R.FAILED}),
