@@ -126,7 +126,7 @@ def test_every_example_of_the_page_runs(page, clone, tmp_path):
             # The shell state a reader's terminal would keep: exports, plain variables
             # (RUN_ID=...) and the working directory.
             f"{{ export -p; declare -p | grep -E '^declare -- [A-Z_]+=' || true; "
-            f'echo "cd $PWD"; }} > {state}.new\n"
+            f'echo "cd $PWD"; }} > {state}.new\n'
             f"mv {state}.new {state}\n"
         )
         proc = subprocess.run(
