@@ -306,3 +306,134 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
 
 def _round(value) -> float | None:
     return None if value is None else round(float(value), 3)
+
+
+# -- time series for the console's pictures ---------------------------------------------
+
+#: Event types of a finished step attempt, counted per worker.
+ATTEMPT_END_EVENTS = ("step.succeeded", "step.failed", "step.retry_scheduled")
+#: The open (non-terminal) run states, in the order the overview draws them.
+OPEN_STATES = tuple(s for s in RunStatus.values if s not in RUN_TERMINAL)
+
+
+def time_buckets(now: datetime, count: int, minutes: int) -> list[datetime]:
+    """The starts of ``count`` buckets of ``minutes`` each, aligned to UTC multiples of
+    ``minutes``, the last one containing ``now``, oldest first."""
+    floor = now.replace(second=0, microsecond=0)
+    floor -= timedelta(minutes=floor.minute % minutes)
+    return [floor - timedelta(minutes=minutes * (count - 1 - i)) for i in range(count)]
+
+
+def _per_minute(queryset, *fields: str):
+    """``queryset`` grouped by the minute of ``created_at`` and ``fields``, counted: rows
+    ``(minute, *fields, n)``; one query, at most one row per minute and group."""
+    from django.db.models.functions import TruncMinute
+
+    return (
+        queryset.annotate(minute=TruncMinute("created_at"))
+        .values_list("minute", *fields)
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+
+
+def _bucket_index(starts: list[datetime], minutes: int, moment: datetime) -> int | None:
+    if moment < starts[0]:
+        return None
+    index = int((moment - starts[0]).total_seconds() // (minutes * 60))
+    return index if index < len(starts) else None
+
+
+def step_outcome_series(
+    now: datetime | None = None, hours: int = 6, minutes: int = 5
+) -> tuple[list[datetime], dict[str, list[int]]]:
+    """Steps that succeeded and failed (a final failure or a failed attempt that will
+    be retried) per ``minutes`` over the last ``hours``: ``(bucket starts, {"succeeded":
+    [...], "failed": [...]})``. One grouped query (index ``event_type_created``)."""
+    now = now or db_now()
+    starts = time_buckets(now, hours * 60 // minutes, minutes)
+    series = {"succeeded": [0] * len(starts), "failed": [0] * len(starts)}
+    rows = _per_minute(
+        Event.objects.filter(
+            type__in=["step.succeeded", *ATTEMPT_END_EVENTS[1:]], created_at__gte=starts[0]
+        ),
+        "type",
+    )
+    for minute, type_, n in rows:
+        index = _bucket_index(starts, minutes, minute)
+        if index is not None:
+            series["succeeded" if type_ == "step.succeeded" else "failed"][index] += n
+    return starts, series
+
+
+def open_runs_series(
+    now: datetime | None = None, hours: int = 6, minutes: int = 5
+) -> tuple[list[datetime], dict[str, list[int]]]:
+    """Open runs by state at the end of each ``minutes`` bucket over the last ``hours``:
+    ``(bucket starts, {state: [...]})`` for the non-terminal states. Worked back from
+    today's counts through the run transitions recorded since (every transition writes
+    ``run.<state>`` with its ``from`` state; ``run.created`` enters PENDING): two
+    grouped queries, whatever the number of runs."""
+    now = now or db_now()
+    starts = time_buckets(now, hours * 60 // minutes, minutes)
+    current = dict(
+        Run.objects.filter(status__in=OPEN_STATES)
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    # net[i][state]: runs that entered ``state`` minus those that left it in bucket i.
+    net = [dict.fromkeys(OPEN_STATES, 0) for _ in starts]
+    rows = _per_minute(
+        Event.objects.filter(type__in=RUN_STATE_EVENTS, created_at__gte=starts[0]),
+        "type",
+        "payload__from",
+    )
+    for minute, type_, source, n in rows:
+        target = RunStatus.PENDING if type_ == "run.created" else type_.split(".", 1)[1].upper()
+        index = _bucket_index(starts, minutes, minute)
+        if index is None:
+            continue
+        if target in net[index]:
+            net[index][target] += n
+        if source in net[index]:
+            net[index][source] -= n
+    # changes[i]: the net change after the end of bucket i (the later buckets' sum).
+    changes = [dict.fromkeys(OPEN_STATES, 0) for _ in starts]
+    for i in range(len(starts) - 2, -1, -1):
+        for state in OPEN_STATES:
+            changes[i][state] = changes[i + 1][state] + net[i + 1][state]
+    series = {
+        state: [max(current.get(state, 0) - changes[i][state], 0) for i in range(len(starts))]
+        for state in OPEN_STATES
+    }
+    return starts, series
+
+
+def worker_steps_series(
+    now: datetime | None = None, minutes: int = 30, top: int = 6
+) -> tuple[list[datetime], dict[str, list[int]]]:
+    """Step attempts finished per minute per worker over the last ``minutes``:
+    ``(minute starts, {worker id: [...]})``, the ``top`` busiest workers by name and the
+    rest summed as ``"other workers"``. One grouped query."""
+    now = now or db_now()
+    starts = time_buckets(now, minutes, 1)
+    rows = _per_minute(
+        Event.objects.filter(type__in=ATTEMPT_END_EVENTS, created_at__gte=starts[0])
+        # A person finishing a step (an approval, "mark done") is not a worker.
+        .exclude(actor__startswith="user:")
+        .exclude(actor="cli"),
+        "actor",
+    )
+    per_worker: dict[str, list[int]] = {}
+    for minute, actor, n in rows:
+        index = _bucket_index(starts, 1, minute)
+        if index is not None:
+            per_worker.setdefault(actor or "?", [0] * len(starts))[index] += n
+    ranked = sorted(per_worker, key=lambda w: (-sum(per_worker[w]), w))
+    series = {w: per_worker[w] for w in sorted(ranked[:top])}
+    if len(ranked) > top:
+        series["other workers"] = [
+            sum(per_worker[w][i] for w in ranked[top:]) for i in range(len(starts))
+        ]
+    return starts, series

@@ -56,6 +56,12 @@ def test_it_replays_one_run_and_names_the_new_one(actors):
     [new] = run.replays.all()
     assert f"replayed as {new.pk}" in text
     assert Event.objects.get(run=new, type="run.replay_created").actor == "user:bob"
+    out = io.StringIO()
+    call_command("runs", "status", str(run.pk), stdout=out)
+    assert f"replayed as: {new.pk}" in out.getvalue()
+    out = io.StringIO()
+    call_command("runs", "status", str(new.pk), "--json", stdout=out)
+    assert json.loads(out.getvalue())["replay_of"] == {"run": str(run.pk), "checkpoint": "start"}
 
 
 def test_it_refuses_bad_requests_with_a_message(actors):

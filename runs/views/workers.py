@@ -1,16 +1,17 @@
-"""The workers page: worker processes (``WorkerProcess``) and the steps each holds."""
+"""The workers page: worker processes (``WorkerProcess``) and the steps each holds, and
+the picture of their steps per minute (``runs.console.charts.workers_chart``)."""
 
 from runs.console.access import console_view, render_page
+from runs.console.charts import workers_chart
 from runs.console.workforce import workforce
 
 
 @console_view
 def workers(request):
-    """Live workers (not stopped) with heartbeat age and held steps; recently stopped ones."""
+    """Live workers (not stopped) with heartbeat age and held steps; recently stopped ones;
+    the throughput picture on the full page (htmx polls refresh the rows only)."""
     team = workforce()
-    return render_page(
-        request,
-        "console/workers.html",
-        "partials/worker_rows.html",
-        {"live": team.live, "stopped": team.stopped, "now": team.now},
-    )
+    context = {"live": team.live, "stopped": team.stopped, "now": team.now}
+    if not request.htmx:
+        context["chart"] = workers_chart(team.now)
+    return render_page(request, "console/workers.html", "partials/worker_rows.html", context)

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
 from runs.engine.control import reuse
@@ -193,13 +192,11 @@ def replay_run(
     reexecute: bool = False,
     again: bool = False,
     start_after: float = 0.0,
-    request_id: str | None = None,
 ) -> Run:
     """Replay the finished ``run`` as a new run (see the module docstring); returns it.
 
     ``reason`` is required; ``again`` allows a run that was replayed before;
-    ``start_after`` delays the first step (seconds); ``request_id`` is the client's
-    idempotency key stored on the new run (unique per owner). Raises ``ControlError``:
+    ``start_after`` delays the first step (seconds). Raises ``ControlError``:
     the codes of ``plan_replay``, ``reason_required``, ``already_replayed``.
     """
     if not (reason or "").strip():
@@ -221,29 +218,20 @@ def replay_run(
             )
         used = cp.state.get("budget_used") or {}
         state = {**cp.state, "generation": 1, "replay_of": str(original.pk)}
-        try:
-            with transaction.atomic():
-                new = Run.objects.create(
-                    thread_id=original.thread_id,
-                    owner_id=original.owner_id,
-                    workflow=original.workflow,
-                    workflow_version=original.workflow_version,
-                    input=state.get("input", original.input),
-                    goal=original.goal,
-                    budget=original.budget,
-                    model_calls=used.get("model_calls", 0),
-                    tool_calls=used.get("tool_calls", 0),
-                    cost_usd=used.get("cost_usd", 0),
-                    request_id=request_id,
-                    replay_of=original,
-                    replay_checkpoint=cp.name,
-                )
-        except IntegrityError:
-            raise ControlError(
-                "idempotency_key_reused",
-                "this idempotency key already created a run",
-                {"Idempotency-Key": "already used"},
-            ) from None
+        new = Run.objects.create(
+            thread_id=original.thread_id,
+            owner_id=original.owner_id,
+            workflow=original.workflow,
+            workflow_version=original.workflow_version,
+            input=state.get("input", original.input),
+            goal=original.goal,
+            budget=original.budget,
+            model_calls=used.get("model_calls", 0),
+            tool_calls=used.get("tool_calls", 0),
+            cost_usd=used.get("cost_usd", 0),
+            replay_of=original,
+            replay_checkpoint=cp.name,
+        )
         reused = [] if reexecute else reuse.reusable(_later_steps(original, cp))
         with run_transaction(new.pk) as tx:
             tx.event(
@@ -274,9 +262,7 @@ def replay_run(
                 },
                 actor=actor,
             )
-            Checkpoint.objects.create(
-                run=new, step=None, name=cp.name, generation=1, version=cp.version, state=state
-            )
+            Checkpoint.objects.create(run=new, step=None, name=cp.name, generation=1, state=state)
             reuse.carry_over(reused, run_id=new.pk, generation=1)
             schedule_step(tx, cp.state["phase"], seq=1, actor=actor, delay=start_after)
     new.refresh_from_db()
