@@ -10,10 +10,15 @@ class RunsConfig(AppConfig):
         from runs.workflows import registry
 
         registry.autodiscover()
+        # Model providers, and a check of every model the settings and workflows name.
+        from runs.agents.config import configure
+
+        configure()
         # Registers the sweeper task that finishes interrupted compensations.
         import runs.engine.effects.compensation  # noqa: F401
 
         _register_sweep_tasks()
+        _register_status_extras()
         # Registers the thread-queue hook and sweep task, and the durability check.
         from runs import checks  # noqa: F401
 
@@ -26,3 +31,13 @@ def _register_sweep_tasks() -> None:
 
     sweeper.EXTRA_TASKS.setdefault("cancels_finished", cancel.finish_requested_cancels)
     sweeper.EXTRA_TASKS.setdefault("stuck_flagged", watchdog.flag_stuck_runs)
+
+
+def _register_status_extras() -> None:
+    """``runs status`` shows the simulated devices' calls and readings (the engine does
+    not import the simulator)."""
+    from runs.engine.control import lifecycle
+    from runs.sim.devices import device_calls, device_readings
+
+    lifecycle.STATUS_EXTRAS.setdefault("calls", lambda run: device_calls(str(run.pk)))
+    lifecycle.STATUS_EXTRAS.setdefault("devices", lambda run: device_readings())
