@@ -9,9 +9,18 @@
 
 from pathlib import Path
 
-import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
-from agentops.env import env_bool, env_json, env_number, env_str
+from agentops.env import (
+    env_bool,
+    env_choice,
+    env_database_url,
+    env_dotted_path,
+    env_json,
+    env_number,
+    env_redis_url,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("AGENTOPS_VAR_DIR", str(BASE_DIR / "var")))
@@ -66,23 +75,27 @@ TEMPLATES = [
     },
 ]
 
-_database_url = env_str("DATABASE_URL")
-if _database_url:
-    # Persistent connections (no per-step connection setup), health-checked so a worker
-    # survives a database restart. The ASGI server sets AGENTOPS_CONN_MAX_AGE=0
-    # (agentops/asgi.py): under ASGI each request may run in another thread, so a kept
-    # connection would be held by a thread nobody reuses.
-    DATABASES = {
-        "default": dj_database_url.parse(
-            _database_url,
-            conn_max_age=int(env_number("AGENTOPS_CONN_MAX_AGE", 600, minimum=0)),
-            conn_health_checks=True,
-        )
-    }
+# Persistent connections (no per-step connection setup), health-checked so a worker
+# survives a database restart. The ASGI server sets AGENTOPS_CONN_MAX_AGE=0
+# (agentops/asgi.py): under ASGI each request may run in another thread, so a kept
+# connection would be held by a thread nobody reuses.
+_database = env_database_url(
+    "DATABASE_URL",
+    conn_max_age=int(env_number("AGENTOPS_CONN_MAX_AGE", 600, minimum=0)),
+    conn_health_checks=True,
+)
+if _database:
+    DATABASES = {"default": _database}
 else:
     _sqlite_path = env_str("AGENTOPS_SQLITE_PATH", str(VAR_DIR / "agentops.sqlite3"))
     # The embedded default must work on a fresh checkout with no setup step.
-    Path(_sqlite_path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        Path(_sqlite_path).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"AGENTOPS_SQLITE_PATH / AGENTOPS_VAR_DIR: cannot create the directory of "
+            f"{_sqlite_path}: {exc.strerror}"
+        ) from None
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -99,7 +112,7 @@ else:
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-REDIS_URL = env_str("REDIS_URL") or None
+REDIS_URL = env_redis_url("REDIS_URL")
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL or "redis://127.0.0.1:6379/0", "DEFAULT_TIMEOUT": 3600},
 }
@@ -127,6 +140,11 @@ AGENTOPS_SWEEP_SECONDS = env_number("AGENTOPS_SWEEP_SECONDS", 5, minimum=0.1)
 AGENTOPS_RENOTIFY_SECONDS = env_number("AGENTOPS_RENOTIFY_SECONDS", 15, minimum=0.1)
 AGENTOPS_SWEEP_BATCH = int(env_number("AGENTOPS_SWEEP_BATCH", 200, minimum=1))
 AGENTOPS_STUCK_SECONDS = env_number("AGENTOPS_STUCK_SECONDS", 600, minimum=1)
+# Worker liveness (runs/engine/execution/liveness.py): workers learn that a step's owner
+# died from a PostgreSQL session lock (or its pid on SQLite) and re-claim its step within
+# about AGENTOPS_LIVENESS_SECONDS instead of waiting for the lease. Off: the lease decides.
+AGENTOPS_LIVENESS = env_bool("AGENTOPS_LIVENESS", True)
+AGENTOPS_LIVENESS_SECONDS = env_number("AGENTOPS_LIVENESS_SECONDS", 0.5, minimum=0.05)
 # Client API (docs/api.md): request body limit in bytes (413 above it), run creations
 # allowed per token per period (429 above it), SSE poll and heartbeat intervals in
 # seconds, and the bearer token /metrics requires (unset: /metrics answers 403).
@@ -151,6 +169,8 @@ AGENTOPS_SERVE_STATIC = env_bool("AGENTOPS_SERVE_STATIC", True)
 #: step's ``expires_after`` overrides it.
 AGENTOPS_APPROVAL_EXPIRY_SECONDS = env_number("AGENTOPS_APPROVAL_EXPIRY_SECONDS", 0, minimum=0)
 AGENTOPS_DEVICE_DIR = Path(env_str("AGENTOPS_DEVICE_DIR", str(VAR_DIR / "devices")))
+#: Simulated devices keep only this many newest calls in their log.
+AGENTOPS_SIM_CALL_LOG_MAX = int(env_number("AGENTOPS_SIM_CALL_LOG_MAX", 1000, minimum=10))
 # Context assembly (docs/data-safety.md): summarise older history once the part not yet
 # covered by a summary counts more than this many tokens, keeping the newest
 # AGENTOPS_CONTEXT_RECENT_MESSAGES messages in full; tokens by AGENTOPS_TOKEN_COUNTER.
@@ -160,7 +180,7 @@ AGENTOPS_CONTEXT_SUMMARY_TOKENS = int(
 AGENTOPS_CONTEXT_RECENT_MESSAGES = int(
     env_number("AGENTOPS_CONTEXT_RECENT_MESSAGES", 20, minimum=1)
 )
-AGENTOPS_TOKEN_COUNTER = env_str(
+AGENTOPS_TOKEN_COUNTER = env_dotted_path(
     "AGENTOPS_TOKEN_COUNTER", "runs.engine.data.model_input.count_tokens"
 )
 # Artifact files no row refers to are deleted by `artifacts check --repair` only when
@@ -176,7 +196,12 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
-        "agentops": {"handlers": ["console"], "level": env_str("AGENTOPS_LOG_LEVEL", "WARNING")},
+        "agentops": {
+            "handlers": ["console"],
+            "level": env_choice(
+                "AGENTOPS_LOG_LEVEL", "WARNING", ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+            ),
+        },
         "rq": {"handlers": ["console"], "level": "WARNING"},
     },
 }

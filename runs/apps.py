@@ -14,6 +14,7 @@ class RunsConfig(AppConfig):
         from runs.agents.config import configure
 
         configure()
+        _check_token_counter()
         # Registers the sweeper task that finishes interrupted compensations.
         import runs.engine.effects.compensation  # noqa: F401
 
@@ -23,14 +24,31 @@ class RunsConfig(AppConfig):
         from runs import checks  # noqa: F401
 
 
+def _check_token_counter() -> None:
+    """A token counter that cannot be imported stops start-up, not the first summary."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+    from django.utils.module_loading import import_string
+
+    try:
+        counter = import_string(settings.AGENTOPS_TOKEN_COUNTER)
+    except ImportError as exc:
+        raise ImproperlyConfigured(f"AGENTOPS_TOKEN_COUNTER: {exc}") from None
+    if not callable(counter):
+        raise ImproperlyConfigured(
+            f"AGENTOPS_TOKEN_COUNTER={settings.AGENTOPS_TOKEN_COUNTER!r} is not callable"
+        )
+
+
 def _register_sweep_tasks() -> None:
-    """Sweeper tasks beyond leases and notifications (issue 4): finish cancels whose
-    worker died, and flag stuck runs."""
+    """Sweeper tasks beyond leases and notifications: finish cancels whose
+    worker died, flag stuck runs, and release the steps of workers known to be dead."""
     from runs.engine.control import cancel
-    from runs.engine.execution import sweeper, watchdog
+    from runs.engine.execution import liveness, sweeper, watchdog
 
     sweeper.EXTRA_TASKS.setdefault("cancels_finished", cancel.finish_requested_cancels)
     sweeper.EXTRA_TASKS.setdefault("stuck_flagged", watchdog.flag_stuck_runs)
+    sweeper.EXTRA_TASKS.setdefault("dead_owners", liveness.release_dead_owners)
 
 
 def _register_status_extras() -> None:

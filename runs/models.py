@@ -418,6 +418,10 @@ class WorkerProcess(models.Model):
     started_at = models.DateTimeField(db_default=Now())
     heartbeat_at = models.DateTimeField(db_default=Now())
     stopped_at = models.DateTimeField(null=True, blank=True)
+    #: How peers learn that this worker died (``runs.engine.execution.liveness``):
+    #: "pg" (it holds a session advisory lock keyed by its pk), "pid" (same host, the
+    #: pid is checked), or "" (no signal: only the lease decides).
+    liveness = models.CharField(max_length=8, blank=True, default="")
 
     def __str__(self) -> str:
         return self.worker_id

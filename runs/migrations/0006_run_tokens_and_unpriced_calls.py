@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0004_summaries_and_queued_messages'),
+        ('runs', '0005_worker_liveness'),
     ]
 
     operations = [
