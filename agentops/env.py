@@ -71,6 +71,8 @@ def env_json(name: str, default):
     if not isinstance(value, type(default)):
         raise ImproperlyConfigured(f"{name} must be a JSON {type(default).__name__}")
     return value
+
+
 #: URL schemes of the databases AgentOps supports (dj-database-url's names).
 _DATABASE_SCHEMES = {"postgres", "postgresql", "pgsql", "sqlite"}
 _REDIS_SCHEMES = {"redis", "rediss", "unix"}

@@ -27,6 +27,7 @@ from pydantic_core import to_jsonable_python
 from runs.agents.bridge import Bridge
 from runs.agents.providers import reply_from_response
 from runs.engine.effects import ledger, model_calls
+from runs.engine.effects.model_providers import get_provider
 from runs.engine.errors import StepError
 from runs.engine.execution.step_context import perform_call
 from runs.tools import Tool, ToolCall
@@ -120,6 +121,7 @@ class LedgerRun:
             model_name=self.model_name,
             summary=summary,
             call=call,
+            cost_per_call_usd=getattr(get_provider(self.model_name), "cost_per_call_usd", None),
         )
         return reply
 

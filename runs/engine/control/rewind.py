@@ -29,6 +29,7 @@ from django.db.models import Max
 from django.db.models.functions import Now
 
 from runs.engine.control.lifecycle import ControlError
+from runs.engine.effects import ledger
 from runs.engine.effects.budget import usage
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Message, Operation, Run, Step
@@ -141,7 +142,7 @@ def plan_resume(run: Run, checkpoint_name: str, input_patch: dict | None = None)
     later = _later_steps(run, cp)
     ops = (
         Operation.objects.filter(step__in=[s.pk for s in later])
-        .exclude(side_effect="read")
+        .exclude(side_effect__in=ledger.NO_OUTSIDE_EFFECT)
         .exclude(status=Operation.Status.FAILED)
         .select_related("step")
         .order_by("pk")
@@ -248,7 +249,10 @@ def resume_from_checkpoint(
             current_step=None,
             model_calls=used["model_calls"],
             tool_calls=used["tool_calls"],
-            cost_usd=used["cost_usd"],
+            # cost_usd is None (unknown) when a model call had no price: the priced part.
+            cost_usd=used.get("cost_usd_priced", used["cost_usd"]),
+            tokens=used.get("tokens", tx.run.tokens),
+            unpriced_model_calls=used.get("unpriced_model_calls", tx.run.unpriced_model_calls),
         )
         tx.run.generation = generation
         state = {**cp.state, "input": plan.input, "generation": generation}

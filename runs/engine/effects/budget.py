@@ -162,7 +162,7 @@ def pause_exhausted(run: Run, step, attempt: int, actor: str, exc: BudgetExhaust
             step=step,
             suggested_action=(
                 f"Raise the budget: runs budget {run.pk} --add-tool-calls N "
-                "--add-model-calls N --add-cost USD (the run then resumes)."
+                "--add-model-calls N --add-tokens N --add-cost USD (the run then resumes)."
             ),
             evidence={"limit": exc.limit, "limits": current.budget, "used": usage(current)},
         )
@@ -176,6 +176,7 @@ def raise_budget(
     add_model_calls: int = 0,
     add_tool_calls: int = 0,
     add_cost_usd: Decimal | str = "0",
+    add_tokens: int = 0,
     reason: str = "",
 ) -> Run:
     """Raise the run's limits by the given amounts (a limit the run does not have stays
@@ -196,6 +197,7 @@ def raise_budget(
         added = {
             "model_calls": int(add_model_calls),
             "tool_calls": int(add_tool_calls),
+            "tokens": int(add_tokens),
             "cost_usd": Decimal(str(add_cost_usd)),
         }
     except (ValueError, ArithmeticError) as exc:
@@ -212,7 +214,7 @@ def raise_budget(
     ):
         raise ControlError(
             "invalid_budget",
-            "add a positive amount of model calls, tool calls or cost",
+            "add a positive amount of model calls, tool calls, tokens or cost",
             {"budget": "amounts must be >= 0, at least one > 0"},
         )
     with run_transaction(run.pk) as tx:
