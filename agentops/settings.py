@@ -54,6 +54,9 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "runs.api.middleware.ApiBodyLimitMiddleware",
+    "agentops.middleware.DatabaseBusyMiddleware",
+    # Innermost: records refused (403/409) actions with the reason the view gave.
+    "runs.refusals.RefusalAuditMiddleware",
 ]
 
 ROOT_URLCONF = "agentops.urls"
@@ -74,6 +77,16 @@ TEMPLATES = [
         },
     },
 ]
+
+# WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at BEGIN so
+# two workers never deadlock upgrading a read lock; a lock wait of up to 30 s stays a wait
+# inside SQLite instead of reaching a step as "database is locked". Applied to every
+# SQLite database, whether embedded or named in DATABASE_URL.
+SQLITE_OPTIONS = {
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,
+}
 
 # Persistent connections (no per-step connection setup), health-checked so a worker
 # survives a database restart. The ASGI server sets AGENTOPS_CONN_MAX_AGE=0
@@ -100,22 +113,21 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": _sqlite_path,
-            "OPTIONS": {
-                # WAL lets readers run beside the one writer; IMMEDIATE takes the write
-                # lock at BEGIN so two workers never deadlock upgrading a read lock.
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 30,
-            },
             "TEST": {"NAME": str(VAR_DIR / "test-agentops.sqlite3")},
         }
     }
+for _db in DATABASES.values():
+    if _db["ENGINE"] == "django.db.backends.sqlite3":
+        _db["OPTIONS"] = {**SQLITE_OPTIONS, **_db.get("OPTIONS", {})}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_redis_url("REDIS_URL")
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL or "redis://127.0.0.1:6379/0", "DEFAULT_TIMEOUT": 3600},
 }
+# Without Redis, dispatch runs from the database: django-rq's admin dashboard would only
+# fail to reach a Redis nobody configured, so it is not registered at all.
+RQ_SHOW_ADMIN_LINK = REDIS_URL is not None
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -168,6 +180,15 @@ AGENTOPS_SERVE_STATIC = env_bool("AGENTOPS_SERVE_STATIC", True)
 #: Default lifetime of an approval request; 0 means approvals never expire. An approval
 #: step's ``expires_after`` overrides it.
 AGENTOPS_APPROVAL_EXPIRY_SECONDS = env_number("AGENTOPS_APPROVAL_EXPIRY_SECONDS", 0, minimum=0)
+#: Approval policy (approvals/policy.py): workflows whose runs their own starter may
+#: approve (comma-separated names; empty: none, the four-eyes default), and whether a
+#: superuser may decide without holding the approver role.
+AGENTOPS_SELF_APPROVAL_WORKFLOWS = frozenset(
+    name.strip()
+    for name in (env_str("AGENTOPS_SELF_APPROVAL_WORKFLOWS", "") or "").split(",")
+    if name.strip()
+)
+AGENTOPS_SUPERUSER_DECIDES = env_bool("AGENTOPS_SUPERUSER_DECIDES", False)
 AGENTOPS_DEVICE_DIR = Path(env_str("AGENTOPS_DEVICE_DIR", str(VAR_DIR / "devices")))
 #: Simulated devices keep only this many newest calls in their log.
 AGENTOPS_SIM_CALL_LOG_MAX = int(env_number("AGENTOPS_SIM_CALL_LOG_MAX", 1000, minimum=10))
@@ -186,6 +207,23 @@ AGENTOPS_TOKEN_COUNTER = env_dotted_path(
 # Artifact files no row refers to are deleted by `artifacts check --repair` only when
 # older than this (a worker may be between writing a file and committing its row).
 AGENTOPS_ORPHAN_GRACE_SECONDS = env_number("AGENTOPS_ORPHAN_GRACE_SECONDS", 3600, minimum=0)
+# PostgreSQL lock_timeout and statement_timeout per process kind, in seconds (0 = no
+# limit; agentops/db_session.py): a web request gives up early and answers 503, a worker
+# waits longer and retries its transaction, command-line tools run unbounded.
+AGENTOPS_DB_TIMEOUTS = {
+    "web": (
+        env_number("AGENTOPS_WEB_LOCK_TIMEOUT", 5, minimum=0),
+        env_number("AGENTOPS_WEB_STATEMENT_TIMEOUT", 30, minimum=0),
+    ),
+    "worker": (
+        env_number("AGENTOPS_WORKER_LOCK_TIMEOUT", 10, minimum=0),
+        env_number("AGENTOPS_WORKER_STATEMENT_TIMEOUT", 60, minimum=0),
+    ),
+    "cli": (
+        env_number("AGENTOPS_CLI_LOCK_TIMEOUT", 30, minimum=0),
+        env_number("AGENTOPS_CLI_STATEMENT_TIMEOUT", 0, minimum=0),
+    ),
+}
 # Directory of pg_dump / pg_restore for `backup` / `restore` (default: PATH, then the
 # newest /usr/lib/postgresql/*/bin).
 AGENTOPS_PG_BIN = env_str("AGENTOPS_PG_BIN", "")

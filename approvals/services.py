@@ -15,6 +15,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, Max
 from django.db.models.functions import Now
 
 from approvals.models import Approval, Takeover
+from approvals.policy import check_decider
 from approvals.tool_calls import decision_terms
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.state.gateway import RunTx, run_transaction
@@ -153,7 +154,8 @@ def decide(
     with field errors, nothing changed, when they do not fit the tool).
 
     Idempotent: the same decision again returns the approval unchanged (one decision,
-    one event). Raises ``PermissionDenied`` without ``approvals.decide_approval``,
+    one event). Raises what ``approvals.policy.check_decider`` raises (no approver
+    permission, a superuser without the role, self-approval),
     ``DecisionConflict`` for a different decision after the first (or on an expired or
     cancelled approval), ``ControlError("invalid_decision")`` for another word.
     """
@@ -163,8 +165,7 @@ def decide(
             f"decision must be approve or reject, not {decision!r}",
             {"decision": "must be approve or reject"},
         )
-    if not user.has_perm("approvals.decide_approval"):
-        raise PermissionDenied(f"{user.get_username()} may not decide approvals")
+    check_decider(approval, user)
     target = DECISIONS[decision]
     actor = user_actor(user)
     extra_output, extra_event = decision_terms(approval, decision, arguments, message)

@@ -14,6 +14,9 @@ class RunsConfig(AppConfig):
         from runs.agents.config import configure
 
         configure()
+        # Registers the run-lock hook that checks clients' If-Match preconditions.
+        import runs.engine.control.preconditions  # noqa: F401
+
         _check_token_counter()
         # Registers the sweeper task that finishes interrupted compensations.
         import runs.engine.effects.compensation  # noqa: F401
@@ -21,6 +24,8 @@ class RunsConfig(AppConfig):
         _register_sweep_tasks()
         _register_status_extras()
         # Registers the thread-queue hook and sweep task, and the durability check.
+        # Bounds lock and statement waits on every PostgreSQL connection.
+        import agentops.db_session  # noqa: F401
         from runs import checks  # noqa: F401
 
 

@@ -114,6 +114,13 @@ class Run(models.Model):
     compensation_status = models.CharField(max_length=10, blank=True, default="")
     #: ``{"reason", "steps": [{"step", "status", "detail"}], "manual_review": [...]}``.
     compensation = models.JSONField(default=dict, blank=True)
+    #: The finished run this one replays (``runs.engine.control.replay``), and the name
+    #: of the original's checkpoint it started from; the original lists its replays
+    #: through ``replays`` and is itself never changed.
+    replay_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
+    )
+    replay_checkpoint = models.CharField(max_length=120, blank=True, default="")
 
     class Meta:
         permissions = [
@@ -400,6 +407,11 @@ class Operation(models.Model):
     result = models.JSONField(null=True, blank=True)
     external_ref = models.CharField(max_length=200, blank=True, default="")
     attempt = models.PositiveIntegerField(default=0)
+    #: The SUCCEEDED operation whose recorded result this row carries over into a resumed
+    #: generation or a replay (``runs.engine.control.reuse``): the call is not made again.
+    reused_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 
@@ -433,3 +445,57 @@ class MaintenanceLease(models.Model):
     name = models.CharField(max_length=50, primary_key=True)
     owner = models.CharField(max_length=200, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
+
+
+class ActionRequest(models.Model):
+    """A state-changing API request made with an ``Idempotency-Key``: the key is claimed
+    (row inserted) before the action runs and the response stored after it, so a retry
+    or a concurrent duplicate gets the first response instead of acting again.
+
+    ``status_code`` is null while the first request is still running.
+    """
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="action_requests"
+    )
+    key = models.CharField(max_length=200)
+    #: sha256 hex of the method, path and canonical JSON body.
+    fingerprint = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response = models.JSONField(null=True, blank=True)
+    etag = models.CharField(max_length=60, blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # Decides which of concurrent requests with one key acts; lookup on replay.
+            models.UniqueConstraint(fields=["owner", "key"], name="action_request_unique_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.status_code or 'in progress'})"
+
+
+class RefusedAction(models.Model):
+    """The audit record of an action refused with 403 or 409, from the console or the API:
+    who (``actor``), what (``action``: method and path), on what (``target``: the run,
+    approval or takeover id), and why (``code`` and ``reason``)."""
+
+    actor = models.CharField(max_length=200)
+    channel = models.CharField(max_length=8, help_text="api or console")
+    action = models.CharField(max_length=300)
+    target = models.CharField(max_length=200, blank=True, default="")
+    status_code = models.PositiveSmallIntegerField()
+    code = models.CharField(max_length=64, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [
+            # Console audit log: refusals newest first, optionally of one actor.
+            models.Index(fields=["-created_at"], name="refused_action_created"),
+            models.Index(fields=["actor", "-created_at"], name="refused_action_actor"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action}: {self.status_code} {self.code}"

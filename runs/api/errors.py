@@ -17,6 +17,8 @@ CONTROL_STATUS = {
     "permission_denied": 403,
     "invalid_arguments": 422,
     "invalid_decision": 422,
+    "self_approval_forbidden": 403,
+    "approver_role_required": 403,
 }
 
 

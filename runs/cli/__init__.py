@@ -14,4 +14,5 @@ SUBCOMMANDS = {
     "stuck": "runs.cli.stuck",
     "resolve": "runs.cli.resolve",
     "budget": "runs.cli.budget",
+    "replay": "runs.cli.replay",
 }

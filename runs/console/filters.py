@@ -48,6 +48,10 @@ class RunFilter(df.FilterSet):
     updated = df.DateFromToRangeFilter(field_name="updated_at", label="Updated (from, to)")
     stuck = df.BooleanFilter(method="filter_stuck", label="Stuck")
     has_unknown = df.BooleanFilter(method="filter_unknown", label="Has unknown outcome")
+    is_replay = df.BooleanFilter(
+        field_name="replay_of", lookup_expr="isnull", exclude=True, label="Is a replay"
+    )
+    was_replayed = df.BooleanFilter(method="filter_replayed", label="Was replayed")
     o = df.OrderingFilter(
         fields=(
             ("created_at", "created"),
@@ -86,6 +90,12 @@ class RunFilter(df.FilterSet):
         if value is None:
             return queryset
         exists = unknown_step_exists()
+        return queryset.filter(exists) if value else queryset.filter(~exists)
+
+    def filter_replayed(self, queryset, name, value):
+        if value is None:
+            return queryset
+        exists = Exists(Run.objects.filter(replay_of=OuterRef("pk")))
         return queryset.filter(exists) if value else queryset.filter(~exists)
 
 

@@ -78,6 +78,7 @@ def live_context(run: Run) -> dict:
         "timeline_limit": TIMELINE_LIMIT,
         "budget": budget_rows(run),
         "open_takeover": Takeover.objects.filter(run=run, status=Takeover.Status.OPEN).first(),
+        "replays": list(run.replays.order_by("created_at").only("pk", "status")),
         "cancel_progress": cancel_progress(run) if run.status == RunStatus.CANCEL_REQUESTED else "",
     }
 

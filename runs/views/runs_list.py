@@ -7,6 +7,7 @@ from runs.console.access import console_view, render_page
 from runs.console.filters import RunFilter, unknown_step_exists
 from runs.engine.state.clock import db_now
 from runs.models import Run
+from runs.views.replay import replay_all_link
 
 PAGE_SIZE = 50
 
@@ -26,5 +27,10 @@ def runs_list(request):
         request,
         "console/runs.html",
         "partials/run_table.html",
-        {"filter": run_filter, "page": page, "runs": page.object_list},
+        {
+            "filter": run_filter,
+            "page": page,
+            "runs": page.object_list,
+            "replay_all": replay_all_link(request),
+        },
     )

@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs.engine.effects.budget import usage as budget_usage
+from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.engine.execution import dispatch
 from runs.engine.execution.executor import schedule_step
 from runs.engine.state import leases

@@ -136,10 +136,11 @@ def _row(m: Message) -> dict[str, Any]:
 
 
 def history_end(run: Run) -> int:
-    """H: the thread's last message seq when ``run`` started (its ``start`` checkpoint),
-    or, for a run without one, the last seq of its own user messages."""
+    """H: the thread's last message seq when ``run`` started (its first checkpoint:
+    ``start``, or for a replay the original's checkpoint it starts from), or, for a run
+    without one, the last seq of its own user messages."""
     state = (
-        Checkpoint.objects.filter(run_id=run.pk, name="start")
+        Checkpoint.objects.filter(run_id=run.pk)
         .order_by("pk")
         .values_list("state", flat=True)
         .first()

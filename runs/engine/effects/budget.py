@@ -99,17 +99,26 @@ def add_usage(run_id, *, tokens: int, cost_usd: Decimal | None) -> None:
 
 
 def usage(run: Run) -> dict:
-    """``{"model_calls": int, "tool_calls": int, "tokens": int, "cost_usd": str or None,
-    "cost_usd_priced": str, "unpriced_model_calls": int}`` used so far: ``cost_usd`` is
-    ``None`` (unknown) when a model call had no price, ``cost_usd_priced`` the part
-    known."""
+    """``{"model_calls": int, "tool_calls": int, "tokens": int, "cost_usd": str,
+    "unpriced_model_calls": int}`` used so far, as checkpoints keep it; ``cost_usd`` is
+    the priced part (see ``shown_usage`` for what people see)."""
     return {
         "model_calls": run.model_calls,
         "tool_calls": run.tool_calls,
         "tokens": run.tokens,
-        "cost_usd": None if run.unpriced_model_calls else str(run.cost_usd),
-        "cost_usd_priced": str(run.cost_usd),
+        "cost_usd": str(run.cost_usd),
         "unpriced_model_calls": run.unpriced_model_calls,
+    }
+
+
+def shown_usage(run: Run) -> dict:
+    """``usage`` as shown to people and clients: ``cost_usd`` is ``None`` (unknown, never
+    0) while a model call had no price, and ``cost_usd_priced`` the part known."""
+    used = usage(run)
+    return {
+        **used,
+        "cost_usd": None if run.unpriced_model_calls else used["cost_usd"],
+        "cost_usd_priced": used["cost_usd"],
     }
 
 
@@ -164,7 +173,7 @@ def pause_exhausted(run: Run, step, attempt: int, actor: str, exc: BudgetExhaust
                 f"Raise the budget: runs budget {run.pk} --add-tool-calls N "
                 "--add-model-calls N --add-tokens N --add-cost USD (the run then resumes)."
             ),
-            evidence={"limit": exc.limit, "limits": current.budget, "used": usage(current)},
+            evidence={"limit": exc.limit, "limits": current.budget, "used": shown_usage(current)},
         )
     return True
 

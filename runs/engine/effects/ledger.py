@@ -32,9 +32,14 @@ NO_OUTSIDE_EFFECT = ("read", "model")
 REINTENDABLE = (Operation.Status.INTENT, Operation.Status.FAILED, Operation.Status.UNKNOWN)
 
 
+def key_prefix(run_id, generation: int) -> str:
+    """The part of every key that names the run and its generation."""
+    return f"{run_id}:g{generation}:"
+
+
 def idempotency_key(run_id, generation: int, step_name: str, action: str) -> str:
     """The ledger key of one business action (see the module docstring)."""
-    return f"{run_id}:g{generation}:{step_name}:{action}"
+    return f"{key_prefix(run_id, generation)}{step_name}:{action}"
 
 
 def find(key: str) -> Operation | None:

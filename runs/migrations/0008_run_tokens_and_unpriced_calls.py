@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0005_worker_liveness'),
+        ('runs', '0007_replay_links'),
     ]
 
     operations = [
