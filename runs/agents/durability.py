@@ -25,6 +25,7 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_core import to_jsonable_python
 
 from runs.agents.bridge import Bridge
+from runs.agents.errors import classify
 from runs.agents.providers import reply_from_response
 from runs.engine.effects import ledger, model_calls
 from runs.engine.effects.model_providers import get_provider
@@ -64,10 +65,13 @@ class LedgerModel(WrapperModel):
         run = self.ledger_run
 
         async def ask_model() -> Any:
-            return reply_from_response(
-                await self.wrapped.request(messages, model_settings, model_request_parameters),
-                {},
-            )
+            try:
+                response = await self.wrapped.request(
+                    messages, model_settings, model_request_parameters
+                )
+            except Exception as exc:  # noqa: BLE001 - every provider failure gets a code
+                raise classify(exc) from exc
+            return reply_from_response(response, {})
 
         ordinal = run.next_ordinal()
         reply = await run.bridge.ask(

@@ -89,7 +89,11 @@ class AgentWorkflow(Workflow):
         state = latest_state(ctx)
         decisions = dict((state or {}).get("decisions") or {})
         decision = ctx.outputs.get("approve")
-        if state and decision and decision.get("tool_call_id") in state.get("pending_ids", []):
+        undecided = [p for p in (state or {}).get("pending_ids", []) if p not in decisions]
+        if state and decision and decision.get("decision") == "expired" and undecided:
+            # An expired approval names no call: it answers the one it asked about.
+            decisions[undecided[0]] = {**decision, "tool_call_id": undecided[0]}
+        elif state and decision and decision.get("tool_call_id") in undecided:
             decisions[decision["tool_call_id"]] = decision
         if state and any(p not in decisions for p in state.get("pending_ids", [])):
             ctx.goto("approve")
