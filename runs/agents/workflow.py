@@ -146,7 +146,7 @@ class AgentWorkflow(Workflow):
         call = next(p for p in state["pending"] if p["id"] not in decisions)
         schema = self.tool_schema(call["name"])
         return {
-            "question": f"Run {call['name']} with these arguments?",
+            "question": f"Run {call['name']} with {json.dumps(call['arguments'])}?",
             "reason": f"the agent {self.name} asks to call {call['name']}, which needs approval",
             "evidence": {
                 "kind": "tool_call",
