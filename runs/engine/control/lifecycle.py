@@ -213,7 +213,8 @@ def run_status(run: Run) -> dict[str, Any]:
     ``{run_id, thread, workflow, version, status, generation, next_step, steps: [{name,
     status, attempt}], messages: [{id, role, content, tool_calls, tool_call_id}],
     calls: {device.op: count}, devices: {...}, budget: {...}, takeover: {...} | None,
-    compensation: {status, reason, steps, manual_review}}``."""
+    compensation: {status, reason, steps, manual_review}, replay_of: {run, checkpoint} |
+    None, replays: [run ids]}``."""
     run.refresh_from_db()
     nxt = open_step(run)
     steps = [
@@ -240,6 +241,14 @@ def run_status(run: Run) -> dict[str, Any]:
         "status": run.status,
         "generation": run.generation,
         "next_step": nxt.name if nxt and run.status not in RUN_TERMINAL else None,
+        "replay_of": (
+            {"run": str(run.replay_of_id), "checkpoint": run.replay_checkpoint}
+            if run.replay_of_id
+            else None
+        ),
+        "replays": [
+            str(pk) for pk in run.replays.order_by("created_at").values_list("pk", flat=True)
+        ],
         "steps": steps,
         "messages": messages,
         **{key: extra(run) for key, extra in STATUS_EXTRAS.items()},
