@@ -5,8 +5,10 @@ run) must not repeat an outside effect that already happened: by default every
 operation recorded SUCCEEDED by the steps after the checkpoint is carried over into the
 new keys, so the step that asks for the same business action (same step, same action
 name: the idempotency key without its run and generation) gets the recorded result and
-the outside world is not called again. Re-executing them is an explicit choice with a
-reason (``reexecute=True``), recorded on the event that starts the work.
+the outside world is not called again. A copy answers only the same arguments: asked
+with others, the ledger drops it and the call is made (``ledger.decline_reuse``).
+Re-executing them all is an explicit choice with a reason (``reexecute=True``),
+recorded on the event that starts the work.
 
 Reads are not carried over: they have no effect to repeat, and work done again after a
 fix or an outage should see fresh values. Compensations are not either: they belong to
