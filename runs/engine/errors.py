@@ -3,12 +3,27 @@
 
 class StepError(Exception):
     """A step failed with a machine-readable ``code`` (see ``runs.engine.effects.retry`` for which
-    codes are retryable) and a human-readable ``detail``."""
+    codes are retryable) and a human-readable ``detail``.
 
-    def __init__(self, code: str, detail: str = ""):
+    ``retry_after``: seconds the outside system asked to wait (an HTTP ``Retry-After``);
+    the next attempt starts no sooner, within the step's deadline. ``takeover``: when the
+    step gives up, pause the run for a human whatever the step's ``on_exhausted`` says
+    (the failure needs a person to look, e.g. a malformed model response).
+    """
+
+    def __init__(
+        self,
+        code: str,
+        detail: str = "",
+        *,
+        retry_after: float | None = None,
+        takeover: bool = False,
+    ):
         super().__init__(f"{code}: {detail}" if detail else code)
         self.code = code
         self.detail = detail
+        self.retry_after = retry_after
+        self.takeover = takeover
 
 
 class LeaseLost(Exception):

@@ -30,10 +30,22 @@ def _get_run(run_id) -> Run:
 
 
 def budget_rows(run: Run) -> list[dict]:
-    """``[{name, used, limit, left}]`` for model calls, tool calls and cost."""
+    """``[{name, used, limit, left}]`` for model calls, tool calls, tokens and cost; the
+    cost is ``"unknown"`` (never 0) while a model call had no price."""
     rows = []
-    for key in ("model_calls", "tool_calls", "cost_usd"):
+    for key in ("model_calls", "tool_calls", "tokens", "cost_usd"):
         used = getattr(run, key)
+        if key == "cost_usd" and run.unpriced_model_calls:
+            rows.append(
+                {
+                    "name": key,
+                    "used": f"unknown ({used} priced + {run.unpriced_model_calls} model "
+                    "calls without a price)",
+                    "limit": run.budget.get(key) if isinstance(run.budget, dict) else None,
+                    "left": "unknown",
+                }
+            )
+            continue
         limit = run.budget.get(key) if isinstance(run.budget, dict) else None
         left = None
         if limit is not None:

@@ -262,6 +262,8 @@ def resume_from_checkpoint(
             model_calls=used["model_calls"],
             tool_calls=used["tool_calls"],
             cost_usd=used["cost_usd"],
+            tokens=used.get("tokens", tx.run.tokens),
+            unpriced_model_calls=used.get("unpriced_model_calls", tx.run.unpriced_model_calls),
         )
         tx.run.generation = generation
         state = {**cp.state, "input": plan.input, "generation": generation}

@@ -24,6 +24,11 @@ from runs.models import Operation, Step
 from runs.states import StepStatus
 from runs.tools import Tool, ToolCall, VerifyAnswer
 
+#: ``side_effect`` values of operations that change nothing outside: reads, and model
+#: requests (``runs.engine.effects.model_calls``), which only cost. Compensation, resume
+#: previews and unknown-outcome checks leave them out.
+NO_OUTSIDE_EFFECT = ("read", "model")
+
 #: Statuses from which a new attempt may record a fresh intent under the same key.
 REINTENDABLE = (Operation.Status.INTENT, Operation.Status.FAILED, Operation.Status.UNKNOWN)
 

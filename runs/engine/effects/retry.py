@@ -19,6 +19,11 @@ NON_RETRYABLE_CODES = frozenset(
         "BUDGET_EXHAUSTED",
         "ATTEMPTS_EXHAUSTED",
         "UNKNOWN_OUTCOME",
+        # A model provider refused the request itself or its credentials.
+        "MODEL_REQUEST_INVALID",
+        "MODEL_AUTH",
+        "MODEL_QUOTA_EXCEEDED",
+        "MODEL_RESPONSE_INVALID",
     }
 )
 
@@ -76,10 +81,19 @@ class RetryPolicy:
         return base * factor
 
     def decide(
-        self, attempt: int, code: str, elapsed: float = 0.0, rng: random.Random | None = None
+        self,
+        attempt: int,
+        code: str,
+        elapsed: float = 0.0,
+        rng: random.Random | None = None,
+        retry_after: float | None = None,
     ) -> RetryDecision:
         """Whether attempt ``attempt`` failing with ``code`` after ``elapsed`` seconds since
-        the step's first start may be retried, and after how long."""
+        the step's first start may be retried, and after how long.
+
+        ``retry_after`` (seconds, from the outside system) makes the delay at least that
+        long, capped by the ``deadline``: the retry then starts at the deadline instead of
+        never (the deadline is the step's limit, not the provider's)."""
         if code not in self.retryable:
             return RetryDecision(False, reason=f"{code} is not retryable")
         if attempt >= self.max_attempts:
@@ -89,6 +103,10 @@ class RetryPolicy:
         delay = self.delay_for(attempt, rng)
         if self.deadline is not None and elapsed + delay > self.deadline:
             return RetryDecision(False, reason=f"deadline of {self.deadline}s would pass")
+        if retry_after is not None and retry_after > delay:
+            delay = float(retry_after)
+            if self.deadline is not None and elapsed + delay > self.deadline:
+                delay = max(0.0, self.deadline - elapsed)
         return RetryDecision(True, delay=delay)
 
 
