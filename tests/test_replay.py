@@ -194,3 +194,24 @@ def test_the_dry_run_changes_no_row(actors):
     assert [p.original.pk for p in result.plans] == [original.pk] and not result.created
     assert {m.__name__: m.objects.count() for m in tables} == counts
     assert rows(original) == before
+
+
+def test_a_succeeded_run_forks_from_start_asking_the_model_again(actors):
+    original = finish(
+        lifecycle.start_run(
+            "room_temperature", thread_id="T1", input={"question": "How warm is it?"}
+        )
+    )
+    assert original.status == "SUCCEEDED"
+    assert Operation.objects.filter(run=original, side_effect="model").exists()
+    plan = plan_replay(original)
+    assert plan.checkpoint.name == "start"
+    # Model requests and reads are not side effects to reuse: they are asked again.
+    assert plan.operations_reused == [] and plan.operations_may_repeat == []
+    fork = finish(replay_run(original, actor="cli", reason="a fork"))
+    assert fork.status == "SUCCEEDED"
+    assert (
+        Operation.objects.filter(run=fork, side_effect="model").count()
+        == Operation.objects.filter(run=original, side_effect="model").count()
+    )
+    assert not Operation.objects.filter(run=fork, reused_from__isnull=False).exists()
