@@ -3,12 +3,19 @@
 
 class StepError(Exception):
     """A step failed with a machine-readable ``code`` (see ``runs.engine.effects.retry`` for which
-    codes are retryable) and a human-readable ``detail``."""
+    codes are retryable) and a human-readable ``detail``.
 
-    def __init__(self, code: str, detail: str = ""):
+    ``retry_after``: how long the dependency asked to wait before the next try, as an
+    HTTP ``Retry-After`` value (seconds as a number or digit string, or an HTTP date
+    string) or ``None``; the next attempt is not scheduled earlier (capped by the
+    step's deadline, ``runs.engine.effects.retry``).
+    """
+
+    def __init__(self, code: str, detail: str = "", retry_after: float | str | None = None):
         super().__init__(f"{code}: {detail}" if detail else code)
         self.code = code
         self.detail = detail
+        self.retry_after = retry_after
 
 
 class LeaseLost(Exception):
