@@ -211,8 +211,8 @@ class Worker:
         """Work RQ notifications. RQ gives up when Redis goes away under it (stopped,
         restarted, flushed mid-job, full); the engine does not: until Redis takes a write
         again this worker claims due steps straight from the database (the queue only
-        notifies), then starts a fresh RQ worker. Startup recovery and the sweeper re-notify what the
-        outage lost."""
+        notifies), then starts a fresh RQ worker. Startup recovery and the sweeper
+        re-notify what the outage lost."""
         import django_rq
 
         queue = django_rq.get_queue(self.queue)
