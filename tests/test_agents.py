@@ -240,3 +240,19 @@ def test_it_takes_over_on_malformed_tool_arguments_and_the_worker_lives(deployme
     failed = sql(d, "SELECT error_code FROM runs_step WHERE name = 'agent'")
     assert failed == [("MODEL_RESPONSE_INVALID",)]
     assert server.count == 1
+
+
+def test_it_pauses_on_the_token_budget_and_resumes_without_asking_again(deployment_factory, server):
+    d = deployment(deployment_factory, server)
+    tokens = PROMPT_TOKENS + COMPLETION_TOKENS
+    run_id = start(d, "support_agent", PROMPT, "--budget", json.dumps({"tokens": tokens}))
+    burst_until(d, "PAUSED", lambda: run_status(d, run_id) == "PAUSED")
+    s = status(d, run_id)
+    assert (s["takeover"]["cause"], s["budget"]["used"]["tokens"]) == ("budget_exhausted", tokens)
+    assert server.count == 1  # the second request was refused before it was sent
+
+    d.manage("runs", "budget", run_id, "--add-tokens", str(tokens), "--reason", "ok", check=True)
+    waiting(d, run_id)
+    # The re-executed step reused the first response: one more request, not two.
+    assert server.count == 2
+    assert status(d, run_id)["budget"]["used"]["tokens"] == 2 * tokens
