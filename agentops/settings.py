@@ -10,7 +10,6 @@
 from pathlib import Path
 
 from csp.constants import NONE, SELF
-
 from django.core.exceptions import ImproperlyConfigured
 
 from agentops.env import (
@@ -297,8 +296,9 @@ AGENTOPS_WORKFLOW_MODULES = [
 ]
 # More modules (comma-separated) for deployments that register their own workflows or a
 # new version of one; tests use it to play "old code" and "new code" side by side.
-AGENTOPS_WORKFLOW_MODULES += [
+AGENTOPS_EXTRA_WORKFLOW_MODULES = [
     m.strip()
     for m in (env_str("AGENTOPS_EXTRA_WORKFLOW_MODULES", "") or "").split(",")
     if m.strip()
 ]
+AGENTOPS_WORKFLOW_MODULES += AGENTOPS_EXTRA_WORKFLOW_MODULES
