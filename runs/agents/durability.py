@@ -31,7 +31,7 @@ from runs.engine.effects import ledger, model_calls
 from runs.engine.effects.model_providers import get_provider
 from runs.engine.errors import StepError
 from runs.engine.execution.step_context import perform_call
-from runs.tools import Tool, ToolCall
+from runs.tools import SIDE_EFFECTS, Tool, ToolCall
 
 #: The AgentOps call a tool function is running for (its run id and idempotency key),
 #: for tools that want to pass the key on to an outside system.
@@ -52,6 +52,10 @@ class AgentTool:
     side_effect: str = "unsafe"
     verify: Any = None
     timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.side_effect not in SIDE_EFFECTS:
+            raise ValueError(f"side_effect must be one of {SIDE_EFFECTS}, not {self.side_effect!r}")
 
 
 class LedgerModel(WrapperModel):

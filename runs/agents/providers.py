@@ -80,9 +80,9 @@ class PydanticAIProvider:
                     "ignores it)"
                 )
             return
-        model = self.model()
-        # Other SDKs build their client at construction; nothing is sent yet.
-        asyncio.run(aclose(model))
+        # Other providers check their SDK and key when the model is built; nothing is
+        # sent (and nothing awaited: start-up may run inside an ASGI server's loop).
+        self.model()
 
     def model(self):
         """A new ``pydantic_ai.models.Model`` for this name. Raises ``ImproperlyConfigured``

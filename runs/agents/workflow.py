@@ -36,6 +36,7 @@ from runs.agents.durability import AgentOpsDurability, AgentTool, LedgerRun
 from runs.agents.providers import PydanticAIProvider
 from runs.engine.effects.model_calls import model_name_for
 from runs.engine.errors import StepError
+from runs.tools import Tool
 from runs.workflows import registry
 from runs.workflows.definition import Workflow
 
@@ -59,6 +60,23 @@ class AgentWorkflow(Workflow):
             tool: spec if isinstance(spec, AgentTool) else AgentTool(side_effect=spec)
             for tool, spec in (tools or {}).items()
         }
+        # A tool may instead say it in its own metadata: @agent.tool_plain(metadata=
+        # {"side_effect": "read"}).
+        for toolset in agent.toolsets:
+            for tool_name, tool in (getattr(toolset, "tools", None) or {}).items():
+                side_effect = (getattr(tool, "metadata", None) or {}).get("side_effect")
+                if side_effect and tool_name not in self.tools:
+                    self.tools[tool_name] = AgentTool(side_effect=side_effect)
+        # Registered by name so "check the outside world now" on an unknown outcome
+        # finds the verify hook in any process; the calls themselves go through the agent.
+        for tool_name, spec in self.tools.items():
+            Tool(
+                tool_name,
+                fn=_only_in_agent_runs,
+                side_effect=spec.side_effect,
+                verify=spec.verify,
+                timeout=spec.timeout,
+            )
         self.offline_model = offline_model
         self.add_step_fn("agent", self._run_agent, final=True)
         self.approval("approve", on_reject="continue")(self._ask_approval)
@@ -189,6 +207,10 @@ class AgentWorkflow(Workflow):
                 for err in exc.errors()
             }
         return {}
+
+
+def _only_in_agent_runs(arguments: dict, call) -> None:
+    raise StepError("INTERNAL", "an agent's tool is called by its agent run only")
 
 
 def latest_state(ctx) -> dict[str, Any] | None:
