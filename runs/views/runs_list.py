@@ -9,7 +9,6 @@ from runs.models import Run
 from runs.views.replay import replay_all_link
 
 
-
 @console_view
 def runs_list(request):
     """Filtered, sorted (``o``), paginated (``page``) runs; the table alone for htmx."""
