@@ -9,6 +9,7 @@
 
 from pathlib import Path
 
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from agentops.env import (
@@ -16,6 +17,7 @@ from agentops.env import (
     env_choice,
     env_database_url,
     env_dotted_path,
+    env_json,
     env_number,
     env_redis_url,
     env_str,
@@ -51,6 +53,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "runs.api.middleware.ApiBodyLimitMiddleware",
     "agentops.middleware.DatabaseBusyMiddleware",
@@ -138,6 +141,29 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
+
+# Browser security headers on every page (console, admin, login). Scripts and styles
+# come only from this origin, nothing inline (htmx's own indicator <style> is turned off
+# in base.html and lives in console.css), no plugins, no framing, forms post here only.
+# The browsable API docs load Swagger UI from a CDN with an inline script: excluded.
+CONTENT_SECURITY_POLICY = {
+    "EXCLUDE_URL_PREFIXES": ["/api/v1/docs"],
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "font-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
 
 STATIC_URL = "static/"
 # `manage.py collectstatic` copies the console's assets here for the web server.
@@ -273,6 +299,19 @@ LOGGING = {
     },
 }
 
+# Model providers (runs/agents, README "Bring your own agent"): the default model, named
+# the Pydantic AI way ("sim" offline, "openai:gpt-4.1-mini", "anthropic:..."); a workflow
+# or a step may name another. OPENAI_BASE_URL points the openai provider at any
+# OpenAI-compatible server (vLLM, Ollama, LM Studio); OPENAI_API_KEY may come from
+# OPENAI_API_KEY_FILE. Checked at start-up (runs.apps): an unknown provider or a missing
+# key is an ImproperlyConfigured error naming the setting.
+AGENTOPS_MODEL = (env_str("AGENTOPS_MODEL", "sim") or "sim").strip()
+OPENAI_BASE_URL = env_str("OPENAI_BASE_URL") or None
+OPENAI_API_KEY = env_str("OPENAI_API_KEY") or None
+# Prices in USD per million tokens, as JSON: {"openai:gpt-4.1-mini": {"input": "0.40",
+# "output": "1.60"}}. A model without a price makes a run's cost unknown, never 0.
+AGENTOPS_MODEL_PRICES = env_json("AGENTOPS_MODEL_PRICES", {})
+
 # Modules that define and register workflows (imported by runs.apps at start-up).
 AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.room_temperature",
@@ -280,13 +319,16 @@ AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.dim_lights",
     "runs.workflows.book_trip",
     "runs.workflows.weekly_report",
+    # A Pydantic AI agent registered as a workflow (README "Bring your own agent").
+    "runs.workflows.support_agent",
     # Benchmark, drill and soak workflows (bench_noop, bench_hold, synthetic_order).
     "runs.workflows.synthetic",
 ]
 # More modules (comma-separated) for deployments that register their own workflows or a
 # new version of one; tests use it to play "old code" and "new code" side by side.
-AGENTOPS_WORKFLOW_MODULES += [
+AGENTOPS_EXTRA_WORKFLOW_MODULES = [
     m.strip()
     for m in (env_str("AGENTOPS_EXTRA_WORKFLOW_MODULES", "") or "").split(",")
     if m.strip()
 ]
+AGENTOPS_WORKFLOW_MODULES += AGENTOPS_EXTRA_WORKFLOW_MODULES

@@ -5,28 +5,36 @@ run) must not repeat an outside effect that already happened: by default every
 operation recorded SUCCEEDED by the steps after the checkpoint is carried over into the
 new keys, so the step that asks for the same business action (same step, same action
 name: the idempotency key without its run and generation) gets the recorded result and
-the outside world is not called again. Re-executing them is an explicit choice with a
-reason (``reexecute=True``), recorded on the event that starts the work.
+the outside world is not called again. A copy answers only the same arguments: asked
+with others, the ledger drops it and the call is made (``ledger.decline_reuse``).
+Re-executing them all is an explicit choice with a reason (``reexecute=True``),
+recorded on the event that starts the work.
 
 Reads are not carried over: they have no effect to repeat, and work done again after a
-fix or an outage should see fresh values. Compensations are not either: they belong to
-the run that undid something.
+fix or an outage should see fresh values. Model requests are not either (their keys
+name the step execution, and a replay after a fix should ask again); nor compensations:
+they belong to the run that undid something.
 """
 
 from typing import Any
 
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects import ledger
+from runs.engine.effects.model_calls import MODEL_KIND
 from runs.models import Operation, Step
 
 #: Operation statuses whose effect may have happened and has no recorded result to reuse.
 _MAY_REPEAT = (Operation.Status.INTENT, Operation.Status.UNKNOWN, Operation.Status.COMPENSATED)
 
 
+#: Operation kinds that are not effects on the outside world.
+NOT_EFFECTS = ("read", MODEL_KIND)
+
+
 def _effects(steps: list[Step]):
     return (
         Operation.objects.filter(step__in=[s.pk for s in steps])
-        .exclude(side_effect="read")
+        .exclude(side_effect__in=NOT_EFFECTS)
         .exclude(idempotency_key__contains=":compensate:")
         .select_related("step")
         .order_by("pk")
@@ -34,8 +42,8 @@ def _effects(steps: list[Step]):
 
 
 def reusable(steps: list[Step]) -> list[Operation]:
-    """The operations of ``steps`` a reuse carries over: SUCCEEDED, not reads, not
-    compensations, oldest first."""
+    """The operations of ``steps`` a reuse carries over: SUCCEEDED, not reads, not model
+    requests, not compensations, oldest first."""
     return [op for op in _effects(steps) if op.status == Operation.Status.SUCCEEDED]
 
 
@@ -78,29 +86,12 @@ def check_choice(reexecute: bool, reason: str) -> None:
 
 
 def carry_over(ops: list[Operation], *, run_id, generation: int) -> list[Operation]:
-    """Create, for each SUCCEEDED operation in ``ops``, the row the step doing the same
-    business action will find under ``run_id``'s ``generation``: same tool, arguments,
-    result and external reference, status SUCCEEDED, ``reused_from`` the original.
-    Call it inside the transaction that starts the new work. Returns the new rows."""
-    rows = []
-    for op in ops:
-        old = ledger.key_prefix(op.run_id, op.step.generation if op.step else 1)
-        if not op.idempotency_key.startswith(old):
-            continue
-        key = ledger.key_prefix(run_id, generation) + op.idempotency_key[len(old) :]
-        rows.append(
-            Operation(
-                run_id=run_id,
-                step=None,
-                idempotency_key=key,
-                tool=op.tool,
-                side_effect=op.side_effect,
-                arguments=op.arguments,
-                status=Operation.Status.SUCCEEDED,
-                result=op.result,
-                external_ref=op.external_ref,
-                attempt=0,
-                reused_from=op,
-            )
-        )
-    return Operation.objects.bulk_create(rows, ignore_conflicts=False)
+    """Carry each SUCCEEDED operation in ``ops`` over into ``run_id``'s ``generation``
+    (``ledger.record_reused``), under the key the step doing the same business action
+    will ask for. Call it inside the transaction that starts the new work. Returns the
+    new rows."""
+    return ledger.record_reused(
+        [op for op in ops if op.status == Operation.Status.SUCCEEDED],
+        run_id=run_id,
+        generation=generation,
+    )

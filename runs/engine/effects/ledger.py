@@ -13,7 +13,8 @@ attempt may re-intend it under the same key), UNKNOWN (verify could not tell; a 
 decides), COMPENSATED (undone by a compensation).
 """
 
-from typing import Any
+import json
+from typing import Any, Protocol
 
 from django.db import transaction
 from django.db.models.functions import Now
@@ -22,6 +23,21 @@ from runs.engine.errors import LeaseLost
 from runs.models import Operation, Step
 from runs.states import StepStatus
 from runs.tools import Tool, ToolCall, VerifyAnswer
+
+
+class LedgerTool(Protocol):
+    """What the ledger records of the thing called: a ``Tool``, or a model request."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def side_effect(self) -> str: ...
+
+
+#: ``side_effect`` values of operations that change nothing outside: reads, and model
+#: requests (``runs.engine.effects.model_calls``), which only cost. Compensation, resume
+#: previews and unknown-outcome checks leave them out.
+NO_OUTSIDE_EFFECT = ("read", "model")
 
 #: Statuses from which a new attempt may record a fresh intent under the same key.
 REINTENDABLE = (Operation.Status.INTENT, Operation.Status.FAILED, Operation.Status.UNKNOWN)
@@ -43,7 +59,13 @@ def find(key: str) -> Operation | None:
 
 
 def record_intent(
-    *, run_id, step_id: int | None, attempt: int | None, key: str, tool: Tool, arguments: dict
+    *,
+    run_id,
+    step_id: int | None,
+    attempt: int | None,
+    key: str,
+    tool: LedgerTool,
+    arguments: dict,
 ) -> Operation:
     """Create the INTENT row for ``key``, or turn an earlier INTENT/FAILED/UNKNOWN row
     back into an INTENT of this attempt, fenced by ``attempt``.
@@ -83,6 +105,48 @@ def record_intent(
             op.attempt = attempt or 0
             op.arguments = arguments
         return op
+
+
+def record_reused(ops: list[Operation], *, run_id, generation: int) -> list[Operation]:
+    """Record, for each SUCCEEDED operation in ``ops``, a SUCCEEDED row with the same
+    tool, arguments, result and external reference under the same business action's key
+    in ``run_id``'s ``generation`` (``reused_from`` the original), so that work done
+    again from a checkpoint reuses the result instead of calling again
+    (``runs.engine.control.reuse``). Keys that do not have the ledger's shape are
+    skipped. Returns the new rows."""
+    rows = []
+    for op in ops:
+        old = key_prefix(op.run_id, op.step.generation if op.step else 1)
+        if op.status != Operation.Status.SUCCEEDED or not op.idempotency_key.startswith(old):
+            continue
+        rows.append(
+            Operation(
+                run_id=run_id,
+                idempotency_key=key_prefix(run_id, generation) + op.idempotency_key[len(old) :],
+                tool=op.tool,
+                side_effect=op.side_effect,
+                arguments=op.arguments,
+                status=Operation.Status.SUCCEEDED,
+                result=op.result,
+                external_ref=op.external_ref,
+                reused_from=op,
+            )
+        )
+    return Operation.objects.bulk_create(rows)
+
+
+def decline_reuse(op: Operation, arguments: dict) -> bool:
+    """For a row carried over by ``record_reused``, asked for again with ``arguments``
+    that differ from the recorded ones (as JSON): remove the copy, so this call records
+    its own intent and acts, and return True. The recorded result answered other
+    arguments; reusing it would silently skip what the step now asks for. False (row
+    kept) for a row of this run's own making or the same arguments."""
+    if op.reused_from_id is None or op.status != Operation.Status.SUCCEEDED:
+        return False
+    if json.loads(json.dumps(arguments, sort_keys=True, default=str)) == op.arguments:
+        return False
+    Operation.objects.filter(pk=op.pk, reused_from__isnull=False).delete()
+    return True
 
 
 def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCEEDED) -> None:
