@@ -283,9 +283,7 @@ def test_it_lets_the_owner_act_through_the_engine(bob, bobs_run):
     unknown = client.get(f"/api/v1/runs/{run.pk}/resume-preview", {"checkpoint": "nope"})
     assert (unknown.status_code, unknown.json()["code"]) == (422, "unknown_checkpoint")
     # Deciding needs the approver permission, whoever owns the run.
-    refused = act(
-        client, f"/api/v1/approvals/{approval.pk}/decide", {"decision": "approve"}, run
-    )
+    refused = act(client, f"/api/v1/approvals/{approval.pk}/decide", {"decision": "approve"}, run)
     assert (refused.status_code, refused.json()["code"]) == (403, "permission_denied")
     not_unknown = act(
         client,

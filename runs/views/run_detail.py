@@ -47,7 +47,8 @@ def live_context(run: Run) -> dict:
     """What the polled part of the page shows: header, steps with attempts, timeline."""
     from approvals.models import Takeover
 
-    steps = list(Step.objects.filter(run=run).order_by("seq"))
+    # Outputs are not shown here; deferring them spares loading large payloads.
+    steps = list(Step.objects.filter(run=run).defer("output").order_by("seq"))
     step_events = list(Event.objects.filter(run=run, step__isnull=False).order_by("seq"))
     timeline = list(
         Event.objects.filter(run=run).select_related("step").order_by("-seq")[:TIMELINE_LIMIT]
