@@ -14,7 +14,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from runs.payload_field import PayloadJSONField
-from runs.states import RunStatus, StepStatus
+from runs.states import RUN_STATE_EVENTS, RunStatus, StepStatus
 
 
 class Thread(models.Model):
@@ -141,6 +141,8 @@ class Run(models.Model):
             models.Index(fields=["thread", "-created_at"], name="run_thread_created"),
             # Sweeper: runs whose compensation is PENDING (interrupted or not started).
             models.Index(fields=["compensation_status"], name="run_compensation_status"),
+            # Overview per-run averages: runs created in the last day.
+            models.Index(fields=["created_at"], name="run_created"),
         ]
 
     def __str__(self) -> str:
@@ -200,6 +202,8 @@ class Step(models.Model):
             models.Index(fields=["status", "not_before"], name="step_status_not_before"),
             # Sweeper's expired-lease query: RUNNING steps by lease_until.
             models.Index(fields=["status", "lease_until"], name="step_status_lease"),
+            # Overview step durations: steps that succeeded in the last day, newest first.
+            models.Index(fields=["status", "-finished_at"], name="step_status_finished"),
         ]
         ordering = ["run", "seq"]
 
@@ -342,6 +346,13 @@ class Event(models.Model):
             models.Index(fields=["type", "created_at"], name="event_type_created"),
             # Console audit log: operator events ("user:..." / "cli" actors), newest first.
             models.Index(fields=["actor", "-created_at"], name="event_actor_created"),
+            # Overview time in state: the latest run-state event of each open run (one
+            # index probe per run instead of a walk over its whole log).
+            models.Index(
+                fields=["run", "-seq"],
+                condition=Q(type__in=RUN_STATE_EVENTS),
+                name="event_run_state_latest",
+            ),
         ]
         ordering = ["run", "seq"]
 

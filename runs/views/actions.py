@@ -219,7 +219,7 @@ def bulk(request):
         )
     ids = request.POST.getlist("run")[:BULK_LIMIT]
     try:
-        runs = list(Run.objects.filter(pk__in=ids).order_by("-created_at"))
+        runs = list(Run.objects.filter(pk__in=ids).order_by("-created_at", "-pk"))
     except Exception:  # noqa: BLE001 - malformed ids in the form
         return refusal(
             request,

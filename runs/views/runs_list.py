@@ -18,7 +18,7 @@ def runs_list(request):
     queryset = (
         Run.objects.select_related("thread", "owner", "current_step")
         .annotate(has_unknown=unknown_step_exists())
-        .order_by("-created_at")
+        .order_by("-created_at", "-pk")
     )
     run_filter = RunFilter(request.GET or None, queryset=queryset, now=db_now())
     paginator = Paginator(run_filter.qs, PAGE_SIZE)

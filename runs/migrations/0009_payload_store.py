@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0007_replay_links'),
+        ('runs', '0008_console_overview_indexes'),
     ]
 
     operations = [
