@@ -16,6 +16,7 @@ from django.db.models.functions import Now
 
 from approvals.models import Approval, Takeover
 from approvals.policy import check_decider
+from approvals.tool_calls import decision_terms
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Checkpoint, Run, Step, Thread
@@ -137,9 +138,20 @@ def commit_approval_request(ctx, request: dict[str, Any], worker_id: str) -> Non
 # -- deciding --------------------------------------------------------------------------
 
 
-def decide(approval: Approval, *, decision: str, user, comment: str = "") -> Approval:
+def decide(
+    approval: Approval,
+    *,
+    decision: str,
+    user,
+    comment: str = "",
+    arguments=None,
+    message: str = "",
+) -> Approval:
     """Record ``decision`` ("approve" or "reject") by ``user`` and continue the run on
-    the matching route, in one transaction.
+    the matching route, in one transaction. On an agent's tool call, ``arguments``
+    (with approve) replaces the call's arguments and ``message`` (with reject) reaches
+    the model instead of the tool result (``approvals.tool_calls``; ``invalid_arguments``
+    with field errors, nothing changed, when they do not fit the tool).
 
     Idempotent: the same decision again returns the approval unchanged (one decision,
     one event). Raises what ``approvals.policy.check_decider`` raises (no approver
@@ -156,6 +168,7 @@ def decide(approval: Approval, *, decision: str, user, comment: str = "") -> App
     check_decider(approval, user)
     target = DECISIONS[decision]
     actor = user_actor(user)
+    extra_output, extra_event = decision_terms(approval, decision, arguments, message)
     with run_transaction(approval.run_id) as tx:
         current = Approval.objects.select_for_update().get(pk=approval.pk)
         if current.status == target:
@@ -173,7 +186,7 @@ def decide(approval: Approval, *, decision: str, user, comment: str = "") -> App
         )
         tx.event(
             f"approval.{target.lower()}",
-            {"approval_id": current.pk, "comment": comment, "reason": comment},
+            {"approval_id": current.pk, "comment": comment, "reason": comment, **extra_event},
             step_id=current.step_id,
             actor=actor,
         )
@@ -183,7 +196,12 @@ def decide(approval: Approval, *, decision: str, user, comment: str = "") -> App
             current,
             route,
             actor,
-            {"decision": target.lower(), "by": user.get_username(), "comment": comment},
+            {
+                "decision": target.lower(),
+                "by": user.get_username(),
+                "comment": comment,
+                **extra_output,
+            },
         )
     current.refresh_from_db()
     return current

@@ -62,8 +62,8 @@ class Run(models.Model):
     ``version`` is the optimistic lock bumped by every status transition; ``event_seq``
     is the last allocated ``Event.seq`` (gap-free per run); ``generation`` is bumped when
     the run is resumed from an earlier checkpoint. Budget limits live in ``budget``
-    (``{"model_calls": int, "tool_calls": int, "cost_usd": str}``, a missing key means no
-    limit); usage lives in the three counters, cost in USD.
+    (``{"model_calls": int, "tool_calls": int, "tokens": int, "cost_usd": str}``, a
+    missing key means no limit); usage lives in the counters, cost in USD.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -86,6 +86,10 @@ class Run(models.Model):
     model_calls = models.PositiveIntegerField(default=0)
     tool_calls = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    #: Input plus output tokens of the run's model responses.
+    tokens = models.PositiveBigIntegerField(default=0)
+    #: Model responses whose price is unknown: while > 0 the run's cost is unknown.
+    unpriced_model_calls = models.PositiveIntegerField(default=0)
     #: Fault injection for demos and drills, e.g. ``{"crash_before": "reply"}``; one-shot.
     faults = models.JSONField(default=dict, blank=True)
     request_id = models.CharField(max_length=200, null=True, blank=True)

@@ -34,6 +34,16 @@ class Command(BaseCommand):
         p.add_argument("approval_id", type=int, help="the approval's id (approvals list shows it)")
         p.add_argument("decision", choices=sorted(services.DECISIONS), help="approve or reject")
         p.add_argument("--comment", default="", help="why (recorded with the decision)")
+        p.add_argument(
+            "--arguments",
+            default=None,
+            help="an agent's tool call: approve with these arguments (JSON object)",
+        )
+        p.add_argument(
+            "--message",
+            default="",
+            help="an agent's tool call: reject and give the model this message instead",
+        )
         p.add_argument("--as", dest="username", required=True, help="the deciding user")
         p = sub.add_parser("takeovers", help="open takeovers")
         p.add_argument("--all", action="store_true", help="resolved ones too")
@@ -96,8 +106,19 @@ class Command(BaseCommand):
     def do_decide(self, options):
         user = _user(options["username"])
         approval = _get(Approval, options["approval_id"], "approval")
+        arguments = None
+        if options["arguments"] is not None:
+            try:
+                arguments = json.loads(options["arguments"])
+            except ValueError as exc:
+                raise CommandError(f"--arguments is not JSON: {exc} [invalid_arguments]") from None
         approval = services.decide(
-            approval, decision=options["decision"], user=user, comment=options["comment"]
+            approval,
+            decision=options["decision"],
+            user=user,
+            comment=options["comment"],
+            arguments=arguments,
+            message=options["message"],
         )
         self.stdout.write(
             f"approval {approval.pk}: {approval.status} by "

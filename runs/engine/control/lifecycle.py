@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
+from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.engine.execution import dispatch
 from runs.engine.execution.executor import schedule_step
 from runs.engine.state import leases
@@ -18,7 +19,6 @@ from runs.engine.state.checkpoints import initial_state
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import record_event, run_transaction
 from runs.models import Checkpoint, Message, Run, Step, Thread
-from runs.sim.devices import device_calls, device_readings
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
 from runs.workflows import registry
 
@@ -131,14 +131,20 @@ def start_run(
     return run
 
 
-BUDGET_KEYS = ("model_calls", "tool_calls", "cost_usd")
+BUDGET_KEYS = ("model_calls", "tool_calls", "tokens", "cost_usd")
+
+#: Extra keys of ``run_status``: ``{key: fn(run) -> JSON}``, registered by the apps that
+#: know the outside world (the simulator adds the device calls and readings), so the
+#: engine imports none of them.
+STATUS_EXTRAS: dict = {}
 
 
 def validate_budget(budget) -> dict[str, str]:
     """Field errors of a budget limits dict (empty when valid).
 
-    Shape: ``{"model_calls": int >= 0, "tool_calls": int >= 0, "cost_usd": decimal
-    string or number >= 0 (USD)}``, every key optional; ``None`` means no limits.
+    Shape: ``{"model_calls": int >= 0, "tool_calls": int >= 0, "tokens": int >= 0,
+    "cost_usd": decimal string or number >= 0 (USD)}``, every key optional; ``None``
+    means no limits.
     """
     if budget is None:
         return {}
@@ -245,16 +251,8 @@ def run_status(run: Run) -> dict[str, Any]:
         ],
         "steps": steps,
         "messages": messages,
-        "calls": device_calls(str(run.pk)),
-        "devices": device_readings(),
-        "budget": {
-            "limits": run.budget,
-            "used": {
-                "model_calls": run.model_calls,
-                "tool_calls": run.tool_calls,
-                "cost_usd": str(run.cost_usd),
-            },
-        },
+        **{key: extra(run) for key, extra in STATUS_EXTRAS.items()},
+        "budget": {"limits": run.budget, "used": budget_usage(run)},
         "error_code": run.error_code or None,
         "takeover": _open_takeover(run),
         "compensation": {"status": run.compensation_status or None, **(run.compensation or {})},

@@ -457,7 +457,9 @@ def _fail_attempt(
     started = Step.objects.filter(pk=step.pk).values_list("started_at", flat=True).first()
     now = db_now()
     elapsed = (now - started).total_seconds() if started else 0.0
-    decision = step_def.retry.decide(attempt - step.attempt_base, error.code, elapsed)
+    decision = step_def.retry.decide(
+        attempt - step.attempt_base, error.code, elapsed, retry_after=error.retry_after
+    )
     with run_transaction(run.pk) as tx:
         rejected = _commit_rejection(tx, step, attempt)
         if rejected:
@@ -510,7 +512,9 @@ def _fail_attempt(
         )
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return
-        if step_def.on_exhausted == "takeover" and not isinstance(error, budget.BudgetExhausted):
+        if (step_def.on_exhausted == "takeover" or error.takeover) and not isinstance(
+            error, budget.BudgetExhausted
+        ):
             open_takeover(
                 tx,
                 cause="retries_exhausted",

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0008_console_overview_indexes'),
+        ('runs', '0009_run_tokens_and_unpriced_calls'),
     ]
 
     operations = [
