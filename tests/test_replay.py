@@ -128,33 +128,54 @@ def declined_trip() -> Run:
 
 def test_it_reuses_recorded_side_effects_by_default_and_lists_them(actors):
     original = declined_trip()
-    plan = plan_replay(original, "start")
-    reused = {op["tool"]: op for op in plan.operations_reused}
-    assert list(reused) == ["booking.notify"]
-    assert reused["booking.notify"]["result"] == {"sent": True}
-    assert [op["tool"] for op in plan.operations_may_repeat] == ["booking.hold", "booking.hold"]
-    assert plan.steps_to_run == ["hold_room", "hold_car", "notify_guest", "pay", "confirm"]
+    plan = plan_replay(original, "after:hold_car")
+    [reused] = plan.operations_reused
+    assert (reused["tool"], reused["step"], reused["result"]) == (
+        "booking.notify",
+        "notify_guest",
+        {"sent": True},
+    )
+    assert plan.operations_may_repeat == []
+    assert plan.steps_to_run == ["notify_guest", "pay", "confirm"]
 
-    replay = finish(replay_run(original, actor="cli", reason="try again", checkpoint="start"))
+    replay = finish(
+        replay_run(original, actor="cli", reason="try again", checkpoint="after:hold_car")
+    )
     assert calls(devices.booking, "booking.notify", replay) == 0
-    assert calls(devices.booking, "booking.hold", replay) == 2
+    assert calls(devices.booking, "booking.pay", replay) == 1
     carried = Operation.objects.get(run=replay, tool="booking.notify")
     assert carried.reused_from.run_id == original.pk and carried.status == "SUCCEEDED"
+
+
+def test_it_does_not_reuse_a_result_recorded_for_other_arguments(actors):
+    original = declined_trip()
+    plan = plan_replay(original, "start")
+    assert [op["tool"] for op in plan.operations_reused] == ["booking.notify"]
+    # The holds were released by the original's compensation: they are made again.
+    assert [op["tool"] for op in plan.operations_may_repeat] == ["booking.hold", "booking.hold"]
+    replay = finish(replay_run(original, actor="cli", reason="try again", checkpoint="start"))
+    assert calls(devices.booking, "booking.hold", replay) == 2
+    # New holds, new hold ids: the guest's text differs, so it is sent, not reused.
+    assert calls(devices.booking, "booking.notify", replay) == 1
+    [declined] = Event.objects.filter(run=replay, type="operation.reuse_declined")
+    assert declined.payload["recorded"] != declined.payload["now"]
 
 
 def test_it_re_executes_recorded_side_effects_only_with_a_reason(actors):
     original = declined_trip()
     with pytest.raises(ControlError) as exc:
-        plan_replay(original, "start", reexecute=True) and replay_run(
-            original, actor="cli", reason="", checkpoint="start", reexecute=True
-        )
+        replay_run(original, actor="cli", reason="", checkpoint="after:hold_car", reexecute=True)
     assert exc.value.code == "reason_required"
-    plan = plan_replay(original, "start", reexecute=True)
+    plan = plan_replay(original, "after:hold_car", reexecute=True)
     assert plan.operations_reused == []
-    assert "booking.notify" in [op["tool"] for op in plan.operations_may_repeat]
+    assert [op["tool"] for op in plan.operations_may_repeat] == ["booking.notify"]
     replay = finish(
         replay_run(
-            original, actor="cli", reason="guest lost the text", checkpoint="start", reexecute=True
+            original,
+            actor="cli",
+            reason="guest lost the text",
+            checkpoint="after:hold_car",
+            reexecute=True,
         )
     )
     assert calls(devices.booking, "booking.notify", replay) == 1
@@ -173,3 +194,24 @@ def test_the_dry_run_changes_no_row(actors):
     assert [p.original.pk for p in result.plans] == [original.pk] and not result.created
     assert {m.__name__: m.objects.count() for m in tables} == counts
     assert rows(original) == before
+
+
+def test_a_succeeded_run_forks_from_start_asking_the_model_again(actors):
+    original = finish(
+        lifecycle.start_run(
+            "room_temperature", thread_id="T1", input={"question": "How warm is it?"}
+        )
+    )
+    assert original.status == "SUCCEEDED"
+    assert Operation.objects.filter(run=original, side_effect="model").exists()
+    plan = plan_replay(original)
+    assert plan.checkpoint.name == "start"
+    # Model requests and reads are not side effects to reuse: they are asked again.
+    assert plan.operations_reused == [] and plan.operations_may_repeat == []
+    fork = finish(replay_run(original, actor="cli", reason="a fork"))
+    assert fork.status == "SUCCEEDED"
+    assert (
+        Operation.objects.filter(run=fork, side_effect="model").count()
+        == Operation.objects.filter(run=original, side_effect="model").count()
+    )
+    assert not Operation.objects.filter(run=fork, reused_from__isnull=False).exists()

@@ -109,8 +109,18 @@ class RunOut(RunSummary):
     next_step: str | None
     current_step: str | None
     budget: Budget
-    steps: list[StepOut]
+    steps: list[StepOut] = Field(
+        description="the newest 100 steps, oldest first; GET /runs/{id}/steps pages all"
+    )
+    steps_total: int = Field(description="how many steps the run has (all generations)")
     replays: list[UUID] = Field(description="runs that replay this one, oldest first")
+
+
+class StepPage(Schema):
+    items: list[StepOut]
+    next_after_seq: int | None = Field(
+        description="pass as `after_seq` for the next page; null on the last page"
+    )
 
 
 class RunPage(Schema):
@@ -149,7 +159,8 @@ class MessageOut(Schema):
 
 
 class CheckpointOut(Schema):
-    name: str
+    id: int = Field(description="pass the last one as `after` for the next page")
+    name: str = Field(description="unique in the run: a repeated name gets #<step seq>")
     generation: int
     step: str | None
     next_step: str | None

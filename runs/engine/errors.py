@@ -5,10 +5,12 @@ class StepError(Exception):
     """A step failed with a machine-readable ``code`` (see ``runs.engine.effects.retry`` for which
     codes are retryable) and a human-readable ``detail``.
 
-    ``retry_after``: seconds the outside system asked to wait (an HTTP ``Retry-After``);
-    the next attempt starts no sooner, within the step's deadline. ``takeover``: when the
-    step gives up, pause the run for a human whatever the step's ``on_exhausted`` says
-    (the failure needs a person to look, e.g. a malformed model response).
+    ``retry_after``: how long the outside system asked to wait before the next try, as
+    an HTTP ``Retry-After`` value (seconds as a number or digit string, or an HTTP date
+    string) or ``None``; the next attempt starts no sooner, within the step's deadline
+    (``runs.engine.effects.retry``). ``takeover``: when the step gives up, pause the run
+    for a human whatever the step's ``on_exhausted`` says (the failure needs a person to
+    look, e.g. a malformed model response).
     """
 
     def __init__(
@@ -16,7 +18,7 @@ class StepError(Exception):
         code: str,
         detail: str = "",
         *,
-        retry_after: float | None = None,
+        retry_after: float | str | None = None,
         takeover: bool = False,
     ):
         super().__init__(f"{code}: {detail}" if detail else code)

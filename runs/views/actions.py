@@ -129,9 +129,16 @@ def resume_preview(request, run_id):
         "checkpoint": checkpoint,
         "patch_text": patch_text,
         "reexecute": reexecute,
+        # The chosen one first: a loop's ``after:think#7`` is not among the plain names.
         "checkpoints": list(
             dict.fromkeys(
-                Checkpoint.objects.filter(run=run).order_by("pk").values_list("name", flat=True)
+                [checkpoint] * bool(checkpoint)
+                + list(
+                    Checkpoint.objects.filter(run=run)
+                    .order_by("name")
+                    .values_list("name", flat=True)
+                    .distinct()
+                )
             )
         ),
         "plan": None,

@@ -58,8 +58,11 @@ def replay_preview(request, run_id):
     try:
         context["plan"] = plan_replay(run, chosen, reexecute=context["reexecute"])
         context["checkpoints"] = list(
-            dict.fromkeys(c.name for c in reversed(replayable_checkpoints(run)))
+            dict.fromkeys(
+                [chosen] * bool(chosen) + [c.name for c in reversed(replayable_checkpoints(run))]
+            )
         )
+        context["chosen"] = chosen or context["plan"].checkpoint.name
     except ControlError as exc:
         context["error"] = f"{exc.message} [{exc.code}]"
     return render(

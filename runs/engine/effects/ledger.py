@@ -13,6 +13,7 @@ attempt may re-intend it under the same key), UNKNOWN (verify could not tell; a 
 decides), COMPENSATED (undone by a compensation).
 """
 
+import json
 from typing import Any
 
 from django.db import transaction
@@ -116,6 +117,20 @@ def record_reused(ops: list[Operation], *, run_id, generation: int) -> list[Oper
             )
         )
     return Operation.objects.bulk_create(rows)
+
+
+def decline_reuse(op: Operation, arguments: dict) -> bool:
+    """For a row carried over by ``record_reused``, asked for again with ``arguments``
+    that differ from the recorded ones (as JSON): remove the copy, so this call records
+    its own intent and acts, and return True. The recorded result answered other
+    arguments; reusing it would silently skip what the step now asks for. False (row
+    kept) for a row of this run's own making or the same arguments."""
+    if op.reused_from_id is None or op.status != Operation.Status.SUCCEEDED:
+        return False
+    if json.loads(json.dumps(arguments, sort_keys=True, default=str)) == op.arguments:
+        return False
+    Operation.objects.filter(pk=op.pk, reused_from__isnull=False).delete()
+    return True
 
 
 def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCEEDED) -> None:

@@ -296,7 +296,9 @@ def perform_call(
 ):
     """One outside call through the ledger (DESIGN section 5.4), in this order:
 
-    1. A SUCCEEDED row for ``key``: return its result, no call.
+    1. A SUCCEEDED row for ``key``: return its result, no call (unless it was carried
+       over from before a resume or a replay for other arguments: then it is dropped,
+       ``operation.reuse_declined``, and the call is made).
     2. An INTENT/UNKNOWN row left by an earlier attempt of an ``unsafe`` tool: ask
        ``verify``. Done: record and return its result. Cannot tell: raise
        ``OutcomeUnknown``. Not done: go on. (``read`` and ``idempotent`` tools simply
@@ -313,6 +315,16 @@ def perform_call(
         run_id=str(run.pk), idempotency_key=key, attempt=attempt or 0, faults=dict(run.faults or {})
     )
     op = ledger.find(key)
+    if op is not None and ledger.decline_reuse(op, arguments):
+        # A result carried over from before a resume or a replay, for other arguments.
+        record_event(
+            run.pk,
+            "operation.reuse_declined",
+            {"idempotency_key": key, "recorded": op.arguments, "now": arguments},
+            step_id=step.pk if step else None,
+            actor=actor,
+        )
+        op = None
     if op is not None:
         if op.status == Operation.Status.SUCCEEDED:
             return op.result
