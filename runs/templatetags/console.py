@@ -98,6 +98,15 @@ def query_with(context, **changes) -> str:
     return params.urlencode()
 
 
+@register.simple_tag(takes_context=True)
+def query_with_page(context, param: str, number) -> str:
+    """The current query string with page parameter ``param`` set to ``number`` (the
+    pager of a list whose page parameter is not ``page``)."""
+    params = context["request"].GET.copy()
+    params[param] = number
+    return params.urlencode()
+
+
 def _parse_time(value) -> datetime | None:
     if isinstance(value, str):
         try:
