@@ -27,7 +27,7 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, QuerySet
 
-from runs.engine.control import reuse
+from runs.engine.control import reuse, rewind
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.execution.executor import schedule_step
 from runs.engine.state.gateway import run_transaction
@@ -125,20 +125,18 @@ def default_checkpoint(run: Run) -> Checkpoint:
 
 
 def find_checkpoint(run: Run, name: str | None) -> Checkpoint:
-    """The checkpoint ``name`` (the newest usable one of that name), or the default;
-    ``ControlError`` ``unknown_checkpoint`` listing the names that exist."""
+    """The checkpoint ``name`` names (``after:think#7`` or the newest usable
+    ``after:think``, as ``rewind.find_checkpoint``), or the default when ``name`` is
+    empty. Raises ``ControlError``: ``unknown_checkpoint`` listing names that exist,
+    ``nothing_to_replay`` for a checkpoint at the end of the run."""
     if not name:
         return default_checkpoint(run)
-    candidates = replayable_checkpoints(run)
-    for cp in candidates:
-        if cp.name == name:
-            return cp
-    names = sorted({cp.name for cp in candidates})
-    raise ControlError(
-        "unknown_checkpoint",
-        f"run has no checkpoint {name!r} to replay from",
-        {"checkpoint": "available: " + (", ".join(names) or "none")},
-    )
+    cp = rewind.find_checkpoint(run, name)
+    if cp.state.get("phase") is None:
+        raise ControlError(
+            "nothing_to_replay", f"{name} is the end of the run: nothing after it to replay"
+        )
+    return cp
 
 
 def _later_steps(run: Run, cp: Checkpoint) -> list[Step]:
