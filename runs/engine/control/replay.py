@@ -32,7 +32,7 @@ from runs.engine.control.lifecycle import ControlError
 from runs.engine.execution.executor import schedule_step
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Run, Step
-from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
 from runs.workflows import registry
 
 #: Default pace of a bulk replay, in replays started per second.
@@ -153,10 +153,11 @@ def plan_replay(run: Run, checkpoint: str | None = None, *, reexecute: bool = Fa
     FAILED or CANCELLED runs replay; resume a live one instead), ``unknown_checkpoint``,
     ``nothing_to_replay``, ``unknown_workflow_version``."""
     run.refresh_from_db()
-    if run.status not in RUN_TERMINAL:
+    if not command_allows("replay", run.status):
         raise ControlError(
             "run_not_finished",
-            f"run is {run.status}; only finished runs replay (resume a live run instead)",
+            f"run is {run.status}; only {command_states('replay')} runs replay "
+            "(resume a live run instead)",
         )
     try:
         workflow = registry.get(run.workflow, run.workflow_version)
