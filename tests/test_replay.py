@@ -262,3 +262,23 @@ def test_it_replays_from_one_iteration_of_a_loop_by_its_label(clients, looping_w
     with pytest.raises(ControlError) as exc:
         plan_replay(original, "after:answer")
     assert exc.value.code == "nothing_to_replay"
+
+
+def test_a_fork_after_the_draft_reuses_the_publication(actors):
+    from approvals.models import Approval
+    from approvals.services import decide
+
+    original = lifecycle.start_run("weekly_report", thread_id="W1", input={"week": "2026-W48"})
+    run_worker_in_process()
+    decide(Approval.objects.get(run=original), decision="approve", user=actors["carol"])
+    original = finish(original)
+    assert original.status == "SUCCEEDED"
+    plan = plan_replay(original, "after:draft_report")
+    assert [op["tool"] for op in plan.operations_reused] == ["publisher.publish"]
+    fork = replay_run(original, actor="cli", reason="ask again", checkpoint="after:draft_report")
+    run_worker_in_process()
+    decide(Approval.objects.get(run=fork), decision="approve", user=actors["carol"])
+    fork = finish(fork)
+    assert fork.status == "SUCCEEDED"
+    assert calls(devices.publisher, "publisher.publish", fork) == 0
+    assert calls(devices.publisher, "publisher.publish", original) == 1
