@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from runs.payload_field import PayloadJSONField
 from runs.states import RUN_STATE_EVENTS, RunStatus, StepStatus
 
 
@@ -183,7 +184,7 @@ class Step(models.Model):
     not_before = models.DateTimeField(db_default=Now())
     notified_at = models.DateTimeField(null=True, blank=True)
     input = models.JSONField(default=dict, blank=True)
-    output = models.JSONField(null=True, blank=True)
+    output = PayloadJSONField(null=True, blank=True)
     input_artifact = models.ForeignKey(
         "Artifact", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -384,7 +385,7 @@ class Checkpoint(models.Model):
     generation = models.PositiveIntegerField(default=1)
     #: Schema version of ``state``, bumped when its shape changes.
     version = models.PositiveIntegerField(default=1)
-    state = models.JSONField(default=dict)
+    state = PayloadJSONField(default=dict)
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -420,7 +421,7 @@ class Operation(models.Model):
     side_effect = models.CharField(max_length=12, default="read")
     arguments = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.INTENT)
-    result = models.JSONField(null=True, blank=True)
+    result = PayloadJSONField(null=True, blank=True)
     external_ref = models.CharField(max_length=200, blank=True, default="")
     attempt = models.PositiveIntegerField(default=0)
     #: The SUCCEEDED operation whose recorded result this row carries over into a resumed
@@ -518,3 +519,27 @@ class RefusedAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor} {self.action}: {self.status_code} {self.code}"
+
+
+class Payload(models.Model):
+    """A large string that a run's ledger results, step outputs and checkpoints share:
+    stored once per run, referenced by its sha256 (``runs.payload_field``)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="payloads")
+    digest = models.CharField(max_length=64, help_text="sha256 hex of the UTF-8 text")
+    text = models.TextField()
+    size = models.PositiveBigIntegerField(help_text="bytes (UTF-8)")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # One copy per run; concurrent writers of the same payload insert it once.
+            models.UniqueConstraint(fields=["run", "digest"], name="payload_unique_per_run"),
+        ]
+        indexes = [
+            # Reading a row resolves its references by digest alone.
+            models.Index(fields=["digest"], name="payload_digest"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.digest[:12]} ({self.size} bytes)"

@@ -215,3 +215,106 @@ def test_a_succeeded_run_forks_from_start_asking_the_model_again(actors):
         == Operation.objects.filter(run=original, side_effect="model").count()
     )
     assert not Operation.objects.filter(run=fork, reused_from__isnull=False).exists()
+
+
+@pytest.fixture
+def looping_workflow():
+    """``think`` runs three times (a ``goto`` loop), then ``answer``."""
+    from runs.workflows import registry
+    from runs.workflows.definition import Workflow
+
+    workflow = Workflow("replay_loop", version=1, input_fields={"n": int})
+
+    @workflow.step()
+    def think(ctx):
+        rounds = ctx.outputs.get("think", {}).get("round", 0) + 1
+        ctx.goto("think" if rounds < 3 else "answer")
+        return {"round": rounds}
+
+    @workflow.step()
+    def answer(ctx):
+        return {"rounds": ctx.outputs["think"]["round"]}
+
+    registry.register(workflow)
+    yield workflow
+    registry.unregister("replay_loop", 1)
+
+
+def test_it_replays_from_one_iteration_of_a_loop_by_its_label(clients, looping_workflow):
+    from django.urls import reverse
+
+    original = finish(lifecycle.start_run("replay_loop", thread_id="L9", input={"n": 1}))
+    assert original.status == "SUCCEEDED"
+    plan = plan_replay(original, "after:think#2")
+    assert plan.checkpoint.step.seq == 2 and plan.checkpoint.state["outputs"]["think"] == {
+        "round": 2
+    }
+    assert [s["seq"] for s in plan.steps_replaced] == [3, 4]
+    page = clients["bob"].get(
+        reverse("console:replay", args=[original.pk]), {"checkpoint": "after:think#2"}
+    )
+    assert 'value="after:think#2"' in page.content.decode()
+    fork = finish(
+        replay_run(original, actor="cli", reason="from round 2", checkpoint="after:think#2")
+    )
+    assert fork.status == "SUCCEEDED"
+    assert [s.name for s in Step.objects.filter(run=fork).order_by("seq")] == ["think", "answer"]
+    with pytest.raises(ControlError) as exc:
+        plan_replay(original, "after:answer")
+    assert exc.value.code == "nothing_to_replay"
+
+
+def test_a_fork_after_the_draft_reuses_the_publication(actors):
+    from approvals.models import Approval
+    from approvals.services import decide
+
+    original = lifecycle.start_run("weekly_report", thread_id="W1", input={"week": "2026-W48"})
+    run_worker_in_process()
+    decide(Approval.objects.get(run=original), decision="approve", user=actors["carol"])
+    original = finish(original)
+    assert original.status == "SUCCEEDED"
+    plan = plan_replay(original, "after:draft_report")
+    assert [op["tool"] for op in plan.operations_reused] == ["publisher.publish"]
+    fork = replay_run(original, actor="cli", reason="ask again", checkpoint="after:draft_report")
+    run_worker_in_process()
+    decide(Approval.objects.get(run=fork), decision="approve", user=actors["carol"])
+    fork = finish(fork)
+    assert fork.status == "SUCCEEDED"
+    assert calls(devices.publisher, "publisher.publish", fork) == 0
+    assert calls(devices.publisher, "publisher.publish", original) == 1
+
+
+def test_the_replay_stores_a_large_checkpoint_value_once_by_reference(actors):
+    from django.db import connection
+
+    from runs.engine.errors import StepError
+    from runs.workflows import registry
+    from runs.workflows.definition import Workflow
+
+    workflow = Workflow("replay_big", version=1, input_fields={"n": int})
+
+    @workflow.step()
+    def write(ctx):
+        return {"text": "word " * 2000}
+
+    @workflow.step()
+    def check(ctx):
+        raise StepError("INVALID_ARGUMENT", "not yet")
+
+    registry.register(workflow)
+    try:
+        original = finish(lifecycle.start_run("replay_big", thread_id="BIG", input={"n": 1}))
+        assert original.status == "FAILED"
+        fork = replay_run(original, actor="cli", reason="fixed")
+        assert fork.replay_checkpoint == "after:write"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT state FROM runs_checkpoint WHERE run_id = %s",
+                [fork.pk.hex if connection.vendor == "sqlite" else fork.pk],
+            )
+            [(raw,)] = cursor.fetchall()
+        assert "$payload" in str(raw) and "word word" not in str(raw)
+        cp = Checkpoint.objects.get(run=fork)
+        assert cp.state["outputs"]["write"]["text"] == "word " * 2000
+    finally:
+        registry.unregister("replay_big", 1)

@@ -33,6 +33,7 @@ from django.db.models.functions import Now
 
 from runs.engine.control import reuse
 from runs.engine.control.lifecycle import ControlError
+from runs.engine.data import payloads
 from runs.engine.effects.budget import usage
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Message, Run, Step
@@ -314,7 +315,11 @@ def resume_from_checkpoint(
         tx.run.generation = generation
         state = {**cp.state, "input": plan.input, "generation": generation}
         Checkpoint.objects.create(
-            run_id=run.pk, step_id=cp.step_id, name=cp.name, generation=generation, state=state
+            run_id=run.pk,
+            step_id=cp.step_id,
+            name=cp.name,
+            generation=generation,
+            state=payloads.externalize(run.pk, state),
         )
         reuse.carry_over(reused, run_id=run.pk, generation=generation)
         tx.event(

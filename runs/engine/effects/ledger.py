@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from django.db import transaction
 from django.db.models.functions import Now
 
+from runs.engine.data import payloads
 from runs.engine.errors import LeaseLost
 from runs.models import Operation, Step
 from runs.states import StepStatus
@@ -127,7 +128,7 @@ def record_reused(ops: list[Operation], *, run_id, generation: int) -> list[Oper
                 side_effect=op.side_effect,
                 arguments=op.arguments,
                 status=Operation.Status.SUCCEEDED,
-                result=op.result,
+                result=payloads.externalize(run_id, op.result),
                 external_ref=op.external_ref,
                 reused_from=op,
             )
@@ -152,7 +153,8 @@ def decline_reuse(op: Operation, arguments: dict) -> bool:
 def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCEEDED) -> None:
     """Store the outcome of the call. Not fenced on purpose: what the outside world did is
     a fact worth keeping even when it comes from an attempt that lost its lease."""
-    Operation.objects.filter(pk=op.pk).update(status=status, result=result, updated_at=Now())
+    stored = payloads.externalize(op.run_id, result)
+    Operation.objects.filter(pk=op.pk).update(status=status, result=stored, updated_at=Now())
     op.status = status
     op.result = result
 
@@ -160,9 +162,16 @@ def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCE
 def record_late_result(op_id: int, result) -> None:
     """A call abandoned after its timeout finished after all: record the result unless a
     decision (verify, an operator) already settled the row."""
+    run_id = Operation.objects.filter(pk=op_id).values_list("run_id", flat=True).first()
+    if run_id is None:
+        return
     Operation.objects.filter(
         pk=op_id, status__in=[Operation.Status.INTENT, Operation.Status.UNKNOWN]
-    ).update(status=Operation.Status.SUCCEEDED, result=result, updated_at=Now())
+    ).update(
+        status=Operation.Status.SUCCEEDED,
+        result=payloads.externalize(run_id, result),
+        updated_at=Now(),
+    )
 
 
 def call(tool: Tool, arguments: dict, call_info: ToolCall):

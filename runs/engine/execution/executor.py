@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 
 from runs.engine.control import versions
 from runs.engine.control.takeovers import open_takeover
-from runs.engine.data import drafts
+from runs.engine.data import drafts, payloads
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.effects import budget, compensation, unknown_outcomes
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
@@ -266,7 +266,7 @@ def _commit_success(ctx: StepContext, output: Any, worker: WorkerIdentity) -> in
             and tx.run.generation == step.generation
             and Step.objects.filter(pk=step.pk, attempt=attempt, status=StepStatus.RUNNING).update(
                 status=StepStatus.SUCCEEDED,
-                output=output,
+                output=payloads.externalize(run.pk, output),
                 finished_at=Now(),
                 lease_until=None,
                 owner=worker.worker_id,
@@ -312,7 +312,7 @@ def _commit_success(ctx: StepContext, output: Any, worker: WorkerIdentity) -> in
             step_id=step.pk,
             name=f"after:{step.name}",
             generation=tx.run.generation,
-            state=state,
+            state=payloads.externalize(run.pk, state),
         )
         tx.event(
             "checkpoint.saved",

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0009_run_tokens_and_unpriced_calls'),
+        ('runs', '0010_payload_store'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
