@@ -10,6 +10,7 @@ class RunsConfig(AppConfig):
         from runs.workflows import registry
 
         registry.autodiscover()
+        _install_simulator()
         # Registers the sweeper task that finishes interrupted compensations.
         import runs.engine.effects.compensation  # noqa: F401
 
@@ -19,10 +20,27 @@ class RunsConfig(AppConfig):
 
 
 def _register_sweep_tasks() -> None:
-    """Sweeper tasks beyond leases and notifications (issue 4): finish cancels whose
-    worker died, and flag stuck runs."""
-    from runs.engine.control import cancel
+    """Sweeper tasks beyond leases and notifications: finish cancels whose worker died,
+    expire approvals, and flag stuck runs."""
+    from runs.engine.control import approvals, cancel
     from runs.engine.execution import sweeper, watchdog
 
     sweeper.EXTRA_TASKS.setdefault("cancels_finished", cancel.finish_requested_cancels)
+    # Expired approvals take their workflow's expiry route on the next sweep.
+    sweeper.EXTRA_TASKS.setdefault("approvals_expired", approvals.expire_approvals)
     sweeper.EXTRA_TASKS.setdefault("stuck_flagged", watchdog.flag_stuck_runs)
+
+
+def _install_simulator() -> None:
+    """The offline simulator is the default model and reports its devices in ``runs
+    status``; the engine reaches both through hooks, never by importing ``runs.sim``."""
+    from runs.engine.control import lifecycle
+    from runs.engine.effects import model_provider
+    from runs.sim import model
+    from runs.sim.devices import device_calls, device_readings
+
+    model_provider.set_provider(model)
+    if not lifecycle.STATUS_EXTRAS:
+        lifecycle.STATUS_EXTRAS.append(
+            lambda run: {"calls": device_calls(str(run.pk)), "devices": device_readings()}
+        )

@@ -2,7 +2,8 @@
 checkpoints and the side-effect ledger (DESIGN section 3).
 
 Status columns are written only through ``runs.engine.state.gateway`` and
-``runs.engine.state.leases`` (conditional UPDATEs); nothing else assigns ``status``.
+``runs.engine.state.leases`` (conditional UPDATEs); the state-guarded querysets
+(``runs.state_fields``) refuse any other ``update()`` of them.
 Timestamps that drive leases and stuck detection come from the database clock.
 """
 
@@ -13,6 +14,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from runs.state_fields import StateGuardedQuerySet
 from runs.states import RunStatus, StepStatus
 
 
@@ -110,6 +112,7 @@ class Run(models.Model):
     compensation_status = models.CharField(max_length=10, blank=True, default="")
     #: ``{"reason", "steps": [{"step", "status", "detail"}], "manual_review": [...]}``.
     compensation = models.JSONField(default=dict, blank=True)
+    objects = StateGuardedQuerySet.as_manager()
 
     class Meta:
         permissions = [
@@ -143,6 +146,15 @@ class Run(models.Model):
         from runs.states import RUN_TERMINAL
 
         return self.status in RUN_TERMINAL
+
+    def usage(self) -> dict:
+        """``{"model_calls": int, "tool_calls": int, "cost_usd": str}`` used so far, as
+        read into this instance."""
+        return {
+            "model_calls": self.model_calls,
+            "tool_calls": self.tool_calls,
+            "cost_usd": str(self.cost_usd),
+        }
 
 
 class Step(models.Model):
@@ -181,6 +193,7 @@ class Step(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    objects = StateGuardedQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -398,6 +411,7 @@ class Operation(models.Model):
     attempt = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
+    objects = StateGuardedQuerySet.as_manager()
 
     def __str__(self) -> str:
         return f"{self.tool} {self.idempotency_key} ({self.status})"

@@ -25,18 +25,13 @@ and reusing an old key would silently return the superseded result instead. The 
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Max
-from django.db.models.functions import Now
-
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.budget import usage
+from runs.engine.state import checkpoints
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Message, Operation, Run, Step
-from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.states import RUN_TERMINAL, STEP_SETTLED, RunStatus, StepStatus
 from runs.workflows import registry
-
-#: Steps that a resume leaves alone: already superseded, or cancelled for good.
-_SETTLED = (StepStatus.SUPERSEDED, StepStatus.CANCELLED)
 
 
 @dataclass
@@ -170,7 +165,7 @@ def plan_resume(run: Run, checkpoint_name: str, input_patch: dict | None = None)
 def _later_steps(run: Run, cp: Checkpoint) -> list[Step]:
     cut = cp.step.seq if cp.step_id else 0
     return list(
-        Step.objects.filter(run=run, seq__gt=cut).exclude(status__in=_SETTLED).order_by("seq")
+        Step.objects.filter(run=run, seq__gt=cut).exclude(status__in=STEP_SETTLED).order_by("seq")
     )
 
 
@@ -192,10 +187,6 @@ def resume_from_checkpoint(
     (``takeover``/``note`` let ``resolve_takeover`` pass its own). Raises ``ControlError``
     (the codes of ``plan_resume`` and ``step_running``, ``not_allowed_in_state``).
     """
-    from approvals.models import Approval
-    from approvals.services import resolve_open_takeover
-    from runs.engine.execution.executor import schedule_step
-
     plan = plan_resume(run, checkpoint_name, input_patch)
     cp = plan.checkpoint
     with run_transaction(run.pk) as tx:
@@ -209,7 +200,7 @@ def resume_from_checkpoint(
                 f"step {running.name} is running on {running.owner}; wait for it or cancel the run",
             )
         generation = tx.run.generation + 1
-        superseded = []
+        superseded: list[int] = []
         for step in _later_steps(tx.run, cp):
             tx.transition_step(
                 step.pk,
@@ -222,19 +213,12 @@ def resume_from_checkpoint(
                 lease_until=None,
             )
             superseded.append(step.pk)
-        for approval_id in Approval.objects.filter(
-            step_id__in=superseded, status=Approval.Status.PENDING
-        ).values_list("pk", flat=True):
-            Approval.objects.filter(pk=approval_id).update(
-                status=Approval.Status.CANCELLED,
-                decided_at=Now(),
-                comment=f"superseded by a resume from {cp.name}",
-            )
-            tx.event(
-                "approval.cancelled",
-                {"approval_id": approval_id, "reason": f"resume from {cp.name}"},
-                actor=actor,
-            )
+        tx.cancel_pending_approvals(
+            actor=actor,
+            reason=f"resume from {cp.name}",
+            comment=f"superseded by a resume from {cp.name}",
+            step_ids=superseded,
+        )
         message_seq = cp.state.get("message_seq", 0)
         messages = (
             Message.objects.filter(run_id=run.pk, seq__gt=message_seq)
@@ -243,18 +227,14 @@ def resume_from_checkpoint(
         )
         budget_before = usage(tx.run)
         used = cp.state.get("budget_used") or budget_before
-        Run.objects.filter(pk=run.pk).update(
-            generation=generation,
+        tx.start_generation(
             current_step=None,
             model_calls=used["model_calls"],
             tool_calls=used["tool_calls"],
             cost_usd=used["cost_usd"],
         )
-        tx.run.generation = generation
         state = {**cp.state, "input": plan.input, "generation": generation}
-        Checkpoint.objects.create(
-            run_id=run.pk, step_id=cp.step_id, name=cp.name, generation=generation, state=state
-        )
+        checkpoints.store(tx.run, cp.step, cp.name, cp.state, state)
         tx.event(
             "run.resumed_from_checkpoint",
             {
@@ -270,8 +250,7 @@ def resume_from_checkpoint(
             },
             actor=actor,
         )
-        resolve_open_takeover(
-            tx,
+        tx.resolve_takeover(
             actor,
             note or {"action": "resume", "reason": reason, "evidence": "", "checkpoint": cp.name},
             takeover,
@@ -280,7 +259,6 @@ def resume_from_checkpoint(
             tx.transition_run(
                 RunStatus.RUNNING, actor=actor, reason=reason or f"resume from {cp.name}"
             )
-        seq = (Step.objects.filter(run_id=run.pk).aggregate(m=Max("seq"))["m"] or 0) + 1
-        schedule_step(tx, cp.state["phase"], seq=seq, actor=actor)
+        tx.schedule_step(cp.state["phase"], actor=actor)
     run.refresh_from_db()
     return run

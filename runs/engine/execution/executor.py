@@ -11,23 +11,20 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import IntegrityError, close_old_connections, connection, transaction
-from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 
-from runs.engine.control import versions
+from runs.engine.control import approvals, versions
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.data import drafts
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.effects import budget, compensation, unknown_outcomes
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
-from runs.engine.execution import dispatch
 from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.step_context import StepContext
-from runs.engine.state import leases
-from runs.engine.state.checkpoints import next_state
+from runs.engine.state import checkpoints, leases
 from runs.engine.state.clock import db_now
-from runs.engine.state.gateway import RunTx, run_transaction
-from runs.models import Checkpoint, Message, Run, Step, Summary, Thread
+from runs.engine.state.gateway import RunTx, allocate_message_seqs, run_transaction
+from runs.models import Message, Run, Step, Summary
 from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus, StepStatus
 from runs.workflows.definition import StepDef, Workflow
 
@@ -180,9 +177,7 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
     finally:
         heartbeat.stop()
     if step_def.kind == "approval":
-        from approvals.services import commit_approval_request
-
-        commit_approval_request(ctx, output or {}, worker.worker_id)
+        approvals.commit_approval_request(ctx, output or {}, worker.worker_id)
         return StepOutcome(True)
     return StepOutcome(True, _commit_success(ctx, output, worker))
 
@@ -204,14 +199,9 @@ def _claim(run: Run, step: Step, worker: WorkerIdentity) -> tuple[int, dict] | N
         tx.set_run(current_step_id=step.pk)
         payload = {"attempt": attempt, "worker": worker.worker_id}
         if step.status == StepStatus.RUNNING:
-            payload["takeover_from"] = step.owner
+            payload["reclaimed_from"] = step.owner
         tx.event("step.started", payload, step_id=step.pk, actor=worker.worker_id)
-        checkpoint = (
-            Checkpoint.objects.filter(run_id=run.pk, generation=tx.run.generation)
-            .order_by("-pk")
-            .first()
-        )
-        state = checkpoint.state if checkpoint else {}
+        state = checkpoints.latest_state(tx.run)
     run.status = tx.run.status
     return attempt, state
 
@@ -254,98 +244,39 @@ class Heartbeat:
 
 
 def _commit_success(ctx: StepContext, output: Any, worker: WorkerIdentity) -> int | None:
-    """Commit the result, fenced by attempt. Returns the next step's id, if any."""
+    """Commit the result, fenced by attempt, with the step's messages, summaries, its
+    checkpoint and the next step (or the run's end) in one transaction. Returns the next
+    step's id, if any."""
     run, step, attempt = ctx.run, ctx.step, ctx.attempt
     next_name = ctx.next_step if ctx.goto_set else ctx.workflow.next_after(step.name)
-    next_step_id = None
     with run_transaction(run.pk) as tx:
-        # The fence is the UPDATE's WHERE clause (attempt and RUNNING); the reason for a
-        # refusal is only looked up when it matched nothing, saving a read per step.
-        committed = (
-            tx.run.status not in RUN_TERMINAL
-            and tx.run.generation == step.generation
-            and Step.objects.filter(pk=step.pk, attempt=attempt, status=StepStatus.RUNNING).update(
-                status=StepStatus.SUCCEEDED,
-                output=output,
-                finished_at=Now(),
-                lease_until=None,
-                owner=worker.worker_id,
-                error_code="",
-                error_detail="",
-            )
-            == 1
-        )
-        if not committed:
-            tx.event(
-                "step.commit_rejected",
-                {
-                    "attempt": attempt,
-                    "reason": _commit_rejection(tx, step, attempt),
-                    "worker": worker.worker_id,
-                },
-                step_id=step.pk,
-                actor=worker.worker_id,
-                progress=False,
-            )
-            return None
-        tx.event(
-            "step.succeeded",
-            {"attempt": attempt, "worker": worker.worker_id},
-            step_id=step.pk,
+        if not tx.finish_attempt(
+            step,
+            attempt,
+            StepStatus.SUCCEEDED,
             actor=worker.worker_id,
-        )
+            payload={"attempt": attempt, "worker": worker.worker_id},
+            output=output,
+            finished_at=Now(),
+            lease_until=None,
+            owner=worker.worker_id,
+            error_code="",
+            error_detail="",
+        ):
+            return None
         message_seq = _write_messages(tx, ctx, worker)
         _write_summaries(tx, ctx, worker)
         # tx.run is the row locked at the start of this transaction, after all of the
         # step's budget charges: its usage counters are current without a re-read.
-        state = next_state(
-            ctx.state,
-            run=tx.run,
-            step=step,
+        return tx.advance(
+            step,
             output=output,
             next_name=next_name,
+            actor=worker.worker_id,
+            previous=ctx.state,
             message_seq=message_seq,
             refresh_usage=False,
         )
-        Checkpoint.objects.create(
-            run_id=run.pk,
-            step_id=step.pk,
-            name=f"after:{step.name}",
-            generation=tx.run.generation,
-            state=state,
-        )
-        tx.event(
-            "checkpoint.saved",
-            {"name": f"after:{step.name}"},
-            step_id=step.pk,
-            actor=worker.worker_id,
-        )
-        if tx.run.status == RunStatus.CANCEL_REQUESTED:
-            return None
-        if next_name is None:
-            tx.transition_run(
-                RunStatus.SUCCEEDED, actor=worker.worker_id, finished_at=Now(), current_step=None
-            )
-            return None
-        next_step_id = schedule_step(tx, next_name, seq=step.seq + 1, actor=worker.worker_id)
-    return next_step_id
-
-
-def _commit_rejection(tx: RunTx, step: Step, attempt: int) -> str | None:
-    """Why a fenced commit must not apply, or ``None`` if it may."""
-    current = Step.objects.filter(pk=step.pk).values_list("status", "attempt").first()
-    if current is None:
-        return "step is gone"
-    status, current_attempt = current
-    if current_attempt != attempt:
-        return f"stale attempt {attempt}; attempt {current_attempt} holds the step"
-    if tx.run.status in RUN_TERMINAL:
-        return f"run is {tx.run.status}"
-    if tx.run.generation != step.generation:
-        return "step belongs to a superseded generation"
-    if status != StepStatus.RUNNING:
-        return f"step is {status}"
-    return None
 
 
 def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:
@@ -357,19 +288,7 @@ def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:
         if m.get("draft"):
             drafts.finalize(tx, step_id=ctx.step.pk, message=m, actor=worker.worker_id)
     staged = [m for m in ctx.new_messages if not m.get("draft")]
-    count = len(staged)
-    if count:
-        # One round trip to allocate the seqs and learn the last one.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE runs_thread SET message_seq = message_seq + %s "
-                "WHERE id = %s RETURNING message_seq",
-                [count, thread_id],
-            )
-            last = cursor.fetchone()[0]
-    else:
-        last = Thread.objects.filter(pk=thread_id).values_list("message_seq", flat=True).get()
-    first = last - count + 1
+    first, last = allocate_message_seqs(thread_id, len(staged))
     rows = [
         Message(
             thread_id=thread_id,
@@ -418,28 +337,6 @@ def _write_summaries(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> Non
         )
 
 
-def schedule_step(tx: RunTx, name: str, *, seq: int, actor: str, delay: float = 0.0) -> int:
-    """Create the PENDING step ``name`` in the locked run's current generation and
-    notify workers after commit. Returns the new step's id."""
-    not_before = (
-        Now()
-        if not delay
-        else ExpressionWrapper(Now() + timedelta(seconds=delay), output_field=DateTimeField())
-    )
-    step = Step.objects.create(
-        run_id=tx.run.pk,
-        name=name,
-        seq=seq,
-        generation=tx.run.generation,
-        not_before=not_before,
-        notified_at=Now() if dispatch.mode() == "rq" else None,
-    )
-    tx.set_run(current_step_id=step.pk)
-    tx.event("step.scheduled", {"name": name, "seq": seq}, step_id=step.pk, actor=actor)
-    dispatch.notify_on_commit(tx.run.pk, step.pk)
-    return step.pk
-
-
 # -- failures --------------------------------------------------------------------------
 
 
@@ -459,16 +356,6 @@ def _fail_attempt(
     elapsed = (now - started).total_seconds() if started else 0.0
     decision = step_def.retry.decide(attempt - step.attempt_base, error.code, elapsed)
     with run_transaction(run.pk) as tx:
-        rejected = _commit_rejection(tx, step, attempt)
-        if rejected:
-            tx.event(
-                "step.commit_rejected",
-                {"attempt": attempt, "reason": rejected, "error_code": error.code},
-                step_id=step.pk,
-                actor=worker.worker_id,
-                progress=False,
-            )
-            return
         common = {
             "owner": "",
             "lease_until": None,
@@ -476,16 +363,17 @@ def _fail_attempt(
             "error_detail": error.detail[:4000],
         }
         payload = {"attempt": attempt, "error_code": error.code, "error_detail": error.detail[:500]}
+        rejected = {"error_code": error.code}
         if decision.retry and not force_final and tx.run.status != RunStatus.CANCEL_REQUESTED:
             # not_before is computed once from the database clock read above, so the event
             # says exactly when the next attempt may start.
             not_before = now + timedelta(seconds=decision.delay)
-            tx.transition_step(
-                step.pk,
+            tx.finish_attempt(
+                step,
+                attempt,
                 StepStatus.PENDING,
-                expected=StepStatus.RUNNING,
-                attempt=attempt,
                 actor=worker.worker_id,
+                rejected=rejected,
                 event_type="step.retry_scheduled",
                 payload={
                     **payload,
@@ -498,16 +386,17 @@ def _fail_attempt(
             )
             # The sweeper notifies when not_before passes (notified_at < not_before).
             return
-        tx.transition_step(
-            step.pk,
+        if not tx.finish_attempt(
+            step,
+            attempt,
             StepStatus.FAILED,
-            expected=StepStatus.RUNNING,
-            attempt=attempt,
             actor=worker.worker_id,
+            rejected=rejected,
             payload={**payload, "reason": decision.reason},
             finished_at=Now(),
             **common,
-        )
+        ):
+            return
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return
         if step_def.on_exhausted == "takeover" and not isinstance(error, budget.BudgetExhausted):
@@ -555,11 +444,10 @@ def _release_for_cancel(run: Run, step: Step, attempt: int, worker: WorkerIdenti
     """The step stopped at a safe point because the run is cancel-requested: mark it
     CANCELLED (fenced), releasing the lease."""
     with run_transaction(run.pk) as tx:
-        tx.transition_step(
-            step.pk,
+        tx.finish_attempt(
+            step,
+            attempt,
             StepStatus.CANCELLED,
-            expected=StepStatus.RUNNING,
-            attempt=attempt,
             actor=worker.worker_id,
             payload={"attempt": attempt, "reason": "cancel requested"},
             owner="",

@@ -8,11 +8,11 @@ from runs.engine.data import drafts
 from runs.engine.effects import budget as budget_mod
 from runs.engine.effects import ledger
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout
+from runs.engine.effects.model_provider import provider
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
 from runs.engine.execution import faults
 from runs.engine.state.gateway import record_event
 from runs.models import Operation, Run, Step
-from runs.sim import model as sim_model
 from runs.tools import Tool, ToolCall
 
 
@@ -160,16 +160,17 @@ class StepContext:
 
     # -- model and tools ------------------------------------------------------------
     def stream_model(self, messages: list[dict[str, Any]], *, message_id: str):
-        """Ask the (simulated) model for a text reply and stream it into the draft
-        ``message_id`` piece by piece (one ``message.delta`` event each, with its
-        character offset); charges one model call first. Returns the whole reply as a
+        """Ask the installed model (``model_provider``) for a text reply and stream it
+        into the draft ``message_id`` piece by piece (one ``message.delta`` event each,
+        with its character offset); charges one model call first. Returns the whole reply as a
         ``ModelReply``. Raises ``BudgetExhausted``, ``LeaseLost``, ``CancelRequested``."""
         self.safe_point()
+        model = provider()
         budget_mod.charge(
-            self.run.pk, self.run.budget, model_calls=1, cost_usd=sim_model.COST_PER_CALL_USD
+            self.run.pk, self.run.budget, model_calls=1, cost_usd=model.COST_PER_CALL_USD
         )
         content = ""
-        for piece in sim_model.stream(messages):
+        for piece in model.stream(messages):
             try:
                 self.safe_point()
             except CancelRequested:
@@ -194,19 +195,21 @@ class StepContext:
                 actor=self.worker_id,
             )
             content += piece
-        return sim_model.ModelReply(content=content)
+        return model.ModelReply(content=content)
 
     def call_model(self, messages: list[dict[str, Any]], tools: list[str] | None = None):
-        """Ask the (simulated) model; charges one model call and its cost to the budget
-        first. Returns ``runs.sim.model.ModelReply``; raises ``BudgetExhausted``, or
+        """Ask the installed model (``model_provider``); charges one model call and its
+        cost to the budget first. Returns the provider's reply (the simulator's
+        ``ModelReply``); raises ``BudgetExhausted``, or
         ``StepError("TIMEOUT")`` past the step's ``timeout``."""
         self.safe_point()
+        model = provider()
         budget_mod.charge(
-            self.run.pk, self.run.budget, model_calls=1, cost_usd=sim_model.COST_PER_CALL_USD
+            self.run.pk, self.run.budget, model_calls=1, cost_usd=model.COST_PER_CALL_USD
         )
         try:
             return call_with_timeout(
-                lambda: sim_model.complete(messages, tools or []), self.step_def.timeout
+                lambda: model.complete(messages, tools or []), self.step_def.timeout
             )
         except CallTimedOut as exc:
             raise StepError("TIMEOUT", f"model call: {exc}") from exc

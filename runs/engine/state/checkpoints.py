@@ -2,8 +2,7 @@
 
 from typing import Any
 
-from runs.engine.effects.budget import usage
-from runs.models import Run, Step
+from runs.models import Checkpoint, Run, Step
 
 STATE_VERSION = 1
 
@@ -17,7 +16,7 @@ def initial_state(run: Run, first_step: str) -> dict[str, Any]:
         "outputs": {},
         "message_seq": 0,
         "artifacts": [],
-        "budget_used": usage(run),
+        "budget_used": run.usage(),
         "workflow": run.workflow,
         "workflow_version": run.workflow_version,
         "generation": run.generation,
@@ -51,5 +50,28 @@ def next_state(
     state["workflow_version"] = run.workflow_version
     if refresh_usage:
         run.refresh_from_db(fields=["model_calls", "tool_calls", "cost_usd"])
-    state["budget_used"] = usage(run)
+    state["budget_used"] = run.usage()
     return state
+
+
+def latest_state(run: Run) -> dict[str, Any]:
+    """The state of the run's latest checkpoint in its current generation (``{}`` when
+    there is none)."""
+    checkpoint = (
+        Checkpoint.objects.filter(run_id=run.pk, generation=run.generation).order_by("-pk").first()
+    )
+    return checkpoint.state if checkpoint else {}
+
+
+def store(
+    run: Run, step: Step | None, name: str, previous: dict[str, Any], state: dict[str, Any]
+) -> Checkpoint:
+    """Insert the checkpoint ``name`` of the run's current generation holding ``state``
+    (``previous`` is the state it was derived from)."""
+    return Checkpoint.objects.create(
+        run_id=run.pk,
+        step_id=step.pk if step else None,
+        name=name,
+        generation=run.generation,
+        state=state,
+    )

@@ -17,8 +17,8 @@ from runs.states import StepStatus
 def claim_step(step_id: int, worker_id: str, ttl: float) -> int | None:
     """Claim ``step_id`` for ``worker_id`` with a lease of ``ttl`` seconds.
 
-    Claimable: PENDING with ``not_before`` passed, or RUNNING with an expired lease (a
-    takeover). Returns the new attempt number (the fencing token), or ``None`` when the
+    Claimable: PENDING with ``not_before`` passed, or RUNNING with an expired lease (the
+    lease is reclaimed). Returns the new attempt number (the fencing token), or ``None`` when the
     row did not match: someone else holds it or it is not due. Run this inside
     ``run_transaction`` so the run row is locked first.
     """
