@@ -357,9 +357,16 @@ class Event(models.Model):
 class Checkpoint(models.Model):
     """The minimum state to resume a run from (DESIGN section 3).
 
-    ``state`` holds ``{"phase": next step name or None, "input", "completed": [names],
+    ``state`` is ``{"phase": next step name or None, "input", "completed": [names],
     "outputs": {step: output}, "message_seq": int, "artifacts": [ids], "budget_used",
     "workflow", "workflow_version", "generation", "next_allowed": [names]}``.
+
+    Stored as ``data``: the whole state when ``base`` is empty (``version`` 1), else
+    only what changed since ``base`` (``version`` 2: ``{"set": {key: value}, "unset":
+    [keys], "outputs": {step: output}, "completed": [names appended]}``), so a run's
+    checkpoints grow linearly with its length. Reading ``state`` rebuilds the whole
+    state along the ``base`` chain in one query (``runs.engine.state.checkpoints``);
+    assigning it stores a whole state.
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
@@ -368,9 +375,13 @@ class Checkpoint(models.Model):
     )
     name = models.CharField(max_length=120)
     generation = models.PositiveIntegerField(default=1)
-    #: Schema version of ``state``, bumped when its shape changes.
+    #: Shape of ``data``: 1 a whole state, 2 a delta on ``base``.
     version = models.PositiveIntegerField(default=1)
-    state = models.JSONField(default=dict)
+    #: The checkpoint this one's delta applies to; a base outlives its deltas.
+    base = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    data = models.JSONField(default=dict, db_column="state")
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -381,6 +392,23 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} (gen {self.generation})"
+
+    @property
+    def state(self) -> dict:
+        """The whole state at this checkpoint (rebuilt once per instance)."""
+        cached = self.__dict__.get("_whole_state")
+        if cached is None:
+            from runs.engine.state.checkpoints import materialize
+
+            cached = self.__dict__["_whole_state"] = materialize(self)
+        return cached
+
+    @state.setter
+    def state(self, value: dict) -> None:
+        self.data = value
+        self.base = None
+        self.version = 1
+        self.__dict__["_whole_state"] = value
 
 
 class Operation(models.Model):

@@ -95,7 +95,7 @@ def run_detail(request, run_id):
                 .order_by(F("seq").asc(nulls_last=True), "pk")
             ),
             "artifacts": artifacts,
-            "checkpoints": list(Checkpoint.objects.filter(run=run).defer("state").order_by("pk")),
+            "checkpoints": list(Checkpoint.objects.filter(run=run).defer("data").order_by("pk")),
             "operations": list(
                 Operation.objects.filter(run=run).select_related("step").order_by("pk")
             ),

@@ -220,4 +220,4 @@ def continue_after(
         next_name=next_name,
         actor=actor,
         reason=f"approval {approval.pk}: {route}",
-    )
+    ).step_id

@@ -122,7 +122,7 @@ def start_run(
                 )
             state = initial_state(run, wf.first_step)
             state["message_seq"] = seq
-            checkpoints.store(run, None, "start", {}, state)
+            checkpoints.store(run, None, "start", state)
             tx.schedule_step(wf.first_step, seq=1, actor=actor)
     run.refresh_from_db()
     return run

@@ -234,7 +234,7 @@ def resume_from_checkpoint(
             cost_usd=used["cost_usd"],
         )
         state = {**cp.state, "input": plan.input, "generation": generation}
-        checkpoints.store(tx.run, cp.step, cp.name, cp.state, state)
+        checkpoints.store(tx.run, cp.step, cp.name, state, base_id=cp.pk, previous=cp.state)
         tx.event(
             "run.resumed_from_checkpoint",
             {

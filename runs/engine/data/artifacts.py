@@ -162,9 +162,7 @@ def pause_for_invalid_artifact(
 
 def _checkpoint_before(run: Run, step_name: str) -> str | None:
     """The name of the newest checkpoint whose next step is ``step_name``."""
-    for name, state in (
-        Checkpoint.objects.filter(run_id=run.pk).order_by("-pk").values_list("name", "state")
-    ):
-        if state.get("phase") == step_name:
-            return name
+    for checkpoint in Checkpoint.objects.filter(run_id=run.pk).order_by("-pk"):
+        if checkpoint.state.get("phase") == step_name:
+            return checkpoint.name
     return None

@@ -203,7 +203,7 @@ def _promote(thread: Thread, message: Message, actor: str) -> Run:
         )
         state = initial_state(tx.run, wf.first_step)
         state["message_seq"] = seq
-        checkpoints.store(tx.run, None, "start", {}, state)
+        checkpoints.store(tx.run, None, "start", state)
         tx.schedule_step(wf.first_step, seq=1, actor=actor)
     return run
 

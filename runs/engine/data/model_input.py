@@ -138,12 +138,8 @@ def _row(m: Message) -> dict[str, Any]:
 def history_end(run: Run) -> int:
     """H: the thread's last message seq when ``run`` started (its ``start`` checkpoint),
     or, for a run without one, the last seq of its own user messages."""
-    state = (
-        Checkpoint.objects.filter(run_id=run.pk, name="start")
-        .order_by("pk")
-        .values_list("state", flat=True)
-        .first()
-    )
+    start = Checkpoint.objects.filter(run_id=run.pk, name="start").order_by("pk").first()
+    state = start.state if start else None
     if state and state.get("message_seq") is not None:
         return int(state["message_seq"])
     own = (

@@ -5,12 +5,12 @@ one short transaction fenced by the attempt."""
 import logging
 import os
 import sys
-import threading
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import IntegrityError, close_old_connections, connection, transaction
+from django.db import IntegrityError, close_old_connections, transaction
 from django.db.models.functions import Now
 
 from runs.engine.control import approvals, versions
@@ -19,13 +19,14 @@ from runs.engine.data import drafts
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.effects import budget, compensation, unknown_outcomes
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
+from runs.engine.execution import heartbeat
 from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.step_context import StepContext
 from runs.engine.state import checkpoints, leases
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, allocate_message_seqs, run_transaction
 from runs.models import Message, Run, Step, Summary
-from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus, StepStatus
+from runs.states import RUN_EXECUTABLE, RunStatus, StepStatus
 from runs.workflows.definition import StepDef, Workflow
 
 logger = logging.getLogger("agentops.executor")
@@ -44,21 +45,29 @@ def run_chain(step_id: int | None, worker: WorkerIdentity) -> int:
     """Execute ``step_id`` and then each next step this worker committed itself, until
     none is left or the worker is stopping. Returns the number of steps executed.
 
-    A worker that just committed step k claims step k+1 through the same database claim
-    (DESIGN section 11): the queued notification for it then finds it taken.
+    The commit of step k inserts step k+1 already claimed by this worker (DESIGN
+    section 11), so the chain continues without a claim and without a queue
+    notification; a worker that stops with such a step gives its lease back and
+    notifies (``leases.release_lease``).
     """
     executed = 0
-    while step_id is not None:
-        outcome = execute_step(step_id, worker)
-        if not outcome.claimed:
-            break
+    outcome = execute_step(step_id, worker, chain=True) if step_id is not None else NOT_CLAIMED
+    while outcome.claimed:
         executed += 1
         worker.executed += 1
-        if outcome.next_step_id is None:
-            _finish_cancel_if_requested(step_id, worker)
+        link = outcome.continued
+        if link is None:
+            if outcome.next_step_id is None:
+                _finish_cancel_if_requested(outcome.step_id, worker)
+                break
+            if worker.stopping.is_set():
+                break
+            outcome = execute_step(outcome.next_step_id, worker, chain=True)
+            continue
         if worker.stopping.is_set():
+            _give_back(link, worker)
             break
-        step_id = outcome.next_step_id
+        outcome = continue_step(link, worker)
     return executed
 
 
@@ -77,21 +86,41 @@ def _finish_cancel_if_requested(step_id: int, worker: WorkerIdentity) -> None:
         finish_cancel(run_id, actor=worker.worker_id)
 
 
+@dataclass
+class Continuation:
+    """The next step, born claimed by this worker at attempt 1 by the commit of its
+    predecessor: ``run`` as locked by that commit, ``step`` as inserted, the checkpoint
+    the commit saved (``checkpoint_id``, whole ``state``), ``workflow`` the definition
+    already in use."""
+
+    run: Run
+    step: Step
+    checkpoint_id: int
+    state: dict[str, Any]
+    workflow: Workflow
+
+
 class StepOutcome(NamedTuple):
-    """``claimed``: this worker claimed (and ran) the step; ``next_step_id``: the step
-    its commit scheduled, for chaining."""
+    """``claimed``: this worker claimed (and ran) the step ``step_id``;
+    ``next_step_id``: the step its commit scheduled; ``continued``: that step when it
+    was born claimed by this worker (``Continuation``)."""
 
     claimed: bool
+    step_id: int | None = None
     next_step_id: int | None = None
+    continued: Continuation | None = None
 
 
 NOT_CLAIMED = StepOutcome(False)
 
 
-def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
-    """Run one step if it is claimable.
+def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -> StepOutcome:
+    """Claim ``step_id`` if it is claimable and run it.
 
-    Never raises for step failures (they are recorded); database errors propagate.
+    With ``chain`` the commit inserts the next step claimed by this worker (the caller
+    must run it with ``continue_step`` or give it back); without, the next step is
+    PENDING and notified. Never raises for step failures (they are recorded); database
+    errors propagate.
     """
     close_old_connections()
     step = Step.objects.select_related("run").filter(pk=step_id).first()
@@ -110,9 +139,40 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
     claimed = _claim(run, step, worker)
     if claimed is None:
         return NOT_CLAIMED
-    attempt, state = claimed
+    attempt, checkpoint_id, state = claimed
+    return _run_attempt(run, step, attempt, workflow, (checkpoint_id, state), worker, chain)
+
+
+def continue_step(link: Continuation, worker: WorkerIdentity) -> StepOutcome:
+    """Run the step that the previous commit inserted claimed by this worker: no read
+    and no claim, everything it needs is in ``link``."""
+    _maybe_crash_before(link.run, link.step)
+    return _run_attempt(
+        link.run, link.step, 1, link.workflow, (link.checkpoint_id, link.state), worker, True
+    )
+
+
+def _give_back(link: Continuation, worker: WorkerIdentity) -> None:
+    """A stopping worker hands the step its commit claimed for it back to the queue."""
+    with run_transaction(link.run.pk) as tx:
+        leases.release_lease(tx, link.step.pk, 1, actor=worker.worker_id, reason="worker stopping")
+
+
+def _run_attempt(
+    run: Run,
+    step: Step,
+    attempt: int,
+    workflow: Workflow,
+    checkpoint: tuple[int | None, dict[str, Any]],
+    worker: WorkerIdentity,
+    chain: bool,
+) -> StepOutcome:
+    """Run the claimed ``attempt`` of ``step`` outside any transaction, with its lease
+    kept by the process's heartbeat, then record how it ended. ``checkpoint`` is the
+    ``(id, whole state)`` the step starts from."""
     step_def = workflow.get(step.name)
     say(f"ENTER {step.name} (run {run.pk}, attempt {attempt}, worker {worker.worker_id})")
+    done = StepOutcome(True, step.pk)
     if attempt - step.attempt_base > step_def.retry.max_attempts:
         # Each claim is an attempt, including claims whose worker died; a step that keeps
         # killing its workers must stop being retried. Attempts before the last human
@@ -130,7 +190,7 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
             ),
             force_final=True,
         )
-        return StepOutcome(True)
+        return done
 
     ctx = StepContext(
         run=run,
@@ -139,30 +199,31 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
         worker_id=worker.worker_id,
         workflow=workflow,
         step_def=step_def,
-        state=state,
+        state=checkpoint[1],
+        checkpoint_id=checkpoint[0],
     )
-    heartbeat = Heartbeat(ctx)
-    heartbeat.start()
+    lease_keeper = heartbeat.keeper()
+    lease_keeper.hold(ctx)
     try:
         output = step_def.fn(ctx)
     except LeaseLost as exc:
         _record(run.pk, "step.abandoned", {"attempt": attempt, "reason": str(exc)}, step, worker)
-        return StepOutcome(True)
+        return done
     except CancelRequested:
         _release_for_cancel(run, step, attempt, worker)
-        return StepOutcome(True)
+        return done
     except ArtifactInvalid as exc:
         pause_for_invalid_artifact(run, step, attempt, worker.worker_id, exc)
-        return StepOutcome(True)
+        return done
     except OutcomeUnknown as exc:
         unknown_outcomes.pause_unknown(run, step, attempt, worker.worker_id, exc)
-        return StepOutcome(True)
+        return done
     except budget.BudgetExhausted as exc:
         _budget_exhausted(run, step, attempt, worker, workflow, step_def, exc)
-        return StepOutcome(True)
+        return done
     except StepError as exc:
         _fail_attempt(run, step, attempt, worker, step_def, exc)
-        return StepOutcome(True)
+        return done
     except Exception as exc:  # noqa: BLE001 - a bug in a step is recorded, not fatal to the worker
         logger.exception("step %s raised", step.name)
         _fail_attempt(
@@ -173,21 +234,22 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
             step_def,
             StepError("INTERNAL", f"{type(exc).__name__}: {exc}"),
         )
-        return StepOutcome(True)
+        return done
     finally:
-        heartbeat.stop()
+        lease_keeper.release(ctx)
     if step_def.kind == "approval":
         approvals.commit_approval_request(ctx, output or {}, worker.worker_id)
-        return StepOutcome(True)
-    return StepOutcome(True, _commit_success(ctx, output, worker))
+        return done
+    claimed_by = worker.worker_id if chain and not worker.stopping.is_set() else None
+    return _commit_success(ctx, output, worker, claimed_by)
 
 
 # -- claim -----------------------------------------------------------------------------
 
 
-def _claim(run: Run, step: Step, worker: WorkerIdentity) -> tuple[int, dict] | None:
+def _claim(run: Run, step: Step, worker: WorkerIdentity) -> tuple[int, int | None, dict] | None:
     """Claim the step and mark the run RUNNING in one transaction; returns the attempt
-    and the state of the run's latest checkpoint."""
+    and the id and whole state of the run's latest checkpoint."""
     with run_transaction(run.pk) as tx:
         if tx.run.status not in RUN_EXECUTABLE or tx.run.generation != step.generation:
             return None
@@ -201,55 +263,28 @@ def _claim(run: Run, step: Step, worker: WorkerIdentity) -> tuple[int, dict] | N
         if step.status == StepStatus.RUNNING:
             payload["reclaimed_from"] = step.owner
         tx.event("step.started", payload, step_id=step.pk, actor=worker.worker_id)
-        state = checkpoints.latest_state(tx.run)
+        checkpoint_id, state = checkpoints.latest(tx.run)
     run.status = tx.run.status
-    return attempt, state
-
-
-class Heartbeat:
-    """Renews the lease every third of its length while the step runs, and raises the
-    context's flags when the lease is lost or the run is asked to cancel."""
-
-    def __init__(self, ctx: StepContext):
-        self.ctx = ctx
-        self.ttl = settings.AGENTOPS_LEASE_SECONDS
-        self.interval = max(0.05, self.ttl / 3)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.interval + 5)
-
-    def _loop(self) -> None:
-        ctx = self.ctx
-        try:
-            while not self._stop.wait(self.interval):
-                if not leases.renew_lease(ctx.step.pk, ctx.attempt, self.ttl):
-                    ctx.lease_lost.set()
-                    return
-                status = Run.objects.filter(pk=ctx.run.pk).values_list("status", flat=True).first()
-                if status == RunStatus.CANCEL_REQUESTED or status in RUN_TERMINAL:
-                    ctx.cancel_requested.set()
-        except Exception:  # noqa: BLE001 - a failed heartbeat must not kill the step; the lease rules decide
-            logger.warning("heartbeat failed for step %s", ctx.step.pk, exc_info=True)
-        finally:
-            connection.close()
+    return attempt, checkpoint_id, state
 
 
 # -- commit ----------------------------------------------------------------------------
 
 
-def _commit_success(ctx: StepContext, output: Any, worker: WorkerIdentity) -> int | None:
+def _commit_success(
+    ctx: StepContext, output: Any, worker: WorkerIdentity, claimed_by: str | None
+) -> StepOutcome:
     """Commit the result, fenced by attempt, with the step's messages, summaries, its
-    checkpoint and the next step (or the run's end) in one transaction. Returns the next
-    step's id, if any."""
+    checkpoint and the next step (or the run's end) in one transaction. With
+    ``claimed_by`` the next step is born claimed by that worker and returned as the
+    outcome's ``continued``."""
     run, step, attempt = ctx.run, ctx.step, ctx.attempt
     next_name = ctx.next_step if ctx.goto_set else ctx.workflow.next_after(step.name)
     with run_transaction(run.pk) as tx:
+        if next_name is not None and tx.run.faults.get("crash_before") == next_name:
+            # The injected crash happens before the next step is claimed: schedule it
+            # unclaimed so the claim path meets the fault.
+            claimed_by = None
         if not tx.finish_attempt(
             step,
             attempt,
@@ -263,20 +298,41 @@ def _commit_success(ctx: StepContext, output: Any, worker: WorkerIdentity) -> in
             error_code="",
             error_detail="",
         ):
-            return None
+            return StepOutcome(True, step.pk)
         message_seq = _write_messages(tx, ctx, worker)
         _write_summaries(tx, ctx, worker)
         # tx.run is the row locked at the start of this transaction, after all of the
         # step's budget charges: its usage counters are current without a re-read.
-        return tx.advance(
+        advanced = tx.advance(
             step,
             output=output,
             next_name=next_name,
             actor=worker.worker_id,
             previous=ctx.state,
+            previous_id=ctx.checkpoint_id,
             message_seq=message_seq,
             refresh_usage=False,
+            next_seq=tx.next_step_seq(after=step),
+            claimed_by=claimed_by,
         )
+    if advanced.step_id is None or claimed_by is None:
+        return StepOutcome(True, step.pk, advanced.step_id)
+    born = Step(
+        pk=advanced.step_id,
+        run=tx.run,
+        name=next_name,
+        seq=advanced.seq,
+        generation=tx.run.generation,
+        status=StepStatus.RUNNING,
+        attempt=1,
+        owner=claimed_by,
+    )
+    return StepOutcome(
+        True,
+        step.pk,
+        advanced.step_id,
+        Continuation(tx.run, born, advanced.checkpoint_id, advanced.state, ctx.workflow),
+    )
 
 
 def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:

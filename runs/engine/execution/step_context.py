@@ -21,7 +21,7 @@ class StepContext:
 
     ``input``: the run's input (after any resume patch). ``outputs``: ``{step name:
     output}`` of the steps completed before this one (from the latest checkpoint).
-    ``state``: the latest checkpoint's whole state dict.
+    ``state``: the latest checkpoint's whole state dict (``checkpoint_id``: its id).
     """
 
     def __init__(
@@ -34,6 +34,7 @@ class StepContext:
         workflow,
         step_def,
         state: dict[str, Any],
+        checkpoint_id: int | None = None,
     ):
         self.run = run
         self.step = step
@@ -42,6 +43,8 @@ class StepContext:
         self.workflow = workflow
         self.step_def = step_def
         self.state = state
+        #: The checkpoint ``state`` is from (the next checkpoint stores what changed).
+        self.checkpoint_id = checkpoint_id
         self.input: dict[str, Any] = state.get("input", run.input)
         self.outputs: dict[str, Any] = dict(state.get("outputs", {}))
         self.new_messages: list[dict[str, Any]] = []

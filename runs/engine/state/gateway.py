@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.apps import apps
 from django.db import connection, transaction
@@ -60,6 +60,16 @@ class EventSpec:
     payload: dict[str, Any] = field(default_factory=dict)
     step_id: int | None = None
     actor: str = ""
+
+
+class Advanced(NamedTuple):
+    """What ``RunTx.advance`` did: the next step's id and seq (``None`` when the run
+    finished or stopped) and the checkpoint it saved (id and whole ``state``)."""
+
+    step_id: int | None
+    seq: int | None
+    checkpoint_id: int
+    state: dict[str, Any]
 
 
 class RunTx:
@@ -373,15 +383,17 @@ class RunTx:
         output: Any,
         next_name: str | None,
         actor: str,
+        previous_id: int | None = None,
         message_seq: int | None = None,
         refresh_usage: bool = True,
-    ) -> dict[str, Any]:
-        """Save the ``after:<step>`` checkpoint of the locked run: ``previous`` (the state
-        the step started from; ``None`` reads the latest checkpoint) plus ``output``,
-        with ``checkpoint.saved``. ``message_seq`` defaults to the thread's current one.
-        Returns the new full state."""
+    ) -> tuple[int, dict[str, Any]]:
+        """Save the ``after:<step>`` checkpoint of the locked run: ``previous`` (the whole
+        state the step started from, of checkpoint ``previous_id``; ``None`` reads the
+        latest checkpoint) plus ``output``, stored as what changed since it, with
+        ``checkpoint.saved``. ``message_seq`` defaults to the thread's current one.
+        Returns the new checkpoint's id and whole state."""
         if previous is None:
-            previous = checkpoints.latest_state(self.run)
+            previous_id, previous = checkpoints.latest(self.run)
         if message_seq is None:
             message_seq = allocate_message_seqs(self.run.thread_id, 0)[1]
         state = checkpoints.next_state(
@@ -393,9 +405,11 @@ class RunTx:
             message_seq=message_seq,
             refresh_usage=refresh_usage,
         )
-        checkpoints.store(self.run, step, f"after:{step.name}", previous, state)
+        saved = checkpoints.store(
+            self.run, step, f"after:{step.name}", state, base_id=previous_id, previous=previous
+        )
         self.event("checkpoint.saved", {"name": f"after:{step.name}"}, step_id=step.pk, actor=actor)
-        return state
+        return saved.pk, state
 
     def advance(
         self,
@@ -405,19 +419,23 @@ class RunTx:
         next_name: str | None,
         actor: str,
         previous: dict[str, Any] | None = None,
+        previous_id: int | None = None,
         message_seq: int | None = None,
         refresh_usage: bool = True,
         reason: str = "",
+        next_seq: int | None = None,
         claimed_by: str | None = None,
-    ) -> int | None:
+    ) -> "Advanced":
         """After ``step`` succeeded: save its checkpoint, then schedule ``next_name`` or
         finish the run (SUCCEEDED) when it is ``None``. A waiting or paused run goes
         RUNNING first (``reason``); a cancel-requested run stops after the checkpoint.
-        ``claimed_by`` makes the next step born claimed (``schedule_step``). Returns the
-        next step's id, or ``None``."""
-        self.save_checkpoint(
+        ``next_seq`` (default ``next_step_seq()``) and ``claimed_by`` go to
+        ``schedule_step``; ``previous``/``previous_id`` go to ``save_checkpoint``.
+        Returns ``Advanced``."""
+        checkpoint_id, state = self.save_checkpoint(
             step,
             previous=previous,
+            previous_id=previous_id,
             output=output,
             next_name=next_name,
             actor=actor,
@@ -425,17 +443,17 @@ class RunTx:
             refresh_usage=refresh_usage,
         )
         if self.run.status == RunStatus.CANCEL_REQUESTED:
-            return None
+            return Advanced(None, None, checkpoint_id, state)
         if self.run.status != RunStatus.RUNNING:
             self.transition_run(RunStatus.RUNNING, actor=actor, reason=reason)
         if next_name is None:
             self.transition_run(
                 RunStatus.SUCCEEDED, actor=actor, finished_at=Now(), current_step=None
             )
-            return None
-        return self.schedule_step(
-            next_name, actor=actor, seq=self.next_step_seq(), claimed_by=claimed_by
-        )
+            return Advanced(None, None, checkpoint_id, state)
+        seq = self.next_step_seq() if next_seq is None else next_seq
+        step_id = self.schedule_step(next_name, actor=actor, seq=seq, claimed_by=claimed_by)
+        return Advanced(step_id, seq, checkpoint_id, state)
 
     def resolve_takeover(
         self, actor: str, note: dict[str, Any], takeover=None, *, record: bool = True, **match

@@ -1,0 +1,30 @@
+import django.db.models.deletion
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("runs", "0004_summaries_and_queued_messages"),
+    ]
+
+    operations = [
+        # The column keeps its name; the field becomes ``data`` so ``state`` can be the
+        # rebuilt whole state.
+        migrations.RenameField(model_name="checkpoint", old_name="state", new_name="data"),
+        migrations.AlterField(
+            model_name="checkpoint",
+            name="data",
+            field=models.JSONField(db_column="state", default=dict),
+        ),
+        migrations.AddField(
+            model_name="checkpoint",
+            name="base",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="runs.checkpoint",
+            ),
+        ),
+    ]
