@@ -398,7 +398,7 @@ class Checkpoint(models.Model):
         """The whole state at this checkpoint (rebuilt once per instance)."""
         cached = self.__dict__.get("_whole_state")
         if cached is None:
-            from runs.engine.state.checkpoints import materialize
+            from runs.checkpoint_data import materialize
 
             cached = self.__dict__["_whole_state"] = materialize(self)
         return cached

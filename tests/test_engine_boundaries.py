@@ -29,8 +29,20 @@ FORBIDDEN_IN_ENGINE = (
     "anthropic",
     "pydantic_ai",
 )
-#: The modules that may write state columns: the gateway and the lease SQL.
-GATEWAY = {"runs.engine.state.gateway", "runs.engine.state.leases", "runs.state_fields"}
+#: The modules that may write state columns: the gateway, the lease SQL and the
+#: one-statement commit.
+GATEWAY = {
+    "runs.engine.state.gateway",
+    "runs.engine.state.leases",
+    "runs.engine.state.one_statement",
+    "runs.state_fields",
+}
+RAW_STATE_UPDATES = (
+    "UPDATE runs_run",
+    "UPDATE runs_step",
+    "UPDATE runs_operation",
+    "UPDATE approvals_",
+)
 #: Guarded columns by model class name (``Step`` -> {"status", "attempt", ...}).
 STATE_COLUMNS = {label.split(".")[1]: fields for label, fields in STATE_FIELDS.items()}
 
@@ -193,10 +205,9 @@ def test_it_finds_no_state_write_outside_the_gateway():
                 hit = written & STATE_COLUMNS.get(_receiver_model(node), set())
                 if hit:
                     offending.append(f"{name}:{node.lineno} {called}({', '.join(sorted(hit))})")
-            if isinstance(func, ast.Attribute) and func.attr == "execute" and node.args:
-                sql = node.args[0]
-                text = sql.value if isinstance(sql, ast.Constant) else ast.unparse(sql)
-                if "UPDATE runs_step" in text or "UPDATE runs_run" in text:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if any(u in node.value for u in RAW_STATE_UPDATES):
                     offending.append(f"{name}:{node.lineno} raw UPDATE of a state table")
     assert offending == []
 

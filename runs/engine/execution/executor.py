@@ -22,7 +22,7 @@ from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepE
 from runs.engine.execution import heartbeat
 from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.step_context import StepContext
-from runs.engine.state import checkpoints, leases
+from runs.engine.state import checkpoints, leases, one_statement
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, allocate_message_seqs, run_transaction
 from runs.models import Message, Run, Step, Summary
@@ -280,11 +280,21 @@ def _commit_success(
     outcome's ``continued``."""
     run, step, attempt = ctx.run, ctx.step, ctx.attempt
     next_name = ctx.next_step if ctx.goto_set else ctx.workflow.next_after(step.name)
+    if next_name is not None and run.faults.get("crash_before") == next_name:
+        # The injected crash happens before the next step is claimed: schedule it
+        # unclaimed so the claim path meets the fault.
+        claimed_by = None
+    if (
+        (claimed_by is not None or next_name is None)
+        and not ctx.new_messages
+        and not ctx.new_summaries
+        and ctx.checkpoint_id is not None
+        and one_statement.available()
+    ):
+        outcome = _commit_in_one_statement(ctx, output, worker, next_name)
+        if outcome is not None:
+            return outcome
     with run_transaction(run.pk) as tx:
-        if next_name is not None and tx.run.faults.get("crash_before") == next_name:
-            # The injected crash happens before the next step is claimed: schedule it
-            # unclaimed so the claim path meets the fault.
-            claimed_by = None
         if not tx.finish_attempt(
             step,
             attempt,
@@ -332,6 +342,67 @@ def _commit_success(
         step.pk,
         advanced.step_id,
         Continuation(tx.run, born, advanced.checkpoint_id, advanced.state, ctx.workflow),
+    )
+
+
+def _commit_in_one_statement(
+    ctx: StepContext, output: Any, worker: WorkerIdentity, next_name: str | None
+) -> StepOutcome | None:
+    """The same commit as the general path in one statement (PostgreSQL); ``None``
+    when it did not apply and the general path must run."""
+    run, step = ctx.run, ctx.step
+    state = checkpoints.next_state(
+        ctx.state,
+        run=run,
+        step=step,
+        output=output,
+        next_name=next_name,
+        message_seq=ctx.state.get("message_seq", 0),
+        refresh_usage=False,
+    )
+    change = checkpoints.delta(ctx.state, state)
+    if change is None:
+        return None
+    next_seq = step.seq + 1 if next_name is not None else None
+    done = one_statement.commit_step(
+        run_id=run.pk,
+        thread_id=run.thread_id,
+        step_id=step.pk,
+        step_name=step.name,
+        generation=step.generation,
+        attempt=ctx.attempt,
+        worker_id=worker.worker_id,
+        output=output,
+        base_id=ctx.checkpoint_id,
+        delta=change,
+        next_name=next_name,
+        next_seq=next_seq,
+        lease_seconds=settings.AGENTOPS_LEASE_SECONDS,
+    )
+    if done is None:
+        return None
+    state["message_seq"] = done.message_seq
+    state["budget_used"] = done.usage()
+    run.event_seq, run.version = done.event_seq, done.version
+    run.model_calls, run.tool_calls, run.cost_usd = done.model_calls, done.tool_calls, done.cost_usd
+    if next_name is None:
+        run.status = RunStatus.SUCCEEDED
+        return StepOutcome(True, step.pk)
+    born = Step(
+        pk=done.next_step_id,
+        run=run,
+        name=next_name,
+        seq=next_seq,
+        generation=step.generation,
+        status=StepStatus.RUNNING,
+        attempt=1,
+        owner=worker.worker_id,
+    )
+    return StepOutcome(
+        True,
+        step.pk,
+        done.next_step_id,
+        Continuation(run, born, done.checkpoint_id, state, ctx.workflow),
     )
 
 

@@ -1,6 +1,7 @@
-"""Checkpoints store what changed plus a reference to the previous one: a long loop
-grows its checkpoint data linearly, and every checkpoint still reads back as the whole
-state. A worker continues its run by running the next step its commit claimed for it."""
+"""The hot path. A worker continues its run by running the next step its commit claimed
+for it (on PostgreSQL that commit is one statement). Checkpoints store what changed plus
+a reference to the previous one: a long loop grows its checkpoint data linearly, and
+every checkpoint still reads back as the whole state."""
 
 import json
 
@@ -106,3 +107,25 @@ def test_it_gives_the_claimed_step_back_when_the_worker_stops(loop_workflow, wor
     assert released.step_id == second.pk
     assert executor.run_chain(second.pk, worker) == 2
     assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
+
+
+def test_it_runs_a_chained_step_in_one_database_round_trip_on_postgresql(loop_workflow, worker):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the one-statement commit is PostgreSQL's; SQLite takes the general path")
+    run = start_run("checkpoint_loop_test", thread_id="loop-trips", input={"n": 4})
+    first = Step.objects.get(run=run)
+    outcome = executor.execute_step(first.pk, worker, chain=True)
+    with CaptureQueriesContext(connection) as queries:
+        outcome = executor.continue_step(outcome.continued, worker)
+    assert outcome.continued is not None
+    assert len(queries) == 1
+    types = list(Event.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
+    assert (
+        types[-8:] == ["step.succeeded", "checkpoint.saved", "step.scheduled", "step.started"] * 2
+    )
+    state = Checkpoint.objects.filter(run=run).order_by("-pk").first().state
+    assert state["completed"] == ["count", "count"]
+    assert state["budget_used"] == Run.objects.get(pk=run.pk).usage()
