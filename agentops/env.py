@@ -5,6 +5,7 @@ surprise later (the habit of healthchecks' ``settings.py``). Any variable may in
 be given as ``NAME_FILE``, a path whose contents are the value (for secrets).
 """
 
+import math
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -26,7 +27,8 @@ def env_str(name: str, default: str | None = None) -> str | None:
 
 
 def env_bool(name: str, default: bool) -> bool:
-    """Return a boolean; raises ``ImproperlyConfigured`` for anything but 1/0/true/false/yes/no/on/off."""
+    """Return a boolean; raises ``ImproperlyConfigured`` for anything but
+    1/0/true/false/yes/no/on/off."""
     raw = env_str(name)
     if raw is None:
         return default
@@ -48,6 +50,84 @@ def env_number(name: str, default: float, *, minimum: float | None = None) -> fl
         value = float(raw)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from exc
+    if not math.isfinite(value):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a finite number")
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={raw!r} must be >= {minimum}")
     return int(value) if value.is_integer() else value
+
+
+#: URL schemes of the databases AgentOps supports (dj-database-url's names).
+_DATABASE_SCHEMES = {"postgres", "postgresql", "pgsql", "sqlite"}
+_REDIS_SCHEMES = {"redis", "rediss", "unix"}
+
+
+def env_database_url(name: str, **options) -> dict | None:
+    """Return Django's ``DATABASES`` entry for the URL in ``name`` (``None`` when unset).
+
+    ``options`` go to ``dj_database_url.parse`` (``conn_max_age``, ...). Raises
+    ``ImproperlyConfigured`` for a URL that does not parse or names a database other than
+    PostgreSQL or SQLite."""
+    import dj_database_url
+
+    raw = env_str(name)
+    if not raw:
+        return None
+    scheme = raw.split("://", 1)[0] if "://" in raw else ""
+    if scheme not in _DATABASE_SCHEMES:
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not a database URL: use postgres://USER:PASSWORD@HOST:PORT/NAME"
+            " or sqlite:///PATH"
+        )
+    try:
+        return dj_database_url.parse(raw, **options)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={raw!r} does not parse: {exc}") from None
+
+
+def env_redis_url(name: str) -> str | None:
+    """Return the Redis URL in ``name`` (``None`` when unset); raises
+    ``ImproperlyConfigured`` for one redis-py cannot use (scheme, port, database number)."""
+    from redis.connection import parse_url
+
+    raw = env_str(name)
+    if not raw:
+        return None
+    try:
+        parsed = parse_url(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not a Redis URL ({exc}); e.g. redis://127.0.0.1:6379/0"
+        ) from None
+    path = raw.split("://", 1)[1].split("?", 1)[0]
+    if raw.startswith(("redis://", "rediss://")) and "/" in path:
+        db = path.split("/", 1)[1]
+        if db and not db.isdigit():
+            raise ImproperlyConfigured(
+                f"{name}={raw!r}: the database number {db!r} is not an integer"
+            )
+    if not parsed.get("host") and not parsed.get("path"):
+        raise ImproperlyConfigured(f"{name}={raw!r} names no host")
+    return raw
+
+
+def env_choice(name: str, default: str, choices: list[str]) -> str:
+    """Return one of ``choices`` (compared case-insensitively, returned as listed);
+    raises ``ImproperlyConfigured`` naming the valid values otherwise."""
+    raw = env_str(name)
+    if raw is None:
+        return default
+    for choice in choices:
+        if raw.strip().lower() == choice.lower():
+            return choice
+    raise ImproperlyConfigured(f"{name}={raw!r} is not one of {', '.join(choices)}")
+
+
+def env_dotted_path(name: str, default: str) -> str:
+    """Return a dotted import path (``package.module.attribute``); raises
+    ``ImproperlyConfigured`` when it is not one (importing it waits for app loading)."""
+    raw = env_str(name, default) or ""
+    parts = raw.split(".")
+    if len(parts) < 2 or not all(p.isidentifier() for p in parts):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a dotted path like package.module.name")
+    return raw

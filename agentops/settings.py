@@ -9,9 +9,19 @@
 
 from pathlib import Path
 
-import dj_database_url
+from csp.constants import NONE, SELF
 
-from agentops.env import env_bool, env_number, env_str
+from django.core.exceptions import ImproperlyConfigured
+
+from agentops.env import (
+    env_bool,
+    env_choice,
+    env_database_url,
+    env_dotted_path,
+    env_number,
+    env_redis_url,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("AGENTOPS_VAR_DIR", str(BASE_DIR / "var")))
@@ -43,8 +53,12 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "runs.api.middleware.ApiBodyLimitMiddleware",
+    "agentops.middleware.DatabaseBusyMiddleware",
+    # Innermost: records refused (403/409) actions with the reason the view gave.
+    "runs.refusals.RefusalAuditMiddleware",
 ]
 
 ROOT_URLCONF = "agentops.urls"
@@ -66,43 +80,56 @@ TEMPLATES = [
     },
 ]
 
-_database_url = env_str("DATABASE_URL")
-if _database_url:
-    # Persistent connections (no per-step connection setup), health-checked so a worker
-    # survives a database restart. The ASGI server sets AGENTOPS_CONN_MAX_AGE=0
-    # (agentops/asgi.py): under ASGI each request may run in another thread, so a kept
-    # connection would be held by a thread nobody reuses.
-    DATABASES = {
-        "default": dj_database_url.parse(
-            _database_url,
-            conn_max_age=int(env_number("AGENTOPS_CONN_MAX_AGE", 600, minimum=0)),
-            conn_health_checks=True,
-        )
-    }
+# WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at BEGIN so
+# two workers never deadlock upgrading a read lock; a lock wait of up to 30 s stays a wait
+# inside SQLite instead of reaching a step as "database is locked". Applied to every
+# SQLite database, whether embedded or named in DATABASE_URL.
+SQLITE_OPTIONS = {
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,
+}
+
+# Persistent connections (no per-step connection setup), health-checked so a worker
+# survives a database restart. The ASGI server sets AGENTOPS_CONN_MAX_AGE=0
+# (agentops/asgi.py): under ASGI each request may run in another thread, so a kept
+# connection would be held by a thread nobody reuses.
+_database = env_database_url(
+    "DATABASE_URL",
+    conn_max_age=int(env_number("AGENTOPS_CONN_MAX_AGE", 600, minimum=0)),
+    conn_health_checks=True,
+)
+if _database:
+    DATABASES = {"default": _database}
 else:
     _sqlite_path = env_str("AGENTOPS_SQLITE_PATH", str(VAR_DIR / "agentops.sqlite3"))
     # The embedded default must work on a fresh checkout with no setup step.
-    Path(_sqlite_path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        Path(_sqlite_path).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"AGENTOPS_SQLITE_PATH / AGENTOPS_VAR_DIR: cannot create the directory of "
+            f"{_sqlite_path}: {exc.strerror}"
+        ) from None
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": _sqlite_path,
-            "OPTIONS": {
-                # WAL lets readers run beside the one writer; IMMEDIATE takes the write
-                # lock at BEGIN so two workers never deadlock upgrading a read lock.
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 30,
-            },
             "TEST": {"NAME": str(VAR_DIR / "test-agentops.sqlite3")},
         }
     }
+for _db in DATABASES.values():
+    if _db["ENGINE"] == "django.db.backends.sqlite3":
+        _db["OPTIONS"] = {**SQLITE_OPTIONS, **_db.get("OPTIONS", {})}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-REDIS_URL = env_str("REDIS_URL") or None
+REDIS_URL = env_redis_url("REDIS_URL")
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL or "redis://127.0.0.1:6379/0", "DEFAULT_TIMEOUT": 3600},
 }
+# Without Redis, dispatch runs from the database: django-rq's admin dashboard would only
+# fail to reach a Redis nobody configured, so it is not registered at all.
+RQ_SHOW_ADMIN_LINK = REDIS_URL is not None
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -114,6 +141,29 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
+
+# Browser security headers on every page (console, admin, login). Scripts and styles
+# come only from this origin, nothing inline (htmx's own indicator <style> is turned off
+# in base.html and lives in console.css), no plugins, no framing, forms post here only.
+# The browsable API docs load Swagger UI from a CDN with an inline script: excluded.
+CONTENT_SECURITY_POLICY = {
+    "EXCLUDE_URL_PREFIXES": ["/api/v1/docs"],
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "font-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
@@ -127,6 +177,11 @@ AGENTOPS_SWEEP_SECONDS = env_number("AGENTOPS_SWEEP_SECONDS", 5, minimum=0.1)
 AGENTOPS_RENOTIFY_SECONDS = env_number("AGENTOPS_RENOTIFY_SECONDS", 15, minimum=0.1)
 AGENTOPS_SWEEP_BATCH = int(env_number("AGENTOPS_SWEEP_BATCH", 200, minimum=1))
 AGENTOPS_STUCK_SECONDS = env_number("AGENTOPS_STUCK_SECONDS", 600, minimum=1)
+# Worker liveness (runs/engine/execution/liveness.py): workers learn that a step's owner
+# died from a PostgreSQL session lock (or its pid on SQLite) and re-claim its step within
+# about AGENTOPS_LIVENESS_SECONDS instead of waiting for the lease. Off: the lease decides.
+AGENTOPS_LIVENESS = env_bool("AGENTOPS_LIVENESS", True)
+AGENTOPS_LIVENESS_SECONDS = env_number("AGENTOPS_LIVENESS_SECONDS", 0.5, minimum=0.05)
 # Client API (docs/api.md): request body limit in bytes (413 above it), run creations
 # allowed per token per period (429 above it), SSE poll and heartbeat intervals in
 # seconds, and the bearer token /metrics requires (unset: /metrics answers 403).
@@ -150,7 +205,18 @@ AGENTOPS_SERVE_STATIC = env_bool("AGENTOPS_SERVE_STATIC", True)
 #: Default lifetime of an approval request; 0 means approvals never expire. An approval
 #: step's ``expires_after`` overrides it.
 AGENTOPS_APPROVAL_EXPIRY_SECONDS = env_number("AGENTOPS_APPROVAL_EXPIRY_SECONDS", 0, minimum=0)
+#: Approval policy (approvals/policy.py): workflows whose runs their own starter may
+#: approve (comma-separated names; empty: none, the four-eyes default), and whether a
+#: superuser may decide without holding the approver role.
+AGENTOPS_SELF_APPROVAL_WORKFLOWS = frozenset(
+    name.strip()
+    for name in (env_str("AGENTOPS_SELF_APPROVAL_WORKFLOWS", "") or "").split(",")
+    if name.strip()
+)
+AGENTOPS_SUPERUSER_DECIDES = env_bool("AGENTOPS_SUPERUSER_DECIDES", False)
 AGENTOPS_DEVICE_DIR = Path(env_str("AGENTOPS_DEVICE_DIR", str(VAR_DIR / "devices")))
+#: Simulated devices keep only this many newest calls in their log.
+AGENTOPS_SIM_CALL_LOG_MAX = int(env_number("AGENTOPS_SIM_CALL_LOG_MAX", 1000, minimum=10))
 # Context assembly (docs/data-safety.md): summarise older history once the part not yet
 # covered by a summary counts more than this many tokens, keeping the newest
 # AGENTOPS_CONTEXT_RECENT_MESSAGES messages in full; tokens by AGENTOPS_TOKEN_COUNTER.
@@ -160,12 +226,29 @@ AGENTOPS_CONTEXT_SUMMARY_TOKENS = int(
 AGENTOPS_CONTEXT_RECENT_MESSAGES = int(
     env_number("AGENTOPS_CONTEXT_RECENT_MESSAGES", 20, minimum=1)
 )
-AGENTOPS_TOKEN_COUNTER = env_str(
+AGENTOPS_TOKEN_COUNTER = env_dotted_path(
     "AGENTOPS_TOKEN_COUNTER", "runs.engine.data.model_input.count_tokens"
 )
 # Artifact files no row refers to are deleted by `artifacts check --repair` only when
 # older than this (a worker may be between writing a file and committing its row).
 AGENTOPS_ORPHAN_GRACE_SECONDS = env_number("AGENTOPS_ORPHAN_GRACE_SECONDS", 3600, minimum=0)
+# PostgreSQL lock_timeout and statement_timeout per process kind, in seconds (0 = no
+# limit; agentops/db_session.py): a web request gives up early and answers 503, a worker
+# waits longer and retries its transaction, command-line tools run unbounded.
+AGENTOPS_DB_TIMEOUTS = {
+    "web": (
+        env_number("AGENTOPS_WEB_LOCK_TIMEOUT", 5, minimum=0),
+        env_number("AGENTOPS_WEB_STATEMENT_TIMEOUT", 30, minimum=0),
+    ),
+    "worker": (
+        env_number("AGENTOPS_WORKER_LOCK_TIMEOUT", 10, minimum=0),
+        env_number("AGENTOPS_WORKER_STATEMENT_TIMEOUT", 60, minimum=0),
+    ),
+    "cli": (
+        env_number("AGENTOPS_CLI_LOCK_TIMEOUT", 30, minimum=0),
+        env_number("AGENTOPS_CLI_STATEMENT_TIMEOUT", 0, minimum=0),
+    ),
+}
 # Directory of pg_dump / pg_restore for `backup` / `restore` (default: PATH, then the
 # newest /usr/lib/postgresql/*/bin).
 AGENTOPS_PG_BIN = env_str("AGENTOPS_PG_BIN", "")
@@ -176,7 +259,12 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
-        "agentops": {"handlers": ["console"], "level": env_str("AGENTOPS_LOG_LEVEL", "WARNING")},
+        "agentops": {
+            "handlers": ["console"],
+            "level": env_choice(
+                "AGENTOPS_LOG_LEVEL", "WARNING", ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+            ),
+        },
         "rq": {"handlers": ["console"], "level": "WARNING"},
     },
 }

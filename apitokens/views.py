@@ -16,7 +16,7 @@ def tokens(request):
     created = None
     if request.method == "POST":
         _, created = create_token(request.user, request.POST.get("name", "").strip())
-    rows = ApiToken.objects.filter(user=request.user).order_by("-created_at")
+    rows = ApiToken.objects.filter(user=request.user).order_by("-created_at", "-pk")
     return render(request, "apitokens/tokens.html", {"tokens": rows, "created": created})
 
 

@@ -11,6 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models.functions import Now
 
 from approvals.models import Approval, Takeover
+from approvals.policy import check_decider
 from runs.engine.control import approvals as engine_approvals
 from runs.engine.control.approvals import DecisionConflict
 from runs.engine.control.lifecycle import ControlError
@@ -40,7 +41,8 @@ def decide(approval: Approval, *, decision: str, user, comment: str = "") -> App
     the matching route, in one transaction (``runs.engine.control.approvals.decide``).
 
     Idempotent: the same decision again returns the approval unchanged (one decision,
-    one event). Raises ``PermissionDenied`` without ``approvals.decide_approval``,
+    one event). Raises what ``approvals.policy.check_decider`` raises (no approver
+    permission, a superuser without the role, self-approval),
     ``DecisionConflict`` for a different decision after the first (or on an expired or
     cancelled approval), ``ControlError("invalid_decision")`` for another word.
     """
@@ -50,8 +52,7 @@ def decide(approval: Approval, *, decision: str, user, comment: str = "") -> App
             f"decision must be approve or reject, not {decision!r}",
             {"decision": "must be approve or reject"},
         )
-    if not user.has_perm("approvals.decide_approval"):
-        raise PermissionDenied(f"{user.get_username()} may not decide approvals")
+    check_decider(approval, user)
     return engine_approvals.decide(
         approval.pk, DECISIONS[decision], actor=user_actor(user), user=user, comment=comment
     )

@@ -82,7 +82,9 @@ def _for_run(request, queryset):
 def approvals_inbox(request):
     """Pending approvals (oldest first) with evidence previews; decided ones below."""
     pending_all = _for_run(request, Approval.objects.filter(status=Approval.Status.PENDING))
-    pending = list(pending_all.select_related("run", "step").order_by("created_at")[:LIST_LIMIT])
+    pending = list(
+        pending_all.select_related("run", "step").order_by("created_at", "pk")[:LIST_LIMIT]
+    )
     _attach_previews(pending)
     decided = list(
         Approval.objects.exclude(status=Approval.Status.PENDING)
@@ -139,7 +141,9 @@ def takeover_desk(request):
     """Open takeovers (oldest first) with their resolutions; recently resolved below."""
     open_all = _for_run(request, Takeover.objects.filter(status=Takeover.Status.OPEN))
     open_takeovers = list(
-        open_all.select_related("run", "step", "claimed_by").order_by("created_at")[:LIST_LIMIT]
+        open_all.select_related("run", "step", "claimed_by").order_by("created_at", "pk")[
+            :LIST_LIMIT
+        ]
     )
     resolved = list(
         Takeover.objects.filter(status=Takeover.Status.RESOLVED)

@@ -11,24 +11,48 @@ class RunsConfig(AppConfig):
 
         registry.autodiscover()
         _install_simulator()
+        # Registers the run-lock hook that checks clients' If-Match preconditions.
+        import runs.engine.control.preconditions  # noqa: F401
+
+        _check_token_counter()
         # Registers the sweeper task that finishes interrupted compensations.
         import runs.engine.effects.compensation  # noqa: F401
 
         _register_sweep_tasks()
         # Registers the thread-queue hook and sweep task, and the durability check.
+        # Bounds lock and statement waits on every PostgreSQL connection.
+        import agentops.db_session  # noqa: F401
         from runs import checks  # noqa: F401
+
+
+def _check_token_counter() -> None:
+    """A token counter that cannot be imported stops start-up, not the first summary."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+    from django.utils.module_loading import import_string
+
+    try:
+        counter = import_string(settings.AGENTOPS_TOKEN_COUNTER)
+    except ImportError as exc:
+        raise ImproperlyConfigured(f"AGENTOPS_TOKEN_COUNTER: {exc}") from None
+    if not callable(counter):
+        raise ImproperlyConfigured(
+            f"AGENTOPS_TOKEN_COUNTER={settings.AGENTOPS_TOKEN_COUNTER!r} is not callable"
+        )
 
 
 def _register_sweep_tasks() -> None:
     """Sweeper tasks beyond leases and notifications: finish cancels whose worker died,
-    expire approvals, and flag stuck runs."""
+    expire approvals, flag stuck runs, and release the steps of workers known to be
+    dead."""
     from runs.engine.control import approvals, cancel
-    from runs.engine.execution import sweeper, watchdog
+    from runs.engine.execution import liveness, sweeper, watchdog
 
     sweeper.EXTRA_TASKS.setdefault("cancels_finished", cancel.finish_requested_cancels)
     # Expired approvals take their workflow's expiry route on the next sweep.
     sweeper.EXTRA_TASKS.setdefault("approvals_expired", approvals.expire_approvals)
     sweeper.EXTRA_TASKS.setdefault("stuck_flagged", watchdog.flag_stuck_runs)
+    sweeper.EXTRA_TASKS.setdefault("dead_owners", liveness.release_dead_owners)
 
 
 def _install_simulator() -> None:

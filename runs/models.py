@@ -15,7 +15,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from runs.state_fields import StateGuardedQuerySet
-from runs.states import RunStatus, StepStatus
+from runs.states import RUN_STATE_EVENTS, RunStatus, StepStatus
 
 
 class Thread(models.Model):
@@ -112,6 +112,13 @@ class Run(models.Model):
     compensation_status = models.CharField(max_length=10, blank=True, default="")
     #: ``{"reason", "steps": [{"step", "status", "detail"}], "manual_review": [...]}``.
     compensation = models.JSONField(default=dict, blank=True)
+    #: The finished run this one replays (``runs.engine.control.replay``), and the name
+    #: of the original's checkpoint it started from; the original lists its replays
+    #: through ``replays`` and is itself never changed.
+    replay_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
+    )
+    replay_checkpoint = models.CharField(max_length=120, blank=True, default="")
     objects = StateGuardedQuerySet.as_manager()
 
     class Meta:
@@ -136,6 +143,8 @@ class Run(models.Model):
             models.Index(fields=["thread", "-created_at"], name="run_thread_created"),
             # Sweeper: runs whose compensation is PENDING (interrupted or not started).
             models.Index(fields=["compensation_status"], name="run_compensation_status"),
+            # Overview per-run averages: runs created in the last day.
+            models.Index(fields=["created_at"], name="run_created"),
         ]
 
     def __str__(self) -> str:
@@ -205,6 +214,8 @@ class Step(models.Model):
             models.Index(fields=["status", "not_before"], name="step_status_not_before"),
             # Sweeper's expired-lease query: RUNNING steps by lease_until.
             models.Index(fields=["status", "lease_until"], name="step_status_lease"),
+            # Overview step durations: steps that succeeded in the last day, newest first.
+            models.Index(fields=["status", "-finished_at"], name="step_status_finished"),
         ]
         ordering = ["run", "seq"]
 
@@ -347,6 +358,13 @@ class Event(models.Model):
             models.Index(fields=["type", "created_at"], name="event_type_created"),
             # Console audit log: operator events ("user:..." / "cli" actors), newest first.
             models.Index(fields=["actor", "-created_at"], name="event_actor_created"),
+            # Overview time in state: the latest run-state event of each open run (one
+            # index probe per run instead of a walk over its whole log).
+            models.Index(
+                fields=["run", "-seq"],
+                condition=Q(type__in=RUN_STATE_EVENTS),
+                name="event_run_state_latest",
+            ),
         ]
         ordering = ["run", "seq"]
 
@@ -437,6 +455,11 @@ class Operation(models.Model):
     result = models.JSONField(null=True, blank=True)
     external_ref = models.CharField(max_length=200, blank=True, default="")
     attempt = models.PositiveIntegerField(default=0)
+    #: The SUCCEEDED operation whose recorded result this row carries over into a resumed
+    #: generation or a replay (``runs.engine.control.reuse``): the call is not made again.
+    reused_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     objects = StateGuardedQuerySet.as_manager()
@@ -456,6 +479,10 @@ class WorkerProcess(models.Model):
     started_at = models.DateTimeField(db_default=Now())
     heartbeat_at = models.DateTimeField(db_default=Now())
     stopped_at = models.DateTimeField(null=True, blank=True)
+    #: How peers learn that this worker died (``runs.engine.execution.liveness``):
+    #: "pg" (it holds a session advisory lock keyed by its pk), "pid" (same host, the
+    #: pid is checked), or "" (no signal: only the lease decides).
+    liveness = models.CharField(max_length=8, blank=True, default="")
 
     def __str__(self) -> str:
         return self.worker_id
@@ -467,3 +494,57 @@ class MaintenanceLease(models.Model):
     name = models.CharField(max_length=50, primary_key=True)
     owner = models.CharField(max_length=200, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
+
+
+class ActionRequest(models.Model):
+    """A state-changing API request made with an ``Idempotency-Key``: the key is claimed
+    (row inserted) before the action runs and the response stored after it, so a retry
+    or a concurrent duplicate gets the first response instead of acting again.
+
+    ``status_code`` is null while the first request is still running.
+    """
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="action_requests"
+    )
+    key = models.CharField(max_length=200)
+    #: sha256 hex of the method, path and canonical JSON body.
+    fingerprint = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response = models.JSONField(null=True, blank=True)
+    etag = models.CharField(max_length=60, blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # Decides which of concurrent requests with one key acts; lookup on replay.
+            models.UniqueConstraint(fields=["owner", "key"], name="action_request_unique_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.status_code or 'in progress'})"
+
+
+class RefusedAction(models.Model):
+    """The audit record of an action refused with 403 or 409, from the console or the API:
+    who (``actor``), what (``action``: method and path), on what (``target``: the run,
+    approval or takeover id), and why (``code`` and ``reason``)."""
+
+    actor = models.CharField(max_length=200)
+    channel = models.CharField(max_length=8, help_text="api or console")
+    action = models.CharField(max_length=300)
+    target = models.CharField(max_length=200, blank=True, default="")
+    status_code = models.PositiveSmallIntegerField()
+    code = models.CharField(max_length=64, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [
+            # Console audit log: refusals newest first, optionally of one actor.
+            models.Index(fields=["-created_at"], name="refused_action_created"),
+            models.Index(fields=["actor", "-created_at"], name="refused_action_actor"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action}: {self.status_code} {self.code}"

@@ -3,7 +3,17 @@
 from django.urls import path
 
 from approvals import views as approval_views
-from runs.views import actions, audit, overview, run_detail, runs_list, triage, unknowns, workers
+from runs.views import (
+    actions,
+    audit,
+    overview,
+    replay,
+    run_detail,
+    runs_list,
+    triage,
+    unknowns,
+    workers,
+)
 
 app_name = "console"
 
@@ -12,6 +22,7 @@ urlpatterns = [
     path("triage/", triage.triage, name="triage"),
     path("runs/", runs_list.runs_list, name="runs"),
     path("runs/bulk/", actions.bulk, name="bulk"),
+    path("runs/replay/", replay.bulk_replay_view, name="bulk_replay"),
     path("runs/<uuid:run_id>/", run_detail.run_detail, name="run"),
     path("runs/<uuid:run_id>/events/", run_detail.run_events, name="run_events"),
     path("runs/<uuid:run_id>/cancel/", actions.cancel, name="cancel"),
@@ -19,6 +30,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/retry/", actions.retry, name="retry"),
     path("runs/<uuid:run_id>/budget/", actions.budget, name="budget"),
     path("runs/<uuid:run_id>/resume/", actions.resume_preview, name="resume_preview"),
+    path("runs/<uuid:run_id>/replay/", replay.replay_preview, name="replay"),
     path("artifacts/<int:artifact_id>/download/", run_detail.artifact_download, name="artifact"),
     path("unknowns/", unknowns.unknowns, name="unknowns"),
     path("unknowns/<int:step_id>/verify/", unknowns.verify, name="verify"),

@@ -15,6 +15,7 @@ from apitokens.models import ApiToken
 from apitokens.services import create_token
 from approvals.models import Approval
 from runs.engine.control.lifecycle import start_run
+from runs.engine.control.preconditions import run_etag
 from runs.models import Message, Run, Step, Thread
 
 pytestmark = pytest.mark.django_db
@@ -31,6 +32,12 @@ def client_for(user) -> Client:
 def post(client: Client, path: str, body, **headers):
     data = body if isinstance(body, str | bytes) else json.dumps(body)
     return client.post(path, data, content_type="application/json", **headers)
+
+
+def act(client: Client, path: str, body, run: Run, **headers):
+    """POST an action on ``run`` with its current ETag as ``If-Match``."""
+    run.refresh_from_db()
+    return post(client, path, body, HTTP_IF_MATCH=run_etag(run), **headers)
 
 
 @pytest.fixture
@@ -223,7 +230,7 @@ def test_it_answers_404_for_another_owners_run_on_every_endpoint(alice, bobs_run
     run, approval = bobs_run
     client = client_for(alice)
     for method, path, body in other_owner_requests(run, approval):
-        response = client.get(path) if method == "get" else post(client, path, body)
+        response = client.get(path) if method == "get" else act(client, path, body, run)
         assert response.status_code == 404, (path, response.content)
         assert response.json()["code"] == "not_found"
     assert client.get("/api/v1/runs").json()["count"] == 0
@@ -244,7 +251,7 @@ def test_it_lets_the_owner_and_staff_viewers_read_the_run(bob, bobs_run):
     staff.user_permissions.add(view)
     assert client_for(staff).get(f"/api/v1/runs/{run.pk}").status_code == 200
     # Seeing is not acting: without runs.operate_run a staff viewer may not cancel.
-    response = post(client_for(staff), f"/api/v1/runs/{run.pk}/cancel", {"reason": "x"})
+    response = act(client_for(staff), f"/api/v1/runs/{run.pk}/cancel", {"reason": "x"}, run)
     assert response.status_code == 403 and response.json()["code"] == "permission_denied"
 
 
@@ -276,20 +283,21 @@ def test_it_lets_the_owner_act_through_the_engine(bob, bobs_run):
     unknown = client.get(f"/api/v1/runs/{run.pk}/resume-preview", {"checkpoint": "nope"})
     assert (unknown.status_code, unknown.json()["code"]) == (422, "unknown_checkpoint")
     # Deciding needs the approver permission, whoever owns the run.
-    refused = post(client, f"/api/v1/approvals/{approval.pk}/decide", {"decision": "approve"})
+    refused = act(client, f"/api/v1/approvals/{approval.pk}/decide", {"decision": "approve"}, run)
     assert (refused.status_code, refused.json()["code"]) == (403, "permission_denied")
-    not_unknown = post(
+    not_unknown = act(
         client,
         f"/api/v1/runs/{run.pk}/steps/plan/resolve",
         {"outcome": "done", "evidence": "checked"},
+        run,
     )
     assert 400 <= not_unknown.status_code < 500 and not_unknown.json()["code"]
-    cancelled = post(client, f"/api/v1/runs/{run.pk}/cancel", {"reason": "changed my mind"})
+    cancelled = act(client, f"/api/v1/runs/{run.pk}/cancel", {"reason": "changed my mind"}, run)
     assert cancelled.status_code == 200
     assert cancelled.json()["status"] in ("CANCEL_REQUESTED", "CANCELLED")
     events = client.get(f"/api/v1/runs/{run.pk}/events").json()["items"]
     assert any(e["actor"] == "user:bob" and e["type"].startswith("run.cancel") for e in events)
-    again = post(client, f"/api/v1/runs/{run.pk}/resume", {"checkpoint": "start"})
+    again = act(client, f"/api/v1/runs/{run.pk}/resume", {"checkpoint": "start"}, run)
     assert again.status_code in (409, 422) and again.json()["code"]
 
 

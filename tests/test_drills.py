@@ -7,7 +7,8 @@ import json
 import pytest
 
 import runs.drills.catalog  # noqa: F401 - registers the drills
-from runs.drills.base import DRILLS, DrillResult, Recorder, format_table
+from runs.drills import sandbox
+from runs.drills.base import DRILLS, DrillResult, Recorder, format_table, run_drill
 
 #: Every drill, in the order ``drill --all`` runs them.
 NAMES = list(DRILLS)
@@ -28,9 +29,15 @@ def test_it_passes_the_drill(deployment_factory, name):
     assert len(result["checks"]) >= 4
 
 
-def test_it_lists_the_twelve_drills_of_the_issue():
-    assert len(NAMES) == 12
-    assert {"kill_after_tool", "sigstop_fenced", "db_outage", "redis_flush"} <= set(NAMES)
+def test_it_lists_the_drills_of_the_issues():
+    assert len(NAMES) >= 13
+    assert {
+        "kill_after_tool",
+        "sigstop_fenced",
+        "db_outage",
+        "redis_flush",
+        "connection_cut",
+    } <= set(NAMES)
 
 
 def test_it_refuses_an_unknown_drill_and_a_database_without_postgres(deployment_factory):
@@ -49,3 +56,39 @@ def test_it_marks_a_drill_failed_when_one_check_disagrees():
     assert not result.passed
     table = format_table([result])
     assert "FAIL" in table and "0 passed, 1 failed" in table
+
+
+@pytest.mark.services
+def test_it_finds_the_server_binaries_on_path_without_the_harness_variables(deployment_factory):
+    d = deployment_factory("postgres")
+    for name in ("AGENTOPS_PG_BIN", "AGENTOPS_PG_RUN_AS", "AGENTOPS_PG_DATA", "AGENTOPS_PG_LOG"):
+        d.env.pop(name, None)
+    proc = d.manage("drill", "db_outage", "--json", timeout=280)
+    (result,) = json.loads(proc.stdout)
+    assert result["skipped"] is None and result["error"] is None, result
+    assert result["passed"] and proc.returncode == 0, proc.stderr
+
+
+def test_it_prefers_the_target_of_the_pg_ctl_link_on_path(tmp_path, monkeypatch):
+    server_bin = tmp_path / "lib" / "bin"
+    server_bin.mkdir(parents=True)
+    for tool in sandbox.PG_SERVER_TOOLS:
+        (server_bin / tool).write_text("#!/bin/sh\n")
+        (server_bin / tool).chmod(0o755)
+    on_path = tmp_path / "local-bin"
+    on_path.mkdir()
+    (on_path / "pg_ctl").symlink_to(server_bin / "pg_ctl")
+    monkeypatch.delenv("AGENTOPS_PG_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(on_path))
+    assert sandbox.find_pg_server_bin() == server_bin
+
+
+def test_it_skips_a_drill_with_the_reason_when_postgresql_cannot_run(tmp_path, monkeypatch):
+    monkeypatch.delenv("AGENTOPS_PG_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(sandbox.glob, "glob", lambda pattern: [])
+    result = run_drill("db_outage")
+    assert result.skipped and "not found" in result.skipped
+    assert result.passed and result.error is None
+    table = format_table([result])
+    assert "SKIP" in table and "0 passed, 0 failed, 1 skipped" in table

@@ -104,8 +104,11 @@ def test_it_drops_the_draft_when_the_run_is_cancelled_mid_reply(deployment_facto
                 continue
             events.append((item["event"], item["data"]["payload"]))
             if item["event"] == "message.delta" and cancelled is None:
+                etag = client.get(f"/api/v1/runs/{run_id}").headers["ETag"]
                 cancelled = client.post(
-                    f"/api/v1/runs/{run_id}/cancel", json={"reason": "user left"}
+                    f"/api/v1/runs/{run_id}/cancel",
+                    json={"reason": "user left"},
+                    headers={"If-Match": etag},
                 )
     assert cancelled is not None and cancelled.status_code == 200, cancelled
     (draft,) = [p["message_id"] for t, p in events if t == "message.started"]

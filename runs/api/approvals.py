@@ -7,11 +7,21 @@ from ninja import Path, Query, Router
 from approvals.models import Approval
 from approvals.services import decide
 from runs.api import access
+from runs.api.conditional import conditional_action
 from runs.api.errors import not_found
 from runs.api.schemas import ApprovalOut, DecideIn, Error
 
 router = Router(tags=["approvals"])
-ERRORS = {400: Error, 401: Error, 403: Error, 404: Error, 409: Error, 413: Error, 422: Error}
+ERRORS = {
+    400: Error,
+    401: Error,
+    403: Error,
+    404: Error,
+    409: Error,
+    413: Error,
+    422: Error,
+    503: Error,
+}
 
 
 def _document(a: Approval) -> dict:
@@ -29,6 +39,15 @@ def _document(a: Approval) -> dict:
         "expires_at": a.expires_at,
         "created_at": a.created_at,
     }
+
+
+def _run_of_approval(kwargs) -> object | None:
+    """The id of the run an approval belongs to (its ETag guards the decision)."""
+    return (
+        Approval.objects.filter(pk=kwargs.get("approval_id"))
+        .values_list("run_id", flat=True)
+        .first()
+    )
 
 
 def _visible(user):
@@ -66,10 +85,11 @@ def run_approvals(request, run_id: UUID):
     response={200: ApprovalOut, **ERRORS},
     summary="Approve or reject",
 )
+@conditional_action(_run_of_approval)
 def decide_approval(request, payload: DecideIn, approval_id: int = Path(..., ge=1, le=2**62)):
     """Needs the ``approvals.decide_approval`` permission (403 ``permission_denied``);
-    the same decision again is a no-op, a different second one a 409
-    ``decision_conflict``."""
+    ``If-Match`` is the ETag of the approval's run. The same decision again is a no-op,
+    a different second one a 409 ``decision_conflict``."""
     approval = _visible(request.user).filter(pk=approval_id).first()
     if approval is None:
         raise not_found("approval")

@@ -3,6 +3,7 @@
 from typing import Any
 
 from runs.engine.control.lifecycle import open_step
+from runs.engine.control.preconditions import run_etag
 from runs.models import Event, Message, Run, Step
 from runs.states import RUN_TERMINAL
 
@@ -10,6 +11,7 @@ from runs.states import RUN_TERMINAL
 def run_summary(run: Run) -> dict[str, Any]:
     return {
         "id": run.pk,
+        "etag": run_etag(run),
         "thread_id": run.thread.thread_id,
         "workflow": run.workflow,
         "workflow_version": run.workflow_version,
@@ -23,6 +25,8 @@ def run_summary(run: Run) -> dict[str, Any]:
         "cancel_requested_at": run.cancel_requested_at,
         "error_code": run.error_code or None,
         "last_event_seq": run.event_seq,
+        "replay_of": run.replay_of_id,
+        "replay_checkpoint": run.replay_checkpoint or None,
     }
 
 
@@ -85,6 +89,7 @@ def run_document(run: Run) -> dict[str, Any]:
             }
             for s in steps
         ],
+        "replays": list(run.replays.order_by("created_at").values_list("pk", flat=True)),
     }
 
 

@@ -1,7 +1,7 @@
-"""Run endpoints: create (idempotent), read, list, events, messages, cancel,
-checkpoints, resume from a checkpoint, resolve an unknown outcome."""
+"""Run endpoints: create (idempotent), read, list, events, messages, checkpoints, and
+the actions (cancel, resume from a checkpoint, retry, raise the budget, resolve an
+unknown outcome), each conditional on the run's ETag (``runs.api.conditional``)."""
 
-import re
 from datetime import UTC, datetime
 from uuid import UUID
 
@@ -12,9 +12,11 @@ from pydantic import Field, field_validator
 
 from apitokens.services import throttle
 from runs.api import access
+from runs.api.conditional import check_idempotency_key, conditional_action
 from runs.api.documents import event_document, message_document, run_document, run_summary
 from runs.api.errors import ApiError, not_found
 from runs.api.schemas import (
+    BudgetRaiseIn,
     CancelIn,
     CheckpointOut,
     Error,
@@ -23,6 +25,7 @@ from runs.api.schemas import (
     ResolveIn,
     ResumeIn,
     ResumePreview,
+    RetryIn,
     RunCreate,
     RunOut,
     RunPage,
@@ -30,8 +33,9 @@ from runs.api.schemas import (
 from runs.console.filters import RunFilter
 from runs.engine.control import idempotency
 from runs.engine.control.cancel import request_cancel
-from runs.engine.control.lifecycle import start_run
+from runs.engine.control.lifecycle import retry_step, start_run
 from runs.engine.control.rewind import list_checkpoints, plan_resume, resume_from_checkpoint
+from runs.engine.effects.budget import raise_budget
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.state.clock import db_now
 from runs.models import Event, Message, Step, Thread
@@ -39,8 +43,6 @@ from runs.states import RunStatus
 
 router = Router(tags=["runs"])
 
-#: Printable ASCII without spaces: what a client puts in a header.
-IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 ERRORS = {
     400: Error,
     401: Error,
@@ -50,6 +52,7 @@ ERRORS = {
     413: Error,
     422: Error,
     429: Error,
+    503: Error,
 }
 
 
@@ -77,13 +80,7 @@ def create_run(
     body = {"workflow": payload.workflow, "thread_id": payload.thread_id, "input": payload.input}
     if payload.budget is not None:
         body["budget"] = payload.budget.model_dump(mode="json", exclude_none=True)
-    if idempotency_key is not None and not IDEMPOTENCY_KEY.match(idempotency_key):
-        raise ApiError(
-            422,
-            "invalid_idempotency_key",
-            "Idempotency-Key must be 1..200 printable ASCII characters",
-            {"Idempotency-Key": "1..200 printable ASCII"},
-        )
+    check_idempotency_key(idempotency_key)
     fingerprint = idempotency.fingerprint(body)
     if idempotency_key:
         existing = idempotency.find_request(user, idempotency_key)
@@ -134,6 +131,8 @@ class RunFilters(Schema):
     q: str | None = Field(None, max_length=200, description="run id prefix, thread id or goal text")
     stuck: bool | None = None
     has_unknown: bool | None = Field(None, description="has a step whose outcome is unknown")
+    is_replay: bool | None = Field(None, description="replays another run")
+    was_replayed: bool | None = Field(None, description="has been replayed")
     created_after: datetime | None = None
     created_before: datetime | None = None
     updated_after: datetime | None = None
@@ -170,7 +169,13 @@ def list_runs(request, filters: Query[RunFilters]):
     }
     runs = runs.filter(**{k: v for k, v in exact.items() if v is not None})
     # Text, "stuck" and "has unknown outcome" mean exactly what they mean on the console.
-    console = {"q": filters.q, "stuck": filters.stuck, "has_unknown": filters.has_unknown}
+    console = {
+        "q": filters.q,
+        "stuck": filters.stuck,
+        "has_unknown": filters.has_unknown,
+        "is_replay": filters.is_replay,
+        "was_replayed": filters.was_replayed,
+    }
     data = {
         k: str(v).lower() if isinstance(v, bool) else v for k, v in console.items() if v is not None
     }
@@ -186,8 +191,12 @@ def list_runs(request, filters: Query[RunFilters]):
 
 
 @router.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, summary="Read a run")
-def read_run(request, run_id: UUID):
-    return run_document(access.get_run(request.user, run_id))
+def read_run(request, response: HttpResponse, run_id: UUID):
+    """The run, with its ``ETag`` (also in the body as ``etag``): send it as ``If-Match``
+    with an action on the run."""
+    document = run_document(access.get_run(request.user, run_id))
+    response["ETag"] = document["etag"]
+    return document
 
 
 @router.get(
@@ -235,6 +244,7 @@ def list_messages(
 
 
 @router.post("/runs/{run_id}/cancel", response={200: RunOut, **ERRORS}, summary="Cancel a run")
+@conditional_action()
 def cancel_run(request, run_id: UUID, payload: CancelIn):
     """Ask the run to cancel (CANCEL_REQUESTED, then CANCELLED once the running step
     reaches a safe point). 409 ``run_terminal`` for a finished run."""
@@ -259,11 +269,16 @@ def checkpoints(request, run_id: UUID):
     summary="What resuming from a checkpoint would re-run",
 )
 def resume_preview(
-    request, run_id: UUID, checkpoint: str = Query(..., min_length=1, max_length=120)
+    request,
+    run_id: UUID,
+    checkpoint: str = Query(..., min_length=1, max_length=120),
+    reexecute: bool = False,
 ):
-    """The steps that would run again and the side effects they could repeat; changes
-    nothing."""
-    return plan_resume(access.get_run(request.user, run_id), checkpoint).as_dict()
+    """The steps that would run again, each side effect whose recorded result the resume
+    reuses (with that result) and those that could repeat (all of them with
+    ``reexecute``); changes nothing."""
+    run = access.get_run(request.user, run_id)
+    return plan_resume(run, checkpoint, reexecute=reexecute).as_dict()
 
 
 @router.post(
@@ -271,6 +286,7 @@ def resume_preview(
     response={200: RunOut, **ERRORS},
     summary="Resume the run from a named checkpoint",
 )
+@conditional_action()
 def resume_run(request, run_id: UUID, payload: ResumeIn):
     run = access.get_run_to_operate(request.user, run_id)
     resume_from_checkpoint(
@@ -279,6 +295,7 @@ def resume_run(request, run_id: UUID, payload: ResumeIn):
         actor=access.actor(request.user),
         input_patch=payload.input_patch,
         reason=payload.reason,
+        reexecute=payload.reexecute,
     )
     return run_document(run)
 
@@ -288,6 +305,7 @@ def resume_run(request, run_id: UUID, payload: ResumeIn):
     response={200: RunOut, **ERRORS},
     summary="Resolve a step whose outcome is unknown",
 )
+@conditional_action()
 def resolve_step(request, run_id: UUID, step_name: str, payload: ResolveIn):
     """``done`` (with evidence and optional result: the side effect happened) or
     ``not-done`` (it did not: the step runs again)."""
@@ -299,5 +317,41 @@ def resolve_step(request, run_id: UUID, step_name: str, payload: ResolveIn):
         evidence=payload.evidence,
         actor=access.actor(request.user),
         result=payload.result,
+    )
+    return run_document(run)
+
+
+@router.post(
+    "/runs/{run_id}/retry",
+    response={200: RunOut, **ERRORS},
+    summary="Retry the failed or unknown step of a paused run",
+)
+@conditional_action()
+def retry_run(request, run_id: UUID, payload: RetryIn):
+    """A new attempt row of the PAUSED run's failed step (an UNKNOWN step counts as "not
+    done"); the run goes RUNNING. 409 ``not_allowed_in_state`` or ``nothing_to_retry``."""
+    run = access.get_run_to_operate(request.user, run_id)
+    retry_step(run, actor=access.actor(request.user), reason=payload.reason)
+    return run_document(run)
+
+
+@router.post(
+    "/runs/{run_id}/budget",
+    response={200: RunOut, **ERRORS},
+    summary="Raise the run's budget limits",
+)
+@conditional_action()
+def raise_run_budget(request, run_id: UUID, payload: BudgetRaiseIn):
+    """Add to the run's limits (a limit the run does not have stays unlimited); a run
+    paused because its budget ran out resumes. 422 ``invalid_budget`` for no positive
+    amount."""
+    run = access.get_run_to_operate(request.user, run_id)
+    raise_budget(
+        run,
+        actor=access.actor(request.user),
+        reason=payload.reason,
+        add_model_calls=payload.add_model_calls,
+        add_tool_calls=payload.add_tool_calls,
+        add_cost_usd=payload.add_cost_usd,
     )
     return run_document(run)

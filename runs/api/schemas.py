@@ -8,7 +8,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 from ninja import Schema
-from pydantic import ConfigDict, Field, StrictInt, StrictStr
+from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 
 class Strict(Schema):
@@ -78,6 +78,9 @@ class Budget(Schema):
 
 class RunSummary(Schema):
     id: UUID
+    etag: str = Field(
+        description="the run's entity tag: send it as If-Match with an action on the run"
+    )
     thread_id: str
     workflow: str
     workflow_version: int
@@ -91,6 +94,8 @@ class RunSummary(Schema):
     cancel_requested_at: datetime | None
     error_code: str | None
     last_event_seq: int
+    replay_of: UUID | None = Field(description="the finished run this one replays")
+    replay_checkpoint: str | None = Field(description="the original's checkpoint it starts from")
 
 
 class RunOut(RunSummary):
@@ -99,6 +104,7 @@ class RunOut(RunSummary):
     current_step: str | None
     budget: Budget
     steps: list[StepOut]
+    replays: list[UUID] = Field(description="runs that replay this one, oldest first")
 
 
 class RunPage(Schema):
@@ -154,6 +160,11 @@ class CheckpointRef(Schema):
 class ResumePreview(Schema):
     checkpoint: CheckpointRef
     steps_to_rerun: list[str]
+    reexecute: bool = Field(description="the recorded side effects are made again")
+    operations_reused: list[dict[str, Any]] = Field(
+        description="side effects recorded SUCCEEDED after the checkpoint whose results are "
+        "reused (not called again), each with its recorded result"
+    )
     operations_may_repeat: list[dict[str, Any]]
     steps_to_supersede: list[dict[str, Any]]
     input: dict[str, Any]
@@ -167,6 +178,98 @@ class ResumeIn(Strict):
     checkpoint: StrictStr = Field(min_length=1, max_length=120)
     input_patch: dict[str, Any] | None = None
     reason: StrictStr = Field("", max_length=2000)
+    reexecute: StrictBool = Field(
+        False,
+        description="make the side effects recorded after the checkpoint again instead of "
+        "reusing their results (needs a reason)",
+    )
+
+
+class ReplayIn(Strict):
+    checkpoint: StrictStr | None = Field(
+        None,
+        min_length=1,
+        max_length=120,
+        description="default: the last checkpoint before the failed (or cancelled) step",
+    )
+    reason: StrictStr = Field(min_length=1, max_length=2000)
+    reexecute: StrictBool = Field(
+        False, description="make the recorded side effects again instead of reusing them"
+    )
+    again: StrictBool = Field(False, description="replay a run that was replayed before")
+    dry_run: StrictBool = Field(False, description="preview only; changes nothing")
+
+
+class ReplayPreview(Schema):
+    run: UUID
+    status: str
+    checkpoint: CheckpointRef
+    steps_to_run: list[str]
+    steps_replaced: list[dict[str, Any]]
+    reexecute: bool
+    operations_reused: list[dict[str, Any]] = Field(
+        description="side effects recorded SUCCEEDED after the checkpoint whose results the "
+        "replay reuses, each with its recorded result"
+    )
+    operations_may_repeat: list[dict[str, Any]]
+    replays: list[UUID] = Field(description="replays the run already has")
+
+
+class ReplayOut(Schema):
+    dry_run: bool
+    preview: ReplayPreview
+    replay: RunOut | None = Field(description="the new run (null for a dry run)")
+
+
+class BulkReplayIn(Strict):
+    """Which finished runs to replay (each from the last checkpoint before its failed
+    step) and how fast."""
+
+    status: Literal["FAILED", "CANCELLED", "SUCCEEDED"] = "FAILED"
+    workflow: StrictStr | None = Field(None, max_length=100)
+    error_code: StrictStr | None = Field(None, max_length=64)
+    since: datetime | None = Field(None, description="created at or after (ISO time)")
+    rate: float = Field(5.0, gt=0, le=1000, description="replays started per second")
+    again: StrictBool = Field(False, description="also runs replayed before")
+    reexecute: StrictBool = False
+    dry_run: StrictBool = False
+    limit: StrictInt = Field(500, ge=1, le=1000)
+    reason: StrictStr = Field(min_length=1, max_length=2000)
+
+
+class BulkReplayed(Schema):
+    run: UUID
+    replay: UUID
+    start_after_s: float = Field(description="seconds after the request the replay starts")
+
+
+class BulkSkipped(Schema):
+    run: UUID
+    code: str
+    message: str
+
+
+class BulkReplayOut(Schema):
+    dry_run: bool
+    rate: float
+    created: list[BulkReplayed]
+    skipped: list[BulkSkipped]
+    previews: list[ReplayPreview]
+
+
+class RetryIn(Strict):
+    reason: StrictStr = Field(min_length=1, max_length=2000)
+
+
+class BudgetRaiseIn(Strict):
+    """Amounts to add; at least one must be positive."""
+
+    reason: StrictStr = Field(min_length=1, max_length=2000)
+    add_model_calls: StrictInt = Field(0, ge=0, le=1_000_000)
+    add_tool_calls: StrictInt = Field(0, ge=0, le=1_000_000)
+    add_cost_usd: Decimal = Field(
+        Decimal("0"), ge=0, max_digits=12, decimal_places=6, description="USD"
+    )
 
 
 class ResolveIn(Strict):

@@ -10,10 +10,23 @@ help = "raise a run's budget limits (and resume it if it was paused for its budg
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id")
-    parser.add_argument("--add-model-calls", type=int, default=0, metavar="N")
-    parser.add_argument("--add-tool-calls", type=int, default=0, metavar="N")
-    parser.add_argument("--add-cost", default="0", metavar="USD", help="e.g. 0.05")
+    parser.add_argument("run_id", help="the run's id (runs list shows them)")
+    parser.add_argument(
+        "--add-model-calls",
+        type=int,
+        default=0,
+        metavar="N",
+        help="raise the model-call limit by N",
+    )
+    parser.add_argument(
+        "--add-tool-calls", type=int, default=0, metavar="N", help="raise the tool-call limit by N"
+    )
+    parser.add_argument(
+        "--add-cost",
+        default="0",
+        metavar="USD",
+        help="raise the cost limit by this many US dollars, e.g. 0.05",
+    )
     parser.add_argument("--reason", default="", help="why, for the audit log")
     parser.add_argument(
         "--as",

@@ -2,8 +2,9 @@
 
 ``runs resume RUN_ID --from CHECKPOINT [--input-patch JSON] [--dry-run] [--reason TEXT]
 [--json]``: resume from a named checkpoint in a new generation (``runs.engine.control.rewind``);
-``--dry-run`` prints the steps that would run again and the side-effecting operations
-they could repeat, and changes nothing.
+``--dry-run`` prints the steps that would run again, each side effect whose recorded
+result is reused (with that result) and those that could repeat, and changes nothing.
+``--reexecute`` (with ``--reason``) makes the recorded side effects again instead.
 """
 
 import json
@@ -19,8 +20,8 @@ help = "re-dispatch the run's next step, or resume from a checkpoint with --from
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id", nargs="?")
-    parser.add_argument("--thread")
+    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
+    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
     parser.add_argument(
         "--wait",
         type=float,
@@ -44,6 +45,11 @@ def add_arguments(parser):
         action="store_true",
         help="with --from: show what would run again, change nothing",
     )
+    parser.add_argument(
+        "--reexecute",
+        action="store_true",
+        help="with --from: make the recorded side effects again instead of reusing them",
+    )
     parser.add_argument("--reason", default="", help="why (recorded on the event)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -56,9 +62,12 @@ def handle(command, options):
     if options["checkpoint"]:
         _resume_from(command, run, options)
         return
-    if options["input_patch"] or options["dry_run"]:
+    if options["input_patch"] or options["dry_run"] or options["reexecute"]:
         raise control_error(
-            ControlError("needs_checkpoint", "--input-patch and --dry-run need --from CHECKPOINT")
+            ControlError(
+                "needs_checkpoint",
+                "--input-patch, --dry-run and --reexecute need --from CHECKPOINT",
+            )
         )
     told = []
 
@@ -82,10 +91,15 @@ def handle(command, options):
 def _resume_from(command, run, options):
     patch = parse_json(options["input_patch"], "--input-patch") if options["input_patch"] else None
     try:
-        plan = plan_resume(run, options["checkpoint"], patch)
+        plan = plan_resume(run, options["checkpoint"], patch, reexecute=options["reexecute"])
         if not options["dry_run"]:
             run = resume_from_checkpoint(
-                run, options["checkpoint"], actor="cli", input_patch=patch, reason=options["reason"]
+                run,
+                options["checkpoint"],
+                actor="cli",
+                input_patch=patch,
+                reason=options["reason"],
+                reexecute=options["reexecute"],
             )
     except ControlError as exc:
         raise control_error(exc) from exc
@@ -93,7 +107,7 @@ def _resume_from(command, run, options):
         doc = {"dry_run": options["dry_run"], **plan.as_dict()}
         if not options["dry_run"]:
             doc.update(status=run.status, generation=run.generation)
-        command.stdout.write(json.dumps(doc))
+        command.stdout.write(json.dumps(doc, default=str))
         return
     out = command.stdout
     verb = "would run again" if options["dry_run"] else "will run again"
@@ -109,6 +123,12 @@ def _resume_from(command, run, options):
             or "none"
         )
     )
+    if plan.operations_reused:
+        out.write("side effects reused (recorded results, not called again):")
+        for op in plan.operations_reused:
+            out.write(f"  {op['step']}: {op['tool']} -> {json.dumps(op['result'], default=str)}")
+    else:
+        out.write("side effects reused: none")
     if plan.operations_may_repeat:
         out.write("side effects that may repeat (new idempotency keys):")
         for op in plan.operations_may_repeat:

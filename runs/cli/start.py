@@ -10,8 +10,14 @@ help = "start a run and print its id"
 
 
 def add_arguments(parser):
-    parser.add_argument("workflow")
-    parser.add_argument("--thread", required=True)
+    parser.add_argument(
+        "workflow", help="a registered workflow name (python manage.py workflows lists them)"
+    )
+    parser.add_argument(
+        "--thread",
+        required=True,
+        help="thread id: the conversation this run belongs to (created on first use)",
+    )
     parser.add_argument("--input", default="{}", help="run input as a JSON object")
     parser.add_argument(
         "--budget", default=None, help='limits as JSON, e.g. {"tool_calls": 5, "cost_usd": "0.10"}'

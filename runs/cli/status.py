@@ -9,8 +9,8 @@ help = "show a run's status, steps, next step and messages"
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id", nargs="?")
-    parser.add_argument("--thread")
+    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
+    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -25,6 +25,12 @@ def handle(command, options):
         f"thread {status['thread']}: {status['status']}"
     )
     out.write(f"next step: {status['next_step'] or '-'}")
+    if status["replay_of"]:
+        out.write(
+            f"replay of: {status['replay_of']['run']} from {status['replay_of']['checkpoint']}"
+        )
+    if status["replays"]:
+        out.write(f"replayed as: {', '.join(status['replays'])}")
     for s in status["steps"]:
         out.write(f"  step {s['name']:<20} {s['status']:<10} attempt {s['attempt']}")
     out.write(f"messages ({len(status['messages'])}):")

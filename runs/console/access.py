@@ -69,17 +69,28 @@ def render_page(
 
 
 def refusal(
-    request: HttpRequest, *, title: str, message: str, status: int = 409, back: str = ""
+    request: HttpRequest,
+    *,
+    title: str,
+    message: str,
+    status: int = 409,
+    back: str = "",
+    code: str = "",
 ) -> HttpResponse:
     """The page (or fragment) that explains why an action was not done: a run that changed
-    since the form was shown (409), a request the engine refused, invalid input (400)."""
-    return render_page(
+    since the form was shown (409), a request the engine refused, invalid input (400).
+    ``code`` and ``message`` also go into the audit record of a 403/409
+    (``runs.refusals``)."""
+    response = render_page(
         request,
         "console/refused.html",
         "partials/refused.html",
         {"title": title, "message": message, "back": back},
         status=status,
     )
+    response.refusal_code = code
+    response.refusal_reason = message
+    return response
 
 
 def stale_run(request: HttpRequest, run, posted_version: str | None, back: str = ""):
@@ -90,6 +101,7 @@ def stale_run(request: HttpRequest, run, posted_version: str | None, back: str =
         return None
     return refusal(
         request,
+        code="run_changed",
         title="This run changed, reload",
         message=f"The run is now {run.status} (version {run.version}); the page you acted "
         f"from showed version {posted_version or '?'}. Nothing was done.",

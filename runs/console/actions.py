@@ -5,6 +5,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -52,8 +53,10 @@ def perform(
             request,
             title=title,
             message=f"{exc.message} [{exc.code}]" + (f" ({detail})" if detail else ""),
-            status=409,
+            # A policy refusal (e.g. self-approval) is a permission, not a conflict.
+            status=403 if isinstance(exc, PermissionDenied) else 409,
             back=back,
+            code=exc.code,
         )
     messages.success(request, success(result) if callable(success) else success)
     return redirect(back)

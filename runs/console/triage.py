@@ -41,7 +41,7 @@ def _unknown_outcomes() -> TriageGroup:
         status=StepStatus.UNKNOWN, run__status__in=NON_TERMINAL_STATES
     ).annotate(since=Coalesce("heartbeat_at", "started_at", "created_at"))
     group.total = query.count()
-    for step in query.select_related("run").order_by("since")[:GROUP_LIMIT]:
+    for step in query.select_related("run").order_by("since", "pk")[:GROUP_LIMIT]:
         group.items.append(
             {
                 "run": step.run,
@@ -67,7 +67,7 @@ def _overdue_approvals(now: datetime) -> TriageGroup:
         status=Approval.Status.PENDING,
     )
     group.total = query.count()
-    for approval in query.select_related("run").order_by("created_at")[:GROUP_LIMIT]:
+    for approval in query.select_related("run").order_by("created_at", "pk")[:GROUP_LIMIT]:
         group.items.append(
             {
                 "run": approval.run,
@@ -89,7 +89,7 @@ def _takeovers(cause: str, title: str, suggested: str, causes: list[str]) -> Tri
     group = TriageGroup(cause, title)
     query = Takeover.objects.filter(status=Takeover.Status.OPEN, cause__in=causes)
     group.total = query.count()
-    for takeover in query.select_related("run").order_by("created_at")[:GROUP_LIMIT]:
+    for takeover in query.select_related("run").order_by("created_at", "pk")[:GROUP_LIMIT]:
         group.items.append(
             {
                 "run": takeover.run,
@@ -114,7 +114,7 @@ def _lease_expired(now: datetime) -> TriageGroup:
         run__status__in=RUN_EXECUTABLE,
     ).annotate(since=Coalesce("lease_until", "not_before"))
     group.total = query.count()
-    for step in query.select_related("run").order_by("since")[:GROUP_LIMIT]:
+    for step in query.select_related("run").order_by("since", "pk")[:GROUP_LIMIT]:
         held = (
             f"last held by {step.owner}, attempt {step.attempt}" if step.owner else "never claimed"
         )
@@ -134,11 +134,11 @@ def _lease_expired(now: datetime) -> TriageGroup:
 
 def _no_progress(now: datetime) -> TriageGroup:
     group = TriageGroup("no_progress", "No progress (stuck or looping)")
-    query = Run.objects.filter(stuck_q(now) | Q(pk__in=looping_run_ids()))
+    query = Run.objects.filter(stuck_q(now) | Q(pk__in=looping_run_ids(now)))
     group.total = query.count()
     for run in query.annotate(
         since=Coalesce("stuck_since", "last_event_at", "created_at")
-    ).order_by("since")[:GROUP_LIMIT]:
+    ).order_by("since", "pk")[:GROUP_LIMIT]:
         group.items.append(
             {
                 "run": run,

@@ -23,15 +23,22 @@ class Check:
     ok: bool
 
 
+class DrillSkipped(Exception):
+    """Raised by a drill that cannot run on this machine; the message says why. A
+    skipped drill does not fail ``drill --all``."""
+
+
 @dataclass
 class DrillResult:
-    """The outcome of one drill: its checks, or the error that stopped it."""
+    """The outcome of one drill: its checks, the error that stopped it, or the reason
+    it was skipped."""
 
     name: str
     title: str
     checks: list[Check] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    skipped: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -43,6 +50,7 @@ class DrillResult:
             "title": self.title,
             "passed": self.passed,
             "error": self.error,
+            "skipped": self.skipped,
             "seconds": round(self.seconds, 1),
             "checks": [c.__dict__ for c in self.checks],
         }
@@ -93,6 +101,8 @@ def run_drill(name: str) -> DrillResult:
     started = time.monotonic()
     try:
         spec.fn(recorder)
+    except DrillSkipped as exc:
+        result.skipped = str(exc)
     except Exception:  # noqa: BLE001 - a crashed drill is a failed drill, with the reason
         result.error = traceback.format_exc(limit=8)
     result.checks = recorder.checks
@@ -106,6 +116,8 @@ def format_table(results: list[DrillResult]) -> str:
     for r in results:
         for c in r.checks:
             rows.append((r.name, c.what, c.expected, c.observed, "pass" if c.ok else "FAIL"))
+        if r.skipped:
+            rows.append((r.name, "drill ran", "on this machine", f"skipped: {r.skipped}", "SKIP"))
         if r.error:
             rows.append(
                 (
@@ -122,8 +134,9 @@ def format_table(results: list[DrillResult]) -> str:
     lines = []
     for row in rows:
         lines.append("  ".join(cell[:w].ljust(w) for cell, w in zip(row, widths, strict=True)))
-    passed = sum(r.passed for r in results)
-    lines.append(f"{passed} passed, {len(results) - passed} failed")
+    skipped = sum(bool(r.skipped) for r in results)
+    passed = sum(r.passed for r in results) - skipped
+    lines.append(f"{passed} passed, {len(results) - passed - skipped} failed, {skipped} skipped")
     return "\n".join(lines)
 
 

@@ -8,13 +8,15 @@ processes against all of that. While active, this process's own Django connectio
 device directory and queue point at the sandbox too, so engine functions (``start_run``,
 ``run_status``) can be called directly. Everything is dropped on exit.
 
-``PgCluster`` is a PostgreSQL server of our own (``initdb`` with ``AGENTOPS_PG_BIN``) for
-drills that stop and start the database.
+``PgCluster`` is a PostgreSQL server of our own (``initdb`` from the server binaries
+``find_pg_server_bin`` finds) for drills that stop and start the database.
 """
 
 import contextlib
+import glob
 import hashlib
 import os
+import pwd
 import secrets
 import shutil
 import signal
@@ -30,12 +32,18 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from django.conf import settings
 from django.db import connections
 
+from runs.drills.base import DrillSkipped
+
 MANAGE_PY = Path(settings.BASE_DIR) / "manage.py"
 MIGRATION_DIRS = [Path(settings.BASE_DIR) / app / "migrations" for app in ("runs", "approvals")]
 
 
 class SandboxError(Exception):
     """The sandbox cannot be set up (no PostgreSQL or Redis configured, initdb failed...)."""
+
+
+class PgUnavailable(DrillSkipped, SandboxError):
+    """This machine cannot run a PostgreSQL server of our own; the message says why."""
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.1):
@@ -319,8 +327,13 @@ class Sandbox:
         self.kill_workers()
 
     def kill_workers(self) -> None:
+        """SIGKILL every process this sandbox started, with anything it started in turn
+        (each leads its own session and process group), and reap it."""
         for proc in self.workers:
             if proc.poll() is None:
+                # Only a live leader's group: once reaped, its pid may be someone else's.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 self.signal(proc, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
@@ -329,25 +342,71 @@ class Sandbox:
         return Path(proc.log_path).read_text(encoding="utf-8", errors="replace")
 
 
+#: Server binaries a drill's own PostgreSQL needs.
+PG_SERVER_TOOLS = ("pg_ctl", "initdb", "postgres")
+
+
+def find_pg_server_bin() -> Path | None:
+    """The directory holding ``pg_ctl``, ``initdb`` and ``postgres``, found the way
+    ``scripts/with_services.py`` finds it: ``AGENTOPS_PG_BIN``, then ``pg_ctl`` on PATH
+    (its symlink's target directory first: Debian's PATH links lack ``initdb``), then
+    the newest ``/usr/lib/postgresql/*/bin``; ``None`` if none has all three."""
+    candidates = []
+    if os.environ.get("AGENTOPS_PG_BIN"):
+        candidates.append(Path(os.environ["AGENTOPS_PG_BIN"]))
+    found = shutil.which("pg_ctl")
+    if found:
+        candidates += [Path(os.path.realpath(found)).parent, Path(found).parent]
+    versions = [Path(p) for p in glob.glob("/usr/lib/postgresql/*/bin")]
+    candidates += sorted(
+        versions,
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+        reverse=True,
+    )
+    for cand in candidates:
+        if all(os.access(cand / tool, os.X_OK) for tool in PG_SERVER_TOOLS):
+            return cand
+    return None
+
+
+def _run_as_user() -> str:
+    """As root, the unprivileged OS user the drill's PostgreSQL runs as (it refuses
+    root): ``AGENTOPS_PG_RUN_AS``, else ``agentops`` (the user ``scripts/with_services.py``
+    creates), else ``postgres`` (Debian's package creates it); ``""`` if none exists."""
+    for name in (os.environ.get("AGENTOPS_PG_RUN_AS"), "agentops", "postgres"):
+        if not name:
+            continue
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return name
+    return ""
+
+
 class PgCluster:
     """A PostgreSQL server of our own in a temp dir, started and stopped with ``pg_ctl``.
 
-    Needs ``AGENTOPS_PG_BIN`` (the directory with initdb/pg_ctl); when we are root the
-    server runs as ``AGENTOPS_PG_RUN_AS`` (PostgreSQL refuses root). ``server`` gives the
+    Finds the server binaries with ``find_pg_server_bin``; when we are root the server
+    runs as ``_run_as_user()`` (PostgreSQL refuses root). Raises ``PgUnavailable`` (the
+    drill is skipped with that reason) when either is missing. ``server`` gives the
     connection parameters for ``Sandbox(server=...)``.
     """
 
     def __init__(self):
-        bin_dir = os.environ.get("AGENTOPS_PG_BIN")
-        if not bin_dir or not (Path(bin_dir) / "pg_ctl").exists():
-            raise SandboxError(
-                "this drill runs its own PostgreSQL: set AGENTOPS_PG_BIN "
-                "(scripts/with_services.py does)"
+        bin_dir = find_pg_server_bin()
+        if bin_dir is None:
+            raise PgUnavailable(
+                "PostgreSQL server binaries (pg_ctl, initdb, postgres) not found on PATH, "
+                "in AGENTOPS_PG_BIN or under /usr/lib/postgresql"
             )
-        self.bin = Path(bin_dir)
-        self.run_as = os.environ.get("AGENTOPS_PG_RUN_AS", "") if os.geteuid() == 0 else ""
+        self.bin = bin_dir
+        self.run_as = _run_as_user() if os.geteuid() == 0 else ""
         if os.geteuid() == 0 and not self.run_as:
-            raise SandboxError("as root, set AGENTOPS_PG_RUN_AS to an unprivileged user")
+            raise PgUnavailable(
+                "running as root: set AGENTOPS_PG_RUN_AS to an unprivileged user for "
+                "PostgreSQL (it refuses to run as root)"
+            )
         self.root = Path(tempfile.mkdtemp(prefix="agentops-pgdrill-"))
         self.data = self.root / "data"
         self.log = self.root / "postgres.log"

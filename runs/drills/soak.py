@@ -131,7 +131,7 @@ class Soak:
             while time.monotonic() < end:
                 now = time.monotonic()
                 self._start_due_runs(mix, started, start_until, now)
-                if now >= next_fault:
+                if self.kill_every and now >= next_fault:
                     self._inject(self.rng.choice(FAULTS))
                     next_fault += self.kill_every
                 self._wake_due(now)

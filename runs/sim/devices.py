@@ -66,9 +66,18 @@ class DeviceStore:
     def log_call(
         self, data: dict[str, Any], op: str, run_id: str, key: str = "", args: dict | None = None
     ) -> None:
-        data["calls"].append(
-            {"op": f"{self.name}.{op}", "run_id": run_id, "key": key, "args": args or {}}
-        )
+        """Append one call to the log, keeping only the newest
+        ``settings.AGENTOPS_SIM_CALL_LOG_MAX`` entries (the file is rewritten on every
+        call, so an unbounded log would make every call slower)."""
+        calls = data["calls"]
+        calls.append({"op": f"{self.name}.{op}", "run_id": run_id, "key": key, "args": args or {}})
+        del calls[: max(0, len(calls) - settings.AGENTOPS_SIM_CALL_LOG_MAX)]
+
+    def reset(self) -> None:
+        """Back to the initial state with an empty call log."""
+        with self.locked() as data:
+            data.clear()
+            data.update({"state": dict(self.initial_state), "calls": []})
 
 
 thermostat = DeviceStore("thermostat", {"celsius": 23.5})
@@ -96,7 +105,9 @@ def read_thermostat(room: str, *, run_id: str, key: str = "") -> dict[str, Any]:
 #   "fail_next": {"get_brightness" | "set_brightness": ["RATE_LIMITED", ...]} makes the
 #       next calls fail with those codes, one code per call (the call is still logged);
 #   "delay_s": {"set_brightness": seconds} makes a set slow (the change lands at the end);
-#   "unreadable": true makes every read fail (a set with ``unreadable_after`` sets it).
+#   "unreadable": true makes every read fail; a list of run ids makes only those runs'
+#       reads fail (a set with ``unreadable_after``, the ``--lamp-unreadable`` fault,
+#       adds its run: the fault belongs to the run that asked for it).
 
 
 def _take_failure(data: dict[str, Any], op: str) -> str | None:
@@ -110,6 +121,15 @@ def _raise_code(code: str, what: str):
     raise StepError(code, f"simulated lamp: {what} failed with {code}")
 
 
+#: How many runs' ``--lamp-unreadable`` faults the lamp remembers (oldest dropped).
+UNREADABLE_RUNS_KEPT = 100
+
+
+def _unreadable_for(state: dict[str, Any], run_id: str) -> bool:
+    unreadable = state.get("unreadable")
+    return unreadable is True or (isinstance(unreadable, list) and str(run_id) in unreadable)
+
+
 def get_lamp_brightness(*, run_id: str, key: str = "", purpose: str = "read") -> dict[str, Any]:
     """Read the lamp: ``{"brightness": int}`` (percent); logged as ``lamp.get_brightness``.
 
@@ -118,7 +138,7 @@ def get_lamp_brightness(*, run_id: str, key: str = "", purpose: str = "read") ->
     with lamp.locked() as data:
         lamp.log_call(data, "get_brightness", run_id, key, {"purpose": purpose})
         code = _take_failure(data, "get_brightness")
-        if code is None and data["state"].get("unreadable"):
+        if code is None and _unreadable_for(data["state"], run_id):
             code = "DEPENDENCY_UNAVAILABLE"
         brightness = data["state"]["brightness"]
     if code:
@@ -133,7 +153,8 @@ def set_lamp_brightness(
     ``lamp.set_brightness``. Returns ``{"brightness": new, "previous": old}``.
 
     The lamp knows no idempotency keys: every call that does not fail changes it.
-    ``unreadable_after`` (the ``--lamp-unreadable`` fault) leaves it unable to answer reads.
+    ``unreadable_after`` (the ``--lamp-unreadable`` fault) leaves it unable to answer
+    reads from this run (other runs still read it).
     """
     delay = lamp.snapshot()["state"].get("delay_s", {}).get("set_brightness")
     if delay:
@@ -145,7 +166,9 @@ def set_lamp_brightness(
         if code is None:
             data["state"]["brightness"] = brightness
             if unreadable_after:
-                data["state"]["unreadable"] = True
+                runs = data["state"].get("unreadable")
+                runs = [*(runs if isinstance(runs, list) else []), str(run_id)]
+                data["state"]["unreadable"] = runs[-UNREADABLE_RUNS_KEPT:]
     if code:
         _raise_code(code, "set_brightness")
     return {"brightness": brightness, "previous": previous}
@@ -288,6 +311,35 @@ def device_calls(run_id: str) -> dict[str, int]:
             if call["run_id"] == str(run_id):
                 counts[call["op"]] += 1
     return dict(sorted(counts.items()))
+
+
+def reset_world() -> list[str]:
+    """Every simulated device back to its initial state with an empty call log, and
+    every armed fault disarmed. Returns the device names reset."""
+    from runs.sim import services  # noqa: F401 - registers its systems in DEVICES
+
+    for device in DEVICES:
+        device.reset()
+    faults.clear()
+    return [device.name for device in DEVICES]
+
+
+def world_status() -> dict[str, Any]:
+    """``{device name: {"state": {...}, "calls": int, "by_op": {op: int}}, "faults": {...}}``:
+    what ``sim status`` shows."""
+    from runs.sim import services  # noqa: F401 - registers its systems in DEVICES
+
+    status: dict[str, Any] = {}
+    for device in DEVICES:
+        data = device.snapshot()
+        by_op = Counter(call["op"] for call in data["calls"])
+        status[device.name] = {
+            "state": data["state"],
+            "calls": len(data["calls"]),
+            "by_op": dict(sorted(by_op.items())),
+        }
+    status["faults"] = faults.armed()
+    return status
 
 
 def device_readings() -> dict[str, Any]:

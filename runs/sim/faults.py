@@ -83,6 +83,14 @@ def clear() -> None:
         data.clear()
 
 
+def armed() -> dict:
+    """The armed faults: ``{op: [{"action", "when", "shots", "run_id", "seconds"}]}``."""
+    if not _path().exists():
+        return {}
+    with _locked() as data:
+        return {op: list(items) for op, items in data.items() if items}
+
+
 def fire(op: str, when: str, run_id: str) -> None:
     """Called by a device around its operation; applies the first matching armed fault.
     Cheap when no fault file exists (the normal case)."""

@@ -122,10 +122,12 @@ def resume_preview(request, run_id):
     run = get_object_or_404(Run.objects.select_related("thread"), pk=run_id)
     checkpoint = request.GET.get("checkpoint", "")
     patch_text = request.GET.get("input_patch", "")
+    reexecute = request.GET.get("reexecute") == "on"
     context = {
         "run": run,
         "checkpoint": checkpoint,
         "patch_text": patch_text,
+        "reexecute": reexecute,
         "checkpoints": list(
             dict.fromkeys(
                 Checkpoint.objects.filter(run=run).order_by("pk").values_list("name", flat=True)
@@ -138,7 +140,7 @@ def resume_preview(request, run_id):
         patch = optional_json(
             request.GET, "input_patch", label="The input patch", must_be_object=True
         )
-        context["plan"] = plan_resume(run, checkpoint, patch)
+        context["plan"] = plan_resume(run, checkpoint, patch, reexecute=reexecute)
     except InvalidInput as exc:
         context["error"] = str(exc)
     except ControlError as exc:
@@ -160,7 +162,12 @@ def _resume_confirm(request, run_id):
             request.POST, "input_patch", label="The input patch", must_be_object=True
         )
         return resume_from_checkpoint(
-            run, checkpoint, actor=actor_of(request), input_patch=patch, reason=reason
+            run,
+            checkpoint,
+            actor=actor_of(request),
+            input_patch=patch,
+            reason=reason,
+            reexecute=request.POST.get("reexecute") == "on",
         )
 
     return perform(
@@ -212,7 +219,7 @@ def bulk(request):
         )
     ids = request.POST.getlist("run")[:BULK_LIMIT]
     try:
-        runs = list(Run.objects.filter(pk__in=ids).order_by("-created_at"))
+        runs = list(Run.objects.filter(pk__in=ids).order_by("-created_at", "-pk"))
     except Exception:  # noqa: BLE001 - malformed ids in the form
         return refusal(
             request,

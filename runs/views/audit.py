@@ -1,14 +1,17 @@
 """The audit log: every operator action (events whose actor is a person or the CLI),
-filterable by user, action and run."""
+filterable by user, action and run, and below it the refused actions (403/409 from the
+console or the API, ``runs.refusals``)."""
 
 from django.core.paginator import Paginator
 from django.db.models import Q
 
 from runs.console.access import console_view, render_page
 from runs.console.filters import AuditFilter
-from runs.models import Event
+from runs.models import Event, RefusedAction
 
 PAGE_SIZE = 100
+#: Newest refused actions shown under the log.
+REFUSALS_SHOWN = 50
 
 
 def operator_events():
@@ -26,5 +29,22 @@ def audit(request):
         request,
         "console/audit.html",
         "partials/audit_rows.html",
-        {"filter": audit_filter, "page": page, "events": page.object_list},
+        {
+            "filter": audit_filter,
+            "page": page,
+            "events": page.object_list,
+            "refusals": refused_actions(request.GET.get("user", ""), request.GET.get("run", "")),
+        },
     )
+
+
+def refused_actions(user: str = "", run: str = "") -> list[RefusedAction]:
+    """The newest refused actions, of one person (username or actor) and/or whose target
+    names a run id starting with ``run``."""
+    rows = RefusedAction.objects.order_by("-created_at", "-pk")
+    user, run = user.strip(), run.strip().lower()
+    if user:
+        rows = rows.filter(actor=user if ":" in user else f"user:{user}")
+    if run:
+        rows = rows.filter(target__contains=f"run:{run}")
+    return list(rows[:REFUSALS_SHOWN])

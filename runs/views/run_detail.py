@@ -12,7 +12,9 @@ from django_htmx.http import HttpResponseClientRefresh
 from runs.console import artifacts as artifact_files
 from runs.console.access import DOWNLOAD_PERM, console_view, render_page
 from runs.console.attempts import step_histories
+from runs.console.charts import run_timeline
 from runs.engine.control.cancel import cancel_progress
+from runs.engine.state.clock import db_now
 from runs.models import Artifact, Checkpoint, Event, Message, Operation, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
@@ -66,6 +68,8 @@ def live_context(run: Run) -> dict:
         "timeline_limit": TIMELINE_LIMIT,
         "budget": budget_rows(run),
         "open_takeover": Takeover.objects.filter(run=run, status=Takeover.Status.OPEN).first(),
+        "replays": list(run.replays.order_by("created_at").only("pk", "status")),
+        "picture": run_timeline(run, db_now()),
         "cancel_progress": cancel_progress(run) if run.status == RunStatus.CANCEL_REQUESTED else "",
     }
 
@@ -133,4 +137,6 @@ def artifact_download(request, artifact_id):
         handle, as_attachment=True, filename=artifact.name, content_type="application/octet-stream"
     )
     response["X-Content-Type-Options"] = "nosniff"
+    # Opened directly anyway (a browser ignoring the attachment): no script, no origin.
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
     return response

@@ -7,6 +7,7 @@ from runs.console.access import console_view, render_page
 from runs.console.filters import RunFilter, unknown_step_exists
 from runs.engine.state.clock import db_now
 from runs.models import Run
+from runs.views.replay import replay_all_link
 
 PAGE_SIZE = 50
 
@@ -17,7 +18,7 @@ def runs_list(request):
     queryset = (
         Run.objects.select_related("thread", "owner", "current_step")
         .annotate(has_unknown=unknown_step_exists())
-        .order_by("-created_at")
+        .order_by("-created_at", "-pk")
     )
     run_filter = RunFilter(request.GET or None, queryset=queryset, now=db_now())
     paginator = Paginator(run_filter.qs, PAGE_SIZE)
@@ -26,5 +27,10 @@ def runs_list(request):
         request,
         "console/runs.html",
         "partials/run_table.html",
-        {"filter": run_filter, "page": page, "runs": page.object_list},
+        {
+            "filter": run_filter,
+            "page": page,
+            "runs": page.object_list,
+            "replay_all": replay_all_link(request),
+        },
     )

@@ -1,6 +1,6 @@
 """Unknown outcomes: each UNKNOWN step with its operation, a "check the outside world
-now" button (``runs.engine.effects.unknown_outcomes.verify_now``) and the resolutions (done with evidence,
-not done, or cancel the run)."""
+now" button (``runs.engine.effects.unknown_outcomes.verify_now``) and the resolutions
+(done with evidence, not done, or cancel the run)."""
 
 import json
 
@@ -31,7 +31,7 @@ def unknown_rows() -> list[dict]:
     steps = list(
         Step.objects.filter(status=StepStatus.UNKNOWN, run__status__in=NON_TERMINAL_STATES)
         .select_related("run", "run__thread")
-        .order_by("created_at")[:200]
+        .order_by("created_at", "pk")[:200]
     )
     ids = [s.pk for s in steps]
     operations: dict[int, Operation] = {}

@@ -3,6 +3,7 @@
 from importlib import import_module
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from runs.workflows.definition import Workflow, WorkflowDefinitionError
 
@@ -12,12 +13,19 @@ _registry: dict[tuple[str, int], Workflow] = {}
 class UnknownWorkflow(LookupError):
     """Raised when no registered workflow matches a name (and version).
 
-    ``name`` and ``version`` (``None`` when any version would do) say what was asked.
+    ``name`` and ``version`` (``None`` when any version would do) say what was asked;
+    the message lists the registered names (or that name's versions), so a caller can
+    show the valid choices.
     """
 
     def __init__(self, name: str, version: int | None = None):
         what = name if version is None else f"{name}@{version}"
-        super().__init__(f"unknown workflow {what}")
+        versions = sorted(v for (n, v) in _registry if n == name)
+        if version is not None and versions:
+            known = "registered versions: " + ", ".join(str(v) for v in versions)
+        else:
+            known = "registered workflows: " + ", ".join(names())
+        super().__init__(f"unknown workflow {what}; {known}")
         self.name = name
         self.version = version
 
@@ -51,6 +59,11 @@ def get(name: str, version: int | None = None) -> Workflow:
         raise UnknownWorkflow(name, version) from None
 
 
+def names() -> list[str]:
+    """The registered workflow names, sorted, each once."""
+    return sorted({n for (n, _) in _registry})
+
+
 def all_workflows() -> list[Workflow]:
     """Every registered definition, sorted by name then version."""
     return [_registry[k] for k in sorted(_registry)]
@@ -58,6 +71,12 @@ def all_workflows() -> list[Workflow]:
 
 def autodiscover() -> None:
     """Import the modules named in ``settings.AGENTOPS_WORKFLOW_MODULES``; each registers
-    its workflows at import time."""
+    its workflows at import time. Raises ``ImproperlyConfigured`` naming
+    ``AGENTOPS_EXTRA_WORKFLOW_MODULES`` for a module that cannot be imported."""
     for module in settings.AGENTOPS_WORKFLOW_MODULES:
-        import_module(module)
+        try:
+            import_module(module)
+        except ImportError as exc:
+            raise ImproperlyConfigured(
+                f"AGENTOPS_EXTRA_WORKFLOW_MODULES: cannot import {module!r}: {exc}"
+            ) from None

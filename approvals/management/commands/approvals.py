@@ -12,13 +12,12 @@ Refusals exit non-zero with the engine's code in brackets, e.g. ``[decision_conf
 
 import json
 
-from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import BaseCommand, CommandError
 
 from approvals import services
 from approvals.models import Approval, Takeover
-from runs.cli.common import control_error, parse_json
+from runs.cli.common import cli_user, control_error, parse_json
 from runs.engine.control.lifecycle import ControlError
 
 
@@ -29,22 +28,35 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
         p = sub.add_parser("list", help="pending approvals")
         p.add_argument("--all", action="store_true", help="every status, newest first")
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--json", action="store_true", help="print one JSON array")
         p = sub.add_parser("decide", help="approve or reject an approval")
-        p.add_argument("approval_id", type=int)
-        p.add_argument("decision", choices=sorted(services.DECISIONS))
-        p.add_argument("--comment", default="")
+        p.add_argument("approval_id", type=int, help="the approval's id (approvals list shows it)")
+        p.add_argument("decision", choices=sorted(services.DECISIONS), help="approve or reject")
+        p.add_argument("--comment", default="", help="why (recorded with the decision)")
         p.add_argument("--as", dest="username", required=True, help="the deciding user")
         p = sub.add_parser("takeovers", help="open takeovers")
         p.add_argument("--all", action="store_true", help="resolved ones too")
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--json", action="store_true", help="print one JSON array")
         p = sub.add_parser("claim", help="take an open takeover on")
-        p.add_argument("takeover_id", type=int)
-        p.add_argument("--as", dest="username", required=True)
+        p.add_argument(
+            "takeover_id", type=int, help="the takeover's id (approvals takeovers shows it)"
+        )
+        p.add_argument(
+            "--as",
+            dest="username",
+            required=True,
+            help="the operator claiming it (a user holding runs.operate_run)",
+        )
         p = sub.add_parser("resolve", help="resolve an open takeover")
-        p.add_argument("takeover_id", type=int)
-        p.add_argument("action", choices=services.RESOLUTIONS)
-        p.add_argument("--reason", required=True)
+        p.add_argument(
+            "takeover_id", type=int, help="the takeover's id (approvals takeovers shows it)"
+        )
+        p.add_argument(
+            "action",
+            choices=services.RESOLUTIONS,
+            help="resume, retry, mark_done or cancel (docs/control.md, Takeovers)",
+        )
+        p.add_argument("--reason", required=True, help="why (recorded on the event)")
         p.add_argument("--checkpoint", default=None, help="with resume: the checkpoint name")
         p.add_argument("--evidence", default="", help="how you know (required for mark_done)")
         p.add_argument("--result", default=None, help="with mark_done: the step's output as JSON")
@@ -135,17 +147,23 @@ class Command(BaseCommand):
 
 
 def _user(username: str):
-    try:
-        return get_user_model().objects.get_by_natural_key(username)
-    except get_user_model().DoesNotExist:
-        raise CommandError(f"no user {username!r} [unknown_user]") from None
+    return cli_user(username)
+
+
+#: The status whose rows an unknown id is answered with: the ones that can be acted on.
+_ACTIONABLE = {Approval: Approval.Status.PENDING, Takeover: Takeover.Status.OPEN}
 
 
 def _get(model, pk: int, what: str):
     try:
         return model.objects.get(pk=pk)
     except model.DoesNotExist:
-        raise CommandError(f"no {what} {pk} [unknown_{what}]") from None
+        status = _ACTIONABLE[model]
+        ids = model.objects.filter(status=status).order_by("pk").values_list("pk", flat=True)
+        listing = ", ".join(str(i) for i in ids[:20]) or "none"
+        raise CommandError(
+            f"no {what} {pk} [unknown_{what}]; {status.lower()} {what}s: {listing}"
+        ) from None
 
 
 def _approval_row(a: Approval) -> dict:

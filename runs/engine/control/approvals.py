@@ -17,7 +17,7 @@ from django.db.models.functions import Now
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Step
-from runs.states import RunStatus, StepStatus
+from runs.states import RunStatus, StepStatus, command_allows, command_states
 
 
 def _approval_model():
@@ -132,9 +132,11 @@ def decide(approval_id: int, target: str, *, actor: str, user=None, comment: str
             return current
         if current.status != Approval.Status.PENDING:
             raise DecisionConflict(current, "approve" if target == "APPROVED" else "reject")
-        if tx.run.status != RunStatus.WAITING_APPROVAL:
+        if not command_allows("decide_approval", tx.run.status):
             raise ControlError(
-                "not_allowed_in_state", f"run is {tx.run.status}, not waiting for this approval"
+                "not_allowed_in_state",
+                f"run is {tx.run.status}; approvals are decided on "
+                f"{command_states('decide_approval')} runs",
             )
         tx.decide_approval(
             current.pk,

@@ -1,20 +1,32 @@
-"""Client idempotency for run creation (API ``Idempotency-Key``).
+"""Client idempotency for run creation and run actions (API ``Idempotency-Key``).
 
 The unique constraint ``Run(owner, request_id)`` decides which of several concurrent
 requests creates the run; the others hit the constraint and return the winner's run.
 ``Run.request_fingerprint`` (sha256 of the canonical request body) tells a retry of the
 same request from a reuse of the key for a different one. Keys live as long as their
 run row, so at least as long as runs are kept.
+
+Actions on a run (cancel, resume, ...) keep their keys in ``ActionRequest``: the key row
+is inserted before the action runs (the unique constraint picks one request among
+concurrent ones), the response is stored when it is done, and a retry or a concurrent
+duplicate replays that response.
 """
 
 import hashlib
 import json
+import time
+from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models.functions import Now
 
 from runs.engine.control.lifecycle import ControlError, start_run
-from runs.models import Run
+from runs.models import ActionRequest, Run
+
+#: Seconds after which a claimed key whose request never stored a response (its process
+#: died) is given to the next request with that key.
+ABANDONED_AFTER = 300
 
 
 def fingerprint(body: dict[str, Any]) -> str:
@@ -82,3 +94,62 @@ def start_run_once(
             raise
         return check_replay(existing, request_fingerprint), False
     return run, True
+
+
+def claim_action(owner, key: str, request_fingerprint: str) -> tuple[ActionRequest, bool]:
+    """Claim ``key`` for an action of ``owner``: returns ``(record, True)`` if this request
+    inserted it (and must run the action, then ``finish_action``), or the existing
+    ``(record, False)``. Raises ``ControlError("idempotency_key_reused")`` when the key
+    belongs to a different request (method, path or body)."""
+    # A claim whose request died before answering is freed for the retry.
+    ActionRequest.objects.filter(
+        owner=owner,
+        key=key,
+        status_code__isnull=True,
+        created_at__lt=Now() - timedelta(seconds=ABANDONED_AFTER),
+    ).delete()
+    try:
+        with transaction.atomic():
+            record = ActionRequest.objects.create(
+                owner=owner, key=key, fingerprint=request_fingerprint
+            )
+        return record, True
+    except IntegrityError:
+        record = ActionRequest.objects.filter(owner=owner, key=key).first()
+        if record is None:  # deleted as abandoned in between: the caller may retry
+            raise ControlError(
+                "request_in_progress", "a request with this Idempotency-Key is in progress"
+            ) from None
+    if record.fingerprint != request_fingerprint:
+        raise ControlError(
+            "idempotency_key_reused",
+            "this Idempotency-Key was already used for a different request",
+            {"Idempotency-Key": "already used for another request"},
+        )
+    return record, False
+
+
+def await_response(record: ActionRequest, timeout: float) -> ActionRequest | None:
+    """Wait up to ``timeout`` seconds for the request that claimed ``record`` to store its
+    response; returns the finished record, or ``None`` if it is still running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        record.refresh_from_db()
+        if record.status_code is not None:
+            return record
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+def finish_action(record: ActionRequest, status_code: int, body, etag: str = "") -> None:
+    """Store the response of the request that claimed ``record`` (JSON ``body``)."""
+    ActionRequest.objects.filter(pk=record.pk).update(
+        status_code=status_code, response=body, etag=etag
+    )
+
+
+def release_action(record: ActionRequest) -> None:
+    """Give the key back after a failure that produced no response (a server error), so
+    a retry runs the action."""
+    ActionRequest.objects.filter(pk=record.pk, status_code__isnull=True).delete()

@@ -17,7 +17,15 @@ from runs.engine.state.checkpoints import initial_state
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import allocate_message_seqs, record_event, run_transaction
 from runs.models import Message, Run, Step, Thread
-from runs.states import RUN_TERMINAL, STEP_OPEN, STEP_RETRYABLE, RunStatus, StepStatus
+from runs.states import (
+    RUN_TERMINAL,
+    STEP_OPEN,
+    STEP_RETRYABLE,
+    RunStatus,
+    StepStatus,
+    command_allows,
+    command_states,
+)
 from runs.workflows import registry
 
 #: ``fn(run) -> dict`` called by ``run_status``; each result is merged into the status
@@ -204,8 +212,9 @@ def run_status(run: Run) -> dict[str, Any]:
     ``{run_id, thread, workflow, version, status, generation, next_step, steps: [{name,
     status, attempt}], messages: [{id, role, content, tool_calls, tool_call_id}],
     budget: {...}, takeover: {...} | None, compensation: {status, reason, steps,
-    manual_review}}`` plus what ``STATUS_EXTRAS`` add (the simulator: ``calls:
-    {device.op: count}, devices: {...}``)."""
+    manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids]}`` plus what
+    ``STATUS_EXTRAS`` add (the simulator: ``calls: {device.op: count}, devices:
+    {...}``)."""
     run.refresh_from_db()
     nxt = open_step(run)
     steps = [
@@ -232,6 +241,14 @@ def run_status(run: Run) -> dict[str, Any]:
         "status": run.status,
         "generation": run.generation,
         "next_step": nxt.name if nxt and run.status not in RUN_TERMINAL else None,
+        "replay_of": (
+            {"run": str(run.replay_of_id), "checkpoint": run.replay_checkpoint}
+            if run.replay_of_id
+            else None
+        ),
+        "replays": [
+            str(pk) for pk in run.replays.order_by("created_at").values_list("pk", flat=True)
+        ],
         "steps": steps,
         "messages": messages,
         "budget": {
@@ -274,7 +291,8 @@ def redispatch(run: Run, *, actor: str, wait_seconds: float | None = None, on_wa
     ``wait_seconds``, default lease length + 5 s) for the lease to expire, then reclaims
     it through the same fenced UPDATE the sweeper uses. ``on_wait(step, seconds_left)`` is
     called before waiting. Returns the step notified. Raises ``ControlError``
-    (``run_terminal``, ``run_paused``, ``nothing_to_resume``, ``lease_live``).
+    (``run_terminal``, ``run_paused``, ``not_allowed_in_state``, ``nothing_to_resume``,
+    ``lease_live``).
     """
     run.refresh_from_db()
     if run.status in RUN_TERMINAL:
@@ -283,6 +301,11 @@ def redispatch(run: Run, *, actor: str, wait_seconds: float | None = None, on_wa
         raise ControlError(
             "run_paused",
             "run is PAUSED for a takeover: resolve it, or resume from a checkpoint with --from",
+        )
+    if not command_allows("redispatch", run.status):
+        raise ControlError(
+            "not_allowed_in_state",
+            f"run is {run.status}; re-dispatch applies to {command_states('redispatch')} runs",
         )
     step = open_step(run)
     if step is None:
@@ -335,10 +358,10 @@ def retry_step(
     step are requeued the way issue 3 defines), with ``reason`` as the evidence.
     """
     with run_transaction(run.pk) as tx:
-        if tx.run.status != RunStatus.PAUSED:
+        if not command_allows("retry", tx.run.status):
             raise ControlError(
                 "not_allowed_in_state",
-                f"run is {tx.run.status}; only a PAUSED run's step is retried",
+                f"run is {tx.run.status}; retry applies to {command_states('retry')} runs",
             )
         failed = (
             Step.objects.filter(
@@ -384,10 +407,12 @@ def retry_step(
 
 def pause_run(run: Run, *, actor: str, reason: str) -> Run:
     """An operator pauses ``run`` for a human look: PAUSED with an ``operator_request``
-    takeover (resolve it to continue, e.g. ``resume``). Allowed from PENDING, RUNNING
-    and WAITING_EXTERNAL while no step is running (a running step is not interrupted:
-    wait for it, or cancel). Raises ``ControlError`` (``reason_required``,
-    ``run_terminal``, ``not_allowed_in_state``, ``step_running``).
+    takeover (resolve it to continue, e.g. ``resume``). Allowed in the states of
+    ``RUN_COMMANDS["pause"]`` while no step is running (a running step is not
+    interrupted: wait for it, or cancel). A paused approval cannot be decided until the
+    takeover is resolved with ``resume``, which puts the run back to waiting. Raises
+    ``ControlError`` (``reason_required``, ``run_terminal``, ``not_allowed_in_state``,
+    ``step_running``).
     """
     from runs.engine.control.takeovers import open_takeover
 
@@ -397,10 +422,10 @@ def pause_run(run: Run, *, actor: str, reason: str) -> Run:
         status = tx.run.status
         if status in RUN_TERMINAL:
             raise ControlError("run_terminal", f"run is {status}")
-        if status not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING_EXTERNAL):
+        if not command_allows("pause", status):
             raise ControlError(
                 "not_allowed_in_state",
-                f"run is {status}; pause applies to PENDING, RUNNING or WAITING_EXTERNAL runs",
+                f"run is {status}; pause applies to {command_states('pause')} runs",
             )
         running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).first()
         if running is not None:

@@ -11,14 +11,15 @@ from django.apps import apps
 from django.db.models.functions import Now
 
 from runs.engine.control import lifecycle, rewind
+from runs.engine.control.approvals import continue_after
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.versions import known_or_migratable
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution import dispatch
-from runs.engine.state.gateway import record_event, run_transaction
+from runs.engine.state.gateway import RunTx, record_event, run_transaction
 from runs.models import Run, Step
-from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
 from runs.workflows import registry
 
 RESOLUTIONS = ("resume", "retry", "mark_done", "cancel")
@@ -114,9 +115,15 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
         lifecycle.retry_step(run, actor=actor, reason=note["reason"], takeover=takeover, note=note)
         return
     with run_transaction(run.pk) as tx:
-        if tx.run.status != RunStatus.PAUSED:
-            raise ControlError("not_allowed_in_state", f"run is {tx.run.status}, not PAUSED")
+        if not command_allows("resolve_takeover", tx.run.status):
+            raise ControlError(
+                "not_allowed_in_state",
+                f"run is {tx.run.status}; takeovers are resolved on "
+                f"{command_states('resolve_takeover')} runs",
+            )
         tx.resolve_takeover(actor, note, takeover)
+        if step is None and _back_to_waiting(tx, actor, note):
+            return
         tx.transition_run(RunStatus.RUNNING, actor=actor, reason=note["reason"])
         if step is None:
             raise ControlError(
@@ -130,6 +137,35 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
             actor=actor,
         )
         dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
+
+
+def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
+    """A run paused while it waited (an operator's pause of WAITING_APPROVAL or
+    WAITING_EXTERNAL) waits again: for its approval if still PENDING, or on that
+    approval's route if it was decided or expired meanwhile, else for its callback.
+    Returns False when the run has no WAITING step."""
+    Approval = apps.get_model("approvals", "Approval")
+    waiting = (
+        Step.objects.filter(
+            run_id=tx.run.pk, generation=tx.run.generation, status=StepStatus.WAITING
+        )
+        .order_by("-seq")
+        .first()
+    )
+    if waiting is None:
+        return False
+    approval = Approval.objects.filter(step_id=waiting.pk).order_by("-pk").first()
+    if approval is None:
+        tx.transition_run(RunStatus.WAITING_EXTERNAL, actor=actor, reason=note["reason"])
+    elif approval.status == Approval.Status.PENDING:
+        tx.transition_run(RunStatus.WAITING_APPROVAL, actor=actor, reason=note["reason"])
+    else:
+        route = {Approval.Status.APPROVED: "approve", Approval.Status.REJECTED: "reject"}
+        decision = approval.status.lower()
+        continue_after(
+            tx, approval, route.get(approval.status, "expire"), actor, {"decision": decision}
+        )
+    return True
 
 
 def _unknown_step(run: Run) -> Step | None:

@@ -16,21 +16,32 @@ input, and continues from it in a NEW GENERATION of the run:
 - the phase (the checkpoint's next step) is scheduled; nothing before the checkpoint
   runs again.
 
-Idempotency keys contain the generation (``runs.engine.effects.ledger``), so the new
-generation's side effects get NEW keys on purpose: resuming is a decision to act again,
-and reusing an old key would silently return the superseded result instead. The preview
-(``plan_resume``) lists the side-effecting operations that can therefore repeat.
+Idempotency keys contain the generation (``runs.engine.effects.ledger``). By default the
+operations the superseded steps recorded SUCCEEDED are carried over into the new
+generation's keys (``runs.engine.control.reuse``), so a step that asks for the same
+business action again gets the recorded result and the outside world is not called
+twice; ``reexecute=True`` (with a reason, recorded on the event) gives them new keys
+instead, so they happen again. The preview (``plan_resume``) lists each operation reused,
+with its recorded result, and each one that may repeat.
 """
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from runs.engine.control import reuse
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.budget import usage
 from runs.engine.state import checkpoints
 from runs.engine.state.gateway import run_transaction
-from runs.models import Checkpoint, Message, Operation, Run, Step
-from runs.states import RUN_TERMINAL, STEP_SETTLED, RunStatus, StepStatus
+from runs.models import Checkpoint, Message, Run, Step
+from runs.states import (
+    RUN_TERMINAL,
+    STEP_SETTLED,
+    RunStatus,
+    StepStatus,
+    command_allows,
+    command_states,
+)
 from runs.workflows import registry
 
 
@@ -39,9 +50,11 @@ class ResumePlan:
     """What a resume from ``checkpoint`` would do.
 
     ``steps_to_rerun``: step names that will run again, in order (approvals assumed
-    approved, no ``goto``). ``operations_may_repeat``: side-effecting operations done by
-    the steps being superseded, ``[{"step", "tool", "side_effect", "status",
-    "idempotency_key"}]``. ``steps_to_supersede``: ``[{"name", "seq", "generation",
+    approved, no ``goto``). ``operations_reused``: side-effecting operations the
+    superseded steps recorded SUCCEEDED, whose results the new generation reuses
+    (``reuse.describe`` rows, with ``result``); empty when ``reexecute``.
+    ``operations_may_repeat``: those that may happen again (no recorded result, or all
+    when ``reexecute``). ``steps_to_supersede``: ``[{"name", "seq", "generation",
     "status"}]``. ``input``: the input the new generation will see.
     """
 
@@ -50,6 +63,8 @@ class ResumePlan:
     operations_may_repeat: list[dict[str, Any]]
     steps_to_supersede: list[dict[str, Any]] = field(default_factory=list)
     input: dict[str, Any] = field(default_factory=dict)
+    operations_reused: list[dict[str, Any]] = field(default_factory=list)
+    reexecute: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """JSON shape for the CLI and API."""
@@ -60,6 +75,8 @@ class ResumePlan:
                 "id": self.checkpoint.pk,
             },
             "steps_to_rerun": self.steps_to_rerun,
+            "reexecute": self.reexecute,
+            "operations_reused": self.operations_reused,
             "operations_may_repeat": self.operations_may_repeat,
             "steps_to_supersede": self.steps_to_supersede,
             "input": self.input,
@@ -103,11 +120,14 @@ def find_checkpoint(run: Run, name: str) -> Checkpoint:
     )
 
 
-def plan_resume(run: Run, checkpoint_name: str, input_patch: dict | None = None) -> ResumePlan:
-    """Preview a resume (changes nothing). Raises ``ControlError``: ``run_terminal``,
-    ``unknown_checkpoint``, ``nothing_to_resume`` (the checkpoint is the end of the
-    run), ``invalid_input`` (patch not an object, or the patched input invalid),
-    ``unknown_workflow_version``."""
+def plan_resume(
+    run: Run, checkpoint_name: str, input_patch: dict | None = None, *, reexecute: bool = False
+) -> ResumePlan:
+    """Preview a resume (changes nothing); ``reexecute`` previews re-executing the
+    recorded side effects instead of reusing them. Raises ``ControlError``:
+    ``run_terminal``, ``unknown_checkpoint``, ``nothing_to_resume`` (the checkpoint is the
+    end of the run), ``invalid_input`` (patch not an object, or the patched input
+    invalid), ``unknown_workflow_version``."""
     run.refresh_from_db()
     if run.status in RUN_TERMINAL:
         raise ControlError("run_terminal", f"run is {run.status}; terminal runs do not resume")
@@ -134,31 +154,20 @@ def plan_resume(run: Run, checkpoint_name: str, input_patch: dict | None = None)
             {f"input.{k}": v for k, v in errors.items()},
         )
     later = _later_steps(run, cp)
-    ops = (
-        Operation.objects.filter(step__in=[s.pk for s in later])
-        .exclude(side_effect="read")
-        .exclude(status=Operation.Status.FAILED)
-        .select_related("step")
-        .order_by("pk")
-    )
     return ResumePlan(
         checkpoint=cp,
         steps_to_rerun=workflow.path_from(phase),
+        operations_reused=[] if reexecute else [reuse.describe(op) for op in reuse.reusable(later)],
         operations_may_repeat=[
-            {
-                "step": op.step.name if op.step_id else None,
-                "tool": op.tool,
-                "side_effect": op.side_effect,
-                "status": op.status,
-                "idempotency_key": op.idempotency_key,
-            }
-            for op in ops
+            reuse.describe(op, with_result=False)
+            for op in reuse.may_repeat(later, reexecute=reexecute)
         ],
         steps_to_supersede=[
             {"name": s.name, "seq": s.seq, "generation": s.generation, "status": s.status}
             for s in later
         ],
         input=new_input,
+        reexecute=reexecute,
     )
 
 
@@ -178,8 +187,12 @@ def resume_from_checkpoint(
     reason: str = "",
     takeover=None,
     note: dict | None = None,
+    reexecute: bool = False,
 ) -> Run:
     """Resume ``run`` from ``checkpoint_name`` (see the module docstring); returns the run.
+
+    The superseded steps' SUCCEEDED side effects are reused unless ``reexecute`` (which
+    needs a ``reason``: ``ControlError`` ``reason_required``).
 
     Allowed while the run is PENDING, RUNNING, WAITING_APPROVAL, WAITING_EXTERNAL or
     PAUSED and no step is RUNNING (a running step cannot be superseded under its worker:
@@ -187,12 +200,17 @@ def resume_from_checkpoint(
     (``takeover``/``note`` let ``resolve_takeover`` pass its own). Raises ``ControlError``
     (the codes of ``plan_resume`` and ``step_running``, ``not_allowed_in_state``).
     """
-    plan = plan_resume(run, checkpoint_name, input_patch)
+    reuse.check_choice(reexecute, reason)
+    plan = plan_resume(run, checkpoint_name, input_patch, reexecute=reexecute)
     cp = plan.checkpoint
     with run_transaction(run.pk) as tx:
         status = tx.run.status
-        if status in RUN_TERMINAL or status == RunStatus.CANCEL_REQUESTED:
-            raise ControlError("not_allowed_in_state", f"run is {status}")
+        if not command_allows("resume_from_checkpoint", status):
+            raise ControlError(
+                "not_allowed_in_state",
+                f"run is {status}; resume from a checkpoint applies to "
+                f"{command_states('resume_from_checkpoint')} runs",
+            )
         running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).first()
         if running is not None:
             raise ControlError(
@@ -201,7 +219,9 @@ def resume_from_checkpoint(
             )
         generation = tx.run.generation + 1
         superseded: list[int] = []
-        for step in _later_steps(tx.run, cp):
+        later = _later_steps(tx.run, cp)
+        reused = [] if reexecute else reuse.reusable(later)
+        for step in later:
             tx.transition_step(
                 step.pk,
                 StepStatus.SUPERSEDED,
@@ -235,6 +255,7 @@ def resume_from_checkpoint(
         )
         state = {**cp.state, "input": plan.input, "generation": generation}
         checkpoints.store(tx.run, cp.step, cp.name, state, base_id=cp.pk, previous=cp.state)
+        reuse.carry_over(reused, run_id=run.pk, generation=generation)
         tx.event(
             "run.resumed_from_checkpoint",
             {
@@ -242,6 +263,11 @@ def resume_from_checkpoint(
                 "generation": generation,
                 "input_patch": input_patch or {},
                 "reason": reason,
+                "reexecute": reexecute,
+                "operations_reused": [op.idempotency_key for op in reused],
+                "operations_may_repeat": [
+                    op["idempotency_key"] for op in plan.operations_may_repeat
+                ],
                 "steps_to_rerun": plan.steps_to_rerun,
                 "superseded_steps": len(superseded),
                 "superseded_messages": messages,

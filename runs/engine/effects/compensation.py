@@ -331,9 +331,11 @@ def _effects(step: Step) -> list[Operation]:
 
 def _unsettled_operations(run: Run) -> list[Operation]:
     """Non-read operations of steps that did not complete but that took effect or may
-    have (SUCCEEDED, INTENT, UNKNOWN): nobody knows how to undo a half-done step."""
+    have (SUCCEEDED, INTENT, UNKNOWN): nobody knows how to undo a half-done step.
+    Results carried over from an earlier run or generation (``reused_from``) are left
+    out: their effect is the earlier run's, reviewed with it."""
     return list(
-        Operation.objects.filter(run_id=run.pk)
+        Operation.objects.filter(run_id=run.pk, reused_from__isnull=True)
         .exclude(side_effect="read")
         .exclude(idempotency_key__contains=":compensate:")
         .exclude(step__status__in=STEP_COMPLETED)

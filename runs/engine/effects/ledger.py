@@ -26,9 +26,14 @@ from runs.tools import Tool, ToolCall, VerifyAnswer
 REINTENDABLE = (Operation.Status.INTENT, Operation.Status.FAILED, Operation.Status.UNKNOWN)
 
 
+def key_prefix(run_id, generation: int) -> str:
+    """The part of every key that names the run and its generation."""
+    return f"{run_id}:g{generation}:"
+
+
 def idempotency_key(run_id, generation: int, step_name: str, action: str) -> str:
     """The ledger key of one business action (see the module docstring)."""
-    return f"{run_id}:g{generation}:{step_name}:{action}"
+    return f"{key_prefix(run_id, generation)}{step_name}:{action}"
 
 
 def find(key: str) -> Operation | None:
@@ -66,6 +71,34 @@ def record_intent(
                 op, Operation.Status.INTENT, attempt=attempt or 0, arguments=arguments
             )
         return op
+
+
+def record_reused(ops: list[Operation], *, run_id, generation: int) -> list[Operation]:
+    """Record, for each SUCCEEDED operation in ``ops``, a SUCCEEDED row with the same
+    tool, arguments, result and external reference under the same business action's key
+    in ``run_id``'s ``generation`` (``reused_from`` the original), so that work done
+    again from a checkpoint reuses the result instead of calling again
+    (``runs.engine.control.reuse``). Keys that do not have the ledger's shape are
+    skipped. Returns the new rows."""
+    rows = []
+    for op in ops:
+        old = key_prefix(op.run_id, op.step.generation if op.step_id else 1)
+        if op.status != Operation.Status.SUCCEEDED or not op.idempotency_key.startswith(old):
+            continue
+        rows.append(
+            Operation(
+                run_id=run_id,
+                idempotency_key=key_prefix(run_id, generation) + op.idempotency_key[len(old) :],
+                tool=op.tool,
+                side_effect=op.side_effect,
+                arguments=op.arguments,
+                status=Operation.Status.SUCCEEDED,
+                result=op.result,
+                external_ref=op.external_ref,
+                reused_from=op,
+            )
+        )
+    return Operation.objects.bulk_create(rows)
 
 
 def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCEEDED) -> None:

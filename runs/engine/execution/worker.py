@@ -28,6 +28,7 @@ from django.db.models.functions import Now
 
 from runs.engine.execution import dispatch, executor, sweeper
 from runs.engine.execution.identity import WorkerIdentity, new_worker_id, set_current_worker
+from runs.engine.execution.liveness import Liveness
 from runs.models import Step, WorkerProcess
 from runs.states import RUN_EXECUTABLE, StepStatus
 
@@ -138,7 +139,8 @@ class Worker:
         # Before recovery: a SIGTERM during start-up must also be a graceful stop.
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
-        self._register()
+        liveness = Liveness(self._register(), self.worker_id)
+        liveness.start()
         try:
             self.recover()
             if self.mode == "rq":
@@ -146,6 +148,8 @@ class Worker:
             return self._run_db()
         finally:
             self._unregister()
+            # Last: peers may re-claim this worker's steps once the lock is gone.
+            liveness.stop()
 
     def recover(self) -> None:
         """Start-up recovery: reclaim expired leases and re-notify every due step."""
@@ -262,14 +266,15 @@ class Worker:
         finally:
             connection.close()
 
-    def _register(self) -> None:
-        WorkerProcess.objects.create(
+    def _register(self) -> int:
+        """Create this worker's ``WorkerProcess`` row; returns its pk."""
+        return WorkerProcess.objects.create(
             worker_id=self.worker_id,
             host=socket.gethostname(),
             pid=os.getpid(),
             mode=self.mode,
             queues=self.queue,
-        )
+        ).pk
 
     def _unregister(self) -> None:
         try:

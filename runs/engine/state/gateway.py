@@ -50,6 +50,10 @@ from runs.states import (
 #: moved a run to a terminal state (the thread's queued message starts its run).
 RUN_FINISHED_HOOKS: list[Callable[[Any, int, str], None]] = []
 
+#: ``fn(tx)`` called right after ``run_transaction`` locked the run row, before the
+#: caller's block runs; raising rolls the transaction back (client preconditions).
+RUN_LOCKED_HOOKS: list[Callable[["RunTx"], None]] = []
+
 
 @dataclass
 class EventSpec:
@@ -568,6 +572,8 @@ def run_transaction(run_id) -> Iterator[RunTx]:
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         tx = RunTx(run)
+        for hook in RUN_LOCKED_HOOKS:
+            hook(tx)
         yield tx
         tx.flush()
 

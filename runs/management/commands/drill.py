@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 import runs.drills.catalog  # noqa: F401 - registers the drills
 from runs.drills.base import DRILLS, format_table, run_drill
+from runs.drills.interrupt import Interrupted, stop_on_signals
 from runs.drills.sandbox import SandboxError, server_from_settings
 
 
@@ -36,10 +37,15 @@ class Command(BaseCommand):
         except SandboxError as exc:
             raise CommandError(str(exc)) from exc
         results = []
-        for name in names:
-            if not as_json:
-                self.stderr.write(f"drill {name}: {DRILLS[name].title}")
-            results.append(run_drill(name))
+        try:
+            with stop_on_signals():
+                for name in names:
+                    if not as_json:
+                        self.stderr.write(f"drill {name}: {DRILLS[name].title}")
+                    results.append(run_drill(name))
+        except Interrupted as exc:
+            self.stderr.write(f"drill: interrupted by {exc}; every process it started is stopped")
+            raise SystemExit(exc.exit_code) from None
         if as_json:
             self.stdout.write(json.dumps([r.as_dict() for r in results], indent=2))
         else:

@@ -1,10 +1,12 @@
 """``python manage.py soak --runs N --workers W --duration S [--kill-every S] [--seed N]``."""
 
 import json
+import math
 import random
 
 from django.core.management.base import BaseCommand, CommandError
 
+from runs.drills.interrupt import Interrupted, stop_on_signals
 from runs.drills.sandbox import SandboxError
 from runs.drills.soak import Soak, format_report
 
@@ -16,32 +18,46 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--runs", type=int, required=True)
-        parser.add_argument("--workers", type=int, required=True)
-        parser.add_argument("--duration", type=float, required=True, help="seconds of faults")
+        parser.add_argument("--runs", type=int, required=True, help="how many runs to start")
         parser.add_argument(
-            "--kill-every", type=float, default=3.0, help="seconds between faults (default 3)"
+            "--workers", type=int, required=True, help="worker processes to keep running"
+        )
+        parser.add_argument(
+            "--duration", type=float, required=True, help="seconds of faults (0: none)"
+        )
+        parser.add_argument(
+            "--kill-every",
+            type=float,
+            default=3.0,
+            help="seconds between faults (default 3; 0: no faults)",
         )
         parser.add_argument("--seed", type=int, default=None, help="default: random")
         parser.add_argument("--json", metavar="PATH", help="also write the report as JSON")
 
     def handle(self, *args, runs, workers, duration, kill_every, seed, **opts):
-        if runs < 1 or workers < 1 or duration <= 0 or kill_every <= 0:
-            raise CommandError("--runs and --workers must be >= 1, --duration and --kill-every > 0")
+        if runs < 1 or workers < 1:
+            raise CommandError("--runs and --workers must be at least 1")
+        for flag, value in (("--duration", duration), ("--kill-every", kill_every)):
+            if not (value >= 0 and math.isfinite(value)):
+                raise CommandError(f"{flag} must be 0 or more seconds, got {value}")
         seed = seed if seed is not None else random.SystemRandom().randrange(1, 10**6)
         self.stdout.write(f"soak seed {seed}")
         self.stdout.flush()
         try:
-            report = Soak(
-                runs=runs,
-                workers=workers,
-                duration=duration,
-                kill_every=kill_every,
-                seed=seed,
-                say=lambda line: self.stderr.write(f"soak: {line}"),
-            ).run()
+            with stop_on_signals():
+                report = Soak(
+                    runs=runs,
+                    workers=workers,
+                    duration=duration,
+                    kill_every=kill_every,
+                    seed=seed,
+                    say=lambda line: self.stderr.write(f"soak: {line}"),
+                ).run()
         except SandboxError as exc:
             raise CommandError(str(exc)) from exc
+        except Interrupted as exc:
+            self.stderr.write(f"soak: interrupted by {exc}; every process it started is stopped")
+            raise SystemExit(exc.exit_code) from None
         self.stdout.write(format_report(report))
         if opts["json"]:
             with open(opts["json"], "w", encoding="utf-8") as fh:

@@ -6,6 +6,7 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from agentops.db_session import use_process_kind
 from runs.engine.execution import sweeper
 from runs.engine.execution.identity import new_worker_id
 
@@ -17,6 +18,7 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="one pass, then exit")
 
     def handle(self, *args, once: bool, **options):
+        use_process_kind("worker")
         actor = f"sweeper:{new_worker_id()}"
         if once:
             report = sweeper.sweep_once(actor)

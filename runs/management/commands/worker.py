@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from agentops.db_session import use_process_kind
 from runs.engine.execution import dispatch
 from runs.engine.execution.worker import Worker
 
@@ -29,6 +30,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, burst: bool, queue: str, mode: str | None, fork: bool, **options):
+        use_process_kind("worker")
         if mode == "rq" and dispatch.mode() != "rq":
             raise CommandError("--mode rq needs REDIS_URL to be set")
         worker = Worker(mode=mode, queue=queue, burst=burst, fork=fork)

@@ -4,7 +4,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0004_summaries_and_queued_messages"),
+        ("runs", "0008_console_overview_indexes"),
     ]
 
     operations = [

@@ -1,0 +1,62 @@
+"""A request that gives up on the database answers 503 with a code, not a server error."""
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpResponse, JsonResponse
+from django.template.loader import render_to_string
+
+from runs.engine.state import db_faults
+
+#: Seconds a client should wait before trying again.
+RETRY_AFTER_SECONDS = 2
+
+_ANSWERS = {
+    db_faults.BUSY: (
+        "database_busy",
+        "The database did not answer in time (a lock or statement waited past its limit); "
+        "nothing was changed. Try again shortly.",
+    ),
+    db_faults.LOST: (
+        "database_unavailable",
+        "The connection to the database was lost; nothing was changed. Try again shortly.",
+    ),
+}
+
+
+class DatabaseBusyMiddleware:
+    """Turns a lock or statement timeout (``agentops.db_session`` limits) and a lost
+    database connection into 503 with ``Retry-After``: a JSON error body with code
+    ``database_busy`` / ``database_unavailable`` under /api/, a short page otherwise.
+    The view's transaction was rolled back, so nothing is half-written. Other errors
+    pass through. Sync and async capable, so the SSE view stays async under ASGI."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        return self.get_response(request)
+
+    async def __acall__(self, request):
+        return await self.get_response(request)
+
+    def process_exception(self, request, exception):
+        kind = db_faults.classify(exception)
+        if kind is None:
+            return None
+        code, message = _ANSWERS[kind]
+        if request.path.startswith("/api/"):
+            response = JsonResponse({"code": code, "message": message, "errors": {}}, status=503)
+        else:
+            # The fragment alone: the full layout could need the database again.
+            html = render_to_string(
+                "partials/refused.html", {"title": "Database busy", "message": message}
+            )
+            response = HttpResponse(html, status=503)
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response

@@ -1,0 +1,209 @@
+"""Preconditions and idempotency for every state-changing API action, in one decorator.
+
+``@conditional_action()`` under ``@router.post(...)`` adds two documented headers to the
+operation:
+
+- ``If-Match`` (required): the run's ``ETag`` as read from ``GET /runs/{id}`` (or from the
+  previous action's response). The action applies only if the run still has that tag,
+  checked under the run's row lock (``runs.engine.control.preconditions``): of
+  concurrent requests with one tag exactly one proceeds, the others get 409
+  ``run_changed``. Missing: 422 ``invalid_request`` naming ``If-Match``.
+- ``Idempotency-Key`` (optional): the same key with the same request replays the first
+  response (header ``Idempotent-Replayed: true``), also while that first request is
+  still running (the duplicate waits for it); the same key with another request is 422
+  ``idempotency_key_reused``.
+
+Successful responses carry the run's new ``ETag``.
+"""
+
+import inspect
+import json
+import re
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponse
+from ninja import Header, Status
+from ninja.responses import NinjaJSONEncoder
+
+from runs.api.errors import ApiError, from_control
+from runs.engine.control import idempotency, preconditions
+from runs.engine.control.lifecycle import ControlError
+from runs.models import Run
+
+#: Printable ASCII without spaces: what a client puts in a header.
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+#: Seconds a duplicate request waits for the first one with its key to answer.
+DUPLICATE_WAIT_SECONDS = 30
+
+IF_MATCH_DOC = (
+    "The run's ETag (from GET /runs/{id} or the last action's response). The "
+    "action applies only if the run has not changed since; otherwise 409 run_changed."
+)
+KEY_DOC = (
+    "Optional, 1..200 printable ASCII. A retry with the same key and request gets the "
+    "first response again (Idempotent-Replayed: true); with another request, 422 "
+    "idempotency_key_reused."
+)
+
+
+def check_idempotency_key(key: str | None) -> None:
+    """Raise a 422 ``invalid_idempotency_key`` ``ApiError`` for a malformed key."""
+    if key is not None and not IDEMPOTENCY_KEY.match(key):
+        raise ApiError(
+            422,
+            "invalid_idempotency_key",
+            "Idempotency-Key must be 1..200 printable ASCII characters",
+            {"Idempotency-Key": "1..200 printable ASCII"},
+        )
+
+
+def as_api_error(exc: Exception) -> ApiError | None:
+    """The ``ApiError`` an exception answers as, or ``None`` for a server error."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, ControlError):
+        return from_control(exc)
+    if isinstance(exc, PermissionDenied):
+        return ApiError(403, "permission_denied", str(exc) or "permission denied")
+    if isinstance(exc, Http404):
+        return ApiError(404, "not_found", "not found")
+    return None
+
+
+def _run_id_param(kwargs: dict[str, Any]):
+    return kwargs.get("run_id")
+
+
+def conditional_action(
+    run_of: Callable[[dict[str, Any]], Any] = _run_id_param,
+    *,
+    precondition: bool = True,
+) -> Callable[[Callable], Callable]:
+    """Decorate a state-changing API view (see the module docstring). ``run_of(kwargs)``
+    gives the id of the run the action changes from the view's parameters (default:
+    ``run_id``); ``None`` (no such object) leaves the view to answer 404.
+    ``precondition=False`` is for an action on no single run (a bulk action over a
+    selection): it takes ``Idempotency-Key`` only, no ``If-Match``."""
+
+    def decorator(view: Callable) -> Callable:
+        signature = inspect.signature(view)
+        params = list(signature.parameters.values())
+        response_param = next((p.name for p in params if p.annotation is HttpResponse), None)
+        extra = [
+            inspect.Parameter(
+                "idempotency_key",
+                inspect.Parameter.KEYWORD_ONLY,
+                default=Header(None, alias="Idempotency-Key", description=KEY_DOC),
+                annotation=str | None,
+            ),
+        ]
+        if precondition:
+            extra.insert(
+                0,
+                inspect.Parameter(
+                    "if_match",
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=Header(..., alias="If-Match", description=IF_MATCH_DOC),
+                    annotation=str,
+                ),
+            )
+        if response_param is None:
+            extra.append(
+                inspect.Parameter(
+                    "response", inspect.Parameter.KEYWORD_ONLY, annotation=HttpResponse
+                )
+            )
+
+        @wraps(view)
+        def wrapper(request, *args, if_match=None, idempotency_key=None, **kwargs):
+            response: HttpResponse = kwargs[response_param or "response"]
+            if response_param is None:
+                kwargs.pop("response")
+            try:
+                etag = preconditions.parse_if_match(if_match) if if_match is not None else None
+            except ControlError as exc:
+                raise from_control(exc) from None
+            check_idempotency_key(idempotency_key)
+            run_id = run_of(kwargs)
+            record = None
+            if idempotency_key:
+                record, claimed = _claim(request, idempotency_key)
+                if not claimed:
+                    return _replay(record, response)
+            try:
+                with preconditions.expect(run_id, etag):
+                    result = view(request, *args, **kwargs)
+            except Exception as exc:
+                refusal = as_api_error(exc)
+                if record is not None:
+                    if refusal is None:
+                        idempotency.release_action(record)
+                    else:
+                        idempotency.finish_action(record, refusal.status, refusal.body())
+                if refusal is None:
+                    raise
+                raise refusal from None
+            tag = _current_etag(run_id)
+            if tag:
+                response["ETag"] = tag
+            if record is not None:
+                body = json.loads(json.dumps(result, cls=NinjaJSONEncoder))
+                idempotency.finish_action(record, 200, body, tag)
+            return result
+
+        wrapper.__signature__ = signature.replace(parameters=params + extra)
+        return wrapper
+
+    return decorator
+
+
+def _claim(request, key: str):
+    try:
+        body = json.loads(request.body or b"null")
+    except ValueError:
+        body = request.body.decode(errors="replace")
+    fingerprint = idempotency.fingerprint(
+        {"method": request.method, "path": request.path, "body": body}
+    )
+    try:
+        record, claimed = idempotency.claim_action(request.user, key, fingerprint)
+    except ControlError as exc:
+        raise from_control(exc) from None
+    if claimed:
+        return record, True
+    done = idempotency.await_response(record, DUPLICATE_WAIT_SECONDS)
+    if done is None:
+        raise ApiError(
+            409,
+            "request_in_progress",
+            "the first request with this Idempotency-Key is still running; retry later",
+            headers={"Retry-After": "1"},
+        )
+    return done, False
+
+
+def _replay(record, response: HttpResponse):
+    response["Idempotent-Replayed"] = "true"
+    if record.etag:
+        response["ETag"] = record.etag
+    if record.status_code >= 400:
+        body = record.response or {}
+        error = ApiError(
+            record.status_code,
+            body.get("code", "error"),
+            body.get("message", ""),
+            body.get("errors"),
+            headers={"Idempotent-Replayed": "true"},
+        )
+        raise error
+    return Status(record.status_code, record.response)
+
+
+def _current_etag(run_id) -> str:
+    if run_id is None:
+        return ""
+    run = Run.objects.filter(pk=run_id).only("version", "generation", "budget").first()
+    return preconditions.run_etag(run) if run is not None else ""

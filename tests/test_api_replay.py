@@ -1,0 +1,159 @@
+"""The replay endpoints: one run (If-Match, Idempotency-Key) and in bulk
+(Idempotency-Key), operators only, with the preview listing reused side effects."""
+
+import json
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from apitokens.services import create_token
+from runs.engine.control import lifecycle
+from runs.engine.control.preconditions import run_etag
+from runs.models import Event, Run
+from runs.sim import devices
+from tests.console_helpers import *  # noqa: F403 - fixtures
+from tests.console_helpers import run_worker_in_process
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def token_client(user) -> Client:
+    _, raw = create_token(user)
+    return Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+
+
+@pytest.fixture
+def api(actors):
+    """Token clients: ``bob`` the operator (staff), ``viewer`` a staff viewer."""
+    viewer = User.objects.create_user("vera", is_staff=True)
+    viewer.groups.add(actors["alice"].groups.get())
+    return {"bob": token_client(actors["bob"]), "viewer": token_client(viewer)}
+
+
+def post(client, path, body, **headers):
+    return client.post(path, json.dumps(body), content_type="application/json", **headers)
+
+
+def failed_runs(n: int) -> list[Run]:
+    with devices.lamp.locked() as data:
+        data["state"]["fail_next"] = {"get_brightness": ["PERMISSION_DENIED"] * n}
+    runs = [
+        lifecycle.start_run("dim_lights", thread_id=f"A{i}", input={"request": "dim it"})
+        for i in range(n)
+    ]
+    run_worker_in_process()
+    for run in runs:
+        run.refresh_from_db()
+        assert run.status == "FAILED"
+    return runs
+
+
+def test_it_replays_one_run_and_links_both_ways(api):
+    [run] = failed_runs(1)
+    path = f"/api/v1/runs/{run.pk}/replay"
+    response = post(
+        api["bob"],
+        path,
+        {"reason": "lamp fixed"},
+        HTTP_IF_MATCH=run_etag(run),
+        HTTP_IDEMPOTENCY_KEY="k-1",
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    new_id = body["replay"]["id"]
+    assert body["preview"]["checkpoint"]["name"] == "start"
+    assert body["replay"]["replay_of"] == str(run.pk)
+    assert body["replay"]["replay_checkpoint"] == "start"
+    assert api["bob"].get(f"/api/v1/runs/{run.pk}").json()["replays"] == [new_id]
+    replays = api["bob"].get("/api/v1/runs", {"is_replay": "true"}).json()["items"]
+    assert [r["id"] for r in replays] == [new_id]
+    replayed = api["bob"].get("/api/v1/runs", {"was_replayed": "true"}).json()["items"]
+    assert [r["id"] for r in replayed] == [str(run.pk)]
+    # The same request again: the first answer, no second run.
+    again = post(
+        api["bob"],
+        path,
+        {"reason": "lamp fixed"},
+        HTTP_IF_MATCH=run_etag(run),
+        HTTP_IDEMPOTENCY_KEY="k-1",
+    )
+    assert again.status_code == 200 and again.headers["Idempotent-Replayed"] == "true"
+    assert again.json()["replay"]["id"] == new_id
+    assert run.replays.count() == 1
+    # Without the key it is a second replay, refused unless asked for.
+    second = post(api["bob"], path, {"reason": "x"}, HTTP_IF_MATCH=run_etag(run))
+    assert (second.status_code, second.json()["code"]) == (409, "already_replayed")
+
+
+def test_it_previews_without_changing_anything(api):
+    [run] = failed_runs(1)
+    before = (Run.objects.count(), Event.objects.count())
+    response = post(
+        api["bob"],
+        f"/api/v1/runs/{run.pk}/replay",
+        {"reason": "look", "dry_run": True},
+        HTTP_IF_MATCH=run_etag(run),
+    )
+    assert response.status_code == 200 and response.json()["replay"] is None
+    assert response.json()["preview"]["steps_to_run"][0] == "read_lamp"
+    assert (Run.objects.count(), Event.objects.count()) == before
+
+
+def test_a_viewer_gets_403_and_nothing_is_replayed(api):
+    [run] = failed_runs(1)
+    one = post(
+        api["viewer"],
+        f"/api/v1/runs/{run.pk}/replay",
+        {"reason": "x"},
+        HTTP_IF_MATCH=run_etag(run),
+    )
+    assert (one.status_code, one.json()["code"]) == (403, "permission_denied")
+    bulk = post(api["viewer"], "/api/v1/replays", {"reason": "x"})
+    assert (bulk.status_code, bulk.json()["code"]) == (403, "permission_denied")
+    assert not Run.objects.filter(replay_of__isnull=False).exists()
+
+
+def test_it_refuses_bad_requests_with_codes(api):
+    [run] = failed_runs(1)
+    path = f"/api/v1/runs/{run.pk}/replay"
+    etag = run_etag(run)
+    missing = post(api["bob"], path, {}, HTTP_IF_MATCH=etag)
+    assert missing.status_code == 422 and "reason" in json.dumps(missing.json()["errors"])
+    unknown = post(api["bob"], path, {"reason": "x", "checkpoint": "after:no"}, HTTP_IF_MATCH=etag)
+    assert (unknown.status_code, unknown.json()["code"]) == (422, "unknown_checkpoint")
+    live = lifecycle.start_run("dim_lights", thread_id="live", input={"request": "dim it"})
+    busy = post(
+        api["bob"], f"/api/v1/runs/{live.pk}/replay", {"reason": "x"}, HTTP_IF_MATCH=run_etag(live)
+    )
+    assert (busy.status_code, busy.json()["code"]) == (409, "run_not_finished")
+    rate = post(api["bob"], "/api/v1/replays", {"reason": "x", "rate": 0})
+    assert rate.status_code == 422
+    assert not Run.objects.filter(replay_of__isnull=False).exists()
+
+
+def test_a_repeated_bulk_request_with_its_key_creates_none(api):
+    runs = failed_runs(5)
+    body = {"reason": "lamp firmware fixed", "workflow": "dim_lights", "rate": 100}
+    first = post(api["bob"], "/api/v1/replays", body, HTTP_IDEMPOTENCY_KEY="bulk-1")
+    assert first.status_code == 200, first.content
+    assert len(first.json()["created"]) == 5
+    assert Run.objects.filter(replay_of__in=runs).count() == 5
+    repeat = post(api["bob"], "/api/v1/replays", body, HTTP_IDEMPOTENCY_KEY="bulk-1")
+    assert repeat.status_code == 200 and repeat.headers["Idempotent-Replayed"] == "true"
+    assert repeat.json() == first.json()
+    assert Run.objects.filter(replay_of__isnull=False).count() == 5
+    # A new request skips the runs replayed already.
+    fresh = post(api["bob"], "/api/v1/replays", body, HTTP_IDEMPOTENCY_KEY="bulk-2")
+    assert fresh.json()["created"] == []
+    assert Run.objects.filter(replay_of__isnull=False).count() == 5
+
+
+def test_the_schema_documents_both_headers():
+    from runs.api.app import api as ninja_api
+
+    paths = ninja_api.get_openapi_schema()["paths"]
+    one = [p["name"] for p in paths["/api/v1/runs/{run_id}/replay"]["post"]["parameters"]]
+    bulk = [p["name"] for p in paths["/api/v1/replays"]["post"]["parameters"]]
+    assert {"If-Match", "Idempotency-Key"} <= set(one)
+    assert "Idempotency-Key" in bulk

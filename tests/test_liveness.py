@@ -1,0 +1,176 @@
+"""Worker liveness: a killed worker's step is re-claimed on the database's word (its
+session advisory lock released, or its pid gone on SQLite), not after its lease; a
+stopped worker keeps its lock and is recovered by the lease; a lock that does not hold
+on the worker's own session turns liveness off. Real worker subprocesses throughout."""
+
+import signal
+
+import pytest
+
+from tests.control_support import db_rows, events_of, facts, shell_json, wait_until
+from tests.support.services import BACKENDS
+
+SIGNAL = {"postgres": "pg", "sqlite": "pid"}
+
+
+def _start_hold(d, thread: str) -> str:
+    return d.manage(
+        "runs", "start", "bench_hold", "--thread", thread, "--input", "{}", check=True
+    ).stdout.strip()
+
+
+def _hold_step(d, run_id: str) -> tuple | None:
+    key = run_id.replace("-", "") if d.backend == "sqlite" else run_id
+    rows = db_rows(
+        d,
+        "SELECT status, attempt, owner FROM runs_step WHERE run_id = %s AND name = 'hold'",
+        (key,),
+    )
+    return rows[0] if rows else None
+
+
+def _live_signals(d) -> list[str]:
+    return [
+        r[0] for r in db_rows(d, "SELECT liveness FROM runs_workerprocess WHERE stopped_at IS NULL")
+    ]
+
+
+def _holder(d, run_id: str, workers: list) -> object:
+    """The worker process that holds the run's ``hold`` step at attempt 1."""
+    step = wait_until(
+        lambda: (s := _hold_step(d, run_id)) and s[0] == "RUNNING" and s[1] == 1 and s,
+        what="a worker to claim the hold step",
+        timeout=120,
+    )
+    pid = int(step[2].split(":")[-2])
+    return next(w for w in workers if w.pid == pid)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_it_retakes_a_killed_workers_step_on_the_liveness_signal(deployment_factory, backend):
+    # The default 30 s lease: the step must not wait for it.
+    d = deployment_factory(backend, {"AGENTOPS_POLL_SECONDS": 0.2})
+    run_id = _start_hold(d, "K")
+    workers = [d.popen("worker"), d.popen("worker")]
+    wait_until(
+        lambda: _live_signals(d) == [SIGNAL[backend]] * 2, what="both workers to publish liveness"
+    )
+    holder = _holder(d, run_id, workers)
+    holder.kill()
+    holder.wait(timeout=30)
+
+    wait_until(lambda: _hold_step(d, run_id)[0] == "SUCCEEDED", what="the step to commit")
+    info = facts(d, run_id)
+    assert info["run"]["status"] == "SUCCEEDED"
+    (released,) = events_of(info, "lease.owner_dead")
+    assert released["payload"]["attempt"] == 1
+    assert released["payload"]["signal"] == SIGNAL[backend]
+    assert int(released["payload"]["owner"].split(":")[-2]) == holder.pid
+    assert events_of(info, "lease.expired") == []
+    started = events_of(info, "step.started")
+    assert [e["payload"]["attempt"] for e in started] == [1, 2]
+    rescuer = next(w for w in workers if w is not holder)
+    assert int(started[1]["payload"]["worker"].split(":")[-2]) == rescuer.pid
+    (hold,) = info["steps"]
+    assert (hold["status"], hold["attempt"], hold["output"]) == ("SUCCEEDED", 2, {"attempt": 2})
+    assert rescuer.poll() is None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_stopped_worker_keeps_its_signal_and_is_recovered_by_the_lease(
+    deployment_factory, backend
+):
+    d = deployment_factory(
+        backend,
+        {"AGENTOPS_LEASE_SECONDS": 3, "AGENTOPS_SWEEP_SECONDS": 0.5, "AGENTOPS_POLL_SECONDS": 0.2},
+    )
+    run_id = _start_hold(d, "S")
+    workers = [d.popen("worker"), d.popen("worker")]
+    wait_until(lambda: len(_live_signals(d)) == 2, what="both workers to register")
+    holder = _holder(d, run_id, workers)
+    holder.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(
+            lambda: _hold_step(d, run_id)[0] == "SUCCEEDED", what="the lease to hand it over"
+        )
+    finally:
+        holder.send_signal(signal.SIGCONT)
+    info = facts(d, run_id)
+    assert info["run"]["status"] == "SUCCEEDED"
+    assert events_of(info, "lease.owner_dead") == []
+    # Taken over by the lease: the sweeper released it, or a polling worker claimed the
+    # expired lease directly.
+    expired = [e["payload"]["attempt"] for e in events_of(info, "lease.expired")]
+    started = events_of(info, "step.started")
+    assert [e["payload"]["attempt"] for e in started] == [1, 2]
+    assert expired == [1] or started[1]["payload"].get("takeover_from") == started[0]["actor"]
+    (hold,) = info["steps"]
+    assert (hold["status"], hold["attempt"]) == ("SUCCEEDED", 2)
+    # The stopped worker wakes up, finds its lease gone and abandons its attempt.
+    wait_until(
+        lambda: events_of(facts(d, run_id), "step.abandoned"), what="the late attempt to stop"
+    )
+    assert holder.poll() is None
+
+
+POOLED = """
+import json, psycopg
+from django.db import connection
+from runs.engine.execution.liveness import LOCK_NAMESPACE, Liveness
+from runs.models import WorkerProcess
+wp = WorkerProcess.objects.create(worker_id="w-pooled", host="h", pid=1, mode="db")
+# Another session holds the key, as a pooled server session left holding it would.
+other = psycopg.connect(**{k: v for k, v in connection.get_connection_params().items()
+                          if k not in ("cursor_factory", "context", "prepare_threshold")})
+other.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_NAMESPACE, wp.pk))
+live = Liveness(wp.pk, wp.worker_id)
+kind = live.start()
+live.stop()
+wp.refresh_from_db()
+print(json.dumps([kind, wp.liveness, live.keeper.pooled]))
+"""
+
+CUT = """
+import json, psycopg
+from django.db import connection
+from runs.engine.control.lifecycle import start_run
+from runs.engine.execution.liveness import LockKeeper, dead_owner_steps
+from runs.models import Step, WorkerProcess
+wp = WorkerProcess.objects.create(worker_id="w-cut", host="h", pid=1, mode="db", liveness="pg")
+run = start_run("bench_hold", thread_id="cut", input={})
+Step.objects.create(run=run, name="hold", seq=99, status="RUNNING", attempt=1, owner="w-cut")
+keeper = LockKeeper(wp.pk, wp.worker_id)
+seen = [keeper.acquire(), len(dead_owner_steps(10))]
+with connection.cursor() as cur:
+    cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name LIKE 'agentops-liveness w-cut%%'")
+import time; time.sleep(0.5)
+seen.append(len(dead_owner_steps(10)))
+seen += [keeper.renew(), len(dead_owner_steps(10))]
+keeper.close()
+time.sleep(0.5)
+seen.append(len(dead_owner_steps(10)))
+print(json.dumps(seen))
+"""
+
+
+def test_it_turns_liveness_off_when_the_lock_does_not_hold_on_its_session(deployment_factory):
+    d = deployment_factory("postgres")
+    kind, published, pooled = shell_json(d, POOLED)
+    assert (kind, published, pooled) == ("", "", True)
+
+
+def test_a_cut_lock_connection_shows_the_owner_dead_until_it_is_taken_again(deployment_factory):
+    d = deployment_factory("postgres")
+    acquired, before, cut, renewed, after, closed = shell_json(d, CUT)
+    assert (acquired, before) == (True, 0)
+    assert cut == 1
+    assert (renewed, after) == (True, 0)
+    assert closed == 1
+
+
+def test_a_worker_with_liveness_off_publishes_no_signal(deployment_factory):
+    d = deployment_factory("sqlite", {"AGENTOPS_LIVENESS": "false"})
+    out = d.manage("worker", "--burst", timeout=120, check=True)
+    assert "Traceback" not in out.stderr
+    assert db_rows(d, "SELECT liveness FROM runs_workerprocess") == [("",)]

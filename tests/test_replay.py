@@ -1,0 +1,175 @@
+"""Replaying finished runs (DESIGN section 13) with real in-process workers and the
+simulated outside world: the replay is a new run linked both ways, the original stays
+as it was, recorded side effects are reused unless re-executed with a reason."""
+
+import time
+
+import pytest
+
+from runs.engine.control import lifecycle
+from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.replay import bulk_candidates, bulk_replay, plan_replay, replay_run
+from runs.models import Checkpoint, Event, Message, Operation, Run, Step
+from runs.sim import devices
+from tests.console_helpers import *  # noqa: F403 - fixtures
+from tests.console_helpers import run_worker_in_process
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def finish(run: Run, patience: float = 60) -> Run:
+    """Work the run in this process until it is finished (retries wait out their
+    backoff); ``patience`` bounds a hang, it is not a timing assertion."""
+    give_up = time.monotonic() + patience
+    while True:
+        run_worker_in_process()
+        run.refresh_from_db()
+        if run.is_terminal:
+            return run
+        assert time.monotonic() < give_up, f"run stayed {run.status}"
+        time.sleep(0.2)
+
+
+def calls(device, op: str, run: Run) -> int:
+    return sum(
+        1 for c in device.snapshot()["calls"] if c["op"] == op and c["run_id"] == str(run.pk)
+    )
+
+
+def rows(run: Run) -> dict:
+    """Everything stored about ``run`` (to prove nothing changed)."""
+    run.refresh_from_db()
+    return {
+        "run": {f.attname: getattr(run, f.attname) for f in Run._meta.concrete_fields},
+        "steps": list(Step.objects.filter(run=run).order_by("seq").values()),
+        "events": list(Event.objects.filter(run=run).order_by("seq").values()),
+        "ops": list(Operation.objects.filter(run=run).order_by("pk").values()),
+        "checkpoints": list(Checkpoint.objects.filter(run=run).order_by("pk").values()),
+        "messages": list(Message.objects.filter(run=run).order_by("pk").values()),
+    }
+
+
+def dim_lights(thread: str) -> Run:
+    return lifecycle.start_run(
+        "dim_lights", thread_id=thread, input={"request": "lower the brightness by 10%"}
+    )
+
+
+def lamp_down(down: bool) -> None:
+    with devices.lamp.locked() as data:
+        data["state"]["unreadable"] = down
+
+
+def failed_while_lamp_down(thread: str = "L1") -> Run:
+    lamp_down(True)
+    run = finish(dim_lights(thread))
+    assert run.status == "FAILED"
+    return run
+
+
+def test_it_replays_a_run_failed_while_its_dependency_was_down(actors):
+    original = failed_while_lamp_down()
+    failed = Step.objects.get(run=original, name="read_lamp")
+    assert failed.status == "FAILED" and failed.error_code == "DEPENDENCY_UNAVAILABLE"
+    before = rows(original)
+    lamp_down(False)
+
+    replay = replay_run(original, actor="user:bob", reason="lamp is back")
+    assert replay.replay_of_id == original.pk and replay.replay_checkpoint == "start"
+    assert replay.thread_id == original.thread_id
+    replay = finish(replay)
+
+    assert replay.status == "SUCCEEDED"
+    assert calls(devices.lamp, "lamp.get_brightness", replay) == 1
+    assert calls(devices.lamp, "lamp.set_brightness", replay) == 1
+    assert rows(original) == before
+    assert list(original.replays.all()) == [replay]
+    [created] = Event.objects.filter(run=replay, type="run.replay_created")
+    assert created.actor == "user:bob"
+    assert created.payload["original"] == str(original.pk)
+    assert created.payload["checkpoint"] == "start"
+    assert created.payload["reason"] == "lamp is back"
+
+
+def test_it_refuses_a_second_replay_unless_again(actors):
+    original = failed_while_lamp_down()
+    lamp_down(False)
+    replay_run(original, actor="cli", reason="first")
+    with pytest.raises(ControlError) as exc:
+        replay_run(original, actor="cli", reason="second")
+    assert exc.value.code == "already_replayed"
+    replay_run(original, actor="cli", reason="second", again=True)
+    assert original.replays.count() == 2
+
+
+def test_it_refuses_live_runs_and_replays_without_a_reason(actors):
+    live = dim_lights("L2")
+    with pytest.raises(ControlError) as exc:
+        replay_run(live, actor="cli", reason="x")
+    assert exc.value.code == "run_not_finished"
+    original = failed_while_lamp_down("L3")
+    with pytest.raises(ControlError) as exc:
+        replay_run(original, actor="cli", reason="  ")
+    assert exc.value.code == "reason_required"
+    with pytest.raises(ControlError) as exc:
+        replay_run(original, actor="cli", reason="x", checkpoint="after:nothing")
+    assert exc.value.code == "unknown_checkpoint" and "start" in exc.value.errors["checkpoint"]
+    assert not original.replays.exists()
+
+
+def declined_trip() -> Run:
+    run = lifecycle.start_run(
+        "book_trip", thread_id="B1", input={"guest": "ada", "card": "declined"}
+    )
+    run = finish(run)
+    assert run.status == "FAILED"
+    return run
+
+
+def test_it_reuses_recorded_side_effects_by_default_and_lists_them(actors):
+    original = declined_trip()
+    plan = plan_replay(original, "start")
+    reused = {op["tool"]: op for op in plan.operations_reused}
+    assert list(reused) == ["booking.notify"]
+    assert reused["booking.notify"]["result"] == {"sent": True}
+    assert [op["tool"] for op in plan.operations_may_repeat] == ["booking.hold", "booking.hold"]
+    assert plan.steps_to_run == ["hold_room", "hold_car", "notify_guest", "pay", "confirm"]
+
+    replay = finish(replay_run(original, actor="cli", reason="try again", checkpoint="start"))
+    assert calls(devices.booking, "booking.notify", replay) == 0
+    assert calls(devices.booking, "booking.hold", replay) == 2
+    carried = Operation.objects.get(run=replay, tool="booking.notify")
+    assert carried.reused_from.run_id == original.pk and carried.status == "SUCCEEDED"
+
+
+def test_it_re_executes_recorded_side_effects_only_with_a_reason(actors):
+    original = declined_trip()
+    with pytest.raises(ControlError) as exc:
+        plan_replay(original, "start", reexecute=True) and replay_run(
+            original, actor="cli", reason="", checkpoint="start", reexecute=True
+        )
+    assert exc.value.code == "reason_required"
+    plan = plan_replay(original, "start", reexecute=True)
+    assert plan.operations_reused == []
+    assert "booking.notify" in [op["tool"] for op in plan.operations_may_repeat]
+    replay = finish(
+        replay_run(
+            original, actor="cli", reason="guest lost the text", checkpoint="start", reexecute=True
+        )
+    )
+    assert calls(devices.booking, "booking.notify", replay) == 1
+    [created] = Event.objects.filter(run=replay, type="run.replay_created")
+    assert created.payload["reexecute"] is True
+    assert created.payload["reason"] == "guest lost the text"
+
+
+def test_the_dry_run_changes_no_row(actors):
+    original = failed_while_lamp_down()
+    tables = [Run, Step, Event, Operation, Checkpoint, Message]
+    counts = {m.__name__: m.objects.count() for m in tables}
+    before = rows(original)
+    plan_replay(original)
+    result = bulk_replay(bulk_candidates(), actor="cli", reason="x", dry_run=True)
+    assert [p.original.pk for p in result.plans] == [original.pk] and not result.created
+    assert {m.__name__: m.objects.count() for m in tables} == counts
+    assert rows(original) == before

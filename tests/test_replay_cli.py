@@ -1,0 +1,132 @@
+"""``runs replay``: one run and in bulk, through the real command, with real in-process
+workers and the simulated lamp (its failures injected through its own state)."""
+
+import io
+import json
+import time
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from runs.engine.control import lifecycle
+from runs.models import Checkpoint, Event, Operation, Run, Step
+from runs.sim import devices
+from tests.console_helpers import *  # noqa: F403 - fixtures
+from tests.console_helpers import run_worker_in_process
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def replay(*args) -> str:
+    out = io.StringIO()
+    call_command("runs", "replay", *args, stdout=out)
+    return out.getvalue()
+
+
+def failed_runs(n: int, thread: str = "F") -> list[Run]:
+    """``n`` dim_lights runs FAILED at ``read_lamp`` (the lamp refused every read)."""
+    with devices.lamp.locked() as data:
+        data["state"]["fail_next"] = {"get_brightness": ["PERMISSION_DENIED"] * n}
+    runs = [
+        lifecycle.start_run(
+            "dim_lights", thread_id=f"{thread}{i}", input={"request": "lower it by 10%"}
+        )
+        for i in range(n)
+    ]
+    run_worker_in_process()
+    assert set(
+        Run.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True)
+    ) == {"FAILED"}
+    return runs
+
+
+def test_it_previews_one_replay_as_json_and_changes_nothing(actors):
+    [run] = failed_runs(1)
+    counts = (Run.objects.count(), Event.objects.count(), Operation.objects.count())
+    doc = json.loads(replay(str(run.pk), "--dry-run", "--json", "--reason", "look"))
+    assert doc["dry_run"] is True and doc["checkpoint"]["name"] == "start"
+    assert doc["steps_to_run"] == ["read_lamp", "plan", "set_brightness", "reply"]
+    assert doc["steps_replaced"][0]["error_code"] == "PERMISSION_DENIED"
+    assert (Run.objects.count(), Event.objects.count(), Operation.objects.count()) == counts
+
+
+def test_it_replays_one_run_and_names_the_new_one(actors):
+    [run] = failed_runs(1)
+    text = replay(str(run.pk), "--reason", "lamp fixed", "--as", "bob")
+    [new] = run.replays.all()
+    assert f"replayed as {new.pk}" in text
+    assert Event.objects.get(run=new, type="run.replay_created").actor == "user:bob"
+    out = io.StringIO()
+    call_command("runs", "status", str(run.pk), stdout=out)
+    assert f"replayed as: {new.pk}" in out.getvalue()
+    out = io.StringIO()
+    call_command("runs", "status", str(new.pk), "--json", stdout=out)
+    assert json.loads(out.getvalue())["replay_of"] == {"run": str(run.pk), "checkpoint": "start"}
+
+
+def test_it_refuses_bad_requests_with_a_message(actors):
+    [run] = failed_runs(1)
+    with pytest.raises(CommandError, match="reason_required"):
+        replay(str(run.pk))
+    with pytest.raises(CommandError, match="unknown_checkpoint"):
+        replay(str(run.pk), "--from", "after:nope", "--reason", "x")
+    with pytest.raises(CommandError, match="--from-failed-step"):
+        replay("--status", "FAILED", "--reason", "x")
+    with pytest.raises(CommandError, match="rate"):
+        replay("--status", "FAILED", "--from-failed-step", "--rate", "0", "--reason", "x")
+    with pytest.raises(CommandError, match="invalid_status"):
+        replay("--status", "RUNNING", "--from-failed-step", "--reason", "x")
+    with pytest.raises(CommandError, match="permission_denied"):
+        replay(str(run.pk), "--reason", "x", "--as", "alice")
+    assert not Run.objects.filter(replay_of__isnull=False).exists()
+
+
+def test_a_bulk_replay_of_50_failed_runs_at_rate_10_spreads_their_starts_over_5_seconds(actors):
+    runs = failed_runs(50)
+    began = time.monotonic()
+    doc = json.loads(
+        replay(
+            "--status",
+            "FAILED",
+            "--workflow",
+            "dim_lights",
+            "--error-code",
+            "PERMISSION_DENIED",
+            "--from-failed-step",
+            "--rate",
+            "10",
+            "--reason",
+            "lamp firmware fixed",
+            "--json",
+        )
+    )
+    assert len(doc["created"]) == 50 and doc["skipped"] == []
+    replays = list(Run.objects.filter(replay_of__in=runs))
+    assert len(replays) == 50
+    firsts = {s.run_id: s for s in Step.objects.filter(run__in=replays, seq=1)}
+    while any(s.started_at is None for s in firsts.values()):
+        run_worker_in_process()
+        firsts = {s.run_id: s for s in Step.objects.filter(run__in=replays, seq=1)}
+        assert time.monotonic() - began < 120, "the replays never started"
+        time.sleep(0.1)
+    elapsed = time.monotonic() - began
+    assert elapsed >= 5.0
+    first_created = min(r.created_at for r in replays)
+    last_started = max(s.started_at for s in firsts.values())
+    assert (last_started - first_created).total_seconds() >= 5.0
+    # At most 10 in any one second (database clock).
+    starts = sorted(s.not_before for s in firsts.values())
+    assert all((b - a).total_seconds() >= 0.09 for a, b in zip(starts, starts[1:], strict=False))
+
+    again = json.loads(
+        replay("--status", "FAILED", "--from-failed-step", "--reason", "twice?", "--json")
+    )
+    assert again["created"] == [] and Run.objects.filter(replay_of__isnull=False).count() == 50
+
+
+def test_a_bulk_dry_run_lists_each_run_and_changes_no_row(actors):
+    failed_runs(3)
+    counts = (Run.objects.count(), Checkpoint.objects.count(), Event.objects.count())
+    text = replay("--status", "FAILED", "--from-failed-step", "--dry-run", "--reason", "x")
+    assert "dry run: 3 runs would be replayed" in text
+    assert (Run.objects.count(), Checkpoint.objects.count(), Event.objects.count()) == counts

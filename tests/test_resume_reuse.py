@@ -1,0 +1,71 @@
+"""A resume from a checkpoint reuses the side effects the superseded steps recorded
+SUCCEEDED, says so in its preview (each operation with its recorded result), and
+re-executes them only when asked, with a reason that the event records."""
+
+import pytest
+
+from runs.engine.control import lifecycle
+from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
+from runs.models import Event, Operation, Run
+from runs.sim import devices
+from tests.console_helpers import *  # noqa: F403 - fixtures
+from tests.console_helpers import run_worker_in_process
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def calls(device, op: str, run: Run) -> int:
+    return sum(
+        1 for c in device.snapshot()["calls"] if c["op"] == op and c["run_id"] == str(run.pk)
+    )
+
+
+@pytest.fixture
+def waiting_report(actors):
+    run = lifecycle.start_run("weekly_report", thread_id="R1", input={"week": "2026-W48"})
+    run_worker_in_process()
+    run.refresh_from_db()
+    assert run.status == "WAITING_APPROVAL"
+    assert calls(devices.publisher, "publisher.reserve", run) == 1
+    return run
+
+
+def test_it_reuses_the_recorded_reservation_by_default(waiting_report):
+    run = waiting_report
+    plan = plan_resume(run, "start")
+    [reserve] = plan.operations_reused
+    assert reserve["tool"] == "publisher.reserve"
+    assert reserve["result"] == {"slot": "2026-W48", "holder": str(run.pk)}
+    assert plan.operations_may_repeat == []
+
+    resume_from_checkpoint(run, "start", actor="user:bob", reason="redo the analysis")
+    run_worker_in_process()
+    assert calls(devices.publisher, "publisher.reserve", run) == 1
+    assert calls(devices.newsfeed, "newsfeed.fetch", run) == 2  # reads run again
+    carried = Operation.objects.get(run=run, reused_from__isnull=False)
+    assert carried.tool == "publisher.reserve" and carried.reused_from.pk == reserve["id"]
+    [event] = Event.objects.filter(run=run, type="run.resumed_from_checkpoint")
+    assert event.payload["reexecute"] is False
+    assert event.payload["operations_reused"] == [reserve["idempotency_key"]]
+
+
+def test_it_re_executes_only_with_a_reason_and_records_it(waiting_report):
+    run = waiting_report
+    with pytest.raises(ControlError) as exc:
+        resume_from_checkpoint(run, "start", actor="user:bob", reexecute=True)
+    assert exc.value.code == "reason_required"
+    run.refresh_from_db()
+    assert run.generation == 1
+
+    plan = plan_resume(run, "start", reexecute=True)
+    assert plan.operations_reused == []
+    assert [op["tool"] for op in plan.operations_may_repeat] == ["publisher.reserve"]
+    resume_from_checkpoint(
+        run, "start", actor="user:bob", reexecute=True, reason="the slot was lost"
+    )
+    run_worker_in_process()
+    assert calls(devices.publisher, "publisher.reserve", run) == 2
+    [event] = Event.objects.filter(run=run, type="run.resumed_from_checkpoint")
+    assert event.actor == "user:bob"
+    assert event.payload["reexecute"] is True and event.payload["reason"] == "the slot was lost"
