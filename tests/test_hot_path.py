@@ -10,6 +10,7 @@ import pytest
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import executor
 from runs.engine.state import checkpoints
+from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Event, Run, Step
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
@@ -129,3 +130,23 @@ def test_it_runs_a_chained_step_in_one_database_round_trip_on_postgresql(loop_wo
     state = Checkpoint.objects.filter(run=run).order_by("-pk").first().state
     assert state["completed"] == ["count", "count"]
     assert state["budget_used"] == Run.objects.get(pk=run.pk).usage()
+
+
+def test_it_keeps_an_artifact_referenced_during_the_step_in_the_next_checkpoint():
+    run = start_run("room_temperature", thread_id="artifact-ref", input={"question": "warm?"})
+    base_id, base = checkpoints.latest(run)
+    run.refresh_from_db()
+    step = Step.objects.get(run=run)
+    working = {**base, "artifacts": [*base.get("artifacts", []), 4242]}
+    with run_transaction(run.pk) as tx:
+        checkpoint_id, _ = tx.save_checkpoint(
+            step,
+            previous=working,
+            previous_id=base_id,
+            base_state=base,
+            output={"ok": True},
+            next_name=None,
+            actor="test",
+        )
+    assert Checkpoint.objects.get(pk=checkpoint_id).base_id == base_id
+    assert Checkpoint.objects.get(pk=checkpoint_id).state["artifacts"] == [4242]

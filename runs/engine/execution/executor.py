@@ -320,6 +320,7 @@ def _commit_success(
             actor=worker.worker_id,
             previous=ctx.state,
             previous_id=ctx.checkpoint_id,
+            base_state=ctx.checkpoint_state,
             message_seq=message_seq,
             refresh_usage=False,
             next_seq=tx.next_step_seq(after=step),
@@ -360,7 +361,7 @@ def _commit_in_one_statement(
         message_seq=ctx.state.get("message_seq", 0),
         refresh_usage=False,
     )
-    change = checkpoints.delta(ctx.state, state)
+    change = checkpoints.delta(ctx.checkpoint_state, state)
     if change is None:
         return None
     next_seq = step.seq + 1 if next_name is not None else None

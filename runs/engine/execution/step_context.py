@@ -42,9 +42,12 @@ class StepContext:
         self.worker_id = worker_id
         self.workflow = workflow
         self.step_def = step_def
-        self.state = state
-        #: The checkpoint ``state`` is from (the next checkpoint stores what changed).
+        #: The checkpoint the step starts from, as stored (``checkpoint_state``) and its
+        #: id: the next checkpoint stores what changed since it. ``state`` is the
+        #: working copy the step may extend (artifact references).
+        self.checkpoint_state = state
         self.checkpoint_id = checkpoint_id
+        self.state = dict(state)
         self.input: dict[str, Any] = state.get("input", run.input)
         self.outputs: dict[str, Any] = dict(state.get("outputs", {}))
         self.new_messages: list[dict[str, Any]] = []

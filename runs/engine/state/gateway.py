@@ -388,16 +388,20 @@ class RunTx:
         next_name: str | None,
         actor: str,
         previous_id: int | None = None,
+        base_state: dict[str, Any] | None = None,
         message_seq: int | None = None,
         refresh_usage: bool = True,
     ) -> tuple[int, dict[str, Any]]:
         """Save the ``after:<step>`` checkpoint of the locked run: ``previous`` (the whole
-        state the step started from, of checkpoint ``previous_id``; ``None`` reads the
-        latest checkpoint) plus ``output``, stored as what changed since it, with
-        ``checkpoint.saved``. ``message_seq`` defaults to the thread's current one.
-        Returns the new checkpoint's id and whole state."""
+        state the step worked from; ``None`` reads the latest checkpoint) plus ``output``,
+        stored as what changed since checkpoint ``previous_id`` (whose stored whole state
+        is ``base_state``, by default ``previous``), with ``checkpoint.saved``.
+        ``message_seq`` defaults to the thread's current one. Returns the new
+        checkpoint's id and whole state."""
         if previous is None:
             previous_id, previous = checkpoints.latest(self.run)
+        if base_state is None:
+            base_state = previous
         if message_seq is None:
             message_seq = allocate_message_seqs(self.run.thread_id, 0)[1]
         state = checkpoints.next_state(
@@ -410,7 +414,7 @@ class RunTx:
             refresh_usage=refresh_usage,
         )
         saved = checkpoints.store(
-            self.run, step, f"after:{step.name}", state, base_id=previous_id, previous=previous
+            self.run, step, f"after:{step.name}", state, base_id=previous_id, previous=base_state
         )
         self.event("checkpoint.saved", {"name": f"after:{step.name}"}, step_id=step.pk, actor=actor)
         return saved.pk, state
@@ -424,6 +428,7 @@ class RunTx:
         actor: str,
         previous: dict[str, Any] | None = None,
         previous_id: int | None = None,
+        base_state: dict[str, Any] | None = None,
         message_seq: int | None = None,
         refresh_usage: bool = True,
         reason: str = "",
@@ -434,12 +439,14 @@ class RunTx:
         finish the run (SUCCEEDED) when it is ``None``. A waiting or paused run goes
         RUNNING first (``reason``); a cancel-requested run stops after the checkpoint.
         ``next_seq`` (default ``next_step_seq()``) and ``claimed_by`` go to
-        ``schedule_step``; ``previous``/``previous_id`` go to ``save_checkpoint``.
+        ``schedule_step``; ``previous``, ``previous_id`` and ``base_state`` go to
+        ``save_checkpoint``.
         Returns ``Advanced``."""
         checkpoint_id, state = self.save_checkpoint(
             step,
             previous=previous,
             previous_id=previous_id,
+            base_state=base_state,
             output=output,
             next_name=next_name,
             actor=actor,
