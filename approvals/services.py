@@ -12,6 +12,7 @@ from django.db.models.functions import Now
 
 from approvals.models import Approval, Takeover
 from approvals.policy import check_decider
+from approvals.tool_calls import decision_terms
 from runs.engine.control import approvals as engine_approvals
 from runs.engine.control.approvals import DecisionConflict
 from runs.engine.control.lifecycle import ControlError
@@ -36,9 +37,21 @@ def user_actor(user) -> str:
     return f"user:{user.get_username()}"
 
 
-def decide(approval: Approval, *, decision: str, user, comment: str = "") -> Approval:
+def decide(
+    approval: Approval,
+    *,
+    decision: str,
+    user,
+    comment: str = "",
+    arguments=None,
+    message: str = "",
+) -> Approval:
     """Record ``decision`` ("approve" or "reject") by ``user`` and continue the run on
     the matching route, in one transaction (``runs.engine.control.approvals.decide``).
+    On an agent's tool call, ``arguments`` (with approve) replaces the call's arguments
+    and ``message`` (with reject) reaches the model instead of the tool result
+    (``approvals.tool_calls``; ``invalid_arguments`` with field errors, nothing
+    changed, when they do not fit the tool).
 
     Idempotent: the same decision again returns the approval unchanged (one decision,
     one event). Raises what ``approvals.policy.check_decider`` raises (no approver
@@ -53,8 +66,15 @@ def decide(approval: Approval, *, decision: str, user, comment: str = "") -> App
             {"decision": "must be approve or reject"},
         )
     check_decider(approval, user)
+    extra_output, extra_event = decision_terms(approval, decision, arguments, message)
     return engine_approvals.decide(
-        approval.pk, DECISIONS[decision], actor=user_actor(user), user=user, comment=comment
+        approval.pk,
+        DECISIONS[decision],
+        actor=user_actor(user),
+        user=user,
+        comment=comment,
+        extra_output=extra_output,
+        extra_event=extra_event,
     )
 
 

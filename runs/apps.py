@@ -10,7 +10,10 @@ class RunsConfig(AppConfig):
         from runs.workflows import registry
 
         registry.autodiscover()
-        _install_simulator()
+        # Model providers, and a check of every model the settings and workflows name.
+        from runs.agents.config import configure
+
+        configure()
         # Registers the run-lock hook that checks clients' If-Match preconditions.
         import runs.engine.control.preconditions  # noqa: F401
 
@@ -19,6 +22,7 @@ class RunsConfig(AppConfig):
         import runs.engine.effects.compensation  # noqa: F401
 
         _register_sweep_tasks()
+        _register_status_extras()
         # Registers the thread-queue hook and sweep task, and the durability check.
         # Bounds lock and statement waits on every PostgreSQL connection.
         import agentops.db_session  # noqa: F401
@@ -55,16 +59,11 @@ def _register_sweep_tasks() -> None:
     sweeper.EXTRA_TASKS.setdefault("dead_owners", liveness.release_dead_owners)
 
 
-def _install_simulator() -> None:
-    """The offline simulator is the default model and reports its devices in ``runs
-    status``; the engine reaches both through hooks, never by importing ``runs.sim``."""
+def _register_status_extras() -> None:
+    """``runs status`` shows the simulated devices' calls and readings (the engine does
+    not import the simulator)."""
     from runs.engine.control import lifecycle
-    from runs.engine.effects import model_provider
-    from runs.sim import model
     from runs.sim.devices import device_calls, device_readings
 
-    model_provider.set_provider(model)
-    if not lifecycle.STATUS_EXTRAS:
-        lifecycle.STATUS_EXTRAS.append(
-            lambda run: {"calls": device_calls(str(run.pk)), "devices": device_readings()}
-        )
+    lifecycle.STATUS_EXTRAS.setdefault("calls", lambda run: device_calls(str(run.pk)))
+    lifecycle.STATUS_EXTRAS.setdefault("devices", lambda run: device_readings())

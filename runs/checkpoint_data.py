@@ -10,6 +10,8 @@ from typing import Any
 
 from django.db import connection
 
+from runs.payload_field import resolve
+
 #: ``Checkpoint.version`` of a whole state and of a delta on ``base``.
 WHOLE, DELTA = 1, 2
 _GROWING = ("outputs", "completed")
@@ -24,12 +26,16 @@ def delta(previous: dict[str, Any], state: dict[str, Any]) -> dict[str, Any] | N
     if done[: len(done_before)] != done_before:
         return None
     outputs_before = previous.get("outputs", {})
+    changed = {
+        k: v
+        for k, v in state.items()
+        if k not in _GROWING and (k not in previous or previous[k] != v)
+    }
+    if "phase" in state:
+        # Always present, so a query can read a checkpoint's next step from its row.
+        changed["phase"] = state["phase"]
     return {
-        "set": {
-            k: v
-            for k, v in state.items()
-            if k not in _GROWING and (k not in previous or previous[k] != v)
-        },
+        "set": changed,
         "unset": [k for k in previous if k not in state and k not in _GROWING],
         "outputs": {
             k: v
@@ -69,4 +75,5 @@ def materialize(checkpoint) -> dict[str, Any]:
     for version, data in rows:
         data = json.loads(data) if isinstance(data, str | bytes) else data
         state = dict(data) if version != DELTA else apply(state, data)
-    return apply(state, checkpoint.data)
+    # The rows were read raw: load their payload references (one query).
+    return resolve(apply(state, checkpoint.data))

@@ -14,6 +14,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from runs.payload_field import PayloadJSONField
 from runs.state_fields import StateGuardedQuerySet
 from runs.states import RUN_STATE_EVENTS, RunStatus, StepStatus
 
@@ -63,8 +64,8 @@ class Run(models.Model):
     ``version`` is the optimistic lock bumped by every status transition; ``event_seq``
     is the last allocated ``Event.seq`` (gap-free per run); ``generation`` is bumped when
     the run is resumed from an earlier checkpoint. Budget limits live in ``budget``
-    (``{"model_calls": int, "tool_calls": int, "cost_usd": str}``, a missing key means no
-    limit); usage lives in the three counters, cost in USD.
+    (``{"model_calls": int, "tool_calls": int, "tokens": int, "cost_usd": str}``, a
+    missing key means no limit); usage lives in the counters, cost in USD.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -87,6 +88,10 @@ class Run(models.Model):
     model_calls = models.PositiveIntegerField(default=0)
     tool_calls = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    #: Input plus output tokens of the run's model responses.
+    tokens = models.PositiveBigIntegerField(default=0)
+    #: Model responses whose price is unknown: while > 0 the run's cost is unknown.
+    unpriced_model_calls = models.PositiveIntegerField(default=0)
     #: Fault injection for demos and drills, e.g. ``{"crash_before": "reply"}``; one-shot.
     faults = models.JSONField(default=dict, blank=True)
     request_id = models.CharField(max_length=200, null=True, blank=True)
@@ -157,12 +162,15 @@ class Run(models.Model):
         return self.status in RUN_TERMINAL
 
     def usage(self) -> dict:
-        """``{"model_calls": int, "tool_calls": int, "cost_usd": str}`` used so far, as
-        read into this instance."""
+        """``{"model_calls": int, "tool_calls": int, "tokens": int, "cost_usd": str,
+        "unpriced_model_calls": int}`` used so far, as read into this instance and as
+        checkpoints keep it; ``cost_usd`` is the priced part."""
         return {
             "model_calls": self.model_calls,
             "tool_calls": self.tool_calls,
+            "tokens": self.tokens,
             "cost_usd": str(self.cost_usd),
+            "unpriced_model_calls": self.unpriced_model_calls,
         }
 
 
@@ -190,7 +198,7 @@ class Step(models.Model):
     not_before = models.DateTimeField(db_default=Now())
     notified_at = models.DateTimeField(null=True, blank=True)
     input = models.JSONField(default=dict, blank=True)
-    output = models.JSONField(null=True, blank=True)
+    output = PayloadJSONField(null=True, blank=True)
     input_artifact = models.ForeignKey(
         "Artifact", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -399,7 +407,7 @@ class Checkpoint(models.Model):
     base = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
-    data = models.JSONField(default=dict, db_column="state")
+    data = PayloadJSONField(default=dict, db_column="state")
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -452,7 +460,7 @@ class Operation(models.Model):
     side_effect = models.CharField(max_length=12, default="read")
     arguments = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.INTENT)
-    result = models.JSONField(null=True, blank=True)
+    result = PayloadJSONField(null=True, blank=True)
     external_ref = models.CharField(max_length=200, blank=True, default="")
     attempt = models.PositiveIntegerField(default=0)
     #: The SUCCEEDED operation whose recorded result this row carries over into a resumed
@@ -548,3 +556,27 @@ class RefusedAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor} {self.action}: {self.status_code} {self.code}"
+
+
+class Payload(models.Model):
+    """A large string that a run's ledger results, step outputs and checkpoints share:
+    stored once per run, referenced by its sha256 (``runs.payload_field``)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="payloads")
+    digest = models.CharField(max_length=64, help_text="sha256 hex of the UTF-8 text")
+    text = models.TextField()
+    size = models.PositiveBigIntegerField(help_text="bytes (UTF-8)")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # One copy per run; concurrent writers of the same payload insert it once.
+            models.UniqueConstraint(fields=["run", "digest"], name="payload_unique_per_run"),
+        ]
+        indexes = [
+            # Reading a row resolves its references by digest alone.
+            models.Index(fields=["digest"], name="payload_digest"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.digest[:12]} ({self.size} bytes)"

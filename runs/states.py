@@ -141,6 +141,8 @@ RUN_COMMANDS: dict[str, frozenset[str]] = {
     ),
     # Notify the open step again; the run keeps its state.
     "redispatch": RUN_EXECUTABLE,
+    # A new run from one of this run's checkpoints; this one, finished, stays as it is.
+    "replay": RUN_TERMINAL,
 }
 
 
@@ -153,6 +155,7 @@ COMMAND_ENTRY_POINTS = {
     "decide_approval": "`approvals decide`, console, API",
     "resume_from_checkpoint": "`runs resume --from`, console, API",
     "redispatch": "`runs resume`, console",
+    "replay": "`runs replay`, console, API",
 }
 
 

@@ -104,3 +104,27 @@ def test_seeded_conversations_are_in_a_valid_order():
                     assert "brightness" in m.content and "celsius" not in m.content
                 if called[m.tool_call_id] == "thermostat.read":
                     assert "celsius" in m.content
+
+
+@pytest.mark.django_db(transaction=False)
+def test_the_lamp_tutorial_still_comes_out_as_documented_after_seeding(deployment_factory):
+    import json
+    import time
+
+    d = deployment_factory("sqlite", extra_env={"AGENTOPS_LEASE_SECONDS": 2})
+    d.manage("seed_demo", "--runs", "300", check=True, timeout=300)
+    burst = d.manage("worker", "--burst", check=True, timeout=600)
+    assert "Traceback" not in burst.stderr and "Error" not in burst.stderr, burst.stderr[-3000:]
+    run_id = d.manage(
+        "runs", "start", "dim_lights", "--thread", "L", "--input",
+        json.dumps({"request": "lower the brightness by 10%"}),
+        "--crash-after-tool", "set_brightness",
+        check=True,
+    ).stdout.strip()  # fmt: skip
+    assert d.manage("worker", "--burst", timeout=300).returncode == 75
+    time.sleep(3)  # the dead worker's 2 s lease expires
+    d.manage("worker", "--burst", check=True, timeout=300)
+    status = d.manage_json("runs", "status", run_id, "--json")
+    assert status["status"] == "SUCCEEDED"
+    assert status["devices"] == {"lamp.brightness": 70}
+    assert status["calls"] == {"lamp.get_brightness": 2, "lamp.set_brightness": 1}

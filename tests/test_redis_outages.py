@@ -157,3 +157,67 @@ def test_a_run_finishes_after_redis_was_stopped_for_ten_seconds(deployment_facto
 @pytest.fixture(autouse=True)
 def _postgres_only():
     require_services()
+
+
+def _fill(client: redis.Redis) -> int:
+    """Fill Redis up to a small ``maxmemory`` (noeviction): every write is then refused
+    while reads and PING still answer. Returns the keys written."""
+    used = int(client.info("memory")["used_memory"])
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", used + 512 * 1024)
+    written = 0
+    try:
+        while True:
+            client.set(f"ballast:{written}", b"x" * 16384)
+            written += 1
+    except redis.exceptions.OutOfMemoryError:
+        pass
+    return written
+
+
+def test_a_full_redis_neither_stops_runs_nor_spins_the_worker(deployment_factory, tmp_path):
+    port = _free_port()
+    with open(tmp_path / "own-redis.log", "w") as log:
+        own = _start_redis(port, log)
+        client = redis.Redis(port=port)
+        try:
+            assert _fill(client) > 0
+            d = deployment_factory("postgres", {**FAST, "REDIS_URL": f"redis://127.0.0.1:{port}/0"})
+            worker = d.popen("worker")
+            run_ids = [
+                d.manage(
+                    "runs",
+                    "start",
+                    "room_temperature",
+                    "--thread",
+                    f"full-{i}",
+                    "--input",
+                    '{"question": "How warm is it?"}',
+                    check=True,
+                ).stdout.strip()
+                for i in range(3)
+            ]
+            for run_id in run_ids:
+                wait_until(
+                    lambda run_id=run_id: status(d, run_id)["status"] == "SUCCEEDED",
+                    timeout=180,
+                    what="SUCCEEDED with Redis full",
+                )
+            time.sleep(3)  # a spinning worker would log thousands of lines by now
+            _, err = d.logs(worker)
+            assert err.count("working from the database") <= 2, err[-3000:]
+            assert len(err.splitlines()) < 100, err[-3000:]
+            client.config_set("maxmemory", 0)  # room again: the worker returns to RQ
+            wait_until(
+                lambda: "back to RQ dispatch" in d.logs(worker)[1],
+                timeout=90,
+                what="the worker back on RQ",
+            )
+            assert worker.poll() is None
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(timeout=60) == 0
+        finally:
+            client.close()
+            if own.poll() is None:
+                own.terminate()
+                own.wait(timeout=30)

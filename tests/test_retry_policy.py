@@ -2,11 +2,12 @@
 
 import random
 import threading
+from datetime import UTC, datetime
 
 import pytest
 
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout
-from runs.engine.effects.retry import RetryPolicy
+from runs.engine.effects.retry import RetryPolicy, retry_after_seconds
 
 POLICY = RetryPolicy(
     max_attempts=4, initial_delay=1.0, max_delay=3.0, multiplier=2.0, jitter=0.2, deadline=30.0
@@ -68,3 +69,40 @@ def test_it_raises_call_timed_out_and_keeps_a_late_result():
     assert call_with_timeout(lambda: 42, 5) == 42
     with pytest.raises(ZeroDivisionError):
         call_with_timeout(lambda: 1 / 0, 5)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (120, 120.0),
+        ("120", 120.0),
+        (" 7 ", 7.0),
+        ("Thu, 01 Jan 2026 00:02:00 GMT", 120.0),
+        ("Thu, 01 Jan 2026 00:00:00 GMT", 0.0),  # a date already past: no wait
+        (-5, 0.0),
+        ("soon", None),
+        (None, None),
+        (float("nan"), None),
+    ],
+)
+def test_it_reads_retry_after_as_seconds_or_an_http_date(value, seconds):
+    now = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC).timestamp()
+    assert retry_after_seconds(value, now=now) == seconds
+
+
+def test_it_waits_at_least_as_long_as_retry_after_asks_within_the_deadline():
+    rng = random.Random(7)
+    policy = RetryPolicy(max_attempts=4, deadline=600.0)
+    asked = policy.decide(1, "RATE_LIMITED", rng=rng, retry_after=120.0)
+    assert asked.retry and asked.delay == 120.0 and asked.retry_after == 120.0
+    short = policy.decide(1, "RATE_LIMITED", rng=rng, retry_after=0.01)
+    assert short.delay >= 0.8  # the policy's backoff still applies
+    capped = policy.decide(2, "RATE_LIMITED", elapsed=550.0, rng=rng, retry_after=120.0)
+    assert capped.retry and capped.delay == pytest.approx(50.0) and "deadline" in capped.reason
+    endless = RetryPolicy(max_retry_after=300.0).decide(1, "RATE_LIMITED", retry_after=86400.0)
+    assert endless.delay == 300.0
+
+
+def test_it_never_retries_a_value_that_cannot_be_stored():
+    decision = POLICY.decide(1, "INVALID_OUTPUT")
+    assert not decision.retry and "not retryable" in decision.reason

@@ -4,6 +4,7 @@ from typing import Any
 
 from runs.engine.control.lifecycle import open_step
 from runs.engine.control.preconditions import run_etag
+from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.models import Event, Message, Run, Step
 from runs.states import RUN_TERMINAL
 
@@ -30,11 +31,16 @@ def run_summary(run: Run) -> dict[str, Any]:
     }
 
 
-def _attempts(run: Run) -> dict[int, list[dict[str, Any]]]:
-    """``{step_id: [{attempt, worker, outcome, error_code}]}`` from the step events."""
+#: Newest steps a run document carries; ``GET /runs/{id}/steps`` pages through all.
+RUN_STEPS_LIMIT = 100
+
+
+def _attempts(run: Run, step_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """``{step_id: [{attempt, worker, outcome, error_code}]}`` from the step events of
+    ``step_ids``."""
     by_step: dict[int, dict[int, dict[str, Any]]] = {}
     rows = (
-        Event.objects.filter(run=run, step__isnull=False, type__startswith="step.")
+        Event.objects.filter(run=run, step__in=step_ids, type__startswith="step.")
         .order_by("seq")
         .values_list("step_id", "type", "payload")
     )
@@ -53,13 +59,40 @@ def _attempts(run: Run) -> dict[int, list[dict[str, Any]]]:
     return {step_id: list(attempts.values()) for step_id, attempts in by_step.items()}
 
 
+def step_documents(run: Run, steps: list[Step]) -> list[dict[str, Any]]:
+    """``steps`` of ``run`` with their attempts (one query for all of them)."""
+    attempts = _attempts(run, [s.pk for s in steps])
+    return [
+        {
+            "id": s.pk,
+            "name": s.name,
+            "seq": s.seq,
+            "generation": s.generation,
+            "status": s.status,
+            "attempt": s.attempt,
+            "error_code": s.error_code or None,
+            "error_detail": s.error_detail or None,
+            "started_at": s.started_at,
+            "finished_at": s.finished_at,
+            "attempts": attempts.get(s.pk, []),
+        }
+        for s in steps
+    ]
+
+
 def run_document(run: Run) -> dict[str, Any]:
-    """The full run: summary, input, next step, budget, steps with their attempts."""
+    """The full run: summary, input, next step, budget, and its newest
+    ``RUN_STEPS_LIMIT`` steps with their attempts (``steps_total`` says how many there
+    are; ``GET /runs/{id}/steps`` pages through all of them)."""
     run.refresh_from_db()
-    steps = list(Step.objects.filter(run=run).order_by("seq"))
-    attempts = _attempts(run)
+    steps = list(Step.objects.filter(run=run).order_by("-seq")[:RUN_STEPS_LIMIT])[::-1]
+    total = len(steps)
+    if total == RUN_STEPS_LIMIT:
+        total = Step.objects.filter(run=run).count()
     nxt = open_step(run)
     current = next((s.name for s in steps if s.pk == run.current_step_id), None)
+    if current is None and run.current_step_id:
+        current = Step.objects.filter(pk=run.current_step_id).values_list("name", flat=True).first()
     return {
         **run_summary(run),
         "input": run.input if isinstance(run.input, dict) else {"value": run.input},
@@ -67,29 +100,11 @@ def run_document(run: Run) -> dict[str, Any]:
         "current_step": current,
         "budget": {
             "limits": run.budget or {},
-            "used": {
-                "model_calls": run.model_calls,
-                "tool_calls": run.tool_calls,
-                "cost_usd": str(run.cost_usd),
-            },
+            "used": budget_usage(run),
         },
-        "steps": [
-            {
-                "id": s.pk,
-                "name": s.name,
-                "seq": s.seq,
-                "generation": s.generation,
-                "status": s.status,
-                "attempt": s.attempt,
-                "error_code": s.error_code or None,
-                "error_detail": s.error_detail or None,
-                "started_at": s.started_at,
-                "finished_at": s.finished_at,
-                "attempts": attempts.get(s.pk, []),
-            }
-            for s in steps
-        ],
-        "replays": list(run.replays.order_by("created_at").values_list("pk", flat=True)),
+        "steps": step_documents(run, steps),
+        "steps_total": total,
+        "replays": list(run.replays.order_by("created_at", "pk").values_list("pk", flat=True)),
     }
 
 

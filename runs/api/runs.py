@@ -3,6 +3,7 @@ the actions (cancel, resume from a checkpoint, retry, raise the budget, resolve 
 unknown outcome), each conditional on the run's ETag (``runs.api.conditional``)."""
 
 from datetime import UTC, datetime
+from urllib.parse import urlencode
 from uuid import UUID
 
 from django.conf import settings
@@ -13,7 +14,13 @@ from pydantic import Field, field_validator
 from apitokens.services import throttle
 from runs.api import access
 from runs.api.conditional import check_idempotency_key, conditional_action
-from runs.api.documents import event_document, message_document, run_document, run_summary
+from runs.api.documents import (
+    event_document,
+    message_document,
+    run_document,
+    run_summary,
+    step_documents,
+)
 from runs.api.errors import ApiError, not_found
 from runs.api.schemas import (
     BudgetRaiseIn,
@@ -29,6 +36,7 @@ from runs.api.schemas import (
     RunCreate,
     RunOut,
     RunPage,
+    StepPage,
 )
 from runs.console.filters import RunFilter
 from runs.engine.control import idempotency
@@ -256,11 +264,43 @@ def cancel_run(request, run_id: UUID, payload: CancelIn):
 @router.get(
     "/runs/{run_id}/checkpoints",
     response={200: list[CheckpointOut], **ERRORS},
-    summary="The run's checkpoints, oldest first",
+    summary="The run's checkpoints, oldest first, a page at a time",
 )
-def checkpoints(request, run_id: UUID):
-    """``resumable`` ones can be named in ``POST /runs/{id}/resume``."""
-    return list_checkpoints(access.get_run(request.user, run_id))
+def checkpoints(
+    request,
+    run_id: UUID,
+    response: HttpResponse,
+    after: int = Query(0, ge=0, le=2**63 - 1),
+    limit: int = Query(100, ge=1, le=1000),
+):
+    """``resumable`` ones can be named in ``POST /runs/{id}/resume``. Pages by cursor:
+    pass the last ``id`` as ``after``; a full page carries a ``Link: <...>; rel="next"``
+    header."""
+    rows = list_checkpoints(access.get_run(request.user, run_id), after=after, limit=limit)
+    if len(rows) == limit:
+        query = urlencode({"after": rows[-1]["id"], "limit": limit})
+        response["Link"] = f'<{request.path}?{query}>; rel="next"'
+    return rows
+
+
+@router.get(
+    "/runs/{run_id}/steps",
+    response={200: StepPage, **ERRORS},
+    summary="The run's steps with their attempts, in seq order, a page at a time",
+)
+def list_steps(
+    request,
+    run_id: UUID,
+    after_seq: int = Query(0, ge=0, le=2**31 - 1),
+    limit: int = Query(100, ge=1, le=1000),
+):
+    """Steps with ``seq`` above ``after_seq``; ``next_after_seq`` continues."""
+    run = access.get_run(request.user, run_id)
+    steps = list(Step.objects.filter(run=run, seq__gt=after_seq).order_by("seq")[:limit])
+    return {
+        "items": step_documents(run, steps),
+        "next_after_seq": steps[-1].seq if len(steps) == limit else None,
+    }
 
 
 @router.get(

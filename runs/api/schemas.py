@@ -28,6 +28,7 @@ class BudgetIn(Strict):
 
     model_calls: StrictInt | None = Field(None, ge=0, le=1_000_000)
     tool_calls: StrictInt | None = Field(None, ge=0, le=1_000_000)
+    tokens: StrictInt | None = Field(None, ge=0, le=10**12, description="input + output tokens")
     cost_usd: Decimal | None = Field(
         None,
         ge=0,
@@ -68,7 +69,12 @@ class StepOut(Schema):
 class Usage(Schema):
     model_calls: int
     tool_calls: int
-    cost_usd: str
+    tokens: int
+    cost_usd: str | None = Field(
+        description="USD; null (unknown) while a model call had no price, never 0"
+    )
+    cost_usd_priced: str = Field(description="USD of the model calls with a known price")
+    unpriced_model_calls: int
 
 
 class Budget(Schema):
@@ -103,8 +109,18 @@ class RunOut(RunSummary):
     next_step: str | None
     current_step: str | None
     budget: Budget
-    steps: list[StepOut]
+    steps: list[StepOut] = Field(
+        description="the newest 100 steps, oldest first; GET /runs/{id}/steps pages all"
+    )
+    steps_total: int = Field(description="how many steps the run has (all generations)")
     replays: list[UUID] = Field(description="runs that replay this one, oldest first")
+
+
+class StepPage(Schema):
+    items: list[StepOut]
+    next_after_seq: int | None = Field(
+        description="pass as `after_seq` for the next page; null on the last page"
+    )
 
 
 class RunPage(Schema):
@@ -143,7 +159,8 @@ class MessageOut(Schema):
 
 
 class CheckpointOut(Schema):
-    name: str
+    id: int = Field(description="pass the last one as `after` for the next page")
+    name: str = Field(description="unique in the run: a repeated name gets #<step seq>")
     generation: int
     step: str | None
     next_step: str | None
@@ -296,3 +313,8 @@ class ApprovalOut(Schema):
 class DecideIn(Strict):
     decision: Literal["approve", "reject"]
     comment: StrictStr = Field("", max_length=2000)
+    #: An agent's tool call only: approve with these arguments instead (validated
+    #: against the tool's schema: 422 ``invalid_arguments`` with field errors).
+    arguments: dict[str, Any] | None = None
+    #: An agent's tool call only: reject and let the model read this instead.
+    message: StrictStr = Field("", max_length=4000)

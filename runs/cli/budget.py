@@ -1,4 +1,5 @@
-"""``runs budget RUN_ID [--add-model-calls N] [--add-tool-calls N] [--add-cost USD]
+"""``runs budget RUN_ID [--add-model-calls N] [--add-tool-calls N] [--add-tokens N]
+[--add-cost USD]
 [--reason TEXT] [--as USER]``: raise a run's budget; a run paused for an exhausted
 budget resumes."""
 
@@ -20,6 +21,9 @@ def add_arguments(parser):
     )
     parser.add_argument(
         "--add-tool-calls", type=int, default=0, metavar="N", help="raise the tool-call limit by N"
+    )
+    parser.add_argument(
+        "--add-tokens", type=int, default=0, metavar="N", help="raise the token limit by N"
     )
     parser.add_argument(
         "--add-cost",
@@ -46,6 +50,7 @@ def handle(command, options):
             add_model_calls=options["add_model_calls"],
             add_tool_calls=options["add_tool_calls"],
             add_cost_usd=options["add_cost"],
+            add_tokens=options["add_tokens"],
             reason=options["reason"],
         )
     except ControlError as exc:

@@ -41,8 +41,16 @@ def handle(command, options):
         extra = f" -> {calls}" if calls else ""
         reply_to = f" (result of {m['tool_call_id']})" if m["tool_call_id"] else ""
         out.write(f"  {m['role']:<9} {m['content']}{extra}{reply_to}")
-    out.write(f"device calls: {json.dumps(status['calls'])}")
-    out.write(f"devices: {json.dumps(status['devices'])}")
+    if "calls" in status:
+        out.write(f"device calls: {json.dumps(status['calls'])}")
+    if "devices" in status:
+        out.write(f"devices: {json.dumps(status['devices'])}")
+    used = status["budget"]["used"]
+    cost = used["cost_usd"] if used["cost_usd"] is not None else "unknown"
+    out.write(
+        f"usage: {used['model_calls']} model calls, {used['tool_calls']} tool calls, "
+        f"{used['tokens']} tokens, cost {cost} USD"
+    )
     takeover = status.get("takeover")
     if takeover:
         out.write(

@@ -274,8 +274,10 @@ WAIT_AFTER = {
 #: The text mark after an attempt, by outcome: the picture never relies on colour.
 MARKS = {"succeeded": "✓", "failed": "✕", "interrupted": "!", "asked": "?"}
 DECISIONS = ("approval.approved", "approval.rejected", "approval.expired", "approval.cancelled")
-#: Most events of one run the timeline reads (a very long run shows its beginning).
-TIMELINE_EVENT_LIMIT = 20000
+#: Most events and steps of one run the timeline reads and draws (a very long run, a
+#: loop of thousands of iterations, shows its beginning; the page stays small and fast).
+TIMELINE_EVENT_LIMIT = 2000
+TIMELINE_STEP_LIMIT = 100
 
 
 @dataclass
@@ -322,7 +324,9 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
         .values_list("type", "step_id", "payload", "created_at")[:TIMELINE_EVENT_LIMIT]
     )
     steps = list(
-        Step.objects.filter(run=run).order_by("seq").values("pk", "name", "seq", "generation")
+        Step.objects.filter(run=run)
+        .order_by("seq")
+        .values("pk", "name", "seq", "generation")[:TIMELINE_STEP_LIMIT]
     )
     start = run.created_at
     end = run.finished_at or now

@@ -2,7 +2,7 @@
 tool output is untrusted, so every value reaches the page through autoescaping."""
 
 import json
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django import template
 from django.utils import timezone
@@ -11,6 +11,8 @@ register = template.Library()
 
 #: Characters of a payload shown before the "show all" fold.
 PREVIEW_CHARS = 240
+#: Most characters of one payload the fold itself holds; the rest is behind a link.
+FOLD_CHARS = 4096
 
 
 def _as_text(value, indent: int | None = None) -> str:
@@ -22,13 +24,18 @@ def _as_text(value, indent: int | None = None) -> str:
 
 
 @register.inclusion_tag("partials/payload.html")
-def payload(value, limit: int = PREVIEW_CHARS):
+def payload(value, limit: int = PREVIEW_CHARS, full_url: str = ""):
     """Render ``value`` (text or JSON) escaped; longer than ``limit`` characters, as a
-    preview with a ``<details>`` fold holding the whole text (no JavaScript needed)."""
+    preview with a ``<details>`` fold (no JavaScript needed) holding the text up to
+    ``FOLD_CHARS``; beyond that the fold is cut and links to ``full_url`` (the whole
+    value as plain text), so one large tool output cannot make the page huge."""
     text = _as_text(value)
     long = len(text) > limit
+    folded = _as_text(value, indent=2) if long else text
     return {
-        "text": _as_text(value, indent=2) if long else text,
+        "text": folded[:FOLD_CHARS],
+        "cut": len(folded) > FOLD_CHARS,
+        "full_url": full_url,
         "preview": text[:limit],
         "long": long,
         "size": len(text),
@@ -96,3 +103,52 @@ def query_with(context, **changes) -> str:
         else:
             params[key] = value
     return params.urlencode()
+
+
+@register.simple_tag(takes_context=True)
+def query_with_page(context, param: str, number) -> str:
+    """The current query string with page parameter ``param`` set to ``number`` (the
+    pager of a list whose page parameter is not ``page``)."""
+    params = context["request"].GET.copy()
+    params[param] = number
+    return params.urlencode()
+
+
+def _parse_time(value) -> datetime | None:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, datetime) else None
+
+
+def human_time(value, now: datetime | None = None) -> str:
+    """``datetime`` (or ISO text) -> ``"30 Nov 2026 12:49:14 UTC (3 min ago)"``; the
+    relative part for the last week only, ``"in 20 s"`` for future times. ``""`` for
+    ``None`` or text that is not a time."""
+    when = _parse_time(value)
+    if when is None:
+        return ""
+    if timezone.is_naive(when):
+        when = timezone.make_aware(when, UTC)
+    when = when.astimezone(UTC)
+    text = f"{when.day} {when:%b %Y %H:%M:%S} UTC"
+    seconds = ((now or timezone.now()) - when).total_seconds()
+    if abs(seconds) > 7 * 86400:
+        return text
+    span = duration(abs(seconds)) if abs(seconds) >= 1 else "now"
+    if span == "now":
+        return f"{text} (just now)"
+    return f"{text} ({span} ago)" if seconds >= 0 else f"{text} (in {span})"
+
+
+@register.inclusion_tag("partials/when.html")
+def when(value, empty: str = "-"):
+    """A time for people, with the exact ISO value as the ``title`` and ``datetime`` of a
+    ``<time>`` element: ``{% when run.created_at %}``; ``empty`` when there is none."""
+    moment = _parse_time(value)
+    return {
+        "iso": moment.isoformat() if moment else "",
+        "text": human_time(moment) if moment else empty,
+    }

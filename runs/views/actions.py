@@ -104,6 +104,7 @@ def budget(request, run_id):
             add_model_calls=request.POST.get("add_model_calls") or 0,
             add_tool_calls=request.POST.get("add_tool_calls") or 0,
             add_cost_usd=request.POST.get("add_cost_usd") or "0",
+            add_tokens=request.POST.get("add_tokens") or 0,
         )
 
     return perform(
@@ -128,9 +129,16 @@ def resume_preview(request, run_id):
         "checkpoint": checkpoint,
         "patch_text": patch_text,
         "reexecute": reexecute,
+        # The chosen one first: a loop's ``after:think#7`` is not among the plain names.
         "checkpoints": list(
             dict.fromkeys(
-                Checkpoint.objects.filter(run=run).order_by("pk").values_list("name", flat=True)
+                [checkpoint] * bool(checkpoint)
+                + list(
+                    Checkpoint.objects.filter(run=run)
+                    .order_by("name")
+                    .values_list("name", flat=True)
+                    .distinct()
+                )
             )
         ),
         "plan": None,

@@ -13,7 +13,9 @@ from runs.console import artifacts as artifact_files
 from runs.console.access import DOWNLOAD_PERM, console_view, render_page
 from runs.console.attempts import step_histories
 from runs.console.charts import run_timeline
+from runs.console.sections import section
 from runs.engine.control.cancel import cancel_progress
+from runs.engine.control.rewind import checkpoint_labels
 from runs.engine.state.clock import db_now
 from runs.models import Artifact, Checkpoint, Event, Message, Operation, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
@@ -21,6 +23,8 @@ from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 #: Newest events shown on the detail page; the events page pages through all of them.
 TIMELINE_LIMIT = 100
 EVENTS_PAGE_SIZE = 200
+#: Rows per page of each section of the run page (steps, messages, checkpoints, ...).
+SECTION_SIZE = 50
 
 
 def _get_run(run_id) -> Run:
@@ -30,10 +34,22 @@ def _get_run(run_id) -> Run:
 
 
 def budget_rows(run: Run) -> list[dict]:
-    """``[{name, used, limit, left}]`` for model calls, tool calls and cost."""
+    """``[{name, used, limit, left}]`` for model calls, tool calls, tokens and cost; the
+    cost is ``"unknown"`` (never 0) while a model call had no price."""
     rows = []
-    for key in ("model_calls", "tool_calls", "cost_usd"):
+    for key in ("model_calls", "tool_calls", "tokens", "cost_usd"):
         used = getattr(run, key)
+        if key == "cost_usd" and run.unpriced_model_calls:
+            rows.append(
+                {
+                    "name": key,
+                    "used": f"unknown ({used} priced + {run.unpriced_model_calls} model "
+                    "calls without a price)",
+                    "limit": run.budget.get(key) if isinstance(run.budget, dict) else None,
+                    "left": "unknown",
+                }
+            )
+            continue
         limit = run.budget.get(key) if isinstance(run.budget, dict) else None
         left = None
         if limit is not None:
@@ -45,25 +61,36 @@ def budget_rows(run: Run) -> list[dict]:
     return rows
 
 
-def live_context(run: Run) -> dict:
-    """What the polled part of the page shows: header, steps with attempts, timeline."""
+def live_context(run: Run, request) -> dict:
+    """What the polled part of the page shows: header, one page of steps (newest first,
+    ``?steps=N``) with their attempts, timeline."""
     from approvals.models import Takeover
 
-    steps = list(Step.objects.filter(run=run).order_by("seq"))
-    step_events = list(Event.objects.filter(run=run, step__isnull=False).order_by("seq"))
+    # Outputs are not shown here; deferring them spares loading large payloads.
+    steps = section(
+        request,
+        Step.objects.filter(run=run).defer("output").order_by("-seq"),
+        param="steps",
+        size=SECTION_SIZE,
+    )
+    step_events = list(
+        Event.objects.filter(run=run, step__in=[s.pk for s in steps.rows]).order_by("seq")
+    )
     timeline = list(
         Event.objects.filter(run=run).select_related("step").order_by("-seq")[:TIMELINE_LIMIT]
     )
     return {
         "run": run,
         "terminal": run.status in RUN_TERMINAL,
-        "histories": step_histories(steps, step_events),
-        "retryable_steps": [
-            s
-            for s in steps
-            if s.generation == run.generation
-            and s.status in (StepStatus.FAILED, StepStatus.UNKNOWN)
-        ],
+        "histories": step_histories(steps.rows, step_events),
+        "steps_pager": steps,
+        "retryable_steps": list(
+            Step.objects.filter(
+                run=run,
+                generation=run.generation,
+                status__in=(StepStatus.FAILED, StepStatus.UNKNOWN),
+            ).order_by("seq")
+        ),
         "timeline": timeline,
         "timeline_limit": TIMELINE_LIMIT,
         "budget": budget_rows(run),
@@ -79,7 +106,7 @@ def run_detail(request, run_id):
     """Full page, or the live fragment (header, steps, timeline) when htmx polls; a poll
     that shows an older ``shown_version`` of the run gets a full refresh instead."""
     run = _get_run(run_id)
-    context = live_context(run)
+    context = live_context(run, request)
     if request.htmx:
         shown = request.GET.get("shown_version")
         if shown is not None and shown != str(run.version):
@@ -87,21 +114,41 @@ def run_detail(request, run_id):
             # artifacts, checkpoints, ledger, action forms) are current too.
             return HttpResponseClientRefresh()
         return render_page(request, "console/run_detail.html", "partials/run_live.html", context)
-    artifacts = list(Artifact.objects.filter(run=run).select_related("step").order_by("pk"))
-    for artifact in artifacts:
+    artifacts = section(
+        request,
+        Artifact.objects.filter(run=run).select_related("step").order_by("-pk"),
+        param="artifacts",
+        size=SECTION_SIZE,
+    )
+    for artifact in artifacts.rows:
         artifact.verification = artifact_files.verify(artifact)
+    checkpoints = section(
+        request,
+        Checkpoint.objects.filter(run=run).select_related("step").defer("data").order_by("-pk"),
+        param="checkpoints",
+        size=SECTION_SIZE,
+    )
+    labels = checkpoint_labels(run, checkpoints.rows)
+    for checkpoint in checkpoints.rows:
+        checkpoint.label = labels[checkpoint.pk]
     context.update(
         {
-            "messages_list": list(
+            "messages_section": section(
+                request,
                 Message.objects.filter(thread_id=run.thread_id)
                 .exclude(status=Message.Status.SUPERSEDED)
-                # Queued messages have no seq until their run starts: list them last.
-                .order_by(F("seq").asc(nulls_last=True), "pk")
+                # Queued messages have no seq until their run starts: they are newest.
+                .order_by(F("seq").desc(nulls_first=True), "-pk"),
+                param="messages",
+                size=SECTION_SIZE,
             ),
             "artifacts": artifacts,
-            "checkpoints": list(Checkpoint.objects.filter(run=run).defer("data").order_by("pk")),
-            "operations": list(
-                Operation.objects.filter(run=run).select_related("step").order_by("pk")
+            "checkpoints": checkpoints,
+            "operations": section(
+                request,
+                Operation.objects.filter(run=run).select_related("step").order_by("-pk"),
+                param="operations",
+                size=SECTION_SIZE,
             ),
         }
     )

@@ -114,10 +114,21 @@ def commit_approval_request(ctx, request: dict[str, Any], worker_id: str) -> Non
         )
 
 
-def decide(approval_id: int, target: str, *, actor: str, user=None, comment: str = ""):
+def decide(
+    approval_id: int,
+    target: str,
+    *,
+    actor: str,
+    user=None,
+    comment: str = "",
+    extra_output: dict[str, Any] | None = None,
+    extra_event: dict[str, Any] | None = None,
+):
     """Record the decision ``target`` (``Approval.Status.APPROVED`` or ``REJECTED``) by
     ``actor`` (``user`` as ``decided_by``) and continue the run on the matching route,
-    in one transaction. Returns the approval as stored afterwards.
+    in one transaction; ``extra_output`` joins the waiting step's output and
+    ``extra_event`` the decision's event (an agent's tool-call terms). Returns the
+    approval as stored afterwards.
 
     Idempotent: the same decision again returns the approval unchanged (one decision,
     one event). Raises ``DecisionConflict`` for a different decision after the first
@@ -142,7 +153,12 @@ def decide(approval_id: int, target: str, *, actor: str, user=None, comment: str
             current.pk,
             target,
             actor=actor,
-            payload={"approval_id": current.pk, "comment": comment, "reason": comment},
+            payload={
+                "approval_id": current.pk,
+                "comment": comment,
+                "reason": comment,
+                **(extra_event or {}),
+            },
             step_id=current.step_id,
             decided_by=user,
             decided_at=Now(),
@@ -152,7 +168,7 @@ def decide(approval_id: int, target: str, *, actor: str, user=None, comment: str
         output = {"decision": target.lower(), "comment": comment}
         if user is not None:
             output = {"decision": target.lower(), "by": user.get_username(), "comment": comment}
-        continue_after(tx, current, route, actor, output)
+        continue_after(tx, current, route, actor, {**output, **(extra_output or {})})
     current.refresh_from_db()
     return current
 

@@ -3,7 +3,6 @@ and the API (views and commands stay thin and call these)."""
 
 import time
 import uuid
-from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -11,6 +10,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
+from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.engine.execution import dispatch
 from runs.engine.state import checkpoints, leases
 from runs.engine.state.checkpoints import initial_state
@@ -27,10 +27,6 @@ from runs.states import (
     command_states,
 )
 from runs.workflows import registry
-
-#: ``fn(run) -> dict`` called by ``run_status``; each result is merged into the status
-#: document (the simulated devices add their call counts and readings this way).
-STATUS_EXTRAS: list[Callable[[Run], dict[str, Any]]] = []
 
 
 class ControlError(Exception):
@@ -136,14 +132,20 @@ def start_run(
     return run
 
 
-BUDGET_KEYS = ("model_calls", "tool_calls", "cost_usd")
+BUDGET_KEYS = ("model_calls", "tool_calls", "tokens", "cost_usd")
+
+#: Extra keys of ``run_status``: ``{key: fn(run) -> JSON}``, registered by the apps that
+#: know the outside world (the simulator adds the device calls and readings), so the
+#: engine imports none of them.
+STATUS_EXTRAS: dict = {}
 
 
 def validate_budget(budget) -> dict[str, str]:
     """Field errors of a budget limits dict (empty when valid).
 
-    Shape: ``{"model_calls": int >= 0, "tool_calls": int >= 0, "cost_usd": decimal
-    string or number >= 0 (USD)}``, every key optional; ``None`` means no limits.
+    Shape: ``{"model_calls": int >= 0, "tool_calls": int >= 0, "tokens": int >= 0,
+    "cost_usd": decimal string or number >= 0 (USD)}``, every key optional; ``None``
+    means no limits.
     """
     if budget is None:
         return {}
@@ -251,20 +253,12 @@ def run_status(run: Run) -> dict[str, Any]:
         ],
         "steps": steps,
         "messages": messages,
-        "budget": {
-            "limits": run.budget,
-            "used": {
-                "model_calls": run.model_calls,
-                "tool_calls": run.tool_calls,
-                "cost_usd": str(run.cost_usd),
-            },
-        },
+        **{key: extra(run) for key, extra in STATUS_EXTRAS.items()},
+        "budget": {"limits": run.budget, "used": budget_usage(run)},
         "error_code": run.error_code or None,
         "takeover": _open_takeover(run),
         "compensation": {"status": run.compensation_status or None, **(run.compensation or {})},
     }
-    for extra in STATUS_EXTRAS:
-        doc.update(extra(run))
     return doc
 
 

@@ -19,18 +19,19 @@ The event ``run.replay_created`` on the new run, with the operator as actor, is 
 audit record: who replayed what, why, from which checkpoint, reusing what.
 """
 
-from collections.abc import Collection
+import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Exists, OuterRef, QuerySet
 
-from runs.engine.control import reuse
+from runs.engine.control import reuse, rewind
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Run, Step
-from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
 from runs.workflows import registry
 
 #: Default pace of a bulk replay, in replays started per second.
@@ -123,20 +124,18 @@ def default_checkpoint(run: Run) -> Checkpoint:
 
 
 def find_checkpoint(run: Run, name: str | None) -> Checkpoint:
-    """The checkpoint ``name`` (the newest usable one of that name), or the default;
-    ``ControlError`` ``unknown_checkpoint`` listing the names that exist."""
+    """The checkpoint ``name`` names (``after:think#7`` or the newest usable
+    ``after:think``, as ``rewind.find_checkpoint``), or the default when ``name`` is
+    empty. Raises ``ControlError``: ``unknown_checkpoint`` listing names that exist,
+    ``nothing_to_replay`` for a checkpoint at the end of the run."""
     if not name:
         return default_checkpoint(run)
-    candidates = replayable_checkpoints(run)
-    for cp in candidates:
-        if cp.name == name:
-            return cp
-    names = sorted({cp.name for cp in candidates})
-    raise ControlError(
-        "unknown_checkpoint",
-        f"run has no checkpoint {name!r} to replay from",
-        {"checkpoint": "available: " + (", ".join(names) or "none")},
-    )
+    cp = rewind.find_checkpoint(run, name)
+    if cp.state.get("phase") is None:
+        raise ControlError(
+            "nothing_to_replay", f"{name} is the end of the run: nothing after it to replay"
+        )
+    return cp
 
 
 def _later_steps(run: Run, cp: Checkpoint) -> list[Step]:
@@ -153,10 +152,11 @@ def plan_replay(run: Run, checkpoint: str | None = None, *, reexecute: bool = Fa
     FAILED or CANCELLED runs replay; resume a live one instead), ``unknown_checkpoint``,
     ``nothing_to_replay``, ``unknown_workflow_version``."""
     run.refresh_from_db()
-    if run.status not in RUN_TERMINAL:
+    if not command_allows("replay", run.status):
         raise ControlError(
             "run_not_finished",
-            f"run is {run.status}; only finished runs replay (resume a live run instead)",
+            f"run is {run.status}; only {command_states('replay')} runs replay "
+            "(resume a live run instead)",
         )
     try:
         workflow = registry.get(run.workflow, run.workflow_version)
@@ -369,33 +369,49 @@ def bulk_replay(
     again: bool = False,
     dry_run: bool = False,
     limit: int = BULK_LIMIT,
+    wait: Callable[[float], None] | None = None,
 ) -> BulkResult:
     """Replay each of ``runs`` (at most ``limit``) from the last checkpoint before its
-    failed step, the k-th (from 1) starting ``k / rate`` seconds from now, so replays
-    start at most ``rate`` per second. A run that cannot be replayed (changed, already
-    replayed meanwhile, nothing to replay) is skipped with its code; the others go on.
-    ``dry_run`` returns the previews and changes nothing. Raises ``ControlError``
-    ``reason_required`` / ``invalid_rate`` before touching anything."""
+    failed step so that replays start at most ``rate`` per second: the k-th (from 1)
+    starts ``k / rate`` seconds from now. By default every replay is created at once,
+    each with its first step due at its time (durable: the pacing holds if this process
+    exits; a worker polling the database starts it then, an RQ worker when the sweeper
+    re-notifies it, so within ``AGENTOPS_SWEEP_SECONDS``). With ``wait`` (``time.sleep``:
+    the CLI) this call instead creates each replay due at once, ``1 / rate`` seconds after
+    the previous one was created, so it takes at least ``n / rate`` seconds and every
+    worker kind is notified on time.
+
+    A run that cannot be replayed (changed, already replayed meanwhile, nothing to
+    replay) is skipped with its code; the others go on. ``dry_run`` returns the previews
+    and changes nothing. Raises ``ControlError`` ``reason_required`` / ``invalid_rate``
+    before touching anything."""
     rate = check_rate(rate)
     if not (reason or "").strip():
         raise ControlError("reason_required", "a replay needs a reason", {"reason": "required"})
     reuse.check_choice(reexecute, reason)
     result = BulkResult(rate=rate, dry_run=dry_run)
+    began = previous = time.monotonic()
     for run in list(runs[:limit]):
         try:
             if dry_run:
                 result.plans.append(plan_replay(run, reexecute=reexecute))
                 continue
-            delay = (len(result.created) + 1) / rate
+            slot = (len(result.created) + 1) / rate
+            if wait is not None:
+                # A full interval after the previous replay was created, however late it
+                # was: never two closer than 1 / rate, so no catch-up burst.
+                wait(max(previous + 1 / rate - time.monotonic(), 0.0))
+                slot = time.monotonic() - began
             new = replay_run(
                 run,
                 actor=actor,
                 reason=reason,
                 reexecute=reexecute,
                 again=again,
-                start_after=delay,
+                start_after=0.0 if wait is not None else slot,
             )
-            result.created.append((str(run.pk), str(new.pk), delay))
+            previous = time.monotonic()
+            result.created.append((str(run.pk), str(new.pk), slot))
         except ControlError as exc:
             result.skipped.append((str(run.pk), exc.code, exc.message))
     return result

@@ -28,6 +28,9 @@ with its recorded result, and each one that may repeat.
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models import Count
+
+from runs.checkpoint_data import DELTA
 from runs.engine.control import reuse
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.budget import usage
@@ -83,23 +86,63 @@ class ResumePlan:
         }
 
 
-def list_checkpoints(run: Run) -> list[dict[str, Any]]:
-    """The run's checkpoints, oldest first: ``[{"name", "generation", "created_at",
-    "step", "next_step", "resumable"}]``; resumable ones can be named in a resume (their
-    step is not superseded and they have a next step)."""
-    rows = []
-    for cp in Checkpoint.objects.filter(run=run).select_related("step").order_by("pk"):
-        rows.append(
-            {
-                "name": cp.name,
-                "generation": cp.generation,
-                "created_at": cp.created_at.isoformat(),
-                "step": cp.step.name if cp.step_id else None,
-                "next_step": cp.state.get("phase"),
-                "resumable": _usable(cp) and cp.state.get("phase") is not None,
-            }
-        )
-    return rows
+def checkpoint_labels(run: Run, checkpoints) -> dict[int, str]:
+    """``{checkpoint pk: unique name}`` for ``checkpoints`` of ``run``: a name the run
+    saved more than once (every iteration of a ``goto`` loop saves ``after:think``) gets
+    the seq of the step that saved it, ``after:think#7``; a name saved once stays as it
+    is. ``find_checkpoint`` accepts both forms."""
+    checkpoints = list(checkpoints)
+    names = {cp.name for cp in checkpoints}
+    repeated = {
+        row["name"]
+        for row in Checkpoint.objects.filter(run=run, name__in=names)
+        .values("name")
+        .annotate(n=Count("pk"))
+        .order_by()
+        if row["n"] > 1
+    }
+    labels = {}
+    for cp in checkpoints:
+        if cp.name in repeated:
+            labels[cp.pk] = f"{cp.name}#{cp.step.seq if cp.step_id else cp.pk}"
+        else:
+            labels[cp.pk] = cp.name
+    return labels
+
+
+def list_checkpoints(
+    run: Run, *, after: int | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """The run's checkpoints, oldest first: ``[{"id", "name", "generation",
+    "created_at", "step", "next_step", "resumable"}]``; ``name`` is unique within the
+    run (``checkpoint_labels``), and resumable ones can be named in a resume (their step
+    is not superseded and they have a next step). ``after`` (an ``id``) and ``limit``
+    page through a long run without loading every checkpoint's state."""
+    query = Checkpoint.objects.filter(run=run)
+    if after is not None:
+        query = query.filter(pk__gt=after)
+    query = query.select_related("step").defer("data").order_by("pk")
+    page = list(query[:limit] if limit is not None else query)
+    # A delta checkpoint always carries its phase in "set" (runs.checkpoint_data).
+    phases = {
+        pk: delta_phase if version == DELTA else whole_phase
+        for pk, version, whole_phase, delta_phase in Checkpoint.objects.filter(
+            pk__in=[cp.pk for cp in page]
+        ).values_list("pk", "version", "data__phase", "data__set__phase")
+    }
+    labels = checkpoint_labels(run, page)
+    return [
+        {
+            "id": cp.pk,
+            "name": labels[cp.pk],
+            "generation": cp.generation,
+            "created_at": cp.created_at.isoformat(),
+            "step": cp.step.name if cp.step_id else None,
+            "next_step": phases.get(cp.pk),
+            "resumable": _usable(cp) and phases.get(cp.pk) is not None,
+        }
+        for cp in page
+    ]
 
 
 def _usable(cp: Checkpoint) -> bool:
@@ -107,12 +150,22 @@ def _usable(cp: Checkpoint) -> bool:
 
 
 def find_checkpoint(run: Run, name: str) -> Checkpoint:
-    """The newest usable checkpoint called ``name``; ``ControlError("unknown_checkpoint")``
-    listing the names that exist."""
-    for cp in Checkpoint.objects.filter(run=run, name=name).select_related("step").order_by("-pk"):
+    """The checkpoint ``name`` names: ``after:think#7`` the one saved by the step with
+    seq 7, ``after:think`` the newest usable one of that name.
+    ``ControlError("unknown_checkpoint")`` listing some names that exist otherwise."""
+    query = Checkpoint.objects.filter(run=run, name=name)
+    base, _, seq = name.rpartition("#")
+    if base and seq.isdigit():
+        query = query | Checkpoint.objects.filter(run=run, name=base, step__seq=int(seq))
+    for cp in query.select_related("step").order_by("-pk"):
         if _usable(cp):
             return cp
-    names = sorted({c["name"] for c in list_checkpoints(run) if c["resumable"]})
+    names = (
+        Checkpoint.objects.filter(run=run)
+        .order_by("name")
+        .values_list("name", flat=True)
+        .distinct()[:20]
+    )
     raise ControlError(
         "unknown_checkpoint",
         f"run has no usable checkpoint {name!r}",
@@ -252,6 +305,8 @@ def resume_from_checkpoint(
             model_calls=used["model_calls"],
             tool_calls=used["tool_calls"],
             cost_usd=used["cost_usd"],
+            tokens=used.get("tokens", tx.run.tokens),
+            unpriced_model_calls=used.get("unpriced_model_calls", tx.run.unpriced_model_calls),
         )
         state = {**cp.state, "input": plan.input, "generation": generation}
         checkpoints.store(tx.run, cp.step, cp.name, state, base_id=cp.pk, previous=cp.state)

@@ -13,14 +13,21 @@ attempt may re-intend it under the same key), UNKNOWN (verify could not tell; a 
 decides), COMPENSATED (undone by a compensation).
 """
 
+import json
 from typing import Any
 
 from django.db import transaction
 
+from runs.engine.data import payloads
 from runs.engine.errors import LeaseLost
 from runs.engine.state.gateway import attempt_holds, transition_operation, transition_operations
 from runs.models import Operation
 from runs.tools import Tool, ToolCall, VerifyAnswer
+
+#: ``side_effect`` values of operations that change nothing outside: reads, and model
+#: requests (``runs.engine.effects.model_calls``), which only cost. Compensation, resume
+#: previews and unknown-outcome checks leave them out.
+NO_OUTSIDE_EFFECT = ("read", "model")
 
 #: Statuses from which a new attempt may record a fresh intent under the same key.
 REINTENDABLE = (Operation.Status.INTENT, Operation.Status.FAILED, Operation.Status.UNKNOWN)
@@ -101,21 +108,39 @@ def record_reused(ops: list[Operation], *, run_id, generation: int) -> list[Oper
     return Operation.objects.bulk_create(rows)
 
 
+def decline_reuse(op: Operation, arguments: dict) -> bool:
+    """For a row carried over by ``record_reused``, asked for again with ``arguments``
+    that differ from the recorded ones (as JSON): remove the copy, so this call records
+    its own intent and acts, and return True. The recorded result answered other
+    arguments; reusing it would silently skip what the step now asks for. False (row
+    kept) for a row of this run's own making or the same arguments."""
+    if op.reused_from_id is None or op.status != Operation.Status.SUCCEEDED:
+        return False
+    if json.loads(json.dumps(arguments, sort_keys=True, default=str)) == op.arguments:
+        return False
+    Operation.objects.filter(pk=op.pk, reused_from__isnull=False).delete()
+    return True
+
+
 def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCEEDED) -> None:
     """Store the outcome of the call. Not fenced on purpose: what the outside world did is
     a fact worth keeping even when it comes from an attempt that lost its lease."""
-    transition_operation(op, status, result=result)
+    transition_operation(op, status, result=payloads.externalize(op.run_id, result))
+    op.result = result
 
 
 def record_late_result(op_id: int, result) -> None:
     """A call abandoned after its timeout finished after all: record the result unless a
     decision (verify, an operator) already settled the row."""
+    run_id = Operation.objects.filter(pk=op_id).values_list("run_id", flat=True).first()
+    if run_id is None:
+        return
     transition_operations(
         Operation.objects.filter(
             pk=op_id, status__in=[Operation.Status.INTENT, Operation.Status.UNKNOWN]
         ),
         Operation.Status.SUCCEEDED,
-        result=result,
+        result=payloads.externalize(run_id, result),
     )
 
 

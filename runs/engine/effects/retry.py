@@ -5,8 +5,11 @@ give up. Backoff is applied through ``Step.not_before`` (database clock), never 
 sleeping in a worker.
 """
 
+import math
 import random
+import time
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 
 RETRYABLE_CODES = frozenset({"RATE_LIMITED", "DEPENDENCY_UNAVAILABLE", "TIMEOUT", "LEASE_LOST"})
 #: Never retried, whatever a policy lists (a retry cannot fix a bad request, and an
@@ -19,17 +22,49 @@ NON_RETRYABLE_CODES = frozenset(
         "BUDGET_EXHAUSTED",
         "ATTEMPTS_EXHAUSTED",
         "UNKNOWN_OUTCOME",
+        "INVALID_OUTPUT",
+        # A model provider refused the request itself or its credentials.
+        "MODEL_REQUEST_INVALID",
+        "MODEL_AUTH",
+        "MODEL_QUOTA_EXCEEDED",
+        "MODEL_RESPONSE_INVALID",
     }
 )
 
 
+def retry_after_seconds(value: float | str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from an HTTP ``Retry-After`` value: a number of seconds (number or
+    digit string) or an HTTP date (``Wed, 21 Oct 2026 07:28:00 GMT``), relative to
+    ``now`` (Unix seconds, default this machine's clock: the date comes from another
+    machine's clock anyway). A date in the past is 0; ``None`` or anything unreadable
+    is ``None`` (the policy's own backoff applies)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return max(0.0, float(value)) if math.isfinite(value) else None
+    text = str(value).strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # an HTTP date is always GMT
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
 @dataclass(frozen=True)
 class RetryDecision:
-    """``retry``: try again; ``delay``: seconds until the next attempt may start."""
+    """``retry``: try again; ``delay``: seconds until the next attempt may start;
+    ``retry_after``: the wait the dependency asked for (seconds), if it did."""
 
     retry: bool
     delay: float = 0.0
     reason: str = ""
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +84,8 @@ class RetryPolicy:
     jitter: float = 0.2
     deadline: float | None = None
     retryable: frozenset = field(default=RETRYABLE_CODES)
+    #: Longest ``Retry-After`` honoured, in seconds (a bigger one is cut to this).
+    max_retry_after: float = 3600.0
 
     def __post_init__(self) -> None:
         # No retry is unbounded: a finite attempt count is required, and delays are sane.
@@ -76,20 +113,42 @@ class RetryPolicy:
         return base * factor
 
     def decide(
-        self, attempt: int, code: str, elapsed: float = 0.0, rng: random.Random | None = None
+        self,
+        attempt: int,
+        code: str,
+        elapsed: float = 0.0,
+        rng: random.Random | None = None,
+        retry_after: float | str | None = None,
     ) -> RetryDecision:
         """Whether attempt ``attempt`` failing with ``code`` after ``elapsed`` seconds since
-        the step's first start may be retried, and after how long."""
+        the step's first start may be retried, and after how long.
+
+        ``retry_after`` (what the outside system asked for: seconds, or an HTTP
+        ``Retry-After`` value, read with ``retry_after_seconds``) is a lower bound on the
+        delay, cut to ``max_retry_after``; when it alone would pass the deadline, the
+        next attempt waits until the deadline instead (the deadline is the step's limit,
+        not the provider's).
+        """
         if code not in self.retryable:
             return RetryDecision(False, reason=f"{code} is not retryable")
         if attempt >= self.max_attempts:
             return RetryDecision(
                 False, reason=f"attempts exhausted ({attempt}/{self.max_attempts})"
             )
-        delay = self.delay_for(attempt, rng)
-        if self.deadline is not None and elapsed + delay > self.deadline:
+        backoff = self.delay_for(attempt, rng)
+        if self.deadline is not None and elapsed + backoff > self.deadline:
             return RetryDecision(False, reason=f"deadline of {self.deadline}s would pass")
-        return RetryDecision(True, delay=delay)
+        if not isinstance(retry_after, int | float) or isinstance(retry_after, bool):
+            retry_after = retry_after_seconds(retry_after)
+        if retry_after is None:
+            return RetryDecision(True, delay=backoff)
+        asked = min(retry_after, self.max_retry_after)
+        delay = max(backoff, asked)
+        reason = f"Retry-After {retry_after:g}s"
+        if self.deadline is not None and elapsed + delay > self.deadline:
+            delay = self.deadline - elapsed
+            reason += f", capped by the deadline of {self.deadline}s"
+        return RetryDecision(True, delay=delay, reason=reason, retry_after=retry_after)
 
 
 DEFAULT_RETRY = RetryPolicy()

@@ -15,7 +15,7 @@ from django.db.models.functions import Now
 
 from runs.engine.control import approvals, versions
 from runs.engine.control.takeovers import open_takeover
-from runs.engine.data import drafts
+from runs.engine.data import drafts, payloads
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.effects import budget, compensation, unknown_outcomes
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
@@ -301,7 +301,7 @@ def _commit_success(
             StepStatus.SUCCEEDED,
             actor=worker.worker_id,
             payload={"attempt": attempt, "worker": worker.worker_id},
-            output=output,
+            output=payloads.externalize(run.pk, output),
             finished_at=Now(),
             lease_until=None,
             owner=worker.worker_id,
@@ -362,7 +362,7 @@ def _commit_in_one_statement(
         refresh_usage=False,
     )
     change = checkpoints.delta(ctx.checkpoint_state, state)
-    if change is None:
+    if change is None or not one_statement.inline(output) or not one_statement.inline(change):
         return None
     next_seq = step.seq + 1 if next_name is not None else None
     done = one_statement.commit_step(
@@ -482,7 +482,9 @@ def _fail_attempt(
     started = Step.objects.filter(pk=step.pk).values_list("started_at", flat=True).first()
     now = db_now()
     elapsed = (now - started).total_seconds() if started else 0.0
-    decision = step_def.retry.decide(attempt - step.attempt_base, error.code, elapsed)
+    decision = step_def.retry.decide(
+        attempt - step.attempt_base, error.code, elapsed, retry_after=error.retry_after
+    )
     with run_transaction(run.pk) as tx:
         common = {
             "owner": "",
@@ -527,7 +529,9 @@ def _fail_attempt(
             return
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return
-        if step_def.on_exhausted == "takeover" and not isinstance(error, budget.BudgetExhausted):
+        if (step_def.on_exhausted == "takeover" or error.takeover) and not isinstance(
+            error, budget.BudgetExhausted
+        ):
             open_takeover(
                 tx,
                 cause="retries_exhausted",

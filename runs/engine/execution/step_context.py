@@ -6,9 +6,8 @@ from typing import Any
 
 from runs.engine.data import drafts
 from runs.engine.effects import budget as budget_mod
-from runs.engine.effects import ledger
+from runs.engine.effects import ledger, model_calls
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout
-from runs.engine.effects.model_provider import provider
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
 from runs.engine.execution import faults
 from runs.engine.state.gateway import record_event
@@ -56,6 +55,8 @@ class StepContext:
         self._draft_roles: dict[str, str] = {}
         self.next_step: str | None = None
         self.goto_set = False
+        #: Model requests made by this attempt so far (the next request's ordinal).
+        self.model_requests = 0
         #: Set by the heartbeat thread; read at safe points.
         self.lease_lost = threading.Event()
         self.cancel_requested = threading.Event()
@@ -165,18 +166,19 @@ class StepContext:
         )
 
     # -- model and tools ------------------------------------------------------------
-    def stream_model(self, messages: list[dict[str, Any]], *, message_id: str):
-        """Ask the installed model (``model_provider``) for a text reply and stream it
-        into the draft ``message_id`` piece by piece (one ``message.delta`` event each,
-        with its character offset); charges one model call first. Returns the whole reply as a
-        ``ModelReply``. Raises ``BudgetExhausted``, ``LeaseLost``, ``CancelRequested``."""
-        self.safe_point()
-        model = provider()
-        budget_mod.charge(
-            self.run.pk, self.run.budget, model_calls=1, cost_usd=model.COST_PER_CALL_USD
-        )
-        content = ""
-        for piece in model.stream(messages):
+    def stream_model(
+        self, messages: list[dict[str, Any]], *, message_id: str, model: str | None = None
+    ):
+        """Ask the model (``model``, else the step's, workflow's or ``AGENTOPS_MODEL``) for
+        a text reply through the ledger (``runs.engine.effects.model_calls``) and stream
+        it into the draft ``message_id`` piece by piece (one ``message.delta`` event
+        each, with its character offset). Returns the ``ModelReply``. Raises
+        ``BudgetExhausted``, ``LeaseLost``, ``CancelRequested``, ``StepError``."""
+
+        streamed = {"content": ""}
+
+        def on_piece(offset: int, piece: str) -> None:
+            streamed["content"] = streamed["content"][:offset] + piece
             try:
                 self.safe_point()
             except CancelRequested:
@@ -195,30 +197,27 @@ class StepContext:
                 step=self.step,
                 attempt=self.attempt,
                 message_id=message_id,
-                offset=len(content),
+                offset=offset,
                 text=piece,
-                content=content + piece,
+                content=streamed["content"],
                 actor=self.worker_id,
             )
-            content += piece
-        return model.ModelReply(content=content)
 
-    def call_model(self, messages: list[dict[str, Any]], tools: list[str] | None = None):
-        """Ask the installed model (``model_provider``); charges one model call and its
-        cost to the budget first. Returns the provider's reply (the simulator's
-        ``ModelReply``); raises ``BudgetExhausted``, or
-        ``StepError("TIMEOUT")`` past the step's ``timeout``."""
-        self.safe_point()
-        model = provider()
-        budget_mod.charge(
-            self.run.pk, self.run.budget, model_calls=1, cost_usd=model.COST_PER_CALL_USD
-        )
-        try:
-            return call_with_timeout(
-                lambda: model.complete(messages, tools or []), self.step_def.timeout
-            )
-        except CallTimedOut as exc:
-            raise StepError("TIMEOUT", f"model call: {exc}") from exc
+        return model_calls.stream_model(self, messages, message_id, model, on_piece)
+
+    def call_model(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list | None = None,
+        *,
+        model: str | None = None,
+    ):
+        """Ask the model (``model``, else the step's, workflow's or ``AGENTOPS_MODEL``)
+        through the ledger (``runs.engine.effects.model_calls``): a response recorded by
+        an earlier attempt of this step is reused. ``tools``: ``Tool`` objects or names.
+        Returns a ``ModelReply``; raises ``BudgetExhausted``, ``StepError`` (``TIMEOUT``
+        past the step's ``timeout``, or a classified provider error)."""
+        return model_calls.call_model(self, messages, tools, model)
 
     def call_tool(self, tool: Tool, arguments: dict[str, Any], *, action: str | None = None):
         """Call ``tool`` through the operation ledger; returns its result.
@@ -303,7 +302,9 @@ def perform_call(
 ):
     """One outside call through the ledger (DESIGN section 5.4), in this order:
 
-    1. A SUCCEEDED row for ``key``: return its result, no call.
+    1. A SUCCEEDED row for ``key``: return its result, no call (unless it was carried
+       over from before a resume or a replay for other arguments: then it is dropped,
+       ``operation.reuse_declined``, and the call is made).
     2. An INTENT/UNKNOWN row left by an earlier attempt of an ``unsafe`` tool: ask
        ``verify``. Done: record and return its result. Cannot tell: raise
        ``OutcomeUnknown``. Not done: go on. (``read`` and ``idempotent`` tools simply
@@ -320,6 +321,16 @@ def perform_call(
         run_id=str(run.pk), idempotency_key=key, attempt=attempt or 0, faults=dict(run.faults or {})
     )
     op = ledger.find(key)
+    if op is not None and ledger.decline_reuse(op, arguments):
+        # A result carried over from before a resume or a replay, for other arguments.
+        record_event(
+            run.pk,
+            "operation.reuse_declined",
+            {"idempotency_key": key, "recorded": op.arguments, "now": arguments},
+            step_id=step.pk if step else None,
+            actor=actor,
+        )
+        op = None
     if op is not None:
         if op.status == Operation.Status.SUCCEEDED:
             return op.result

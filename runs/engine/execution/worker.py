@@ -35,12 +35,18 @@ from runs.states import RUN_EXECUTABLE, StepStatus
 logger = logging.getLogger("agentops.worker")
 
 
-def _redis_answers(conn) -> bool:
-    """True when Redis answers a PING."""
+#: Seconds between checks whether Redis takes writes again, doubling up to the maximum
+#: while it does not (a full Redis answers PING but refuses every write RQ needs).
+REDIS_RETRY_SECONDS = (1.0, 30.0)
+
+
+def _redis_writable(conn, key: str) -> str | None:
+    """``None`` when Redis accepts a write (a short-lived probe key), else why not."""
     try:
-        return bool(conn.ping())
-    except Exception:  # noqa: BLE001 - any failure means "not yet"
-        return False
+        conn.set(key, "1", ex=60)
+    except Exception as exc:  # noqa: BLE001 - any failure means "not yet"
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _stop_pubsub(rq_worker) -> None:
@@ -203,10 +209,10 @@ class Worker:
 
     def _run_rq(self) -> int:
         """Work RQ notifications. RQ gives up when Redis goes away under it (stopped,
-        restarted, flushed mid-job); the engine does not: until Redis answers again this
-        worker claims due steps straight from the database (the queue only notifies),
-        then starts a fresh RQ worker. Startup recovery and the sweeper re-notify what the
-        outage lost."""
+        restarted, flushed mid-job, full); the engine does not: until Redis takes a write
+        again this worker claims due steps straight from the database (the queue only
+        notifies), then starts a fresh RQ worker. Startup recovery and the sweeper
+        re-notify what the outage lost."""
         import django_rq
 
         queue = django_rq.get_queue(self.queue)
@@ -216,45 +222,69 @@ class Worker:
         if not self.burst:
             maintenance = threading.Thread(target=self._maintenance_loop, daemon=True)
             maintenance.start()
+        probe_key = f"agentops:worker-probe:{self.worker_id}"
+        delay = REDIS_RETRY_SECONDS[0]
         try:
             for round_no in itertools.count(1):
                 # A fresh name per round: RQ refuses a second live worker of one name,
                 # and the old registration may outlive an outage.
                 name = self.worker_id if round_no == 1 else f"{self.worker_id}:r{round_no}"
                 rq_worker = worker_class([queue], connection=queue.connection, name=name)
+                started = time.monotonic()
+                cause = "RQ stopped"
                 try:
                     rq_worker.work(burst=self.burst, with_scheduler=False, logging_level="WARNING")
-                except Exception:  # noqa: BLE001 - Redis errors escape RQ's start/teardown
-                    logger.warning("RQ worker round %s failed", round_no, exc_info=True)
+                except Exception as exc:  # noqa: BLE001 - Redis errors escape RQ's start/teardown
+                    cause = f"{type(exc).__name__}: {exc}"
                     _stop_pubsub(rq_worker)
                 if identity.stopping.is_set():
                     break
-                redis_up = _redis_answers(queue.connection)
-                if self.burst and redis_up:
+                refused = _redis_writable(queue.connection, probe_key)
+                if self.burst and refused is None:
                     break
+                # A round that lasted was a working RQ: the next outage starts afresh.
+                if time.monotonic() - started > REDIS_RETRY_SECONDS[1]:
+                    delay = REDIS_RETRY_SECONDS[0]
                 # RQ installed its own handlers; ours must not raise inside a step.
                 signal.signal(signal.SIGTERM, self.request_stop)
                 signal.signal(signal.SIGINT, self.request_stop)
-                logger.warning("Redis unavailable or RQ stopped; working from the database")
-                self._work_from_db_until(lambda: _redis_answers(queue.connection))
+                # One warning per change of state, not per round: a full Redis made RQ
+                # fail at once, ~75 times a second.
+                logger.warning(
+                    "Redis unavailable or refusing writes (%s); working from the database",
+                    refused or cause,
+                )
+                delay = self._work_from_db_until(
+                    lambda: _redis_writable(queue.connection, probe_key) is None, delay
+                )
                 if self.burst or identity.stopping.is_set():
                     break
+                logger.warning("Redis accepts writes again; back to RQ dispatch")
         finally:
             identity.stopping.set()
             if maintenance:
                 maintenance.join(timeout=5)
         return identity.executed
 
-    def _work_from_db_until(self, redis_back) -> None:
+    def _work_from_db_until(self, redis_back, delay: float) -> float:
         """Database polling until ``redis_back()`` is true, the worker is stopping, or
-        (burst) nothing is due."""
+        (burst) nothing is due. ``redis_back`` is asked after ``delay`` seconds, then
+        at doubling intervals up to ``REDIS_RETRY_SECONDS[1]``; returns the next
+        interval, so an RQ round that fails at once waits longer before the next."""
+        next_check = time.monotonic() + delay
         while not self.identity.stopping.is_set():
             close_old_connections()
             if self.handle_one():
                 continue
-            if self.burst or redis_back():
-                return
+            if self.burst:
+                break
+            if time.monotonic() >= next_check:
+                delay = min(delay * 2, REDIS_RETRY_SECONDS[1])
+                if redis_back():
+                    break
+                next_check = time.monotonic() + delay
             self.identity.stopping.wait(settings.AGENTOPS_POLL_SECONDS)
+        return delay
 
     def _maintenance_loop(self) -> None:
         try:

@@ -9,7 +9,8 @@ state.
 
 from typing import Any
 
-from runs.checkpoint_data import DELTA, apply, delta, materialize
+from runs.checkpoint_data import DELTA, WHOLE, apply, delta, materialize
+from runs.engine.data import payloads
 from runs.models import Checkpoint, Run, Step
 
 __all__ = ["apply", "delta", "latest", "latest_state", "materialize", "next_state", "store"]
@@ -57,7 +58,9 @@ def next_state(
     state["generation"] = run.generation
     state["workflow_version"] = run.workflow_version
     if refresh_usage:
-        run.refresh_from_db(fields=["model_calls", "tool_calls", "cost_usd"])
+        run.refresh_from_db(
+            fields=["model_calls", "tool_calls", "cost_usd", "tokens", "unpriced_model_calls"]
+        )
     state["budget_used"] = run.usage()
     return state
 
@@ -96,10 +99,12 @@ def store(
         name=name,
         generation=run.generation,
     )
+    # Large strings go to the run's payload store (runs.engine.data.payloads).
     if change is None:
-        checkpoint.state = state
+        checkpoint.data, checkpoint.version = payloads.externalize(run.pk, state), WHOLE
     else:
-        checkpoint.data, checkpoint.base_id, checkpoint.version = change, base_id, DELTA
-        checkpoint.__dict__["_whole_state"] = state
+        checkpoint.data = payloads.externalize(run.pk, change)
+        checkpoint.base_id, checkpoint.version = base_id, DELTA
+    checkpoint.__dict__["_whole_state"] = state
     checkpoint.save(force_insert=True)
     return checkpoint

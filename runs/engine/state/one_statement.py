@@ -24,6 +24,7 @@ from typing import Any
 from django.db import connection
 
 from runs.engine.state.gateway import RUN_FINISHED_HOOKS
+from runs.payload_field import INLINE_LIMIT, LITERAL_KEY, REF_KEY
 from runs.states import RunStatus, StepStatus
 
 logger = logging.getLogger("agentops.commit")
@@ -121,6 +122,28 @@ class Committed:
             "tool_calls": self.tool_calls,
             "cost_usd": str(self.cost_usd),
         }
+
+
+def inline(value: Any) -> bool:
+    """True when ``value`` needs nothing from the payload store (no string over
+    ``INLINE_LIMIT`` bytes, no dict using its marker keys), so the statement may write it
+    as it is; otherwise the general path externalizes it."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if (
+                len(item) > INLINE_LIMIT // 4
+                and len(item.encode("utf-8", "surrogatepass")) > INLINE_LIMIT
+            ):
+                return False
+        elif isinstance(item, dict):
+            if REF_KEY in item or LITERAL_KEY in item:
+                return False
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return True
 
 
 def available() -> bool:

@@ -1,10 +1,12 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+import runs.payload_field
+
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0008_console_overview_indexes"),
+        ("runs", "0010_payload_store"),
     ]
 
     operations = [
@@ -14,7 +16,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="checkpoint",
             name="data",
-            field=models.JSONField(db_column="state", default=dict),
+            field=runs.payload_field.PayloadJSONField(db_column="state", default=dict),
         ),
         migrations.AddField(
             model_name="checkpoint",

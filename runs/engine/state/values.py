@@ -1,0 +1,136 @@
+"""Values the engine stores: checked before the fenced commit, NUL made storable.
+
+Everything the engine writes into a JSON column (step outputs, errors, messages, tool
+arguments and results, events, checkpoints, artifact metadata) must come back from JSON
+and from both databases exactly as it went in. ``storable`` checks that and returns the
+value to write; what cannot round-trip raises ``InvalidValue`` (a ``StepError`` with
+code ``INVALID_OUTPUT``), naming the path inside the value and the offending type, so
+the attempt fails once with the real cause instead of crashing the worker:
+
+- only ``dict`` with ``str`` keys, ``list``, ``str``, ``int``, finite ``float``,
+  ``bool`` and ``None``, or subclasses stored as their base type (a ``tuple`` would
+  come back a list, an ``int`` key a string, a ``datetime``/``Decimal``/``bytes``/``set``
+  not at all);
+- no NaN or infinity (PostgreSQL ``jsonb`` and SQLite ``JSON_VALID`` refuse them), no
+  integral float of 1e16 or more (``jsonb`` gives back a different ``int``);
+- no lone UTF-16 surrogates in text (not encodable as UTF-8);
+- at most ``MAX_DEPTH`` levels of nesting.
+
+NUL (U+0000) cannot be stored in PostgreSQL text or ``jsonb``. Rather than refusing
+it, ``storable`` and ``storable_text`` replace it with the six characters ``\\u0000``
+(``NUL_ESCAPE``) on both backends, so the console shows it escaped.
+"""
+
+import math
+from typing import Any
+
+from runs.engine.errors import StepError
+
+#: Error code of a value that cannot be stored faithfully (never retried: the same code
+#: returns the same value).
+INVALID_OUTPUT = "INVALID_OUTPUT"
+#: What a NUL character becomes in stored text.
+NUL_ESCAPE = "\\u0000"
+#: Deepest nesting accepted (PostgreSQL's jsonb and Python's recursion both have limits).
+MAX_DEPTH = 200
+
+
+class InvalidValue(StepError):
+    """A value cannot be stored faithfully. ``path`` is where inside it (``$`` is the
+    value itself, e.g. ``$.by_id`` or ``$.items[3]``), ``type_name`` the Python type
+    found there, ``reason`` why it cannot be stored, ``where`` what the value is
+    (``output``, ``message``, ``tool arguments``...)."""
+
+    def __init__(self, where: str, path: str, type_name: str, reason: str):
+        super().__init__(INVALID_OUTPUT, f"{where} at {path}: {reason} ({type_name})")
+        self.where = where
+        self.path = path
+        self.type_name = type_name
+        self.reason = reason
+
+
+def storable_text(text: str) -> str:
+    """``text`` ready for a text column: NUL replaced by ``NUL_ESCAPE``, lone surrogates
+    by their ``\\udXXX`` escape. Never raises (for error details and other text the
+    engine itself must always be able to write)."""
+    if "\x00" in text:
+        text = text.replace("\x00", NUL_ESCAPE)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def storable(value: Any, where: str = "output") -> Any:
+    """Return ``value`` as it will be stored (a copy with NUL escaped in every string
+    and key; the value itself when it has none). Raises ``InvalidValue`` naming the
+    first path that cannot round-trip through JSON and both databases."""
+    return _walk(value, where, "$", 0)
+
+
+def problem(value: Any) -> tuple[str, str, str] | None:
+    """``(path, type_name, reason)`` of the first part of ``value`` that cannot be
+    stored, or ``None`` if all of it can."""
+    try:
+        storable(value)
+    except InvalidValue as exc:
+        return exc.path, exc.type_name, exc.reason
+    return None
+
+
+def _walk(value: Any, where: str, path: str, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise InvalidValue(where, path, type(value).__name__, f"nested deeper than {MAX_DEPTH}")
+    # Subclasses (a StrEnum, an OrderedDict) are stored as their base type and compare
+    # equal to what comes back.
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidValue(where, path, "float", f"{value!r} is not a JSON number")
+        if value.is_integer() and abs(value) >= 1e16:
+            # JSON writes it with an exponent; PostgreSQL's jsonb keeps the exact decimal
+            # and gives back an int that is not this float.
+            raise InvalidValue(
+                where, path, "float", f"{value!r} comes back from PostgreSQL as an int"
+            )
+        return value
+    if isinstance(value, str):
+        return _text(value, where, path)
+    if isinstance(value, list):
+        return [_walk(item, where, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidValue(
+                    where,
+                    f"{path}[{key!r}]",
+                    type(key).__name__,
+                    "keys must be strings (JSON turns other keys into strings)",
+                )
+            out[_text(key, where, path)] = _walk(item, where, _child(path, key), depth + 1)
+        return out
+    kind = type(value)
+    reason = {
+        tuple: "would come back as a list",
+        set: "is not JSON",
+        frozenset: "is not JSON",
+        bytes: "is not JSON (encode it, e.g. base64, or store it as an artifact)",
+    }.get(kind, "is not JSON (use str, int, float, bool, None, list or dict)")
+    raise InvalidValue(where, path, kind.__name__, reason)
+
+
+def _text(text: str, where: str, path: str) -> str:
+    if "\x00" in text:
+        text = text.replace("\x00", NUL_ESCAPE)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidValue(where, path, "str", "text holds a lone surrogate") from None
+    return text
+
+
+def _child(path: str, key: str) -> str:
+    return f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
