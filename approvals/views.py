@@ -4,6 +4,8 @@ Decisions go through ``approvals.services.decide`` (approver role), takeover cla
 resolutions through ``claim_takeover`` / ``resolve_takeover`` (operator role).
 """
 
+import json
+
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 
@@ -75,6 +77,10 @@ def approvals_inbox(request):
     )
     pending = paginate(request, approval_filter.qs)
     _attach_previews(pending.object_list)
+    for approval in pending.object_list:
+        evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
+        if evidence.get("kind") == "tool_call":
+            approval.tool_arguments = json.dumps(evidence.get("arguments"), indent=1)
     decided = paginate(
         request,
         Approval.objects.exclude(status=Approval.Status.PENDING)

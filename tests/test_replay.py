@@ -282,3 +282,39 @@ def test_a_fork_after_the_draft_reuses_the_publication(actors):
     assert fork.status == "SUCCEEDED"
     assert calls(devices.publisher, "publisher.publish", fork) == 0
     assert calls(devices.publisher, "publisher.publish", original) == 1
+
+
+def test_the_replay_stores_a_large_checkpoint_value_once_by_reference(actors):
+    from django.db import connection
+
+    from runs.engine.errors import StepError
+    from runs.workflows import registry
+    from runs.workflows.definition import Workflow
+
+    workflow = Workflow("replay_big", version=1, input_fields={"n": int})
+
+    @workflow.step()
+    def write(ctx):
+        return {"text": "word " * 2000}
+
+    @workflow.step()
+    def check(ctx):
+        raise StepError("INVALID_ARGUMENT", "not yet")
+
+    registry.register(workflow)
+    try:
+        original = finish(lifecycle.start_run("replay_big", thread_id="BIG", input={"n": 1}))
+        assert original.status == "FAILED"
+        fork = replay_run(original, actor="cli", reason="fixed")
+        assert fork.replay_checkpoint == "after:write"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT state FROM runs_checkpoint WHERE run_id = %s",
+                [fork.pk.hex if connection.vendor == "sqlite" else fork.pk],
+            )
+            [(raw,)] = cursor.fetchall()
+        assert "$payload" in str(raw) and "word word" not in str(raw)
+        cp = Checkpoint.objects.get(run=fork)
+        assert cp.state["outputs"]["write"]["text"] == "word " * 2000
+    finally:
+        registry.unregister("replay_big", 1)

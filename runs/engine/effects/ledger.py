@@ -100,7 +100,7 @@ def record_reused(ops: list[Operation], *, run_id, generation: int) -> list[Oper
                 side_effect=op.side_effect,
                 arguments=op.arguments,
                 status=Operation.Status.SUCCEEDED,
-                result=op.result,
+                result=payloads.externalize(run_id, op.result),
                 external_ref=op.external_ref,
                 reused_from=op,
             )
