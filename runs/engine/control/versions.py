@@ -70,7 +70,7 @@ def _migrate(run: Run, target: Workflow, worker_id: str) -> Workflow | None:
         state = target.migrate_from[old](dict(latest.state if latest else {}))
         state["workflow_version"] = target.version
         name = f"migrated:v{old}-v{target.version}"
-        Checkpoint.objects.create(
+        Checkpoint.objects.create(  # type: ignore[misc]  # state is a property setter
             run_id=run.pk,
             step_id=latest.step_id if latest else None,
             name=name,

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0010_payload_store'),
+        ('runs', '0011_checkpoint_deltas'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
