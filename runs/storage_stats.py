@@ -21,7 +21,7 @@ _CACHE_KEY = "agentops:storage-by-workflow"
 _SOURCES = [
     (Run, "", ["input"]),
     (Step, "run__", ["input", "output"]),
-    (Checkpoint, "run__", ["state"]),
+    (Checkpoint, "run__", ["data"]),
     (Operation, "run__", ["arguments", "result"]),
     (Event, "run__", ["payload"]),
     (Message, "run__", ["content"]),

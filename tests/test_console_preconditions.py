@@ -36,9 +36,7 @@ def test_a_change_between_the_check_and_the_action_is_refused(actors, demo):
         success="raised",
     )
     assert response.status_code == 409 and b"run_changed" in response.content
-    assert [e.actor for e in Event.objects.filter(run=run, type="budget.raised")] == [
-        "user:carol"
-    ]
+    assert [e.actor for e in Event.objects.filter(run=run, type="budget.raised")] == ["user:carol"]
 
 
 def test_an_unchanged_run_is_acted_on(actors, demo):

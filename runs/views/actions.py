@@ -59,13 +59,13 @@ def cancel(request, run_id):
 
 @console_action(OPERATE_PERM)
 def redispatch(request, run_id):
-    """Re-notify the run's open step (``lifecycle.resume``), never taking a live lease."""
+    """Re-notify the run's open step (``lifecycle.redispatch``), never taking a live lease."""
     run, back, changed = _run_for_action(request, run_id)
     if changed:
         return changed
     return perform(
         request,
-        lambda: lifecycle.resume(run, actor=actor_of(request), wait_seconds=0),
+        lambda: lifecycle.redispatch(run, actor=actor_of(request), wait_seconds=0),
         back=back,
         success=lambda s: f"Re-dispatched step {s.name} of run {run.pk}.",
     )
@@ -208,7 +208,7 @@ def bulk_skip_reason(action: str, run: Run) -> str:
 def _apply_one(request, action: str, run: Run, reason: str):
     if action == "cancel":
         return request_cancel(run, actor=actor_of(request), reason=reason)
-    return lifecycle.resume(run, actor=actor_of(request), wait_seconds=0)
+    return lifecycle.redispatch(run, actor=actor_of(request), wait_seconds=0)
 
 
 @console_action(OPERATE_PERM)

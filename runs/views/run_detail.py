@@ -124,7 +124,7 @@ def run_detail(request, run_id):
         artifact.verification = artifact_files.verify(artifact)
     checkpoints = section(
         request,
-        Checkpoint.objects.filter(run=run).select_related("step").defer("state").order_by("-pk"),
+        Checkpoint.objects.filter(run=run).select_related("step").defer("data").order_by("-pk"),
         param="checkpoints",
         size=SECTION_SIZE,
     )

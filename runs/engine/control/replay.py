@@ -29,8 +29,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 
 from runs.engine.control import reuse, rewind
 from runs.engine.control.lifecycle import ControlError
-from runs.engine.data import payloads
-from runs.engine.execution.executor import schedule_step
+from runs.engine.state import checkpoints
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
@@ -263,15 +262,9 @@ def replay_run(
                 },
                 actor=actor,
             )
-            Checkpoint.objects.create(
-                run=new,
-                step=None,
-                name=cp.name,
-                generation=1,
-                state=payloads.externalize(new.pk, state),
-            )
+            checkpoints.store(new, None, cp.name, state)
             reuse.carry_over(reused, run_id=new.pk, generation=1)
-            schedule_step(tx, cp.state["phase"], seq=1, actor=actor, delay=start_after)
+            tx.schedule_step(cp.state["phase"], seq=1, actor=actor, delay=start_after)
     new.refresh_from_db()
     return new
 

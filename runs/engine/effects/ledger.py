@@ -2,7 +2,7 @@
 after it (DESIGN sections 1.2, 1.5, 5.4).
 
 Idempotency keys are ``<run id>:g<generation>:<step>:<action>``: stable across attempts
-and worker takeovers of one business action, distinct across runs and across resumed
+and lease reclaims of one business action, distinct across runs and across resumed
 generations (a resume from an earlier checkpoint is a new decision to act again).
 Compensations use ``<key of the step>:compensate:<action>``.
 
@@ -17,12 +17,11 @@ import json
 from typing import Any
 
 from django.db import transaction
-from django.db.models.functions import Now
 
 from runs.engine.data import payloads
 from runs.engine.errors import LeaseLost
-from runs.models import Operation, Step
-from runs.states import StepStatus
+from runs.engine.state.gateway import attempt_holds, transition_operation, transition_operations
+from runs.models import Operation
 from runs.tools import Tool, ToolCall, VerifyAnswer
 
 #: ``side_effect`` values of operations that change nothing outside: reads, and model
@@ -61,12 +60,7 @@ def record_intent(
     longer holds the step.
     """
     with transaction.atomic():
-        if (
-            attempt is not None
-            and not Step.objects.filter(
-                pk=step_id, attempt=attempt, status=StepStatus.RUNNING
-            ).exists()
-        ):
+        if attempt is not None and not attempt_holds(step_id, attempt):
             raise LeaseLost(f"step {step_id} attempt {attempt} no longer holds the lease")
         op, created = Operation.objects.get_or_create(
             idempotency_key=key,
@@ -80,15 +74,9 @@ def record_intent(
             },
         )
         if not created and op.status in REINTENDABLE:
-            Operation.objects.filter(pk=op.pk).update(
-                status=Operation.Status.INTENT,
-                attempt=attempt or 0,
-                arguments=arguments,
-                updated_at=Now(),
+            transition_operation(
+                op, Operation.Status.INTENT, attempt=attempt or 0, arguments=arguments
             )
-            op.status = Operation.Status.INTENT
-            op.attempt = attempt or 0
-            op.arguments = arguments
         return op
 
 
@@ -137,9 +125,7 @@ def decline_reuse(op: Operation, arguments: dict) -> bool:
 def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCEEDED) -> None:
     """Store the outcome of the call. Not fenced on purpose: what the outside world did is
     a fact worth keeping even when it comes from an attempt that lost its lease."""
-    stored = payloads.externalize(op.run_id, result)
-    Operation.objects.filter(pk=op.pk).update(status=status, result=stored, updated_at=Now())
-    op.status = status
+    transition_operation(op, status, result=payloads.externalize(op.run_id, result))
     op.result = result
 
 
@@ -149,12 +135,12 @@ def record_late_result(op_id: int, result) -> None:
     run_id = Operation.objects.filter(pk=op_id).values_list("run_id", flat=True).first()
     if run_id is None:
         return
-    Operation.objects.filter(
-        pk=op_id, status__in=[Operation.Status.INTENT, Operation.Status.UNKNOWN]
-    ).update(
-        status=Operation.Status.SUCCEEDED,
+    transition_operations(
+        Operation.objects.filter(
+            pk=op_id, status__in=[Operation.Status.INTENT, Operation.Status.UNKNOWN]
+        ),
+        Operation.Status.SUCCEEDED,
         result=payloads.externalize(run_id, result),
-        updated_at=Now(),
     )
 
 

@@ -20,7 +20,7 @@ class StepContext:
 
     ``input``: the run's input (after any resume patch). ``outputs``: ``{step name:
     output}`` of the steps completed before this one (from the latest checkpoint).
-    ``state``: the latest checkpoint's whole state dict.
+    ``state``: the latest checkpoint's whole state dict (``checkpoint_id``: its id).
     """
 
     def __init__(
@@ -33,6 +33,7 @@ class StepContext:
         workflow,
         step_def,
         state: dict[str, Any],
+        checkpoint_id: int | None = None,
     ):
         self.run = run
         self.step = step
@@ -40,7 +41,12 @@ class StepContext:
         self.worker_id = worker_id
         self.workflow = workflow
         self.step_def = step_def
-        self.state = state
+        #: The checkpoint the step starts from, as stored (``checkpoint_state``) and its
+        #: id: the next checkpoint stores what changed since it. ``state`` is the
+        #: working copy the step may extend (artifact references).
+        self.checkpoint_state = state
+        self.checkpoint_id = checkpoint_id
+        self.state = dict(state)
         self.input: dict[str, Any] = state.get("input", run.input)
         self.outputs: dict[str, Any] = dict(state.get("outputs", {}))
         self.new_messages: list[dict[str, Any]] = []
