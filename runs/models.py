@@ -403,9 +403,10 @@ class Checkpoint(models.Model):
     generation = models.PositiveIntegerField(default=1)
     #: Shape of ``data``: 1 a whole state, 2 a delta on ``base``.
     version = models.PositiveIntegerField(default=1)
-    #: The checkpoint this one's delta applies to; a base outlives its deltas.
+    #: The checkpoint this one's delta applies to: it cannot be deleted alone, only with
+    #: its run (RESTRICT lets a run's cascade take the whole chain).
     base = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        "self", null=True, blank=True, on_delete=models.RESTRICT, related_name="+"
     )
     data = PayloadJSONField(default=dict, db_column="state")
     created_at = models.DateTimeField(db_default=Now())

@@ -64,7 +64,7 @@ def stored_bytes(model, field: str, **filters) -> int:
 def run_bytes(run_ids) -> dict[str, int]:
     return {
         "step outputs": stored_bytes(Step, "output", run_id__in=run_ids),
-        "checkpoints": stored_bytes(Checkpoint, "state", run_id__in=run_ids),
+        "checkpoints": stored_bytes(Checkpoint, "data", run_id__in=run_ids),
         "ledger results": stored_bytes(Operation, "result", run_id__in=run_ids),
         "ledger arguments": stored_bytes(Operation, "arguments", run_id__in=run_ids),
         "events": stored_bytes(Event, "payload", run_id__in=run_ids),

@@ -24,7 +24,7 @@ class Migration(migrations.Migration):
             field=models.ForeignKey(
                 blank=True,
                 null=True,
-                on_delete=django.db.models.deletion.PROTECT,
+                on_delete=django.db.models.deletion.RESTRICT,
                 related_name="+",
                 to="runs.checkpoint",
             ),

@@ -26,7 +26,7 @@ from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
 from runs.engine.effects.budget import raise_budget
 from runs.models import Checkpoint, Run
-from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus
+from runs.states import RUN_TERMINAL, RunStatus, command_allows, command_states
 
 #: Most runs one bulk action may touch.
 BULK_LIMIT = 500
@@ -195,14 +195,18 @@ BULK_ACTIONS = {
 
 
 def bulk_skip_reason(action: str, run: Run) -> str:
-    """Why ``action`` does not apply to ``run`` in its state, or ``""`` if it does."""
+    """Why ``action`` (a key of ``runs.states.RUN_COMMANDS``) does not apply to ``run``
+    in its state, or ``""`` if it does."""
     if run.status in RUN_TERMINAL:
         return f"already {run.status}"
-    if action == "cancel" and run.status == RunStatus.CANCEL_REQUESTED:
+    if command_allows(action, run.status):
+        return ""
+    if run.status == RunStatus.CANCEL_REQUESTED:
         return "cancel already requested"
-    if action == "redispatch" and run.status not in RUN_EXECUTABLE:
-        return f"{run.status}: nothing to re-dispatch (resolve or decide it instead)"
-    return ""
+    return (
+        f"{run.status}: {BULK_ACTIONS[action].lower()} applies to "
+        f"{command_states(action)} runs (resolve or decide it instead)"
+    )
 
 
 def _apply_one(request, action: str, run: Run, reason: str):

@@ -385,7 +385,8 @@ def _commit_in_one_statement(
     state["message_seq"] = done.message_seq
     state["budget_used"] = done.usage()
     run.event_seq, run.version = done.event_seq, done.version
-    run.model_calls, run.tool_calls, run.cost_usd = done.model_calls, done.tool_calls, done.cost_usd
+    run.model_calls, run.tool_calls, run.tokens = done.model_calls, done.tool_calls, done.tokens
+    run.cost_usd, run.unpriced_model_calls = done.cost_usd, done.unpriced_model_calls
     if next_name is None:
         run.status = RunStatus.SUCCEEDED
         return StepOutcome(True, step.pk)

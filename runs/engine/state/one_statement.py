@@ -31,7 +31,8 @@ logger = logging.getLogger("agentops.commit")
 
 _SQL = """
 WITH r AS (
-    SELECT id, event_seq, version, thread_id, model_calls, tool_calls, cost_usd
+    SELECT id, event_seq, version, thread_id, model_calls, tool_calls, tokens, cost_usd,
+        unpriced_model_calls
     FROM runs_run
     WHERE id = %(run)s AND status = %(running)s AND generation = %(generation)s
     FOR UPDATE
@@ -67,7 +68,8 @@ cp AS (
             jsonb_set(%(delta)s::jsonb, '{set,message_seq}', to_jsonb(t.message_seq)),
             '{set,budget_used}',
             jsonb_build_object('model_calls', r.model_calls, 'tool_calls', r.tool_calls,
-                'cost_usd', r.cost_usd::text)
+                'tokens', r.tokens, 'cost_usd', r.cost_usd::text,
+                'unpriced_model_calls', r.unpriced_model_calls)
         ),
         STATEMENT_TIMESTAMP()
     FROM r, s, t
@@ -95,7 +97,8 @@ ev AS (
         AS e(k integer, ref text, type text, payload jsonb, actor text)
 )
 SELECT (SELECT id FROM nx), (SELECT id FROM cp), t.message_seq, r.model_calls,
-    r.tool_calls, r.cost_usd, (SELECT event_seq FROM ru), (SELECT version FROM ru)
+    r.tool_calls, r.tokens, r.cost_usd, r.unpriced_model_calls, (SELECT event_seq FROM ru),
+    (SELECT version FROM ru)
 FROM r, s, t
 """
 
@@ -111,16 +114,20 @@ class Committed:
     message_seq: int
     model_calls: int
     tool_calls: int
+    tokens: int
     cost_usd: Decimal
+    unpriced_model_calls: int
     event_seq: int
     version: int
 
     def usage(self) -> dict[str, Any]:
-        """The ``budget_used`` shape of a checkpoint state."""
+        """The ``budget_used`` shape of a checkpoint state (``Run.usage``)."""
         return {
             "model_calls": self.model_calls,
             "tool_calls": self.tool_calls,
+            "tokens": self.tokens,
             "cost_usd": str(self.cost_usd),
+            "unpriced_model_calls": self.unpriced_model_calls,
         }
 
 
