@@ -218,7 +218,9 @@ class Topology:
         while time.monotonic() < deadline:
             self.check_alive()
             with contextlib.suppress(OSError):
-                got, body = self.request("GET", path, timeout=5)
+                # Longer than the database's connect_timeout (5 s), which a readiness
+                # check may wait out while the server shuts down.
+                got, body = self.request("GET", path, timeout=15)
                 if got == status:
                     return body
                 last = (got, body)
@@ -375,7 +377,7 @@ def smoke(topo: Topology) -> None:
 
     assert topo.services is not None
     topo.services._stop_postgres()
-    body = topo.wait_http("/readyz", 503, timeout=30)
+    body = topo.wait_http("/readyz", 503, timeout=90)
     if not isinstance(body, dict) or body["checks"]["redis"] != "ok":
         raise SmokeFailure(f"/readyz with the database stopped: {body}")
     topo.wait_http("/healthz", 200, timeout=10)
