@@ -380,6 +380,46 @@ def perform_call(
             status=Operation.Status.FAILED,
         )
         raise
+    except Exception as exc:  # noqa: BLE001 - sent, then no definite "not done": settle it
+        return _settle_after_send(run, step, actor, tool, op, info, exc)
     faults.act(fault, tool)
     ledger.record_result(op, result)
     return result
+
+
+def _settle_after_send(run: Run, step: Step | None, actor: str, tool: Tool, op, info, exc):
+    """The request may have reached the outside world, then the call failed without a
+    definite "not done" (an HTTP 500 after the effect, an unreadable 200, a dropped
+    connection). For an ``unsafe`` tool that is an unknown outcome, settled the way a
+    crash is: ``verify`` now; done: the result, recorded; not done: the row FAILED and a
+    retryable ``StepError``; cannot tell: ``OutcomeUnknown`` (a human decides). Read and
+    idempotent tools are simply retried under the same key (``DEPENDENCY_UNAVAILABLE``)."""
+    cause = f"{tool.name}: {type(exc).__name__}: {exc}"[:2000]
+    if tool.side_effect != "unsafe":
+        raise StepError("DEPENDENCY_UNAVAILABLE", cause) from exc
+    answer = ledger.verify(tool, op, info)
+    record_event(
+        run.pk,
+        "operation.verified",
+        {
+            **ledger.describe(op),
+            "answer": answer.status,
+            "evidence": answer.evidence[:2000],
+            "after": cause,
+        },
+        step_id=step.pk if step else None,
+        actor=actor,
+    )
+    if answer.status == "done":
+        ledger.record_result(op, answer.result)
+        return answer.result
+    if answer.status == "not_done":
+        ledger.record_result(
+            op,
+            {"verified": "not_done", "evidence": answer.evidence, "after": cause},
+            status=Operation.Status.FAILED,
+        )
+        raise StepError("DEPENDENCY_UNAVAILABLE", cause) from exc
+    raise OutcomeUnknown(
+        op.pk, f"{cause}; the call may have taken effect and verify cannot tell", answer.evidence
+    ) from exc
