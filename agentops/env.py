@@ -5,6 +5,7 @@ surprise later (the habit of healthchecks' ``settings.py``). Any variable may in
 be given as ``NAME_FILE``, a path whose contents are the value (for secrets).
 """
 
+import json
 import math
 import os
 
@@ -55,6 +56,21 @@ def env_number(name: str, default: float, *, minimum: float | None = None) -> fl
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={raw!r} must be >= {minimum}")
     return int(value) if value.is_integer() else value
+
+
+def env_json(name: str, default):
+    """Return the variable parsed as JSON; raises ``ImproperlyConfigured`` if it is not
+    JSON or not of the default's type (an object for a dict default)."""
+    raw = env_str(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} is not valid JSON: {exc}") from exc
+    if not isinstance(value, type(default)):
+        raise ImproperlyConfigured(f"{name} must be a JSON {type(default).__name__}")
+    return value
 
 
 #: URL schemes of the databases AgentOps supports (dj-database-url's names).

@@ -10,7 +10,6 @@
 from pathlib import Path
 
 from csp.constants import NONE, SELF
-
 from django.core.exceptions import ImproperlyConfigured
 
 from agentops.env import (
@@ -18,6 +17,7 @@ from agentops.env import (
     env_choice,
     env_database_url,
     env_dotted_path,
+    env_json,
     env_number,
     env_redis_url,
     env_str,
@@ -269,6 +269,19 @@ LOGGING = {
     },
 }
 
+# Model providers (runs/agents, README "Bring your own agent"): the default model, named
+# the Pydantic AI way ("sim" offline, "openai:gpt-4.1-mini", "anthropic:..."); a workflow
+# or a step may name another. OPENAI_BASE_URL points the openai provider at any
+# OpenAI-compatible server (vLLM, Ollama, LM Studio); OPENAI_API_KEY may come from
+# OPENAI_API_KEY_FILE. Checked at start-up (runs.apps): an unknown provider or a missing
+# key is an ImproperlyConfigured error naming the setting.
+AGENTOPS_MODEL = (env_str("AGENTOPS_MODEL", "sim") or "sim").strip()
+OPENAI_BASE_URL = env_str("OPENAI_BASE_URL") or None
+OPENAI_API_KEY = env_str("OPENAI_API_KEY") or None
+# Prices in USD per million tokens, as JSON: {"openai:gpt-4.1-mini": {"input": "0.40",
+# "output": "1.60"}}. A model without a price makes a run's cost unknown, never 0.
+AGENTOPS_MODEL_PRICES = env_json("AGENTOPS_MODEL_PRICES", {})
+
 # Modules that define and register workflows (imported by runs.apps at start-up).
 AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.room_temperature",
@@ -276,13 +289,16 @@ AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.dim_lights",
     "runs.workflows.book_trip",
     "runs.workflows.weekly_report",
+    # A Pydantic AI agent registered as a workflow (README "Bring your own agent").
+    "runs.workflows.support_agent",
     # Benchmark, drill and soak workflows (bench_noop, bench_hold, synthetic_order).
     "runs.workflows.synthetic",
 ]
 # More modules (comma-separated) for deployments that register their own workflows or a
 # new version of one; tests use it to play "old code" and "new code" side by side.
-AGENTOPS_WORKFLOW_MODULES += [
+AGENTOPS_EXTRA_WORKFLOW_MODULES = [
     m.strip()
     for m in (env_str("AGENTOPS_EXTRA_WORKFLOW_MODULES", "") or "").split(",")
     if m.strip()
 ]
+AGENTOPS_WORKFLOW_MODULES += AGENTOPS_EXTRA_WORKFLOW_MODULES

@@ -16,10 +16,11 @@ from django.db.models.functions import Now
 
 from approvals.models import Approval, Takeover
 from approvals.policy import check_decider
+from approvals.tool_calls import decision_terms
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Checkpoint, Run, Step, Thread
-from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
 
 DECISIONS = {"approve": Approval.Status.APPROVED, "reject": Approval.Status.REJECTED}
 RESOLUTIONS = ("resume", "retry", "mark_done", "cancel")
@@ -137,9 +138,20 @@ def commit_approval_request(ctx, request: dict[str, Any], worker_id: str) -> Non
 # -- deciding --------------------------------------------------------------------------
 
 
-def decide(approval: Approval, *, decision: str, user, comment: str = "") -> Approval:
+def decide(
+    approval: Approval,
+    *,
+    decision: str,
+    user,
+    comment: str = "",
+    arguments=None,
+    message: str = "",
+) -> Approval:
     """Record ``decision`` ("approve" or "reject") by ``user`` and continue the run on
-    the matching route, in one transaction.
+    the matching route, in one transaction. On an agent's tool call, ``arguments``
+    (with approve) replaces the call's arguments and ``message`` (with reject) reaches
+    the model instead of the tool result (``approvals.tool_calls``; ``invalid_arguments``
+    with field errors, nothing changed, when they do not fit the tool).
 
     Idempotent: the same decision again returns the approval unchanged (one decision,
     one event). Raises what ``approvals.policy.check_decider`` raises (no approver
@@ -156,22 +168,25 @@ def decide(approval: Approval, *, decision: str, user, comment: str = "") -> App
     check_decider(approval, user)
     target = DECISIONS[decision]
     actor = user_actor(user)
+    extra_output, extra_event = decision_terms(approval, decision, arguments, message)
     with run_transaction(approval.run_id) as tx:
         current = Approval.objects.select_for_update().get(pk=approval.pk)
         if current.status == target:
             return current
         if current.status != Approval.Status.PENDING:
             raise DecisionConflict(current, decision)
-        if tx.run.status != RunStatus.WAITING_APPROVAL:
+        if not command_allows("decide_approval", tx.run.status):
             raise ControlError(
-                "not_allowed_in_state", f"run is {tx.run.status}, not waiting for this approval"
+                "not_allowed_in_state",
+                f"run is {tx.run.status}; approvals are decided on "
+                f"{command_states('decide_approval')} runs",
             )
         Approval.objects.filter(pk=current.pk, status=Approval.Status.PENDING).update(
             status=target, decided_by=user, decided_at=Now(), comment=comment
         )
         tx.event(
             f"approval.{target.lower()}",
-            {"approval_id": current.pk, "comment": comment, "reason": comment},
+            {"approval_id": current.pk, "comment": comment, "reason": comment, **extra_event},
             step_id=current.step_id,
             actor=actor,
         )
@@ -181,7 +196,12 @@ def decide(approval: Approval, *, decision: str, user, comment: str = "") -> App
             current,
             route,
             actor,
-            {"decision": target.lower(), "by": user.get_username(), "comment": comment},
+            {
+                "decision": target.lower(),
+                "by": user.get_username(),
+                "comment": comment,
+                **extra_output,
+            },
         )
     current.refresh_from_db()
     return current
@@ -436,9 +456,15 @@ def _continue_in_place(run: Run, takeover: Takeover, actor: str, note: dict[str,
         lifecycle.retry_step(run, actor=actor, reason=note["reason"], takeover=takeover, note=note)
         return
     with run_transaction(run.pk) as tx:
-        if tx.run.status != RunStatus.PAUSED:
-            raise ControlError("not_allowed_in_state", f"run is {tx.run.status}, not PAUSED")
+        if not command_allows("resolve_takeover", tx.run.status):
+            raise ControlError(
+                "not_allowed_in_state",
+                f"run is {tx.run.status}; takeovers are resolved on "
+                f"{command_states('resolve_takeover')} runs",
+            )
         resolve_open_takeover(tx, actor, note, takeover)
+        if step is None and _back_to_waiting(tx, actor, note):
+            return
         tx.transition_run(RunStatus.RUNNING, actor=actor, reason=note["reason"])
         if step is None:
             raise ControlError(
@@ -452,6 +478,34 @@ def _continue_in_place(run: Run, takeover: Takeover, actor: str, note: dict[str,
             actor=actor,
         )
         dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
+
+
+def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
+    """A run paused while it waited (an operator's pause of WAITING_APPROVAL or
+    WAITING_EXTERNAL) waits again: for its approval if still PENDING, or on that
+    approval's route if it was decided or expired meanwhile, else for its callback.
+    Returns False when the run has no WAITING step."""
+    waiting = (
+        Step.objects.filter(
+            run_id=tx.run.pk, generation=tx.run.generation, status=StepStatus.WAITING
+        )
+        .order_by("-seq")
+        .first()
+    )
+    if waiting is None:
+        return False
+    approval = Approval.objects.filter(step_id=waiting.pk).order_by("-pk").first()
+    if approval is None:
+        tx.transition_run(RunStatus.WAITING_EXTERNAL, actor=actor, reason=note["reason"])
+    elif approval.status == Approval.Status.PENDING:
+        tx.transition_run(RunStatus.WAITING_APPROVAL, actor=actor, reason=note["reason"])
+    else:
+        route = {Approval.Status.APPROVED: "approve", Approval.Status.REJECTED: "reject"}
+        decision = approval.status.lower()
+        _continue_after(
+            tx, approval, route.get(approval.status, "expire"), actor, {"decision": decision}
+        )
+    return True
 
 
 def _unknown_step(run: Run) -> Step | None:

@@ -4,6 +4,7 @@ Decisions go through ``approvals.services.decide`` (approver role), takeover cla
 resolutions through ``claim_takeover`` / ``resolve_takeover`` (operator role).
 """
 
+import json
 import uuid
 
 from django.shortcuts import get_object_or_404
@@ -86,6 +87,10 @@ def approvals_inbox(request):
         pending_all.select_related("run", "step").order_by("created_at", "pk")[:LIST_LIMIT]
     )
     _attach_previews(pending)
+    for approval in pending:
+        evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
+        if evidence.get("kind") == "tool_call":
+            approval.tool_arguments = json.dumps(evidence.get("arguments"), indent=1)
     decided = list(
         Approval.objects.exclude(status=Approval.Status.PENDING)
         .select_related("run", "decided_by")
@@ -124,11 +129,20 @@ def decide_view(request, approval_id):
         )
 
     def call():
+        # An agent's tool call: the form carries its arguments (editable) and a message.
+        arguments = optional_json(request.POST, "arguments", label="Arguments")
+        evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
+        if decision != "approve" or arguments == evidence.get("arguments"):
+            arguments = None
         return decide(
             approval,
             decision=decision,
             user=request.user,
             comment=(request.POST.get("comment") or "").strip()[:4000],
+            arguments=arguments,
+            message=(request.POST.get("message") or "").strip()[:4000]
+            if decision == "reject"
+            else "",
         )
 
     return perform(

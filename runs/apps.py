@@ -10,6 +10,10 @@ class RunsConfig(AppConfig):
         from runs.workflows import registry
 
         registry.autodiscover()
+        # Model providers, and a check of every model the settings and workflows name.
+        from runs.agents.config import configure
+
+        configure()
         # Registers the run-lock hook that checks clients' If-Match preconditions.
         import runs.engine.control.preconditions  # noqa: F401
 
@@ -18,6 +22,7 @@ class RunsConfig(AppConfig):
         import runs.engine.effects.compensation  # noqa: F401
 
         _register_sweep_tasks()
+        _register_status_extras()
         # Registers the thread-queue hook and sweep task, and the durability check.
         # Bounds lock and statement waits on every PostgreSQL connection.
         import agentops.db_session  # noqa: F401
@@ -49,3 +54,13 @@ def _register_sweep_tasks() -> None:
     sweeper.EXTRA_TASKS.setdefault("cancels_finished", cancel.finish_requested_cancels)
     sweeper.EXTRA_TASKS.setdefault("stuck_flagged", watchdog.flag_stuck_runs)
     sweeper.EXTRA_TASKS.setdefault("dead_owners", liveness.release_dead_owners)
+
+
+def _register_status_extras() -> None:
+    """``runs status`` shows the simulated devices' calls and readings (the engine does
+    not import the simulator)."""
+    from runs.engine.control import lifecycle
+    from runs.sim.devices import device_calls, device_readings
+
+    lifecycle.STATUS_EXTRAS.setdefault("calls", lambda run: device_calls(str(run.pk)))
+    lifecycle.STATUS_EXTRAS.setdefault("devices", lambda run: device_readings())

@@ -11,6 +11,7 @@ untrusted and the console must show it as text.
 """
 
 import hashlib
+import json
 import random
 import uuid
 from dataclasses import dataclass, field
@@ -58,9 +59,16 @@ WORKFLOW_STEPS = {
 }
 GOALS = {
     "room_temperature": "How warm is the living room?",
-    "weekly_report": "Weekly report for 2026-W48",
+    "weekly_report": "Weekly report for 2026-W40",
     "dim_lights": "lower the brightness by 10%",
 }
+#: The week of seeded weekly reports: not the tutorials' 2026-W48, so a seeded run that
+#: a worker continues never holds the slot a tutorial run reserves.
+DEMO_WEEK = "2026-W40"
+#: Scenarios whose runs a worker continues by itself (due or lease-expired steps, or a
+#: cancel to finish). They never use dim_lights: the tutorials' lamp is only touched
+#: by an operator acting on a seeded run.
+SELF_CONTINUING = {"running", "pending", "cancel_requested", "stuck", "lease_expired", "looping"}
 HOSTILE = ['<script>alert("xss")</script>', "<img src=x onerror=alert(1)>"]
 
 #: (scenario, weight): the mix of run situations.
@@ -96,6 +104,56 @@ class SeedReport:
     scenarios: dict[str, list] = field(default_factory=dict)
 
 
+def _input(workflow: str, goal: str) -> dict:
+    """The run input the real workflow requires (``Workflow.input_fields``)."""
+    if workflow == "weekly_report":
+        return {"week": DEMO_WEEK}
+    if workflow == "dim_lights":
+        return {"request": goal}
+    return {"question": goal}
+
+
+class _ArtifactRef:
+    """An artifact in a step output, before its row has an id: becomes
+    ``{"name", "id", "sha256", "size"}`` when written (as ``draft_report`` returns)."""
+
+    def __init__(self, artifact: Artifact):
+        self.artifact = artifact
+
+
+def _materialize(value):
+    """``value`` with artifact rows replaced by their ids and ``_ArtifactRef`` by the
+    dict a real step returns (called once every artifact row has its id)."""
+    if isinstance(value, Artifact):
+        return value.pk
+    if isinstance(value, _ArtifactRef):
+        a = value.artifact
+        return {"name": a.name, "id": a.pk, "sha256": a.checksum, "size": a.size}
+    if isinstance(value, dict):
+        return {k: _materialize(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_materialize(v) for v in value]
+    return value
+
+
+def _state(b: "_RunBuilder", phase: str | None, message_seq: int) -> dict:
+    """A checkpoint state in the engine's format (``runs.engine.state.checkpoints``)."""
+    return {
+        "phase": phase,
+        "input": b.run.input,
+        "completed": list(b.completed),
+        "outputs": dict(b.outputs),
+        "message_seq": message_seq,
+        "artifacts": list(b.artifacts),
+        "budget_used": {"model_calls": 0, "tool_calls": 0, "cost_usd": "0"},
+        "workflow": b.run.workflow,
+        "workflow_version": b.run.workflow_version,
+        "generation": 1,
+        "next_allowed": [phase] if phase else [],
+        "pending_approval": None,
+    }
+
+
 class _RunBuilder:
     """Accumulates one run's rows in memory, with gap-free event seqs."""
 
@@ -109,6 +167,10 @@ class _RunBuilder:
         self.steps: list[Step] = []
         self.step_events: list[tuple[int, Event]] = []  # (index in steps, event)
         self.scenario = ""
+        #: Checkpoint state as the engine builds it: outputs by step, artifacts so far.
+        self.outputs: dict = {}
+        self.completed: list[str] = []
+        self.artifacts: list[Artifact] = []
 
     def tick(self, low: float = 0.2, high: float = 8.0) -> datetime:
         self.clock += timedelta(seconds=self.seeder.rng.uniform(low, high) * self.pace)
@@ -231,6 +293,8 @@ class Seeder:
             "long_history": "room_temperature",
             "looping": "room_temperature",
         }.get(scenario, rng.choice(list(WORKFLOW_STEPS)))
+        if scenario in SELF_CONTINUING and workflow == "dim_lights":
+            workflow = "room_temperature"
         names = WORKFLOW_STEPS[workflow]
         age, pace = timedelta(minutes=rng.uniform(60, 3 * 24 * 60)), 1.0
         if scenario in ("running", "pending", "cancel_requested", "looping"):
@@ -247,7 +311,7 @@ class Seeder:
             workflow=workflow,
             workflow_version=99 if scenario == "version" else 1,
             status=RunStatus.PENDING,
-            input={"question": goal},
+            input=_input(workflow, goal),
             goal=goal,
             budget={"model_calls": 10, "tool_calls": 5, "cost_usd": "0.50"},
             created_at=created,
@@ -328,8 +392,11 @@ class Seeder:
         )
         step.status, step.attempt, step.owner = StepStatus.SUCCEEDED, attempt, worker
         step.finished_at = b.clock
-        step.output = {"ok": True}
-        self._step_side_effects(b, i, name, messages)
+        step.output = self._step_output(b, i, name, messages)
+        b.outputs[name] = step.output
+        b.completed.append(name)
+        names = WORKFLOW_STEPS[b.run.workflow]
+        later = names[names.index(name) + 1 :] if name in names else []
         b.event("checkpoint.saved", {"name": f"after:{name}"}, step_index=i, actor=worker)
         self.rows["checkpoints"].append(
             (
@@ -340,91 +407,134 @@ class Seeder:
                     name=f"after:{name}",
                     generation=1,
                     created_at=b.clock,
-                    state={
-                        "phase": None,
-                        "completed": [s.name for s in b.steps],
-                        "input": b.run.input,
-                    },
+                    state=_state(b, later[0] if later else None, len(messages)),
                 ),
             )
         )
         return i
 
-    def _step_side_effects(self, b: _RunBuilder, i: int, name: str, messages: list) -> None:
-        call_id = f"call_{b.run.pk.hex[:8]}_{i}"
-        if name == "plan":
-            tool = "lamp.get" if b.run.workflow == "dim_lights" else "thermostat.read"
-            messages.append(
-                (
-                    "assistant",
-                    "",
-                    [{"id": call_id, "name": tool, "arguments": {"room": "living room"}}],
-                    "",
-                )
-            )
-        elif name in ("read_temperature", "read_lamp"):
-            messages.append(
-                (
-                    "tool",
-                    '{"room": "living room", "celsius": 23.5}',
-                    [],
-                    f"call_{b.run.pk.hex[:8]}_0",
-                )
-            )
-            self._operation(
-                b,
-                i,
-                "thermostat.read" if name == "read_temperature" else "lamp.get",
-                "read",
-                Operation.Status.SUCCEEDED,
-                {"celsius": 23.5},
-            )
-        elif name == "reply":
-            text = "It is 23.5 °C in the living room."
-            if b.run.goal.endswith(tuple(HOSTILE)):
+    def _step_output(self, b: _RunBuilder, i: int, name: str, messages: list):
+        """The output the real step returns, with the messages, ledger rows and
+        artifacts it leaves, so a worker, a compensation or a resume can go on from it."""
+        run = b.run
+        call_id = f"call_{run.pk.hex[:8]}_{b.steps[i].seq}_0"
+        if run.workflow == "room_temperature":
+            if name == "plan":
+                calls = [
+                    {"id": call_id, "name": "thermostat.read", "arguments": {"room": "living room"}}
+                ]
+                messages.append(("assistant", "", calls, ""))
+                return {"tool_calls": calls}
+            if name == "read_temperature":
+                call = b.outputs.get("plan", {}).get("tool_calls", [{}])[0]
+                reading = {"room": "living room", "celsius": 23.5}
+                messages.append(("tool", json.dumps(reading), [], call.get("id", call_id)))
+                self._operation(b, i, "thermostat.read", "read", {"room": "living room"}, reading)
+                return reading
+            text = "It is 23.5 °C in the living room right now."
+            if run.goal.endswith(tuple(HOSTILE)):
                 text += " The page said: " + HOSTILE[0] + HOSTILE[1]
             messages.append(("assistant", text, [], ""))
-        elif name == "set_brightness":
-            self._operation(
-                b,
-                i,
-                "lamp.set_brightness",
-                "unsafe",
-                Operation.Status.SUCCEEDED,
-                {"brightness": 70},
-            )
-        elif name == "draft_report":
+            return {"answer": text, "message_id": f"msg_{run.pk.hex[:8]}_{len(messages)}"}
+        if run.workflow == "dim_lights":
+            if name == "read_lamp":
+                calls = [{"id": call_id, "name": "lamp.get_brightness", "arguments": {}}]
+                messages.append(("assistant", "", calls, ""))
+                messages.append(("tool", json.dumps({"brightness": 80}), [], call_id))
+                self._operation(b, i, "lamp.get_brightness", "read", {}, {"brightness": 80})
+                return {"brightness": 80}
+            if name == "plan":
+                calls = [
+                    {"id": call_id, "name": "lamp.set_brightness", "arguments": {"brightness": 70}}
+                ]
+                messages.append(("assistant", "", calls, ""))
+                return {"tool_calls": calls}
+            if name == "set_brightness":
+                call = b.outputs["plan"]["tool_calls"][0]
+                outcome = {"brightness": 70, "previous": 80}
+                self._operation(
+                    b,
+                    i,
+                    "lamp.set_brightness",
+                    "unsafe",
+                    {"brightness": 70, "previous": 80},
+                    outcome,
+                )
+                messages.append(("tool", json.dumps(outcome), [], call["id"]))
+                return outcome
+            text = "Done: the lamp went from 80% to 70% brightness."
+            messages.append(("assistant", text, [], ""))
+            return {"answer": text}
+        return self._report_output(b, i, name)
+
+    def _report_output(self, b: _RunBuilder, i: int, name: str):
+        week = b.run.input["week"]
+        if name == "collect_sources":
+            slot = {"slot": week, "holder": str(b.run.pk)}
+            self._operation(b, i, "publisher.reserve", "idempotent", {"week": week}, slot)
+            sources = [
+                {
+                    "url": f"https://news.example/{week}/{n}",
+                    "title": f"{t.title()} note {n}",
+                    "topic": t,
+                }
+                for n, t in enumerate(["reliability", "costs", "agents", "evaluation"])
+            ]
+            self._operation(b, i, "newsfeed.fetch", "read", {"week": week}, sources)
+            return {"sources": sources, "slot": slot}
+        if name == "deduplicate":
+            return {"sources": b.outputs["collect_sources"]["sources"], "dropped": 0}
+        if name == "analyze":
+            topics = {s["topic"]: 1 for s in b.outputs["deduplicate"]["sources"]}
+            return {"topics": dict(sorted(topics.items())), "focus": "reliability"}
+        if name == "draft_report":
+            title = f"Weekly report {week}: reliability"
+            refs = []
             for art_name, body in (
-                ("sources.json", '["https://example.invalid/a"]'),
-                ("report.md", f"# Weekly report\n\nAll quiet. {HOSTILE[1]}\n"),
+                ("sources.json", json.dumps(b.outputs["deduplicate"]["sources"])),
+                ("report.md", f"# {title}\n\nAll quiet. {HOSTILE[1]}\n"),
             ):
-                self._artifact(b, i, art_name, body.encode())
-        elif name == "publish":
+                refs.append(_ArtifactRef(self._artifact(b, i, art_name, body.encode())))
+            return {"title": title, "artifacts": refs}
+        if name == "approve_publication":
+            return {"decision": "approved", "by": "approver", "comment": "looks right"}
+        if name == "publish":
+            receipt = {
+                "publication_id": f"pub-{b.run.pk.hex[:6]}",
+                "title": b.outputs["draft_report"]["title"],
+            }
             self._operation(
-                b,
-                i,
-                "publisher.publish",
-                "idempotent",
-                Operation.Status.SUCCEEDED,
-                {"url": "https://example.invalid/report"},
+                b, i, "publisher.publish", "idempotent", {"title": receipt["title"]}, receipt
             )
+            return {"published": True, "receipt": receipt}
+        return {"published": False}
 
     def _operation(
-        self, b: _RunBuilder, i: int, tool: str, side_effect: str, status: str, result
+        self,
+        b: _RunBuilder,
+        i: int,
+        tool: str,
+        side_effect: str,
+        arguments: dict,
+        result,
+        status: str = Operation.Status.SUCCEEDED,
     ) -> None:
+        """A ledger row under the key the engine uses (``<run>:g1:<step>:<tool>``), so a
+        worker that runs the step again reuses it instead of calling again."""
         step = b.steps[i]
+        key = f"{b.run.pk}:g1:{step.name}:{tool}"
+        # A step name repeated in one generation (the long-history demo) is a new action.
+        repeats = sum(1 for other in b.steps[:i] if other.name == step.name)
         self.rows["operations"].append(
             (
                 b,
                 i,
                 Operation(
                     run_id=b.run.pk,
-                    idempotency_key=f"{b.run.pk}:g1:{step.name}:{tool}:{i}",
+                    idempotency_key=f"{key}#{repeats}" if repeats else key,
                     tool=tool,
                     side_effect=side_effect,
-                    arguments={"room": "living room"}
-                    if "read" in tool or tool == "lamp.get"
-                    else {"brightness": 70},
+                    arguments=arguments,
                     status=status,
                     result=result,
                     attempt=max(step.attempt, 1),
@@ -434,23 +544,20 @@ class Seeder:
             )
         )
 
-    def _artifact(self, b: _RunBuilder, i: int, name: str, body: bytes) -> None:
+    def _artifact(self, b: _RunBuilder, i: int, name: str, body: bytes) -> Artifact:
         path = default_storage.save(f"demo/{b.run.pk}/{name}", ContentFile(body))
-        self.rows["artifacts"].append(
-            (
-                b,
-                i,
-                Artifact(
-                    run_id=b.run.pk,
-                    kind="report" if name.endswith(".md") else "data",
-                    name=name,
-                    uri=path,
-                    checksum=hashlib.sha256(body).hexdigest(),
-                    size=len(body),
-                    created_at=b.clock,
-                ),
-            )
+        artifact = Artifact(
+            run_id=b.run.pk,
+            kind="report" if name.endswith(".md") else "data",
+            name=name,
+            uri=path,
+            checksum=hashlib.sha256(body).hexdigest(),
+            size=len(body),
+            created_at=b.clock,
         )
+        self.rows["artifacts"].append((b, i, artifact))
+        b.artifacts.append(artifact)
+        return artifact
 
     def _finish(
         self,
@@ -530,7 +637,15 @@ class Seeder:
             step.status = StepStatus.UNKNOWN
             step.error_code = "UNKNOWN_OUTCOME"
             step.error_detail = "lamp.set_brightness may have run; the worker died before saving"
-            self._operation(b, i, "lamp.set_brightness", "unsafe", Operation.Status.UNKNOWN, None)
+            self._operation(
+                b,
+                i,
+                "lamp.set_brightness",
+                "unsafe",
+                {"brightness": 70, "previous": 80},
+                None,
+                status=Operation.Status.UNKNOWN,
+            )
             b.event("lease.expired", {"attempt": 1, "owner": worker}, step_index=i, actor="sweeper")
             b.event(
                 "step.started",
@@ -634,9 +749,12 @@ class Seeder:
                 i,
                 Approval(
                     run_id=b.run.pk,
-                    question="Publish the weekly report for 2026-W48?",
+                    question=f'Publish "{b.outputs["draft_report"]["title"]}"?',
                     reason=f"publishing is not compensable {HOSTILE[0]}",
-                    evidence={"artifacts": [], "summary": HOSTILE[1]},
+                    evidence={
+                        "artifacts": b.outputs["draft_report"]["artifacts"],
+                        "report_excerpt": f"All quiet. {HOSTILE[1]}",
+                    },
                     created_at=created,
                     routes={
                         "approve": "publish",
@@ -704,8 +822,17 @@ class Seeder:
         for builder in builders:
             builder.run.thread_id = builder.run.thread.pk
         Run.objects.bulk_create([b.run for b in builders], batch_size=1000)
+        # Artifacts first (their step is set below): step outputs, checkpoints and
+        # approval evidence refer to them by id, as the engine's rows do.
+        artifacts = [row for _, _, row in self.rows["artifacts"]]
+        Artifact.objects.bulk_create(artifacts, batch_size=1000)
         steps = [s for b in builders for s in b.steps]
+        for step in steps:
+            step.output = _materialize(step.output)
         Step.objects.bulk_create(steps, batch_size=1000)
+        for builder, index, artifact in self.rows["artifacts"]:
+            artifact.step_id = builder.steps[index].pk
+        Artifact.objects.bulk_update(artifacts, ["step"], batch_size=1000)
         for builder in builders:
             for index, event in builder.step_events:
                 event.step_id = builder.steps[index].pk
@@ -725,9 +852,9 @@ class Seeder:
                     generation=1,
                     created_at=b.run.created_at,
                     state={
+                        **_state(_RunBuilder(self, b.run, b.run.created_at), None, 1),
                         "phase": WORKFLOW_STEPS[b.run.workflow][0],
-                        "completed": [],
-                        "input": b.run.input,
+                        "next_allowed": [WORKFLOW_STEPS[b.run.workflow][0]],
                     },
                 )
                 for b in builders
@@ -736,13 +863,16 @@ class Seeder:
         for model, key in (
             (Checkpoint, "checkpoints"),
             (Operation, "operations"),
-            (Artifact, "artifacts"),
             (Approval, "approvals"),
             (Takeover, "takeovers"),
         ):
             rows = []
             for builder, index, row in self.rows[key]:
                 row.step_id = builder.steps[index].pk
+                if model is Checkpoint:
+                    row.state = _materialize(row.state)
+                elif model is Approval:
+                    row.evidence = _materialize(row.evidence)
                 rows.append(row)
             model.objects.bulk_create(rows, batch_size=1000)
         WorkerProcess.objects.bulk_create(

@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from runs.states import RunStatus, StepStatus
+from runs.states import RUN_STATE_EVENTS, RunStatus, StepStatus
 
 
 class Thread(models.Model):
@@ -61,8 +61,8 @@ class Run(models.Model):
     ``version`` is the optimistic lock bumped by every status transition; ``event_seq``
     is the last allocated ``Event.seq`` (gap-free per run); ``generation`` is bumped when
     the run is resumed from an earlier checkpoint. Budget limits live in ``budget``
-    (``{"model_calls": int, "tool_calls": int, "cost_usd": str}``, a missing key means no
-    limit); usage lives in the three counters, cost in USD.
+    (``{"model_calls": int, "tool_calls": int, "tokens": int, "cost_usd": str}``, a
+    missing key means no limit); usage lives in the counters, cost in USD.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -85,6 +85,10 @@ class Run(models.Model):
     model_calls = models.PositiveIntegerField(default=0)
     tool_calls = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    #: Input plus output tokens of the run's model responses.
+    tokens = models.PositiveBigIntegerField(default=0)
+    #: Model responses whose price is unknown: while > 0 the run's cost is unknown.
+    unpriced_model_calls = models.PositiveIntegerField(default=0)
     #: Fault injection for demos and drills, e.g. ``{"crash_before": "reply"}``; one-shot.
     faults = models.JSONField(default=dict, blank=True)
     request_id = models.CharField(max_length=200, null=True, blank=True)
@@ -140,6 +144,8 @@ class Run(models.Model):
             models.Index(fields=["thread", "-created_at"], name="run_thread_created"),
             # Sweeper: runs whose compensation is PENDING (interrupted or not started).
             models.Index(fields=["compensation_status"], name="run_compensation_status"),
+            # Overview per-run averages: runs created in the last day.
+            models.Index(fields=["created_at"], name="run_created"),
         ]
 
     def __str__(self) -> str:
@@ -199,6 +205,8 @@ class Step(models.Model):
             models.Index(fields=["status", "not_before"], name="step_status_not_before"),
             # Sweeper's expired-lease query: RUNNING steps by lease_until.
             models.Index(fields=["status", "lease_until"], name="step_status_lease"),
+            # Overview step durations: steps that succeeded in the last day, newest first.
+            models.Index(fields=["status", "-finished_at"], name="step_status_finished"),
         ]
         ordering = ["run", "seq"]
 
@@ -341,6 +349,13 @@ class Event(models.Model):
             models.Index(fields=["type", "created_at"], name="event_type_created"),
             # Console audit log: operator events ("user:..." / "cli" actors), newest first.
             models.Index(fields=["actor", "-created_at"], name="event_actor_created"),
+            # Overview time in state: the latest run-state event of each open run (one
+            # index probe per run instead of a walk over its whole log).
+            models.Index(
+                fields=["run", "-seq"],
+                condition=Q(type__in=RUN_STATE_EVENTS),
+                name="event_run_state_latest",
+            ),
         ]
         ordering = ["run", "seq"]
 

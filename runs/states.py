@@ -1,8 +1,10 @@
 """Run and step states and the one table of allowed transitions for each.
 
-The mermaid diagram in README ("State machine") is drawn from these tables; a test walks
-every pair of states against them, so the picture, the table and the code cannot drift.
-Terminal states (DESIGN section 1.3) have no outgoing edges.
+The mermaid diagram and the command table in README ("State machine") are generated
+from these tables (``python manage.py states --write-readme``; a test compares them), a
+test walks every pair of states against them, and every operator command checks its
+run's state against ``RUN_COMMANDS``, so the picture, the tables and the code cannot
+drift. Terminal states (DESIGN section 1.3) have no outgoing edges.
 """
 
 from django.db import models
@@ -38,6 +40,9 @@ RUN_TERMINAL = frozenset({R.SUCCEEDED, R.FAILED, R.CANCELLED})
 STEP_TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.SUPERSEDED})
 #: Run states in which a worker may claim and execute a step of the run.
 RUN_EXECUTABLE = frozenset({R.PENDING, R.RUNNING})
+#: Event types written by a run status transition (``run.<status>``) or its creation:
+#: the latest one of a run says since when it is in its current state.
+RUN_STATE_EVENTS = ("run.created", *(f"run.{s.lower()}" for s in RunStatus.values))
 
 RUN_TRANSITIONS: dict[str, frozenset[str]] = {
     R.PENDING: frozenset({R.RUNNING, R.PAUSED, R.CANCEL_REQUESTED, R.CANCELLED, R.FAILED}),
@@ -53,7 +58,11 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
     ),
     R.WAITING_APPROVAL: frozenset({R.RUNNING, R.PAUSED, R.CANCEL_REQUESTED, R.FAILED}),
     R.WAITING_EXTERNAL: frozenset({R.RUNNING, R.PAUSED, R.CANCEL_REQUESTED, R.FAILED}),
-    R.PAUSED: frozenset({R.RUNNING, R.CANCEL_REQUESTED, R.FAILED}),
+    # PAUSED -> WAITING_*: a run paused while it waited goes back to waiting when its
+    # takeover is resolved with "resume" (its approval or callback is still open).
+    R.PAUSED: frozenset(
+        {R.RUNNING, R.WAITING_APPROVAL, R.WAITING_EXTERNAL, R.CANCEL_REQUESTED, R.FAILED}
+    ),
     R.CANCEL_REQUESTED: frozenset({R.CANCELLED}),
     R.SUCCEEDED: frozenset(),
     R.FAILED: frozenset(),
@@ -75,6 +84,73 @@ STEP_TRANSITIONS: dict[str, frozenset[str]] = {
     S.CANCELLED: frozenset(),
     S.SUPERSEDED: frozenset(),
 }
+
+
+#: Operator commands (CLI, console, API alike) and the run states each one applies to.
+#: Each is read from the transition table: a command that moves the run to a state
+#: applies exactly where the table allows that move.
+RUN_COMMANDS: dict[str, frozenset[str]] = {
+    # PAUSED with an operator_request takeover.
+    "pause": frozenset(s for s, t in RUN_TRANSITIONS.items() if R.PAUSED in t),
+    # CANCEL_REQUESTED, then the cancel flow.
+    "cancel": frozenset(s for s, t in RUN_TRANSITIONS.items() if R.CANCEL_REQUESTED in t),
+    # A PAUSED run's failed or unknown step again, or its takeover resolved: RUNNING.
+    "retry": frozenset({R.PAUSED}),
+    "resolve_takeover": frozenset({R.PAUSED}),
+    # The waiting approval step succeeds and the run goes RUNNING on its route.
+    "decide_approval": frozenset({R.WAITING_APPROVAL}),
+    # Later steps superseded, the run RUNNING from the checkpoint: every state that can
+    # reach RUNNING (or is in it).
+    "resume_from_checkpoint": frozenset(
+        s for s, t in RUN_TRANSITIONS.items() if R.RUNNING in t or s == R.RUNNING
+    ),
+    # Notify the open step again; the run keeps its state.
+    "redispatch": RUN_EXECUTABLE,
+}
+
+
+#: Where an operator finds each command (README's table).
+COMMAND_ENTRY_POINTS = {
+    "pause": "`runs pause`",
+    "cancel": "`runs cancel`, console, API",
+    "retry": "`approvals resolve ID retry`, console",
+    "resolve_takeover": "`approvals resolve`, `runs resolve`, `runs budget`, console",
+    "decide_approval": "`approvals decide`, console, API",
+    "resume_from_checkpoint": "`runs resume --from`, console, API",
+    "redispatch": "`runs resume`, console",
+}
+
+
+def command_allows(command: str, status: str) -> bool:
+    """True if operator ``command`` (a key of ``RUN_COMMANDS``) applies to a run in
+    ``status``; ``KeyError`` for an unknown command."""
+    return status in RUN_COMMANDS[command]
+
+
+def command_states(command: str) -> str:
+    """The states ``command`` applies to, for messages: ``"PAUSED or RUNNING"``."""
+    states = [s for s in RunStatus.values if s in RUN_COMMANDS[command]]
+    return ", ".join(states[:-1]) + (" or " if len(states) > 1 else "") + states[-1]
+
+
+def mermaid_diagram() -> str:
+    """The run state machine as a mermaid ``stateDiagram-v2`` (README "State machine")."""
+    lines = ["stateDiagram-v2", "    [*] --> PENDING"]
+    for source in RunStatus.values:
+        for target in RunStatus.values:
+            if target in RUN_TRANSITIONS[source]:
+                lines.append(f"    {source} --> {target}")
+    lines += [f"    {state} --> [*]" for state in RunStatus.values if state in RUN_TERMINAL]
+    return "\n".join(lines)
+
+
+def commands_table() -> str:
+    """The markdown table of ``RUN_COMMANDS`` (README "State machine")."""
+    rows = ["| command | where | applies to runs in |", "| --- | --- | --- |"]
+    for command in RUN_COMMANDS:
+        states = [s for s in RunStatus.values if s in RUN_COMMANDS[command]]
+        rows.append(f"| `{command}` | {COMMAND_ENTRY_POINTS[command]} | {', '.join(states)} |")
+    return "\n".join(rows)
 
 
 class IllegalTransition(Exception):

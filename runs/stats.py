@@ -12,11 +12,25 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Avg, Count, F, Min, OuterRef, Q, Subquery
+from django.db import connection
+from django.db.models import (
+    Avg,
+    Count,
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Min,
+    OuterRef,
+    Q,
+    Subquery,
+    Value,
+)
+from django.db.models.functions import Coalesce
 
 from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step
-from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus, StepStatus
+from runs.states import RUN_EXECUTABLE, RUN_STATE_EVENTS, RUN_TERMINAL, RunStatus, StepStatus
 
 #: Run states in which a run is expected to make progress by itself; a run in one of them
 #: with no event for ``AGENTOPS_STUCK_SECONDS`` is stuck even before the watchdog flags it.
@@ -27,8 +41,9 @@ PROGRESSING_STATES = (
     RunStatus.CANCEL_REQUESTED,
 )
 NON_TERMINAL_STATES = tuple(s for s in RunStatus.values if s not in RUN_TERMINAL)
-#: Event types written by a run status transition (``run.<status>``) or its creation.
-RUN_STATE_EVENTS = ["run.created", *(f"run.{s.lower()}" for s in RunStatus.values)]
+#: At most this many recently active runs are examined for a loop, so the check costs
+#: the same whatever the number of open runs.
+LOOP_SCAN_RUNS = 500
 
 #: Event types counted per time window, and the key each count is reported under.
 WINDOW_EVENTS = {
@@ -57,17 +72,29 @@ def stuck_q(now: datetime) -> Q:
     )
 
 
-def looping_run_ids(min_repeats: int | None = None):
-    """A queryset of ids of non-terminal runs whose current generation ran one step name
-    at least ``min_repeats`` times (``AGENTOPS_LOOP_REPEATS``): a workflow going round in
-    circles without finishing."""
+def looping_run_ids(now: datetime, min_repeats: int | None = None) -> list:
+    """Ids of runs going round in circles at ``now``: in a progressing state, with an
+    event within ``AGENTOPS_STUCK_SECONDS`` (a quieter run is reported stuck instead, see
+    ``stuck_q``), whose current generation ran one step name at least ``min_repeats``
+    times (``AGENTOPS_LOOP_REPEATS``).
+
+    Bounded: only the ``LOOP_SCAN_RUNS`` most recently active such runs are examined
+    (index ``run_status_last_event``), then their steps (one index range per run).
+    """
     repeats = min_repeats or settings.AGENTOPS_LOOP_REPEATS
-    return (
-        Step.objects.filter(run__status__in=NON_TERMINAL_STATES, generation=F("run__generation"))
+    active_since = now - timedelta(seconds=settings.AGENTOPS_STUCK_SECONDS)
+    candidates = (
+        Run.objects.filter(status__in=PROGRESSING_STATES, last_event_at__gte=active_since)
+        .order_by("-last_event_at", "-pk")
+        .values("pk")[:LOOP_SCAN_RUNS]
+    )
+    return list(
+        Step.objects.filter(run_id__in=candidates, generation=F("run__generation"))
         .values("run_id", "name")
         .annotate(n=Count("id"))
         .filter(n__gte=repeats)
-        .values("run_id")
+        .order_by()
+        .values_list("run_id", flat=True)
         .distinct()
     )
 
@@ -87,6 +114,50 @@ def _ratio(numerator: int, denominator: int) -> float | None:
 
 def _seconds(delta: timedelta) -> float:
     return round(delta.total_seconds(), 3)
+
+
+def spread(query, group: str, duration: str, fractions: tuple[float, ...]) -> dict:
+    """Per ``group`` value, the count, the maximum and nearest-rank percentiles (seconds,
+    rounded to ms) of the DurationField annotation ``duration`` of ``query``:
+    ``{value: {"count": n, "max": s, 0.5: s, ...}}``.
+
+    On PostgreSQL the database aggregates (``percentile_disc`` over the query as a
+    subquery), so only one row per group crosses the wire, however many rows there are;
+    elsewhere the durations are read and ranked here.
+    """
+    query = query.values(group, duration)
+    if connection.vendor == "postgresql":
+        sql, params = query.query.sql_with_params()
+        seconds = f'EXTRACT(EPOCH FROM t."{duration}")'
+        ranks = ", ".join(
+            f"percentile_disc({float(f)}) WITHIN GROUP (ORDER BY {seconds})" for f in fractions
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f'SELECT t."{group}", count(*), max({seconds}), {ranks} '
+                f'FROM ({sql}) t GROUP BY t."{group}"',
+                params,
+            )
+            rows = cursor.fetchall()
+        return {
+            row[0]: {
+                "count": row[1],
+                "max": round(float(row[2]), 3),
+                **{f: round(float(v), 3) for f, v in zip(fractions, row[3:], strict=True)},
+            }
+            for row in rows
+        }
+    values: dict[Any, list[float]] = {}
+    for key, delta in query.values_list(group, duration):
+        values.setdefault(key, []).append(_seconds(delta))
+    return {
+        key: {
+            "count": len(found),
+            "max": max(found),
+            **{f: percentile(found, f) for f in fractions},
+        }
+        for key, found in values.items()
+    }
 
 
 def overview_stats(now: datetime | None = None) -> dict[str, Any]:
@@ -122,22 +193,26 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
         .order_by("-seq")
         .values("created_at")[:1]
     )
-    ages: dict[str, list[float]] = {}
-    for status, since, created in (
-        Run.objects.filter(status__in=NON_TERMINAL_STATES)
-        .annotate(entered=entered)
-        .values_list("status", "entered", "created_at")
-    ):
-        ages.setdefault(status, []).append(_seconds(now - (since or created)))
+    ages = spread(
+        Run.objects.filter(status__in=NON_TERMINAL_STATES).annotate(
+            in_state=ExpressionWrapper(
+                Value(now, output_field=DateTimeField()) - Coalesce(entered, F("created_at")),
+                output_field=DurationField(),
+            )
+        ),
+        "status",
+        "in_state",
+        (0.5,),
+    )
     runs_by_state = []
     for state in RunStatus.values:
-        state_ages = ages.get(state, [])
+        state_ages = ages.get(state, {})
         runs_by_state.append(
             {
                 "state": state,
                 "count": counts.get(state, 0),
-                "oldest_s": max(state_ages) if state_ages else None,
-                "p50_s": percentile(state_ages, 0.5),
+                "oldest_s": state_ages.get("max"),
+                "p50_s": state_ages.get(0.5),
             }
         )
 
@@ -163,23 +238,22 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
         figures["takeover_rate"] = _ratio(figures["takeovers_opened"], figures["runs_created"])
         windows[window] = figures
 
-    durations: dict[str, list[float]] = {}
-    for name, started, finished in (
+    # The newest DURATION_SAMPLE steps that succeeded in the last day.
+    durations = spread(
         Step.objects.filter(
             status=StepStatus.SUCCEEDED, finished_at__gte=day_ago, started_at__isnull=False
         )
-        .order_by("-finished_at", "-pk")
-        .values_list("name", "started_at", "finished_at")[:DURATION_SAMPLE]
-    ):
-        durations.setdefault(name, []).append(_seconds(finished - started))
+        .annotate(
+            took=ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
+        )
+        .order_by("-finished_at", "-pk")[:DURATION_SAMPLE],
+        "name",
+        "took",
+        (0.5, 0.95),
+    )
     step_durations = [
-        {
-            "name": name,
-            "count": len(values),
-            "p50_s": percentile(values, 0.5),
-            "p95_s": percentile(values, 0.95),
-        }
-        for name, values in sorted(durations.items())
+        {"name": name, "count": row["count"], "p50_s": row[0.5], "p95_s": row[0.95]}
+        for name, row in sorted(durations.items())
     ]
 
     cancel_times = [
@@ -202,7 +276,7 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
         "runs_total": sum(counts.values()),
         "runs_by_state": runs_by_state,
         "stuck_runs": Run.objects.filter(stuck_q(now)).count(),
-        "looping_runs": looping_run_ids().count(),
+        "looping_runs": len(looping_run_ids(now)),
         "unknown_steps": Step.objects.filter(
             status=StepStatus.UNKNOWN, run__status__in=NON_TERMINAL_STATES
         ).count(),
@@ -232,3 +306,134 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
 
 def _round(value) -> float | None:
     return None if value is None else round(float(value), 3)
+
+
+# -- time series for the console's pictures ---------------------------------------------
+
+#: Event types of a finished step attempt, counted per worker.
+ATTEMPT_END_EVENTS = ("step.succeeded", "step.failed", "step.retry_scheduled")
+#: The open (non-terminal) run states, in the order the overview draws them.
+OPEN_STATES = tuple(s for s in RunStatus.values if s not in RUN_TERMINAL)
+
+
+def time_buckets(now: datetime, count: int, minutes: int) -> list[datetime]:
+    """The starts of ``count`` buckets of ``minutes`` each, aligned to UTC multiples of
+    ``minutes``, the last one containing ``now``, oldest first."""
+    floor = now.replace(second=0, microsecond=0)
+    floor -= timedelta(minutes=floor.minute % minutes)
+    return [floor - timedelta(minutes=minutes * (count - 1 - i)) for i in range(count)]
+
+
+def _per_minute(queryset, *fields: str):
+    """``queryset`` grouped by the minute of ``created_at`` and ``fields``, counted: rows
+    ``(minute, *fields, n)``; one query, at most one row per minute and group."""
+    from django.db.models.functions import TruncMinute
+
+    return (
+        queryset.annotate(minute=TruncMinute("created_at"))
+        .values_list("minute", *fields)
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+
+
+def _bucket_index(starts: list[datetime], minutes: int, moment: datetime) -> int | None:
+    if moment < starts[0]:
+        return None
+    index = int((moment - starts[0]).total_seconds() // (minutes * 60))
+    return index if index < len(starts) else None
+
+
+def step_outcome_series(
+    now: datetime | None = None, hours: int = 6, minutes: int = 5
+) -> tuple[list[datetime], dict[str, list[int]]]:
+    """Steps that succeeded and failed (a final failure or a failed attempt that will
+    be retried) per ``minutes`` over the last ``hours``: ``(bucket starts, {"succeeded":
+    [...], "failed": [...]})``. One grouped query (index ``event_type_created``)."""
+    now = now or db_now()
+    starts = time_buckets(now, hours * 60 // minutes, minutes)
+    series = {"succeeded": [0] * len(starts), "failed": [0] * len(starts)}
+    rows = _per_minute(
+        Event.objects.filter(
+            type__in=["step.succeeded", *ATTEMPT_END_EVENTS[1:]], created_at__gte=starts[0]
+        ),
+        "type",
+    )
+    for minute, type_, n in rows:
+        index = _bucket_index(starts, minutes, minute)
+        if index is not None:
+            series["succeeded" if type_ == "step.succeeded" else "failed"][index] += n
+    return starts, series
+
+
+def open_runs_series(
+    now: datetime | None = None, hours: int = 6, minutes: int = 5
+) -> tuple[list[datetime], dict[str, list[int]]]:
+    """Open runs by state at the end of each ``minutes`` bucket over the last ``hours``:
+    ``(bucket starts, {state: [...]})`` for the non-terminal states. Worked back from
+    today's counts through the run transitions recorded since (every transition writes
+    ``run.<state>`` with its ``from`` state; ``run.created`` enters PENDING): two
+    grouped queries, whatever the number of runs."""
+    now = now or db_now()
+    starts = time_buckets(now, hours * 60 // minutes, minutes)
+    current = dict(
+        Run.objects.filter(status__in=OPEN_STATES)
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    # net[i][state]: runs that entered ``state`` minus those that left it in bucket i.
+    net = [dict.fromkeys(OPEN_STATES, 0) for _ in starts]
+    rows = _per_minute(
+        Event.objects.filter(type__in=RUN_STATE_EVENTS, created_at__gte=starts[0]),
+        "type",
+        "payload__from",
+    )
+    for minute, type_, source, n in rows:
+        target = RunStatus.PENDING if type_ == "run.created" else type_.split(".", 1)[1].upper()
+        index = _bucket_index(starts, minutes, minute)
+        if index is None:
+            continue
+        if target in net[index]:
+            net[index][target] += n
+        if source in net[index]:
+            net[index][source] -= n
+    # changes[i]: the net change after the end of bucket i (the later buckets' sum).
+    changes = [dict.fromkeys(OPEN_STATES, 0) for _ in starts]
+    for i in range(len(starts) - 2, -1, -1):
+        for state in OPEN_STATES:
+            changes[i][state] = changes[i + 1][state] + net[i + 1][state]
+    series = {
+        state: [max(current.get(state, 0) - changes[i][state], 0) for i in range(len(starts))]
+        for state in OPEN_STATES
+    }
+    return starts, series
+
+
+def worker_steps_series(
+    now: datetime | None = None, minutes: int = 30, top: int = 6
+) -> tuple[list[datetime], dict[str, list[int]]]:
+    """Step attempts finished per minute per worker over the last ``minutes``:
+    ``(minute starts, {worker id: [...]})``, the ``top`` busiest workers by name and the
+    rest summed as ``"other workers"``. One grouped query."""
+    now = now or db_now()
+    starts = time_buckets(now, minutes, 1)
+    rows = _per_minute(
+        Event.objects.filter(type__in=ATTEMPT_END_EVENTS, created_at__gte=starts[0])
+        # A person finishing a step (an approval, "mark done") is not a worker.
+        .exclude(actor__startswith="user:")
+        .exclude(actor="cli"),
+        "actor",
+    )
+    per_worker: dict[str, list[int]] = {}
+    for minute, actor, n in rows:
+        index = _bucket_index(starts, 1, minute)
+        if index is not None:
+            per_worker.setdefault(actor or "?", [0] * len(starts))[index] += n
+    ranked = sorted(per_worker, key=lambda w: (-sum(per_worker[w]), w))
+    series = {w: per_worker[w] for w in sorted(ranked[:top])}
+    if len(ranked) > top:
+        series["other workers"] = [
+            sum(per_worker[w][i] for w in ranked[top:]) for i in range(len(starts))
+        ]
+    return starts, series

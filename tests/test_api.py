@@ -117,7 +117,14 @@ def test_it_reads_lists_and_reports_a_run(alice):
     assert run["status"] == "PENDING" and run["next_step"] == "plan"
     assert run["budget"] == {
         "limits": {"model_calls": 5, "cost_usd": "0.10"},
-        "used": {"model_calls": 0, "tool_calls": 0, "cost_usd": "0.000000"},
+        "used": {
+            "model_calls": 0,
+            "tool_calls": 0,
+            "tokens": 0,
+            "cost_usd": "0.000000",
+            "cost_usd_priced": "0.000000",
+            "unpriced_model_calls": 0,
+        },
     }
     assert [s["name"] for s in run["steps"]] == ["plan"]
     with_null = post(client, "/api/v1/runs", {**BODY, "input": {**QUESTION, "note": None}})
@@ -151,7 +158,8 @@ BAD_BODIES = [
     ({**BODY, "budget": {"model_calls": -1}}, 422, "invalid_request", "budget.model_calls"),
     ({**BODY, "budget": {"cost_usd": "-0.5"}}, 422, "invalid_request", "budget.cost_usd"),
     ({**BODY, "budget": {"model_calls": "5"}}, 422, "invalid_request", "budget.model_calls"),
-    ({**BODY, "budget": {"tokens": 5}}, 422, "invalid_request", "budget.tokens"),
+    ({**BODY, "budget": {"tokens": -5}}, 422, "invalid_request", "budget.tokens"),
+    ({**BODY, "budget": {"calories": 5}}, 422, "invalid_request", "budget.calories"),
     ({"workflow": "room_temperature"}, 422, "invalid_request", "thread_id"),
     (
         '{"workflow": "room_temperature", "thread_id": "t\\u0000", "input": {}}',
@@ -283,9 +291,7 @@ def test_it_lets_the_owner_act_through_the_engine(bob, bobs_run):
     unknown = client.get(f"/api/v1/runs/{run.pk}/resume-preview", {"checkpoint": "nope"})
     assert (unknown.status_code, unknown.json()["code"]) == (422, "unknown_checkpoint")
     # Deciding needs the approver permission, whoever owns the run.
-    refused = act(
-        client, f"/api/v1/approvals/{approval.pk}/decide", {"decision": "approve"}, run
-    )
+    refused = act(client, f"/api/v1/approvals/{approval.pk}/decide", {"decision": "approve"}, run)
     assert (refused.status_code, refused.json()["code"]) == (403, "permission_denied")
     not_unknown = act(
         client,

@@ -66,6 +66,10 @@ def test_it_replays_one_run_and_links_both_ways(api):
     assert body["replay"]["replay_of"] == str(run.pk)
     assert body["replay"]["replay_checkpoint"] == "start"
     assert api["bob"].get(f"/api/v1/runs/{run.pk}").json()["replays"] == [new_id]
+    replays = api["bob"].get("/api/v1/runs", {"is_replay": "true"}).json()["items"]
+    assert [r["id"] for r in replays] == [new_id]
+    replayed = api["bob"].get("/api/v1/runs", {"was_replayed": "true"}).json()["items"]
+    assert [r["id"] for r in replayed] == [str(run.pk)]
     # The same request again: the first answer, no second run.
     again = post(
         api["bob"],

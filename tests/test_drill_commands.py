@@ -46,10 +46,11 @@ def _alive(pid: int) -> bool:
 
 def test_it_skips_the_parts_an_option_of_0_turns_off(deployment_factory):
     d = deployment_factory("postgres")
-    proc = d.manage(*SMALL_BENCH, "--kills", "0", "--pg-seconds", "0", timeout=280)
+    proc = d.manage(*SMALL_BENCH, "--kills", "0", "--stops", "0", "--pg-seconds", "0", timeout=280)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "--console-runs 0" in out and "--kills 0" in out and "--pg-seconds 0" in out
+    assert "--stops 0" in out
     assert "steps/s (10 no-op steps, 1 workers)" in out
 
 

@@ -138,7 +138,7 @@ from runs.engine.execution.liveness import LockKeeper, dead_owner_steps
 from runs.models import Step, WorkerProcess
 wp = WorkerProcess.objects.create(worker_id="w-cut", host="h", pid=1, mode="db", liveness="pg")
 run = start_run("bench_hold", thread_id="cut", input={})
-Step.objects.filter(run=run).update(status="RUNNING", attempt=1, owner="w-cut")
+Step.objects.create(run=run, name="hold", seq=99, status="RUNNING", attempt=1, owner="w-cut")
 keeper = LockKeeper(wp.pk, wp.worker_id)
 seen = [keeper.acquire(), len(dead_owner_steps(10))]
 with connection.cursor() as cur:

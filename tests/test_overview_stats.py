@@ -2,12 +2,16 @@
 metrics), checked against runs made by the real engine."""
 
 import json
+from datetime import timedelta
 
 import pytest
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Value
 
+from runs.console.triage import triage_groups
 from runs.engine.control.cancel import request_cancel
-from runs.models import Run
-from runs.stats import overview_stats, percentile
+from runs.engine.state.clock import db_now
+from runs.models import Run, Step
+from runs.stats import looping_run_ids, overview_stats, percentile, spread
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import (
     run_worker_in_process,
@@ -63,3 +67,50 @@ def test_it_takes_nearest_rank_percentiles():
     values = [float(v) for v in range(1, 101)]
     assert percentile(values, 0.5) == 50.0
     assert percentile(values, 0.95) == 95.0
+
+
+def _repeat_steps(run, name: str, times: int) -> None:
+    Step.objects.bulk_create(
+        Step(run=run, name=name, seq=100 + i, status="SUCCEEDED") for i in range(times)
+    )
+
+
+def test_it_counts_an_active_run_repeating_one_step_as_looping_and_a_quiet_one_as_stuck(
+    actors, settings
+):
+    settings.AGENTOPS_LOOP_REPEATS = 5
+    now = db_now()
+    active, quiet, short = (start_room_temperature(t) for t in ("L1", "L2", "L3"))
+    for run in (active, quiet):
+        _repeat_steps(run, "plan", 5)
+    _repeat_steps(short, "plan", 3)
+    # PENDING: a progressing state, as the runs start.
+    Run.objects.filter(pk__in=[active.pk, quiet.pk, short.pk]).update(last_event_at=now)
+    quiet_since = now - timedelta(seconds=settings.AGENTOPS_STUCK_SECONDS + 60)
+    Run.objects.filter(pk=quiet.pk).update(last_event_at=quiet_since)
+
+    assert looping_run_ids(now) == [active.pk]
+    stats = overview_stats(now)
+    assert stats["looping_runs"] == 1
+    assert stats["stuck_runs"] == 1  # the quiet one: no event for too long
+    no_progress = next(g for g in triage_groups(now) if g.cause == "no_progress")
+    assert {item["run"].pk for item in no_progress.items} == {active.pk, quiet.pk}
+
+
+def test_it_ranks_durations_per_group_in_the_database_as_in_python(actors):
+    runs = [start_room_temperature(f"D{i}") for i in range(4)]
+    for i, run in enumerate(runs):
+        Run.objects.filter(pk=run.pk).update(created_at=F("created_at") - timedelta(seconds=i + 1))
+    query = Run.objects.annotate(
+        age=ExpressionWrapper(
+            Value(db_now(), output_field=DateTimeField()) - F("created_at"),
+            output_field=DurationField(),
+        )
+    )
+    result = spread(query, "status", "age", (0.5, 0.95))
+    ages = sorted((db_now() - r.created_at).total_seconds() for r in Run.objects.all())
+    (row,) = result.values()
+    assert row["count"] == 4
+    # Nearest rank: the 2nd of 4 for p50, the 4th for p95 and the maximum.
+    assert row[0.5] < row[0.95] == row["max"]
+    assert abs(row["max"] - ages[-1]) < 1

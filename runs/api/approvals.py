@@ -94,6 +94,11 @@ def decide_approval(request, payload: DecideIn, approval_id: int = Path(..., ge=
     if approval is None:
         raise not_found("approval")
     approval = decide(
-        approval, decision=payload.decision, user=request.user, comment=payload.comment
+        approval,
+        decision=payload.decision,
+        user=request.user,
+        comment=payload.comment,
+        arguments=payload.arguments,
+        message=payload.message,
     )
     return _document(Approval.objects.select_related("step", "decided_by").get(pk=approval.pk))

@@ -4,6 +4,7 @@ from typing import Any
 
 from runs.engine.control.lifecycle import open_step
 from runs.engine.control.preconditions import run_etag
+from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.models import Event, Message, Run, Step
 from runs.states import RUN_TERMINAL
 
@@ -99,11 +100,7 @@ def run_document(run: Run) -> dict[str, Any]:
         "current_step": current,
         "budget": {
             "limits": run.budget or {},
-            "used": {
-                "model_calls": run.model_calls,
-                "tool_calls": run.tool_calls,
-                "cost_usd": str(run.cost_usd),
-            },
+            "used": budget_usage(run),
         },
         "steps": step_documents(run, steps),
         "steps_total": total,

@@ -15,6 +15,8 @@ CONTROL_STATUS = {
     "not_found": 404,
     "idempotency_key_reused": 422,
     "permission_denied": 403,
+    "invalid_arguments": 422,
+    "invalid_decision": 422,
     "self_approval_forbidden": 403,
     "approver_role_required": 403,
 }

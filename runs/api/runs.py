@@ -139,6 +139,8 @@ class RunFilters(Schema):
     q: str | None = Field(None, max_length=200, description="run id prefix, thread id or goal text")
     stuck: bool | None = None
     has_unknown: bool | None = Field(None, description="has a step whose outcome is unknown")
+    is_replay: bool | None = Field(None, description="replays another run")
+    was_replayed: bool | None = Field(None, description="has been replayed")
     created_after: datetime | None = None
     created_before: datetime | None = None
     updated_after: datetime | None = None
@@ -175,7 +177,13 @@ def list_runs(request, filters: Query[RunFilters]):
     }
     runs = runs.filter(**{k: v for k, v in exact.items() if v is not None})
     # Text, "stuck" and "has unknown outcome" mean exactly what they mean on the console.
-    console = {"q": filters.q, "stuck": filters.stuck, "has_unknown": filters.has_unknown}
+    console = {
+        "q": filters.q,
+        "stuck": filters.stuck,
+        "has_unknown": filters.has_unknown,
+        "is_replay": filters.is_replay,
+        "was_replayed": filters.was_replayed,
+    }
     data = {
         k: str(v).lower() if isinstance(v, bool) else v for k, v in console.items() if v is not None
     }

@@ -28,6 +28,7 @@ class BudgetIn(Strict):
 
     model_calls: StrictInt | None = Field(None, ge=0, le=1_000_000)
     tool_calls: StrictInt | None = Field(None, ge=0, le=1_000_000)
+    tokens: StrictInt | None = Field(None, ge=0, le=10**12, description="input + output tokens")
     cost_usd: Decimal | None = Field(
         None,
         ge=0,
@@ -68,7 +69,12 @@ class StepOut(Schema):
 class Usage(Schema):
     model_calls: int
     tool_calls: int
-    cost_usd: str
+    tokens: int
+    cost_usd: str | None = Field(
+        description="USD; null (unknown) while a model call had no price, never 0"
+    )
+    cost_usd_priced: str = Field(description="USD of the model calls with a known price")
+    unpriced_model_calls: int
 
 
 class Budget(Schema):
@@ -307,3 +313,8 @@ class ApprovalOut(Schema):
 class DecideIn(Strict):
     decision: Literal["approve", "reject"]
     comment: StrictStr = Field("", max_length=2000)
+    #: An agent's tool call only: approve with these arguments instead (validated
+    #: against the tool's schema: 422 ``invalid_arguments`` with field errors).
+    arguments: dict[str, Any] | None = None
+    #: An agent's tool call only: reject and let the model read this instead.
+    message: StrictStr = Field("", max_length=4000)

@@ -2,6 +2,7 @@
 ``add_arguments(parser)`` and ``handle(command, options)``; list it in ``SUBCOMMANDS``."""
 
 SUBCOMMANDS = {
+    "list": "runs.cli.list",
     "start": "runs.cli.start",
     "status": "runs.cli.status",
     "resume": "runs.cli.resume",

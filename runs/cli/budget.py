@@ -1,4 +1,5 @@
-"""``runs budget RUN_ID [--add-model-calls N] [--add-tool-calls N] [--add-cost USD]
+"""``runs budget RUN_ID [--add-model-calls N] [--add-tool-calls N] [--add-tokens N]
+[--add-cost USD]
 [--reason TEXT] [--as USER]``: raise a run's budget; a run paused for an exhausted
 budget resumes."""
 
@@ -10,10 +11,26 @@ help = "raise a run's budget limits (and resume it if it was paused for its budg
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id")
-    parser.add_argument("--add-model-calls", type=int, default=0, metavar="N")
-    parser.add_argument("--add-tool-calls", type=int, default=0, metavar="N")
-    parser.add_argument("--add-cost", default="0", metavar="USD", help="e.g. 0.05")
+    parser.add_argument("run_id", help="the run's id (runs list shows them)")
+    parser.add_argument(
+        "--add-model-calls",
+        type=int,
+        default=0,
+        metavar="N",
+        help="raise the model-call limit by N",
+    )
+    parser.add_argument(
+        "--add-tool-calls", type=int, default=0, metavar="N", help="raise the tool-call limit by N"
+    )
+    parser.add_argument(
+        "--add-tokens", type=int, default=0, metavar="N", help="raise the token limit by N"
+    )
+    parser.add_argument(
+        "--add-cost",
+        default="0",
+        metavar="USD",
+        help="raise the cost limit by this many US dollars, e.g. 0.05",
+    )
     parser.add_argument("--reason", default="", help="why, for the audit log")
     parser.add_argument(
         "--as",
@@ -33,6 +50,7 @@ def handle(command, options):
             add_model_calls=options["add_model_calls"],
             add_tool_calls=options["add_tool_calls"],
             add_cost_usd=options["add_cost"],
+            add_tokens=options["add_tokens"],
             reason=options["reason"],
         )
     except ControlError as exc:

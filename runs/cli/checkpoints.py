@@ -9,8 +9,8 @@ help = "list a run's checkpoints (resume with `runs resume RUN_ID --from NAME`)"
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id", nargs="?")
-    parser.add_argument("--thread")
+    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
+    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
     parser.add_argument("--json", action="store_true", help="print one JSON array")
 
 

@@ -37,6 +37,29 @@ def control_error(exc: ControlError) -> CommandError:
     return CommandError(f"{exc.message} [{exc.code}]{detail}")
 
 
+def cli_user(username: str, permission: str | None = None):
+    """The user ``username``; raises ``CommandError`` (``unknown_user``) naming the users
+    who could act instead (those holding ``permission``, or all, at most 20) and how to
+    create one, or (``permission_denied``) when the user lacks ``permission``."""
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model().objects
+    try:
+        user = users.get_by_natural_key(username)
+    except get_user_model().DoesNotExist:
+        candidates = users.with_perm(permission) if permission else users.filter(is_active=True)
+        names = sorted(candidates.values_list("username", flat=True)[:20])
+        who = f"users holding {permission}" if permission else "users"
+        raise CommandError(
+            f"no user {username!r} [unknown_user]; {who}: {', '.join(names) or 'none'} "
+            "(create one with python manage.py createsuperuser, or python manage.py "
+            "seed_demo for the demo users viewer, operator and approver)"
+        ) from None
+    if permission and not user.has_perm(permission):
+        raise CommandError(f"{username} lacks {permission} [permission_denied]")
+    return user
+
+
 def cli_actor(username: str | None, permission: str = "runs.operate_run") -> str:
     """The event actor for a CLI action: ``"cli"`` without ``--as``, else
     ``"user:<username>"`` after checking that the user exists and holds ``permission``.
@@ -44,12 +67,5 @@ def cli_actor(username: str | None, permission: str = "runs.operate_run") -> str
     nothing is recorded in the name of someone who may not act."""
     if not username:
         return "cli"
-    from django.contrib.auth import get_user_model
-
-    try:
-        user = get_user_model().objects.get_by_natural_key(username)
-    except get_user_model().DoesNotExist:
-        raise CommandError(f"no user {username!r} [unknown_user]") from None
-    if not user.has_perm(permission):
-        raise CommandError(f"{username} lacks {permission} [permission_denied]")
+    cli_user(username, permission)
     return f"user:{username}"

@@ -12,8 +12,8 @@ help = "print the assembled model input of a run's step, with each part labelled
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id", nargs="?")
-    parser.add_argument("--thread")
+    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
+    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
     parser.add_argument(
         "--step",
         default=None,

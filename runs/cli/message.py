@@ -11,8 +11,8 @@ help = "post a user message to a thread (starts, queues or interrupts per its po
 
 
 def add_arguments(parser):
-    parser.add_argument("text")
-    parser.add_argument("--thread", required=True)
+    parser.add_argument("text", help="the user's message")
+    parser.add_argument("--thread", required=True, help="the thread id the message belongs to")
     parser.add_argument(
         "--request-id",
         default=None,

@@ -8,8 +8,8 @@ help = "pause a run for a human (opens an operator_request takeover)"
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id", nargs="?")
-    parser.add_argument("--thread")
+    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
+    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
     parser.add_argument("--reason", required=True, help="why (recorded on the event)")
 
 

@@ -9,8 +9,14 @@ help = "show or set a thread's policy for messages arriving during a run"
 
 
 def add_arguments(parser):
-    parser.add_argument("policy", nargs="?", choices=["queue", "interrupt"])
-    parser.add_argument("--thread", required=True)
+    parser.add_argument(
+        "policy",
+        nargs="?",
+        choices=["queue", "interrupt"],
+        help="queue: a new message waits for the running run; interrupt: it cancels it "
+        "(omit to show the current policy)",
+    )
+    parser.add_argument("--thread", required=True, help="the thread id")
 
 
 def handle(command, options):

@@ -3,7 +3,8 @@ replay one finished run as a new run in its thread (``runs.engine.control.replay
 
 ``runs replay --status FAILED [--workflow W] [--error-code C] [--since T]
 --from-failed-step [--rate N] [--again] [--reexecute] [--dry-run] --reason TEXT``:
-replay every matching run not replayed already, at most N starting per second.
+replay every matching run not replayed already, at most N starting per second (the
+command creates each replay at its time, so it takes about count / N seconds).
 
 ``--dry-run`` lists the steps that will run again, each side effect whose recorded
 result is reused and each one that may repeat, and changes nothing.
@@ -11,6 +12,7 @@ result is reused and each one that may repeat, and changes nothing.
 
 import json
 import math
+import time
 
 from django.core.management.base import CommandError
 from django.utils.dateparse import parse_datetime
@@ -161,6 +163,7 @@ def _bulk(command, options, actor):
             reexecute=options["reexecute"],
             again=options["again"],
             dry_run=options["dry_run"],
+            wait=time.sleep,
         )
     except ControlError as exc:
         raise control_error(exc) from exc
@@ -179,10 +182,10 @@ def _bulk(command, options, actor):
     else:
         span = result.created[-1][2] if result.created else 0.0
         out.write(
-            f"{len(result.created)} replays created; they start over {span:.1f}s "
+            f"{len(result.created)} replays started over {span:.1f}s "
             f"(at most {result.rate:g} per second)"
         )
         for original, replay, delay in result.created:
-            out.write(f"  {original} -> {replay} (starts in {delay:.1f}s)")
+            out.write(f"  {original} -> {replay} (at {delay:.1f}s)")
     for original, code, message in result.skipped:
         out.write(f"  skipped {original}: {message} [{code}]")

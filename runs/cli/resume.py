@@ -20,8 +20,8 @@ help = "re-dispatch the run's next step, or resume from a checkpoint with --from
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id", nargs="?")
-    parser.add_argument("--thread")
+    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
+    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
     parser.add_argument(
         "--wait",
         type=float,

@@ -1,5 +1,8 @@
 """``runs start WORKFLOW --thread T --input JSON [--budget JSON] [--crash-before STEP]
-[--crash-after-tool TOOL] [--hang-after-tool TOOL] [--lamp-unreadable] [--crash-at POINT]``."""
+[--crash-after-tool TOOL] [--hang-after-tool TOOL] [--crash-after-model N] [--lamp-unreadable]
+[--crash-at POINT]``."""
+
+import argparse
 
 from runs.cli.common import control_error, parse_json
 from runs.engine.control.lifecycle import ControlError, start_run
@@ -10,8 +13,14 @@ help = "start a run and print its id"
 
 
 def add_arguments(parser):
-    parser.add_argument("workflow")
-    parser.add_argument("--thread", required=True)
+    parser.add_argument(
+        "workflow", help="a registered workflow name (python manage.py workflows lists them)"
+    )
+    parser.add_argument(
+        "--thread",
+        required=True,
+        help="thread id: the conversation this run belongs to (created on first use)",
+    )
     parser.add_argument("--input", default="{}", help="run input as a JSON object")
     parser.add_argument(
         "--budget", default=None, help='limits as JSON, e.g. {"tool_calls": 5, "cost_usd": "0.10"}'
@@ -45,11 +54,29 @@ def add_arguments(parser):
         "worker prints 'HANG after TOOL' and blocks until killed",
     )
     parser.add_argument(
+        "--crash-after-model",
+        metavar="N",
+        type=_positive_int,
+        default=None,
+        help="fault injection: right after the run's Nth model response is recorded, "
+        "the worker exits 75",
+    )
+    parser.add_argument(
         "--lamp-unreadable",
         action="store_true",
         help="fault injection: the simulated lamp stops answering reads "
         "after it is set (verify cannot tell)",
     )
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return number
 
 
 def handle(command, options):
@@ -77,6 +104,8 @@ def handle(command, options):
             faults[name] = options[name]
     if options["lamp_unreadable"]:
         faults["lamp_unreadable"] = True
+    if options["crash_after_model"]:
+        faults["crash_after_model"] = options["crash_after_model"]
     try:
         run = start_run(
             options["workflow"],

@@ -9,8 +9,8 @@ help = "show a run's status, steps, next step and messages"
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id", nargs="?")
-    parser.add_argument("--thread")
+    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
+    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -25,6 +25,12 @@ def handle(command, options):
         f"thread {status['thread']}: {status['status']}"
     )
     out.write(f"next step: {status['next_step'] or '-'}")
+    if status["replay_of"]:
+        out.write(
+            f"replay of: {status['replay_of']['run']} from {status['replay_of']['checkpoint']}"
+        )
+    if status["replays"]:
+        out.write(f"replayed as: {', '.join(status['replays'])}")
     for s in status["steps"]:
         out.write(f"  step {s['name']:<20} {s['status']:<10} attempt {s['attempt']}")
     out.write(f"messages ({len(status['messages'])}):")
@@ -35,8 +41,16 @@ def handle(command, options):
         extra = f" -> {calls}" if calls else ""
         reply_to = f" (result of {m['tool_call_id']})" if m["tool_call_id"] else ""
         out.write(f"  {m['role']:<9} {m['content']}{extra}{reply_to}")
-    out.write(f"device calls: {json.dumps(status['calls'])}")
-    out.write(f"devices: {json.dumps(status['devices'])}")
+    if "calls" in status:
+        out.write(f"device calls: {json.dumps(status['calls'])}")
+    if "devices" in status:
+        out.write(f"devices: {json.dumps(status['devices'])}")
+    used = status["budget"]["used"]
+    cost = used["cost_usd"] if used["cost_usd"] is not None else "unknown"
+    out.write(
+        f"usage: {used['model_calls']} model calls, {used['tool_calls']} tool calls, "
+        f"{used['tokens']} tokens, cost {cost} USD"
+    )
     takeover = status.get("takeover")
     if takeover:
         out.write(

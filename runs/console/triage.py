@@ -134,7 +134,7 @@ def _lease_expired(now: datetime) -> TriageGroup:
 
 def _no_progress(now: datetime) -> TriageGroup:
     group = TriageGroup("no_progress", "No progress (stuck or looping)")
-    query = Run.objects.filter(stuck_q(now) | Q(pk__in=looping_run_ids()))
+    query = Run.objects.filter(stuck_q(now) | Q(pk__in=looping_run_ids(now)))
     group.total = query.count()
     for run in query.annotate(
         since=Coalesce("stuck_since", "last_event_at", "created_at")

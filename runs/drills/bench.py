@@ -9,10 +9,15 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
+import sqlite3
+import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
@@ -20,7 +25,8 @@ from django.db import connection
 from django.db.models import NOT_PROVIDED
 
 from runs.drills import raw
-from runs.drills.sandbox import Sandbox, wait_until
+from runs.drills.base import owner_pid
+from runs.drills.sandbox import MANAGE_PY, Sandbox, wait_until
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step, Thread
@@ -80,10 +86,10 @@ def bench_engine(box: Sandbox, steps: int, workers: int, say) -> dict:
     """No-op ``bench_noop`` runs (``BENCH_STEPS`` steps each) enqueued up front, then
     drained by ``workers`` RQ worker processes that count their database work."""
     runs = max(1, math.ceil(steps / BENCH_STEPS))
-    say(f"engine: starting {runs} runs x {BENCH_STEPS} no-op steps")
+    say(f"engine: {runs} runs x {BENCH_STEPS} no-op steps, {workers} RQ workers")
     for i in range(runs):
-        start_run("bench_noop", thread_id=f"bench-{i}", input={}, actor="bench")
-    probes = [box.root / f"probe-{i}.json" for i in range(workers)]
+        start_run("bench_noop", thread_id=f"bench-{workers}-{i}", input={}, actor="bench")
+    probes = [box.root / f"probe-{workers}-{i}.json" for i in range(workers)]
     for probe in probes:
         box.start_worker(probe_file=probe)
     total = runs * BENCH_STEPS
@@ -99,19 +105,23 @@ def bench_engine(box: Sandbox, steps: int, workers: int, say) -> dict:
             "seq", "created_at", "started_at", "finished_at"
         )
     )
+    counts = [json.loads(p.read_text()) for p in probes if p.exists()]
+    return engine_figures(rows, counts, runs=runs, workers=workers, completed=bool(done))
+
+
+def engine_figures(rows: list[tuple], counts: list[dict], **about) -> dict:
+    """Throughput, latency and per-step database work from the succeeded steps' ``(seq,
+    created_at, started_at, finished_at)`` rows and the workers' probe counts."""
     first = min(r[2] for r in rows)
     last = max(r[3] for r in rows)
     elapsed = (last - first).total_seconds()
     chained = [(r[3] - r[1]).total_seconds() for r in rows if r[0] > 1]
     initial = [(r[3] - r[1]).total_seconds() for r in rows if r[0] == 1]
-    counts = [json.loads(p.read_text()) for p in probes if p.exists()]
     executed = sum(c["steps"] for c in counts) or len(rows)
     total_of = lambda key: sum(c[key] for c in counts)  # noqa: E731
     return {
-        "completed": bool(done),
+        **about,
         "steps": len(rows),
-        "runs": runs,
-        "workers": workers,
         "elapsed_s": round(elapsed, 3),
         "steps_per_s": round(len(rows) / elapsed, 1) if elapsed > 0 else None,
         "latency_ms": {
@@ -138,8 +148,88 @@ def bench_engine(box: Sandbox, steps: int, workers: int, say) -> dict:
         "notes": "latency = step row created (dispatched by the predecessor's commit) to its "
         "commit, steps 2..N of each run; first steps wait in the up-front backlog "
         "(first_step_latency_ms). DB counts include each worker's start-up recovery, "
-        "registration and sweeps.",
+        "registration, sweeps and liveness checks.",
     }
+
+
+def bench_sqlite(steps: int, workers: int, say) -> dict:
+    """The embedded default: the same no-op runs on a fresh SQLite file (WAL) drained by
+    ``workers`` database-polling workers, no Redis. Everything runs in subprocesses with
+    ``DATABASE_URL`` and ``REDIS_URL`` unset; rows are read with ``sqlite3``."""
+    runs = max(1, math.ceil(steps / BENCH_STEPS))
+    say(f"embedded SQLite: {runs} runs x {BENCH_STEPS} no-op steps, {workers} polling workers")
+    root = Path(tempfile.mkdtemp(prefix="agentops-bench-sqlite-"))
+    try:
+        return _bench_sqlite_in(root, runs, workers)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _bench_sqlite_in(root: Path, runs: int, workers: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(
+        {
+            "AGENTOPS_VAR_DIR": str(root),
+            "AGENTOPS_SQLITE_PATH": str(root / "bench.sqlite3"),
+            "AGENTOPS_DEVICE_DIR": str(root / "devices"),
+            "AGENTOPS_MEDIA_ROOT": str(root / "artifacts"),
+        }
+    )
+    manage = [sys.executable, str(MANAGE_PY)]
+    run_opts = {"env": env, "cwd": settings.BASE_DIR, "capture_output": True, "text": True}
+    subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], check=True, **run_opts)
+    start = (
+        "from runs.engine.control.lifecycle import start_run\n"
+        f"for i in range({runs}):\n"
+        "    start_run('bench_noop', thread_id=f'bench-{i}', input={}, actor='bench')\n"
+    )
+    subprocess.run([*manage, "shell", "-v", "0", "-c", start], check=True, **run_opts)
+    probes = [root / f"probe-{i}.json" for i in range(workers)]
+    total = runs * BENCH_STEPS
+    procs: list[subprocess.Popen] = []
+    db = sqlite3.connect(root / "bench.sqlite3", timeout=30)
+    try:
+        for probe in probes:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "runs.drills.probe", str(probe), "worker"]
+                    + ["--mode", "db"],
+                    env=env,
+                    cwd=settings.BASE_DIR,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
+        done = wait_until(
+            lambda: db.execute(
+                "SELECT count(*) FROM runs_step WHERE status = 'SUCCEEDED'"
+            ).fetchone()[0]
+            >= total,
+            timeout=max(120, total / 10),
+            interval=0.5,
+        )
+    finally:
+        # SIGTERM: each worker finishes its step and its probe writes the counts.
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    parse = datetime.fromisoformat
+    rows = [
+        (seq, parse(created), parse(started), parse(finished))
+        for seq, created, started, finished in db.execute(
+            "SELECT seq, created_at, started_at, finished_at FROM runs_step "
+            "WHERE status = 'SUCCEEDED'"
+        )
+    ]
+    db.close()
+    counts = [json.loads(p.read_text()) for p in probes if p.exists()]
+    return engine_figures(rows, counts, runs=runs, workers=workers, completed=bool(done))
 
 
 # -- raw RQ ---------------------------------------------------------------------------
@@ -235,54 +325,101 @@ def bench_raw_postgres(box: Sandbox, workers: int, seconds: float, say) -> dict:
 # -- recovery -------------------------------------------------------------------------
 
 
-def bench_recovery(box: Sandbox, kills: int, stagger: float, say) -> dict:
-    """SIGKILL ``kills`` workers, each holding a ``bench_hold`` step, ``stagger`` seconds
-    apart, with the default lease and sweep settings; time each step from its holder's
-    kill to its commit by the rescuer worker."""
-    say(
-        f"recovery: {kills} SIGKILLs (lease {settings.AGENTOPS_LEASE_SECONDS}s, "
-        f"sweep {settings.AGENTOPS_SWEEP_SECONDS}s)"
-    )
-    runs = [
-        start_run("bench_hold", thread_id=f"hold-{i}", input={}, actor="bench")
-        for i in range(kills)
-    ]
-    holders = {box.start_worker().pid: None for _ in range(kills)}
+def _hold_runs(box: Sandbox, holders: int, tag: str):
+    """Start ``holders`` ``bench_hold`` runs and one worker per run, wait until each step
+    is held (attempt 1), then start one rescuer worker. Returns the rescuer, or ``None``
+    when the holders did not claim in time."""
+    for i in range(holders):
+        start_run("bench_hold", thread_id=f"{tag}-{i}", input={}, actor="bench")
+    for _ in range(holders):
+        box.start_worker()
     held = wait_until(
-        lambda: Step.objects.filter(status=StepStatus.RUNNING, attempt=1).count() == kills,
+        lambda: Step.objects.filter(status=StepStatus.RUNNING, attempt=1).count() == holders,
         timeout=120,
         interval=0.2,
     )
     if not held:
-        return {"error": "holders did not claim the steps"}
+        return None
     rescuer = box.start_worker()
     wait_until(lambda: rescuer.poll() is None and "mode=rq" in box.log(rescuer), timeout=60)
+    return rescuer
+
+
+def _hit_holders(box: Sandbox, signum: int, stagger: float) -> dict[int, tuple]:
+    """Send ``signum`` to each holder, ``stagger`` seconds apart; returns ``{step_id:
+    (signalled_at, lease_until at that moment)}`` on the database clock."""
     by_pid = {p.pid: p for p in box.workers}
-    killed_at = {}
+    hit = {}
     for step in Step.objects.filter(status=StepStatus.RUNNING).order_by("pk"):
-        pid = int(step.owner.split(":")[1])
-        box.signal(by_pid[pid], signal.SIGKILL)
-        killed_at[step.pk] = db_now()
+        box.signal(by_pid[owner_pid(step.owner)], signum)
+        # Read after the signal: a stopped holder renews no more.
+        lease = Step.objects.filter(pk=step.pk).values_list("lease_until", flat=True).first()
+        hit[step.pk] = (db_now(), lease)
         time.sleep(stagger)
+    return hit
+
+
+def _recovered(hit: dict[int, tuple], timeout: float) -> list[Step]:
     wait_until(
-        lambda: Step.objects.filter(pk__in=killed_at, status=StepStatus.SUCCEEDED).count() == kills,
-        timeout=settings.AGENTOPS_LEASE_SECONDS * 3 + 60,
-        interval=0.2,
+        lambda: Step.objects.filter(pk__in=hit, status=StepStatus.SUCCEEDED).count() == len(hit),
+        timeout=timeout,
+        interval=0.1,
     )
-    times = [
-        (s.finished_at - killed_at[s.pk]).total_seconds()
-        for s in Step.objects.filter(pk__in=killed_at, status=StepStatus.SUCCEEDED)
-    ]
+    return list(Step.objects.filter(pk__in=hit, status=StepStatus.SUCCEEDED))
+
+
+def _how(step_ids) -> dict[str, int]:
+    """How the held steps were handed over: counts of ``lease.owner_dead`` (liveness)
+    and ``lease.expired`` (lease) events."""
+    kinds = ("lease.owner_dead", "lease.expired")
+    return {kind: Event.objects.filter(step_id__in=step_ids, type=kind).count() for kind in kinds}
+
+
+def bench_recovery(box: Sandbox, kills: int, stagger: float, say) -> dict:
+    """Recovery by liveness: SIGKILL ``kills`` workers, each holding a ``bench_hold``
+    step, ``stagger`` seconds apart, with the default lease; time each step from its
+    holder's kill to its commit by the rescuer worker."""
+    say(f"recovery by liveness: {kills} SIGKILLs (lease {settings.AGENTOPS_LEASE_SECONDS}s)")
+    if _hold_runs(box, kills, "kill") is None:
+        return {"error": "holders did not claim the steps"}
+    killed = _hit_holders(box, signal.SIGKILL, stagger)
+    done = _recovered(killed, timeout=settings.AGENTOPS_LEASE_SECONDS * 3 + 60)
+    times = [(s.finished_at - killed[s.pk][0]).total_seconds() for s in done]
     box.stop_workers()
-    del holders, runs
     return {
         "kills": kills,
         "recovered": len(times),
         "lease_s": settings.AGENTOPS_LEASE_SECONDS,
-        "sweep_s": settings.AGENTOPS_SWEEP_SECONDS,
-        "p50_s": round(percentile(times, 50), 2) if times else None,
-        "max_s": round(max(times), 2) if times else None,
-        "samples_s": [round(t, 2) for t in sorted(times)],
+        "liveness_s": settings.AGENTOPS_LIVENESS_SECONDS,
+        "handed_over_by": _how(killed),
+        "p50_s": round(percentile(times, 50), 3) if times else None,
+        "max_s": round(max(times), 3) if times else None,
+        "samples_s": [round(t, 3) for t in sorted(times)],
+    }
+
+
+def bench_lease_fallback(box: Sandbox, stops: int, say) -> dict:
+    """The fallback for a hung worker: SIGSTOP ``stops`` holders (they keep their
+    database sessions, so their liveness locks stay held) and time each step from the
+    stop to its commit by the rescuer, and from its lease's end to that commit."""
+    say(f"lease fallback: {stops} SIGSTOPs (lease {settings.AGENTOPS_LEASE_SECONDS}s)")
+    if _hold_runs(box, stops, "stop") is None:
+        return {"error": "holders did not claim the steps"}
+    stopped = _hit_holders(box, signal.SIGSTOP, 0.5)
+    done = _recovered(stopped, timeout=settings.AGENTOPS_LEASE_SECONDS * 3 + 60)
+    since_stop = [(s.finished_at - stopped[s.pk][0]).total_seconds() for s in done]
+    after_expiry = [
+        (s.finished_at - stopped[s.pk][1]).total_seconds() for s in done if stopped[s.pk][1]
+    ]
+    box.stop_workers()
+    return {
+        "stops": stops,
+        "recovered": len(done),
+        "lease_s": settings.AGENTOPS_LEASE_SECONDS,
+        "handed_over_by": _how(stopped),
+        "stop_to_commit_max_s": round(max(since_stop), 3) if since_stop else None,
+        "lease_end_to_commit_max_s": round(max(after_expiry), 3) if after_expiry else None,
+        "samples_s": [round(t, 3) for t in sorted(since_stop)],
     }
 
 
@@ -315,19 +452,22 @@ def _insert_select(model, source_sql: str, overrides: dict[str, str], params=())
         return cur.rowcount
 
 
-def seed_console(runs: int, events_per_run: int, say) -> dict:
-    """Bulk-insert ``runs`` runs over 1,000 threads and ``events_per_run`` events each,
+def seed_console(runs: int, events_per_run: int, say, *, open_permille: int = 30) -> dict:
+    """Bulk-insert ``runs`` runs over 1,000 threads (``open_permille`` per mille of them
+    not finished), 3 steps and ``events_per_run`` events each,
     server-side (INSERT ... SELECT over generate_series), one run every 30 s back in time
     (100,000 runs span 35 days)."""
     say(f"console: seeding {runs:,} runs and {runs * events_per_run:,} events")
     t0 = time.monotonic()
     _insert_select(Thread, "FROM generate_series(1, 1000) g", {"thread_id": "'seed-' || g"})
-    # 97% finished (90 succeeded, 5 failed, 2 cancelled), 3% open (running, paused,
-    # waiting for approval): what a deployment that has run for a while looks like.
+    # By default 97% finished (90 succeeded, 5 failed, 2 cancelled), 3% open (running,
+    # paused, waiting for approval): what a deployment that has run for a while looks like.
+    done = 1000 - open_permille
     statuses = (
-        "CASE WHEN mod(g, 100) < 90 THEN 'SUCCEEDED' WHEN mod(g, 100) < 95 THEN 'FAILED' "
-        "WHEN mod(g, 100) < 97 THEN 'CANCELLED' WHEN mod(g, 100) = 97 THEN 'RUNNING' "
-        "WHEN mod(g, 100) = 98 THEN 'PAUSED' ELSE 'WAITING_APPROVAL' END"
+        f"CASE WHEN mod(g, 1000) < {done - 70} THEN 'SUCCEEDED' "
+        f"WHEN mod(g, 1000) < {done - 20} THEN 'FAILED' "
+        f"WHEN mod(g, 1000) < {done} THEN 'CANCELLED' "
+        "ELSE (ARRAY['RUNNING','PAUSED','WAITING_APPROVAL'])[1 + mod(g, 3)] END"
     )
     _insert_select(
         Run,
@@ -360,10 +500,33 @@ def seed_console(runs: int, events_per_run: int, say) -> dict:
         },
         [events_per_run],
     )
+    # Three steps a run; the last one mirrors the run's state.
+    last_step = (
+        "CASE WHEN s < 3 OR r.status = 'SUCCEEDED' THEN 'SUCCEEDED' "
+        "WHEN r.status = 'RUNNING' THEN 'RUNNING' WHEN r.status = 'WAITING_APPROVAL' "
+        "THEN 'WAITING' WHEN r.status = 'CANCELLED' THEN 'CANCELLED' ELSE 'FAILED' END"
+    )
+    _insert_select(
+        Step,
+        "FROM runs_run r CROSS JOIN generate_series(1, 3) s",
+        {
+            "run_id": "r.id",
+            "name": "(ARRAY['plan','read_temperature','reply'])[s]",
+            "seq": "s",
+            "status": last_step,
+            "attempt": "1",
+            "not_before": "r.created_at",
+            "created_at": "r.created_at + make_interval(secs => s)",
+            "started_at": "r.created_at + make_interval(secs => s)",
+            "finished_at": "r.created_at + make_interval(secs => s + 1)",
+        },
+    )
     with connection.cursor() as cur:
-        cur.execute("ANALYZE")
+        # As autovacuum would have on a deployment this old (visibility map set).
+        cur.execute("VACUUM ANALYZE")
     return {
         "runs": Run.objects.count(),
+        "steps": Step.objects.count(),
         "events": Event.objects.count(),
         "seed_s": round(time.monotonic() - t0, 1),
     }
@@ -442,44 +605,70 @@ def bench_console(runs: int, events_per_run: int, requests: int, say) -> dict:
 # -- the whole benchmark ----------------------------------------------------------------
 
 
+#: The parts of the benchmark, in the order they run (``--only`` picks some).
+PARTS = ("engine", "engine_1", "sqlite", "recovery", "lease_fallback", "console")
+
+
 def run_bench(
     *,
     steps: int,
     workers: int,
-    kills: int = 3,
+    kills: int = 5,
+    stops: int = 2,
     pg_seconds: float = 5.0,
     console_runs: int = 100_000,
     events_per_run: int = 10,
     console_requests: int = 20,
+    only: tuple[str, ...] = PARTS,
     say=print,
 ) -> dict:
-    """Run all five parts; returns ``{"machine", "engine", "raw_rq", "raw_postgres",
-    "recovery", "console"}`` (see docs/drills-and-bench.md)."""
+    """Run the parts named in ``only`` (all by default); returns ``{"machine", "engine",
+    "raw_rq", "raw_postgres", "engine_1", "sqlite", "recovery", "lease_fallback",
+    "console", "ratios"}`` with the parts that ran (see docs/drills-and-bench.md).
+    ``engine`` includes raw RQ and raw PostgreSQL, run right after it in the same
+    sandbox so the ratios compare like with like."""
     result: dict = {}
-    with Sandbox("bench") as box:
-        result["machine"] = machine()
-        result["engine"] = bench_engine(box, steps, workers, say)
-        result["raw_rq"] = bench_raw_rq(box, result["engine"]["steps"], workers, say)
-        result["raw_postgres"] = (
-            bench_raw_postgres(box, workers, pg_seconds, say)
-            if pg_seconds > 0
-            else {"skipped": "--pg-seconds 0"}
-        )
-    if kills > 0:
-        with Sandbox("recovery") as box:
-            result["recovery"] = bench_recovery(box, kills, stagger=3.0, say=say)
-    else:
-        result["recovery"] = {"skipped": "--kills 0"}
-    if console_runs > 0:
-        with Sandbox("console") as box:
-            result["console"] = bench_console(console_runs, events_per_run, console_requests, say)
-    else:
-        result["console"] = {"skipped": "--console-runs 0"}
-    engine = result["engine"]["steps_per_s"]
-    result["ratios"] = {
-        "engine_vs_raw_rq": _ratio(engine, result["raw_rq"].get("jobs_per_s")),
-        "engine_vs_raw_postgres": _ratio(engine, result["raw_postgres"].get("tx_per_s")),
-    }
+    if "engine" in only:
+        with Sandbox("bench") as box:
+            result["machine"] = machine()
+            result["engine"] = bench_engine(box, steps, workers, say)
+            result["raw_rq"] = bench_raw_rq(box, result["engine"]["steps"], workers, say)
+            result["raw_postgres"] = (
+                bench_raw_postgres(box, workers, pg_seconds, say)
+                if pg_seconds > 0
+                else {"skipped": "--pg-seconds 0"}
+            )
+        engine = result["engine"]["steps_per_s"]
+        result["ratios"] = {
+            "engine_vs_raw_rq": _ratio(engine, result["raw_rq"].get("jobs_per_s")),
+            "engine_vs_raw_postgres": _ratio(engine, result["raw_postgres"].get("tx_per_s")),
+        }
+    if "engine_1" in only:
+        with Sandbox("bench1") as box:
+            result.setdefault("machine", machine())
+            result["engine_1"] = bench_engine(box, min(steps, 1000), 1, say)
+    if "sqlite" in only:
+        result["sqlite"] = bench_sqlite(min(steps, 1000), workers, say)
+    if "recovery" in only:
+        if kills > 0:
+            with Sandbox("recovery") as box:
+                result["recovery"] = bench_recovery(box, kills, stagger=1.5, say=say)
+        else:
+            result["recovery"] = {"skipped": "--kills 0"}
+    if "lease_fallback" in only:
+        if stops > 0:
+            with Sandbox("fallback") as box:
+                result["lease_fallback"] = bench_lease_fallback(box, stops, say=say)
+        else:
+            result["lease_fallback"] = {"skipped": "--stops 0"}
+    if "console" in only:
+        if console_runs > 0:
+            with Sandbox("console") as box:
+                result["console"] = bench_console(
+                    console_runs, events_per_run, console_requests, say
+                )
+        else:
+            result["console"] = {"skipped": "--console-runs 0"}
     return result
 
 
@@ -487,13 +676,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 
 
-def format_table(result: dict) -> str:
-    """The human-readable table printed by ``manage.py bench``."""
-    e, rq, pg = result["engine"], result["raw_rq"], result["raw_postgres"]
-    rec, con, ratios = result["recovery"], result["console"], result["ratios"]
+def _engine_rows(label: str, e: dict) -> list[tuple]:
     lat, db = e["latency_ms"], e.get("db_per_step") or {}
-    rows = [
-        ("engine", f"steps/s ({e['steps']} no-op steps, {e['workers']} workers)", e["steps_per_s"]),
+    return [
+        (label, f"steps/s ({e['steps']} no-op steps, {e['workers']} workers)", e["steps_per_s"]),
         (
             "",
             "dispatch-to-commit ms p50 / p95 / p99",
@@ -505,35 +691,57 @@ def format_table(result: dict) -> str:
             f"{db.get('round_trips')} / {db.get('statements')} / {db.get('transactions')}",
         ),
         ("", "peak worker RSS MB", e["peak_worker_rss_mb"]),
-        ("raw RQ", f"no-op jobs/s (SimpleWorker x {rq['workers']})", rq["jobs_per_s"]),
     ]
-    if "skipped" in pg:
-        rows.append(("raw Postgres", "skipped", pg["skipped"]))
-    else:
-        rows.append(
+
+
+def _skipped(label: str, part: dict) -> list[tuple]:
+    return [(label, "skipped", part["skipped"])] if "skipped" in part else []
+
+
+def format_table(result: dict) -> str:
+    """The human-readable table printed by ``manage.py bench`` (the parts that ran)."""
+    rows: list[tuple] = []
+    if "engine" in result:
+        rq, pg, ratios = result["raw_rq"], result["raw_postgres"], result["ratios"]
+        rows += _engine_rows("engine", result["engine"])
+        rows.append(("raw RQ", f"no-op jobs/s (SimpleWorker x {rq['workers']})", rq["jobs_per_s"]))
+        rows += _skipped("raw Postgres", pg) or [
             (
                 "raw Postgres",
                 f"single-row UPDATE tx/s ({pg['connections']} connections)",
                 pg["tx_per_s"],
             )
-        )
-    rows += [
-        ("ratios", "engine / raw RQ", ratios["engine_vs_raw_rq"]),
-        ("", "engine / raw PostgreSQL", ratios["engine_vs_raw_postgres"]),
-    ]
-    if "skipped" in rec:
-        rows.append(("recovery", "skipped", rec["skipped"]))
-    else:
-        rows.append(
+        ]
+        rows += [
+            ("ratios", "engine / raw RQ", ratios["engine_vs_raw_rq"]),
+            ("", "engine / raw PostgreSQL", ratios["engine_vs_raw_postgres"]),
+        ]
+    if "engine_1" in result:
+        rows += _engine_rows("engine, 1 wk", result["engine_1"])
+    if "sqlite" in result:
+        rows += _engine_rows("SQLite", result["sqlite"])
+    if "recovery" in result:
+        rec = result["recovery"]
+        rows += _skipped("recovery", rec) or [
             (
                 "recovery",
-                f"SIGKILL to commit s p50 / max ({rec.get('kills')} kills)",
-                f"{rec.get('p50_s')} / {rec.get('max_s')}",
+                f"SIGKILL to commit s p50 / max ({rec.get('kills')} kills, liveness)",
+                f"{rec.get('p50_s')} / {rec.get('max_s')} {rec.get('handed_over_by')}",
             )
-        )
-    if "skipped" in con:
-        rows.append(("console", "skipped", con["skipped"]))
-    else:
+        ]
+    if "lease_fallback" in result:
+        fb = result["lease_fallback"]
+        rows += _skipped("lease fallbk", fb) or [
+            (
+                "lease fallbk",
+                f"SIGSTOP to commit s max; lease end to commit ({fb.get('lease_s')} s lease)",
+                f"{fb.get('stop_to_commit_max_s')}; {fb.get('lease_end_to_commit_max_s')} "
+                f"{fb.get('handed_over_by')}",
+            )
+        ]
+    con = result.get("console", {})
+    rows += _skipped("console", con)
+    if con and "skipped" not in con:
         rows.append(
             ("console", f"{con['source']}", f"{con['runs']:,} runs, {con['events']:,} events")
         )

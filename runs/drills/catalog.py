@@ -379,6 +379,117 @@ def sigstop_fenced(r):
         r.expect("second worker alive", None, second.poll())
 
 
+def _terminate_backends(worker_id: str, app_name: str = "") -> int:
+    """``pg_terminate_backend`` sessions of one worker: its liveness lock connection, and
+    with ``app_name`` its Django connections too (their ``application_name``, set through
+    ``PGAPPNAME``). Returns how many were terminated."""
+    from django.db import connection
+
+    names = [f"agentops-liveness {worker_id}"[:63], *([app_name] if app_name else [])]
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND application_name = ANY(%s)",
+            [names],
+        )
+        return cur.fetchone()[0]
+
+
+@drill(
+    "connection_cut",
+    "a worker's database sessions are terminated mid-step while its process lives on: "
+    "another worker takes over on the liveness signal, the late write is fenced, the "
+    "side effect deduplicated by key",
+)
+def connection_cut(r):
+    # (a) Every session of the worker is cut: its late write may also die on its
+    # connection. (b) Only its liveness session is cut: it commits on its own connection
+    # and that commit must be rejected by the attempt fence.
+    _cut_scenario(r, "all sessions", cut_django=True)
+    _cut_scenario(r, "lock session only", cut_django=False)
+
+
+def _cut_scenario(r, label: str, *, cut_django: bool) -> None:
+    # The default 30 s lease: the takeover must come from liveness, not the lease.
+    with Sandbox("cut", env={**DRILL_ENV, "AGENTOPS_LEASE_SECONDS": "30"}) as box:
+        run = start_run(
+            "synthetic_order",
+            thread_id="drill-cut",
+            input={"sku": "A-1", "amount": 42},
+            actor="drill",
+        )
+        faults.arm("payments.charge", "stop", when="before", run_id=run.pk)
+        first = box.start_worker(extra_env={"PGAPPNAME": "drill-cut-first"})
+        _wait_stopped(box)
+        second = box.start_worker()
+        wait_until(lambda: WorkerProcess.objects.filter(liveness="pg").count() == 2, 30)
+        first_id = WorkerProcess.objects.get(pid=first.pid).worker_id
+        cut = _terminate_backends(first_id, "drill-cut-first" if cut_django else "")
+        if cut_django:
+            r.check(f"{label}: sessions terminated", ">= 2 (Django + lock)", cut, cut >= 2)
+        else:
+            r.expect(f"{label}: sessions terminated", 1, cut)
+        r.expect(
+            f"{label}: run finished by the second worker",
+            "SUCCEEDED",
+            wait_status(run.pk, RUN_TERMINAL, 60),
+        )
+        handed = [(e.type, e.payload.get("attempt")) for e in events(run.pk, LEASE_EVENTS)]
+        r.expect(f"{label}: handed over on the liveness signal", [("lease.owner_dead", 1)], handed)
+        box.signal(first, signal.SIGCONT)
+        late = wait_until(lambda: _late_write(run.pk, first.log_path), 60)
+        if cut_django:
+            r.check(
+                f"{label}: stale attempt's write fenced",
+                "step.commit_rejected attempt 1, or refused on its cut connection",
+                late,
+                bool(late),
+            )
+        else:
+            r.expect(
+                f"{label}: stale attempt's commit fenced", "step.commit_rejected attempt 1", late
+            )
+        charges = [a for a in services.applied_effects() if a["op"] == "charge"]
+        requests = device_calls(str(run.pk)).get("payments.charge")
+        r.expect(f"{label}: payments.charge requests (both attempts)", 2, requests)
+        r.expect(f"{label}: charges applied by the payments ledger", 1, len(charges))
+        r.expect(
+            f"{label}: step.succeeded of the charge step (one attempt committed)",
+            [2],
+            [
+                e.payload.get("attempt")
+                for e in events(run.pk, ("step.succeeded",))
+                if e.step_id == steps(run.pk)["charge"].pk
+            ],
+        )
+        r.expect(
+            f"{label}: status after the late write", "SUCCEEDED", Run.objects.get(pk=run.pk).status
+        )
+        r.expect(f"{label}: first worker alive after waking", None, first.poll())
+        r.expect(f"{label}: second worker alive", None, second.poll())
+
+
+#: The events that hand a held step over to another worker.
+LEASE_EVENTS = ("lease.owner_dead", "lease.expired")
+
+
+def _late_write(run_id, log_path) -> str:
+    """How the woken worker's stale attempt ended: its fenced commit
+    (``step.commit_rejected`` of attempt 1), or a database error on its cut connection
+    in its log; ``""`` while neither happened."""
+    rejected = [
+        e for e in events(run_id, ("step.commit_rejected",)) if e.payload.get("attempt") == 1
+    ]
+    if rejected:
+        return "step.commit_rejected attempt 1"
+    with open(log_path, encoding="utf-8", errors="replace") as fh:
+        log = fh.read()
+    if "terminating connection" in log or "connection is closed" in log:
+        return "refused: its database connection was cut"
+    return ""
+
+
 @drill("budget_out", "the budget runs out mid-run")
 def budget_out(r):
     with Sandbox("budget", env=DRILL_ENV) as box:

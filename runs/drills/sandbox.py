@@ -72,14 +72,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+#: How to get PostgreSQL and Redis for a command that needs them (said in its error).
+HOW_TO_GET_SERVICES = (
+    "e.g. start throwaway ones for one command with "
+    "`.venv/bin/python scripts/with_services.py -- .venv/bin/python manage.py drill --all` "
+    "(needs the PostgreSQL 15 server binaries and redis-server; see docs/drills-and-bench.md)"
+)
+
+
 def server_from_settings() -> dict:
     """Connection parameters of the configured PostgreSQL server; ``SandboxError`` if the
     configured database is not PostgreSQL."""
     db = settings.DATABASES["default"]
     if "postgresql" not in db["ENGINE"]:
         raise SandboxError(
-            "drills, soak and bench need PostgreSQL: set DATABASE_URL "
-            "(and REDIS_URL), e.g. under scripts/with_services.py"
+            "drills, soak and bench need PostgreSQL and Redis (DATABASE_URL, REDIS_URL); "
+            + HOW_TO_GET_SERVICES
         )
     return {
         "host": db.get("HOST") or "127.0.0.1",
@@ -150,7 +158,7 @@ def ensure_template(server: dict) -> str:
 def scratch_redis_url() -> str:
     """The configured Redis server with database ``AGENTOPS_SCRATCH_REDIS_DB``."""
     if not settings.REDIS_URL:
-        raise SandboxError("drills, soak and bench need Redis: set REDIS_URL")
+        raise SandboxError("drills, soak and bench need Redis (REDIS_URL); " + HOW_TO_GET_SERVICES)
     parts = urlsplit(settings.REDIS_URL)
     return urlunsplit(parts._replace(path=f"/{settings.AGENTOPS_SCRATCH_REDIS_DB}"))
 

@@ -5,17 +5,27 @@ class StepError(Exception):
     """A step failed with a machine-readable ``code`` (see ``runs.engine.effects.retry`` for which
     codes are retryable) and a human-readable ``detail``.
 
-    ``retry_after``: how long the dependency asked to wait before the next try, as an
-    HTTP ``Retry-After`` value (seconds as a number or digit string, or an HTTP date
-    string) or ``None``; the next attempt is not scheduled earlier (capped by the
-    step's deadline, ``runs.engine.effects.retry``).
+    ``retry_after``: how long the outside system asked to wait before the next try, as
+    an HTTP ``Retry-After`` value (seconds as a number or digit string, or an HTTP date
+    string) or ``None``; the next attempt starts no sooner, within the step's deadline
+    (``runs.engine.effects.retry``). ``takeover``: when the step gives up, pause the run
+    for a human whatever the step's ``on_exhausted`` says (the failure needs a person to
+    look, e.g. a malformed model response).
     """
 
-    def __init__(self, code: str, detail: str = "", retry_after: float | str | None = None):
+    def __init__(
+        self,
+        code: str,
+        detail: str = "",
+        *,
+        retry_after: float | str | None = None,
+        takeover: bool = False,
+    ):
         super().__init__(f"{code}: {detail}" if detail else code)
         self.code = code
         self.detail = detail
         self.retry_after = retry_after
+        self.takeover = takeover
 
 
 class LeaseLost(Exception):

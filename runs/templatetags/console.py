@@ -2,7 +2,7 @@
 tool output is untrusted, so every value reaches the page through autoescaping."""
 
 import json
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django import template
 from django.utils import timezone
@@ -96,3 +96,43 @@ def query_with(context, **changes) -> str:
         else:
             params[key] = value
     return params.urlencode()
+
+
+def _parse_time(value) -> datetime | None:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, datetime) else None
+
+
+def human_time(value, now: datetime | None = None) -> str:
+    """``datetime`` (or ISO text) -> ``"30 Nov 2026 12:49:14 UTC (3 min ago)"``; the
+    relative part for the last week only, ``"in 20 s"`` for future times. ``""`` for
+    ``None`` or text that is not a time."""
+    when = _parse_time(value)
+    if when is None:
+        return ""
+    if timezone.is_naive(when):
+        when = timezone.make_aware(when, UTC)
+    when = when.astimezone(UTC)
+    text = f"{when.day} {when:%b %Y %H:%M:%S} UTC"
+    seconds = ((now or timezone.now()) - when).total_seconds()
+    if abs(seconds) > 7 * 86400:
+        return text
+    span = duration(abs(seconds)) if abs(seconds) >= 1 else "now"
+    if span == "now":
+        return f"{text} (just now)"
+    return f"{text} ({span} ago)" if seconds >= 0 else f"{text} (in {span})"
+
+
+@register.inclusion_tag("partials/when.html")
+def when(value, empty: str = "-"):
+    """A time for people, with the exact ISO value as the ``title`` and ``datetime`` of a
+    ``<time>`` element: ``{% when run.created_at %}``; ``empty`` when there is none."""
+    moment = _parse_time(value)
+    return {
+        "iso": moment.isoformat() if moment else "",
+        "text": human_time(moment) if moment else empty,
+    }

@@ -104,6 +104,7 @@ def budget(request, run_id):
             add_model_calls=request.POST.get("add_model_calls") or 0,
             add_tool_calls=request.POST.get("add_tool_calls") or 0,
             add_cost_usd=request.POST.get("add_cost_usd") or "0",
+            add_tokens=request.POST.get("add_tokens") or 0,
         )
 
     return perform(

@@ -12,9 +12,11 @@ from django_htmx.http import HttpResponseClientRefresh
 from runs.console import artifacts as artifact_files
 from runs.console.access import DOWNLOAD_PERM, console_view, render_page
 from runs.console.attempts import step_histories
+from runs.console.charts import run_timeline
 from runs.console.sections import section
 from runs.engine.control.cancel import cancel_progress
 from runs.engine.control.rewind import checkpoint_labels
+from runs.engine.state.clock import db_now
 from runs.models import Artifact, Checkpoint, Event, Message, Operation, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
@@ -32,10 +34,22 @@ def _get_run(run_id) -> Run:
 
 
 def budget_rows(run: Run) -> list[dict]:
-    """``[{name, used, limit, left}]`` for model calls, tool calls and cost."""
+    """``[{name, used, limit, left}]`` for model calls, tool calls, tokens and cost; the
+    cost is ``"unknown"`` (never 0) while a model call had no price."""
     rows = []
-    for key in ("model_calls", "tool_calls", "cost_usd"):
+    for key in ("model_calls", "tool_calls", "tokens", "cost_usd"):
         used = getattr(run, key)
+        if key == "cost_usd" and run.unpriced_model_calls:
+            rows.append(
+                {
+                    "name": key,
+                    "used": f"unknown ({used} priced + {run.unpriced_model_calls} model "
+                    "calls without a price)",
+                    "limit": run.budget.get(key) if isinstance(run.budget, dict) else None,
+                    "left": "unknown",
+                }
+            )
+            continue
         limit = run.budget.get(key) if isinstance(run.budget, dict) else None
         left = None
         if limit is not None:
@@ -78,6 +92,7 @@ def live_context(run: Run, request) -> dict:
         "budget": budget_rows(run),
         "open_takeover": Takeover.objects.filter(run=run, status=Takeover.Status.OPEN).first(),
         "replays": list(run.replays.order_by("created_at").only("pk", "status")),
+        "picture": run_timeline(run, db_now()),
         "cancel_progress": cancel_progress(run) if run.status == RunStatus.CANCEL_REQUESTED else "",
     }
 

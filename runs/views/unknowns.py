@@ -1,6 +1,6 @@
 """Unknown outcomes: each UNKNOWN step with its operation, a "check the outside world
-now" button (``runs.engine.effects.unknown_outcomes.verify_now``) and the resolutions (done with evidence,
-not done, or cancel the run)."""
+now" button (``runs.engine.effects.unknown_outcomes.verify_now``) and the resolutions
+(done with evidence, not done, or cancel the run)."""
 
 import json
 

@@ -40,6 +40,8 @@ class StepDef:
     cannot be undone (listed for manual review). ``final``: the run ends after this step
     (unless it calls ``ctx.goto``), for a step declared before an alternative path.
     ``options``: kind-specific settings (approval routes and expiry).
+    ``model``: the model this step's ``ctx.call_model`` asks (``openai:gpt-4.1-mini``);
+    ``None`` means the workflow's, else ``AGENTOPS_MODEL``.
     """
 
     name: str
@@ -52,6 +54,7 @@ class StepDef:
     compensable: bool = True
     final: bool = False
     options: dict = field(default_factory=dict)
+    model: str | None = None
 
 
 class Workflow:
@@ -61,6 +64,7 @@ class Workflow:
     checkpoint of an older version of this workflow to this version.
     ``on_budget_exhausted``: ``"takeover"`` (pause the run for a human to raise the
     budget) or ``"fail"`` (fail the run and compensate).
+    ``model``: the model its steps ask (``None``: ``AGENTOPS_MODEL``).
     """
 
     def __init__(
@@ -72,10 +76,12 @@ class Workflow:
         input_fields: dict[str, type] | None = None,
         message_field: str | None = None,
         on_budget_exhausted: str = "takeover",
+        model: str | None = None,
     ):
         if on_budget_exhausted not in ("takeover", "fail"):
             raise WorkflowDefinitionError(f"{name}: on_budget_exhausted must be takeover or fail")
         self.on_budget_exhausted = on_budget_exhausted
+        self.model = model
         self.name = name
         self.version = version
         self.description = description

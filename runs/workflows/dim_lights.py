@@ -40,9 +40,10 @@ def _verify_set(args: dict, call) -> VerifyAnswer:
         return VerifyAnswer(
             "not_done", evidence=f"lamp still reads {now}%, the value before the interrupted call"
         )
+    before = f"the previous {previous}%" if previous is not None else "a recorded previous value"
     return VerifyAnswer(
         "cannot_tell",
-        evidence=f"lamp reads {now}%: neither the target {target}% nor the previous {previous}%",
+        evidence=f"lamp reads {now}%: neither the target {target}% nor {before}",
     )
 
 

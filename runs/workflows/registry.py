@@ -71,12 +71,18 @@ def all_workflows() -> list[Workflow]:
 
 def autodiscover() -> None:
     """Import the modules named in ``settings.AGENTOPS_WORKFLOW_MODULES``; each registers
-    its workflows at import time. Raises ``ImproperlyConfigured`` naming
-    ``AGENTOPS_EXTRA_WORKFLOW_MODULES`` for a module that cannot be imported."""
+    its workflows at import time. Raises ``ImproperlyConfigured`` for a module that
+    cannot be imported, naming ``AGENTOPS_EXTRA_WORKFLOW_MODULES`` when it came from
+    there and the missing dependency otherwise."""
+    extra = set(getattr(settings, "AGENTOPS_EXTRA_WORKFLOW_MODULES", []))
     for module in settings.AGENTOPS_WORKFLOW_MODULES:
         try:
             import_module(module)
         except ImportError as exc:
+            if module in extra:
+                where = "AGENTOPS_EXTRA_WORKFLOW_MODULES"
+                raise ImproperlyConfigured(f"{where}: cannot import {module!r}: {exc}") from None
             raise ImproperlyConfigured(
-                f"AGENTOPS_EXTRA_WORKFLOW_MODULES: cannot import {module!r}: {exc}"
+                f"workflow module {module!r} cannot be imported ({exc}); "
+                "install the dependencies: pip install -e ."
             ) from None

@@ -1,11 +1,11 @@
 """``python manage.py api_token create USERNAME [--name N]`` prints a new token (once);
 ``api_token list [USERNAME]`` shows tokens without their secret; ``api_token revoke PREFIX``."""
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from apitokens.models import ApiToken
 from apitokens.services import create_token, revoke
+from runs.cli.common import cli_user
 
 
 class Command(BaseCommand):
@@ -14,21 +14,18 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
         create = sub.add_parser("create", help="create a token and print it (shown once)")
-        create.add_argument("username")
+        create.add_argument("username", help="the user the token acts as")
         create.add_argument("--name", default="", help="a label, e.g. the client's name")
         listing = sub.add_parser("list", help="list tokens (prefix, user, last used)")
-        listing.add_argument("username", nargs="?")
+        listing.add_argument("username", nargs="?", help="only this user's tokens")
         rev = sub.add_parser("revoke", help="revoke a token by its prefix")
-        rev.add_argument("prefix")
+        rev.add_argument("prefix", help="the token's prefix, as list shows it (ao_...)")
 
     def handle(self, *args, **options):
         getattr(self, "_" + options["action"])(options)
 
     def _create(self, options):
-        try:
-            user = get_user_model().objects.get(username=options["username"])
-        except get_user_model().DoesNotExist:
-            raise CommandError(f"no user {options['username']!r}") from None
+        user = cli_user(options["username"])
         _, raw = create_token(user, options["name"])
         self.stdout.write(raw)
 

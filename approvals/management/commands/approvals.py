@@ -11,14 +11,14 @@ Refusals exit non-zero with the engine's code in brackets, e.g. ``[decision_conf
 """
 
 import json
+import uuid
 
-from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import BaseCommand, CommandError
 
 from approvals import services
 from approvals.models import Approval, Takeover
-from runs.cli.common import control_error, parse_json
+from runs.cli.common import cli_user, control_error, parse_json
 from runs.engine.control.lifecycle import ControlError
 
 
@@ -29,22 +29,45 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
         p = sub.add_parser("list", help="pending approvals")
         p.add_argument("--all", action="store_true", help="every status, newest first")
-        p.add_argument("--json", action="store_true")
+        _add_listing_options(p)
         p = sub.add_parser("decide", help="approve or reject an approval")
-        p.add_argument("approval_id", type=int)
-        p.add_argument("decision", choices=sorted(services.DECISIONS))
-        p.add_argument("--comment", default="")
+        p.add_argument("approval_id", type=int, help="the approval's id (approvals list shows it)")
+        p.add_argument("decision", choices=sorted(services.DECISIONS), help="approve or reject")
+        p.add_argument("--comment", default="", help="why (recorded with the decision)")
+        p.add_argument(
+            "--arguments",
+            default=None,
+            help="an agent's tool call: approve with these arguments (JSON object)",
+        )
+        p.add_argument(
+            "--message",
+            default="",
+            help="an agent's tool call: reject and give the model this message instead",
+        )
         p.add_argument("--as", dest="username", required=True, help="the deciding user")
         p = sub.add_parser("takeovers", help="open takeovers")
         p.add_argument("--all", action="store_true", help="resolved ones too")
-        p.add_argument("--json", action="store_true")
+        _add_listing_options(p)
         p = sub.add_parser("claim", help="take an open takeover on")
-        p.add_argument("takeover_id", type=int)
-        p.add_argument("--as", dest="username", required=True)
+        p.add_argument(
+            "takeover_id", type=int, help="the takeover's id (approvals takeovers shows it)"
+        )
+        p.add_argument(
+            "--as",
+            dest="username",
+            required=True,
+            help="the operator claiming it (a user holding runs.operate_run)",
+        )
         p = sub.add_parser("resolve", help="resolve an open takeover")
-        p.add_argument("takeover_id", type=int)
-        p.add_argument("action", choices=services.RESOLUTIONS)
-        p.add_argument("--reason", required=True)
+        p.add_argument(
+            "takeover_id", type=int, help="the takeover's id (approvals takeovers shows it)"
+        )
+        p.add_argument(
+            "action",
+            choices=services.RESOLUTIONS,
+            help="resume, retry, mark_done or cancel (docs/control.md, Takeovers)",
+        )
+        p.add_argument("--reason", required=True, help="why (recorded on the event)")
         p.add_argument("--checkpoint", default=None, help="with resume: the checkpoint name")
         p.add_argument("--evidence", default="", help="how you know (required for mark_done)")
         p.add_argument("--result", default=None, help="with mark_done: the step's output as JSON")
@@ -65,7 +88,10 @@ class Command(BaseCommand):
         query = Approval.objects.select_related("run", "step", "decided_by")
         if not options["all"]:
             query = query.filter(status=Approval.Status.PENDING)
-        rows = [_approval_row(a) for a in query.order_by("-pk")]
+        rows = [_approval_row(a) for a in _listed(query, options)]
+        if options["ids"]:
+            self.stdout.write("\n".join(str(r["id"]) for r in rows))
+            return
         if options["json"]:
             self.stdout.write(json.dumps(rows))
             return
@@ -80,8 +106,19 @@ class Command(BaseCommand):
     def do_decide(self, options):
         user = _user(options["username"])
         approval = _get(Approval, options["approval_id"], "approval")
+        arguments = None
+        if options["arguments"] is not None:
+            try:
+                arguments = json.loads(options["arguments"])
+            except ValueError as exc:
+                raise CommandError(f"--arguments is not JSON: {exc} [invalid_arguments]") from None
         approval = services.decide(
-            approval, decision=options["decision"], user=user, comment=options["comment"]
+            approval,
+            decision=options["decision"],
+            user=user,
+            comment=options["comment"],
+            arguments=arguments,
+            message=options["message"],
         )
         self.stdout.write(
             f"approval {approval.pk}: {approval.status} by "
@@ -93,7 +130,10 @@ class Command(BaseCommand):
         query = Takeover.objects.all()
         if not options["all"]:
             query = query.filter(status=Takeover.Status.OPEN)
-        rows = [_takeover_row(t) for t in query.order_by("-pk")]
+        rows = [_takeover_row(t) for t in _listed(query, options)]
+        if options["ids"]:
+            self.stdout.write("\n".join(str(r["id"]) for r in rows))
+            return
         if options["json"]:
             self.stdout.write(json.dumps(rows))
             return
@@ -134,18 +174,42 @@ class Command(BaseCommand):
         )
 
 
+def _add_listing_options(parser) -> None:
+    parser.add_argument("--run", metavar="RUN_ID", help="only this run's")
+    parser.add_argument("--json", action="store_true", help="print one JSON array")
+    parser.add_argument(
+        "--ids", action="store_true", help="print only the ids, one a line (for scripts)"
+    )
+
+
+def _listed(query, options):
+    """``query`` newest first, narrowed to ``--run`` (``CommandError`` for a bad id)."""
+    if options["run"]:
+        try:
+            query = query.filter(run_id=uuid.UUID(options["run"]))
+        except ValueError:
+            raise CommandError(f"--run {options['run']!r} is not a run id") from None
+    return query.order_by("-pk")
+
+
 def _user(username: str):
-    try:
-        return get_user_model().objects.get_by_natural_key(username)
-    except get_user_model().DoesNotExist:
-        raise CommandError(f"no user {username!r} [unknown_user]") from None
+    return cli_user(username)
+
+
+#: The status whose rows an unknown id is answered with: the ones that can be acted on.
+_ACTIONABLE = {Approval: Approval.Status.PENDING, Takeover: Takeover.Status.OPEN}
 
 
 def _get(model, pk: int, what: str):
     try:
         return model.objects.get(pk=pk)
     except model.DoesNotExist:
-        raise CommandError(f"no {what} {pk} [unknown_{what}]") from None
+        status = _ACTIONABLE[model]
+        ids = model.objects.filter(status=status).order_by("pk").values_list("pk", flat=True)
+        listing = ", ".join(str(i) for i in ids[:20]) or "none"
+        raise CommandError(
+            f"no {what} {pk} [unknown_{what}]; {status.lower()} {what}s: {listing}"
+        ) from None
 
 
 def _approval_row(a: Approval) -> dict:

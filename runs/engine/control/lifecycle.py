@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
+from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.engine.execution import dispatch
 from runs.engine.execution.executor import schedule_step
 from runs.engine.state import leases
@@ -18,8 +19,7 @@ from runs.engine.state.checkpoints import initial_state
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import record_event, run_transaction
 from runs.models import Checkpoint, Message, Run, Step, Thread
-from runs.sim.devices import device_calls, device_readings
-from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
 from runs.workflows import registry
 
 OPEN_STEP_STATES = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.WAITING, StepStatus.UNKNOWN)
@@ -131,14 +131,20 @@ def start_run(
     return run
 
 
-BUDGET_KEYS = ("model_calls", "tool_calls", "cost_usd")
+BUDGET_KEYS = ("model_calls", "tool_calls", "tokens", "cost_usd")
+
+#: Extra keys of ``run_status``: ``{key: fn(run) -> JSON}``, registered by the apps that
+#: know the outside world (the simulator adds the device calls and readings), so the
+#: engine imports none of them.
+STATUS_EXTRAS: dict = {}
 
 
 def validate_budget(budget) -> dict[str, str]:
     """Field errors of a budget limits dict (empty when valid).
 
-    Shape: ``{"model_calls": int >= 0, "tool_calls": int >= 0, "cost_usd": decimal
-    string or number >= 0 (USD)}``, every key optional; ``None`` means no limits.
+    Shape: ``{"model_calls": int >= 0, "tool_calls": int >= 0, "tokens": int >= 0,
+    "cost_usd": decimal string or number >= 0 (USD)}``, every key optional; ``None``
+    means no limits.
     """
     if budget is None:
         return {}
@@ -207,7 +213,8 @@ def run_status(run: Run) -> dict[str, Any]:
     ``{run_id, thread, workflow, version, status, generation, next_step, steps: [{name,
     status, attempt}], messages: [{id, role, content, tool_calls, tool_call_id}],
     calls: {device.op: count}, devices: {...}, budget: {...}, takeover: {...} | None,
-    compensation: {status, reason, steps, manual_review}}``."""
+    compensation: {status, reason, steps, manual_review}, replay_of: {run, checkpoint} |
+    None, replays: [run ids]}``."""
     run.refresh_from_db()
     nxt = open_step(run)
     steps = [
@@ -234,18 +241,18 @@ def run_status(run: Run) -> dict[str, Any]:
         "status": run.status,
         "generation": run.generation,
         "next_step": nxt.name if nxt and run.status not in RUN_TERMINAL else None,
+        "replay_of": (
+            {"run": str(run.replay_of_id), "checkpoint": run.replay_checkpoint}
+            if run.replay_of_id
+            else None
+        ),
+        "replays": [
+            str(pk) for pk in run.replays.order_by("created_at").values_list("pk", flat=True)
+        ],
         "steps": steps,
         "messages": messages,
-        "calls": device_calls(str(run.pk)),
-        "devices": device_readings(),
-        "budget": {
-            "limits": run.budget,
-            "used": {
-                "model_calls": run.model_calls,
-                "tool_calls": run.tool_calls,
-                "cost_usd": str(run.cost_usd),
-            },
-        },
+        **{key: extra(run) for key, extra in STATUS_EXTRAS.items()},
+        "budget": {"limits": run.budget, "used": budget_usage(run)},
         "error_code": run.error_code or None,
         "takeover": _open_takeover(run),
         "compensation": {"status": run.compensation_status or None, **(run.compensation or {})},
@@ -275,7 +282,8 @@ def resume(run: Run, *, actor: str, wait_seconds: float | None = None, on_wait=N
     ``wait_seconds``, default lease length + 5 s) for the lease to expire, then reclaims
     it through the same fenced UPDATE the sweeper uses. ``on_wait(step, seconds_left)`` is
     called before waiting. Returns the step notified. Raises ``ControlError``
-    (``run_terminal``, ``run_paused``, ``nothing_to_resume``, ``lease_live``).
+    (``run_terminal``, ``run_paused``, ``not_allowed_in_state``, ``nothing_to_resume``,
+    ``lease_live``).
     """
     run.refresh_from_db()
     if run.status in RUN_TERMINAL:
@@ -284,6 +292,11 @@ def resume(run: Run, *, actor: str, wait_seconds: float | None = None, on_wait=N
         raise ControlError(
             "run_paused",
             "run is PAUSED for a takeover: resolve it, or resume from a checkpoint with --from",
+        )
+    if not command_allows("redispatch", run.status):
+        raise ControlError(
+            "not_allowed_in_state",
+            f"run is {run.status}; re-dispatch applies to {command_states('redispatch')} runs",
         )
     step = open_step(run)
     if step is None:
@@ -338,10 +351,10 @@ def retry_step(
     from approvals.services import resolve_open_takeover
 
     with run_transaction(run.pk) as tx:
-        if tx.run.status != RunStatus.PAUSED:
+        if not command_allows("retry", tx.run.status):
             raise ControlError(
                 "not_allowed_in_state",
-                f"run is {tx.run.status}; only a PAUSED run's step is retried",
+                f"run is {tx.run.status}; retry applies to {command_states('retry')} runs",
             )
         failed = (
             Step.objects.filter(
@@ -394,10 +407,12 @@ def retry_step(
 
 def pause_run(run: Run, *, actor: str, reason: str) -> Run:
     """An operator pauses ``run`` for a human look: PAUSED with an ``operator_request``
-    takeover (resolve it to continue, e.g. ``resume``). Allowed from PENDING, RUNNING
-    and WAITING_EXTERNAL while no step is running (a running step is not interrupted:
-    wait for it, or cancel). Raises ``ControlError`` (``reason_required``,
-    ``run_terminal``, ``not_allowed_in_state``, ``step_running``).
+    takeover (resolve it to continue, e.g. ``resume``). Allowed in the states of
+    ``RUN_COMMANDS["pause"]`` while no step is running (a running step is not
+    interrupted: wait for it, or cancel). A paused approval cannot be decided until the
+    takeover is resolved with ``resume``, which puts the run back to waiting. Raises
+    ``ControlError`` (``reason_required``, ``run_terminal``, ``not_allowed_in_state``,
+    ``step_running``).
     """
     from runs.engine.control.takeovers import open_takeover
 
@@ -407,10 +422,10 @@ def pause_run(run: Run, *, actor: str, reason: str) -> Run:
         status = tx.run.status
         if status in RUN_TERMINAL:
             raise ControlError("run_terminal", f"run is {status}")
-        if status not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING_EXTERNAL):
+        if not command_allows("pause", status):
             raise ControlError(
                 "not_allowed_in_state",
-                f"run is {status}; pause applies to PENDING, RUNNING or WAITING_EXTERNAL runs",
+                f"run is {status}; pause applies to {command_states('pause')} runs",
             )
         running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).first()
         if running is not None:

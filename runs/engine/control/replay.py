@@ -19,12 +19,12 @@ The event ``run.replay_created`` on the new run, with the operator as actor, is 
 audit record: who replayed what, why, from which checkpoint, reusing what.
 """
 
-from collections.abc import Collection
+import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
 from runs.engine.control import reuse
@@ -193,13 +193,11 @@ def replay_run(
     reexecute: bool = False,
     again: bool = False,
     start_after: float = 0.0,
-    request_id: str | None = None,
 ) -> Run:
     """Replay the finished ``run`` as a new run (see the module docstring); returns it.
 
     ``reason`` is required; ``again`` allows a run that was replayed before;
-    ``start_after`` delays the first step (seconds); ``request_id`` is the client's
-    idempotency key stored on the new run (unique per owner). Raises ``ControlError``:
+    ``start_after`` delays the first step (seconds). Raises ``ControlError``:
     the codes of ``plan_replay``, ``reason_required``, ``already_replayed``.
     """
     if not (reason or "").strip():
@@ -221,29 +219,20 @@ def replay_run(
             )
         used = cp.state.get("budget_used") or {}
         state = {**cp.state, "generation": 1, "replay_of": str(original.pk)}
-        try:
-            with transaction.atomic():
-                new = Run.objects.create(
-                    thread_id=original.thread_id,
-                    owner_id=original.owner_id,
-                    workflow=original.workflow,
-                    workflow_version=original.workflow_version,
-                    input=state.get("input", original.input),
-                    goal=original.goal,
-                    budget=original.budget,
-                    model_calls=used.get("model_calls", 0),
-                    tool_calls=used.get("tool_calls", 0),
-                    cost_usd=used.get("cost_usd", 0),
-                    request_id=request_id,
-                    replay_of=original,
-                    replay_checkpoint=cp.name,
-                )
-        except IntegrityError:
-            raise ControlError(
-                "idempotency_key_reused",
-                "this idempotency key already created a run",
-                {"Idempotency-Key": "already used"},
-            ) from None
+        new = Run.objects.create(
+            thread_id=original.thread_id,
+            owner_id=original.owner_id,
+            workflow=original.workflow,
+            workflow_version=original.workflow_version,
+            input=state.get("input", original.input),
+            goal=original.goal,
+            budget=original.budget,
+            model_calls=used.get("model_calls", 0),
+            tool_calls=used.get("tool_calls", 0),
+            cost_usd=used.get("cost_usd", 0),
+            replay_of=original,
+            replay_checkpoint=cp.name,
+        )
         reused = [] if reexecute else reuse.reusable(_later_steps(original, cp))
         with run_transaction(new.pk) as tx:
             tx.event(
@@ -274,9 +263,7 @@ def replay_run(
                 },
                 actor=actor,
             )
-            Checkpoint.objects.create(
-                run=new, step=None, name=cp.name, generation=1, version=cp.version, state=state
-            )
+            Checkpoint.objects.create(run=new, step=None, name=cp.name, generation=1, state=state)
             reuse.carry_over(reused, run_id=new.pk, generation=1)
             schedule_step(tx, cp.state["phase"], seq=1, actor=actor, delay=start_after)
     new.refresh_from_db()
@@ -384,33 +371,49 @@ def bulk_replay(
     again: bool = False,
     dry_run: bool = False,
     limit: int = BULK_LIMIT,
+    wait: Callable[[float], None] | None = None,
 ) -> BulkResult:
     """Replay each of ``runs`` (at most ``limit``) from the last checkpoint before its
-    failed step, the k-th (from 1) starting ``k / rate`` seconds from now, so replays
-    start at most ``rate`` per second. A run that cannot be replayed (changed, already
-    replayed meanwhile, nothing to replay) is skipped with its code; the others go on.
-    ``dry_run`` returns the previews and changes nothing. Raises ``ControlError``
-    ``reason_required`` / ``invalid_rate`` before touching anything."""
+    failed step so that replays start at most ``rate`` per second: the k-th (from 1)
+    starts ``k / rate`` seconds from now. By default every replay is created at once,
+    each with its first step due at its time (durable: the pacing holds if this process
+    exits; a worker polling the database starts it then, an RQ worker when the sweeper
+    re-notifies it, so within ``AGENTOPS_SWEEP_SECONDS``). With ``wait`` (``time.sleep``:
+    the CLI) this call instead creates each replay due at once, ``1 / rate`` seconds after
+    the previous one was created, so it takes at least ``n / rate`` seconds and every
+    worker kind is notified on time.
+
+    A run that cannot be replayed (changed, already replayed meanwhile, nothing to
+    replay) is skipped with its code; the others go on. ``dry_run`` returns the previews
+    and changes nothing. Raises ``ControlError`` ``reason_required`` / ``invalid_rate``
+    before touching anything."""
     rate = check_rate(rate)
     if not (reason or "").strip():
         raise ControlError("reason_required", "a replay needs a reason", {"reason": "required"})
     reuse.check_choice(reexecute, reason)
     result = BulkResult(rate=rate, dry_run=dry_run)
+    began = previous = time.monotonic()
     for run in list(runs[:limit]):
         try:
             if dry_run:
                 result.plans.append(plan_replay(run, reexecute=reexecute))
                 continue
-            delay = (len(result.created) + 1) / rate
+            slot = (len(result.created) + 1) / rate
+            if wait is not None:
+                # A full interval after the previous replay was created, however late it
+                # was: never two closer than 1 / rate, so no catch-up burst.
+                wait(max(previous + 1 / rate - time.monotonic(), 0.0))
+                slot = time.monotonic() - began
             new = replay_run(
                 run,
                 actor=actor,
                 reason=reason,
                 reexecute=reexecute,
                 again=again,
-                start_after=delay,
+                start_after=0.0 if wait is not None else slot,
             )
-            result.created.append((str(run.pk), str(new.pk), delay))
+            previous = time.monotonic()
+            result.created.append((str(run.pk), str(new.pk), slot))
         except ControlError as exc:
             result.skipped.append((str(run.pk), exc.code, exc.message))
     return result

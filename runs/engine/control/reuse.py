@@ -78,29 +78,12 @@ def check_choice(reexecute: bool, reason: str) -> None:
 
 
 def carry_over(ops: list[Operation], *, run_id, generation: int) -> list[Operation]:
-    """Create, for each SUCCEEDED operation in ``ops``, the row the step doing the same
-    business action will find under ``run_id``'s ``generation``: same tool, arguments,
-    result and external reference, status SUCCEEDED, ``reused_from`` the original.
-    Call it inside the transaction that starts the new work. Returns the new rows."""
-    rows = []
-    for op in ops:
-        old = ledger.key_prefix(op.run_id, op.step.generation if op.step_id else 1)
-        if not op.idempotency_key.startswith(old):
-            continue
-        key = ledger.key_prefix(run_id, generation) + op.idempotency_key[len(old) :]
-        rows.append(
-            Operation(
-                run_id=run_id,
-                step=None,
-                idempotency_key=key,
-                tool=op.tool,
-                side_effect=op.side_effect,
-                arguments=op.arguments,
-                status=Operation.Status.SUCCEEDED,
-                result=op.result,
-                external_ref=op.external_ref,
-                attempt=0,
-                reused_from=op,
-            )
-        )
-    return Operation.objects.bulk_create(rows, ignore_conflicts=False)
+    """Carry each SUCCEEDED operation in ``ops`` over into ``run_id``'s ``generation``
+    (``ledger.record_reused``), under the key the step doing the same business action
+    will ask for. Call it inside the transaction that starts the new work. Returns the
+    new rows."""
+    return ledger.record_reused(
+        [op for op in ops if op.status == Operation.Status.SUCCEEDED],
+        run_id=run_id,
+        generation=generation,
+    )

@@ -36,7 +36,7 @@ from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.budget import usage
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Message, Run, Step
-from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
 from runs.workflows import registry
 
 #: Steps that a resume leaves alone: already superseded, or cancelled for good.
@@ -253,8 +253,12 @@ def resume_from_checkpoint(
     cp = plan.checkpoint
     with run_transaction(run.pk) as tx:
         status = tx.run.status
-        if status in RUN_TERMINAL or status == RunStatus.CANCEL_REQUESTED:
-            raise ControlError("not_allowed_in_state", f"run is {status}")
+        if not command_allows("resume_from_checkpoint", status):
+            raise ControlError(
+                "not_allowed_in_state",
+                f"run is {status}; resume from a checkpoint applies to "
+                f"{command_states('resume_from_checkpoint')} runs",
+            )
         running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).first()
         if running is not None:
             raise ControlError(
@@ -304,6 +308,8 @@ def resume_from_checkpoint(
             model_calls=used["model_calls"],
             tool_calls=used["tool_calls"],
             cost_usd=used["cost_usd"],
+            tokens=used.get("tokens", tx.run.tokens),
+            unpriced_model_calls=used.get("unpriced_model_calls", tx.run.unpriced_model_calls),
         )
         tx.run.generation = generation
         state = {**cp.state, "input": plan.input, "generation": generation}

@@ -10,7 +10,12 @@ from runs.engine.errors import StepError
 from runs.models import Run
 
 #: ``Run.budget`` keys and the usage column each limits.
-LIMIT_FIELDS = {"model_calls": "model_calls", "tool_calls": "tool_calls", "cost_usd": "cost_usd"}
+LIMIT_FIELDS = {
+    "model_calls": "model_calls",
+    "tool_calls": "tool_calls",
+    "cost_usd": "cost_usd",
+    "tokens": "tokens",
+}
 
 
 class BudgetExhausted(StepError):
@@ -28,14 +33,23 @@ def charge(
     model_calls: int = 0,
     tool_calls: int = 0,
     cost_usd: Decimal | str = "0",
+    check_usage: bool = False,
 ) -> None:
     """Add the usage to the run in one conditional UPDATE.
 
     ``budget`` is the run's limits dict (``Run.budget``); a missing key means no limit.
-    Raises ``BudgetExhausted`` (and charges nothing) when a limit would be passed.
+    ``check_usage`` (before a model request, whose tokens and cost are known only after
+    it): also refuse when the ``tokens`` or ``cost_usd`` used so far already reached
+    their limit. Raises ``BudgetExhausted`` (and charges nothing) when a limit would be
+    passed.
     """
     cost = Decimal(str(cost_usd))
     condition = Q(pk=run_id)
+    if check_usage:
+        for key in ("tokens", "cost_usd"):
+            limit = budget.get(key)
+            if limit is not None:
+                condition &= Q(**{f"{LIMIT_FIELDS[key]}__lt": Decimal(str(limit))})
     for key, amount in (
         ("model_calls", model_calls),
         ("tool_calls", tool_calls),
@@ -61,15 +75,50 @@ def charge(
                 raise BudgetExhausted(
                     key, f"{key} limit {limit} reached (used {getattr(run, key)})"
                 )
+        if check_usage:
+            run = Run.objects.only("tokens", "cost_usd").get(pk=run_id)
+            for key in ("tokens", "cost_usd"):
+                limit = budget.get(key)
+                if limit is not None and getattr(run, key) >= Decimal(str(limit)):
+                    raise BudgetExhausted(
+                        key, f"{key} limit {limit} reached (used {getattr(run, key)})"
+                    )
         raise BudgetExhausted("unknown", "budget charge refused")
 
 
+def add_usage(run_id, *, tokens: int, cost_usd: Decimal | None) -> None:
+    """Add what a model response used, after the fact (it cannot be refused any more):
+    ``tokens`` (input + output) and ``cost_usd`` (``None``: no price is known, the call
+    counts as unpriced and the run's cost shows as unknown)."""
+    updates = {"tokens": F("tokens") + int(tokens)}
+    if cost_usd is None:
+        updates["unpriced_model_calls"] = F("unpriced_model_calls") + 1
+    elif cost_usd:
+        updates["cost_usd"] = F("cost_usd") + cost_usd
+    Run.objects.filter(pk=run_id).update(**updates)
+
+
 def usage(run: Run) -> dict:
-    """``{"model_calls": int, "tool_calls": int, "cost_usd": str}`` used so far."""
+    """``{"model_calls": int, "tool_calls": int, "tokens": int, "cost_usd": str,
+    "unpriced_model_calls": int}`` used so far, as checkpoints keep it; ``cost_usd`` is
+    the priced part (see ``shown_usage`` for what people see)."""
     return {
         "model_calls": run.model_calls,
         "tool_calls": run.tool_calls,
+        "tokens": run.tokens,
         "cost_usd": str(run.cost_usd),
+        "unpriced_model_calls": run.unpriced_model_calls,
+    }
+
+
+def shown_usage(run: Run) -> dict:
+    """``usage`` as shown to people and clients: ``cost_usd`` is ``None`` (unknown, never
+    0) while a model call had no price, and ``cost_usd_priced`` the part known."""
+    used = usage(run)
+    return {
+        **used,
+        "cost_usd": None if run.unpriced_model_calls else used["cost_usd"],
+        "cost_usd_priced": used["cost_usd"],
     }
 
 
@@ -122,9 +171,9 @@ def pause_exhausted(run: Run, step, attempt: int, actor: str, exc: BudgetExhaust
             step=step,
             suggested_action=(
                 f"Raise the budget: runs budget {run.pk} --add-tool-calls N "
-                "--add-model-calls N --add-cost USD (the run then resumes)."
+                "--add-model-calls N --add-tokens N --add-cost USD (the run then resumes)."
             ),
-            evidence={"limit": exc.limit, "limits": current.budget, "used": usage(current)},
+            evidence={"limit": exc.limit, "limits": current.budget, "used": shown_usage(current)},
         )
     return True
 
@@ -136,6 +185,7 @@ def raise_budget(
     add_model_calls: int = 0,
     add_tool_calls: int = 0,
     add_cost_usd: Decimal | str = "0",
+    add_tokens: int = 0,
     reason: str = "",
 ) -> Run:
     """Raise the run's limits by the given amounts (a limit the run does not have stays
@@ -156,6 +206,7 @@ def raise_budget(
         added = {
             "model_calls": int(add_model_calls),
             "tool_calls": int(add_tool_calls),
+            "tokens": int(add_tokens),
             "cost_usd": Decimal(str(add_cost_usd)),
         }
     except (ValueError, ArithmeticError) as exc:
@@ -172,7 +223,7 @@ def raise_budget(
     ):
         raise ControlError(
             "invalid_budget",
-            "add a positive amount of model calls, tool calls or cost",
+            "add a positive amount of model calls, tool calls, tokens or cost",
             {"budget": "amounts must be >= 0, at least one > 0"},
         )
     with run_transaction(run.pk) as tx:

@@ -100,7 +100,7 @@ def needs_compensation(run: Run) -> bool:
         return True
     return (
         Operation.objects.filter(run_id=run.pk)
-        .exclude(side_effect="read")
+        .exclude(side_effect__in=ledger.NO_OUTSIDE_EFFECT)
         .filter(
             status__in=[
                 Operation.Status.SUCCEEDED,
@@ -279,7 +279,7 @@ def _compensate_step(run: Run, step: Step, step_def, actor: str) -> dict[str, An
         }
     prefix = compensation_key(run.pk, step, "")
     Operation.objects.filter(step=step, status=Operation.Status.SUCCEEDED).exclude(
-        side_effect="read"
+        side_effect__in=ledger.NO_OUTSIDE_EFFECT
     ).exclude(idempotency_key__startswith=prefix).update(
         status=Operation.Status.COMPENSATED, updated_at=Now()
     )
@@ -323,7 +323,7 @@ def _effects(step: Step) -> list[Operation]:
     """The step's non-read operations that took effect (compensations excluded)."""
     return list(
         Operation.objects.filter(step=step, status=Operation.Status.SUCCEEDED)
-        .exclude(side_effect="read")
+        .exclude(side_effect__in=ledger.NO_OUTSIDE_EFFECT)
         .exclude(idempotency_key__contains=":compensate:")
         .order_by("pk")
     )
@@ -336,7 +336,7 @@ def _unsettled_operations(run: Run) -> list[Operation]:
     out: their effect is the earlier run's, reviewed with it."""
     return list(
         Operation.objects.filter(run_id=run.pk, reused_from__isnull=True)
-        .exclude(side_effect="read")
+        .exclude(side_effect__in=ledger.NO_OUTSIDE_EFFECT)
         .exclude(idempotency_key__contains=":compensate:")
         .exclude(step__status__in=[StepStatus.SUCCEEDED, StepStatus.SUPERSEDED])
         .filter(

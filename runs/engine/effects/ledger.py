@@ -24,6 +24,11 @@ from runs.models import Operation, Step
 from runs.states import StepStatus
 from runs.tools import Tool, ToolCall, VerifyAnswer
 
+#: ``side_effect`` values of operations that change nothing outside: reads, and model
+#: requests (``runs.engine.effects.model_calls``), which only cost. Compensation, resume
+#: previews and unknown-outcome checks leave them out.
+NO_OUTSIDE_EFFECT = ("read", "model")
+
 #: Statuses from which a new attempt may record a fresh intent under the same key.
 REINTENDABLE = (Operation.Status.INTENT, Operation.Status.FAILED, Operation.Status.UNKNOWN)
 
@@ -86,6 +91,34 @@ def record_intent(
             op.attempt = attempt or 0
             op.arguments = arguments
         return op
+
+
+def record_reused(ops: list[Operation], *, run_id, generation: int) -> list[Operation]:
+    """Record, for each SUCCEEDED operation in ``ops``, a SUCCEEDED row with the same
+    tool, arguments, result and external reference under the same business action's key
+    in ``run_id``'s ``generation`` (``reused_from`` the original), so that work done
+    again from a checkpoint reuses the result instead of calling again
+    (``runs.engine.control.reuse``). Keys that do not have the ledger's shape are
+    skipped. Returns the new rows."""
+    rows = []
+    for op in ops:
+        old = key_prefix(op.run_id, op.step.generation if op.step_id else 1)
+        if op.status != Operation.Status.SUCCEEDED or not op.idempotency_key.startswith(old):
+            continue
+        rows.append(
+            Operation(
+                run_id=run_id,
+                idempotency_key=key_prefix(run_id, generation) + op.idempotency_key[len(old) :],
+                tool=op.tool,
+                side_effect=op.side_effect,
+                arguments=op.arguments,
+                status=Operation.Status.SUCCEEDED,
+                result=op.result,
+                external_ref=op.external_ref,
+                reused_from=op,
+            )
+        )
+    return Operation.objects.bulk_create(rows)
 
 
 def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCEEDED) -> None:

@@ -23,6 +23,11 @@ NON_RETRYABLE_CODES = frozenset(
         "ATTEMPTS_EXHAUSTED",
         "UNKNOWN_OUTCOME",
         "INVALID_OUTPUT",
+        # A model provider refused the request itself or its credentials.
+        "MODEL_REQUEST_INVALID",
+        "MODEL_AUTH",
+        "MODEL_QUOTA_EXCEEDED",
+        "MODEL_RESPONSE_INVALID",
     }
 )
 
@@ -113,14 +118,16 @@ class RetryPolicy:
         code: str,
         elapsed: float = 0.0,
         rng: random.Random | None = None,
-        retry_after: float | None = None,
+        retry_after: float | str | None = None,
     ) -> RetryDecision:
         """Whether attempt ``attempt`` failing with ``code`` after ``elapsed`` seconds since
         the step's first start may be retried, and after how long.
 
-        ``retry_after`` (seconds, from ``retry_after_seconds``) is a lower bound on the
+        ``retry_after`` (what the outside system asked for: seconds, or an HTTP
+        ``Retry-After`` value, read with ``retry_after_seconds``) is a lower bound on the
         delay, cut to ``max_retry_after``; when it alone would pass the deadline, the
-        next attempt waits until the deadline instead (the last chance the step has).
+        next attempt waits until the deadline instead (the deadline is the step's limit,
+        not the provider's).
         """
         if code not in self.retryable:
             return RetryDecision(False, reason=f"{code} is not retryable")
@@ -131,6 +138,8 @@ class RetryPolicy:
         backoff = self.delay_for(attempt, rng)
         if self.deadline is not None and elapsed + backoff > self.deadline:
             return RetryDecision(False, reason=f"deadline of {self.deadline}s would pass")
+        if not isinstance(retry_after, int | float) or isinstance(retry_after, bool):
+            retry_after = retry_after_seconds(retry_after)
         if retry_after is None:
             return RetryDecision(True, delay=backoff)
         asked = min(retry_after, self.max_retry_after)

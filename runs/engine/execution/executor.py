@@ -19,7 +19,6 @@ from runs.engine.control.takeovers import open_takeover
 from runs.engine.data import drafts
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.effects import budget, compensation, unknown_outcomes
-from runs.engine.effects.retry import retry_after_seconds
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
 from runs.engine.execution import dispatch
 from runs.engine.execution.identity import WorkerIdentity
@@ -541,7 +540,7 @@ def _record_failed_attempt(
         attempt - step.attempt_base,
         error.code,
         elapsed,
-        retry_after=retry_after_seconds(error.retry_after),
+        retry_after=error.retry_after,
     )
     # Exception text is untrusted: NUL and lone surrogates would make the write fail.
     error.detail = values.storable_text(error.detail)
@@ -598,7 +597,9 @@ def _record_failed_attempt(
         )
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return
-        if step_def.on_exhausted == "takeover" and not isinstance(error, budget.BudgetExhausted):
+        if (step_def.on_exhausted == "takeover" or error.takeover) and not isinstance(
+            error, budget.BudgetExhausted
+        ):
             open_takeover(
                 tx,
                 cause="retries_exhausted",

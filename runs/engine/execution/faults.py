@@ -93,3 +93,34 @@ def crash_point(run: Run, step: Step, point: str) -> None:
 
     say(f"CRASH at {point} in {step.name}: SIGKILL (no cleanup)")
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def after_model_response(run: Run, step: Step) -> None:
+    """``runs start --crash-after-model N``: exit 75 at once (no cleanup) right after the
+    run's Nth model response is recorded; the fault is consumed first (with a
+    ``fault.injected`` event) so the worker that takes over does not fire it again."""
+    wanted = (run.faults or {}).get("crash_after_model")
+    if not wanted:
+        return
+    from runs.models import Operation
+
+    recorded = Operation.objects.filter(
+        run_id=run.pk, side_effect="model", status=Operation.Status.SUCCEEDED
+    ).count()
+    if recorded < int(wanted):
+        return
+    with run_transaction(run.pk) as tx:
+        faults = dict(tx.run.faults)
+        if not faults.pop("crash_after_model", None):
+            return
+        Run.objects.filter(pk=run.pk).update(faults=faults)
+        tx.event(
+            "fault.injected",
+            {"fault": "crash_after_model", "responses": recorded, "pid": os.getpid()},
+            step_id=step.pk,
+            progress=False,
+        )
+    from runs.engine.execution.executor import CRASH_EXIT_CODE, say
+
+    say(f"CRASH after model response {recorded}, exit={CRASH_EXIT_CODE} (response saved)")
+    os._exit(CRASH_EXIT_CODE)

@@ -39,7 +39,7 @@ from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
-from runs.engine.execution import dispatch
+from runs.engine.execution import dispatch, sweeper
 from runs.engine.state.gateway import run_transaction
 from runs.models import Step, WorkerProcess
 from runs.states import RUN_EXECUTABLE, StepStatus
@@ -237,8 +237,8 @@ class Liveness:
     ``start()`` (after the worker registered) takes the advisory lock on PostgreSQL, or
     uses the pid on SQLite, records the signal on the ``WorkerProcess`` row, and starts
     a daemon thread that every ``AGENTOPS_LIVENESS_SECONDS`` releases dead owners' steps
-    and now and then renews the lock. ``stop()`` ends the thread and drops the lock (last,
-    after the worker's steps are saved).
+    and expired leases, and now and then renews the lock. ``stop()`` ends the thread and
+    drops the lock (last, after the worker's steps are saved).
     """
 
     #: Seconds between checks that our own lock still holds.
@@ -285,11 +285,11 @@ class Liveness:
                         elif held and self.kind == OFF and not self.keeper.pooled:
                             self.kind = PG
                             self._publish()
-                    release_dead_owners(
-                        self.worker_id,
-                        settings.AGENTOPS_SWEEP_BATCH,
-                        exclude_owner=self.worker_id,
-                    )
+                    batch = settings.AGENTOPS_SWEEP_BATCH
+                    release_dead_owners(self.worker_id, batch, exclude_owner=self.worker_id)
+                    # The fallback for a hung owner, checked as often: a step waits for
+                    # its lease, not for the next periodic sweep.
+                    sweeper.reclaim_expired_leases(self.worker_id, batch)
                 except Exception:  # noqa: BLE001 - database away: try again next tick
                     logger.warning("liveness check failed", exc_info=True)
                     connection.close()

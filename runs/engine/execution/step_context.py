@@ -6,13 +6,12 @@ from typing import Any
 
 from runs.engine.data import drafts
 from runs.engine.effects import budget as budget_mod
-from runs.engine.effects import ledger
+from runs.engine.effects import ledger, model_calls
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
 from runs.engine.execution import faults
 from runs.engine.state.gateway import record_event
 from runs.models import Operation, Run, Step
-from runs.sim import model as sim_model
 from runs.tools import Tool, ToolCall
 
 
@@ -50,6 +49,8 @@ class StepContext:
         self._draft_roles: dict[str, str] = {}
         self.next_step: str | None = None
         self.goto_set = False
+        #: Model requests made by this attempt so far (the next request's ordinal).
+        self.model_requests = 0
         #: Set by the heartbeat thread; read at safe points.
         self.lease_lost = threading.Event()
         self.cancel_requested = threading.Event()
@@ -159,17 +160,19 @@ class StepContext:
         )
 
     # -- model and tools ------------------------------------------------------------
-    def stream_model(self, messages: list[dict[str, Any]], *, message_id: str):
-        """Ask the (simulated) model for a text reply and stream it into the draft
-        ``message_id`` piece by piece (one ``message.delta`` event each, with its
-        character offset); charges one model call first. Returns the whole reply as a
-        ``ModelReply``. Raises ``BudgetExhausted``, ``LeaseLost``, ``CancelRequested``."""
-        self.safe_point()
-        budget_mod.charge(
-            self.run.pk, self.run.budget, model_calls=1, cost_usd=sim_model.COST_PER_CALL_USD
-        )
-        content = ""
-        for piece in sim_model.stream(messages):
+    def stream_model(
+        self, messages: list[dict[str, Any]], *, message_id: str, model: str | None = None
+    ):
+        """Ask the model (``model``, else the step's, workflow's or ``AGENTOPS_MODEL``) for
+        a text reply through the ledger (``runs.engine.effects.model_calls``) and stream
+        it into the draft ``message_id`` piece by piece (one ``message.delta`` event
+        each, with its character offset). Returns the ``ModelReply``. Raises
+        ``BudgetExhausted``, ``LeaseLost``, ``CancelRequested``, ``StepError``."""
+
+        streamed = {"content": ""}
+
+        def on_piece(offset: int, piece: str) -> None:
+            streamed["content"] = streamed["content"][:offset] + piece
             try:
                 self.safe_point()
             except CancelRequested:
@@ -188,28 +191,27 @@ class StepContext:
                 step=self.step,
                 attempt=self.attempt,
                 message_id=message_id,
-                offset=len(content),
+                offset=offset,
                 text=piece,
-                content=content + piece,
+                content=streamed["content"],
                 actor=self.worker_id,
             )
-            content += piece
-        return sim_model.ModelReply(content=content)
 
-    def call_model(self, messages: list[dict[str, Any]], tools: list[str] | None = None):
-        """Ask the (simulated) model; charges one model call and its cost to the budget
-        first. Returns ``runs.sim.model.ModelReply``; raises ``BudgetExhausted``, or
-        ``StepError("TIMEOUT")`` past the step's ``timeout``."""
-        self.safe_point()
-        budget_mod.charge(
-            self.run.pk, self.run.budget, model_calls=1, cost_usd=sim_model.COST_PER_CALL_USD
-        )
-        try:
-            return call_with_timeout(
-                lambda: sim_model.complete(messages, tools or []), self.step_def.timeout
-            )
-        except CallTimedOut as exc:
-            raise StepError("TIMEOUT", f"model call: {exc}") from exc
+        return model_calls.stream_model(self, messages, message_id, model, on_piece)
+
+    def call_model(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list | None = None,
+        *,
+        model: str | None = None,
+    ):
+        """Ask the model (``model``, else the step's, workflow's or ``AGENTOPS_MODEL``)
+        through the ledger (``runs.engine.effects.model_calls``): a response recorded by
+        an earlier attempt of this step is reused. ``tools``: ``Tool`` objects or names.
+        Returns a ``ModelReply``; raises ``BudgetExhausted``, ``StepError`` (``TIMEOUT``
+        past the step's ``timeout``, or a classified provider error)."""
+        return model_calls.call_model(self, messages, tools, model)
 
     def call_tool(self, tool: Tool, arguments: dict[str, Any], *, action: str | None = None):
         """Call ``tool`` through the operation ledger; returns its result.

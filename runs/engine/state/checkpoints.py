@@ -50,6 +50,8 @@ def next_state(
     state["generation"] = run.generation
     state["workflow_version"] = run.workflow_version
     if refresh_usage:
-        run.refresh_from_db(fields=["model_calls", "tool_calls", "cost_usd"])
+        run.refresh_from_db(
+            fields=["model_calls", "tool_calls", "cost_usd", "tokens", "unpriced_model_calls"]
+        )
     state["budget_used"] = usage(run)
     return state

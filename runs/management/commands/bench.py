@@ -5,7 +5,7 @@ import math
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.drills.bench import format_table, run_bench
+from runs.drills.bench import PARTS, format_table, run_bench
 from runs.drills.interrupt import Interrupted, stop_on_signals
 from runs.drills.sandbox import SandboxError
 
@@ -18,10 +18,21 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--steps", type=int, default=2000, help="no-op steps in all")
-        parser.add_argument("--workers", type=int, default=4, help="worker processes")
+        parser.add_argument("--workers", type=int, default=2, help="worker processes")
         parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
         parser.add_argument(
-            "--kills", type=int, default=3, help="SIGKILLs for recovery (0: skip that part)"
+            "--kills", type=int, default=5, help="SIGKILLs for recovery (0: skip that part)"
+        )
+        parser.add_argument(
+            "--stops",
+            type=int,
+            default=2,
+            help="SIGSTOPs for the lease fallback, about a lease long (0: skip that part)",
+        )
+        parser.add_argument(
+            "--only",
+            default=",".join(PARTS),
+            help=f"comma-separated parts to run (default all: {','.join(PARTS)})",
         )
         parser.add_argument(
             "--console-runs",
@@ -40,10 +51,14 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         if opts["steps"] < 1 or opts["workers"] < 1:
             raise CommandError("--steps and --workers must be at least 1")
-        for name in ("kills", "console_runs", "events_per_run", "pg_seconds"):
+        for name in ("kills", "stops", "console_runs", "events_per_run", "pg_seconds"):
             if not (opts[name] >= 0 and math.isfinite(opts[name])):
                 flag = "--" + name.replace("_", "-")
                 raise CommandError(f"{flag} must be 0 or more, got {opts[name]}")
+        only = tuple(p.strip() for p in opts["only"].split(",") if p.strip())
+        unknown = sorted(set(only) - set(PARTS))
+        if unknown or not only:
+            raise CommandError(f"--only: unknown part(s) {unknown}; choose from {','.join(PARTS)}")
 
         def say(line: str) -> None:
             self.stderr.write(f"bench: {line}")
@@ -54,6 +69,8 @@ class Command(BaseCommand):
                     steps=opts["steps"],
                     workers=opts["workers"],
                     kills=opts["kills"],
+                    stops=opts["stops"],
+                    only=only,
                     pg_seconds=opts["pg_seconds"],
                     console_runs=opts["console_runs"],
                     events_per_run=opts["events_per_run"],

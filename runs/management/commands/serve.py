@@ -16,10 +16,16 @@ class Command(BaseCommand):
     help = "Serve AgentOps over ASGI with uvicorn (API, SSE, console)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument(
+            "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+        )
+        parser.add_argument(
+            "--port", type=int, default=8000, help="TCP port to listen on (default 8000)"
+        )
         parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
-        parser.add_argument("--log-level", default="warning")
+        parser.add_argument(
+            "--log-level", default="warning", help="uvicorn's log level (default warning)"
+        )
 
     def handle(self, *args, **options):
         argv = [

@@ -18,8 +18,10 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--runs", type=int, required=True)
-        parser.add_argument("--workers", type=int, required=True)
+        parser.add_argument("--runs", type=int, required=True, help="how many runs to start")
+        parser.add_argument(
+            "--workers", type=int, required=True, help="worker processes to keep running"
+        )
         parser.add_argument(
             "--duration", type=float, required=True, help="seconds of faults (0: none)"
         )

@@ -1,0 +1,86 @@
+"""The step thread owns the database; the agent's event loop runs beside it and asks.
+
+A ``pydantic_ai.Agent`` runs its loop on an event loop of its own (in a helper thread),
+while every ledger read and write happens on the step's thread, with the step's
+database connection, lease and safe points. ``Bridge.ask(fn)`` (from the agent loop)
+queues ``fn`` for the step thread and awaits its result; ``fn`` may in turn run a
+coroutine back on the agent loop (``run_on_agent_loop``), which is free meanwhile, to
+make the real model request or tool call. The first control exception a request
+raises (``StepError``, ``LeaseLost``, ``OutcomeUnknown``, ...) is kept and re-raised on
+the step thread once the agent run ends, whatever Pydantic AI made of it on the way.
+"""
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
+
+CONTROL_EXCEPTIONS = (StepError, LeaseLost, CancelRequested, OutcomeUnknown)
+
+
+class Bridge:
+    """One agent run's link between its event loop and the step thread."""
+
+    def __init__(self) -> None:
+        self._requests: queue.Queue = queue.Queue()
+        self.failure: BaseException | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def ask(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn()`` on the step thread and return its result (or raise its error)."""
+        loop = asyncio.get_running_loop()
+        self.loop = loop
+        future = loop.create_future()
+        self._requests.put((fn, loop, future))
+        return await future
+
+    def run_on_agent_loop(self, coro: Coroutine) -> Any:
+        """From the step thread, inside ``fn``: run ``coro`` on the agent's loop and wait."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def run(self, target: Callable[[], Any]) -> Any:
+        """Run ``target()`` (the agent run) in a helper thread while serving its requests
+        on this thread; returns its result. Re-raises the kept control exception first,
+        else what ``target`` raised."""
+        box: dict[str, Any] = {}
+
+        def main() -> None:
+            try:
+                box["result"] = target()
+            except BaseException as exc:  # noqa: BLE001 - handed to the step thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=main, name="agent-loop", daemon=True)
+        thread.start()
+        while thread.is_alive() or not self._requests.empty():
+            try:
+                fn, loop, future = self._requests.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            try:
+                result = fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the agent loop
+                if self.failure is None and isinstance(exc, CONTROL_EXCEPTIONS):
+                    self.failure = exc
+                loop.call_soon_threadsafe(_settle, future, None, exc)
+            else:
+                loop.call_soon_threadsafe(_settle, future, result, None)
+        thread.join()
+        if self.failure is not None:
+            raise self.failure
+        if "error" in box:
+            raise box["error"]
+        return box.get("result")
+
+
+def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

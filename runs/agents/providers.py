@@ -1,0 +1,282 @@
+"""Model providers (DESIGN section 12): ``sim``, the offline simulator and the default,
+and every model Pydantic AI supports, named its way (``openai:gpt-4.1-mini``,
+``anthropic:...``). An OpenAI-compatible server (vLLM, Ollama, LM Studio) is reached
+through ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` (or ``OPENAI_API_KEY_FILE``).
+
+The SDK's own retries are off (``max_retries=0``): a failed request is a failed attempt
+of the step, retried by the step's policy with the provider's ``Retry-After`` honoured,
+so a retry never hides behind a step's lease and every request is in the ledger.
+"""
+
+import asyncio
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from runs.agents.errors import classify, invalid_tool_call
+from runs.engine.effects.model_providers import ModelReply, register_provider
+from runs.sim import model as sim_model
+
+_NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+class SimProvider:
+    """The simulated model (``runs.sim.model``): deterministic, free of network, charged
+    ``runs.sim.model.COST_PER_CALL_USD`` per call like a paid one."""
+
+    name = "sim"
+    cost_per_call_usd = sim_model.COST_PER_CALL_USD
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[Any]) -> ModelReply:
+        names = [getattr(t, "name", t) for t in tools]
+        reply = sim_model.complete(messages, names)
+        return ModelReply(
+            content=reply.content,
+            tool_calls=reply.tool_calls,
+            usage=_counted_usage(messages, reply.content),
+            model="sim",
+        )
+
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ModelReply]:
+        content = ""
+        for piece in sim_model.stream(messages):
+            content += piece
+            yield piece
+        yield ModelReply(content=content, usage=_counted_usage(messages, content), model="sim")
+
+
+def _counted_usage(messages: list[dict[str, Any]], reply: str) -> dict[str, int]:
+    """Token usage of a simulated call, by the configured token counter."""
+    from runs.engine.data.model_input import token_counter
+
+    count = token_counter()
+    return {
+        "input_tokens": sum(count(m.get("content") or "") for m in messages),
+        "output_tokens": count(reply),
+    }
+
+
+class PydanticAIProvider:
+    """Any model Pydantic AI supports, asked through ``pydantic_ai.direct``. ``model()``
+    builds a fresh ``pydantic_ai`` model (and client) for one event loop; close it with
+    ``aclose(model)``."""
+
+    def __init__(self, model_name: str, setting: str):
+        self.name = model_name
+        self.setting = setting
+        self._check()
+
+    def _check(self) -> None:
+        prefix = self.name.split(":", 1)[0]
+        if prefix == "openai":
+            if not settings.OPENAI_API_KEY:
+                raise ImproperlyConfigured(
+                    f"OPENAI_API_KEY (or OPENAI_API_KEY_FILE) must be set for "
+                    f"{self.setting}={self.name!r} (any value for a local server that "
+                    "ignores it)"
+                )
+            return
+        # Other providers check their SDK and key when the model is built; nothing is
+        # sent (and nothing awaited: start-up may run inside an ASGI server's loop).
+        self.model()
+
+    def model(self):
+        """A new ``pydantic_ai.models.Model`` for this name. Raises ``ImproperlyConfigured``
+        naming the setting when Pydantic AI does not know the provider or misses its
+        key or SDK."""
+        from pydantic_ai.exceptions import UserError
+        from pydantic_ai.models import infer_model
+
+        if self.name.startswith("openai:"):
+            from openai import AsyncOpenAI
+            from pydantic_ai.models.openai import OpenAIChatModel
+            from pydantic_ai.providers.openai import OpenAIProvider
+
+            client = AsyncOpenAI(
+                base_url=settings.OPENAI_BASE_URL,
+                api_key=settings.OPENAI_API_KEY,
+                max_retries=0,
+            )
+            return OpenAIChatModel(
+                self.name.split(":", 1)[1], provider=OpenAIProvider(openai_client=client)
+            )
+        try:
+            return infer_model(self.name)
+        except (UserError, ImportError, ValueError) as exc:
+            raise ImproperlyConfigured(f"{self.setting}={self.name!r}: {exc}") from exc
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[Any]) -> ModelReply:
+        return asyncio.run(self._complete(messages, tools))
+
+    async def _complete(self, messages: list[dict[str, Any]], tools: list[Any]) -> ModelReply:
+        from pydantic_ai.direct import model_request
+        from pydantic_ai.models import ModelRequestParameters
+
+        definitions, names = tool_definitions(tools)
+        model = self.model()
+        try:
+            response = await model_request(
+                model,
+                to_pydantic_messages(messages),
+                model_request_parameters=ModelRequestParameters(function_tools=definitions),
+            )
+        except Exception as exc:  # noqa: BLE001 - every provider failure gets a code
+            raise classify(exc) from exc
+        finally:
+            await aclose(model)
+        return reply_from_response(response, names)
+
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ModelReply]:
+        """Text pieces as the provider streams them, then the final reply. The stream is
+        consumed on its own event loop in this thread, piece by piece."""
+        loop = asyncio.new_event_loop()
+        model = self.model()
+        agen = self._stream(model, messages)
+        try:
+            while True:
+                try:
+                    piece = loop.run_until_complete(agen.__anext__())
+                except StopAsyncIteration:
+                    return
+                yield piece
+        finally:
+            loop.run_until_complete(agen.aclose())
+            loop.run_until_complete(aclose(model))
+            loop.close()
+
+    async def _stream(self, model, messages: list[dict[str, Any]]):
+        from pydantic_ai.direct import model_request_stream
+        from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
+
+        try:
+            async with model_request_stream(model, to_pydantic_messages(messages)) as stream:
+                async for event in stream:
+                    if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+                        if event.part.content:
+                            yield event.part.content
+                    elif isinstance(event, PartDeltaEvent) and isinstance(
+                        event.delta, TextPartDelta
+                    ):
+                        if event.delta.content_delta:
+                            yield event.delta.content_delta
+                response = stream.get()
+        except Exception as exc:  # noqa: BLE001 - every provider failure gets a code
+            raise classify(exc) from exc
+        yield reply_from_response(response, {})
+
+
+async def aclose(model) -> None:
+    """Close the HTTP client of a model built by ``PydanticAIProvider.model``."""
+    client = getattr(getattr(model, "provider", None), "client", None)
+    close = getattr(client, "close", None)
+    if close is not None:
+        await close()
+
+
+def tool_definitions(tools: list[Any]):
+    """``(ToolDefinition list, {sent name: tool name})`` for engine tools (``Tool``
+    objects or names). Names are made safe for every provider (``thermostat.read`` is
+    sent as ``thermostat_read``) and mapped back in the reply."""
+    from pydantic_ai.tools import ToolDefinition
+
+    definitions, names = [], {}
+    for tool in tools:
+        name = getattr(tool, "name", tool)
+        sent = _NAME_UNSAFE.sub("_", name)
+        names[sent] = name
+        definitions.append(
+            ToolDefinition(
+                name=sent,
+                description=getattr(tool, "description", "") or None,
+                parameters_json_schema=getattr(tool, "parameters", None)
+                or {"type": "object", "additionalProperties": True},
+            )
+        )
+    return definitions, names
+
+
+def to_pydantic_messages(messages: list[dict[str, Any]]) -> list:
+    """Engine messages (``{"role", "content", "tool_calls", "tool_call_id"}``) as Pydantic
+    AI messages; a tool result carries the name of the call it answers."""
+    from pydantic_ai.messages import (
+        ModelRequest,
+        ModelResponse,
+        SystemPromptPart,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+
+    out: list = []
+    call_names: dict[str, str] = {}
+    for m in messages:
+        role, content = m.get("role"), m.get("content") or ""
+        if role == "system":
+            out.append(ModelRequest(parts=[SystemPromptPart(content)]))
+        elif role == "user":
+            out.append(ModelRequest(parts=[UserPromptPart(content)]))
+        elif role == "assistant":
+            parts: list = [TextPart(content)] if content else []
+            for call in m.get("tool_calls") or []:
+                name = _NAME_UNSAFE.sub("_", call["name"])
+                call_names[call.get("id") or ""] = name
+                parts.append(ToolCallPart(name, call.get("arguments") or {}, call.get("id")))
+            out.append(ModelResponse(parts=parts or [TextPart("")]))
+        elif role == "tool":
+            call_id = m.get("tool_call_id") or ""
+            out.append(
+                ModelRequest(
+                    parts=[ToolReturnPart(call_names.get(call_id, "tool"), content, call_id)]
+                )
+            )
+    return out
+
+
+def reply_from_response(response, names: dict[str, str]) -> ModelReply:
+    """A ``pydantic_ai`` ``ModelResponse`` as an engine ``ModelReply`` (tool names mapped
+    back through ``names``). Raises ``StepError("MODEL_RESPONSE_INVALID")`` (with a
+    takeover) for a tool call whose arguments are not a JSON object."""
+    from pydantic_ai.messages import ModelMessagesTypeAdapter, TextPart, ToolCallPart
+
+    raw = ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]
+    text = "".join(p.content for p in response.parts if isinstance(p, TextPart))
+    calls = []
+    for part in response.parts:
+        if not isinstance(part, ToolCallPart):
+            continue
+        arguments = part.args
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except ValueError:
+                arguments = None
+        if not isinstance(arguments, dict):
+            raise invalid_tool_call(part.tool_name, part.args, raw)
+        calls.append(
+            {
+                "id": part.tool_call_id,
+                "name": names.get(part.tool_name, part.tool_name),
+                "arguments": arguments,
+            }
+        )
+    return ModelReply(
+        content=text,
+        tool_calls=calls,
+        usage={
+            "input_tokens": int(response.usage.input_tokens or 0),
+            "output_tokens": int(response.usage.output_tokens or 0),
+        },
+        model=response.model_name or "",
+        raw=raw,
+    )
+
+
+def register() -> None:
+    """Register ``sim`` and Pydantic AI's models (every other prefix) with the engine."""
+    register_provider("sim", lambda name, setting: SimProvider())
+    register_provider("*", PydanticAIProvider)

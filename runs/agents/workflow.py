@@ -1,0 +1,303 @@
+"""``register_agent``: a ``pydantic_ai.Agent`` as an AgentOps workflow (DESIGN section 12).
+
+The workflow has three steps:
+
+- ``agent``: runs the agent on the run's ``prompt`` (input ``{"prompt": str}``) until
+  it answers or asks for approval of a deferred tool call (``requires_approval``);
+- ``approve``: an approval step per deferred call (tool name and arguments shown to the
+  approver; approve, approve with edited arguments, reject, or reject with a message the
+  model receives instead of the tool result); the run waits with no lease held;
+- ``continue``: runs the agent again from the stored conversation with the decisions.
+
+Every model request and tool call goes through the ledger (``runs.agents.durability``),
+so a step re-executed after a crash replays recorded responses and results in order.
+The agent's messages become the run's Messages. The conversation is carried from step
+to step in the checkpoint (the step's output, ``history`` as Pydantic AI JSON).
+"""
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_ai import DeferredToolResults, ToolApproved, ToolDenied
+from pydantic_ai.messages import (
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.usage import UsageLimits
+
+from runs.agents.bridge import Bridge
+from runs.agents.durability import AgentOpsDurability, AgentTool, LedgerRun
+from runs.agents.providers import PydanticAIProvider
+from runs.engine.effects.model_calls import model_name_for
+from runs.engine.errors import StepError
+from runs.tools import Tool
+from runs.workflows import registry
+from runs.workflows.definition import Workflow
+
+AGENT_STEPS = ("agent", "continue")
+
+
+class AgentWorkflow(Workflow):
+    """A workflow running a ``pydantic_ai.Agent`` (see the module docstring)."""
+
+    def __init__(self, agent, *, name, version, description, tools, model, offline_model):
+        super().__init__(
+            name,
+            version=version,
+            description=description or f"Pydantic AI agent {name}",
+            input_fields={"prompt": str},
+            message_field="prompt",
+            model=model,
+        )
+        self.agent = agent
+        self.tools = {
+            tool: spec if isinstance(spec, AgentTool) else AgentTool(side_effect=spec)
+            for tool, spec in (tools or {}).items()
+        }
+        # A tool may instead say it in its own metadata: @agent.tool_plain(metadata=
+        # {"side_effect": "read"}).
+        for toolset in agent.toolsets:
+            for tool_name, tool in (getattr(toolset, "tools", None) or {}).items():
+                side_effect = (getattr(tool, "metadata", None) or {}).get("side_effect")
+                if side_effect and tool_name not in self.tools:
+                    self.tools[tool_name] = AgentTool(side_effect=side_effect)
+        # Registered by name so "check the outside world now" on an unknown outcome
+        # finds the verify hook in any process; the calls themselves go through the agent.
+        for tool_name, spec in self.tools.items():
+            Tool(
+                tool_name,
+                fn=_only_in_agent_runs,
+                side_effect=spec.side_effect,
+                verify=spec.verify,
+                timeout=spec.timeout,
+            )
+        self.offline_model = offline_model
+        self.add_step_fn("agent", self._run_agent, final=True)
+        self.approval("approve", on_reject="continue")(self._ask_approval)
+        self.add_step_fn("continue", self._run_agent, final=True)
+
+    def add_step_fn(self, name: str, fn, **options) -> None:
+        self.step(name, **options)(fn)
+
+    # -- the model ---------------------------------------------------------------------
+
+    def pydantic_model(self, name: str):
+        """The Pydantic AI model for ``name``: ``sim`` is the offline model given at
+        registration (else the agent's own); anything else a provider model."""
+        if name.split(":", 1)[0] == "sim":
+            model = self.offline_model or self.agent.model
+            if model is None:
+                raise StepError(
+                    "MODEL_REQUEST_INVALID",
+                    f"{self.name} has no offline model: set AGENTOPS_MODEL to a provider model",
+                )
+            return model, None
+        provider = PydanticAIProvider(name, "AGENTOPS_MODEL")
+        return provider.model(), provider
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def _run_agent(self, ctx) -> dict[str, Any]:
+        state = latest_state(ctx)
+        decisions = dict((state or {}).get("decisions") or {})
+        decision = ctx.outputs.get("approve")
+        undecided = [p for p in (state or {}).get("pending_ids", []) if p not in decisions]
+        if state and decision and decision.get("decision") == "expired" and undecided:
+            # An expired approval names no call: it answers the one it asked about.
+            decisions[undecided[0]] = {**decision, "tool_call_id": undecided[0]}
+        elif state and decision and decision.get("tool_call_id") in undecided:
+            decisions[decision["tool_call_id"]] = decision
+        if state and any(p not in decisions for p in state.get("pending_ids", [])):
+            ctx.goto("approve")
+            return {**state, "decisions": decisions, "turn": state["turn"] + 1}
+
+        name = model_name_for(self, ctx.step_def)
+        model, _ = self.pydantic_model(name)
+        bridge = Bridge()
+        ledger_run = LedgerRun(ctx, bridge, name, self.tools)
+        history = ModelMessagesTypeAdapter.validate_python(state["history"]) if state else None
+        results = deferred_results(decisions) if state else None
+
+        def run_agent():
+            return self.agent.run_sync(
+                None if state else ctx.input["prompt"],
+                message_history=history,
+                deferred_tool_results=results,
+                model=model,
+                capabilities=[AgentOpsDurability(ledger_run)],
+                # AgentOps's budget is the limit; Pydantic AI's own default cap is off.
+                usage_limits=UsageLimits(request_limit=None),
+            )
+
+        result = bridge.run(run_agent)
+        new = result.new_messages()
+        stage_messages(ctx, new, skip_first_prompt=state is None)
+        all_messages = ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json")
+        output = result.output
+        turn = (state or {}).get("turn", 0) + 1
+        pending = list(getattr(output, "approvals", None) or [])
+        if pending:
+            ctx.goto("approve")
+            return {
+                "turn": turn,
+                "history": all_messages,
+                "pending": [
+                    {"id": p.tool_call_id, "name": p.tool_name, "arguments": p.args_as_dict()}
+                    for p in pending
+                ],
+                "pending_ids": [p.tool_call_id for p in pending],
+                "decisions": {},
+            }
+        ctx.goto(None)
+        answer = output if isinstance(output, str) else json.dumps(_jsonable(output))
+        return {"turn": turn, "history": all_messages, "answer": answer, "pending_ids": []}
+
+    def _ask_approval(self, ctx) -> dict[str, Any]:
+        state = latest_state(ctx)
+        decisions = (state or {}).get("decisions") or {}
+        call = next(p for p in state["pending"] if p["id"] not in decisions)
+        schema = self.tool_schema(call["name"])
+        return {
+            "question": f"Run {call['name']} with {json.dumps(call['arguments'])}?",
+            "reason": f"the agent {self.name} asks to call {call['name']}, which needs approval",
+            "evidence": {
+                "kind": "tool_call",
+                "tool": call["name"],
+                "tool_call_id": call["id"],
+                "arguments": call["arguments"],
+                "schema": schema,
+            },
+        }
+
+    # -- approvals -------------------------------------------------------------------------
+
+    def _tool(self, name: str):
+        for toolset in self.agent.toolsets:
+            tools = getattr(toolset, "tools", None)
+            if isinstance(tools, dict) and name in tools:
+                return tools[name]
+        return None
+
+    def tool_schema(self, name: str) -> dict:
+        """The JSON schema of tool ``name``'s arguments (empty when unknown)."""
+        tool = self._tool(name)
+        return tool.tool_def.parameters_json_schema if tool is not None else {}
+
+    def validate_tool_arguments(self, name: str, arguments: Any) -> dict[str, str]:
+        """Field errors (``{"arguments.<field>": message}``) of edited ``arguments`` for
+        tool ``name``, validated by the tool's own schema; empty when valid."""
+        if not isinstance(arguments, dict):
+            return {"arguments": "must be a JSON object"}
+        tool = self._tool(name)
+        if tool is None:
+            return {"arguments": f"unknown tool {name}"}
+        try:
+            tool.function_schema.validator.validate_python(arguments)
+        except ValidationError as exc:
+            return {
+                "arguments." + ".".join(str(p) for p in err["loc"])
+                if err["loc"]
+                else "arguments": err["msg"]
+                for err in exc.errors()
+            }
+        return {}
+
+
+def _only_in_agent_runs(arguments: dict, call) -> None:
+    raise StepError("INTERNAL", "an agent's tool is called by its agent run only")
+
+
+def latest_state(ctx) -> dict[str, Any] | None:
+    """The agent state of the newest agent step before this one (by ``turn``)."""
+    states = [ctx.outputs.get(name) for name in AGENT_STEPS]
+    states = [s for s in states if isinstance(s, dict) and "history" in s]
+    return max(states, key=lambda s: s.get("turn", 0), default=None)
+
+
+def deferred_results(decisions: dict[str, dict]) -> DeferredToolResults:
+    """Approval decisions as Pydantic AI's deferred tool results: approve (with edited
+    arguments), or deny (with the approver's message or a rejection note)."""
+    approvals: dict[str, Any] = {}
+    for call_id, d in decisions.items():
+        if d.get("decision") == "approved":
+            edited = d.get("arguments")
+            approvals[call_id] = ToolApproved(override_args=edited) if edited else True
+        else:
+            message = d.get("message") or (
+                f"The call was {d.get('decision', 'rejected')} by {d.get('by') or 'the approver'}"
+                + (f": {d['comment']}" if d.get("comment") else ".")
+            )
+            approvals[call_id] = ToolDenied(message)
+    return DeferredToolResults(approvals=approvals)
+
+
+def stage_messages(ctx, messages: list, *, skip_first_prompt: bool) -> None:
+    """Stage the agent's new messages as the run's Messages: assistant replies with their
+    tool calls, tool results (and retry prompts) with the id of their call."""
+    skipped = not skip_first_prompt
+    for message in messages:
+        if isinstance(message, ModelResponse):
+            text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
+            calls = [
+                {"id": p.tool_call_id, "name": p.tool_name, "arguments": p.args_as_dict()}
+                for p in message.parts
+                if isinstance(p, ToolCallPart)
+            ]
+            ctx.add_message("assistant", text, tool_calls=calls)
+        elif isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, ToolReturnPart):
+                    ctx.add_message(
+                        "tool", part.model_response_str(), tool_call_id=part.tool_call_id
+                    )
+                elif isinstance(part, RetryPromptPart) and part.tool_call_id:
+                    ctx.add_message("tool", part.model_response(), tool_call_id=part.tool_call_id)
+                elif part.part_kind == "user-prompt" and not skipped:
+                    skipped = True
+
+
+def _jsonable(value: Any) -> Any:
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(value)
+
+
+def register_agent(
+    agent,
+    *,
+    name: str,
+    version: int = 1,
+    description: str = "",
+    tools: dict[str, AgentTool | str] | None = None,
+    model: str | None = None,
+    offline_model=None,
+) -> AgentWorkflow:
+    """Register ``agent`` (a ``pydantic_ai.Agent``) as the workflow ``name@version``;
+    start it with ``runs start NAME --input '{"prompt": "..."}'``.
+
+    ``tools``: ``{tool name: AgentTool(side_effect, verify) or "read"/"idempotent"/
+    "unsafe"}``; an undeclared tool counts as ``unsafe`` with no verify hook (an
+    interrupted call then goes to a human). ``model``: the model this workflow asks
+    (default ``AGENTOPS_MODEL``). ``offline_model``: the Pydantic AI model used when the
+    model is ``sim`` (e.g. a ``FunctionModel``; default: the agent's own model).
+    Returns the workflow; raises ``WorkflowDefinitionError`` on a name clash.
+    """
+    workflow = AgentWorkflow(
+        agent,
+        name=name,
+        version=version,
+        description=description,
+        tools=tools,
+        model=model,
+        offline_model=offline_model,
+    )
+    return registry.register(workflow)
+
+
+__all__ = ["AgentTool", "AgentWorkflow", "register_agent"]

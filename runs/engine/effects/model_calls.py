@@ -1,0 +1,237 @@
+"""Model requests through the operation ledger (DESIGN section 12).
+
+A model request is an operation like a tool call: its idempotency key is made from the
+run, the generation, the step (name and seq) and the request's ordinal within the step,
+its INTENT is recorded before the request and its response (text, tool calls with their
+ids, token usage) after it, before the step goes on. An attempt that re-executes the
+step after a crash makes the same requests in the same order, so it finds each response
+recorded and reuses it: no second charge, no different answer, the same tool-call ids.
+
+Usage: one model call is charged before the request (refused when the budget has no
+room left), the tokens and the cost after it, in the transaction that records the
+response. The cost comes from the provider when it knows it (the simulator), else from
+``AGENTOPS_MODEL_PRICES``; without a price the call counts as unpriced and the run's cost
+shows as unknown, never as 0.
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from runs.engine.effects import budget as budget_mod
+from runs.engine.effects import ledger
+from runs.engine.effects.calls import CallTimedOut, call_with_timeout
+from runs.engine.effects.model_providers import ModelReply, get_provider
+from runs.engine.errors import StepError
+from runs.engine.execution import faults
+from runs.engine.state.gateway import record_event
+from runs.models import Operation, Run, Step
+
+#: ``Operation.side_effect`` of a model request.
+MODEL_KIND = "model"
+_MILLION = Decimal(1_000_000)
+
+
+@dataclass(frozen=True)
+class LedgerTarget:
+    """What the ledger records as the operation's ``tool`` and ``side_effect``."""
+
+    name: str
+    side_effect: str = MODEL_KIND
+
+
+def model_key(run_id, step: Step, ordinal: int) -> str:
+    """The idempotency key of request ``ordinal`` (0-based) of one execution of ``step``."""
+    return ledger.idempotency_key(
+        run_id, step.generation, f"{step.name}.{step.seq}", f"model.{ordinal}"
+    )
+
+
+def model_name_for(workflow, step_def, override: str | None = None) -> str:
+    """The model a step asks: ``override``, else the step's ``model``, else the
+    workflow's, else ``AGENTOPS_MODEL``."""
+    return (
+        override
+        or getattr(step_def, "model", None)
+        or getattr(workflow, "model", None)
+        or settings.AGENTOPS_MODEL
+    )
+
+
+def price_usd(model_name: str, usage: dict[str, int]) -> Decimal | None:
+    """The cost of ``usage`` at ``AGENTOPS_MODEL_PRICES[model_name]`` (USD per million
+    input and output tokens), or ``None`` when the model has no price."""
+    price = settings.AGENTOPS_MODEL_PRICES.get(model_name)
+    if price is None:
+        return None
+    return (
+        Decimal(str(price["input"])) * int(usage.get("input_tokens") or 0)
+        + Decimal(str(price["output"])) * int(usage.get("output_tokens") or 0)
+    ) / _MILLION
+
+
+def request(
+    *,
+    run: Run,
+    step: Step,
+    attempt: int,
+    actor: str,
+    ordinal: int,
+    model_name: str,
+    summary: dict[str, Any],
+    call: Callable[[], ModelReply],
+    timeout: float | None = None,
+    cost_per_call_usd: str | None = None,
+) -> tuple[ModelReply, bool]:
+    """Request ``ordinal`` of this step execution through the ledger; returns ``(reply,
+    reused)``. ``call()`` asks the model (outside any transaction); ``summary`` (JSON)
+    is recorded as the operation's arguments. ``cost_per_call_usd``: a price the provider
+    knows in advance, charged with the call.
+
+    Raises ``BudgetExhausted`` (nothing asked), ``LeaseLost`` (the intent's fence),
+    ``StepError`` from ``call`` (the operation is FAILED: a retry asks again) or
+    ``StepError("TIMEOUT")`` past ``timeout`` seconds.
+    """
+    key = model_key(run.pk, step, ordinal)
+    op = ledger.find(key)
+    if op is not None and op.status == Operation.Status.SUCCEEDED:
+        return ModelReply.from_record(op.result), True
+    budget_mod.charge(
+        run.pk, run.budget, model_calls=1, cost_usd=cost_per_call_usd or "0", check_usage=True
+    )
+    op = ledger.record_intent(
+        run_id=run.pk,
+        step_id=step.pk,
+        attempt=attempt,
+        key=key,
+        tool=LedgerTarget(model_name),
+        arguments={"model": model_name, "ordinal": ordinal, **summary},
+    )
+    if op.status == Operation.Status.SUCCEEDED:
+        return ModelReply.from_record(op.result), True
+    try:
+        reply = call_with_timeout(call, timeout)
+    except CallTimedOut as exc:
+        ledger.record_result(
+            op, {"error_code": "TIMEOUT", "detail": str(exc)}, status=Operation.Status.FAILED
+        )
+        raise StepError("TIMEOUT", f"model request: {exc}") from exc
+    except StepError as exc:
+        ledger.record_result(
+            op,
+            {"error_code": exc.code, "detail": exc.detail[:2000]},
+            status=Operation.Status.FAILED,
+        )
+        raise
+    reply.model = reply.model or model_name
+    if cost_per_call_usd is not None:
+        reply.cost_usd, charged_after = str(cost_per_call_usd), Decimal(0)
+    else:
+        cost = price_usd(model_name, reply.usage)
+        reply.cost_usd = None if cost is None else str(cost)
+        charged_after = cost
+    tokens = int(reply.usage.get("input_tokens") or 0) + int(reply.usage.get("output_tokens") or 0)
+    with transaction.atomic():
+        ledger.record_result(op, reply.as_record())
+        budget_mod.add_usage(run.pk, tokens=tokens, cost_usd=charged_after)
+    faults.after_model_response(run, step)
+    return reply, False
+
+
+def fail_recorded(run: Run, step: Step, ordinal: int, code: str, detail: str, actor: str) -> None:
+    """Mark the recorded response ``ordinal`` FAILED (a retry asks the model again) after
+    the caller found it unusable (a tool call whose arguments are not JSON), with an
+    ``operation.rejected`` event."""
+    op = ledger.find(model_key(run.pk, step, ordinal))
+    if op is None:
+        return
+    ledger.record_result(
+        op,
+        {"error_code": code, "detail": detail[:2000], "response": op.result},
+        status=Operation.Status.FAILED,
+    )
+    record_event(
+        run.pk,
+        "operation.rejected",
+        {**ledger.describe(op), "error_code": code, "detail": detail[:500]},
+        step_id=step.pk,
+        actor=actor,
+    )
+
+
+# -- the StepContext helpers --------------------------------------------------------
+
+
+def _ordinal(ctx) -> int:
+    ordinal = ctx.model_requests
+    ctx.model_requests += 1
+    return ordinal
+
+
+def call_model(ctx, messages: list[dict[str, Any]], tools: list | None, model: str | None):
+    """``StepContext.call_model``: one request through the ledger; returns a ``ModelReply``."""
+    ctx.safe_point()
+    name = model_name_for(ctx.workflow, ctx.step_def, model)
+    provider = get_provider(name)
+    tools = list(tools or [])
+    reply, _ = request(
+        run=ctx.run,
+        step=ctx.step,
+        attempt=ctx.attempt,
+        actor=ctx.worker_id,
+        ordinal=_ordinal(ctx),
+        model_name=name,
+        summary={"messages": len(messages), "tools": [getattr(t, "name", t) for t in tools]},
+        call=lambda: provider.complete(messages, tools),
+        timeout=ctx.step_def.timeout,
+        cost_per_call_usd=getattr(provider, "cost_per_call_usd", None),
+    )
+    return reply
+
+
+def stream_model(
+    ctx,
+    messages: list[dict[str, Any]],
+    message_id: str,
+    model: str | None,
+    on_piece: Callable[[int, str], None],
+):
+    """``StepContext.stream_model``: stream a text reply through ``on_piece(offset, text)``
+    and record the final response like ``call_model``. A reused response is delivered
+    as one piece."""
+    ctx.safe_point()
+    name = model_name_for(ctx.workflow, ctx.step_def, model)
+    provider = get_provider(name)
+
+    def consume() -> ModelReply:
+        content = ""
+        final = None
+        pieces: Iterator[str | ModelReply] = provider.stream(messages)
+        for piece in pieces:
+            if isinstance(piece, ModelReply):
+                final = piece
+                continue
+            on_piece(len(content), piece)
+            content += piece
+        final = final or ModelReply()
+        final.content = content
+        return final
+
+    reply, reused = request(
+        run=ctx.run,
+        step=ctx.step,
+        attempt=ctx.attempt,
+        actor=ctx.worker_id,
+        ordinal=_ordinal(ctx),
+        model_name=name,
+        summary={"messages": len(messages), "stream": True, "message_id": message_id},
+        call=consume,
+        cost_per_call_usd=getattr(provider, "cost_per_call_usd", None),
+    )
+    if reused and reply.content:
+        on_piece(0, reply.content)
+    return reply

@@ -1,0 +1,107 @@
+"""The model-provider interface the engine knows (DESIGN section 12).
+
+The engine imports no provider SDK and no simulator: providers live in ``runs.agents``
+and register a factory per prefix of a model name (``sim``, ``openai``, ...) when the
+app starts. A model name is written the Pydantic AI way, ``<provider>:<model>``
+(``openai:gpt-4.1-mini``), or just ``sim``.
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+@dataclass
+class ModelReply:
+    """One model response.
+
+    ``content``: the assistant's text. ``tool_calls``: ``[{"id", "name", "arguments"}]``
+    (``arguments`` a dict; ``id`` missing when the provider gives none, as the simulator).
+    ``usage``: ``{"input_tokens": int, "output_tokens": int}``. ``model``: the model name
+    that answered. ``cost_usd``: the cost in USD as a decimal string when the provider
+    knows it (the simulator's fixed price), else ``None`` (the price setting decides).
+    ``raw``: the provider's own record of the response (JSON), kept on the operation.
+    """
+
+    content: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0})
+    model: str = ""
+    cost_usd: str | None = None
+    raw: Any = None
+
+    def as_record(self) -> dict[str, Any]:
+        """The JSON shape stored as the model operation's result."""
+        return {
+            "content": self.content,
+            "tool_calls": self.tool_calls,
+            "usage": self.usage,
+            "model": self.model,
+            "cost_usd": self.cost_usd,
+            "raw": self.raw,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> "ModelReply":
+        """The reply stored by ``as_record``."""
+        return cls(
+            content=record.get("content") or "",
+            tool_calls=list(record.get("tool_calls") or []),
+            usage=dict(record.get("usage") or {"input_tokens": 0, "output_tokens": 0}),
+            model=record.get("model") or "",
+            cost_usd=record.get("cost_usd"),
+            raw=record.get("raw"),
+        )
+
+
+class ModelProvider(Protocol):
+    """What a provider offers the engine. Both methods run outside any transaction and
+    raise ``StepError`` with a classified code (``RATE_LIMITED`` and
+    ``DEPENDENCY_UNAVAILABLE`` with ``retry_after``, ``MODEL_REQUEST_INVALID``,
+    ``MODEL_AUTH``, ``MODEL_RESPONSE_INVALID``, ``TIMEOUT``)."""
+
+    name: str
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[Any]) -> ModelReply:
+        """Answer ``messages`` (``[{"role", "content", "tool_calls", "tool_call_id"}]``);
+        ``tools`` are ``runs.tools.Tool`` objects or tool names the model may call."""
+        ...
+
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ModelReply]:
+        """Answer ``messages`` with text only: yield text pieces as they arrive (they join
+        to the whole reply), then the final ``ModelReply`` (with usage) last."""
+        ...
+
+
+#: Provider factories by prefix: ``factory(model_name, setting) -> ModelProvider``;
+#: raises ``ImproperlyConfigured`` naming the setting it misses (a key) or ``setting``.
+#: The prefix ``*`` serves every prefix nobody registered (Pydantic AI's own list).
+_factories: dict[str, Callable[[str, str], ModelProvider]] = {}
+_providers: dict[str, ModelProvider] = {}
+
+
+def register_provider(prefix: str, factory: Callable[[str, str], ModelProvider]) -> None:
+    """Make model names ``<prefix>`` and ``<prefix>:<model>`` resolve through ``factory``."""
+    _factories[prefix] = factory
+    _providers.clear()
+
+
+def get_provider(model_name: str, setting: str = "AGENTOPS_MODEL") -> ModelProvider:
+    """The provider for ``model_name`` (cached per name). Raises ``ImproperlyConfigured``
+    naming ``setting`` (where the name came from) for an unknown provider, or whatever
+    the factory raises for a missing key."""
+    provider = _providers.get(model_name)
+    if provider is not None:
+        return provider
+    prefix = model_name.split(":", 1)[0].strip()
+    factory = _factories.get(prefix) or _factories.get("*")
+    if not prefix or factory is None:
+        known = ", ".join(sorted(p for p in _factories if p != "*")) or "none"
+        raise ImproperlyConfigured(
+            f"{setting}={model_name!r}: unknown model provider {prefix!r} (known: {known})"
+        )
+    provider = factory(model_name, setting)
+    _providers[model_name] = provider
+    return provider

@@ -1,0 +1,70 @@
+"""``python manage.py workflows [NAME] [--json]``: the registered workflows, each with
+its versions, steps (kind, retry, compensation) and required input."""
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from runs.workflows import registry
+
+
+def describe(workflow) -> dict:
+    """One workflow version as plain data: ``{"name", "version", "description",
+    "input": {field: type name}, "steps": [{"name", "kind", "max_attempts",
+    "on_exhausted", "compensates", "compensable"}], "migrates_from": [int]}``."""
+    return {
+        "name": workflow.name,
+        "version": workflow.version,
+        "description": workflow.description,
+        "input": {k: t.__name__ for k, t in workflow.input_fields.items()},
+        "steps": [
+            {
+                "name": s.name,
+                "kind": s.kind,
+                "max_attempts": s.retry.max_attempts,
+                "on_exhausted": s.on_exhausted,
+                "compensates": s.compensate is not None,
+                "compensable": s.compensable,
+            }
+            for s in workflow.steps
+        ],
+        "migrates_from": sorted(workflow.migrate_from),
+    }
+
+
+class Command(BaseCommand):
+    help = "List the registered workflows: name, versions, steps and description."
+
+    def add_arguments(self, parser):
+        parser.add_argument("name", nargs="?", help="show only this workflow (all of its versions)")
+        parser.add_argument("--json", action="store_true", help="print one JSON array")
+
+    def handle(self, *args, name: str | None, **options):
+        workflows = registry.all_workflows()
+        if name:
+            workflows = [w for w in workflows if w.name == name]
+            if not workflows:
+                raise CommandError(
+                    f"unknown workflow {name}; registered workflows: " + ", ".join(registry.names())
+                )
+        rows = [describe(w) for w in workflows]
+        if options["json"]:
+            self.stdout.write(json.dumps(rows))
+            return
+        for row in rows:
+            needs = ", ".join(f"{k} ({t})" for k, t in row["input"].items()) or "nothing"
+            self.stdout.write(f"{row['name']}@{row['version']}: {row['description']}")
+            self.stdout.write(f"  input: {needs}")
+            steps = []
+            for s in row["steps"]:
+                marks = [
+                    m
+                    for m, on in (
+                        ("approval", s["kind"] == "approval"),
+                        ("compensated", s["compensates"]),
+                        ("not compensable", not s["compensable"]),
+                    )
+                    if on
+                ]
+                steps.append(s["name"] + (f" ({', '.join(marks)})" if marks else ""))
+            self.stdout.write("  steps: " + " -> ".join(steps))

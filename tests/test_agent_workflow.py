@@ -1,0 +1,77 @@
+"""The example agent offline, in process: the default model (``sim``) is the agent's
+scripted ``FunctionModel``, so the default suite runs it with no network. Decisions on
+its tool call: edited arguments are validated by the tool's own schema."""
+
+import pytest
+from django.contrib.auth.models import Permission, User
+
+from approvals.models import Approval
+from approvals.services import decide
+from runs.engine.control.lifecycle import ControlError, start_run
+from runs.engine.execution.executor import execute_step
+from runs.models import Message, Operation, Run, Step
+from runs.sim import shop
+
+# The executor closes stale connections between steps, so data must be committed.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PROMPT = {"prompt": "Order A1001 arrived broken, please refund it"}
+
+
+@pytest.fixture(autouse=True)
+def device_dir(settings, tmp_path):
+    settings.AGENTOPS_DEVICE_DIR = tmp_path
+
+
+@pytest.fixture
+def ann():
+    user = User.objects.create_user("ann")
+    user.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    return User.objects.get(pk=user.pk)
+
+
+def drain(run: Run, worker) -> Run:
+    """Execute the run's due steps in this process until none is left."""
+    while True:
+        step = Step.objects.filter(run=run, status="PENDING").order_by("seq").first()
+        if step is None:
+            run.refresh_from_db()
+            return run
+        execute_step(step.pk, worker)
+
+
+def test_it_asks_for_approval_offline_and_refunds_the_edited_amount(worker, ann):
+    run = drain(start_run("support_agent", thread_id="t-offline", input=PROMPT), worker)
+    assert run.status == "WAITING_APPROVAL"
+    approval = Approval.objects.get(run=run)
+    assert approval.evidence["tool"] == "issue_refund"
+    assert approval.evidence["arguments"] == {"order_id": "A1001", "amount": 42.0}
+    assert approval.evidence["schema"]["properties"]["amount"]["type"] == "number"
+
+    with pytest.raises(ControlError) as refused:
+        decide(approval, decision="approve", user=ann, arguments={"order_id": "A1001"})
+    assert refused.value.code == "invalid_arguments"
+    assert "arguments.amount" in refused.value.errors
+    approval.refresh_from_db()
+    assert approval.status == "PENDING"
+
+    decide(approval, decision="approve", user=ann, arguments={"order_id": "A1001", "amount": 30})
+    run = drain(run, worker)
+    assert run.status == "SUCCEEDED"
+    assert [r["amount"] for r in shop.refunds_for("A1001")] == ["30.00"]
+    models = Operation.objects.filter(run=run, side_effect="model")
+    assert models.count() == run.model_calls == 3
+    assert run.tokens > 0 and run.unpriced_model_calls == 0  # sim's price per call
+    roles = list(Message.objects.filter(run=run).order_by("seq").values_list("role", flat=True))
+    assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+
+
+def test_it_lets_the_model_read_the_approvers_message_instead(worker, ann):
+    run = drain(start_run("support_agent", thread_id="t-respond", input=PROMPT), worker)
+    approval = Approval.objects.get(run=run)
+    decide(approval, decision="reject", user=ann, message="Refunds above 20 USD need a manager.")
+    run = drain(run, worker)
+    assert run.status == "SUCCEEDED"
+    assert shop.refunds_for("A1001") == []
+    last = Message.objects.filter(run=run).order_by("-seq").first()
+    assert last.content == "I did not issue the refund: Refunds above 20 USD need a manager."

@@ -1,0 +1,59 @@
+"""The pictures on a large database (100,000 runs, PostgreSQL): the overview, the
+workers page and a run page render within the web process's time budget, which
+PostgreSQL enforces (``statement_timeout`` of the ``web`` process kind, tightened here to
+2 s a statement), with the same number of queries as on an empty database."""
+
+import time
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from agentops.db_session import process_kind, use_process_kind
+from runs.drills.bench import seed_console
+from runs.models import Run
+from tests.console_helpers import *  # noqa: F403 - fixtures
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+#: The time budget of one statement of a console page, in seconds (PostgreSQL enforces it).
+STATEMENT_BUDGET_S = 2
+
+
+@pytest.fixture
+def web_budget(settings):
+    """``enter()`` makes this process a web one with the tight statement budget."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL (make test)")
+    settings.AGENTOPS_DB_TIMEOUTS = {
+        **settings.AGENTOPS_DB_TIMEOUTS,
+        "web": (1, STATEMENT_BUDGET_S),
+    }
+    before = process_kind()
+    yield lambda: use_process_kind("web")
+    use_process_kind(before)
+
+
+def test_the_pictures_render_for_100k_runs_within_the_budget(clients, web_budget):
+    def visit(url):
+        began = time.monotonic()
+        with CaptureQueriesContext(connection) as captured:
+            response = clients["alice"].get(url)
+        assert response.status_code == 200, url
+        return len(captured), time.monotonic() - began, response.content.decode()
+
+    pages = [reverse("console:overview"), reverse("console:workers")]
+    empty = [visit(url)[0] for url in pages]
+    seeded = seed_console(100_000, 10, lambda line: None)
+    assert seeded["runs"] == Run.objects.count() == 100_000
+    run = Run.objects.order_by("-created_at").first()
+    web_budget()
+    for url, queries_when_empty in zip(pages, empty, strict=True):
+        queries, seconds, page = visit(url)
+        assert queries == queries_when_empty, url
+        assert "<svg" in page and "The numbers as a table" in page
+        print(f"{url}: {queries} queries, {seconds * 1000:.0f} ms with 100k runs")
+    queries, seconds, page = visit(reverse("console:run", args=[run.pk]))
+    assert 'id="chart-run-timeline"' in page
+    print(f"run page: {queries} queries, {seconds * 1000:.0f} ms")

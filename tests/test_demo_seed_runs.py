@@ -1,0 +1,130 @@
+"""Seeded demo runs are runs the real workflows can continue, compensate and cancel:
+a worker, the operator's resolutions and cancels take every one of them to an outcome
+without an error, and the runs a worker continues by itself leave the tutorials' lamp
+alone."""
+
+from decimal import Decimal
+
+import pytest
+from django.db.models import Q
+
+from approvals.models import Takeover
+from approvals.services import resolve_takeover
+from runs import demo_seed
+from runs.engine.control.cancel import request_cancel
+from runs.engine.effects.budget import raise_budget
+from runs.engine.effects.unknown_outcomes import resolve_unknown
+from runs.engine.execution.sweeper import sweep_once
+from runs.engine.state.clock import db_now
+from runs.models import Event, Message, Run, Step
+from runs.sim import devices
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from tests.console_helpers import device_dir, fast_passwords, run_worker_in_process
+
+__all__ = ["device_dir", "fast_passwords"]
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Error codes that mean the step's code broke on the seeded data (a KeyError is INTERNAL).
+BROKEN = Q(payload__error_code="INTERNAL") | Q(payload__error_code="ARTIFACT_NOT_FOUND")
+
+
+def _seed(runs: int = 2 * len(demo_seed.SCENARIOS)) -> demo_seed.SeedReport:
+    report = demo_seed.Seeder(runs, seed=11).seed()
+    # Every lease ends now: a worker continues everything it may.
+    Step.objects.filter(status=StepStatus.RUNNING).update(lease_until=db_now())
+    return report
+
+
+def _drain() -> None:
+    for _ in range(3):
+        sweep_once("test-sweeper", force=True)
+        run_worker_in_process()
+
+
+def _broken_steps() -> list:
+    return list(
+        Event.objects.filter(type__in=["step.failed", "step.retry_scheduled"])
+        .filter(BROKEN)
+        .values_list("payload", flat=True)
+    )
+
+
+def test_a_worker_continues_every_seeded_run_without_an_error_or_the_lamp():
+    _seed()
+    _drain()
+    assert _broken_steps() == []
+    assert not Event.objects.filter(type="compensation.step", payload__status="FAILED").exists()
+    assert devices.lamp.snapshot()["calls"] == []
+    assert Run.objects.filter(status=RunStatus.SUCCEEDED, steps__name="reply").exists()
+
+
+def test_every_seeded_run_can_be_cancelled_and_compensated():
+    _seed()
+    for run in Run.objects.exclude(status__in=RUN_TERMINAL):
+        request_cancel(run, actor="user:operator", reason="demo clean-up")
+    _drain()
+    left = list(Run.objects.exclude(status__in=RUN_TERMINAL).values_list("status", flat=True))
+    assert left == []
+    assert _broken_steps() == []
+    assert not Event.objects.filter(type="compensation.step", payload__status="FAILED").exists()
+
+
+def test_the_operators_resolutions_take_seeded_runs_to_the_end():
+    _seed()
+    for takeover in Takeover.objects.filter(status=Takeover.Status.OPEN).select_related("run"):
+        run = takeover.run
+        if takeover.cause == "unknown_outcome":
+            resolve_unknown(
+                run, "set_brightness", outcome="done", evidence="panel shows 70%", actor="cli"
+            )
+        elif takeover.cause == "budget_exhausted":
+            raise_budget(run, actor="cli", add_tool_calls=100, add_model_calls=100,
+                         add_cost_usd=Decimal("1"), reason="demo")  # fmt: skip
+        elif takeover.cause == "retries_exhausted":
+            resolve_takeover(takeover, action="retry", actor="cli", reason="dependency back")
+    _drain()
+    assert _broken_steps() == []
+    for run in Run.objects.filter(takeovers__cause__in=["unknown_outcome", "retries_exhausted"]):
+        assert run.status == RunStatus.SUCCEEDED, (run.workflow, run.status)
+
+
+def test_seeded_conversations_are_in_a_valid_order():
+    _seed()
+    for run in Run.objects.all():
+        messages = list(Message.objects.filter(run=run).order_by("seq"))
+        assert messages[0].role == "user"
+        called = {}
+        for m in messages:
+            for call in m.tool_calls or []:
+                called[call["id"]] = call["name"]
+            if m.role == "tool":
+                assert m.tool_call_id in called, "a tool result before its call"
+                if called[m.tool_call_id] == "lamp.get_brightness":
+                    assert "brightness" in m.content and "celsius" not in m.content
+                if called[m.tool_call_id] == "thermostat.read":
+                    assert "celsius" in m.content
+
+
+@pytest.mark.django_db(transaction=False)
+def test_the_lamp_tutorial_still_comes_out_as_documented_after_seeding(deployment_factory):
+    import json
+    import time
+
+    d = deployment_factory("sqlite", extra_env={"AGENTOPS_LEASE_SECONDS": 2})
+    d.manage("seed_demo", "--runs", "300", check=True, timeout=300)
+    burst = d.manage("worker", "--burst", check=True, timeout=600)
+    assert "Traceback" not in burst.stderr and "Error" not in burst.stderr, burst.stderr[-3000:]
+    run_id = d.manage(
+        "runs", "start", "dim_lights", "--thread", "L", "--input",
+        json.dumps({"request": "lower the brightness by 10%"}),
+        "--crash-after-tool", "set_brightness",
+        check=True,
+    ).stdout.strip()  # fmt: skip
+    assert d.manage("worker", "--burst", timeout=300).returncode == 75
+    time.sleep(3)  # the dead worker's 2 s lease expires
+    d.manage("worker", "--burst", check=True, timeout=300)
+    status = d.manage_json("runs", "status", run_id, "--json")
+    assert status["status"] == "SUCCEEDED"
+    assert status["devices"] == {"lamp.brightness": 70}
+    assert status["calls"] == {"lamp.get_brightness": 2, "lamp.set_brightness": 1}

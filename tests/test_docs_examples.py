@@ -1,0 +1,152 @@
+"""Every page's shell examples run, in order, as a newcomer would run them.
+
+The pages are README.md, then the docs/ pages in the order README links them, then any
+other docs/*.md (so a new page is walked without editing this test). From each page,
+every fenced block whose info string is ``sh`` is run; other fences (````text``,
+````python``, ````ini``, plain ``````) are illustrations and are not. A block is skipped
+when the line before its fence is ``<!-- docs-test: skip: REASON -->`` (the reason is
+required and shown by pytest), and a single line is left out when it ends with
+``# docs-test: skip`` (a server that runs until Ctrl-C).
+
+Each page starts on a fresh copy of the repository's tracked files (its own ``var/``,
+the SQLite default, no DATABASE_URL or REDIS_URL, offline) with ``.venv`` linked to
+this interpreter's virtualenv, in bash with ``set -euo pipefail``; a page's blocks share
+one shell state (variables, exports, working directory) as a reader's terminal would.
+A block passes when it exits 0 and prints no traceback. The one change to what is
+written: leases are 3 s instead of 30 (``AGENTOPS_LEASE_SECONDS=3``) and ``sleep 31``
+(waiting for a dead worker's lease) becomes ``sleep 4``.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SKIP_BLOCK = re.compile(r"<!--\s*docs-test:\s*skip:\s*(?P<reason>.+?)\s*-->")
+SKIP_LINE = "# docs-test: skip"
+BLOCK_TIMEOUT = 600  # seconds; generous for a loaded machine, not a timing assertion
+
+
+@dataclass
+class Block:
+    page: str
+    line: int
+    code: str
+    skip: str = ""
+
+
+def pages() -> list[str]:
+    """README.md, the docs pages in README's link order, then the other docs pages."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    linked = list(dict.fromkeys(re.findall(r"\]\((docs/[\w.-]+\.md)\)", readme)))
+    others = sorted(
+        str(p.relative_to(REPO))
+        for p in (REPO / "docs").glob("*.md")
+        if str(p.relative_to(REPO)) not in linked
+    )
+    return ["README.md", *[p for p in linked if (REPO / p).exists()], *others]
+
+
+def blocks(page: str) -> list[Block]:
+    """The ``sh`` blocks of ``page`` in order, with their skip reasons."""
+    lines = (REPO / page).read_text(encoding="utf-8").splitlines()
+    found, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == "```sh":
+            start = i
+            i += 1
+            body = []
+            while i < len(lines) and lines[i].strip() != "```":
+                if not lines[i].rstrip().endswith(SKIP_LINE):
+                    body.append(lines[i])
+                i += 1
+            before = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
+            marker = SKIP_BLOCK.search(before)
+            found.append(
+                Block(page, start + 1, "\n".join(body), marker.group("reason") if marker else "")
+            )
+        i += 1
+    return found
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory) -> Path:
+    """The repository's tracked files in a fresh directory, ``.venv`` linked."""
+    root = tmp_path_factory.mktemp("clone")
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for name in filter(None, files):
+        source = REPO / name.decode()
+        if source.is_file():
+            target = root / name.decode()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    (root / ".venv").symlink_to(Path(sys.prefix))
+    return root
+
+
+def _env(var: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTOPS_", "DJANGO_"))}
+    for name in ("DATABASE_URL", "REDIS_URL", "VIRTUAL_ENV", "PYTHONPATH"):
+        env.pop(name, None)
+    env.update(
+        PATH=f"{Path(sys.prefix) / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}",
+        AGENTOPS_VAR_DIR=str(var),
+        AGENTOPS_LEASE_SECONDS="3",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+@pytest.mark.parametrize("page", pages())
+def test_every_example_of_the_page_runs(page, clone, tmp_path):
+    todo = blocks(page)
+    runnable = [b for b in todo if not b.skip]
+    if not runnable:
+        pytest.skip(f"{page}: no sh blocks to run")
+    var = tmp_path / "var"
+    state = tmp_path / "shell-state.sh"
+    state.write_text(f"cd {clone}\n", encoding="utf-8")
+    env = _env(var)
+    for block in todo:
+        if block.skip:
+            continue
+        code = re.sub(r"\bsleep 31\b", "sleep 4", block.code)
+        script = (
+            "set -euo pipefail\n"
+            f". {state}\n"
+            f"{code}\n"
+            # The shell state a reader's terminal would keep: exports, plain variables
+            # (RUN_ID=...) and the working directory.
+            f"{{ export -p; declare -p | grep -E '^declare -- [A-Z_]+=' || true; "
+            f'echo "cd $PWD"; }} > {state}.new\n'
+            f"mv {state}.new {state}\n"
+        )
+        proc = subprocess.run(
+            ["bash", "-c", script],
+            env=env,
+            cwd=clone,
+            capture_output=True,
+            text=True,
+            timeout=BLOCK_TIMEOUT,
+        )
+        where = (
+            f"{page}:{block.line}\n{block.code}\n--- stdout\n{proc.stdout[-4000:]}"
+            f"\n--- stderr\n{proc.stderr[-4000:]}"
+        )
+        assert proc.returncode == 0, where
+        assert "Traceback" not in proc.stderr + proc.stdout, where
+
+
+def test_skipped_blocks_say_why():
+    for page in pages():
+        for block in blocks(page):
+            if block.skip:
+                assert len(block.skip) > 10, f"{page}:{block.line}: give a reason"

@@ -1,0 +1,113 @@
+"""Model providers: the settings that choose them (checked at start-up), the retry
+policy's Retry-After, the run page's usage, and an engine workflow's ``call_model`` and
+``stream_model`` through the real ``openai`` client against a loopback server."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+
+from runs.engine.effects.retry import RetryPolicy
+from runs.models import Run
+from tests.console_helpers import *  # noqa: F403 - fixtures
+from tests.console_helpers import start_room_temperature
+from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer, conversation
+from tests.test_side_effects import burst_until, events, run_status, start, status
+
+MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
+
+
+def check(**env) -> subprocess.CompletedProcess:
+    """``manage.py check`` with ``env`` added to a clean model configuration."""
+    import os
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AGENTOPS_MODEL"))}
+    full.update(env)
+    return subprocess.run(
+        [sys.executable, str(MANAGE), "check"],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"AGENTOPS_MODEL": "nosuch:model"}, "AGENTOPS_MODEL='nosuch:model'"),
+        ({"AGENTOPS_MODEL": "openai:gpt-4.1-mini"}, "OPENAI_API_KEY"),
+        ({"AGENTOPS_MODEL_PRICES": '{"openai:x": {"input": "a"}}'}, "AGENTOPS_MODEL_PRICES"),
+        ({"AGENTOPS_MODEL_PRICES": "[1]"}, "AGENTOPS_MODEL_PRICES"),
+    ],
+)
+def test_it_stops_start_up_naming_the_setting(env, named):
+    proc = check(**env)
+    assert proc.returncode != 0
+    assert named in proc.stderr
+
+
+def test_it_starts_with_a_key_from_a_file(tmp_path):
+    key = tmp_path / "key"
+    key.write_text("sk-test\n")
+    proc = check(AGENTOPS_MODEL="openai:gpt-4.1-mini", OPENAI_API_KEY_FILE=str(key))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_it_waits_at_least_retry_after_within_the_deadline():
+    policy = RetryPolicy(max_attempts=5, initial_delay=1, max_delay=1, jitter=0, deadline=30)
+    assert policy.decide(1, "RATE_LIMITED", 0, retry_after=2).delay == 2
+    assert policy.decide(1, "RATE_LIMITED", 0, retry_after=0.5).delay == 1
+    # Capped by the deadline: the retry comes at the deadline, not after it.
+    assert policy.decide(1, "RATE_LIMITED", 25, retry_after=60).delay == 5
+    assert not policy.decide(1, "MODEL_AUTH", 0).retry
+    assert not policy.decide(1, "MODEL_REQUEST_INVALID", 0).retry
+
+
+@pytest.mark.django_db
+def test_it_shows_tokens_and_an_unknown_cost_on_the_run_page(clients):
+    run = start_room_temperature("T-usage")
+    Run.objects.filter(pk=run.pk).update(
+        model_calls=2, tokens=1234, cost_usd="0.001", unpriced_model_calls=1
+    )
+    page = clients["alice"].get(reverse("console:run", args=[run.pk])).content.decode()
+    assert "tokens: 1234 used" in page
+    assert "cost_usd: unknown (0.001000 priced + 1 model calls without a price)" in page
+
+
+def thermostat_brain(body: dict) -> dict:
+    """room_temperature over the OpenAI wire: read the thermostat, then answer."""
+    _, results = conversation(body)
+    if not results and body.get("tools"):
+        return {"tool_calls": [{"name": "thermostat_read", "arguments": {"room": "living room"}}]}
+    if results:
+        return {"content": f"It is {results[-1][1]['celsius']} degrees in the living room."}
+    return {"content": "No reading yet."}
+
+
+def test_it_runs_an_engine_workflow_through_the_openai_client(deployment_factory):
+    with ModelServer(thermostat_brain) as server:
+        d = deployment_factory(
+            "sqlite",
+            extra_env={
+                "AGENTOPS_MODEL": "openai:test-model",
+                "OPENAI_BASE_URL": server.base_url,
+                "OPENAI_API_KEY": "test-key",
+            },
+        )
+        run_id = start(d, "room_temperature", json.dumps({"question": "How warm is it?"}))
+        burst_until(d, "SUCCEEDED", lambda: run_status(d, run_id) == "SUCCEEDED")
+    assert [bool(r.get("stream")) for r in server.requests] == [False, True]
+    assert server.requests[0]["tools"][0]["function"]["name"] == "thermostat_read"
+    s = status(d, run_id)
+    assert s["messages"][-1]["content"] == "It is 23.5 degrees in the living room."
+    assert s["calls"]["thermostat.read"] == 1
+    deltas = events(d, run_id, "message.delta")
+    assert "".join(e["payload"]["text"] for e in deltas) == s["messages"][-1]["content"]
+    assert len(deltas) > 1
+    used = s["budget"]["used"]
+    assert (used["model_calls"], used["tokens"]) == (2, 2 * (PROMPT_TOKENS + COMPLETION_TOKENS))
+    assert used["cost_usd"] is None
