@@ -2,9 +2,12 @@
 each ends one attempt with its real cause (or settles the outcome), never a crashed
 worker. Real database (PostgreSQL under ``make test``), in-process executor."""
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection, connections
 
 import tests.workflows.faulty as faulty
 from runs.engine.control.lifecycle import start_run
@@ -93,3 +96,46 @@ def test_the_worker_loop_goes_on_after_a_bad_step_and_runs_the_next_run():
     good.refresh_from_db()
     assert bad.status == RunStatus.FAILED and bad.error_code == "INVALID_OUTPUT"
     assert good.status == RunStatus.SUCCEEDED
+
+
+@pytest.mark.services
+def test_a_heartbeat_that_cannot_renew_stops_the_step_before_its_side_effect(settings, worker):
+    """Fail closed: the step row is locked elsewhere, so every renewal waits and fails;
+    the step stops at its next safe point before the lease runs out, and makes no call."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL (make test)")
+    settings.AGENTOPS_LEASE_SECONDS = 3
+    settings.AGENTOPS_DB_TIMEOUTS = {**settings.AGENTOPS_DB_TIMEOUTS, "cli": (0.5, 0)}
+    faulty.APPLIED.clear()
+    run = _start("hold_then_post", seconds="6")
+    step = _first_step(run)
+    def run_step():
+        try:
+            executor.execute_step(step.pk, worker)
+        finally:
+            connection.close()  # this thread's own connection
+
+    thread = threading.Thread(target=run_step)
+    thread.start()
+    assert _wait(lambda: _first_step(run).status == StepStatus.RUNNING)
+    other = connections.create_connection("default")
+    other.set_autocommit(False)
+    with other.cursor() as cursor:
+        cursor.execute("SELECT id FROM runs_step WHERE id = %s FOR NO KEY UPDATE", [step.pk])
+    time.sleep(4)  # renewals fail for longer than two thirds of the lease
+    other.rollback()
+    other.close()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert faulty.APPLIED == {}
+    assert Event.objects.filter(run=run, type="step.abandoned").exists()
+    assert not Operation.objects.filter(run=run).exists()
+
+
+def _wait(check, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False

@@ -28,6 +28,14 @@ def _verify(arguments: dict, call) -> VerifyAnswer:
 
 post_once = Tool("test.post_once", _post, side_effect="unsafe", verify=_verify)
 
+
+def _post_ok(arguments: dict, call) -> dict:
+    APPLIED[call.idempotency_key] = APPLIED.get(call.idempotency_key, 0) + 1
+    return {"posted": True}
+
+
+post_ok = Tool("test.post_ok", _post_ok, side_effect="unsafe", verify=_verify)
+
 CASES = {
     "nan": lambda ctx: {"score": float("nan")},
     "datetime": lambda ctx: {"at": datetime(2026, 1, 1, tzinfo=UTC)},
@@ -51,6 +59,13 @@ def produce(ctx):
         return {"slept": True}
     if case == "post":
         return ctx.call_tool(post_once, {"text": "hello"})
+    if case == "hold_then_post":
+        # Long work with safe points, then a side effect.
+        until = time.monotonic() + float(ctx.input.get("seconds", "3"))
+        while time.monotonic() < until:
+            ctx.safe_point()
+            time.sleep(0.05)
+        return ctx.call_tool(post_ok, {"text": "hello"})
     return CASES[case](ctx)
 
 

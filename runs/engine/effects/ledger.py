@@ -65,7 +65,8 @@ def record_intent(
         if (
             attempt is not None
             and not Step.objects.filter(
-                pk=step_id, attempt=attempt, status=StepStatus.RUNNING
+                # An unexpired lease on the database clock, not only the attempt.
+                pk=step_id, attempt=attempt, status=StepStatus.RUNNING, lease_until__gt=Now()
             ).exists()
         ):
             raise LeaseLost(f"step {step_id} attempt {attempt} no longer holds the lease")

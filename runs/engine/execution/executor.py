@@ -297,14 +297,20 @@ class Heartbeat:
         ctx = self.ctx
         try:
             while not self._stop.wait(self.interval):
-                if not leases.renew_lease(ctx.step.pk, ctx.attempt, self.ttl):
-                    ctx.lease_lost.set()
-                    return
-                status = Run.objects.filter(pk=ctx.run.pk).values_list("status", flat=True).first()
+                try:
+                    if not leases.renew_lease(ctx.step.pk, ctx.attempt, self.ttl):
+                        ctx.lease_lost.set()
+                        return
+                    ctx.lease_renewed()
+                    status = (
+                        Run.objects.filter(pk=ctx.run.pk).values_list("status", flat=True).first()
+                    )
+                except Exception:  # noqa: BLE001 - keep trying; the step stops itself in time (fail closed)
+                    logger.warning("heartbeat failed for step %s", ctx.step.pk, exc_info=True)
+                    connection.close()
+                    continue
                 if status == RunStatus.CANCEL_REQUESTED or status in RUN_TERMINAL:
                     ctx.cancel_requested.set()
-        except Exception:  # noqa: BLE001 - a failed heartbeat must not kill the step; the lease rules decide
-            logger.warning("heartbeat failed for step %s", ctx.step.pk, exc_info=True)
         finally:
             connection.close()
 
@@ -323,7 +329,10 @@ def _commit_success(ctx: StepContext, output: Any, worker: WorkerIdentity) -> in
         committed = (
             tx.run.status not in RUN_TERMINAL
             and tx.run.generation == step.generation
-            and Step.objects.filter(pk=step.pk, attempt=attempt, status=StepStatus.RUNNING).update(
+            # The lease must not have run out on the database clock either.
+            and Step.objects.filter(
+                pk=step.pk, attempt=attempt, status=StepStatus.RUNNING, lease_until__gt=Now()
+            ).update(
                 status=StepStatus.SUCCEEDED,
                 output=output,
                 finished_at=Now(),
@@ -398,6 +407,11 @@ def _commit_rejection(tx: RunTx, step: Step, attempt: int) -> str | None:
     status, current_attempt = current
     if current_attempt != attempt:
         return f"stale attempt {attempt}; attempt {current_attempt} holds the step"
+    if (
+        status == StepStatus.RUNNING
+        and not Step.objects.filter(pk=step.pk, lease_until__gt=Now()).exists()
+    ):
+        return f"the lease of attempt {attempt} ran out"
     if tx.run.status in RUN_TERMINAL:
         return f"run is {tx.run.status}"
     if tx.run.generation != step.generation:

@@ -2,7 +2,10 @@
 budget, and helpers for model calls, tool calls and safe points."""
 
 import threading
+import time
 from typing import Any
+
+from django.conf import settings
 
 from runs.engine.data import drafts
 from runs.engine.effects import budget as budget_mod
@@ -54,6 +57,10 @@ class StepContext:
         #: Set by the heartbeat thread; read at safe points.
         self.lease_lost = threading.Event()
         self.cancel_requested = threading.Event()
+        #: This process's clock (monotonic seconds) by which the lease must have been
+        #: renewed again: the claim gave a full lease, each renewal extends it.
+        self._lease_seconds = float(settings.AGENTOPS_LEASE_SECONDS)
+        self._renew_by = time.monotonic() + self._lease_seconds
 
     # -- flow -----------------------------------------------------------------------
     def goto(self, step_name: str | None) -> None:
@@ -63,9 +70,19 @@ class StepContext:
         self.next_step = step_name
         self.goto_set = True
 
+    def lease_renewed(self) -> None:
+        """The heartbeat renewed this attempt's lease (called from its thread)."""
+        self._renew_by = time.monotonic() + self._lease_seconds
+
     def safe_point(self) -> None:
         """Call in long loops: raises ``LeaseLost`` or ``CancelRequested`` when the
-        heartbeat found the lease gone or the run cancel-requested."""
+        heartbeat found the lease gone or the run cancel-requested.
+
+        Fails closed: when no renewal succeeded for two thirds of a lease (the database
+        refused or could not be reached), the lease is treated as lost before it can run
+        out, so no side effect is made on a lease another worker may take."""
+        if time.monotonic() > self._renew_by - self._lease_seconds / 3:
+            self.lease_lost.set()
         if self.lease_lost.is_set():
             raise LeaseLost(f"step {self.step.name} attempt {self.attempt} lost its lease")
         if self.cancel_requested.is_set():
