@@ -5,6 +5,8 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from runs.state_fields import StateGuardedQuerySet
+
 
 class Approval(models.Model):
     """A question to an approver that a run waits on (run status WAITING_APPROVAL).
@@ -35,6 +37,7 @@ class Approval(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     routes = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
+    objects = StateGuardedQuerySet.as_manager()
 
     class Meta:
         permissions = [("decide_approval", "Can approve or reject approval requests")]
@@ -83,6 +86,7 @@ class Takeover(models.Model):
     resolved_by = models.CharField(max_length=200, blank=True, default="")
     resolved_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
+    objects = StateGuardedQuerySet.as_manager()
 
     class Meta:
         constraints = [

@@ -5,7 +5,6 @@ resolutions through ``claim_takeover`` / ``resolve_takeover`` (operator role).
 """
 
 import json
-import uuid
 
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
@@ -24,15 +23,13 @@ from runs.console.access import (
     stale_run,
 )
 from runs.console.actions import perform
+from runs.console.filters import ApprovalFilter, TakeoverFilter
 from runs.console.forms import InvalidInput, optional_json, required_text
+from runs.console.paging import paginate
 from runs.models import Artifact
 
-#: Decided approvals listed below the pending ones.
-DECIDED_LIMIT = 50
 #: Artifacts previewed per approval.
 PREVIEWS_PER_APPROVAL = 3
-#: Pending approvals / open takeovers shown at once (oldest first); ``?run=`` narrows.
-LIST_LIMIT = 100
 DECISIONS = ("approve", "reject")
 RESOLUTIONS = ("resume", "retry", "mark_done", "cancel")
 
@@ -68,44 +65,38 @@ def _attach_previews(approvals: list[Approval]) -> None:
         approval.previews = [(a, artifact_files.preview(a)) for a in chosen[:PREVIEWS_PER_APPROVAL]]
 
 
-def _for_run(request, queryset):
-    """``queryset`` narrowed to the run named by ``?run=<id>`` (exact id), if any."""
-    run_id = (request.GET.get("run") or "").strip()
-    if not run_id:
-        return queryset
-    try:
-        return queryset.filter(run_id=uuid.UUID(run_id))
-    except ValueError:
-        return queryset.none()
-
-
 @console_view
 def approvals_inbox(request):
-    """Pending approvals (oldest first) with evidence previews; decided ones below."""
-    pending_all = _for_run(request, Approval.objects.filter(status=Approval.Status.PENDING))
-    pending = list(
-        pending_all.select_related("run", "step").order_by("created_at", "pk")[:LIST_LIMIT]
+    """Pending approvals (oldest first, filtered like the runs list, paged) with
+    evidence previews; decided ones below, newest first, paged on their own."""
+    approval_filter = ApprovalFilter(
+        request.GET or None,
+        queryset=Approval.objects.filter(status=Approval.Status.PENDING)
+        .select_related("run", "step")
+        .order_by("created_at", "pk"),
     )
-    _attach_previews(pending)
-    for approval in pending:
+    pending = paginate(request, approval_filter.qs)
+    _attach_previews(pending.object_list)
+    for approval in pending.object_list:
         evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
         if evidence.get("kind") == "tool_call":
             approval.tool_arguments = json.dumps(evidence.get("arguments"), indent=1)
-    decided = list(
+    decided = paginate(
+        request,
         Approval.objects.exclude(status=Approval.Status.PENDING)
         .select_related("run", "decided_by")
-        .order_by("-decided_at", "-pk")[:DECIDED_LIMIT]
+        .order_by("-decided_at", "-pk"),
+        param="decided_page",
     )
     return render_page(
         request,
         "console/approvals.html",
         "partials/approval_rows.html",
         {
+            "filter": approval_filter,
             "pending": pending,
-            "pending_total": pending_all.count(),
             "decided": decided,
             "decisions": DECISIONS,
-            "limit": LIST_LIMIT,
         },
     )
 
@@ -152,28 +143,30 @@ def decide_view(request, approval_id):
 
 @console_view
 def takeover_desk(request):
-    """Open takeovers (oldest first) with their resolutions; recently resolved below."""
-    open_all = _for_run(request, Takeover.objects.filter(status=Takeover.Status.OPEN))
-    open_takeovers = list(
-        open_all.select_related("run", "step", "claimed_by").order_by("created_at", "pk")[
-            :LIST_LIMIT
-        ]
+    """Open takeovers (oldest first, filtered like the runs list, paged) with their
+    resolutions; resolved ones below, newest first, paged on their own."""
+    takeover_filter = TakeoverFilter(
+        request.GET or None,
+        queryset=Takeover.objects.filter(status=Takeover.Status.OPEN)
+        .select_related("run", "step", "claimed_by")
+        .order_by("created_at", "pk"),
     )
-    resolved = list(
+    resolved = paginate(
+        request,
         Takeover.objects.filter(status=Takeover.Status.RESOLVED)
         .select_related("run")
-        .order_by("-resolved_at", "-pk")[:DECIDED_LIMIT]
+        .order_by("-resolved_at", "-pk"),
+        param="resolved_page",
     )
     return render_page(
         request,
         "console/takeovers.html",
         "partials/takeover_rows.html",
         {
-            "open": open_takeovers,
-            "open_total": open_all.count(),
+            "filter": takeover_filter,
+            "open": paginate(request, takeover_filter.qs),
             "resolved": resolved,
             "resolutions": RESOLUTIONS,
-            "limit": LIST_LIMIT,
         },
     )
 

@@ -132,7 +132,7 @@ class RunAdmin(ReadOnlyAdmin):
         self._each(
             request,
             queryset,
-            lambda run: lifecycle.resume(run, actor=_actor(request), wait_seconds=0),
+            lambda run: lifecycle.redispatch(run, actor=_actor(request), wait_seconds=0),
             "re-dispatched",
         )
 

@@ -46,12 +46,15 @@ def _check_token_counter() -> None:
 
 
 def _register_sweep_tasks() -> None:
-    """Sweeper tasks beyond leases and notifications: finish cancels whose
-    worker died, flag stuck runs, and release the steps of workers known to be dead."""
-    from runs.engine.control import cancel
+    """Sweeper tasks beyond leases and notifications: finish cancels whose worker died,
+    expire approvals, flag stuck runs, and release the steps of workers known to be
+    dead."""
+    from runs.engine.control import approvals, cancel
     from runs.engine.execution import liveness, sweeper, watchdog
 
     sweeper.EXTRA_TASKS.setdefault("cancels_finished", cancel.finish_requested_cancels)
+    # Expired approvals take their workflow's expiry route on the next sweep.
+    sweeper.EXTRA_TASKS.setdefault("approvals_expired", approvals.expire_approvals)
     sweeper.EXTRA_TASKS.setdefault("stuck_flagged", watchdog.flag_stuck_runs)
     sweeper.EXTRA_TASKS.setdefault("dead_owners", liveness.release_dead_owners)
 

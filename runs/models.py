@@ -2,7 +2,8 @@
 checkpoints and the side-effect ledger (DESIGN section 3).
 
 Status columns are written only through ``runs.engine.state.gateway`` and
-``runs.engine.state.leases`` (conditional UPDATEs); nothing else assigns ``status``.
+``runs.engine.state.leases`` (conditional UPDATEs); the state-guarded querysets
+(``runs.state_fields``) refuse any other ``update()`` of them.
 Timestamps that drive leases and stuck detection come from the database clock.
 """
 
@@ -13,6 +14,8 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from runs.payload_field import PayloadJSONField
+from runs.state_fields import StateGuardedQuerySet
 from runs.states import RUN_STATE_EVENTS, RunStatus, StepStatus
 
 
@@ -121,6 +124,7 @@ class Run(models.Model):
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
     )
     replay_checkpoint = models.CharField(max_length=120, blank=True, default="")
+    objects = StateGuardedQuerySet.as_manager()
 
     class Meta:
         permissions = [
@@ -157,6 +161,18 @@ class Run(models.Model):
 
         return self.status in RUN_TERMINAL
 
+    def usage(self) -> dict:
+        """``{"model_calls": int, "tool_calls": int, "tokens": int, "cost_usd": str,
+        "unpriced_model_calls": int}`` used so far, as read into this instance and as
+        checkpoints keep it; ``cost_usd`` is the priced part."""
+        return {
+            "model_calls": self.model_calls,
+            "tool_calls": self.tool_calls,
+            "tokens": self.tokens,
+            "cost_usd": str(self.cost_usd),
+            "unpriced_model_calls": self.unpriced_model_calls,
+        }
+
 
 class Step(models.Model):
     """One retryable, observable unit of a run.
@@ -182,7 +198,7 @@ class Step(models.Model):
     not_before = models.DateTimeField(db_default=Now())
     notified_at = models.DateTimeField(null=True, blank=True)
     input = models.JSONField(default=dict, blank=True)
-    output = models.JSONField(null=True, blank=True)
+    output = PayloadJSONField(null=True, blank=True)
     input_artifact = models.ForeignKey(
         "Artifact", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -194,6 +210,7 @@ class Step(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    objects = StateGuardedQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -366,9 +383,16 @@ class Event(models.Model):
 class Checkpoint(models.Model):
     """The minimum state to resume a run from (DESIGN section 3).
 
-    ``state`` holds ``{"phase": next step name or None, "input", "completed": [names],
+    ``state`` is ``{"phase": next step name or None, "input", "completed": [names],
     "outputs": {step: output}, "message_seq": int, "artifacts": [ids], "budget_used",
     "workflow", "workflow_version", "generation", "next_allowed": [names]}``.
+
+    Stored as ``data``: the whole state when ``base`` is empty (``version`` 1), else
+    only what changed since ``base`` (``version`` 2: ``{"set": {key: value}, "unset":
+    [keys], "outputs": {step: output}, "completed": [names appended]}``), so a run's
+    checkpoints grow linearly with its length. Reading ``state`` rebuilds the whole
+    state along the ``base`` chain in one query (``runs.engine.state.checkpoints``);
+    assigning it stores a whole state.
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
@@ -377,9 +401,14 @@ class Checkpoint(models.Model):
     )
     name = models.CharField(max_length=120)
     generation = models.PositiveIntegerField(default=1)
-    #: Schema version of ``state``, bumped when its shape changes.
+    #: Shape of ``data``: 1 a whole state, 2 a delta on ``base``.
     version = models.PositiveIntegerField(default=1)
-    state = models.JSONField(default=dict)
+    #: The checkpoint this one's delta applies to: it cannot be deleted alone, only with
+    #: its run (RESTRICT lets a run's cascade take the whole chain).
+    base = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.RESTRICT, related_name="+"
+    )
+    data = PayloadJSONField(default=dict, db_column="state")
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -390,6 +419,23 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} (gen {self.generation})"
+
+    @property
+    def state(self) -> dict:
+        """The whole state at this checkpoint (rebuilt once per instance)."""
+        cached = self.__dict__.get("_whole_state")
+        if cached is None:
+            from runs.checkpoint_data import materialize
+
+            cached = self.__dict__["_whole_state"] = materialize(self)
+        return cached
+
+    @state.setter
+    def state(self, value: dict) -> None:
+        self.data = value
+        self.base = None
+        self.version = 1
+        self.__dict__["_whole_state"] = value
 
 
 class Operation(models.Model):
@@ -415,7 +461,7 @@ class Operation(models.Model):
     side_effect = models.CharField(max_length=12, default="read")
     arguments = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.INTENT)
-    result = models.JSONField(null=True, blank=True)
+    result = PayloadJSONField(null=True, blank=True)
     external_ref = models.CharField(max_length=200, blank=True, default="")
     attempt = models.PositiveIntegerField(default=0)
     #: The SUCCEEDED operation whose recorded result this row carries over into a resumed
@@ -425,6 +471,7 @@ class Operation(models.Model):
     )
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
+    objects = StateGuardedQuerySet.as_manager()
 
     def __str__(self) -> str:
         return f"{self.tool} {self.idempotency_key} ({self.status})"
@@ -510,3 +557,27 @@ class RefusedAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor} {self.action}: {self.status_code} {self.code}"
+
+
+class Payload(models.Model):
+    """A large string that a run's ledger results, step outputs and checkpoints share:
+    stored once per run, referenced by its sha256 (``runs.payload_field``)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="payloads")
+    digest = models.CharField(max_length=64, help_text="sha256 hex of the UTF-8 text")
+    text = models.TextField()
+    size = models.PositiveBigIntegerField(help_text="bytes (UTF-8)")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # One copy per run; concurrent writers of the same payload insert it once.
+            models.UniqueConstraint(fields=["run", "digest"], name="payload_unique_per_run"),
+        ]
+        indexes = [
+            # Reading a row resolves its references by digest alone.
+            models.Index(fields=["digest"], name="payload_digest"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.digest[:12]} ({self.size} bytes)"

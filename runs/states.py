@@ -40,6 +40,18 @@ RUN_TERMINAL = frozenset({R.SUCCEEDED, R.FAILED, R.CANCELLED})
 STEP_TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.SUPERSEDED})
 #: Run states in which a worker may claim and execute a step of the run.
 RUN_EXECUTABLE = frozenset({R.PENDING, R.RUNNING})
+#: Steps of the current generation that are not finished yet (the run's open step).
+STEP_OPEN = frozenset({S.PENDING, S.RUNNING, S.WAITING, S.UNKNOWN})
+#: Open steps nothing executes right now: a cancel request cancels them at once.
+STEP_IDLE_OPEN = frozenset({S.PENDING, S.WAITING, S.UNKNOWN})
+#: Steps a resume from a checkpoint leaves alone (already out of the way).
+STEP_SETTLED = frozenset({S.SUPERSEDED, S.CANCELLED})
+#: Steps whose work completed (SUPERSEDED ones only if they had finished without error).
+STEP_COMPLETED = frozenset({S.SUCCEEDED, S.SUPERSEDED})
+#: Steps an operator may retry or mark done on a PAUSED run.
+STEP_RETRYABLE = frozenset({S.FAILED, S.UNKNOWN})
+#: Runs the watchdog checks for "no event for too long".
+RUN_WATCHED = frozenset({R.RUNNING, R.WAITING_EXTERNAL})
 #: Event types written by a run status transition (``run.<status>``) or its creation:
 #: the latest one of a run says since when it is in its current state.
 RUN_STATE_EVENTS = ("run.created", *(f"run.{s.lower()}" for s in RunStatus.values))
@@ -71,7 +83,7 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
 
 STEP_TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.RUNNING, S.CANCELLED, S.SUPERSEDED, S.SUCCEEDED}),
-    # RUNNING -> RUNNING is a takeover of an expired lease (attempt + 1);
+    # RUNNING -> RUNNING is an expired lease reclaimed by another worker (attempt + 1);
     # RUNNING -> PENDING is a retry with backoff or a released lease.
     S.RUNNING: frozenset(
         {S.RUNNING, S.PENDING, S.SUCCEEDED, S.FAILED, S.UNKNOWN, S.WAITING, S.CANCELLED}
@@ -83,6 +95,29 @@ STEP_TRANSITIONS: dict[str, frozenset[str]] = {
     S.FAILED: frozenset({S.SUPERSEDED}),
     S.CANCELLED: frozenset(),
     S.SUPERSEDED: frozenset(),
+}
+
+
+class CompensationStatus(models.TextChoices):
+    """``Run.compensation_status``: ``""`` nothing to compensate; PENDING a pass is due
+    or running; DONE every completed step was undone; REVIEW done, with items for a
+    person to check by hand."""
+
+    NONE = "", "none"
+    PENDING = "PENDING"
+    DONE = "DONE"
+    REVIEW = "REVIEW"
+
+
+C = CompensationStatus
+
+#: A pass may be started again at any time (it is idempotent through the ledger), so
+#: every state leads back to PENDING; only a pass's end sets DONE or REVIEW.
+COMPENSATION_TRANSITIONS: dict[str, frozenset[str]] = {
+    C.NONE: frozenset({C.PENDING}),
+    C.PENDING: frozenset({C.PENDING, C.DONE, C.REVIEW}),
+    C.DONE: frozenset({C.PENDING}),
+    C.REVIEW: frozenset({C.PENDING}),
 }
 
 
@@ -106,6 +141,8 @@ RUN_COMMANDS: dict[str, frozenset[str]] = {
     ),
     # Notify the open step again; the run keeps its state.
     "redispatch": RUN_EXECUTABLE,
+    # A new run from one of this run's checkpoints; this one, finished, stays as it is.
+    "replay": RUN_TERMINAL,
 }
 
 
@@ -118,6 +155,7 @@ COMMAND_ENTRY_POINTS = {
     "decide_approval": "`approvals decide`, console, API",
     "resume_from_checkpoint": "`runs resume --from`, console, API",
     "redispatch": "`runs resume`, console",
+    "replay": "`runs replay`, console, API",
 }
 
 
@@ -174,6 +212,11 @@ def run_can(source: str, target: str) -> bool:
 def step_can(source: str, target: str) -> bool:
     """True if a step may move from ``source`` to ``target``."""
     return target in STEP_TRANSITIONS.get(source, frozenset())
+
+
+def compensation_can(source: str, target: str) -> bool:
+    """True if a run's compensation status may move from ``source`` to ``target``."""
+    return target in COMPENSATION_TRANSITIONS.get(source, frozenset())
 
 
 def run_sources(target: str) -> list[str]:

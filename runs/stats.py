@@ -31,6 +31,7 @@ from django.db.models.functions import Coalesce
 from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step
 from runs.states import RUN_EXECUTABLE, RUN_STATE_EVENTS, RUN_TERMINAL, RunStatus, StepStatus
+from runs.storage_stats import storage_by_workflow
 
 #: Run states in which a run is expected to make progress by itself; a run in one of them
 #: with no event for ``AGENTOPS_STUCK_SECONDS`` is stuck even before the watchdog flags it.
@@ -180,7 +181,9 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
     - ``per_run``: ``{runs, model_calls_avg, tool_calls_avg, cost_usd_avg}`` over runs
       created in the last day (cost as a decimal string);
     - ``queue_depth``: steps due now and waiting for a worker (PENDING, ``not_before``
-      passed, in a run that may execute).
+      passed, in a run that may execute);
+    - ``storage``: ``[{workflow, db_bytes, payload_bytes, artifact_bytes}]``
+      (``runs.storage_stats``, cached for a minute).
     """
     from approvals.models import Approval, Takeover
 
@@ -301,6 +304,7 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
         "queue_depth": Step.objects.filter(
             status=StepStatus.PENDING, not_before__lte=now, run__status__in=RUN_EXECUTABLE
         ).count(),
+        "storage": storage_by_workflow(),
     }
 
 

@@ -12,6 +12,7 @@ from runs.views import (
     runs_list,
     triage,
     unknowns,
+    values,
     workers,
 )
 
@@ -25,6 +26,7 @@ urlpatterns = [
     path("runs/replay/", replay.bulk_replay_view, name="bulk_replay"),
     path("runs/<uuid:run_id>/", run_detail.run_detail, name="run"),
     path("runs/<uuid:run_id>/events/", run_detail.run_events, name="run_events"),
+    path("runs/<uuid:run_id>/values/<str:kind>/<int:pk>/", values.full_value, name="value"),
     path("runs/<uuid:run_id>/cancel/", actions.cancel, name="cancel"),
     path("runs/<uuid:run_id>/redispatch/", actions.redispatch, name="redispatch"),
     path("runs/<uuid:run_id>/retry/", actions.retry, name="retry"),

@@ -26,7 +26,10 @@ def device_dir(settings, tmp_path):
 @pytest.fixture
 def ann():
     user = User.objects.create_user("ann")
-    user.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    user.user_permissions.add(
+        Permission.objects.get(codename="decide_approval"),
+        Permission.objects.get(codename="view_run"),
+    )
     return User.objects.get(pk=user.pk)
 
 
@@ -75,3 +78,28 @@ def test_it_lets_the_model_read_the_approvers_message_instead(worker, ann):
     assert shop.refunds_for("A1001") == []
     last = Message.objects.filter(run=run).order_by("-seq").first()
     assert last.content == "I did not issue the refund: Refunds above 20 USD need a manager."
+
+
+def test_the_console_form_edits_arguments_and_refuses_ones_that_do_not_fit(worker, ann):
+    from django.test import Client
+    from django.urls import reverse
+
+    run = drain(start_run("support_agent", thread_id="t-console", input=PROMPT), worker)
+    approval = Approval.objects.get(run=run)
+    client = Client()
+    client.force_login(ann)
+    inbox = client.get(reverse("console:approvals")).content.decode()
+    assert 'name="arguments"' in inbox and "&quot;amount&quot;: 42.0" in inbox
+
+    url = reverse("console:decide", args=[approval.pk])
+    form = {"decision": "approve", "run_version": Run.objects.get(pk=run.pk).version}
+    refused = client.post(url, {**form, "arguments": '{"order_id": "A1001", "amount": "x"}'})
+    assert refused.status_code == 409
+    assert "arguments.amount" in refused.content.decode()
+    approval.refresh_from_db()
+    assert approval.status == "PENDING"
+
+    accepted = client.post(url, {**form, "arguments": '{"order_id": "A1001", "amount": 12.5}'})
+    assert accepted.status_code == 302
+    run = drain(run, worker)
+    assert [r["amount"] for r in shop.refunds_for("A1001")] == ["12.50"]

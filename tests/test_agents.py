@@ -13,8 +13,8 @@ import pytest
 from runs.workflows.support_agent import next_action
 from tests.control_support import make_user
 from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer, conversation
-from tests.support.services import Deployment
-from tests.test_side_effects import burst_until, events, run_status, sql, start, status
+from tests.support.services import BACKENDS, Deployment
+from tests.test_side_effects import burst_until, db_id, events, run_status, sql, start, status
 
 PROMPT = json.dumps({"prompt": "Order A1001 arrived broken, please refund it"})
 PRICE = {"openai:test-model": {"input": "1.00", "output": "2.00"}}
@@ -29,9 +29,11 @@ def support_brain(body: dict) -> dict:
     return {"content": action["text"]}
 
 
-def deployment(deployment_factory, server: ModelServer, **extra) -> Deployment:
+def deployment(
+    deployment_factory, server: ModelServer, backend: str = "sqlite", **extra
+) -> Deployment:
     return deployment_factory(
-        "sqlite",
+        backend,
         extra_env={
             "AGENTOPS_MODEL": "openai:test-model",
             "OPENAI_BASE_URL": server.base_url,
@@ -55,7 +57,7 @@ def approval_id(d: Deployment, run_id: str) -> int:
     rows = sql(
         d,
         "SELECT id FROM approvals_approval WHERE run_id = %s AND status = 'PENDING'",
-        (run_id.replace("-", ""),),
+        (db_id(d, run_id),),
     )
     return rows[0][0]
 
@@ -74,8 +76,11 @@ def server():
         yield s
 
 
-def test_it_runs_the_example_agent_end_to_end_with_usage_and_cost(deployment_factory, server):
-    d = deployment(deployment_factory, server)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_it_runs_the_example_agent_end_to_end_with_usage_and_cost(
+    deployment_factory, server, backend
+):
+    d = deployment(deployment_factory, server, backend)
     make_user(d, "ann", approver=True)
     run_id = start(d, "support_agent", PROMPT)
     waiting(d, run_id)
@@ -115,8 +120,9 @@ def test_it_shows_the_cost_as_unknown_without_a_price(deployment_factory, server
     assert "cost unknown" in d.manage("runs", "status", run_id, check=True).stdout
 
 
-def test_it_replays_the_recorded_response_after_a_crash(deployment_factory, server):
-    d = deployment(deployment_factory, server)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_it_replays_the_recorded_response_after_a_crash(deployment_factory, server, backend):
+    d = deployment(deployment_factory, server, backend)
     run_id = start(d, "support_agent", PROMPT, "--crash-after-model", "1")
     first = d.manage("worker", "--burst", timeout=120)
     assert first.returncode == 75, first.stdout + first.stderr
@@ -130,8 +136,9 @@ def test_it_replays_the_recorded_response_after_a_crash(deployment_factory, serv
     assert status(d, run_id)["budget"]["used"]["model_calls"] == 2
 
 
-def test_it_verifies_an_interrupted_refund_and_refunds_once(deployment_factory, server):
-    d = deployment(deployment_factory, server)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_it_verifies_an_interrupted_refund_and_refunds_once(deployment_factory, server, backend):
+    d = deployment(deployment_factory, server, backend)
     make_user(d, "ann", approver=True)
     run_id = start(d, "support_agent", PROMPT, "--crash-after-tool", "issue_refund")
     waiting(d, run_id)

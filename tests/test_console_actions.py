@@ -16,6 +16,7 @@ from tests.console_helpers import (
     run_worker_in_process,
     start_room_temperature,
 )
+from tests.support.states import arrange
 
 # Real in-process workers open and close their own connections: transactional tests.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -316,7 +317,7 @@ def test_it_confirms_bulk_actions_and_skips_runs_they_do_not_apply_to(clients, a
     a = start_room_temperature("B1")
     b = start_room_temperature("B2")
     done = start_room_temperature("B3")
-    Run.objects.filter(pk=done.pk).update(status="SUCCEEDED")
+    arrange(Run.objects.filter(pk=done.pk), status="SUCCEEDED")
     ids = [a.pk, b.pk, done.pk]
     assert (
         clients["alice"].post(reverse("console:bulk"), {"action": "cancel", "run": ids}).status_code
@@ -330,7 +331,7 @@ def test_it_confirms_bulk_actions_and_skips_runs_they_do_not_apply_to(clients, a
         run.refresh_from_db()
         assert run.status in ("PENDING", "SUCCEEDED")  # nothing changed yet
     stale_version = b.version
-    Run.objects.filter(pk=b.pk).update(version=stale_version + 1)  # b moves meanwhile
+    arrange(Run.objects.filter(pk=b.pk), version=stale_version + 1)  # b moves meanwhile
     result = clients["bob"].post(
         reverse("console:bulk"),
         {

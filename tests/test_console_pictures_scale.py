@@ -11,7 +11,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from agentops.db_session import process_kind, use_process_kind
+from runs.console.charts import overview_charts
 from runs.drills.bench import seed_console
+from runs.engine.state.clock import db_now
 from runs.models import Run
 from tests.console_helpers import *  # noqa: F403 - fixtures
 
@@ -57,3 +59,8 @@ def test_the_pictures_render_for_100k_runs_within_the_budget(clients, web_budget
     queries, seconds, page = visit(reverse("console:run", args=[run.pk]))
     assert 'id="chart-run-timeline"' in page
     print(f"run page: {queries} queries, {seconds * 1000:.0f} ms")
+    began = time.monotonic()
+    charts = overview_charts(db_now())
+    print(f"overview pictures alone: {(time.monotonic() - began) * 1000:.0f} ms")
+    # One run every 30 s: the last 6 hours hold about 720 runs' step events.
+    assert sum(int(row[1]) for row in charts[0].table.rows) > 0

@@ -12,16 +12,21 @@ Each page starts on a fresh copy of the repository's tracked files (its own ``va
 the SQLite default, no DATABASE_URL or REDIS_URL, offline) with ``.venv`` linked to
 this interpreter's virtualenv, in bash with ``set -euo pipefail``; a page's blocks share
 one shell state (variables, exports, working directory) as a reader's terminal would.
-A block passes when it exits 0 and prints no traceback. The one change to what is
-written: leases are 3 s instead of 30 (``AGENTOPS_LEASE_SECONDS=3``) and ``sleep 31``
-(waiting for a dead worker's lease) becomes ``sleep 4``.
+A block passes when it exits 0 and prints no traceback. Processes a block leaves in the
+background (``manage.py serve ... &``) are stopped when the page ends: each block runs
+in a session of its own, which is signalled as a whole. The changes to what is written:
+leases are 3 s instead of 30 (``AGENTOPS_LEASE_SECONDS=3``), ``sleep 31`` (waiting for a
+dead worker's lease) becomes ``sleep 4``, and port 8000 becomes a free port.
 """
 
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +110,26 @@ def _env(var: Path) -> dict[str, str]:
     return env
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stop_sessions(sessions: list[int]) -> None:
+    """SIGTERM, then SIGKILL, whatever is left of the sessions the page's blocks ran in
+    (each block's bash led its own session, so its background children are in it)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for sid in sessions:
+            try:
+                os.killpg(sid, sig)
+            except ProcessLookupError:
+                continue
+        if sig == signal.SIGTERM:
+            time.sleep(1)  # let a server shut down cleanly before the SIGKILL
+
+
+@pytest.mark.timeout(1800)
 @pytest.mark.parametrize("page", pages())
 def test_every_example_of_the_page_runs(page, clone, tmp_path):
     todo = blocks(page)
@@ -115,34 +140,55 @@ def test_every_example_of_the_page_runs(page, clone, tmp_path):
     state = tmp_path / "shell-state.sh"
     state.write_text(f"cd {clone}\n", encoding="utf-8")
     env = _env(var)
-    for block in todo:
-        if block.skip:
-            continue
-        code = re.sub(r"\bsleep 31\b", "sleep 4", block.code)
-        script = (
-            "set -euo pipefail\n"
-            f". {state}\n"
-            f"{code}\n"
-            # The shell state a reader's terminal would keep: exports, plain variables
-            # (RUN_ID=...) and the working directory.
-            f"{{ export -p; declare -p | grep -E '^declare -- [A-Z_]+=' || true; "
-            f'echo "cd $PWD"; }} > {state}.new\n'
-            f"mv {state}.new {state}\n"
-        )
-        proc = subprocess.run(
+    port = str(_free_port())
+    sessions: list[int] = []
+    try:
+        for block in todo:
+            if not block.skip:
+                _run_block(block, clone, env, state, port, sessions)
+    finally:
+        _stop_sessions(sessions)
+
+
+def _run_block(block: Block, clone: Path, env: dict, state: Path, port: str, sessions: list):
+    code = re.sub(r"\bsleep 31\b", "sleep 4", block.code)
+    code = re.sub(r"(127\.0\.0\.1:|--port )8000\b", rf"\g<1>{port}", code)
+    script = (
+        "set -euo pipefail\n"
+        f". {state}\n"
+        f"{code}\n"
+        # The shell state a reader's terminal would keep: exports, plain variables
+        # (RUN_ID=...) and the working directory.
+        f"{{ export -p; declare -p | grep -E '^declare -- [A-Z_]+=' || true; "
+        f'echo "cd $PWD"; }} > {state}.new\n'
+        f"mv {state}.new {state}\n"
+    )
+    # Files, not pipes: a server the block leaves in the background keeps a pipe open.
+    out_path, err_path = state.with_suffix(".stdout"), state.with_suffix(".stderr")
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.Popen(
             ["bash", "-c", script],
             env=env,
             cwd=clone,
-            capture_output=True,
-            text=True,
-            timeout=BLOCK_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
         )
-        where = (
-            f"{page}:{block.line}\n{block.code}\n--- stdout\n{proc.stdout[-4000:]}"
-            f"\n--- stderr\n{proc.stderr[-4000:]}"
-        )
-        assert proc.returncode == 0, where
-        assert "Traceback" not in proc.stderr + proc.stdout, where
+    sessions.append(proc.pid)
+    try:
+        proc.wait(timeout=BLOCK_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    stdout = out_path.read_text(errors="replace")
+    stderr = err_path.read_text(errors="replace")
+    where = (
+        f"{block.page}:{block.line}\n{block.code}\n--- stdout\n{stdout[-4000:]}"
+        f"\n--- stderr\n{stderr[-4000:]}"
+    )
+    assert proc.returncode == 0, where
+    assert "Traceback" not in stderr + stdout, where
 
 
 def test_skipped_blocks_say_why():

@@ -133,7 +133,7 @@ def test_it_rejects_a_stale_workers_late_commit(blocking_workflow):
     assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
     started = Event.objects.filter(run=run, type="step.started").order_by("seq")
     assert [e.payload["attempt"] for e in started] == [1, 2]
-    assert started[1].payload["takeover_from"] == "slow:1:a"
+    assert started[1].payload["reclaimed_from"] == "slow:1:a"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -128,33 +128,54 @@ def declined_trip() -> Run:
 
 def test_it_reuses_recorded_side_effects_by_default_and_lists_them(actors):
     original = declined_trip()
-    plan = plan_replay(original, "start")
-    reused = {op["tool"]: op for op in plan.operations_reused}
-    assert list(reused) == ["booking.notify"]
-    assert reused["booking.notify"]["result"] == {"sent": True}
-    assert [op["tool"] for op in plan.operations_may_repeat] == ["booking.hold", "booking.hold"]
-    assert plan.steps_to_run == ["hold_room", "hold_car", "notify_guest", "pay", "confirm"]
+    plan = plan_replay(original, "after:hold_car")
+    [reused] = plan.operations_reused
+    assert (reused["tool"], reused["step"], reused["result"]) == (
+        "booking.notify",
+        "notify_guest",
+        {"sent": True},
+    )
+    assert plan.operations_may_repeat == []
+    assert plan.steps_to_run == ["notify_guest", "pay", "confirm"]
 
-    replay = finish(replay_run(original, actor="cli", reason="try again", checkpoint="start"))
+    replay = finish(
+        replay_run(original, actor="cli", reason="try again", checkpoint="after:hold_car")
+    )
     assert calls(devices.booking, "booking.notify", replay) == 0
-    assert calls(devices.booking, "booking.hold", replay) == 2
+    assert calls(devices.booking, "booking.pay", replay) == 1
     carried = Operation.objects.get(run=replay, tool="booking.notify")
     assert carried.reused_from.run_id == original.pk and carried.status == "SUCCEEDED"
+
+
+def test_it_does_not_reuse_a_result_recorded_for_other_arguments(actors):
+    original = declined_trip()
+    plan = plan_replay(original, "start")
+    assert [op["tool"] for op in plan.operations_reused] == ["booking.notify"]
+    # The holds were released by the original's compensation: they are made again.
+    assert [op["tool"] for op in plan.operations_may_repeat] == ["booking.hold", "booking.hold"]
+    replay = finish(replay_run(original, actor="cli", reason="try again", checkpoint="start"))
+    assert calls(devices.booking, "booking.hold", replay) == 2
+    # New holds, new hold ids: the guest's text differs, so it is sent, not reused.
+    assert calls(devices.booking, "booking.notify", replay) == 1
+    [declined] = Event.objects.filter(run=replay, type="operation.reuse_declined")
+    assert declined.payload["recorded"] != declined.payload["now"]
 
 
 def test_it_re_executes_recorded_side_effects_only_with_a_reason(actors):
     original = declined_trip()
     with pytest.raises(ControlError) as exc:
-        plan_replay(original, "start", reexecute=True) and replay_run(
-            original, actor="cli", reason="", checkpoint="start", reexecute=True
-        )
+        replay_run(original, actor="cli", reason="", checkpoint="after:hold_car", reexecute=True)
     assert exc.value.code == "reason_required"
-    plan = plan_replay(original, "start", reexecute=True)
+    plan = plan_replay(original, "after:hold_car", reexecute=True)
     assert plan.operations_reused == []
-    assert "booking.notify" in [op["tool"] for op in plan.operations_may_repeat]
+    assert [op["tool"] for op in plan.operations_may_repeat] == ["booking.notify"]
     replay = finish(
         replay_run(
-            original, actor="cli", reason="guest lost the text", checkpoint="start", reexecute=True
+            original,
+            actor="cli",
+            reason="guest lost the text",
+            checkpoint="after:hold_car",
+            reexecute=True,
         )
     )
     assert calls(devices.booking, "booking.notify", replay) == 1
@@ -173,3 +194,127 @@ def test_the_dry_run_changes_no_row(actors):
     assert [p.original.pk for p in result.plans] == [original.pk] and not result.created
     assert {m.__name__: m.objects.count() for m in tables} == counts
     assert rows(original) == before
+
+
+def test_a_succeeded_run_forks_from_start_asking_the_model_again(actors):
+    original = finish(
+        lifecycle.start_run(
+            "room_temperature", thread_id="T1", input={"question": "How warm is it?"}
+        )
+    )
+    assert original.status == "SUCCEEDED"
+    assert Operation.objects.filter(run=original, side_effect="model").exists()
+    plan = plan_replay(original)
+    assert plan.checkpoint.name == "start"
+    # Model requests and reads are not side effects to reuse: they are asked again.
+    assert plan.operations_reused == [] and plan.operations_may_repeat == []
+    fork = finish(replay_run(original, actor="cli", reason="a fork"))
+    assert fork.status == "SUCCEEDED"
+    assert (
+        Operation.objects.filter(run=fork, side_effect="model").count()
+        == Operation.objects.filter(run=original, side_effect="model").count()
+    )
+    assert not Operation.objects.filter(run=fork, reused_from__isnull=False).exists()
+
+
+@pytest.fixture
+def looping_workflow():
+    """``think`` runs three times (a ``goto`` loop), then ``answer``."""
+    from runs.workflows import registry
+    from runs.workflows.definition import Workflow
+
+    workflow = Workflow("replay_loop", version=1, input_fields={"n": int})
+
+    @workflow.step()
+    def think(ctx):
+        rounds = ctx.outputs.get("think", {}).get("round", 0) + 1
+        ctx.goto("think" if rounds < 3 else "answer")
+        return {"round": rounds}
+
+    @workflow.step()
+    def answer(ctx):
+        return {"rounds": ctx.outputs["think"]["round"]}
+
+    registry.register(workflow)
+    yield workflow
+    registry.unregister("replay_loop", 1)
+
+
+def test_it_replays_from_one_iteration_of_a_loop_by_its_label(clients, looping_workflow):
+    from django.urls import reverse
+
+    original = finish(lifecycle.start_run("replay_loop", thread_id="L9", input={"n": 1}))
+    assert original.status == "SUCCEEDED"
+    plan = plan_replay(original, "after:think#2")
+    assert plan.checkpoint.step.seq == 2 and plan.checkpoint.state["outputs"]["think"] == {
+        "round": 2
+    }
+    assert [s["seq"] for s in plan.steps_replaced] == [3, 4]
+    page = clients["bob"].get(
+        reverse("console:replay", args=[original.pk]), {"checkpoint": "after:think#2"}
+    )
+    assert 'value="after:think#2"' in page.content.decode()
+    fork = finish(
+        replay_run(original, actor="cli", reason="from round 2", checkpoint="after:think#2")
+    )
+    assert fork.status == "SUCCEEDED"
+    assert [s.name for s in Step.objects.filter(run=fork).order_by("seq")] == ["think", "answer"]
+    with pytest.raises(ControlError) as exc:
+        plan_replay(original, "after:answer")
+    assert exc.value.code == "nothing_to_replay"
+
+
+def test_a_fork_after_the_draft_reuses_the_publication(actors):
+    from approvals.models import Approval
+    from approvals.services import decide
+
+    original = lifecycle.start_run("weekly_report", thread_id="W1", input={"week": "2026-W48"})
+    run_worker_in_process()
+    decide(Approval.objects.get(run=original), decision="approve", user=actors["carol"])
+    original = finish(original)
+    assert original.status == "SUCCEEDED"
+    plan = plan_replay(original, "after:draft_report")
+    assert [op["tool"] for op in plan.operations_reused] == ["publisher.publish"]
+    fork = replay_run(original, actor="cli", reason="ask again", checkpoint="after:draft_report")
+    run_worker_in_process()
+    decide(Approval.objects.get(run=fork), decision="approve", user=actors["carol"])
+    fork = finish(fork)
+    assert fork.status == "SUCCEEDED"
+    assert calls(devices.publisher, "publisher.publish", fork) == 0
+    assert calls(devices.publisher, "publisher.publish", original) == 1
+
+
+def test_the_replay_stores_a_large_checkpoint_value_once_by_reference(actors):
+    from django.db import connection
+
+    from runs.engine.errors import StepError
+    from runs.workflows import registry
+    from runs.workflows.definition import Workflow
+
+    workflow = Workflow("replay_big", version=1, input_fields={"n": int})
+
+    @workflow.step()
+    def write(ctx):
+        return {"text": "word " * 2000}
+
+    @workflow.step()
+    def check(ctx):
+        raise StepError("INVALID_ARGUMENT", "not yet")
+
+    registry.register(workflow)
+    try:
+        original = finish(lifecycle.start_run("replay_big", thread_id="BIG", input={"n": 1}))
+        assert original.status == "FAILED"
+        fork = replay_run(original, actor="cli", reason="fixed")
+        assert fork.replay_checkpoint == "after:write"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT state FROM runs_checkpoint WHERE run_id = %s",
+                [fork.pk.hex if connection.vendor == "sqlite" else fork.pk],
+            )
+            [(raw,)] = cursor.fetchall()
+        assert "$payload" in str(raw) and "word word" not in str(raw)
+        cp = Checkpoint.objects.get(run=fork)
+        assert cp.state["outputs"]["write"]["text"] == "word " * 2000
+    finally:
+        registry.unregister("replay_big", 1)

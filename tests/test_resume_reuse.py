@@ -69,3 +69,23 @@ def test_it_re_executes_only_with_a_reason_and_records_it(waiting_report):
     [event] = Event.objects.filter(run=run, type="run.resumed_from_checkpoint")
     assert event.actor == "user:bob"
     assert event.payload["reexecute"] is True and event.payload["reason"] == "the slot was lost"
+
+
+def test_a_recorded_result_for_other_arguments_is_not_reused(waiting_report):
+    run = waiting_report
+    plan = plan_resume(run, "start", {"week": "2026-W49"})
+    assert [op["tool"] for op in plan.operations_reused] == ["publisher.reserve"]
+    resume_from_checkpoint(
+        run, "start", actor="user:bob", input_patch={"week": "2026-W49"}, reason="next week"
+    )
+    run_worker_in_process()
+    reserves = [
+        c["args"]["week"]
+        for c in devices.publisher.snapshot()["calls"]
+        if c["op"] == "publisher.reserve" and c["run_id"] == str(run.pk)
+    ]
+    assert reserves == ["2026-W48", "2026-W49"]
+    [declined] = Event.objects.filter(run=run, type="operation.reuse_declined")
+    assert declined.payload["recorded"] == {"week": "2026-W48"}
+    assert declined.payload["now"] == {"week": "2026-W49"}
+    assert not Operation.objects.filter(run=run, reused_from__isnull=False).exists()

@@ -14,7 +14,7 @@ import signal
 import sqlite3
 import subprocess
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -354,7 +354,7 @@ def test_it_retries_a_retryable_error_with_backoff_on_not_before(d):
     # The step row carries the last scheduled not_before (database clock), as the event says.
     stored = step_row(d, run_id, "set_brightness")["not_before"]
     if not isinstance(stored, datetime):
-        stored = datetime.fromisoformat(stored).replace(tzinfo=timezone.utc)
+        stored = datetime.fromisoformat(stored).replace(tzinfo=UTC)
     assert stored == _parse(retries[-1]["not_before"])
     # The second delay comes from the doubled base (1 s then 2 s, minus jitter).
     assert DIM_POLICY.bounds(2)[0] > DIM_POLICY.bounds(1)[0]

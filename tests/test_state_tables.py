@@ -16,6 +16,7 @@ from runs.states import (
     RunStatus,
     StepStatus,
 )
+from tests.support.states import arrange
 
 pytestmark = pytest.mark.django_db
 
@@ -40,7 +41,7 @@ def test_it_keeps_terminal_run_states_final():
 
 @pytest.mark.parametrize(("source", "target"), RUN_PAIRS)
 def test_it_applies_exactly_the_allowed_run_transitions(run, source, target):
-    Run.objects.filter(pk=run.pk).update(status=source)
+    arrange(Run.objects.filter(pk=run.pk), status=source)
     before = Run.objects.get(pk=run.pk)
     allowed = target in RUN_TRANSITIONS[source]
     if allowed:
@@ -73,7 +74,7 @@ def test_it_applies_exactly_the_allowed_run_transitions(run, source, target):
 @pytest.mark.parametrize(("source", "target"), STEP_PAIRS)
 def test_it_applies_exactly_the_allowed_step_transitions(run, source, target):
     step = Step.objects.get(run=run)
-    Step.objects.filter(pk=step.pk).update(status=source)
+    arrange(Step.objects.filter(pk=step.pk), status=source)
     events_before = Event.objects.filter(run=run).count()
     if target in STEP_TRANSITIONS[source]:
         with run_transaction(run.pk) as tx:
@@ -92,7 +93,7 @@ def test_it_applies_exactly_the_allowed_step_transitions(run, source, target):
 
 def test_it_refuses_a_step_move_when_someone_else_moved_first(run):
     step = Step.objects.get(run=run)
-    Step.objects.filter(pk=step.pk).update(status=StepStatus.SUCCEEDED)
+    arrange(Step.objects.filter(pk=step.pk), status=StepStatus.SUCCEEDED)
     with run_transaction(run.pk) as tx:
         moved = tx.transition_step(
             step.pk, StepStatus.RUNNING, expected=StepStatus.PENDING, actor="test"

@@ -128,6 +128,18 @@ def metric_families(stats: dict) -> list[GaugeMetricFamily]:
         if cancel.get(key) is not None:
             latency.add_metric([quantile], cancel[key])
     per_run = stats["per_run"]
+    storage = {
+        key: GaugeMetricFamily(f"agentops_storage_{key}", doc, labels=["workflow"])
+        for key, doc in (
+            ("db_bytes", "Run data stored in the database, bytes, per workflow."),
+            ("payload_bytes", "Of which large payloads stored once, bytes, per workflow."),
+            ("artifact_bytes", "Artifact files, bytes, per workflow."),
+        )
+    }
+    for row in stats["storage"]:
+        for key, family in storage.items():
+            family.add_metric([row["workflow"]], row[key])
+    families += list(storage.values())
     families += [
         durations,
         duration_count,

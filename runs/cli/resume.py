@@ -13,7 +13,7 @@ import math
 from django.core.management.base import CommandError
 
 from runs.cli.common import control_error, parse_json, resolve_run
-from runs.engine.control.lifecycle import ControlError, resume
+from runs.engine.control.lifecycle import ControlError, redispatch
 from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
 
 help = "re-dispatch the run's next step, or resume from a checkpoint with --from"
@@ -80,7 +80,7 @@ def handle(command, options):
             told.append(True)
 
     try:
-        step = resume(run, actor="cli", wait_seconds=options["wait"], on_wait=on_wait)
+        step = redispatch(run, actor="cli", wait_seconds=options["wait"], on_wait=on_wait)
     except ControlError as exc:
         raise control_error(exc) from exc
     command.stdout.write(

@@ -14,6 +14,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
+from runs.engine.control.preconditions import run_etag
+
 VIEW_PERM = "runs.view_run"
 OPERATE_PERM = "runs.operate_run"
 DECIDE_PERM = "approvals.decide_approval"
@@ -95,9 +97,13 @@ def refusal(
 
 def stale_run(request: HttpRequest, run, posted_version: str | None, back: str = ""):
     """``None`` if the form's ``run_version`` still matches the run (re-read now), else
-    the "this run changed, reload" refusal. Every status change bumps ``Run.version``."""
-    run.refresh_from_db(fields=["status", "version", "generation"])
+    the "this run changed, reload" refusal. Every status change bumps ``Run.version``.
+    On a match, the request carries the run's ETag for ``perform`` to act on."""
+    run.refresh_from_db(fields=["status", "version", "generation", "budget"])
     if posted_version is not None and str(run.version) == str(posted_version).strip():
+        # ``perform`` acts only if the run is still as just read, checked under the row
+        # lock: of two concurrent submissions of one form, one acts, the other is told.
+        request.run_precondition = (run.pk, run_etag(run))
         return None
     return refusal(
         request,

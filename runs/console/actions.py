@@ -12,6 +12,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from runs.console.access import refusal
 from runs.console.forms import InvalidInput
+from runs.engine.control import preconditions
 from runs.engine.control.lifecycle import ControlError
 
 #: ControlError codes that mean "someone else moved first": shown as a changed run.
@@ -39,11 +40,15 @@ def back_url(request: HttpRequest, default: str) -> str:
 def perform(
     request: HttpRequest, call: Callable[[], Any], *, back: str, success: str | Callable[[Any], str]
 ) -> HttpResponse:
-    """Run ``call`` (an engine function call); on success flash ``success`` and redirect
-    to ``back``; on a refusal render why (409 for a changed run or a refused request, 400
-    for invalid input, 403 for a permission the engine checks itself)."""
+    """Run ``call`` (an engine function call), conditional on the run being as
+    ``stale_run`` read it (``runs.engine.control.preconditions``); on success flash
+    ``success`` and redirect to ``back``; on a refusal render why (409 for a changed
+    run or a refused request, 400 for invalid input, 403 for a permission the engine
+    checks itself)."""
+    run_id, etag = getattr(request, "run_precondition", (None, None))
     try:
-        result = call()
+        with preconditions.expect(run_id, etag):
+            result = call()
     except InvalidInput as exc:
         return refusal(request, title="Invalid input", message=str(exc), status=400, back=back)
     except ControlError as exc:

@@ -37,7 +37,7 @@ class Attempt:
     outcome: str = "running"
     error_code: str = ""
     error_detail: str = ""
-    takeover_from: str = ""
+    reclaimed_from: str = ""
     notes: list[str] = field(default_factory=list)
 
 
@@ -73,7 +73,10 @@ def step_histories(steps: list[Step], events: list[Event]) -> list[StepHistory]:
         if event.type == "step.started":
             attempt.worker = str(payload.get("worker") or event.actor)
             attempt.started_at = event.created_at
-            attempt.takeover_from = str(payload.get("takeover_from") or "")
+            # Events recorded before the rename say "takeover_from".
+            attempt.reclaimed_from = str(
+                payload.get("reclaimed_from") or payload.get("takeover_from") or ""
+            )
         elif event.type in ENDINGS:
             # A stale attempt's rejected write comes after its lease expired: keep the
             # first ending as the outcome, the later ones as notes.

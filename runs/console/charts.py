@@ -133,7 +133,7 @@ class Chart:
     height: int = 260
     left: int = 56
     top: int = 22
-    right: int = 150
+    right: int = 175
     bottom: int = 40
     x_ticks: list[tuple[float, str]] = field(default_factory=list)
     y_ticks: list[tuple[float, str]] = field(default_factory=list)
@@ -173,10 +173,13 @@ def time_chart(
     step: timedelta,
     series: dict[str, list[float]],
     tick_every: int,
+    summary: str = "total",
 ) -> Chart:
     """Lay out ``series`` (``{name: [value per bucket]}``) over the buckets beginning at
     ``starts`` (each ``step`` long) as a line chart or grouped bars; x ticks every
-    ``tick_every`` buckets, labelled in UTC ``HH:MM``."""
+    ``tick_every`` buckets, labelled in UTC ``HH:MM``. The description sums each series
+    (``summary="total"``, for counts per bucket) or gives its last value (``"latest"``,
+    for levels such as open runs)."""
     names = list(series)
     buckets = len(starts)
     top_value = max([max(v, default=0) for v in series.values()] + [0])
@@ -188,12 +191,17 @@ def time_chart(
             for i in range(buckets)
         ],
     )
-    totals = ", ".join(f"{n}: {_num(sum(series[n]))}" for n in names)
+    if summary == "latest":
+        totals = "Now: " + ", ".join(
+            f"{n}: {_num(series[n][-1] if series[n] else 0)}" for n in names
+        )
+    else:
+        totals = "Totals: " + ", ".join(f"{n}: {_num(sum(series[n]))}" for n in names)
     chart = Chart(
         id=id,
         kind=kind,
         title=title,
-        desc=f"{title}, {buckets} buckets from {starts[0]:%H:%M} UTC. Totals: {totals}."
+        desc=f"{title}, {buckets} buckets from {starts[0]:%H:%M} UTC. {totals}."
         if buckets
         else title,
         table=table,
@@ -533,6 +541,7 @@ def overview_charts(now: datetime) -> list[Chart]:
         step=timedelta(minutes=5),
         series=open_runs,
         tick_every=12,
+        summary="latest",
     )
     return [steps, runs]
 

@@ -7,6 +7,7 @@ import django_filters as df
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q
 
+from approvals.models import Approval, Takeover
 from runs.models import Event, Run, Step
 from runs.states import RunStatus, StepStatus
 from runs.stats import NON_TERMINAL_STATES, stuck_q
@@ -116,6 +117,67 @@ class RunFilter(df.FilterSet):
             return queryset
         exists = Exists(Run.objects.filter(replay_of=OuterRef("pk")))
         return queryset.filter(exists) if value else queryset.filter(~exists)
+
+
+class RunRelatedFilter(df.FilterSet):
+    """The runs list's filters for rows that belong to a run (approvals, takeovers,
+    unknown outcomes): the run's id (whole or a prefix), id/thread/goal text, state,
+    workflow, owner and thread, and when the row was created."""
+
+    run = df.CharFilter(method="filter_run", label="Run id")
+    q = df.CharFilter(method="filter_text", label="Run id, thread id or goal")
+    run_status = df.MultipleChoiceFilter(
+        field_name="run__status", choices=RunStatus.choices, label="Run state"
+    )
+    workflow = df.CharFilter(field_name="run__workflow", label="Workflow")
+    owner = df.CharFilter(field_name="run__owner__username", label="Owner")
+    thread = df.CharFilter(field_name="run__thread__thread_id", label="Thread id")
+    created = df.DateFromToRangeFilter(field_name="created_at", label="Created (from, to)")
+
+    def filter_run(self, queryset, name, value):
+        value = value.strip().lower()
+        if not value:
+            return queryset
+        if not _HEX.match(value):
+            return queryset.none()
+        return queryset.filter(uuid_prefix_q("run__id", value))
+
+    def filter_text(self, queryset, name, value):
+        value = value.strip()
+        if not value:
+            return queryset
+        match = Q(run__thread__thread_id__icontains=value) | Q(run__goal__icontains=value)
+        if _HEX.match(value.lower()):
+            match |= uuid_prefix_q("run__id", value)
+        return queryset.filter(match)
+
+
+class ApprovalFilter(RunRelatedFilter):
+    """Filters of the approvals inbox."""
+
+    class Meta:
+        model = Approval
+        fields: list[str] = []
+
+
+class TakeoverFilter(RunRelatedFilter):
+    """Filters of the takeover desk: the run's, plus the takeover's cause."""
+
+    cause = df.ChoiceFilter(choices=Takeover.Cause.choices, label="Cause")
+
+    class Meta:
+        model = Takeover
+        fields: list[str] = []
+
+
+class UnknownFilter(RunRelatedFilter):
+    """Filters of the unknown outcomes list: the run's, plus the step name."""
+
+    step = df.CharFilter(field_name="name", label="Step")
+
+    class Meta:
+        model = Step
+        fields: list[str] = []
 
 
 class AuditFilter(df.FilterSet):

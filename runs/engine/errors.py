@@ -49,7 +49,8 @@ class OutcomeUnknown(Exception):
     """A side effect may or may not have happened and nothing could tell which (no
     ``verify`` hook, the hook answered "cannot tell", or an unsafe call timed out).
 
-    The step becomes UNKNOWN and the run PAUSED for a human (``runs.engine.effects.unknown_outcomes``).
+    The step becomes UNKNOWN and the run PAUSED for a human
+    (``runs.engine.effects.unknown_outcomes``).
     ``operation_id``: the ledger row; ``evidence``: what was checked, for the takeover.
     """
 

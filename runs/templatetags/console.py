@@ -11,6 +11,8 @@ register = template.Library()
 
 #: Characters of a payload shown before the "show all" fold.
 PREVIEW_CHARS = 240
+#: Most characters of one payload the fold itself holds; the rest is behind a link.
+FOLD_CHARS = 4096
 
 
 def _as_text(value, indent: int | None = None) -> str:
@@ -22,13 +24,18 @@ def _as_text(value, indent: int | None = None) -> str:
 
 
 @register.inclusion_tag("partials/payload.html")
-def payload(value, limit: int = PREVIEW_CHARS):
+def payload(value, limit: int = PREVIEW_CHARS, full_url: str = ""):
     """Render ``value`` (text or JSON) escaped; longer than ``limit`` characters, as a
-    preview with a ``<details>`` fold holding the whole text (no JavaScript needed)."""
+    preview with a ``<details>`` fold (no JavaScript needed) holding the text up to
+    ``FOLD_CHARS``; beyond that the fold is cut and links to ``full_url`` (the whole
+    value as plain text), so one large tool output cannot make the page huge."""
     text = _as_text(value)
     long = len(text) > limit
+    folded = _as_text(value, indent=2) if long else text
     return {
-        "text": _as_text(value, indent=2) if long else text,
+        "text": folded[:FOLD_CHARS],
+        "cut": len(folded) > FOLD_CHARS,
+        "full_url": full_url,
         "preview": text[:limit],
         "long": long,
         "size": len(text),
@@ -95,6 +102,15 @@ def query_with(context, **changes) -> str:
             params.pop(key, None)
         else:
             params[key] = value
+    return params.urlencode()
+
+
+@register.simple_tag(takes_context=True)
+def query_with_page(context, param: str, number) -> str:
+    """The current query string with page parameter ``param`` set to ``number`` (the
+    pager of a list whose page parameter is not ``page``)."""
+    params = context["request"].GET.copy()
+    params[param] = number
     return params.urlencode()
 
 

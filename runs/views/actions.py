@@ -26,7 +26,7 @@ from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
 from runs.engine.effects.budget import raise_budget
 from runs.models import Checkpoint, Run
-from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus
+from runs.states import RUN_TERMINAL, RunStatus, command_allows, command_states
 
 #: Most runs one bulk action may touch.
 BULK_LIMIT = 500
@@ -59,13 +59,13 @@ def cancel(request, run_id):
 
 @console_action(OPERATE_PERM)
 def redispatch(request, run_id):
-    """Re-notify the run's open step (``lifecycle.resume``), never taking a live lease."""
+    """Re-notify the run's open step (``lifecycle.redispatch``), never taking a live lease."""
     run, back, changed = _run_for_action(request, run_id)
     if changed:
         return changed
     return perform(
         request,
-        lambda: lifecycle.resume(run, actor=actor_of(request), wait_seconds=0),
+        lambda: lifecycle.redispatch(run, actor=actor_of(request), wait_seconds=0),
         back=back,
         success=lambda s: f"Re-dispatched step {s.name} of run {run.pk}.",
     )
@@ -195,20 +195,24 @@ BULK_ACTIONS = {
 
 
 def bulk_skip_reason(action: str, run: Run) -> str:
-    """Why ``action`` does not apply to ``run`` in its state, or ``""`` if it does."""
+    """Why ``action`` (a key of ``runs.states.RUN_COMMANDS``) does not apply to ``run``
+    in its state, or ``""`` if it does."""
     if run.status in RUN_TERMINAL:
         return f"already {run.status}"
-    if action == "cancel" and run.status == RunStatus.CANCEL_REQUESTED:
+    if command_allows(action, run.status):
+        return ""
+    if run.status == RunStatus.CANCEL_REQUESTED:
         return "cancel already requested"
-    if action == "redispatch" and run.status not in RUN_EXECUTABLE:
-        return f"{run.status}: nothing to re-dispatch (resolve or decide it instead)"
-    return ""
+    return (
+        f"{run.status}: {BULK_ACTIONS[action].lower()} applies to "
+        f"{command_states(action)} runs (resolve or decide it instead)"
+    )
 
 
 def _apply_one(request, action: str, run: Run, reason: str):
     if action == "cancel":
         return request_cancel(run, actor=actor_of(request), reason=reason)
-    return lifecycle.resume(run, actor=actor_of(request), wait_seconds=0)
+    return lifecycle.redispatch(run, actor=actor_of(request), wait_seconds=0)
 
 
 @console_action(OPERATE_PERM)

@@ -2,11 +2,11 @@
 filterable by user, action and run, and below it the refused actions (403/409 from the
 console or the API, ``runs.refusals``)."""
 
-from django.core.paginator import Paginator
 from django.db.models import Q
 
 from runs.console.access import console_view, render_page
 from runs.console.filters import AuditFilter
+from runs.console.paging import paginate
 from runs.models import Event, RefusedAction
 
 PAGE_SIZE = 100
@@ -24,7 +24,7 @@ def audit(request):
     """Newest first, paginated; the table alone for htmx filter requests."""
     queryset = operator_events().select_related("run", "step").order_by("-created_at", "-pk")
     audit_filter = AuditFilter(request.GET or None, queryset=queryset)
-    page = Paginator(audit_filter.qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    page = paginate(request, audit_filter.qs, per_page=PAGE_SIZE)
     return render_page(
         request,
         "console/audit.html",

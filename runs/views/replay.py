@@ -26,6 +26,7 @@ from runs.engine.control.replay import (
     replay_run,
     replayable_checkpoints,
 )
+from runs.engine.control.rewind import checkpoint_labels
 from runs.engine.state.clock import db_now
 from runs.models import Run
 from runs.states import RUN_TERMINAL, RunStatus
@@ -56,13 +57,16 @@ def replay_preview(request, run_id):
     chosen = request.GET.get("checkpoint") or None
     context = {"run": run, "plan": None, "error": "", "reexecute": _checked(request)}
     try:
-        context["plan"] = plan_replay(run, chosen, reexecute=context["reexecute"])
-        context["checkpoints"] = list(
-            dict.fromkeys(
-                [chosen] * bool(chosen) + [c.name for c in reversed(replayable_checkpoints(run))]
-            )
+        plan = plan_replay(run, chosen, reexecute=context["reexecute"])
+        candidates = list(reversed(replayable_checkpoints(run)))
+        # Names as the run page shows them: ``after:think#7`` where a loop saved a name
+        # more than once, so the choice names exactly one checkpoint.
+        labels = checkpoint_labels(run, candidates)
+        context.update(
+            plan=plan,
+            checkpoints=list(dict.fromkeys(labels[c.pk] for c in candidates)),
+            chosen=labels.get(plan.checkpoint.pk, plan.checkpoint.name),
         )
-        context["chosen"] = chosen or context["plan"].checkpoint.name
     except ControlError as exc:
         context["error"] = f"{exc.message} [{exc.code}]"
     return render(

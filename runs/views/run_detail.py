@@ -66,8 +66,12 @@ def live_context(run: Run, request) -> dict:
     ``?steps=N``) with their attempts, timeline."""
     from approvals.models import Takeover
 
+    # Outputs are not shown here; deferring them spares loading large payloads.
     steps = section(
-        request, Step.objects.filter(run=run).order_by("-seq"), param="steps", size=SECTION_SIZE
+        request,
+        Step.objects.filter(run=run).defer("output").order_by("-seq"),
+        param="steps",
+        size=SECTION_SIZE,
     )
     step_events = list(
         Event.objects.filter(run=run, step__in=[s.pk for s in steps.rows]).order_by("seq")
@@ -120,7 +124,7 @@ def run_detail(request, run_id):
         artifact.verification = artifact_files.verify(artifact)
     checkpoints = section(
         request,
-        Checkpoint.objects.filter(run=run).select_related("step").defer("state").order_by("-pk"),
+        Checkpoint.objects.filter(run=run).select_related("step").defer("data").order_by("-pk"),
         param="checkpoints",
         size=SECTION_SIZE,
     )

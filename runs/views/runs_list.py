@@ -1,15 +1,12 @@
 """The runs list: django-filter filters, sorting, pagination, and bulk cancel /
 re-dispatch with a confirmation step."""
 
-from django.core.paginator import Paginator
-
 from runs.console.access import console_view, render_page
 from runs.console.filters import RunFilter, unknown_step_exists
+from runs.console.paging import paginate
 from runs.engine.state.clock import db_now
 from runs.models import Run
 from runs.views.replay import replay_all_link
-
-PAGE_SIZE = 50
 
 
 @console_view
@@ -21,8 +18,7 @@ def runs_list(request):
         .order_by("-created_at", "-pk")
     )
     run_filter = RunFilter(request.GET or None, queryset=queryset, now=db_now())
-    paginator = Paginator(run_filter.qs, PAGE_SIZE)
-    page = paginator.get_page(request.GET.get("page"))
+    page = paginate(request, run_filter.qs)
     return render_page(
         request,
         "console/runs.html",

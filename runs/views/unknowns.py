@@ -17,7 +17,9 @@ from runs.console.access import (
     stale_run,
 )
 from runs.console.actions import perform
+from runs.console.filters import UnknownFilter
 from runs.console.forms import InvalidInput, optional_json, required_text
+from runs.console.paging import paginate
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.unknown_outcomes import OUTCOMES, resolve_unknown, verify_now
 from runs.models import Event, Operation, Step
@@ -25,14 +27,17 @@ from runs.states import StepStatus
 from runs.stats import NON_TERMINAL_STATES
 
 
-def unknown_rows() -> list[dict]:
-    """``[{step, run, operation, worker}]`` for every UNKNOWN step of a live run, oldest
-    first; three queries whatever the count."""
-    steps = list(
+def unknown_steps():
+    """Every UNKNOWN step of a live run, oldest first (the list's queryset)."""
+    return (
         Step.objects.filter(status=StepStatus.UNKNOWN, run__status__in=NON_TERMINAL_STATES)
         .select_related("run", "run__thread")
-        .order_by("created_at", "pk")[:200]
+        .order_by("created_at", "pk")
     )
+
+
+def unknown_rows(steps: list[Step]) -> list[dict]:
+    """``[{step, run, operation, worker}]`` for ``steps``; two queries whatever the count."""
     ids = [s.pk for s in steps]
     operations: dict[int, Operation] = {}
     for op in Operation.objects.filter(step_id__in=ids).order_by("pk"):
@@ -61,12 +66,19 @@ def unknown_rows() -> list[dict]:
 
 @console_view
 def unknowns(request):
-    """The list of unknown outcomes."""
+    """The list of unknown outcomes, filtered like the runs list and paged."""
+    unknown_filter = UnknownFilter(request.GET or None, queryset=unknown_steps())
+    page = paginate(request, unknown_filter.qs)
     return render_page(
         request,
         "console/unknowns.html",
         "partials/unknown_rows.html",
-        {"rows": unknown_rows(), "outcomes": OUTCOMES},
+        {
+            "filter": unknown_filter,
+            "page": page,
+            "rows": unknown_rows(page.object_list),
+            "outcomes": OUTCOMES,
+        },
     )
 
 

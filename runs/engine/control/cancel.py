@@ -22,13 +22,10 @@ from runs.engine.effects.compensation import compensate_run
 from runs.engine.execution.sweeper import acquire_maintenance_lease
 from runs.engine.state.gateway import run_transaction
 from runs.models import MaintenanceLease, Run, Step
-from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.states import RUN_TERMINAL, STEP_IDLE_OPEN, RunStatus, StepStatus
 
 #: What operators see while an uninterruptible step finishes.
 WAITING_MESSAGE = "cancel requested, waiting for the current operation"
-
-#: Steps that are cancelled at once on request: nothing runs them right now.
-_IDLE_OPEN_STEPS = (StepStatus.PENDING, StepStatus.WAITING, StepStatus.UNKNOWN)
 
 
 def request_cancel(run: Run, *, actor: str, reason: str) -> Run:
@@ -39,9 +36,6 @@ def request_cancel(run: Run, *, actor: str, reason: str) -> Run:
     CANCEL_REQUESTED with a ``run.cancel_waiting`` event naming the running step (the
     worker finishes the flow). Raises ``ControlError("run_terminal")``.
     """
-    from approvals.models import Approval
-    from approvals.services import resolve_open_takeover
-
     with run_transaction(run.pk) as tx:
         if tx.run.status in RUN_TERMINAL:
             raise ControlError("run_terminal", f"run is {tx.run.status}; nothing to cancel")
@@ -55,7 +49,7 @@ def request_cancel(run: Run, *, actor: str, reason: str) -> Run:
                 updated_at=Now(),
             )
             for step_id, status in Step.objects.filter(
-                run_id=run.pk, status__in=_IDLE_OPEN_STEPS
+                run_id=run.pk, status__in=STEP_IDLE_OPEN
             ).values_list("pk", "status"):
                 tx.transition_step(
                     step_id,
@@ -67,21 +61,10 @@ def request_cancel(run: Run, *, actor: str, reason: str) -> Run:
                     lease_until=None,
                     finished_at=Now(),
                 )
-            for approval_id, step_id in Approval.objects.filter(
-                run_id=run.pk, status=Approval.Status.PENDING
-            ).values_list("pk", "step_id"):
-                Approval.objects.filter(pk=approval_id, status=Approval.Status.PENDING).update(
-                    status=Approval.Status.CANCELLED,
-                    decided_at=Now(),
-                    comment=f"run cancelled: {reason}",
-                )
-                tx.event(
-                    "approval.cancelled",
-                    {"approval_id": approval_id, "reason": reason},
-                    step_id=step_id,
-                    actor=actor,
-                )
-            resolve_open_takeover(tx, actor, {"action": "cancel", "reason": reason, "evidence": ""})
+            tx.cancel_pending_approvals(
+                actor=actor, reason=reason, comment=f"run cancelled: {reason}"
+            )
+            tx.resolve_takeover(actor, {"action": "cancel", "reason": reason, "evidence": ""})
             running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).first()
             if running is not None:
                 tx.event(

@@ -8,21 +8,25 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.db.models.functions import Now
 
 from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.engine.execution import dispatch
-from runs.engine.execution.executor import schedule_step
-from runs.engine.state import leases
+from runs.engine.state import checkpoints, leases
 from runs.engine.state.checkpoints import initial_state
 from runs.engine.state.clock import db_now
-from runs.engine.state.gateway import record_event, run_transaction
-from runs.models import Checkpoint, Message, Run, Step, Thread
-from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
+from runs.engine.state.gateway import allocate_message_seqs, record_event, run_transaction
+from runs.models import Message, Run, Step, Thread
+from runs.states import (
+    RUN_TERMINAL,
+    STEP_OPEN,
+    STEP_RETRYABLE,
+    RunStatus,
+    StepStatus,
+    command_allows,
+    command_states,
+)
 from runs.workflows import registry
-
-OPEN_STEP_STATES = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.WAITING, StepStatus.UNKNOWN)
 
 
 class ControlError(Exception):
@@ -105,9 +109,8 @@ def start_run(
                 {"workflow": wf.name, "version": wf.version, "thread": thread_id},
                 actor=actor,
             )
+            seq = allocate_message_seqs(thread.pk, 1 if wf.message_field else 0)[1]
             if wf.message_field:
-                Thread.objects.filter(pk=thread.pk).update(message_seq=F("message_seq") + 1)
-                seq = Thread.objects.values_list("message_seq", flat=True).get(pk=thread.pk)
                 message = Message.objects.create(
                     thread=thread,
                     run=run,
@@ -122,11 +125,9 @@ def start_run(
                     actor=actor,
                 )
             state = initial_state(run, wf.first_step)
-            state["message_seq"] = Thread.objects.values_list("message_seq", flat=True).get(
-                pk=thread.pk
-            )
-            Checkpoint.objects.create(run=run, name="start", generation=run.generation, state=state)
-            schedule_step(tx, wf.first_step, seq=1, actor=actor)
+            state["message_seq"] = seq
+            checkpoints.store(run, None, "start", state)
+            tx.schedule_step(wf.first_step, seq=1, actor=actor)
     run.refresh_from_db()
     return run
 
@@ -202,7 +203,7 @@ def get_run(run_id: str) -> Run:
 def open_step(run: Run) -> Step | None:
     """The current generation's step that is not finished yet, if any."""
     return (
-        Step.objects.filter(run=run, generation=run.generation, status__in=OPEN_STEP_STATES)
+        Step.objects.filter(run=run, generation=run.generation, status__in=STEP_OPEN)
         .order_by("seq")
         .first()
     )
@@ -212,9 +213,10 @@ def run_status(run: Run) -> dict[str, Any]:
     """The status document printed by ``runs status --json``:
     ``{run_id, thread, workflow, version, status, generation, next_step, steps: [{name,
     status, attempt}], messages: [{id, role, content, tool_calls, tool_call_id}],
-    calls: {device.op: count}, devices: {...}, budget: {...}, takeover: {...} | None,
-    compensation: {status, reason, steps, manual_review}, replay_of: {run, checkpoint} |
-    None, replays: [run ids]}``."""
+    budget: {...}, takeover: {...} | None, compensation: {status, reason, steps,
+    manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids]}`` plus what
+    ``STATUS_EXTRAS`` add (the simulator: ``calls: {device.op: count}, devices:
+    {...}``)."""
     run.refresh_from_db()
     nxt = open_step(run)
     steps = [
@@ -233,7 +235,7 @@ def run_status(run: Run) -> dict[str, Any]:
             thread_id=run.thread_id, status=Message.Status.FINAL
         ).order_by("seq")
     ]
-    return {
+    doc = {
         "run_id": str(run.pk),
         "thread": run.thread.thread_id,
         "workflow": run.workflow,
@@ -257,6 +259,7 @@ def run_status(run: Run) -> dict[str, Any]:
         "takeover": _open_takeover(run),
         "compensation": {"status": run.compensation_status or None, **(run.compensation or {})},
     }
+    return doc
 
 
 def _open_takeover(run: Run) -> dict[str, Any] | None:
@@ -275,7 +278,7 @@ def _open_takeover(run: Run) -> dict[str, Any] | None:
     }
 
 
-def resume(run: Run, *, actor: str, wait_seconds: float | None = None, on_wait=None) -> Step:
+def redispatch(run: Run, *, actor: str, wait_seconds: float | None = None, on_wait=None) -> Step:
     """Re-dispatch the run's next step (DESIGN section 6).
 
     A step whose lease is still live elsewhere is never taken: this waits (up to
@@ -348,8 +351,6 @@ def retry_step(
     ``unknown.resolve_unknown`` with outcome ``not-done`` instead (the ledger row and the
     step are requeued the way issue 3 defines), with ``reason`` as the evidence.
     """
-    from approvals.services import resolve_open_takeover
-
     with run_transaction(run.pk) as tx:
         if not command_allows("retry", tx.run.status):
             raise ControlError(
@@ -360,7 +361,7 @@ def retry_step(
             Step.objects.filter(
                 run_id=run.pk,
                 generation=tx.run.generation,
-                status__in=[StepStatus.FAILED, StepStatus.UNKNOWN],
+                status__in=STEP_RETRYABLE,
             )
             .order_by("-seq")
             .first()
@@ -384,24 +385,17 @@ def retry_step(
     with run_transaction(run.pk) as tx:
         if tx.run.status != RunStatus.PAUSED or tx.run.generation != failed.generation:
             raise ControlError("run_changed", "the run changed meanwhile; look again")
-        resolve_open_takeover(
-            tx, actor, note or {"action": "retry", "reason": reason, "evidence": ""}, takeover
+        tx.resolve_takeover(
+            actor, note or {"action": "retry", "reason": reason, "evidence": ""}, takeover
         )
         tx.transition_run(RunStatus.RUNNING, actor=actor, reason=reason)
-        seq = (
-            Step.objects.filter(run_id=run.pk)
-            .order_by("-seq")
-            .values_list("seq", flat=True)
-            .first()
-            or 0
-        ) + 1
         tx.event(
             "step.retry_requested",
             {"step": failed.name, "reason": reason, "failed_step_id": failed.pk},
             step_id=failed.pk,
             actor=actor,
         )
-        step_id = schedule_step(tx, failed.name, seq=seq, actor=actor)
+        step_id = tx.schedule_step(failed.name, actor=actor)
     return Step.objects.get(pk=step_id)
 
 

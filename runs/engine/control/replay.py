@@ -27,12 +27,12 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, QuerySet
 
-from runs.engine.control import reuse
+from runs.engine.control import reuse, rewind
 from runs.engine.control.lifecycle import ControlError
-from runs.engine.execution.executor import schedule_step
+from runs.engine.state import checkpoints
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Run, Step
-from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
 from runs.workflows import registry
 
 #: Default pace of a bulk replay, in replays started per second.
@@ -125,20 +125,18 @@ def default_checkpoint(run: Run) -> Checkpoint:
 
 
 def find_checkpoint(run: Run, name: str | None) -> Checkpoint:
-    """The checkpoint ``name`` (the newest usable one of that name), or the default;
-    ``ControlError`` ``unknown_checkpoint`` listing the names that exist."""
+    """The checkpoint ``name`` names (``after:think#7`` or the newest usable
+    ``after:think``, as ``rewind.find_checkpoint``), or the default when ``name`` is
+    empty. Raises ``ControlError``: ``unknown_checkpoint`` listing names that exist,
+    ``nothing_to_replay`` for a checkpoint at the end of the run."""
     if not name:
         return default_checkpoint(run)
-    candidates = replayable_checkpoints(run)
-    for cp in candidates:
-        if cp.name == name:
-            return cp
-    names = sorted({cp.name for cp in candidates})
-    raise ControlError(
-        "unknown_checkpoint",
-        f"run has no checkpoint {name!r} to replay from",
-        {"checkpoint": "available: " + (", ".join(names) or "none")},
-    )
+    cp = rewind.find_checkpoint(run, name)
+    if cp.state.get("phase") is None:
+        raise ControlError(
+            "nothing_to_replay", f"{name} is the end of the run: nothing after it to replay"
+        )
+    return cp
 
 
 def _later_steps(run: Run, cp: Checkpoint) -> list[Step]:
@@ -155,10 +153,11 @@ def plan_replay(run: Run, checkpoint: str | None = None, *, reexecute: bool = Fa
     FAILED or CANCELLED runs replay; resume a live one instead), ``unknown_checkpoint``,
     ``nothing_to_replay``, ``unknown_workflow_version``."""
     run.refresh_from_db()
-    if run.status not in RUN_TERMINAL:
+    if not command_allows("replay", run.status):
         raise ControlError(
             "run_not_finished",
-            f"run is {run.status}; only finished runs replay (resume a live run instead)",
+            f"run is {run.status}; only {command_states('replay')} runs replay "
+            "(resume a live run instead)",
         )
     try:
         workflow = registry.get(run.workflow, run.workflow_version)
@@ -263,9 +262,9 @@ def replay_run(
                 },
                 actor=actor,
             )
-            Checkpoint.objects.create(run=new, step=None, name=cp.name, generation=1, state=state)
+            checkpoints.store(new, None, cp.name, state)
             reuse.carry_over(reused, run_id=new.pk, generation=1)
-            schedule_step(tx, cp.state["phase"], seq=1, actor=actor, delay=start_after)
+            tx.schedule_step(cp.state["phase"], seq=1, actor=actor, delay=start_after)
     new.refresh_from_db()
     return new
 

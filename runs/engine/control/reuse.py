@@ -5,28 +5,36 @@ run) must not repeat an outside effect that already happened: by default every
 operation recorded SUCCEEDED by the steps after the checkpoint is carried over into the
 new keys, so the step that asks for the same business action (same step, same action
 name: the idempotency key without its run and generation) gets the recorded result and
-the outside world is not called again. Re-executing them is an explicit choice with a
-reason (``reexecute=True``), recorded on the event that starts the work.
+the outside world is not called again. A copy answers only the same arguments: asked
+with others, the ledger drops it and the call is made (``ledger.decline_reuse``).
+Re-executing them all is an explicit choice with a reason (``reexecute=True``),
+recorded on the event that starts the work.
 
 Reads are not carried over: they have no effect to repeat, and work done again after a
-fix or an outage should see fresh values. Compensations are not either: they belong to
-the run that undid something.
+fix or an outage should see fresh values. Model requests are not either (their keys
+name the step execution, and a replay after a fix should ask again); nor compensations:
+they belong to the run that undid something.
 """
 
 from typing import Any
 
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects import ledger
+from runs.engine.effects.model_calls import MODEL_KIND
 from runs.models import Operation, Step
 
 #: Operation statuses whose effect may have happened and has no recorded result to reuse.
 _MAY_REPEAT = (Operation.Status.INTENT, Operation.Status.UNKNOWN, Operation.Status.COMPENSATED)
 
 
+#: Operation kinds that are not effects on the outside world.
+NOT_EFFECTS = ("read", MODEL_KIND)
+
+
 def _effects(steps: list[Step]):
     return (
         Operation.objects.filter(step__in=[s.pk for s in steps])
-        .exclude(side_effect="read")
+        .exclude(side_effect__in=NOT_EFFECTS)
         .exclude(idempotency_key__contains=":compensate:")
         .select_related("step")
         .order_by("pk")
@@ -34,8 +42,8 @@ def _effects(steps: list[Step]):
 
 
 def reusable(steps: list[Step]) -> list[Operation]:
-    """The operations of ``steps`` a reuse carries over: SUCCEEDED, not reads, not
-    compensations, oldest first."""
+    """The operations of ``steps`` a reuse carries over: SUCCEEDED, not reads, not model
+    requests, not compensations, oldest first."""
     return [op for op in _effects(steps) if op.status == Operation.Status.SUCCEEDED]
 
 

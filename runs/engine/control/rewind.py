@@ -28,19 +28,24 @@ with its recorded result, and each one that may repeat.
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, Max
-from django.db.models.functions import Now
+from django.db.models import Count
 
+from runs.checkpoint_data import DELTA
 from runs.engine.control import reuse
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.budget import usage
+from runs.engine.state import checkpoints
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Message, Run, Step
-from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
+from runs.states import (
+    RUN_TERMINAL,
+    STEP_SETTLED,
+    RunStatus,
+    StepStatus,
+    command_allows,
+    command_states,
+)
 from runs.workflows import registry
-
-#: Steps that a resume leaves alone: already superseded, or cancelled for good.
-_SETTLED = (StepStatus.SUPERSEDED, StepStatus.CANCELLED)
 
 
 @dataclass
@@ -116,11 +121,15 @@ def list_checkpoints(
     query = Checkpoint.objects.filter(run=run)
     if after is not None:
         query = query.filter(pk__gt=after)
-    query = query.select_related("step").defer("state").order_by("pk")
+    query = query.select_related("step").defer("data").order_by("pk")
     page = list(query[:limit] if limit is not None else query)
-    phases = dict(
-        Checkpoint.objects.filter(pk__in=[cp.pk for cp in page]).values_list("pk", "state__phase")
-    )
+    # A delta checkpoint always carries its phase in "set" (runs.checkpoint_data).
+    phases = {
+        pk: delta_phase if version == DELTA else whole_phase
+        for pk, version, whole_phase, delta_phase in Checkpoint.objects.filter(
+            pk__in=[cp.pk for cp in page]
+        ).values_list("pk", "version", "data__phase", "data__set__phase")
+    }
     labels = checkpoint_labels(run, page)
     return [
         {
@@ -218,7 +227,7 @@ def plan_resume(
 def _later_steps(run: Run, cp: Checkpoint) -> list[Step]:
     cut = cp.step.seq if cp.step_id else 0
     return list(
-        Step.objects.filter(run=run, seq__gt=cut).exclude(status__in=_SETTLED).order_by("seq")
+        Step.objects.filter(run=run, seq__gt=cut).exclude(status__in=STEP_SETTLED).order_by("seq")
     )
 
 
@@ -244,10 +253,6 @@ def resume_from_checkpoint(
     (``takeover``/``note`` let ``resolve_takeover`` pass its own). Raises ``ControlError``
     (the codes of ``plan_resume`` and ``step_running``, ``not_allowed_in_state``).
     """
-    from approvals.models import Approval
-    from approvals.services import resolve_open_takeover
-    from runs.engine.execution.executor import schedule_step
-
     reuse.check_choice(reexecute, reason)
     plan = plan_resume(run, checkpoint_name, input_patch, reexecute=reexecute)
     cp = plan.checkpoint
@@ -266,7 +271,7 @@ def resume_from_checkpoint(
                 f"step {running.name} is running on {running.owner}; wait for it or cancel the run",
             )
         generation = tx.run.generation + 1
-        superseded = []
+        superseded: list[int] = []
         later = _later_steps(tx.run, cp)
         reused = [] if reexecute else reuse.reusable(later)
         for step in later:
@@ -281,19 +286,12 @@ def resume_from_checkpoint(
                 lease_until=None,
             )
             superseded.append(step.pk)
-        for approval_id in Approval.objects.filter(
-            step_id__in=superseded, status=Approval.Status.PENDING
-        ).values_list("pk", flat=True):
-            Approval.objects.filter(pk=approval_id).update(
-                status=Approval.Status.CANCELLED,
-                decided_at=Now(),
-                comment=f"superseded by a resume from {cp.name}",
-            )
-            tx.event(
-                "approval.cancelled",
-                {"approval_id": approval_id, "reason": f"resume from {cp.name}"},
-                actor=actor,
-            )
+        tx.cancel_pending_approvals(
+            actor=actor,
+            reason=f"resume from {cp.name}",
+            comment=f"superseded by a resume from {cp.name}",
+            step_ids=superseded,
+        )
         message_seq = cp.state.get("message_seq", 0)
         messages = (
             Message.objects.filter(run_id=run.pk, seq__gt=message_seq)
@@ -302,8 +300,7 @@ def resume_from_checkpoint(
         )
         budget_before = usage(tx.run)
         used = cp.state.get("budget_used") or budget_before
-        Run.objects.filter(pk=run.pk).update(
-            generation=generation,
+        tx.start_generation(
             current_step=None,
             model_calls=used["model_calls"],
             tool_calls=used["tool_calls"],
@@ -311,11 +308,8 @@ def resume_from_checkpoint(
             tokens=used.get("tokens", tx.run.tokens),
             unpriced_model_calls=used.get("unpriced_model_calls", tx.run.unpriced_model_calls),
         )
-        tx.run.generation = generation
         state = {**cp.state, "input": plan.input, "generation": generation}
-        Checkpoint.objects.create(
-            run_id=run.pk, step_id=cp.step_id, name=cp.name, generation=generation, state=state
-        )
+        checkpoints.store(tx.run, cp.step, cp.name, state, base_id=cp.pk, previous=cp.state)
         reuse.carry_over(reused, run_id=run.pk, generation=generation)
         tx.event(
             "run.resumed_from_checkpoint",
@@ -337,8 +331,7 @@ def resume_from_checkpoint(
             },
             actor=actor,
         )
-        resolve_open_takeover(
-            tx,
+        tx.resolve_takeover(
             actor,
             note or {"action": "resume", "reason": reason, "evidence": "", "checkpoint": cp.name},
             takeover,
@@ -347,7 +340,6 @@ def resume_from_checkpoint(
             tx.transition_run(
                 RunStatus.RUNNING, actor=actor, reason=reason or f"resume from {cp.name}"
             )
-        seq = (Step.objects.filter(run_id=run.pk).aggregate(m=Max("seq"))["m"] or 0) + 1
-        schedule_step(tx, cp.state["phase"], seq=seq, actor=actor)
+        tx.schedule_step(cp.state["phase"], actor=actor)
     run.refresh_from_db()
     return run

@@ -1,6 +1,7 @@
 """Pausing a run for a human: the run goes PAUSED and one Takeover row says why, what
 was done, where it failed, what to do next, and which checkpoints it can resume from."""
 
+from django.apps import apps
 from django.db.models.functions import Now
 
 from runs.engine.state.gateway import RunTx
@@ -20,12 +21,12 @@ def open_takeover(
 ):
     """Pause the locked run (``tx``) and open (or update) its one OPEN takeover.
 
-    ``cause`` is an ``approvals.models.Takeover.Cause`` value. Returns the Takeover, or
+    ``cause`` is an ``approvals.models.Takeover.Cause`` value (the approvals app's model
+    is data the engine writes; it is looked up by name). Returns the Takeover, or
     ``None`` when the run is terminal (nothing to take over; a rejected-transition event
     is recorded instead).
     """
-    from approvals.models import Takeover
-
+    Takeover = apps.get_model("approvals", "Takeover")
     run = tx.run
     if run.status != RunStatus.PAUSED:
         if not tx.transition_run(
@@ -58,9 +59,7 @@ def open_takeover(
     if takeover is None:
         takeover = Takeover.objects.create(run_id=run.pk, **fields)
     else:
-        for key, value in fields.items():
-            setattr(takeover, key, value)
-        takeover.save()
+        Takeover.objects.filter(pk=takeover.pk).update(**fields)
     tx.event(
         "takeover.opened",
         {

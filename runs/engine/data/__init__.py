@@ -1,1 +1,2 @@
-"""Run data: artifacts, model input assembly, message drafts, the thread inbox, backup and restore."""
+"""Run data: artifacts, model input assembly, message drafts, the thread inbox, backup
+and restore."""

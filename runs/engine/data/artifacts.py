@@ -20,7 +20,7 @@ from django.db import transaction
 
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.errors import LeaseLost, StepError
-from runs.engine.state.gateway import run_transaction
+from runs.engine.state.gateway import attempt_holds, run_transaction
 from runs.models import Artifact, Checkpoint, Run, Step
 from runs.states import StepStatus
 
@@ -73,8 +73,7 @@ def write_artifact(
     artifact_files.fsync_file(default_storage, stored)
     faults.crash_point(run, step, "artifact_written")
     with transaction.atomic():
-        held = Step.objects.filter(pk=step.pk, attempt=attempt, status=StepStatus.RUNNING).exists()
-        if not held:
+        if not attempt_holds(step.pk, attempt):
             raise LeaseLost(f"step {step.pk} attempt {attempt} no longer holds the lease")
         return Artifact.objects.create(
             run_id=run.pk,
@@ -122,12 +121,12 @@ def pause_for_invalid_artifact(
     heal by themselves."""
     artifact = error.artifact
     with run_transaction(run.pk) as tx:
-        moved = tx.transition_step(
-            step.pk,
+        moved = tx.finish_attempt(
+            step,
+            attempt,
             StepStatus.FAILED,
-            expected=StepStatus.RUNNING,
-            attempt=attempt,
             actor=worker_id,
+            rejected={"error_code": error.code},
             payload={"attempt": attempt, "error_code": error.code, "error_detail": error.detail},
             owner="",
             lease_until=None,
@@ -163,9 +162,7 @@ def pause_for_invalid_artifact(
 
 def _checkpoint_before(run: Run, step_name: str) -> str | None:
     """The name of the newest checkpoint whose next step is ``step_name``."""
-    for name, state in (
-        Checkpoint.objects.filter(run_id=run.pk).order_by("-pk").values_list("name", "state")
-    ):
-        if state.get("phase") == step_name:
-            return name
+    for checkpoint in Checkpoint.objects.filter(run_id=run.pk).order_by("-pk"):
+        if checkpoint.state.get("phase") == step_name:
+            return checkpoint.name
     return None

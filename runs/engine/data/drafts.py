@@ -19,12 +19,10 @@ Every write is fenced by the step's attempt: a worker that lost its lease gets
 
 from typing import Any
 
-from django.db.models import F
-
 from runs.engine.errors import CancelRequested, LeaseLost
-from runs.engine.state.gateway import RunTx, run_transaction
-from runs.models import Message, Step, Thread
-from runs.states import RUN_TERMINAL, StepStatus
+from runs.engine.state.gateway import RunTx, allocate_message_seqs, run_transaction
+from runs.models import Message, Step
+from runs.states import RUN_TERMINAL
 
 
 def draft_message_id(run_id, step_id: int, index: int, attempt: int) -> str:
@@ -36,12 +34,7 @@ def draft_message_id(run_id, step_id: int, index: int, attempt: int) -> str:
 def _fence(tx: RunTx, step: Step, attempt: int) -> None:
     if tx.run.status in RUN_TERMINAL:
         raise CancelRequested(f"run is {tx.run.status}")
-    current = Step.objects.filter(pk=step.pk).values_list("status", "attempt").first()
-    if (
-        tx.run.generation != step.generation
-        or current is None
-        or current != (StepStatus.RUNNING, attempt)
-    ):
+    if tx.commit_rejection(step, attempt) is not None:
         raise LeaseLost(f"step {step.name} attempt {attempt} no longer holds the step")
 
 
@@ -58,8 +51,7 @@ def begin(
     with run_transaction(run_id) as tx:
         _fence(tx, step, attempt)
         supersede_drafts(tx, step_id=step.pk, replaced_by=message_id, attempt=attempt, actor=actor)
-        Thread.objects.filter(pk=thread_id).update(message_seq=F("message_seq") + 1)
-        seq = Thread.objects.filter(pk=thread_id).values_list("message_seq", flat=True).get()
+        seq = allocate_message_seqs(thread_id, 1)[1]
         Message.objects.create(
             thread_id=thread_id,
             run_id=run_id,

@@ -20,15 +20,13 @@ import uuid
 from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
 
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.execution import sweeper
-from runs.engine.execution.executor import schedule_step
-from runs.engine.state import gateway
+from runs.engine.state import checkpoints, gateway
 from runs.engine.state.checkpoints import initial_state
 from runs.engine.state.gateway import run_transaction
-from runs.models import Checkpoint, Message, Run, Thread
+from runs.models import Message, Run, Thread
 from runs.states import RUN_TERMINAL, RunStatus
 from runs.workflows import registry
 
@@ -195,8 +193,7 @@ def _promote(thread: Thread, message: Message, actor: str) -> Run:
     """Give the queued ``message`` its seq and start its run (thread row locked)."""
     run = message.run
     wf = registry.get(run.workflow, run.workflow_version)
-    Thread.objects.filter(pk=thread.pk).update(message_seq=F("message_seq") + 1)
-    seq = Thread.objects.values_list("message_seq", flat=True).get(pk=thread.pk)
+    seq = gateway.allocate_message_seqs(thread.pk, 1)[1]
     Message.objects.filter(pk=message.pk).update(seq=seq, status=Message.Status.FINAL)
     with run_transaction(run.pk) as tx:
         tx.event(
@@ -206,8 +203,8 @@ def _promote(thread: Thread, message: Message, actor: str) -> Run:
         )
         state = initial_state(tx.run, wf.first_step)
         state["message_seq"] = seq
-        Checkpoint.objects.create(run=run, name="start", generation=tx.run.generation, state=state)
-        schedule_step(tx, wf.first_step, seq=1, actor=actor)
+        checkpoints.store(tx.run, None, "start", state)
+        tx.schedule_step(wf.first_step, seq=1, actor=actor)
     return run
 
 

@@ -139,12 +139,8 @@ def history_end(run: Run) -> int:
     """H: the thread's last message seq when ``run`` started (its first checkpoint:
     ``start``, or for a replay the original's checkpoint it starts from), or, for a run
     without one, the last seq of its own user messages."""
-    state = (
-        Checkpoint.objects.filter(run_id=run.pk)
-        .order_by("pk")
-        .values_list("state", flat=True)
-        .first()
-    )
+    first = Checkpoint.objects.filter(run_id=run.pk).order_by("pk").first()
+    state = first.state if first else None
     if state and state.get("message_seq") is not None:
         return int(state["message_seq"])
     own = (

@@ -1,1 +1,2 @@
-"""Side effects: the operation ledger, calls with timeouts, unknown outcomes, retry policies, budgets, compensation."""
+"""Side effects: the operation ledger, calls with timeouts, unknown outcomes, retry
+policies, budgets, compensation."""

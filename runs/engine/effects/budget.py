@@ -102,13 +102,7 @@ def usage(run: Run) -> dict:
     """``{"model_calls": int, "tool_calls": int, "tokens": int, "cost_usd": str,
     "unpriced_model_calls": int}`` used so far, as checkpoints keep it; ``cost_usd`` is
     the priced part (see ``shown_usage`` for what people see)."""
-    return {
-        "model_calls": run.model_calls,
-        "tool_calls": run.tool_calls,
-        "tokens": run.tokens,
-        "cost_usd": str(run.cost_usd),
-        "unpriced_model_calls": run.unpriced_model_calls,
-    }
+    return run.usage()
 
 
 def shown_usage(run: Run) -> dict:
@@ -130,19 +124,16 @@ def pause_exhausted(run: Run, step, attempt: int, actor: str, exc: BudgetExhaust
     """
     from runs.engine.control.takeovers import open_takeover
     from runs.engine.state.gateway import run_transaction
-    from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+    from runs.states import RunStatus, StepStatus
 
     with run_transaction(run.pk) as tx:
-        rejected = None
-        if tx.run.status in RUN_TERMINAL:
-            rejected = f"run is {tx.run.status}"
-        elif not tx.transition_step(
-            step.pk,
+        if not tx.finish_attempt(
+            step,
+            attempt,
             StepStatus.PENDING,
-            expected=StepStatus.RUNNING,
-            attempt=attempt,
             actor=actor,
             event_type="step.budget_exhausted",
+            rejected={"error_code": exc.code},
             payload={"attempt": attempt, "limit": exc.limit, "detail": exc.detail},
             owner="",
             lease_until=None,
@@ -150,15 +141,6 @@ def pause_exhausted(run: Run, step, attempt: int, actor: str, exc: BudgetExhaust
             error_code=exc.code,
             error_detail=exc.detail,
         ):
-            rejected = f"attempt {attempt} no longer holds the step"
-        if rejected:
-            tx.event(
-                "step.commit_rejected",
-                {"attempt": attempt, "reason": rejected, "error_code": exc.code},
-                step_id=step.pk,
-                actor=actor,
-                progress=False,
-            )
             return False
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return True
@@ -195,7 +177,6 @@ def raise_budget(
     Raises ``ControlError``: ``invalid_budget`` (negative or all zero amounts),
     ``run_terminal``.
     """
-    from approvals.models import Takeover
     from runs.engine.control.lifecycle import ControlError
     from runs.engine.execution import dispatch
     from runs.engine.state.gateway import run_transaction
@@ -246,26 +227,16 @@ def raise_budget(
             },
             actor=actor,
         )
-        takeover = Takeover.objects.filter(
-            run_id=run.pk, status=Takeover.Status.OPEN, cause=Takeover.Cause.BUDGET_EXHAUSTED
-        ).first()
-        if takeover is not None and tx.run.status == RunStatus.PAUSED:
-            Takeover.objects.filter(pk=takeover.pk).update(
-                status=Takeover.Status.RESOLVED,
-                resolution="resume",
-                resolved_by=actor,
-                resolution_note=reason or "budget raised",
-                resolved_at=Now(),
+        takeover = (
+            tx.resolve_takeover(
+                actor,
+                {"action": "resume", "reason": reason or "budget raised"},
+                cause="budget_exhausted",
             )
-            tx.event(
-                "takeover.resolved",
-                {
-                    "takeover_id": takeover.pk,
-                    "action": "resume",
-                    "reason": reason or "budget raised",
-                },
-                actor=actor,
-            )
+            if tx.run.status == RunStatus.PAUSED
+            else None
+        )
+        if takeover is not None:
             tx.transition_run(RunStatus.RUNNING, actor=actor, reason="budget raised")
             step = Step.objects.filter(pk=takeover.step_id, status=StepStatus.PENDING).first()
             if step is not None:

@@ -22,21 +22,24 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models.functions import Now
 
 from runs.engine.effects import ledger
 from runs.engine.errors import LeaseLost, OutcomeUnknown, StepError
 from runs.engine.execution import sweeper
 from runs.engine.execution.step_context import perform_call
-from runs.engine.state.gateway import RunTx, run_transaction
+from runs.engine.state.gateway import RunTx, run_transaction, transition_operations
 from runs.models import Operation, Run, Step
-from runs.states import StepStatus
+from runs.states import STEP_COMPLETED, CompensationStatus, StepStatus
 from runs.tools import Tool
 from runs.workflows import registry
 
 logger = logging.getLogger("agentops.compensation")
 
-PENDING, DONE, REVIEW = "PENDING", "DONE", "REVIEW"
+PENDING, DONE, REVIEW = (
+    CompensationStatus.PENDING,
+    CompensationStatus.DONE,
+    CompensationStatus.REVIEW,
+)
 
 
 @dataclass
@@ -118,9 +121,7 @@ def schedule(tx: RunTx, *, actor: str, reason: str) -> None:
     process dies first)."""
     if not needs_compensation(tx.run):
         return
-    Run.objects.filter(pk=tx.run.pk).update(
-        compensation_status=PENDING, compensation={"reason": reason}
-    )
+    tx.set_compensation(PENDING, compensation={"reason": reason})
     tx.event("compensation.scheduled", {"reason": reason}, actor=actor)
     run_id = tx.run.pk
 
@@ -168,7 +169,7 @@ def _pass(
     done_before = {e["seq"]: e for e in state.get("steps", []) if e.get("status") == "COMPENSATED"}
     reason = reason or state.get("reason", "")
     with run_transaction(run.pk) as tx:
-        Run.objects.filter(pk=run.pk).update(compensation_status=PENDING)
+        tx.set_compensation(PENDING)
         tx.event(
             "compensation.started",
             {"reason": reason, "steps": [s.name for s in targets]},
@@ -220,8 +221,8 @@ def _pass(
         )
     report.status = REVIEW if report.manual_review else DONE
     with run_transaction(run.pk) as tx:
-        Run.objects.filter(pk=run.pk).update(
-            compensation_status=report.status,
+        tx.set_compensation(
+            report.status,
             compensation={
                 "reason": reason,
                 "steps": report.steps,
@@ -278,10 +279,11 @@ def _compensate_step(run: Run, step: Step, step_def, actor: str) -> dict[str, An
             "detail": f"compensation raised {type(exc).__name__}: {exc}",
         }
     prefix = compensation_key(run.pk, step, "")
-    Operation.objects.filter(step=step, status=Operation.Status.SUCCEEDED).exclude(
-        side_effect__in=ledger.NO_OUTSIDE_EFFECT
-    ).exclude(idempotency_key__startswith=prefix).update(
-        status=Operation.Status.COMPENSATED, updated_at=Now()
+    transition_operations(
+        Operation.objects.filter(step=step, status=Operation.Status.SUCCEEDED)
+        .exclude(side_effect__in=ledger.NO_OUTSIDE_EFFECT)
+        .exclude(idempotency_key__startswith=prefix),
+        Operation.Status.COMPENSATED,
     )
     return {"step": step.name, "seq": step.seq, "status": "COMPENSATED", "detail": ""}
 
@@ -309,9 +311,7 @@ def _save_progress(
 def _completed_steps(run: Run) -> list[Step]:
     """Steps whose work completed, newest first: SUCCEEDED ones, and SUPERSEDED ones that
     had finished without error before a resume replaced them (their effects are real)."""
-    steps = Step.objects.filter(
-        run_id=run.pk, status__in=[StepStatus.SUCCEEDED, StepStatus.SUPERSEDED]
-    )
+    steps = Step.objects.filter(run_id=run.pk, status__in=STEP_COMPLETED)
     return [
         s
         for s in steps.order_by("-generation", "-seq")
@@ -338,7 +338,7 @@ def _unsettled_operations(run: Run) -> list[Operation]:
         Operation.objects.filter(run_id=run.pk, reused_from__isnull=True)
         .exclude(side_effect__in=ledger.NO_OUTSIDE_EFFECT)
         .exclude(idempotency_key__contains=":compensate:")
-        .exclude(step__status__in=[StepStatus.SUCCEEDED, StepStatus.SUPERSEDED])
+        .exclude(step__status__in=STEP_COMPLETED)
         .filter(
             status__in=[
                 Operation.Status.SUCCEEDED,

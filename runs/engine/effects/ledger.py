@@ -2,7 +2,7 @@
 after it (DESIGN sections 1.2, 1.5, 5.4).
 
 Idempotency keys are ``<run id>:g<generation>:<step>:<action>``: stable across attempts
-and worker takeovers of one business action, distinct across runs and across resumed
+and lease reclaims of one business action, distinct across runs and across resumed
 generations (a resume from an earlier checkpoint is a new decision to act again).
 Compensations use ``<key of the step>:compensate:<action>``.
 
@@ -13,15 +13,16 @@ attempt may re-intend it under the same key), UNKNOWN (verify could not tell; a 
 decides), COMPENSATED (undone by a compensation).
 """
 
+import json
 from typing import Any
 
 from django.db import transaction
-from django.db.models.functions import Now
 
+from runs.engine.data import payloads
 from runs.engine.errors import LeaseLost
+from runs.engine.state.gateway import attempt_holds, transition_operation, transition_operations
 from runs.engine.state.values import InvalidValue, storable, storable_text
-from runs.models import Operation, Step
-from runs.states import StepStatus
+from runs.models import Operation
 from runs.tools import Tool, ToolCall, VerifyAnswer
 
 #: ``side_effect`` values of operations that change nothing outside: reads, and model
@@ -62,13 +63,7 @@ def record_intent(
     """
     arguments = storable(arguments, "tool arguments")
     with transaction.atomic():
-        if (
-            attempt is not None
-            and not Step.objects.filter(
-                # An unexpired lease on the database clock, not only the attempt.
-                pk=step_id, attempt=attempt, status=StepStatus.RUNNING, lease_until__gt=Now()
-            ).exists()
-        ):
+        if attempt is not None and not attempt_holds(step_id, attempt):
             raise LeaseLost(f"step {step_id} attempt {attempt} no longer holds the lease")
         op, created = Operation.objects.get_or_create(
             idempotency_key=key,
@@ -82,15 +77,9 @@ def record_intent(
             },
         )
         if not created and op.status in REINTENDABLE:
-            Operation.objects.filter(pk=op.pk).update(
-                status=Operation.Status.INTENT,
-                attempt=attempt or 0,
-                arguments=arguments,
-                updated_at=Now(),
+            transition_operation(
+                op, Operation.Status.INTENT, attempt=attempt or 0, arguments=arguments
             )
-            op.status = Operation.Status.INTENT
-            op.attempt = attempt or 0
-            op.arguments = arguments
         return op
 
 
@@ -114,12 +103,26 @@ def record_reused(ops: list[Operation], *, run_id, generation: int) -> list[Oper
                 side_effect=op.side_effect,
                 arguments=op.arguments,
                 status=Operation.Status.SUCCEEDED,
-                result=op.result,
+                result=payloads.externalize(run_id, op.result),
                 external_ref=op.external_ref,
                 reused_from=op,
             )
         )
     return Operation.objects.bulk_create(rows)
+
+
+def decline_reuse(op: Operation, arguments: dict) -> bool:
+    """For a row carried over by ``record_reused``, asked for again with ``arguments``
+    that differ from the recorded ones (as JSON): remove the copy, so this call records
+    its own intent and acts, and return True. The recorded result answered other
+    arguments; reusing it would silently skip what the step now asks for. False (row
+    kept) for a row of this run's own making or the same arguments."""
+    if op.reused_from_id is None or op.status != Operation.Status.SUCCEEDED:
+        return False
+    if json.loads(json.dumps(arguments, sort_keys=True, default=str)) == op.arguments:
+        return False
+    Operation.objects.filter(pk=op.pk, reused_from__isnull=False).delete()
+    return True
 
 
 def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCEEDED) -> None:
@@ -138,8 +141,7 @@ def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCE
 
 
 def _store_result(op: Operation, result, status: str) -> None:
-    Operation.objects.filter(pk=op.pk).update(status=status, result=result, updated_at=Now())
-    op.status = status
+    transition_operation(op, status, result=payloads.externalize(op.run_id, result))
     op.result = result
 
 
@@ -151,9 +153,16 @@ def record_late_result(op_id: int, result) -> None:
         result = storable(result, "tool result")
     except InvalidValue as exc:
         result = {"invalid_result": storable_text(repr(result)[:4000]), "problem": exc.detail}
-    Operation.objects.filter(
-        pk=op_id, status__in=[Operation.Status.INTENT, Operation.Status.UNKNOWN]
-    ).update(status=Operation.Status.SUCCEEDED, result=result, updated_at=Now())
+    run_id = Operation.objects.filter(pk=op_id).values_list("run_id", flat=True).first()
+    if run_id is None:
+        return
+    transition_operations(
+        Operation.objects.filter(
+            pk=op_id, status__in=[Operation.Status.INTENT, Operation.Status.UNKNOWN]
+        ),
+        Operation.Status.SUCCEEDED,
+        result=payloads.externalize(run_id, result),
+    )
 
 
 def call(tool: Tool, arguments: dict, call_info: ToolCall):

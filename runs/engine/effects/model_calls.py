@@ -28,7 +28,6 @@ from runs.engine.effects.calls import CallTimedOut, call_with_timeout
 from runs.engine.effects.model_providers import ModelReply, get_provider
 from runs.engine.errors import StepError
 from runs.engine.execution import faults
-from runs.engine.state.gateway import record_event
 from runs.models import Operation, Run, Step
 
 #: ``Operation.side_effect`` of a model request.
@@ -140,27 +139,6 @@ def request(
         budget_mod.add_usage(run.pk, tokens=tokens, cost_usd=charged_after)
     faults.after_model_response(run, step)
     return reply, False
-
-
-def fail_recorded(run: Run, step: Step, ordinal: int, code: str, detail: str, actor: str) -> None:
-    """Mark the recorded response ``ordinal`` FAILED (a retry asks the model again) after
-    the caller found it unusable (a tool call whose arguments are not JSON), with an
-    ``operation.rejected`` event."""
-    op = ledger.find(model_key(run.pk, step, ordinal))
-    if op is None:
-        return
-    ledger.record_result(
-        op,
-        {"error_code": code, "detail": detail[:2000], "response": op.result},
-        status=Operation.Status.FAILED,
-    )
-    record_event(
-        run.pk,
-        "operation.rejected",
-        {**ledger.describe(op), "error_code": code, "detail": detail[:500]},
-        step_id=step.pk,
-        actor=actor,
-    )
 
 
 # -- the StepContext helpers --------------------------------------------------------

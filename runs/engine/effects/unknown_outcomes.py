@@ -17,7 +17,7 @@ from runs.engine.control.takeovers import open_takeover
 from runs.engine.effects import ledger
 from runs.engine.errors import OutcomeUnknown
 from runs.engine.execution import dispatch
-from runs.engine.state.gateway import record_event, run_transaction
+from runs.engine.state.gateway import record_event, run_transaction, transition_operations
 from runs.models import Operation, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.tools import ToolCall, VerifyAnswer, get_tool
@@ -37,15 +37,12 @@ def pause_unknown(run: Run, step: Step, attempt: int, actor: str, exc: OutcomeUn
     (its cancel flow owns it); the step is still marked UNKNOWN.
     """
     with run_transaction(run.pk) as tx:
-        rejected = None
-        if tx.run.status in RUN_TERMINAL:
-            rejected = f"run is {tx.run.status}"
-        elif not tx.transition_step(
-            step.pk,
+        if not tx.finish_attempt(
+            step,
+            attempt,
             StepStatus.UNKNOWN,
-            expected=StepStatus.RUNNING,
-            attempt=attempt,
             actor=actor,
+            rejected={"error_code": "UNKNOWN_OUTCOME"},
             payload={
                 "attempt": attempt,
                 "operation_id": exc.operation_id,
@@ -58,18 +55,10 @@ def pause_unknown(run: Run, step: Step, attempt: int, actor: str, exc: OutcomeUn
             error_code="UNKNOWN_OUTCOME",
             error_detail=exc.reason[:4000],
         ):
-            rejected = f"attempt {attempt} no longer holds the step"
-        if rejected:
-            tx.event(
-                "step.commit_rejected",
-                {"attempt": attempt, "reason": rejected, "error_code": "UNKNOWN_OUTCOME"},
-                step_id=step.pk,
-                actor=actor,
-                progress=False,
-            )
             return False
-        Operation.objects.filter(pk=exc.operation_id, status=Operation.Status.INTENT).update(
-            status=Operation.Status.UNKNOWN, updated_at=Now()
+        transition_operations(
+            Operation.objects.filter(pk=exc.operation_id, status=Operation.Status.INTENT),
+            Operation.Status.UNKNOWN,
         )
         op = Operation.objects.get(pk=exc.operation_id)
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
@@ -146,7 +135,6 @@ def resolve_unknown(
     ``run_terminal``, ``not_allowed_in_state``, ``unknown_step``, ``step_not_unknown``,
     ``outcome_known`` (a late result arrived: it cannot be "not-done").
     """
-    from approvals.models import Takeover
     from runs.engine.control.lifecycle import ControlError
 
     if outcome not in OUTCOMES:
@@ -219,15 +207,11 @@ def resolve_unknown(
             error_code="",
             error_detail="",
         )
-        takeover = Takeover.objects.filter(run_id=run.pk, status=Takeover.Status.OPEN).first()
-        if takeover is not None:
-            Takeover.objects.filter(pk=takeover.pk).update(
-                status=Takeover.Status.RESOLVED,
-                resolution="mark_done" if outcome == "done" else "retry",
-                resolution_note=evidence,
-                resolved_by=actor,
-                resolved_at=Now(),
-            )
+        takeover = tx.resolve_takeover(
+            actor,
+            {"action": "mark_done" if outcome == "done" else "retry", "reason": evidence},
+            record=False,
+        )
         tx.event(
             "unknown.resolved",
             {

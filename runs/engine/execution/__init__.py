@@ -1,1 +1,2 @@
-"""Executing steps: the executor, the worker process, dispatch, the sweeper, the watchdog and the step context."""
+"""Executing steps: the executor, the worker process, dispatch, the sweeper, the
+watchdog and the step context."""

@@ -5,30 +5,29 @@ one short transaction fenced by the attempt."""
 import logging
 import os
 import sys
-import threading
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F
+from django.db.models import F
 from django.db.models.functions import Now
 
-from runs.engine.control import versions
+from runs.engine.control import approvals, versions
 from runs.engine.control.takeovers import open_takeover
-from runs.engine.data import drafts
+from runs.engine.data import drafts, payloads
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.effects import budget, compensation, unknown_outcomes
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
-from runs.engine.execution import dispatch
+from runs.engine.execution import dispatch, heartbeat
 from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.step_context import StepContext
-from runs.engine.state import db_faults, leases, reconnect, values
-from runs.engine.state.checkpoints import next_state
+from runs.engine.state import checkpoints, db_faults, leases, one_statement, reconnect, values
 from runs.engine.state.clock import db_now
-from runs.engine.state.gateway import RunTx, run_transaction
-from runs.models import Checkpoint, Message, Run, Step, Summary, Thread
-from runs.states import RUN_EXECUTABLE, RUN_TERMINAL, RunStatus, StepStatus
+from runs.engine.state.gateway import RunTx, allocate_message_seqs, run_transaction
+from runs.models import Message, Run, Step, Summary
+from runs.states import RUN_EXECUTABLE, RunStatus, StepStatus
 from runs.workflows.definition import StepDef, Workflow
 
 logger = logging.getLogger("agentops.executor")
@@ -47,21 +46,29 @@ def run_chain(step_id: int | None, worker: WorkerIdentity) -> int:
     """Execute ``step_id`` and then each next step this worker committed itself, until
     none is left or the worker is stopping. Returns the number of steps executed.
 
-    A worker that just committed step k claims step k+1 through the same database claim
-    (DESIGN section 11): the queued notification for it then finds it taken.
+    The commit of step k inserts step k+1 already claimed by this worker (DESIGN
+    section 11), so the chain continues without a claim and without a queue
+    notification; a worker that stops with such a step gives its lease back and
+    notifies (``leases.release_lease``).
     """
     executed = 0
-    while step_id is not None:
-        outcome = execute_step(step_id, worker)
-        if not outcome.claimed:
-            break
+    outcome = execute_step(step_id, worker, chain=True) if step_id is not None else NOT_CLAIMED
+    while outcome.claimed:
         executed += 1
         worker.executed += 1
-        if outcome.next_step_id is None:
-            _finish_cancel_if_requested(step_id, worker)
+        link = outcome.continued
+        if link is None:
+            if outcome.next_step_id is None:
+                _finish_cancel_if_requested(outcome.step_id, worker)
+                break
+            if worker.stopping.is_set():
+                break
+            outcome = execute_step(outcome.next_step_id, worker, chain=True)
+            continue
         if worker.stopping.is_set():
+            _give_back(link, worker)
             break
-        step_id = outcome.next_step_id
+        outcome = continue_step(link, worker)
     return executed
 
 
@@ -80,21 +87,41 @@ def _finish_cancel_if_requested(step_id: int, worker: WorkerIdentity) -> None:
         finish_cancel(run_id, actor=worker.worker_id)
 
 
+@dataclass
+class Continuation:
+    """The next step, born claimed by this worker at attempt 1 by the commit of its
+    predecessor: ``run`` as locked by that commit, ``step`` as inserted, the checkpoint
+    the commit saved (``checkpoint_id``, whole ``state``), ``workflow`` the definition
+    already in use."""
+
+    run: Run
+    step: Step
+    checkpoint_id: int
+    state: dict[str, Any]
+    workflow: Workflow
+
+
 class StepOutcome(NamedTuple):
-    """``claimed``: this worker claimed (and ran) the step; ``next_step_id``: the step
-    its commit scheduled, for chaining."""
+    """``claimed``: this worker claimed (and ran) the step ``step_id``;
+    ``next_step_id``: the step its commit scheduled; ``continued``: that step when it
+    was born claimed by this worker (``Continuation``)."""
 
     claimed: bool
+    step_id: int | None = None
     next_step_id: int | None = None
+    continued: Continuation | None = None
 
 
 NOT_CLAIMED = StepOutcome(False)
 
 
-def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
-    """Run one step if it is claimable.
+def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -> StepOutcome:
+    """Claim ``step_id`` if it is claimable and run it.
 
-    Never raises for step failures (they are recorded); database errors propagate.
+    With ``chain`` the commit inserts the next step claimed by this worker (the caller
+    must run it with ``continue_step`` or give it back); without, the next step is
+    PENDING and notified. Never raises for step failures (they are recorded); database
+    errors propagate.
     """
     close_old_connections()
     step = Step.objects.select_related("run").filter(pk=step_id).first()
@@ -113,9 +140,40 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
     claimed = _claim(run, step, worker)
     if claimed is None:
         return NOT_CLAIMED
-    attempt, state = claimed
+    attempt, checkpoint_id, state = claimed
+    return _run_attempt(run, step, attempt, workflow, (checkpoint_id, state), worker, chain)
+
+
+def continue_step(link: Continuation, worker: WorkerIdentity) -> StepOutcome:
+    """Run the step that the previous commit inserted claimed by this worker: no read
+    and no claim, everything it needs is in ``link``."""
+    _maybe_crash_before(link.run, link.step)
+    return _run_attempt(
+        link.run, link.step, 1, link.workflow, (link.checkpoint_id, link.state), worker, True
+    )
+
+
+def _give_back(link: Continuation, worker: WorkerIdentity) -> None:
+    """A stopping worker hands the step its commit claimed for it back to the queue."""
+    with run_transaction(link.run.pk) as tx:
+        leases.release_lease(tx, link.step.pk, 1, actor=worker.worker_id, reason="worker stopping")
+
+
+def _run_attempt(
+    run: Run,
+    step: Step,
+    attempt: int,
+    workflow: Workflow,
+    checkpoint: tuple[int | None, dict[str, Any]],
+    worker: WorkerIdentity,
+    chain: bool,
+) -> StepOutcome:
+    """Run the claimed ``attempt`` of ``step`` outside any transaction, with its lease
+    kept by the process's heartbeat, then record how it ended. ``checkpoint`` is the
+    ``(id, whole state)`` the step starts from."""
     step_def = workflow.get(step.name)
     say(f"ENTER {step.name} (run {run.pk}, attempt {attempt}, worker {worker.worker_id})")
+    done = StepOutcome(True, step.pk)
     if attempt - step.attempt_base > step_def.retry.max_attempts:
         # Each claim is an attempt, including claims whose worker died; a step that keeps
         # killing its workers must stop being retried. Attempts before the last human
@@ -133,7 +191,7 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
             ),
             force_final=True,
         )
-        return StepOutcome(True)
+        return done
 
     ctx = StepContext(
         run=run,
@@ -142,34 +200,35 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
         worker_id=worker.worker_id,
         workflow=workflow,
         step_def=step_def,
-        state=state,
+        state=checkpoint[1],
+        checkpoint_id=checkpoint[0],
     )
-    heartbeat = Heartbeat(ctx)
-    heartbeat.start()
+    lease_keeper = heartbeat.keeper()
+    lease_keeper.hold(ctx)
     try:
         output = step_def.fn(ctx)
     except LeaseLost as exc:
         _record(run.pk, "step.abandoned", {"attempt": attempt, "reason": str(exc)}, step, worker)
-        return StepOutcome(True)
+        return done
     except CancelRequested:
         _release_for_cancel(run, step, attempt, worker)
-        return StepOutcome(True)
+        return done
     except ArtifactInvalid as exc:
         pause_for_invalid_artifact(run, step, attempt, worker.worker_id, exc)
-        return StepOutcome(True)
+        return done
     except OutcomeUnknown as exc:
         unknown_outcomes.pause_unknown(run, step, attempt, worker.worker_id, exc)
-        return StepOutcome(True)
+        return done
     except budget.BudgetExhausted as exc:
         _budget_exhausted(run, step, attempt, worker, workflow, step_def, exc)
-        return StepOutcome(True)
+        return done
     except StepError as exc:
         _fail_attempt(run, step, attempt, worker, step_def, exc)
-        return StepOutcome(True)
+        return done
     except Exception as exc:  # noqa: BLE001 - a bug in a step is recorded, not fatal to the worker
         if db_faults.classify(exc) is not None:
             _release_after_db_fault(run, step, attempt, worker, exc)
-            return StepOutcome(True)
+            return done
         logger.exception("step %s raised", step.name)
         _fail_attempt(
             run,
@@ -179,35 +238,40 @@ def execute_step(step_id: int, worker: WorkerIdentity) -> StepOutcome:
             step_def,
             StepError("INTERNAL", f"{type(exc).__name__}: {exc}"),
         )
-        return StepOutcome(True)
+        return done
     finally:
-        heartbeat.stop()
+        lease_keeper.release(ctx)
     if step_def.kind == "approval":
-        from approvals.services import commit_approval_request
+        approvals.commit_approval_request(ctx, output or {}, worker.worker_id)
+        return done
+    claimed_by = worker.worker_id if chain and not worker.stopping.is_set() else None
+    return _commit_checked(ctx, output, worker, step_def, claimed_by, done)
 
-        commit_approval_request(ctx, output or {}, worker.worker_id)
-        return StepOutcome(True)
-    return StepOutcome(True, _commit_checked(ctx, output, worker, step_def))
 
-
-def _commit_checked(ctx: StepContext, output: Any, worker: WorkerIdentity, step_def: StepDef):
+def _commit_checked(
+    ctx: StepContext,
+    output: Any,
+    worker: WorkerIdentity,
+    step_def: StepDef,
+    claimed_by: str | None,
+    done: "StepOutcome",
+) -> "StepOutcome":
     """Check every value the commit writes (``runs.engine.state.values``), then commit,
     retrying the whole fenced transaction after a lost connection or a lock timeout (the
     fence makes a repeat safe; a lost commit is not a failed attempt). A value that
-    cannot be stored fails the attempt with ``INVALID_OUTPUT``. Returns the next step's
-    id, if any."""
+    cannot be stored fails the attempt with ``INVALID_OUTPUT``."""
     try:
         output = values.storable(output, "output")
         ctx.new_messages = [_checked_message(m) for m in ctx.new_messages]
     except values.InvalidValue as exc:
         _fail_attempt(ctx.run, ctx.step, ctx.attempt, worker, step_def, exc)
-        return None
+        return done
     return _retrying(
         ctx.run.pk,
         ctx.step,
         ctx.attempt,
         worker,
-        lambda: _commit_success(ctx, output, worker),
+        lambda: _commit_success(ctx, output, worker, claimed_by),
         "commit",
     )
 
@@ -249,9 +313,9 @@ def _retrying(run_id, step: Step, attempt: int, worker: WorkerIdentity, fn, what
 # -- claim -----------------------------------------------------------------------------
 
 
-def _claim(run: Run, step: Step, worker: WorkerIdentity) -> tuple[int, dict] | None:
+def _claim(run: Run, step: Step, worker: WorkerIdentity) -> tuple[int, int | None, dict] | None:
     """Claim the step and mark the run RUNNING in one transaction; returns the attempt
-    and the state of the run's latest checkpoint."""
+    and the id and whole state of the run's latest checkpoint."""
     with run_transaction(run.pk) as tx:
         if tx.run.status not in RUN_EXECUTABLE or tx.run.generation != step.generation:
             return None
@@ -263,162 +327,151 @@ def _claim(run: Run, step: Step, worker: WorkerIdentity) -> tuple[int, dict] | N
         tx.set_run(current_step_id=step.pk)
         payload = {"attempt": attempt, "worker": worker.worker_id}
         if step.status == StepStatus.RUNNING:
-            payload["takeover_from"] = step.owner
+            payload["reclaimed_from"] = step.owner
         tx.event("step.started", payload, step_id=step.pk, actor=worker.worker_id)
-        checkpoint = (
-            Checkpoint.objects.filter(run_id=run.pk, generation=tx.run.generation)
-            .order_by("-pk")
-            .first()
-        )
-        state = checkpoint.state if checkpoint else {}
+        checkpoint_id, state = checkpoints.latest(tx.run)
     run.status = tx.run.status
-    return attempt, state
-
-
-class Heartbeat:
-    """Renews the lease every third of its length while the step runs, and raises the
-    context's flags when the lease is lost or the run is asked to cancel."""
-
-    def __init__(self, ctx: StepContext):
-        self.ctx = ctx
-        self.ttl = settings.AGENTOPS_LEASE_SECONDS
-        self.interval = max(0.05, self.ttl / 3)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.interval + 5)
-
-    def _loop(self) -> None:
-        ctx = self.ctx
-        try:
-            while not self._stop.wait(self.interval):
-                try:
-                    if not leases.renew_lease(ctx.step.pk, ctx.attempt, self.ttl):
-                        ctx.lease_lost.set()
-                        return
-                    ctx.lease_renewed()
-                    status = (
-                        Run.objects.filter(pk=ctx.run.pk).values_list("status", flat=True).first()
-                    )
-                except Exception:  # noqa: BLE001 - keep trying; the step stops itself in time (fail closed)
-                    logger.warning("heartbeat failed for step %s", ctx.step.pk, exc_info=True)
-                    connection.close()
-                    continue
-                if status == RunStatus.CANCEL_REQUESTED or status in RUN_TERMINAL:
-                    ctx.cancel_requested.set()
-        finally:
-            connection.close()
+    return attempt, checkpoint_id, state
 
 
 # -- commit ----------------------------------------------------------------------------
 
 
-def _commit_success(ctx: StepContext, output: Any, worker: WorkerIdentity) -> int | None:
-    """Commit the result, fenced by attempt. Returns the next step's id, if any."""
+def _commit_success(
+    ctx: StepContext, output: Any, worker: WorkerIdentity, claimed_by: str | None
+) -> StepOutcome:
+    """Commit the result, fenced by attempt, with the step's messages, summaries, its
+    checkpoint and the next step (or the run's end) in one transaction. With
+    ``claimed_by`` the next step is born claimed by that worker and returned as the
+    outcome's ``continued``."""
     run, step, attempt = ctx.run, ctx.step, ctx.attempt
     next_name = ctx.next_step if ctx.goto_set else ctx.workflow.next_after(step.name)
-    next_step_id = None
+    if next_name is not None and run.faults.get("crash_before") == next_name:
+        # The injected crash happens before the next step is claimed: schedule it
+        # unclaimed so the claim path meets the fault.
+        claimed_by = None
+    if (
+        (claimed_by is not None or next_name is None)
+        and not ctx.new_messages
+        and not ctx.new_summaries
+        and ctx.checkpoint_id is not None
+        and one_statement.available()
+    ):
+        outcome = _commit_in_one_statement(ctx, output, worker, next_name)
+        if outcome is not None:
+            return outcome
     with run_transaction(run.pk) as tx:
-        # The fence is the UPDATE's WHERE clause (attempt and RUNNING); the reason for a
-        # refusal is only looked up when it matched nothing, saving a read per step.
-        committed = (
-            tx.run.status not in RUN_TERMINAL
-            and tx.run.generation == step.generation
-            # The lease must not have run out on the database clock either.
-            and Step.objects.filter(
-                pk=step.pk, attempt=attempt, status=StepStatus.RUNNING, lease_until__gt=Now()
-            ).update(
-                status=StepStatus.SUCCEEDED,
-                output=output,
-                finished_at=Now(),
-                lease_until=None,
-                owner=worker.worker_id,
-                error_code="",
-                error_detail="",
-            )
-            == 1
-        )
-        if not committed:
-            tx.event(
-                "step.commit_rejected",
-                {
-                    "attempt": attempt,
-                    "reason": _commit_rejection(tx, step, attempt),
-                    "worker": worker.worker_id,
-                },
-                step_id=step.pk,
-                actor=worker.worker_id,
-                progress=False,
-            )
-            return None
-        tx.event(
-            "step.succeeded",
-            {"attempt": attempt, "worker": worker.worker_id},
-            step_id=step.pk,
+        if not tx.finish_attempt(
+            step,
+            attempt,
+            StepStatus.SUCCEEDED,
             actor=worker.worker_id,
-        )
+            payload={"attempt": attempt, "worker": worker.worker_id},
+            output=payloads.externalize(run.pk, output),
+            finished_at=Now(),
+            lease_until=None,
+            owner=worker.worker_id,
+            error_code="",
+            error_detail="",
+        ):
+            return StepOutcome(True, step.pk)
         message_seq = _write_messages(tx, ctx, worker)
         _write_summaries(tx, ctx, worker)
         # tx.run is the row locked at the start of this transaction, after all of the
         # step's budget charges: its usage counters are current without a re-read.
-        state = next_state(
-            ctx.state,
-            run=tx.run,
-            step=step,
+        advanced = tx.advance(
+            step,
             output=output,
             next_name=next_name,
+            actor=worker.worker_id,
+            previous=ctx.state,
+            previous_id=ctx.checkpoint_id,
+            base_state=ctx.checkpoint_state,
             message_seq=message_seq,
             refresh_usage=False,
+            next_seq=tx.next_step_seq(after=step),
+            claimed_by=claimed_by,
         )
-        Checkpoint.objects.create(
-            run_id=run.pk,
-            step_id=step.pk,
-            name=f"after:{step.name}",
-            generation=tx.run.generation,
-            state=state,
-        )
-        tx.event(
-            "checkpoint.saved",
-            {"name": f"after:{step.name}"},
-            step_id=step.pk,
-            actor=worker.worker_id,
-        )
-        if tx.run.status == RunStatus.CANCEL_REQUESTED:
-            return None
-        if next_name is None:
-            tx.transition_run(
-                RunStatus.SUCCEEDED, actor=worker.worker_id, finished_at=Now(), current_step=None
-            )
-            return None
-        next_step_id = schedule_step(tx, next_name, seq=step.seq + 1, actor=worker.worker_id)
-    return next_step_id
+    if advanced.step_id is None or claimed_by is None:
+        return StepOutcome(True, step.pk, advanced.step_id)
+    born = Step(
+        pk=advanced.step_id,
+        run=tx.run,
+        name=next_name,
+        seq=advanced.seq,
+        generation=tx.run.generation,
+        status=StepStatus.RUNNING,
+        attempt=1,
+        owner=claimed_by,
+    )
+    return StepOutcome(
+        True,
+        step.pk,
+        advanced.step_id,
+        Continuation(tx.run, born, advanced.checkpoint_id, advanced.state, ctx.workflow),
+    )
 
 
-def _commit_rejection(tx: RunTx, step: Step, attempt: int) -> str | None:
-    """Why a fenced commit must not apply, or ``None`` if it may."""
-    current = Step.objects.filter(pk=step.pk).values_list("status", "attempt").first()
-    if current is None:
-        return "step is gone"
-    status, current_attempt = current
-    if current_attempt != attempt:
-        return f"stale attempt {attempt}; attempt {current_attempt} holds the step"
-    if (
-        status == StepStatus.RUNNING
-        and not Step.objects.filter(pk=step.pk, lease_until__gt=Now()).exists()
-    ):
-        return f"the lease of attempt {attempt} ran out"
-    if tx.run.status in RUN_TERMINAL:
-        return f"run is {tx.run.status}"
-    if tx.run.generation != step.generation:
-        return "step belongs to a superseded generation"
-    if status != StepStatus.RUNNING:
-        return f"step is {status}"
-    return None
+def _commit_in_one_statement(
+    ctx: StepContext, output: Any, worker: WorkerIdentity, next_name: str | None
+) -> StepOutcome | None:
+    """The same commit as the general path in one statement (PostgreSQL); ``None``
+    when it did not apply and the general path must run."""
+    run, step = ctx.run, ctx.step
+    state = checkpoints.next_state(
+        ctx.state,
+        run=run,
+        step=step,
+        output=output,
+        next_name=next_name,
+        message_seq=ctx.state.get("message_seq", 0),
+        refresh_usage=False,
+    )
+    change = checkpoints.delta(ctx.checkpoint_state, state)
+    if change is None or not one_statement.inline(output) or not one_statement.inline(change):
+        return None
+    next_seq = step.seq + 1 if next_name is not None else None
+    done = one_statement.commit_step(
+        run_id=run.pk,
+        thread_id=run.thread_id,
+        step_id=step.pk,
+        step_name=step.name,
+        generation=step.generation,
+        attempt=ctx.attempt,
+        worker_id=worker.worker_id,
+        output=output,
+        base_id=ctx.checkpoint_id,
+        delta=change,
+        next_name=next_name,
+        next_seq=next_seq,
+        lease_seconds=settings.AGENTOPS_LEASE_SECONDS,
+    )
+    if done is None:
+        return None
+    state["message_seq"] = done.message_seq
+    state["budget_used"] = done.usage()
+    run.event_seq, run.version = done.event_seq, done.version
+    run.model_calls, run.tool_calls, run.tokens = done.model_calls, done.tool_calls, done.tokens
+    run.cost_usd, run.unpriced_model_calls = done.cost_usd, done.unpriced_model_calls
+    if next_name is None:
+        run.status = RunStatus.SUCCEEDED
+        return StepOutcome(True, step.pk)
+    born = Step(
+        pk=done.next_step_id,
+        run=run,
+        name=next_name,
+        seq=next_seq,
+        generation=step.generation,
+        status=StepStatus.RUNNING,
+        attempt=1,
+        owner=worker.worker_id,
+    )
+    return StepOutcome(
+        True,
+        step.pk,
+        done.next_step_id,
+        Continuation(run, born, done.checkpoint_id, state, ctx.workflow),
+    )
 
 
 def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:
@@ -430,19 +483,7 @@ def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:
         if m.get("draft"):
             drafts.finalize(tx, step_id=ctx.step.pk, message=m, actor=worker.worker_id)
     staged = [m for m in ctx.new_messages if not m.get("draft")]
-    count = len(staged)
-    if count:
-        # One round trip to allocate the seqs and learn the last one.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE runs_thread SET message_seq = message_seq + %s "
-                "WHERE id = %s RETURNING message_seq",
-                [count, thread_id],
-            )
-            last = cursor.fetchone()[0]
-    else:
-        last = Thread.objects.filter(pk=thread_id).values_list("message_seq", flat=True).get()
-    first = last - count + 1
+    first, last = allocate_message_seqs(thread_id, len(staged))
     rows = [
         Message(
             thread_id=thread_id,
@@ -491,28 +532,6 @@ def _write_summaries(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> Non
         )
 
 
-def schedule_step(tx: RunTx, name: str, *, seq: int, actor: str, delay: float = 0.0) -> int:
-    """Create the PENDING step ``name`` in the locked run's current generation and
-    notify workers after commit. Returns the new step's id."""
-    not_before = (
-        Now()
-        if not delay
-        else ExpressionWrapper(Now() + timedelta(seconds=delay), output_field=DateTimeField())
-    )
-    step = Step.objects.create(
-        run_id=tx.run.pk,
-        name=name,
-        seq=seq,
-        generation=tx.run.generation,
-        not_before=not_before,
-        notified_at=Now() if dispatch.mode() == "rq" else None,
-    )
-    tx.set_run(current_step_id=step.pk)
-    tx.event("step.scheduled", {"name": name, "seq": seq}, step_id=step.pk, actor=actor)
-    dispatch.notify_on_commit(tx.run.pk, step.pk)
-    return step.pk
-
-
 # -- failures --------------------------------------------------------------------------
 
 
@@ -526,7 +545,8 @@ def _fail_attempt(
     force_final: bool = False,
 ) -> None:
     """Record a failed attempt: schedule a retry with backoff, or give up as the step's
-    policy says (fail the run and compensate, or pause it for a takeover)."""
+    policy says (fail the run and compensate, or pause it for a takeover). Retried
+    after a lost connection like a commit."""
     _retrying(
         run.pk,
         step,
@@ -547,28 +567,15 @@ def _record_failed_attempt(
     force_final: bool,
 ) -> None:
     """The body of ``_fail_attempt``: read the clock, decide, write (one transaction)."""
+    # Exception text is untrusted: NUL and lone surrogates would make the write fail.
+    error.detail = values.storable_text(error.detail)
     started = Step.objects.filter(pk=step.pk).values_list("started_at", flat=True).first()
     now = db_now()
     elapsed = (now - started).total_seconds() if started else 0.0
     decision = step_def.retry.decide(
-        attempt - step.attempt_base,
-        error.code,
-        elapsed,
-        retry_after=error.retry_after,
+        attempt - step.attempt_base, error.code, elapsed, retry_after=error.retry_after
     )
-    # Exception text is untrusted: NUL and lone surrogates would make the write fail.
-    error.detail = values.storable_text(error.detail)
     with run_transaction(run.pk) as tx:
-        rejected = _commit_rejection(tx, step, attempt)
-        if rejected:
-            tx.event(
-                "step.commit_rejected",
-                {"attempt": attempt, "reason": rejected, "error_code": error.code},
-                step_id=step.pk,
-                actor=worker.worker_id,
-                progress=False,
-            )
-            return
         common = {
             "owner": "",
             "lease_until": None,
@@ -576,16 +583,17 @@ def _record_failed_attempt(
             "error_detail": error.detail[:4000],
         }
         payload = {"attempt": attempt, "error_code": error.code, "error_detail": error.detail[:500]}
+        rejected = {"error_code": error.code}
         if decision.retry and not force_final and tx.run.status != RunStatus.CANCEL_REQUESTED:
             # not_before is computed once from the database clock read above, so the event
             # says exactly when the next attempt may start.
             not_before = now + timedelta(seconds=decision.delay)
-            tx.transition_step(
-                step.pk,
+            tx.finish_attempt(
+                step,
+                attempt,
                 StepStatus.PENDING,
-                expected=StepStatus.RUNNING,
-                attempt=attempt,
                 actor=worker.worker_id,
+                rejected=rejected,
                 event_type="step.retry_scheduled",
                 payload={
                     **payload,
@@ -599,16 +607,17 @@ def _record_failed_attempt(
             )
             # The sweeper notifies when not_before passes (notified_at < not_before).
             return
-        tx.transition_step(
-            step.pk,
+        if not tx.finish_attempt(
+            step,
+            attempt,
             StepStatus.FAILED,
-            expected=StepStatus.RUNNING,
-            attempt=attempt,
             actor=worker.worker_id,
+            rejected=rejected,
             payload={**payload, "reason": decision.reason},
             finished_at=Now(),
             **common,
-        )
+        ):
+            return
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return
         if (step_def.on_exhausted == "takeover" or error.takeover) and not isinstance(
@@ -695,11 +704,10 @@ def _release_for_cancel(run: Run, step: Step, attempt: int, worker: WorkerIdenti
     """The step stopped at a safe point because the run is cancel-requested: mark it
     CANCELLED (fenced), releasing the lease."""
     with run_transaction(run.pk) as tx:
-        tx.transition_step(
-            step.pk,
+        tx.finish_attempt(
+            step,
+            attempt,
             StepStatus.CANCELLED,
-            expected=StepStatus.RUNNING,
-            attempt=attempt,
             actor=worker.worker_id,
             payload={"attempt": attempt, "reason": "cancel requested"},
             owner="",

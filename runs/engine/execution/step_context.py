@@ -23,7 +23,7 @@ class StepContext:
 
     ``input``: the run's input (after any resume patch). ``outputs``: ``{step name:
     output}`` of the steps completed before this one (from the latest checkpoint).
-    ``state``: the latest checkpoint's whole state dict.
+    ``state``: the latest checkpoint's whole state dict (``checkpoint_id``: its id).
     """
 
     def __init__(
@@ -36,6 +36,7 @@ class StepContext:
         workflow,
         step_def,
         state: dict[str, Any],
+        checkpoint_id: int | None = None,
     ):
         self.run = run
         self.step = step
@@ -43,7 +44,12 @@ class StepContext:
         self.worker_id = worker_id
         self.workflow = workflow
         self.step_def = step_def
-        self.state = state
+        #: The checkpoint the step starts from, as stored (``checkpoint_state``) and its
+        #: id: the next checkpoint stores what changed since it. ``state`` is the
+        #: working copy the step may extend (artifact references).
+        self.checkpoint_state = state
+        self.checkpoint_id = checkpoint_id
+        self.state = dict(state)
         self.input: dict[str, Any] = state.get("input", run.input)
         self.outputs: dict[str, Any] = dict(state.get("outputs", {}))
         self.new_messages: list[dict[str, Any]] = []
@@ -313,7 +319,9 @@ def perform_call(
 ):
     """One outside call through the ledger (DESIGN section 5.4), in this order:
 
-    1. A SUCCEEDED row for ``key``: return its result, no call.
+    1. A SUCCEEDED row for ``key``: return its result, no call (unless it was carried
+       over from before a resume or a replay for other arguments: then it is dropped,
+       ``operation.reuse_declined``, and the call is made).
     2. An INTENT/UNKNOWN row left by an earlier attempt of an ``unsafe`` tool: ask
        ``verify``. Done: record and return its result. Cannot tell: raise
        ``OutcomeUnknown``. Not done: go on. (``read`` and ``idempotent`` tools simply
@@ -330,6 +338,16 @@ def perform_call(
         run_id=str(run.pk), idempotency_key=key, attempt=attempt or 0, faults=dict(run.faults or {})
     )
     op = ledger.find(key)
+    if op is not None and ledger.decline_reuse(op, arguments):
+        # A result carried over from before a resume or a replay, for other arguments.
+        record_event(
+            run.pk,
+            "operation.reuse_declined",
+            {"idempotency_key": key, "recorded": op.arguments, "now": arguments},
+            step_id=step.pk if step else None,
+            actor=actor,
+        )
+        op = None
     if op is not None:
         if op.status == Operation.Status.SUCCEEDED:
             return op.result

@@ -1,1 +1,2 @@
-"""Engine state: the gateway (every status write and move), leases with fencing tokens, the database clock, checkpoint state."""
+"""Engine state: the gateway (every state write and move), leases with fencing tokens,
+the database clock, checkpoint state."""

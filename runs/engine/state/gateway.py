@@ -1,10 +1,19 @@
-"""The one gateway for status writes and the event log (DESIGN sections 1.3, 4).
+"""The one gateway for state writes and the event log (DESIGN sections 1.3, 4).
 
 Every change of a run's or a step's status goes through a conditional UPDATE here:
 the expected status (and, for runs, optionally the version; for steps, the fencing
 attempt) is in the WHERE clause, and a row count other than 1 means someone else moved
 first, so the caller must not overwrite. The event describing the change is written in
 the same transaction.
+
+The gateway owns the moves built from those transitions, not only the transitions: a
+feature calls a move and never re-implements one. ``RunTx`` has them: finish an attempt
+behind its fence (``finish_attempt``, recording ``step.commit_rejected`` when the fence
+refuses), save a checkpoint, ``advance`` (checkpoint, then schedule the next step or
+finish the run), ``schedule_step``, ``next_step_seq``, ``resolve_takeover``,
+``decide_approval``, ``set_compensation`` and ``start_generation``; message seqs come
+from ``allocate_message_seqs`` and ledger rows move with ``transition_operation``. The
+state columns of the models refuse any other ``update()`` (``runs.state_fields``).
 
 Lock order: a transaction that touches a run and its steps locks the run row first
 (``run_transaction``), then step rows. Keeping one order means PostgreSQL never has to
@@ -14,19 +23,25 @@ break a deadlock between a committing worker and an operator's cancel.
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.db import transaction
-from django.db.models import F, Q
+from django.apps import apps
+from django.db import connection, transaction
+from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q
 from django.db.models.functions import Now
 
-from runs.models import Event, Run, Step
+from runs.engine.execution import dispatch
+from runs.engine.state import checkpoints
+from runs.models import Event, Operation, Run, Step
+from runs.state_fields import write_state
 from runs.states import (
     RUN_TERMINAL,
     IllegalTransition,
     RunStatus,
     StepStatus,
+    compensation_can,
     run_can,
     step_can,
 )
@@ -49,6 +64,16 @@ class EventSpec:
     payload: dict[str, Any] = field(default_factory=dict)
     step_id: int | None = None
     actor: str = ""
+
+
+class Advanced(NamedTuple):
+    """What ``RunTx.advance`` did: the next step's id and seq (``None`` when the run
+    finished or stopped) and the checkpoint it saved (id and whole ``state``)."""
+
+    step_id: int | None
+    seq: int | None
+    checkpoint_id: int
+    state: dict[str, Any]
 
 
 class RunTx:
@@ -152,9 +177,12 @@ class RunTx:
             return False
         if not run_can(source, target):
             raise IllegalTransition("run", source, target)
-        updated = Run.objects.filter(
-            pk=self.run.pk, status=source, version=self.run.version
-        ).update(status=target, version=F("version") + 1, **fields)
+        updated = write_state(
+            Run.objects.filter(pk=self.run.pk, status=source, version=self.run.version),
+            status=target,
+            version=F("version") + 1,
+            **fields,
+        )
         if updated != 1:
             # Cannot happen while we hold the row lock; guard against misuse anyway.
             raise IllegalTransition("run", source, target)
@@ -202,7 +230,7 @@ class RunTx:
             query = query.filter(attempt=attempt)
         if only_if is not None:
             query = query.filter(only_if)
-        if query.update(status=target, **fields) != 1:
+        if write_state(query, status=target, **fields) != 1:
             return False
         self.event(
             event_type or f"step.{target.lower()}",
@@ -212,6 +240,337 @@ class RunTx:
             progress=progress,
         )
         return True
+
+    # -- moves built from the transitions ---------------------------------------------
+
+    def commit_rejection(self, step: Step, attempt: int) -> str | None:
+        """Why a write fenced by ``attempt`` on ``step`` must not apply, or ``None`` if it
+        may. Reads the step row (the run row is the locked ``self.run``)."""
+        current = Step.objects.filter(pk=step.pk).values_list("status", "attempt").first()
+        if current is None:
+            return "step is gone"
+        status, current_attempt = current
+        if current_attempt != attempt:
+            return f"stale attempt {attempt}; attempt {current_attempt} holds the step"
+        if self.run.status in RUN_TERMINAL:
+            return f"run is {self.run.status}"
+        if self.run.generation != step.generation:
+            return "step belongs to a superseded generation"
+        if status != StepStatus.RUNNING:
+            return f"step is {status}"
+        if not Step.objects.filter(pk=step.pk, lease_until__gt=Now()).exists():
+            return f"the lease of attempt {attempt} ran out"
+        return None
+
+    def reject_commit(self, step: Step, attempt: int, reason: str | None, **extra: Any) -> None:
+        """Record ``step.commit_rejected`` for a late or stale write of ``attempt``;
+        ``extra`` goes into the payload (``worker``, ``error_code``, ...)."""
+        self.event(
+            "step.commit_rejected",
+            {"attempt": attempt, "reason": reason, **extra},
+            step_id=step.pk,
+            actor=extra.get("worker", ""),
+            progress=False,
+        )
+
+    def finish_attempt(
+        self,
+        step: Step,
+        attempt: int,
+        target: str,
+        *,
+        actor: str,
+        event_type: str | None = None,
+        payload: dict | None = None,
+        rejected: dict | None = None,
+        **fields: Any,
+    ) -> bool:
+        """Move the RUNNING ``step`` held by ``attempt`` to ``target`` behind its fence:
+        the UPDATE applies only while the run is not terminal, the step is in the run's
+        generation, RUNNING and still at ``attempt``. When the fence refuses, a
+        ``step.commit_rejected`` event (payload ``rejected`` plus attempt and reason) is
+        recorded instead and ``False`` returned. The reason is looked up only then, so an
+        accepted finish costs one statement."""
+        applied = (
+            self.run.status not in RUN_TERMINAL
+            and self.run.generation == step.generation
+            and self.transition_step(
+                step.pk,
+                target,
+                expected=StepStatus.RUNNING,
+                attempt=attempt,
+                # An unexpired lease on the database clock, not only the attempt.
+                only_if=Q(lease_until__gt=Now()),
+                actor=actor,
+                event_type=event_type,
+                payload=payload,
+                **fields,
+            )
+        )
+        if not applied:
+            extra = dict(rejected or {})
+            extra.setdefault("worker", actor)
+            self.reject_commit(step, attempt, self.commit_rejection(step, attempt), **extra)
+        return applied
+
+    def next_step_seq(self, after: Step | None = None) -> int:
+        """The seq of a new step of this run: one past ``after`` when the caller commits
+        the run's newest step (no read), else one past the highest seq stored."""
+        if after is not None:
+            return after.seq + 1
+        return (Step.objects.filter(run_id=self.run.pk).aggregate(m=Max("seq"))["m"] or 0) + 1
+
+    def schedule_step(
+        self,
+        name: str,
+        *,
+        actor: str,
+        seq: int | None = None,
+        delay: float = 0.0,
+        claimed_by: str | None = None,
+    ) -> int:
+        """Create step ``name`` in the locked run's current generation; returns its id.
+
+        ``seq`` defaults to ``next_step_seq()``; ``delay`` (seconds) holds it back.
+        Without ``claimed_by`` the step is PENDING and workers are notified after
+        commit. With ``claimed_by`` (a worker id) the step is born RUNNING
+        at attempt 1 under that worker's lease (``lease_seconds`` from settings), so the
+        worker that committed its predecessor continues the run without a queue round
+        trip; its ``step.started`` event follows ``step.scheduled``.
+        """
+        from django.conf import settings
+
+        seq = self.next_step_seq() if seq is None else seq
+        now = Now()
+        not_before = (
+            now
+            if not delay
+            else ExpressionWrapper(Now() + timedelta(seconds=delay), output_field=DateTimeField())
+        )
+        born_claimed = claimed_by is not None and not delay
+        extra: dict[str, Any] = {"notified_at": Now() if dispatch.mode() == "rq" else None}
+        if born_claimed:
+            extra = {
+                "status": StepStatus.RUNNING,
+                "attempt": 1,
+                "owner": claimed_by,
+                "lease_until": ExpressionWrapper(
+                    Now() + timedelta(seconds=settings.AGENTOPS_LEASE_SECONDS),
+                    output_field=DateTimeField(),
+                ),
+                "heartbeat_at": Now(),
+                "started_at": Now(),
+                "notified_at": None,
+            }
+        step = Step.objects.create(
+            run_id=self.run.pk,
+            name=name,
+            seq=seq,
+            generation=self.run.generation,
+            not_before=not_before,
+            **extra,
+        )
+        self.set_run(current_step_id=step.pk)
+        self.event("step.scheduled", {"name": name, "seq": seq}, step_id=step.pk, actor=actor)
+        if born_claimed:
+            self.event(
+                "step.started",
+                {"attempt": 1, "worker": claimed_by},
+                step_id=step.pk,
+                actor=claimed_by,
+            )
+        else:
+            dispatch.notify_on_commit(self.run.pk, step.pk)
+        return step.pk
+
+    def save_checkpoint(
+        self,
+        step: Step,
+        *,
+        previous: dict[str, Any] | None,
+        output: Any,
+        next_name: str | None,
+        actor: str,
+        previous_id: int | None = None,
+        base_state: dict[str, Any] | None = None,
+        message_seq: int | None = None,
+        refresh_usage: bool = True,
+    ) -> tuple[int, dict[str, Any]]:
+        """Save the ``after:<step>`` checkpoint of the locked run: ``previous`` (the whole
+        state the step worked from; ``None`` reads the latest checkpoint) plus ``output``,
+        stored as what changed since checkpoint ``previous_id`` (whose stored whole state
+        is ``base_state``, by default ``previous``), with ``checkpoint.saved``.
+        ``message_seq`` defaults to the thread's current one. Returns the new
+        checkpoint's id and whole state."""
+        if previous is None:
+            previous_id, previous = checkpoints.latest(self.run)
+        if base_state is None:
+            base_state = previous
+        if message_seq is None:
+            message_seq = allocate_message_seqs(self.run.thread_id, 0)[1]
+        state = checkpoints.next_state(
+            previous,
+            run=self.run,
+            step=step,
+            output=output,
+            next_name=next_name,
+            message_seq=message_seq,
+            refresh_usage=refresh_usage,
+        )
+        saved = checkpoints.store(
+            self.run, step, f"after:{step.name}", state, base_id=previous_id, previous=base_state
+        )
+        self.event("checkpoint.saved", {"name": f"after:{step.name}"}, step_id=step.pk, actor=actor)
+        return saved.pk, state
+
+    def advance(
+        self,
+        step: Step,
+        *,
+        output: Any,
+        next_name: str | None,
+        actor: str,
+        previous: dict[str, Any] | None = None,
+        previous_id: int | None = None,
+        base_state: dict[str, Any] | None = None,
+        message_seq: int | None = None,
+        refresh_usage: bool = True,
+        reason: str = "",
+        next_seq: int | None = None,
+        claimed_by: str | None = None,
+    ) -> "Advanced":
+        """After ``step`` succeeded: save its checkpoint, then schedule ``next_name`` or
+        finish the run (SUCCEEDED) when it is ``None``. A waiting or paused run goes
+        RUNNING first (``reason``); a cancel-requested run stops after the checkpoint.
+        ``next_seq`` (default ``next_step_seq()``) and ``claimed_by`` go to
+        ``schedule_step``; ``previous``, ``previous_id`` and ``base_state`` go to
+        ``save_checkpoint``.
+        Returns ``Advanced``."""
+        checkpoint_id, state = self.save_checkpoint(
+            step,
+            previous=previous,
+            previous_id=previous_id,
+            base_state=base_state,
+            output=output,
+            next_name=next_name,
+            actor=actor,
+            message_seq=message_seq,
+            refresh_usage=refresh_usage,
+        )
+        if self.run.status == RunStatus.CANCEL_REQUESTED:
+            return Advanced(None, None, checkpoint_id, state)
+        if self.run.status != RunStatus.RUNNING:
+            self.transition_run(RunStatus.RUNNING, actor=actor, reason=reason)
+        if next_name is None:
+            self.transition_run(
+                RunStatus.SUCCEEDED, actor=actor, finished_at=Now(), current_step=None
+            )
+            return Advanced(None, None, checkpoint_id, state)
+        seq = self.next_step_seq() if next_seq is None else next_seq
+        step_id = self.schedule_step(next_name, actor=actor, seq=seq, claimed_by=claimed_by)
+        return Advanced(step_id, seq, checkpoint_id, state)
+
+    def resolve_takeover(
+        self, actor: str, note: dict[str, Any], takeover=None, *, record: bool = True, **match
+    ):
+        """Mark the run's OPEN takeover (or ``takeover``, optionally further filtered by
+        ``match``, e.g. ``cause=``) RESOLVED with ``note`` (``{"action", "reason",
+        "evidence", ...}``) and, with ``record``, a ``takeover.resolved`` event. Returns
+        the takeover, or ``None`` when none was open."""
+        Takeover = apps.get_model("approvals", "Takeover")
+        query = Takeover.objects.filter(run_id=self.run.pk, status=Takeover.Status.OPEN, **match)
+        if takeover is not None:
+            query = query.filter(pk=takeover.pk)
+        current = query.first()
+        if current is None:
+            return None
+        write_state(
+            Takeover.objects.filter(pk=current.pk, status=Takeover.Status.OPEN),
+            status=Takeover.Status.RESOLVED,
+            resolution=note.get("action", ""),
+            resolution_note=note.get("reason", ""),
+            resolved_by=actor,
+            resolved_at=Now(),
+        )
+        if record:
+            self.event(
+                "takeover.resolved",
+                {"takeover_id": current.pk, **note},
+                step_id=current.step_id,
+                actor=actor,
+            )
+        return current
+
+    def decide_approval(
+        self,
+        approval_id: int,
+        target: str,
+        *,
+        actor: str,
+        payload: dict[str, Any],
+        step_id: int | None = None,
+        only_if: Q | None = None,
+        **fields: Any,
+    ) -> bool:
+        """Move the PENDING approval ``approval_id`` of this run to ``target``
+        (APPROVED, REJECTED, EXPIRED or CANCELLED) with ``fields`` (decided_by,
+        decided_at, comment) and an ``approval.<target>`` event; ``only_if`` adds a
+        condition. Returns ``False`` when it was no longer PENDING."""
+        Approval = apps.get_model("approvals", "Approval")
+        query = Approval.objects.filter(
+            pk=approval_id, run_id=self.run.pk, status=Approval.Status.PENDING
+        )
+        if only_if is not None:
+            query = query.filter(only_if)
+        if write_state(query, status=target, **fields) != 1:
+            return False
+        self.event(f"approval.{target.lower()}", payload, step_id=step_id, actor=actor)
+        return True
+
+    def cancel_pending_approvals(
+        self, *, actor: str, reason: str, comment: str, step_ids: list[int] | None = None
+    ) -> list[int]:
+        """Cancel the run's PENDING approvals (only those of ``step_ids`` when given),
+        each with an ``approval.cancelled`` event. Returns their ids."""
+        Approval = apps.get_model("approvals", "Approval")
+        query = Approval.objects.filter(run_id=self.run.pk, status=Approval.Status.PENDING)
+        if step_ids is not None:
+            query = query.filter(step_id__in=step_ids)
+        cancelled = []
+        for approval_id, step_id in query.values_list("pk", "step_id"):
+            if self.decide_approval(
+                approval_id,
+                Approval.Status.CANCELLED,
+                actor=actor,
+                payload={"approval_id": approval_id, "reason": reason},
+                step_id=step_id,
+                decided_at=Now(),
+                comment=comment,
+            ):
+                cancelled.append(approval_id)
+        return cancelled
+
+    def set_compensation(self, target: str, **fields: Any) -> None:
+        """Move the run's compensation status to ``target`` per
+        ``runs.states.COMPENSATION_TRANSITIONS``, with plain ``fields`` (``compensation``).
+        Raises ``IllegalTransition`` for a move the table forbids."""
+        source = self.run.compensation_status
+        if not compensation_can(source, target):
+            raise IllegalTransition("compensation", source, target)
+        write_state(
+            Run.objects.filter(pk=self.run.pk, compensation_status=source),
+            compensation_status=target,
+            **fields,
+        )
+        self.run.compensation_status = target
+
+    def start_generation(self, **fields: Any) -> int:
+        """Bump the locked run's generation (a resume from an earlier checkpoint) with
+        plain ``fields``; returns the new generation."""
+        generation = self.run.generation + 1
+        write_state(Run.objects.filter(pk=self.run.pk), generation=generation, **fields)
+        self.run.generation = generation
+        return generation
 
 
 @contextmanager
@@ -284,9 +643,62 @@ def transition_run(
         return tx.transition_run(target, actor=actor, reason=reason, payload=payload, **fields)
 
 
+def allocate_message_seqs(thread_id: int, count: int) -> tuple[int, int]:
+    """Reserve ``count`` gap-free message seqs of the thread in one statement (the
+    thread row stays locked until the caller's transaction ends); returns ``(first,
+    last)``. ``count=0`` reserves nothing and returns the current last seq as both."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_thread SET message_seq = message_seq + %s "
+            "WHERE id = %s RETURNING message_seq",
+            [count, thread_id],
+        )
+        last = cursor.fetchone()[0]
+    return last - count + 1, last
+
+
+def attempt_holds(step_id: int, attempt: int) -> bool:
+    """Inside a transaction: lock the step row and tell whether ``attempt`` still holds
+    it (RUNNING at that attempt). The lock keeps a reclaim from moving the step before
+    the caller's transaction ends, so a row inserted under the check cannot go stale.
+    The lease must not have run out on the database clock either (fail closed)."""
+    return (
+        Step.objects.select_for_update()
+        .filter(pk=step_id, attempt=attempt, status=StepStatus.RUNNING, lease_until__gt=Now())
+        .values_list("pk", flat=True)
+        .first()
+        is not None
+    )
+
+
+def transition_operation(op: Operation, target: str, *, expected=None, **fields: Any) -> bool:
+    """Move the ledger row ``op`` to ``target`` with ``fields`` (result, attempt,
+    arguments, ...) and ``updated_at``; ``expected`` (a status or statuses) makes it
+    conditional. Updates ``op`` in place and returns ``True`` when the row moved."""
+    query = Operation.objects.filter(pk=op.pk)
+    if expected is not None:
+        query = query.filter(status__in=[expected] if isinstance(expected, str) else expected)
+    if write_state(query, status=target, updated_at=Now(), **fields) != 1:
+        return False
+    op.status = target
+    for name, value in fields.items():
+        setattr(op, name, value)
+    return True
+
+
+def transition_operations(query, target: str, **fields: Any) -> int:
+    """Move every ledger row of ``query`` (an ``Operation`` queryset) to ``target``;
+    returns how many moved."""
+    return write_state(query, status=target, updated_at=Now(), **fields)
+
+
 __all__ = [
     "EventSpec",
     "RunTx",
+    "allocate_message_seqs",
+    "attempt_holds",
+    "transition_operation",
+    "transition_operations",
     "run_transaction",
     "record_event",
     "transition_run",

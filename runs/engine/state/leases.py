@@ -17,8 +17,8 @@ from runs.states import StepStatus
 def claim_step(step_id: int, worker_id: str, ttl: float) -> int | None:
     """Claim ``step_id`` for ``worker_id`` with a lease of ``ttl`` seconds.
 
-    Claimable: PENDING with ``not_before`` passed, or RUNNING with an expired lease (a
-    takeover). Returns the new attempt number (the fencing token), or ``None`` when the
+    Claimable: PENDING with ``not_before`` passed, or RUNNING with an expired lease (the
+    lease is reclaimed). Returns the new attempt number (the fencing token), or ``None`` when the
     row did not match: someone else holds it or it is not due. Run this inside
     ``run_transaction`` so the run row is locked first.
     """
@@ -54,6 +54,51 @@ def renew_lease(step_id: int, attempt: int, ttl: float) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(sql, [seconds_param(ttl), step_id, attempt, StepStatus.RUNNING])
         return cursor.rowcount == 1
+
+
+def renew_leases(held: list[tuple[int, int]], ttl: float) -> set[int]:
+    """Heartbeat for many steps in one statement: extend the lease of each ``(step_id,
+    attempt)`` in ``held`` by ``ttl`` seconds from now, only while that attempt still
+    holds the step. Returns the ids whose lease was renewed (the others were lost)."""
+    if not held:
+        return set()
+    fence = " OR ".join(["(id = %s AND attempt = %s)"] * len(held))
+    sql = (
+        f"UPDATE runs_step SET lease_until = {now_plus_sql()}, heartbeat_at = {now_sql()} "
+        f"WHERE status = %s AND ({fence}) RETURNING id"
+    )
+    params: list = [seconds_param(ttl), StepStatus.RUNNING]
+    for step_id, attempt in held:
+        params += [step_id, attempt]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {row[0] for row in cursor.fetchall()}
+
+
+def release_lease(tx, step_id: int, attempt: int, *, actor: str, reason: str) -> bool:
+    """The holder gives a RUNNING step back before running it (a stopping worker with a
+    step its commit had claimed for it): PENDING again, fenced on ``attempt``, with a
+    ``lease.released`` event, in the locked run's transaction ``tx``; workers are
+    notified after commit. Returns ``False`` when the attempt no longer holds it."""
+    from runs.engine.execution import dispatch
+
+    released = tx.transition_step(
+        step_id,
+        StepStatus.PENDING,
+        expected=StepStatus.RUNNING,
+        attempt=attempt,
+        actor=actor,
+        event_type="lease.released",
+        payload={"attempt": attempt, "reason": reason},
+        progress=False,
+        owner="",
+        lease_until=None,
+        not_before=Now(),
+        notified_at=Now(),
+    )
+    if released:
+        dispatch.notify_on_commit(tx.run.pk, step_id, attempt)
+    return released
 
 
 def is_claimable_now(step: Step) -> bool:

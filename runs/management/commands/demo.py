@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.engine.control.lifecycle import resume, run_status, start_run
+from runs.engine.control.lifecycle import redispatch, run_status, start_run
 from runs.engine.execution.executor import CRASH_EXIT_CODE
 
 QUESTION = "How warm is the living room?"
@@ -65,7 +65,7 @@ class Command(BaseCommand):
         out.write(f"\n3. after the crash: run {status['status']}, next step {status['next_step']}")
         self._messages(status)
 
-        step = resume(run, actor="demo")
+        step = redispatch(run, actor="demo")
         out.write(
             f"\n4. resume: next step {step.name} dispatched from checkpoint "
             f"after:{status['steps'][-2]['name']}"

@@ -1,0 +1,241 @@
+"""Approval steps (DESIGN section 7): asking, deciding, expiring, and continuing the run
+on the route the decision picks.
+
+The engine writes the Approval rows (data of the approvals app) through the gateway's
+moves; the approvals app's services, views, admin and CLI sit on top of these
+functions and add people's concerns (permissions, the decision words).
+"""
+
+from datetime import timedelta
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.db.models import DateTimeField, ExpressionWrapper, Q
+from django.db.models.functions import Now
+
+from runs.engine.control.lifecycle import ControlError
+from runs.engine.state.gateway import RunTx, run_transaction
+from runs.models import Step
+from runs.states import RunStatus, StepStatus, command_allows, command_states
+
+
+def _approval_model():
+    return apps.get_model("approvals", "Approval")
+
+
+class DecisionConflict(ControlError):
+    """A second, different decision on an approval that is already decided (or expired
+    or cancelled). ``approval`` is the row as decided."""
+
+    def __init__(self, approval, wanted: str):
+        super().__init__(
+            "decision_conflict",
+            f"approval {approval.pk} is already {approval.status}"
+            + (f" by {approval.decided_by.get_username()}" if approval.decided_by_id else "")
+            + f"; cannot {wanted} it",
+        )
+        self.approval = approval
+
+
+def commit_approval_request(ctx, request: dict[str, Any], worker_id: str) -> None:
+    """Called by the executor when an approval step's function returned ``request``
+    (``{"question", "reason", "evidence"}``): in one transaction fenced by the attempt,
+    the step goes WAITING with its lease released, the Approval row is created with its
+    routes and expiry, and the run goes WAITING_APPROVAL. Nothing is dispatched until a
+    decision, so no worker holds anything while the run waits. A cancel requested
+    meanwhile cancels the step instead.
+    """
+    Approval = _approval_model()
+    run, step, attempt, step_def = ctx.run, ctx.step, ctx.attempt, ctx.step_def
+    options = step_def.options
+    approve_to = ctx.workflow.next_after(step.name)
+    reject_to = options.get("on_reject")
+    expire_to = options.get("on_expire") or reject_to
+    for target in (reject_to, expire_to):
+        if target is not None:
+            ctx.workflow.get(target)
+    ttl = options.get("expires_after")
+    ttl = settings.AGENTOPS_APPROVAL_EXPIRY_SECONDS if ttl is None else ttl
+    with run_transaction(run.pk) as tx:
+        if tx.run.status == RunStatus.CANCEL_REQUESTED:
+            tx.finish_attempt(
+                step,
+                attempt,
+                StepStatus.CANCELLED,
+                actor=worker_id,
+                payload={"reason": "cancel requested before the approval"},
+                owner="",
+                lease_until=None,
+                finished_at=Now(),
+            )
+            return
+        if not tx.finish_attempt(
+            step,
+            attempt,
+            StepStatus.WAITING,
+            actor=worker_id,
+            event_type="step.waiting",
+            payload={"attempt": attempt, "waiting_for": "approval"},
+            owner="",
+            lease_until=None,
+        ):
+            return
+        expires_at = (
+            ExpressionWrapper(Now() + timedelta(seconds=ttl), output_field=DateTimeField())
+            if ttl
+            else None
+        )
+        approval = Approval.objects.create(
+            run_id=run.pk,
+            step_id=step.pk,
+            question=str(request.get("question", ""))[:4000],
+            reason=str(request.get("reason", "")),
+            evidence=request.get("evidence") or {},
+            expires_at=expires_at,
+            routes={"approve": approve_to, "reject": reject_to, "expire": expire_to},
+        )
+        tx.event(
+            "approval.requested",
+            {
+                "approval_id": approval.pk,
+                "question": approval.question,
+                "reason": approval.reason,
+                "expires_in_s": ttl or None,
+            },
+            step_id=step.pk,
+            actor=worker_id,
+        )
+        tx.transition_run(
+            RunStatus.WAITING_APPROVAL,
+            actor=worker_id,
+            reason=f"waiting for approval {approval.pk}",
+            current_step=step.pk,
+        )
+
+
+def decide(
+    approval_id: int,
+    target: str,
+    *,
+    actor: str,
+    user=None,
+    comment: str = "",
+    extra_output: dict[str, Any] | None = None,
+    extra_event: dict[str, Any] | None = None,
+):
+    """Record the decision ``target`` (``Approval.Status.APPROVED`` or ``REJECTED``) by
+    ``actor`` (``user`` as ``decided_by``) and continue the run on the matching route,
+    in one transaction; ``extra_output`` joins the waiting step's output and
+    ``extra_event`` the decision's event (an agent's tool-call terms). Returns the
+    approval as stored afterwards.
+
+    Idempotent: the same decision again returns the approval unchanged (one decision,
+    one event). Raises ``DecisionConflict`` for a different decision after the first
+    (or on an expired or cancelled approval), ``ControlError("not_allowed_in_state")``
+    when the run does not wait for it.
+    """
+    Approval = _approval_model()
+    run_id = Approval.objects.values_list("run_id", flat=True).get(pk=approval_id)
+    with run_transaction(run_id) as tx:
+        current = Approval.objects.select_for_update().get(pk=approval_id)
+        if current.status == target:
+            return current
+        if current.status != Approval.Status.PENDING:
+            raise DecisionConflict(current, "approve" if target == "APPROVED" else "reject")
+        if not command_allows("decide_approval", tx.run.status):
+            raise ControlError(
+                "not_allowed_in_state",
+                f"run is {tx.run.status}; approvals are decided on "
+                f"{command_states('decide_approval')} runs",
+            )
+        tx.decide_approval(
+            current.pk,
+            target,
+            actor=actor,
+            payload={
+                "approval_id": current.pk,
+                "comment": comment,
+                "reason": comment,
+                **(extra_event or {}),
+            },
+            step_id=current.step_id,
+            decided_by=user,
+            decided_at=Now(),
+            comment=comment,
+        )
+        route = "approve" if target == Approval.Status.APPROVED else "reject"
+        output = {"decision": target.lower(), "comment": comment}
+        if user is not None:
+            output = {"decision": target.lower(), "by": user.get_username(), "comment": comment}
+        continue_after(tx, current, route, actor, {**output, **(extra_output or {})})
+    current.refresh_from_db()
+    return current
+
+
+def expire_approvals(actor: str, batch: int) -> int:
+    """Sweeper task: PENDING approvals past ``expires_at`` become EXPIRED and their run
+    takes the expiry route. Returns how many expired."""
+    Approval = _approval_model()
+    due = list(
+        Approval.objects.filter(status=Approval.Status.PENDING, expires_at__lt=Now())
+        .order_by("expires_at")
+        .values_list("pk", "run_id", "step_id")[:batch]
+    )
+    done = 0
+    for approval_id, run_id, step_id in due:
+        with run_transaction(run_id) as tx:
+            if not tx.decide_approval(
+                approval_id,
+                Approval.Status.EXPIRED,
+                actor=actor,
+                payload={"approval_id": approval_id, "reason": "no decision before expires_at"},
+                step_id=step_id,
+                only_if=Q(expires_at__lt=Now()),
+                decided_at=Now(),
+            ):
+                continue
+            if tx.run.status == RunStatus.WAITING_APPROVAL:
+                approval = Approval.objects.get(pk=approval_id)
+                continue_after(tx, approval, "expire", actor, {"decision": "expired"})
+            done += 1
+    return done
+
+
+def continue_after(
+    tx: RunTx, approval, route: str, actor: str, output: dict[str, Any]
+) -> int | None:
+    """The waiting step succeeds with ``output`` (the decision), a checkpoint is saved,
+    and the run continues on ``approval.routes[route]``; no route on reject/expire fails
+    the run (APPROVAL_REJECTED / APPROVAL_EXPIRED). Returns the next step's id."""
+    step = Step.objects.get(pk=approval.step_id)
+    next_name = approval.routes.get(route)
+    tx.transition_step(
+        step.pk,
+        StepStatus.SUCCEEDED,
+        expected=StepStatus.WAITING,
+        actor=actor,
+        payload={"approval_id": approval.pk, **output},
+        output=output,
+        finished_at=Now(),
+    )
+    if next_name is None and route != "approve":
+        tx.save_checkpoint(step, previous=None, output=output, next_name=None, actor=actor)
+        code = "APPROVAL_REJECTED" if route == "reject" else "APPROVAL_EXPIRED"
+        tx.transition_run(
+            RunStatus.FAILED,
+            actor=actor,
+            reason=f"approval {approval.pk} {route}",
+            finished_at=Now(),
+            current_step=None,
+            error_code=code,
+            error_detail=output.get("comment", ""),
+        )
+        return None
+    return tx.advance(
+        step,
+        output=output,
+        next_name=next_name,
+        actor=actor,
+        reason=f"approval {approval.pk}: {route}",
+    ).step_id

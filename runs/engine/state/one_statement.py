@@ -1,0 +1,257 @@
+"""The fenced commit of a step as one statement on PostgreSQL (DESIGN section 11).
+
+``commit_step`` does what ``RunTx.finish_attempt`` + ``RunTx.advance`` do for the
+common case, in a single autocommitted statement of data-modifying CTEs (one round
+trip, one transaction): lock the run row, finish the step behind its attempt fence,
+save the checkpoint (the delta on its base, with the thread's message seq and the run's
+usage filled in by the server), insert the next step born claimed by the worker (or
+finish the run), bump the run's event seq and insert the events with gap-free seqs
+allocated under that lock. The events are the ones the general path writes, in the
+same order.
+
+It applies only when every condition holds (the run RUNNING in the step's generation,
+the fence matching); otherwise it changes nothing and returns ``None``, and the caller
+takes the general path, which records why (``step.commit_rejected``) or handles the
+cancel request. Steps with messages, summaries or drafts always take the general path.
+"""
+
+import json
+import logging
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection
+
+from runs.engine.state.gateway import RUN_FINISHED_HOOKS
+from runs.payload_field import INLINE_LIMIT, LITERAL_KEY, REF_KEY
+from runs.states import RunStatus, StepStatus
+
+logger = logging.getLogger("agentops.commit")
+
+_SQL = """
+WITH r AS (
+    SELECT id, event_seq, version, thread_id, model_calls, tool_calls, tokens, cost_usd,
+        unpriced_model_calls
+    FROM runs_run
+    WHERE id = %(run)s AND status = %(running)s AND generation = %(generation)s
+    FOR UPDATE
+),
+s AS (
+    UPDATE runs_step SET status = %(succeeded)s, output = %(output)s::jsonb,
+        finished_at = STATEMENT_TIMESTAMP(), lease_until = NULL, owner = %(worker)s,
+        error_code = '', error_detail = ''
+    WHERE id = %(step)s AND attempt = %(attempt)s AND status = %(running)s
+        AND lease_until > STATEMENT_TIMESTAMP() AND EXISTS (SELECT 1 FROM r)
+    RETURNING id
+),
+t AS (
+    SELECT message_seq FROM runs_thread WHERE id = (SELECT thread_id FROM r)
+),
+nx AS (
+    INSERT INTO runs_step (run_id, name, seq, generation, status, attempt, attempt_base,
+        owner, lease_until, heartbeat_at, not_before, notified_at, input, output,
+        error_code, error_detail, created_at, started_at, finished_at,
+        input_artifact_id, output_artifact_id)
+    SELECT %(run)s, %(next_name)s, %(next_seq)s, %(generation)s, %(running)s, 1, 0,
+        %(claimed_by)s, STATEMENT_TIMESTAMP() + make_interval(secs => %(lease)s),
+        STATEMENT_TIMESTAMP(), STATEMENT_TIMESTAMP(), NULL, '{}'::jsonb, NULL, '', '',
+        STATEMENT_TIMESTAMP(), STATEMENT_TIMESTAMP(), NULL, NULL, NULL
+    FROM s WHERE %(next_name)s::text IS NOT NULL
+    RETURNING id
+),
+cp AS (
+    INSERT INTO runs_checkpoint (run_id, step_id, name, generation, version, base_id,
+        state, created_at)
+    SELECT %(run)s, %(step)s, %(checkpoint)s, %(generation)s, 2, %(base)s,
+        jsonb_set(
+            jsonb_set(%(delta)s::jsonb, '{set,message_seq}', to_jsonb(t.message_seq)),
+            '{set,budget_used}',
+            jsonb_build_object('model_calls', r.model_calls, 'tool_calls', r.tool_calls,
+                'tokens', r.tokens, 'cost_usd', r.cost_usd::text,
+                'unpriced_model_calls', r.unpriced_model_calls)
+        ),
+        STATEMENT_TIMESTAMP()
+    FROM r, s, t
+    RETURNING id
+),
+ru AS (
+    UPDATE runs_run SET event_seq = r.event_seq + %(events_count)s,
+        last_event_at = STATEMENT_TIMESTAMP(), updated_at = STATEMENT_TIMESTAMP(),
+        stuck_since = NULL,
+        current_step_id = CASE WHEN %(finish)s THEN NULL ELSE (SELECT id FROM nx) END,
+        status = CASE WHEN %(finish)s THEN %(succeeded)s ELSE runs_run.status END,
+        version = runs_run.version + CASE WHEN %(finish)s THEN 1 ELSE 0 END,
+        finished_at = CASE WHEN %(finish)s THEN STATEMENT_TIMESTAMP()
+            ELSE runs_run.finished_at END
+    FROM r, s
+    WHERE runs_run.id = r.id
+    RETURNING runs_run.event_seq, runs_run.version
+),
+ev AS (
+    INSERT INTO runs_event (run_id, step_id, seq, type, payload, actor, created_at)
+    SELECT %(run)s,
+        CASE e.ref WHEN 'next' THEN (SELECT id FROM nx) WHEN 'step' THEN %(step)s END,
+        r.event_seq + e.k, e.type, e.payload, e.actor, STATEMENT_TIMESTAMP()
+    FROM r, s, jsonb_to_recordset(%(events)s::jsonb)
+        AS e(k integer, ref text, type text, payload jsonb, actor text)
+)
+SELECT (SELECT id FROM nx), (SELECT id FROM cp), t.message_seq, r.model_calls,
+    r.tool_calls, r.tokens, r.cost_usd, r.unpriced_model_calls, (SELECT event_seq FROM ru),
+    (SELECT version FROM ru)
+FROM r, s, t
+"""
+
+
+@dataclass
+class Committed:
+    """What ``commit_step`` wrote: the next step's id (``None`` when the run finished),
+    the checkpoint's id, the thread's message seq and the run's usage counters and
+    event seq and version after the commit."""
+
+    next_step_id: int | None
+    checkpoint_id: int
+    message_seq: int
+    model_calls: int
+    tool_calls: int
+    tokens: int
+    cost_usd: Decimal
+    unpriced_model_calls: int
+    event_seq: int
+    version: int
+
+    def usage(self) -> dict[str, Any]:
+        """The ``budget_used`` shape of a checkpoint state (``Run.usage``)."""
+        return {
+            "model_calls": self.model_calls,
+            "tool_calls": self.tool_calls,
+            "tokens": self.tokens,
+            "cost_usd": str(self.cost_usd),
+            "unpriced_model_calls": self.unpriced_model_calls,
+        }
+
+
+def inline(value: Any) -> bool:
+    """True when ``value`` needs nothing from the payload store (no string over
+    ``INLINE_LIMIT`` bytes, no dict using its marker keys), so the statement may write it
+    as it is; otherwise the general path externalizes it."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if (
+                len(item) > INLINE_LIMIT // 4
+                and len(item.encode("utf-8", "surrogatepass")) > INLINE_LIMIT
+            ):
+                return False
+        elif isinstance(item, dict):
+            if REF_KEY in item or LITERAL_KEY in item:
+                return False
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return True
+
+
+def available() -> bool:
+    """True on PostgreSQL outside an open transaction (the statement must be its own
+    transaction); elsewhere the general path is used."""
+    return connection.vendor == "postgresql" and connection.get_autocommit()
+
+
+def commit_step(
+    *,
+    run_id,
+    thread_id: int,
+    step_id: int,
+    step_name: str,
+    generation: int,
+    attempt: int,
+    worker_id: str,
+    output: Any,
+    base_id: int,
+    delta: dict[str, Any],
+    next_name: str | None,
+    next_seq: int | None,
+    lease_seconds: float,
+) -> Committed | None:
+    """Commit attempt ``attempt`` of step ``step_id`` with ``output`` (see the module
+    docstring): checkpoint ``after:<step_name>`` stored as ``delta`` on ``base_id``,
+    then the next step ``next_name`` at ``next_seq`` born claimed by ``worker_id`` with
+    a lease of ``lease_seconds``, or the run SUCCEEDED when ``next_name`` is ``None``.
+    Returns ``None`` when the statement did not apply. After a finishing commit the
+    run-finished hooks are called (``thread_id`` is the run's thread). Database errors
+    propagate."""
+    finish = next_name is None
+    events: list[dict[str, Any]] = [
+        {
+            "ref": "step",
+            "type": "step.succeeded",
+            "payload": {"attempt": attempt, "worker": worker_id},
+            "actor": worker_id,
+        },
+        {
+            "ref": "step",
+            "type": "checkpoint.saved",
+            "payload": {"name": f"after:{step_name}"},
+            "actor": worker_id,
+        },
+    ]
+    if finish:
+        events.append(
+            {
+                "ref": None,
+                "type": "run.succeeded",
+                "payload": {"from": RunStatus.RUNNING.value, "reason": ""},
+                "actor": worker_id,
+            }
+        )
+    else:
+        events += [
+            {
+                "ref": "next",
+                "type": "step.scheduled",
+                "payload": {"name": next_name, "seq": next_seq},
+                "actor": worker_id,
+            },
+            {
+                "ref": "next",
+                "type": "step.started",
+                "payload": {"attempt": 1, "worker": worker_id},
+                "actor": worker_id,
+            },
+        ]
+    for k, event in enumerate(events, start=1):
+        event["k"] = k
+    params = {
+        "run": str(run_id),
+        "step": step_id,
+        "attempt": attempt,
+        "generation": generation,
+        "worker": worker_id,
+        "claimed_by": worker_id,
+        "output": json.dumps(output),
+        "running": StepStatus.RUNNING.value,
+        "succeeded": StepStatus.SUCCEEDED.value,
+        "next_name": next_name,
+        "next_seq": next_seq,
+        "lease": float(lease_seconds),
+        "checkpoint": f"after:{step_name}",
+        "base": base_id,
+        "delta": json.dumps(delta),
+        "events": json.dumps(events),
+        "events_count": len(events),
+        "finish": finish,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_SQL, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    if finish:
+        for hook in RUN_FINISHED_HOOKS:
+            try:
+                hook(run_id, thread_id, RunStatus.SUCCEEDED)
+            except Exception:  # noqa: BLE001 - as transaction.on_commit(robust=True): logged, not raised
+                logger.exception("run-finished hook failed for run %s", run_id)
+    return Committed(*row)

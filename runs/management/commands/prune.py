@@ -1,0 +1,46 @@
+"""``python manage.py prune --older-than DAYS [--dry-run] [--json]``: the retention
+policy for finished runs (``runs.engine.data.retention``)."""
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from runs.engine.data import retention
+
+
+class Command(BaseCommand):
+    help = (
+        "Remove the payloads, checkpoints and artifacts of runs that finished more than "
+        "DAYS days ago and compact their events (the audit trail and status changes stay). "
+        "Pruned runs can no longer be resumed or replayed."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--older-than",
+            dest="days",
+            type=float,
+            required=True,
+            metavar="DAYS",
+            help="prune terminal runs finished more than DAYS days ago (>= 0, may be 0.5)",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="report what would go, change nothing"
+        )
+        parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    def handle(self, *args, days: float, dry_run: bool, **options):
+        if not days >= 0 or days == float("inf"):
+            raise CommandError("--older-than must be a number of days >= 0")
+        report = retention.prune(days, dry_run=dry_run)
+        if options["json"]:
+            self.stdout.write(json.dumps(report.as_dict()))
+            return
+        verb = "would prune" if dry_run else "pruned"
+        self.stdout.write(
+            f"{verb} {report.runs} run(s) finished more than {days:g} day(s) ago: "
+            f"{report.payloads} payload(s) ({report.payload_bytes} bytes), "
+            f"{report.step_outputs} step output(s), {report.ledger_results} ledger result(s), "
+            f"{report.checkpoints} checkpoint(s), {report.artifacts} artifact(s) "
+            f"({report.artifact_bytes} bytes), {report.events_removed} event(s)"
+        )

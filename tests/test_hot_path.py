@@ -1,0 +1,152 @@
+"""The hot path. A worker continues its run by running the next step its commit claimed
+for it (on PostgreSQL that commit is one statement). Checkpoints store what changed plus
+a reference to the previous one: a long loop grows its checkpoint data linearly, and
+every checkpoint still reads back as the whole state."""
+
+import json
+
+import pytest
+
+from runs.engine.control.lifecycle import start_run
+from runs.engine.execution import executor
+from runs.engine.state import checkpoints
+from runs.engine.state.gateway import run_transaction
+from runs.models import Checkpoint, Event, Run, Step
+from runs.states import RunStatus, StepStatus
+from runs.workflows import registry
+from runs.workflows.definition import Workflow
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+looping = Workflow("checkpoint_loop_test", version=1, description="Counts to input.n.")
+
+
+@looping.step()
+def count(ctx):
+    seen = ctx.outputs.get("count", {"i": 0})["i"] + 1
+    if seen < ctx.input["n"]:
+        ctx.goto("count")
+    return {"i": seen}
+
+
+@pytest.fixture
+def loop_workflow():
+    registry.register(looping)
+    yield looping
+    registry.unregister("checkpoint_loop_test", 1)
+
+
+def _stored_bytes(run) -> int:
+    return sum(
+        len(json.dumps(d))
+        for d in Checkpoint.objects.filter(run=run).values_list("data", flat=True)
+    )
+
+
+def _run_loop(n: int, worker) -> Run:
+    run = start_run("checkpoint_loop_test", thread_id=f"loop-{n}", input={"n": n})
+    first = Step.objects.get(run=run)
+    assert executor.run_chain(first.pk, worker) == n
+    run.refresh_from_db()
+    return run
+
+
+def test_it_grows_checkpoint_storage_linearly_with_the_run(loop_workflow, worker):
+    short, long = _run_loop(40, worker), _run_loop(160, worker)
+    assert short.status == long.status == RunStatus.SUCCEEDED
+    per_step_short = _stored_bytes(short) / 40
+    per_step_long = _stored_bytes(long) / 160
+    # Whole states would make the per-step size grow with the run (4x here).
+    assert per_step_long < per_step_short * 1.5
+
+
+def test_it_reads_every_checkpoint_back_as_the_whole_state(loop_workflow, worker):
+    run = _run_loop(12, worker)
+    rows = list(Checkpoint.objects.filter(run=run).order_by("pk"))
+    assert rows[0].name == "start" and rows[0].base_id is None
+    assert all(cp.base_id == prev.pk for prev, cp in zip(rows, rows[1:], strict=False))
+    last = Checkpoint.objects.get(pk=rows[-1].pk)
+    assert last.state["completed"] == ["count"] * 12
+    assert last.state["outputs"] == {"count": {"i": 12}}
+    assert last.state["phase"] is None
+    middle = Checkpoint.objects.get(pk=rows[5].pk)
+    assert middle.state["completed"] == ["count"] * 5
+    assert middle.state["outputs"] == {"count": {"i": 5}}
+    assert middle.state["input"] == {"n": 12}
+    assert checkpoints.latest_state(run) == last.state
+
+
+def test_it_continues_the_run_on_the_step_its_commit_claimed(loop_workflow, worker):
+    run = _run_loop(5, worker)
+    steps = list(
+        Step.objects.filter(run=run).order_by("seq").values_list("status", "attempt", "owner")
+    )
+    assert steps == [(StepStatus.SUCCEEDED, 1, worker.worker_id)] * 5
+    types = list(Event.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
+    # The same event sequence as a claim through the queue: scheduled, then started.
+    assert types[:4] == ["run.created", "step.scheduled", "run.running", "step.started"]
+    one_step = ["step.succeeded", "checkpoint.saved", "step.scheduled", "step.started"]
+    assert types[4:20] == one_step * 4
+    assert types[20:] == ["step.succeeded", "checkpoint.saved", "run.succeeded"]
+    seqs = list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_it_gives_the_claimed_step_back_when_the_worker_stops(loop_workflow, worker):
+    run = start_run("checkpoint_loop_test", thread_id="loop-stop", input={"n": 3})
+    first = Step.objects.get(run=run)
+    outcome = executor.execute_step(first.pk, worker, chain=True)
+    assert outcome.continued is not None
+    worker.stopping.set()
+    try:
+        executor._give_back(outcome.continued, worker)
+    finally:
+        worker.stopping.clear()
+    second = Step.objects.get(pk=outcome.continued.step.pk)
+    assert (second.status, second.attempt, second.owner) == (StepStatus.PENDING, 1, "")
+    released = Event.objects.get(run=run, type="lease.released")
+    assert released.step_id == second.pk
+    assert executor.run_chain(second.pk, worker) == 2
+    assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
+
+
+def test_it_runs_a_chained_step_in_one_database_round_trip_on_postgresql(loop_workflow, worker):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the one-statement commit is PostgreSQL's; SQLite takes the general path")
+    run = start_run("checkpoint_loop_test", thread_id="loop-trips", input={"n": 4})
+    first = Step.objects.get(run=run)
+    outcome = executor.execute_step(first.pk, worker, chain=True)
+    with CaptureQueriesContext(connection) as queries:
+        outcome = executor.continue_step(outcome.continued, worker)
+    assert outcome.continued is not None
+    assert len(queries) == 1
+    types = list(Event.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
+    assert (
+        types[-8:] == ["step.succeeded", "checkpoint.saved", "step.scheduled", "step.started"] * 2
+    )
+    state = Checkpoint.objects.filter(run=run).order_by("-pk").first().state
+    assert state["completed"] == ["count", "count"]
+    assert state["budget_used"] == Run.objects.get(pk=run.pk).usage()
+
+
+def test_it_keeps_an_artifact_referenced_during_the_step_in_the_next_checkpoint():
+    run = start_run("room_temperature", thread_id="artifact-ref", input={"question": "warm?"})
+    base_id, base = checkpoints.latest(run)
+    run.refresh_from_db()
+    step = Step.objects.get(run=run)
+    working = {**base, "artifacts": [*base.get("artifacts", []), 4242]}
+    with run_transaction(run.pk) as tx:
+        checkpoint_id, _ = tx.save_checkpoint(
+            step,
+            previous=working,
+            previous_id=base_id,
+            base_state=base,
+            output={"ok": True},
+            next_name=None,
+            actor="test",
+        )
+    assert Checkpoint.objects.get(pk=checkpoint_id).base_id == base_id
+    assert Checkpoint.objects.get(pk=checkpoint_id).state["artifacts"] == [4242]
