@@ -109,6 +109,7 @@ def test_a_heartbeat_that_cannot_renew_stops_the_step_before_its_side_effect(set
     faulty.APPLIED.clear()
     run = _start("hold_then_post", seconds="6")
     step = _first_step(run)
+
     def run_step():
         try:
             executor.execute_step(step.pk, worker)
