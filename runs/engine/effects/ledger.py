@@ -14,7 +14,7 @@ decides), COMPENSATED (undone by a compensation).
 """
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import transaction
 
@@ -24,6 +24,16 @@ from runs.engine.state.gateway import attempt_holds, transition_operation, trans
 from runs.engine.state.values import InvalidValue, storable, storable_text
 from runs.models import Operation
 from runs.tools import Tool, ToolCall, VerifyAnswer
+
+
+class LedgerTool(Protocol):
+    """What the ledger records of the thing called: a ``Tool``, or a model request."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def side_effect(self) -> str: ...
+
 
 #: ``side_effect`` values of operations that change nothing outside: reads, and model
 #: requests (``runs.engine.effects.model_calls``), which only cost. Compensation, resume
@@ -50,7 +60,13 @@ def find(key: str) -> Operation | None:
 
 
 def record_intent(
-    *, run_id, step_id: int, attempt: int | None, key: str, tool: Tool, arguments: dict
+    *,
+    run_id,
+    step_id: int | None,
+    attempt: int | None,
+    key: str,
+    tool: LedgerTool,
+    arguments: dict,
 ) -> Operation:
     """Create the INTENT row for ``key``, or turn an earlier INTENT/FAILED/UNKNOWN row
     back into an INTENT of this attempt, fenced by ``attempt``.
@@ -63,7 +79,7 @@ def record_intent(
     """
     arguments = storable(arguments, "tool arguments")
     with transaction.atomic():
-        if attempt is not None and not attempt_holds(step_id, attempt):
+        if attempt is not None and (step_id is None or not attempt_holds(step_id, attempt)):
             raise LeaseLost(f"step {step_id} attempt {attempt} no longer holds the lease")
         op, created = Operation.objects.get_or_create(
             idempotency_key=key,
@@ -92,7 +108,7 @@ def record_reused(ops: list[Operation], *, run_id, generation: int) -> list[Oper
     skipped. Returns the new rows."""
     rows = []
     for op in ops:
-        old = key_prefix(op.run_id, op.step.generation if op.step_id else 1)
+        old = key_prefix(op.run_id, op.step.generation if op.step else 1)
         if op.status != Operation.Status.SUCCEEDED or not op.idempotency_key.startswith(old):
             continue
         rows.append(

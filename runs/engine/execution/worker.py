@@ -86,7 +86,7 @@ def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False):
 
     base = ForkingWorker if fork else SimpleWorker
 
-    class EngineRQWorker(base):
+    class EngineRQWorker(base):  # type: ignore[valid-type,misc]  # base picked at run time
         def request_stop(self, signum, frame):
             identity.stopping.set()
             super().request_stop(signum, frame)
