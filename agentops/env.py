@@ -8,6 +8,7 @@ be given as ``NAME_FILE``, a path whose contents are the value (for secrets).
 import json
 import math
 import os
+from typing import overload
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -15,6 +16,10 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+@overload
+def env_str(name: str, default: str) -> str: ...
+@overload
+def env_str(name: str, default: None = None) -> str | None: ...
 def env_str(name: str, default: str | None = None) -> str | None:
     """Return the variable ``name`` (or the contents of ``NAME_FILE``), else ``default``."""
     path = os.environ.get(f"{name}_FILE")
@@ -96,7 +101,7 @@ def env_database_url(name: str, **options) -> dict | None:
             " or sqlite:///PATH"
         )
     try:
-        return dj_database_url.parse(raw, **options)
+        return dict(dj_database_url.parse(raw, **options))
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name}={raw!r} does not parse: {exc}") from None
 

@@ -166,7 +166,8 @@ SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+# `manage.py collectstatic` copies the console's assets here for the web server.
+STATIC_ROOT = Path(env_str("AGENTOPS_STATIC_ROOT", str(VAR_DIR / "static")))
 MEDIA_ROOT = Path(env_str("AGENTOPS_MEDIA_ROOT", str(VAR_DIR / "artifacts")))
 MEDIA_URL = "media/"
 
@@ -253,11 +254,38 @@ AGENTOPS_DB_TIMEOUTS = {
 # newest /usr/lib/postgresql/*/bin).
 AGENTOPS_PG_BIN = env_str("AGENTOPS_PG_BIN", "")
 
+# Production over HTTPS behind a proxy (docs/deploy.md): AGENTOPS_HTTPS=1 marks the
+# session and CSRF cookies Secure and redirects plain HTTP (except the health checks,
+# which probes call on loopback); HSTS is off until AGENTOPS_HSTS_SECONDS says how long
+# browsers must remember it. The proxy's X-Forwarded-Proto reaches Django through
+# uvicorn's --proxy-headers (trusted from --forwarded-allow-ips only).
+AGENTOPS_HTTPS = env_bool("AGENTOPS_HTTPS", False)
+SESSION_COOKIE_SECURE = AGENTOPS_HTTPS
+CSRF_COOKIE_SECURE = AGENTOPS_HTTPS
+SECURE_SSL_REDIRECT = AGENTOPS_HTTPS
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+SECURE_HSTS_SECONDS = int(env_number("AGENTOPS_HSTS_SECONDS", 0, minimum=0))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("AGENTOPS_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("AGENTOPS_HSTS_PRELOAD", False)
+# Origins (https://console.example.com) allowed to POST forms, when not the Host itself.
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in env_str("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
+]
+
+# AGENTOPS_LOG_FORMAT=json: one JSON object per log line (for a log shipper).
+AGENTOPS_LOG_FORMAT = env_choice("AGENTOPS_LOG_FORMAT", "plain", ["plain", "json"])
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        },
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": AGENTOPS_LOG_FORMAT}},
     "loggers": {
         "agentops": {
             "handlers": ["console"],
@@ -266,6 +294,8 @@ LOGGING = {
             ),
         },
         "rq": {"handlers": ["console"], "level": "WARNING"},
+        # Unhandled request errors (500s) with their tracebacks, in the same format.
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }
 

@@ -90,7 +90,7 @@ def claim_takeover(takeover: Takeover, user) -> Takeover:
             raise ControlError("takeover_resolved", f"takeover {current.pk} is already resolved")
         if current.claimed_by_id == user.pk:
             return current
-        if current.claimed_by_id is not None:
+        if current.claimed_by is not None:
             raise ControlError(
                 "already_claimed",
                 f"takeover {current.pk} is claimed by {current.claimed_by.get_username()}",

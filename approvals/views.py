@@ -62,7 +62,10 @@ def _attach_previews(approvals: list[Approval]) -> None:
         candidates = by_run.get(approval.run_id, [])
         wanted = _referenced_artifact_ids(approval.evidence)
         chosen = [a for a in candidates if a.pk in wanted] if wanted else candidates
-        approval.previews = [(a, artifact_files.preview(a)) for a in chosen[:PREVIEWS_PER_APPROVAL]]
+        # A view-only attribute the template reads.
+        approval.previews = [  # type: ignore[attr-defined]
+            (a, artifact_files.preview(a)) for a in chosen[:PREVIEWS_PER_APPROVAL]
+        ]
 
 
 @console_view
@@ -76,7 +79,7 @@ def approvals_inbox(request):
         .order_by("created_at", "pk"),
     )
     pending = paginate(request, approval_filter.qs)
-    _attach_previews(pending.object_list)
+    _attach_previews(list(pending.object_list))
     for approval in pending.object_list:
         evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
         if evidence.get("kind") == "tool_call":
@@ -187,7 +190,7 @@ def _open_takeover(request, takeover_id):
                 back=back,
             ),
         )
-    if takeover.claimed_by_id and takeover.claimed_by_id != request.user.pk:
+    if takeover.claimed_by and takeover.claimed_by_id != request.user.pk:
         return (
             takeover,
             back,

@@ -94,7 +94,8 @@ class Run(models.Model):
     unpriced_model_calls = models.PositiveIntegerField(default=0)
     #: Fault injection for demos and drills, e.g. ``{"crash_before": "reply"}``; one-shot.
     faults = models.JSONField(default=dict, blank=True)
-    request_id = models.CharField(max_length=200, null=True, blank=True)
+    #: The client's idempotency key; "" when the client sent none.
+    request_id = models.CharField(max_length=200, blank=True, default="")
     request_fingerprint = models.CharField(max_length=64, blank=True, default="")
     current_step = models.ForeignKey(
         "Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -135,7 +136,7 @@ class Run(models.Model):
             # Client idempotency (API ``Idempotency-Key``): one run per owner and key.
             models.UniqueConstraint(
                 fields=["owner", "request_id"],
-                condition=Q(request_id__isnull=False),
+                condition=~Q(request_id=""),
                 name="run_request_id_unique_per_owner",
             ),
         ]
@@ -267,7 +268,8 @@ class Message(models.Model):
     tool_calls = models.JSONField(default=list, blank=True)
     tool_call_id = models.CharField(max_length=64, blank=True, default="")
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.FINAL)
-    request_id = models.CharField(max_length=200, null=True, blank=True)
+    #: The client's request id for a resent message; "" when the client sent none.
+    request_id = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -276,11 +278,14 @@ class Message(models.Model):
             # A client's resent message with the same request id is stored once.
             models.UniqueConstraint(
                 fields=["thread", "request_id"],
-                condition=Q(request_id__isnull=False),
+                condition=~Q(request_id=""),
                 name="message_request_id_unique",
             ),
         ]
         ordering = ["thread", "seq"]
+
+    def __str__(self) -> str:
+        return f"{self.message_id} ({self.role}, seq {self.seq})"
 
     def as_dict(self) -> dict:
         """The client-visible shape: ``{id, role, content, tool_calls, tool_call_id}``."""
@@ -503,6 +508,9 @@ class MaintenanceLease(models.Model):
     name = models.CharField(max_length=50, primary_key=True)
     owner = models.CharField(max_length=200, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} (owner {self.owner or '-'}, until {self.lease_until})"
 
 
 class ActionRequest(models.Model):

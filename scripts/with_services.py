@@ -23,15 +23,16 @@ environment, stops both services, removes the temp dir and exits with CMD's exit
 - ``AGENTOPS_PG_PORT``      PostgreSQL's port (also in its config, so a restart keeps it)
 - ``AGENTOPS_REDIS_BIN``    path of redis-server
 - ``AGENTOPS_REDIS_PORT``   Redis's port
+- ``AGENTOPS_REQUIRE_SERVICES`` ``1``: the services are up, so a test that would skip for
+                            want of them (or for any other reason) fails instead
 
 A drill may stop and restart either service; at the end PostgreSQL is stopped by its
 data directory (whoever started it) and Redis by the PID this script started (a Redis a
 drill restarted itself is the drill's to stop).
 
-If the PostgreSQL binaries or redis-server are missing: with ``CI=true`` this fails with
-exit code 2; otherwise it prints ``with_services: SKIPPING PostgreSQL/Redis: <reason>``
-to stderr and runs CMD without those variables (tests needing them skip with a reason).
-A service that fails to start is always an error (exit 2), with the tail of its log.
+If the PostgreSQL binaries or redis-server are missing this fails with exit code 2 and
+names ``scripts/install_system_deps.sh`` (which ``make test`` runs first). A service that
+fails to start is an error too (exit 2), with the tail of its log.
 
 Exit codes: CMD's own; 128+N if CMD died of signal N; 127 if CMD was not found;
 2 for errors of this script. Standard library only (it runs before the venv may exist).
@@ -70,6 +71,7 @@ EXPORTED = (
     "AGENTOPS_PG_PORT",
     "AGENTOPS_REDIS_BIN",
     "AGENTOPS_REDIS_PORT",
+    "AGENTOPS_REQUIRE_SERVICES",
 )
 
 
@@ -90,11 +92,6 @@ class Interrupted(Exception):
 def log(msg: str) -> None:
     """Print one diagnostic line to stderr (stdout belongs to CMD)."""
     print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
-
-
-def is_ci() -> bool:
-    """True when the environment says we run in CI (``CI=true``), where skipping is a failure."""
-    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 
 
 def free_port() -> int:
@@ -213,13 +210,18 @@ class Services:
 
     ``start(should_stop)`` raises ``ServiceError``, or ``Interrupted`` when
     ``should_stop()`` returns a signal number between steps; ``stop()`` is safe to call
-    in any partial state and more than once.
+    in any partial state and more than once. ``redis_conf``: a redis.conf to start Redis
+    with (port, bind address and directory still come from here) instead of the
+    throwaway settings (no persistence).
     """
 
-    def __init__(self, pg_bin: Path, redis_bin: str, keep_data: bool) -> None:
+    def __init__(
+        self, pg_bin: Path, redis_bin: str, keep_data: bool, redis_conf: Path | None = None
+    ) -> None:
         self.pg_bin = pg_bin
         self.redis_bin = redis_bin
         self.keep_data = keep_data
+        self.redis_conf = redis_conf
         self.run_as: pwd.struct_passwd | None = None
         self.db_user = getpass.getuser()
         self.tmp: Path | None = None
@@ -285,6 +287,7 @@ class Services:
             "AGENTOPS_PG_PORT": str(self.pg_port),
             "AGENTOPS_REDIS_BIN": self.redis_bin,
             "AGENTOPS_REDIS_PORT": str(self.redis_port),
+            "AGENTOPS_REQUIRE_SERVICES": "1",
         }
 
     # start -------------------------------------------------------------------------
@@ -472,25 +475,14 @@ class Services:
             self._check_interrupt()
             self.redis_port = free_port()
             log_offset = self.redis_log.stat().st_size if self.redis_log.exists() else 0
+            persistence = ["--save", "", "--appendonly", "no"]
+            argv = [self.redis_bin, *([str(self.redis_conf)] if self.redis_conf else [])]
+            argv += ["--port", str(self.redis_port), "--bind", "127.0.0.1"]
+            argv += [] if self.redis_conf else persistence
+            argv += ["--daemonize", "no", "--dir", str(redis_dir), "--logfile", ""]
             with open(self.redis_log, "ab") as logf:
                 self.redis_proc = subprocess.Popen(
-                    [
-                        self.redis_bin,
-                        "--port",
-                        str(self.redis_port),
-                        "--bind",
-                        "127.0.0.1",
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                        "--daemonize",
-                        "no",
-                        "--dir",
-                        str(redis_dir),
-                        "--logfile",
-                        "",
-                    ],
+                    argv,
                     stdin=subprocess.DEVNULL,
                     stdout=logf,
                     stderr=subprocess.STDOUT,
@@ -693,16 +685,8 @@ def main(argv: list[str] | None = None) -> int:
     if pg_bin is not None and redis_bin is None:
         reason = "redis-server not found on PATH"
     if pg_bin is None or redis_bin is None:
-        if is_ci():
-            log(
-                f"ERROR: {reason}; CI=true, so PostgreSQL/Redis tests may not skip "
-                "(install postgresql and redis-server, see .ci/run)"
-            )
-            return 2
-        log(f"SKIPPING PostgreSQL/Redis: {reason}")
-        for name in EXPORTED:
-            env.pop(name, None)  # never point tests at some other, non-throwaway server
-        return runner.run(args.cmd, env)
+        log(f"ERROR: {reason}; run scripts/install_system_deps.sh (as root) first")
+        return 2
 
     services = Services(pg_bin, redis_bin, args.keep_data)
     try:

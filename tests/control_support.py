@@ -1,4 +1,4 @@
-"""Helpers for the control-layer tests (issue 4): users, polling, and reading a
+"""Helpers for the control-layer tests: users, polling, and reading a
 deployment's database through ``manage.py shell`` (the tests stay black-box: every
 process is a real ``manage.py`` subprocess)."""
 

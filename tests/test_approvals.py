@@ -1,4 +1,4 @@
-"""Approvals (issue 4): the weekly_report run waits for a person with no worker holding
+"""Approvals: the weekly_report run waits for a person with no worker holding
 anything, continues on approve or takes the reject path, decides once under
 concurrency, and refuses people without the approver permission. Real worker
 subprocesses on SQLite (database polling) and PostgreSQL + Redis (RQ)."""

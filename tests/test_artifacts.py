@@ -1,4 +1,4 @@
-"""Artifacts (issue 4): written file first then row with a sha256; reading verifies it.
+"""Artifacts: written file first then row with a sha256; reading verifies it.
 A corrupted or missing report.md pauses the run with a takeover before publish, and the
 publisher is never called."""
 

@@ -1,4 +1,4 @@
-"""Cancellation as a flow (issue 4), with real worker subprocesses: a running step stops
+"""Cancellation as a flow, with real worker subprocesses: a running step stops
 at its safe point, its lease is released, compensations run once, the run ends
 CANCELLED, artifacts stay, and a result arriving after CANCELLED changes nothing."""
 

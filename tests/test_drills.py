@@ -1,6 +1,7 @@
 """The fault drills, each through ``manage.py drill NAME --json`` against real
-PostgreSQL + Redis (the drill makes its own scratch database and Redis db there, and
-the DB-outage drill its own PostgreSQL server)."""
+PostgreSQL + Redis (the drill makes its own scratch database there, and the DB-outage
+drill its own PostgreSQL server). Each drill gets a redis-server of its own: the Redis
+drill kills every client connection of the server, which would hit parallel tests."""
 
 import json
 
@@ -16,8 +17,8 @@ NAMES = list(DRILLS)
 
 @pytest.mark.services
 @pytest.mark.parametrize("name", NAMES)
-def test_it_passes_the_drill(deployment_factory, name):
-    d = deployment_factory("postgres")
+def test_it_passes_the_drill(private_redis, deployment_factory, name):
+    d = deployment_factory("postgres", {"REDIS_URL": private_redis.url()})
     proc = d.manage("drill", name, "--json", timeout=280)
     results = json.loads(proc.stdout) if proc.stdout.strip().startswith("[") else None
     assert results is not None, proc.stdout + proc.stderr
@@ -29,7 +30,7 @@ def test_it_passes_the_drill(deployment_factory, name):
     assert len(result["checks"]) >= 4
 
 
-def test_it_lists_the_drills_of_the_issues():
+def test_it_lists_every_drill():
     assert len(NAMES) >= 13
     assert {
         "kill_after_tool",

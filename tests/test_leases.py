@@ -43,7 +43,9 @@ def test_it_lets_exactly_one_of_two_processes_claim_each_step(deployment_factory
             "from runs.engine.control.lifecycle import start_run\n"
             "from runs.models import Step\n"
             "run = start_run('room_temperature', thread_id='c', input={'question': 'q'})\n"
-            "Step.objects.bulk_create([Step(run=run, name='plan', seq=100 + i) for i in range(60)])\n"
+            "Step.objects.bulk_create(\n"
+            "    [Step(run=run, name='plan', seq=100 + i) for i in range(60)]\n"
+            ")\n"
             "print(json.dumps(list(Step.objects.filter(run=run).values_list('pk', flat=True))))"
         ),
         check=True,

@@ -1,11 +1,8 @@
-"""Redis only notifies (issue 4): flushed or stopped mid-run, nothing is lost. The
+"""Redis only notifies: flushed or stopped mid-run, nothing is lost. The
 sweeper and startup recovery re-notify from the database, and an RQ worker whose Redis
 vanished keeps working from the database until Redis answers again."""
 
-import os
 import signal
-import socket
-import subprocess
 import time
 
 import pytest
@@ -40,8 +37,10 @@ def assert_finished_once(d, run_id):
     assert all(s["attempt"] == 1 for s in facts(d, run_id)["steps"])
 
 
-def test_a_run_survives_redis_flushall_at_every_stage(deployment_factory):
-    d = deployment_factory("postgres", FAST)
+def test_a_run_survives_redis_flushall_at_every_stage(private_redis, deployment_factory):
+    # FLUSHALL empties the whole server: a server of this test's own, so parallel tests
+    # keep their queues.
+    d = deployment_factory("postgres", {**FAST, "REDIS_URL": private_redis.url()})
     make_user(d, "alice", approver=True)
     client = redis.Redis.from_url(d.env["REDIS_URL"])
     try:
@@ -74,84 +73,35 @@ def test_a_run_survives_redis_flushall_at_every_stage(deployment_factory):
     assert worker.wait(timeout=60) == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _start_redis(port: int, log) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [
-            os.environ["AGENTOPS_REDIS_BIN"],
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+def test_a_run_finishes_after_redis_was_stopped_for_ten_seconds(private_redis, deployment_factory):
+    d = deployment_factory("postgres", {**FAST, "REDIS_URL": private_redis.url()})
+    make_user(d, "alice", approver=True)
+    run_id = d.manage(
+        "runs",
+        "start",
+        "weekly_report",
+        "--thread",
+        "S",
+        "--input",
+        weekly_input(delays={"analyze": 2}),
+        check=True,
+    ).stdout.strip()
+    worker = d.popen("worker")
+    wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run")
+    private_redis.stop()
+    stopped_at = time.monotonic()
+    approve_when_waiting(d, run_id)  # decided while Redis is down
+    time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - stopped_at)))
+    assert worker.poll() is None, d.logs(worker)
+    private_redis.start()  # back on the same port, empty (no persistence)
+    wait_until(
+        lambda: status(d, run_id)["status"] == "SUCCEEDED",
+        timeout=180,
+        what="SUCCEEDED after the outage",
     )
-    client = redis.Redis(port=port)
-    try:
-        wait_until(lambda: _pings(client), timeout=30, interval=0.1, what="redis-server")
-    finally:
-        client.close()
-    return proc
-
-
-def _pings(client) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-
-
-def test_a_run_finishes_after_redis_was_stopped_for_ten_seconds(deployment_factory, tmp_path):
-    require_services()
-    port = _free_port()
-    with open(tmp_path / "own-redis.log", "w") as log:
-        own = _start_redis(port, log)
-        try:
-            d = deployment_factory("postgres", {**FAST, "REDIS_URL": f"redis://127.0.0.1:{port}/0"})
-            make_user(d, "alice", approver=True)
-            run_id = d.manage(
-                "runs",
-                "start",
-                "weekly_report",
-                "--thread",
-                "S",
-                "--input",
-                weekly_input(delays={"analyze": 2}),
-                check=True,
-            ).stdout.strip()
-            worker = d.popen("worker")
-            wait_until(
-                lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run"
-            )
-            own.terminate()
-            own.wait(timeout=30)
-            stopped_at = time.monotonic()
-            approve_when_waiting(d, run_id)  # decided while Redis is down
-            time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - stopped_at)))
-            assert worker.poll() is None, d.logs(worker)
-            own = _start_redis(port, log)  # back, empty (no persistence)
-            wait_until(
-                lambda: status(d, run_id)["status"] == "SUCCEEDED",
-                timeout=180,
-                what="SUCCEEDED after the outage",
-            )
-            assert_finished_once(d, run_id)
-            worker.send_signal(signal.SIGTERM)
-            assert worker.wait(timeout=60) == 0
-        finally:
-            if own.poll() is None:
-                own.terminate()
-                own.wait(timeout=30)
+    assert_finished_once(d, run_id)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0
 
 
 @pytest.fixture(autouse=True)
@@ -175,49 +125,44 @@ def _fill(client: redis.Redis) -> int:
     return written
 
 
-def test_a_full_redis_neither_stops_runs_nor_spins_the_worker(deployment_factory, tmp_path):
-    port = _free_port()
-    with open(tmp_path / "own-redis.log", "w") as log:
-        own = _start_redis(port, log)
-        client = redis.Redis(port=port)
-        try:
-            assert _fill(client) > 0
-            d = deployment_factory("postgres", {**FAST, "REDIS_URL": f"redis://127.0.0.1:{port}/0"})
-            worker = d.popen("worker")
-            run_ids = [
-                d.manage(
-                    "runs",
-                    "start",
-                    "room_temperature",
-                    "--thread",
-                    f"full-{i}",
-                    "--input",
-                    '{"question": "How warm is it?"}',
-                    check=True,
-                ).stdout.strip()
-                for i in range(3)
-            ]
-            for run_id in run_ids:
-                wait_until(
-                    lambda run_id=run_id: status(d, run_id)["status"] == "SUCCEEDED",
-                    timeout=180,
-                    what="SUCCEEDED with Redis full",
-                )
-            time.sleep(3)  # a spinning worker would log thousands of lines by now
-            _, err = d.logs(worker)
-            assert err.count("working from the database") <= 2, err[-3000:]
-            assert len(err.splitlines()) < 100, err[-3000:]
-            client.config_set("maxmemory", 0)  # room again: the worker returns to RQ
+def test_a_full_redis_neither_stops_runs_nor_spins_the_worker(private_redis, deployment_factory):
+    # maxmemory is server-wide: a server of this test's own.
+    client = redis.Redis(port=private_redis.port)
+    try:
+        assert _fill(client) > 0
+        d = deployment_factory("postgres", {**FAST, "REDIS_URL": private_redis.url()})
+        worker = d.popen("worker")
+        run_ids = [
+            d.manage(
+                "runs",
+                "start",
+                "room_temperature",
+                "--thread",
+                f"full-{i}",
+                "--input",
+                '{"question": "How warm is it?"}',
+                check=True,
+            ).stdout.strip()
+            for i in range(3)
+        ]
+        for run_id in run_ids:
             wait_until(
-                lambda: "back to RQ dispatch" in d.logs(worker)[1],
-                timeout=90,
-                what="the worker back on RQ",
+                lambda run_id=run_id: status(d, run_id)["status"] == "SUCCEEDED",
+                timeout=180,
+                what="SUCCEEDED with Redis full",
             )
-            assert worker.poll() is None
-            worker.send_signal(signal.SIGTERM)
-            assert worker.wait(timeout=60) == 0
-        finally:
-            client.close()
-            if own.poll() is None:
-                own.terminate()
-                own.wait(timeout=30)
+        time.sleep(3)  # a spinning worker would log thousands of lines by now
+        _, err = d.logs(worker)
+        assert err.count("working from the database") <= 2, err[-3000:]
+        assert len(err.splitlines()) < 100, err[-3000:]
+        client.config_set("maxmemory", 0)  # room again: the worker returns to RQ
+        wait_until(
+            lambda: "back to RQ dispatch" in d.logs(worker)[1],
+            timeout=90,
+            what="the worker back on RQ",
+        )
+        assert worker.poll() is None
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0
+    finally:
+        client.close()

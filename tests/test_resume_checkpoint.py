@@ -1,4 +1,4 @@
-"""Resume from a named checkpoint (issue 4): the dry run names exactly the steps that
+"""Resume from a named checkpoint: the dry run names exactly the steps that
 then run, nothing before the checkpoint runs again, later steps become SUPERSEDED and
 are re-created in a new generation with new idempotency keys."""
 

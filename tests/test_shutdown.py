@@ -1,4 +1,4 @@
-"""Graceful shutdown (issue 4): SIGTERM during a step lets it finish and save, the worker
+"""Graceful shutdown: SIGTERM during a step lets it finish and save, the worker
 exits 0, and nothing runs twice; on database polling and on RQ."""
 
 import signal

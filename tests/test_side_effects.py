@@ -1,4 +1,4 @@
-"""Side effects happen once (issue 3): drills with real worker subprocesses on SQLite
+"""Side effects happen once: drills with real worker subprocesses on SQLite
 (database polling) and PostgreSQL + Redis (RQ).
 
 Only the outside world is faked: the simulated lamp and booking service keep their state
@@ -296,7 +296,10 @@ def _deliver(d: Deployment, run_id: str, step_id: int, times: int) -> None:
         for _ in range(times):
             queue.enqueue("runs.engine.execution.jobs.execute_step_job", run_id, step_id, 0)
         return
-    code = f"from runs.engine.execution.jobs import execute_step_job; execute_step_job({run_id!r}, {step_id}, 0)"
+    code = (
+        "from runs.engine.execution.jobs import execute_step_job; "
+        f"execute_step_job({run_id!r}, {step_id}, 0)"
+    )
     procs = [d.popen("shell", "-c", code) for _ in range(times)]
     for proc in procs:
         assert proc.wait(timeout=120) == 0, Deployment.logs(proc)

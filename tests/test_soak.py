@@ -6,8 +6,9 @@ import pytest
 
 
 @pytest.mark.services
-def test_it_holds_every_invariant_under_random_faults(deployment_factory, tmp_path):
-    d = deployment_factory("postgres")
+def test_it_holds_every_invariant_under_random_faults(private_redis, deployment_factory, tmp_path):
+    # A Redis of its own: the soak's faults include dropping every client connection.
+    d = deployment_factory("postgres", {"REDIS_URL": private_redis.url()})
     out = tmp_path / "soak.json"
     proc = d.manage(
         "soak",

@@ -1,4 +1,4 @@
-"""Takeover resolutions (issue 4) on a weekly_report run paused by a corrupted report:
+"""Takeover resolutions on a weekly_report run paused by a corrupted report:
 claim, retry, mark done with evidence, cancel; each resolution is an event with actor
 and reason."""
 

@@ -1,4 +1,4 @@
-"""The watchdog (issue 4): a run with no new event for longer than the threshold is
+"""The watchdog: a run with no new event for longer than the threshold is
 flagged stuck (Run.stuck_since + a run.stuck event) and listed; progress clears it."""
 
 from tests.control_support import events_of, facts, step_status, wait_until, weekly_input

@@ -1,4 +1,4 @@
-"""Workflow versions (issue 4): a worker running code that does not know a run's
+"""Workflow versions: a worker running code that does not know a run's
 version pauses it with an unknown_workflow_version takeover and never restarts it; once
 the code knows the version, resolving the takeover continues the run where it stopped.
 A registered migration upgrades an old run's checkpoint instead."""

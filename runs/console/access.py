@@ -90,8 +90,9 @@ def refusal(
         {"title": title, "message": message, "back": back},
         status=status,
     )
-    response.refusal_code = code
-    response.refusal_reason = message
+    # Read by the audit middleware (runs.refusals); not part of HttpResponse's type.
+    response.refusal_code = code  # type: ignore[attr-defined]
+    response.refusal_reason = message  # type: ignore[attr-defined]
     return response
 
 

@@ -1,5 +1,5 @@
 """``manage.py bench``: the engine side by side with raw RQ and raw PostgreSQL, recovery
-after SIGKILL, and console page times on a large database (issue 7, part 3).
+after SIGKILL, and console page times on a large database.
 
 Every part runs in a scratch database on the configured PostgreSQL server and a
 scratch Redis database (``runs.drills.sandbox``). Nothing here asserts on time.
@@ -532,43 +532,20 @@ def seed_console(runs: int, events_per_run: int, say, *, open_permille: int = 30
     }
 
 
-def _console_targets() -> tuple[str, list[tuple[str, str]]]:
-    """(source, [(label, url)]) of the pages to time: issue 5's console when its URLs
-    resolve, else the Django admin changelist of Run (registered here if needed)."""
-    import importlib
+def _console_targets() -> list[tuple[str, str]]:
+    """[(label, url)] of the console pages to time: overview, runs list filtered by
+    status, and the detail page of the newest FAILED run."""
+    from django.urls import reverse
 
-    from django.contrib import admin
-    from django.urls import NoReverseMatch, clear_url_caches, reverse
-
-    if not admin.site.is_registered(Run):
-        # The fallback page; registered before the URLconf is (re)loaded so admin has it.
-        class BenchRunAdmin(admin.ModelAdmin):
-            list_display = ("id", "workflow", "status", "created_at")
-            list_filter = ("status",)
-
-        admin.site.register(Run, BenchRunAdmin)
-        clear_url_caches()
-        importlib.reload(importlib.import_module(settings.ROOT_URLCONF))
     # A FAILED run when the seed has one (1 in 20), else the newest run.
     run = (
         Run.objects.filter(status=RunStatus.FAILED).order_by("-created_at", "-pk").first()
         or Run.objects.order_by("-created_at", "-pk").first()
     )
-    try:
-        return "console", [
-            ("overview", reverse("console:overview")),
-            ("runs list (status=FAILED)", reverse("console:runs") + "?status=FAILED"),
-            ("run detail", reverse("console:run", kwargs={"run_id": run.pk})),
-        ]
-    except NoReverseMatch:
-        pass  # issue 5's console is not in this build
-    return "admin (issue 5's console not merged)", [
-        ("admin changelist", reverse("admin:runs_run_changelist")),
-        (
-            "admin changelist (status=FAILED)",
-            reverse("admin:runs_run_changelist") + "?status__exact=FAILED",
-        ),
-        ("admin change page", reverse("admin:runs_run_change", args=[run.pk])),
+    return [
+        ("overview", reverse("console:overview")),
+        ("runs list (status=FAILED)", reverse("console:runs") + "?status=FAILED"),
+        ("run detail", reverse("console:run", kwargs={"run_id": run.pk})),
     ]
 
 
@@ -584,7 +561,7 @@ def bench_console(runs: int, events_per_run: int, requests: int, say) -> dict:
         settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
     client = Client()
     client.force_login(user)
-    source, targets = _console_targets()
+    targets = _console_targets()
     pages = {}
     for label, url in targets:
         times, status = [], None
@@ -599,7 +576,7 @@ def bench_console(runs: int, events_per_run: int, requests: int, say) -> dict:
             "p50_ms": _ms(percentile(times, 50)),
             "p95_ms": _ms(percentile(times, 95)),
         }
-    return {"source": source, **seeded, "requests_per_page": requests, "pages": pages}
+    return {**seeded, "requests_per_page": requests, "pages": pages}
 
 
 # -- the whole benchmark ----------------------------------------------------------------
@@ -742,9 +719,7 @@ def format_table(result: dict) -> str:
     con = result.get("console", {})
     rows += _skipped("console", con)
     if con and "skipped" not in con:
-        rows.append(
-            ("console", f"{con['source']}", f"{con['runs']:,} runs, {con['events']:,} events")
-        )
+        rows.append(("console", "seeded", f"{con['runs']:,} runs, {con['events']:,} events"))
         for label, page in con["pages"].items():
             rows.append(
                 (

@@ -1,4 +1,4 @@
-"""The drills (issue 7, part 1). Each runs real ``manage.py worker`` processes in a fresh
+"""The drills. Each runs real ``manage.py worker`` processes in a fresh
 ``Sandbox``, injects its fault, and checks where the run resumed, how many times each
 outside call happened (the simulated systems' own logs) and the business result.
 """
@@ -9,7 +9,9 @@ import time
 
 from runs.drills.base import drill, events, owner_pid, steps, wait_status, wait_terminal
 from runs.drills.sandbox import PgCluster, Sandbox, process_state, wait_until
+from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import run_status, start_run
+from runs.engine.effects.budget import raise_budget
 from runs.engine.execution import dispatch
 from runs.models import Operation, Run, Step, WorkerProcess
 from runs.sim import faults, services
@@ -75,24 +77,7 @@ def _status_events_after_terminal(run_id) -> list[str]:
 
 
 def _cancel(run: Run) -> None:
-    """Cancel as an operator: issue 4's cancel flow when present, else the gateway's
-    transitions (CANCEL_REQUESTED, then CANCELLED)."""
-    try:
-        from runs.engine.control.cancel import request_cancel
-    except ImportError:
-        from runs.engine.state.gateway import transition_run
-
-        transition_run(
-            run.pk, RunStatus.CANCEL_REQUESTED, actor="user:drill", reason="drill: operator cancel"
-        )
-        transition_run(
-            run.pk,
-            RunStatus.CANCELLED,
-            expected=RunStatus.CANCEL_REQUESTED,
-            actor="user:drill",
-            reason="drill: operator cancel",
-        )
-        return
+    """Cancel as an operator through the cancel flow."""
     request_cancel(run, actor="user:drill", reason="drill: operator cancel")
 
 
@@ -504,16 +489,6 @@ def budget_out(r):
         r.expect("paused at step", "reply", takeover.failed_at if takeover else None)
         r.expect("model calls used (limit 1)", 1, Run.objects.get(pk=run.pk).model_calls)
         r.expect("thermostat reads", 1, device_calls(str(run.pk)).get("thermostat.read"))
-        try:
-            from runs.engine.effects.budget import raise_budget
-        except ImportError:
-            r.check(
-                "raise the budget and resume",
-                "SUCCEEDED (issue 3)",
-                "raise_budget not in this build; paused state checked",
-                True,
-            )
-            return
         raise_budget(
             Run.objects.get(pk=run.pk),
             actor="user:drill",
@@ -655,8 +630,6 @@ def approval_wait(r):
 
 @drill("cancel_running", "a user cancels while a step is running")
 def cancel_running(r):
-    from runs.engine.control.cancel import request_cancel
-
     with Sandbox("cancel", env=DRILL_ENV) as box:
         run = start_run(
             "weekly_report",

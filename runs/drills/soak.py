@@ -1,7 +1,6 @@
-"""``manage.py soak``: mixed workflows under random faults, then invariants (issue 7,
-part 2).
+"""``manage.py soak``: mixed workflows under random faults, then invariants.
 
-Runs the demos (room_temperature, dim_lights, weekly_report, book_trip when registered)
+Runs the demos (room_temperature, dim_lights, weekly_report, book_trip)
 and ``synthetic_order`` in a ``Sandbox`` with short leases while, every ``kill_every``
 seconds, one fault picked by the seeded RNG hits: SIGKILL of a worker (a new one is
 started), SIGSTOP of a worker for 1-6 s (past its 3 s lease or not) then SIGCONT, a Redis
@@ -26,7 +25,6 @@ from runs.engine.execution import dispatch
 from runs.models import Event, Run, Step
 from runs.sim import devices, services
 from runs.states import RUN_TERMINAL, RunStatus
-from runs.workflows import registry
 
 SOAK_ENV = {
     "AGENTOPS_LEASE_SECONDS": "3",
@@ -78,16 +76,8 @@ class SoakReport:
         }
 
 
-def _workflow_mix() -> list[str]:
-    names = ["room_temperature", "dim_lights", "weekly_report", "book_trip", "synthetic_order"]
-    known = []
-    for name in names:
-        try:
-            registry.get(name)
-            known.append(name)
-        except registry.UnknownWorkflow:
-            continue
-    return known
+#: The workflows a soak mixes, all registered by runs.workflows.
+WORKFLOW_MIX = ["room_temperature", "dim_lights", "weekly_report", "book_trip", "synthetic_order"]
 
 
 def _input(workflow: str, i: int, rng: random.Random) -> dict:
@@ -120,7 +110,6 @@ class Soak:
 
     def run(self) -> SoakReport:
         started = time.monotonic()
-        mix = _workflow_mix()
         with Sandbox("soak", env=SOAK_ENV) as box:
             self.box = box
             for _ in range(self.n_workers):
@@ -130,14 +119,14 @@ class Soak:
             next_fault = started + self.kill_every
             while time.monotonic() < end:
                 now = time.monotonic()
-                self._start_due_runs(mix, started, start_until, now)
+                self._start_due_runs(WORKFLOW_MIX, started, start_until, now)
                 if self.kill_every and now >= next_fault:
                     self._inject(self.rng.choice(FAULTS))
                     next_fault += self.kill_every
                 self._wake_due(now)
                 self._decide_approvals()
                 time.sleep(0.2)
-            self._start_due_runs(mix, started, started, time.monotonic())
+            self._start_due_runs(WORKFLOW_MIX, started, started, time.monotonic())
             self.say(f"faults stopped after {self.duration:.0f}s; draining")
             for proc in list(self.stopped):
                 box.signal(proc, signal.SIGCONT)

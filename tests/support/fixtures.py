@@ -1,19 +1,66 @@
-"""Pytest fixtures for black-box deployment tests.
+"""Pytest fixtures and session rules for black-box deployment tests.
 
-Enable them in a conftest.py with ``from tests.support.fixtures import *  # noqa: F403``
-(or ``pytest_plugins = ["tests.support.fixtures"]`` in the top-level conftest.py).
+Enable them with ``pytest_plugins = ["tests.support.fixtures"]`` in the top-level
+conftest.py. Besides the fixtures, this plugin gives every pytest-xdist worker its own
+Redis database and device directories, and turns a skip into a failure where skips are
+forbidden (CI, ``make test``): a test that should have run and did not is a failure.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
-from tests.support.services import TEMPLATES, Deployment, Templates, make_deployment
+from tests.support.services import (
+    TEMPLATES,
+    Deployment,
+    RedisServer,
+    Templates,
+    isolate_xdist_worker,
+    make_deployment,
+    skips_forbidden,
+)
 
-__all__ = ["deployment_factory", "deployment_templates"]
+__all__ = ["deployment_factory", "deployment_templates", "private_redis"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Per-worker isolation under pytest-xdist (see ``isolate_xdist_worker``)."""
+    from django.conf import settings
+
+    isolate_xdist_worker(os.environ.get("PYTEST_XDIST_WORKER"), settings)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Where ``skips_forbidden()``, report a skipped test as failed, with the reason."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail") and skips_forbidden():
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped ({reason}), but no test may skip in CI or under make test "
+            "(AGENTOPS_REQUIRE_SERVICES=1)"
+        )
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A started redis-server of this test's own (``RedisServer``), stopped afterwards:
+    for tests that flush, restart or reconfigure the whole server. Without redis-server
+    it skips (fails where ``skips_forbidden()``)."""
+    if not (os.environ.get("AGENTOPS_REDIS_BIN") or shutil.which("redis-server")):
+        pytest.skip("redis-server not found: run via make test")
+    server = RedisServer(tmp_path / "private-redis").start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

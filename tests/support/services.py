@@ -8,9 +8,17 @@ costs seconds.
 
 PostgreSQL and Redis come from ``scripts/with_services.py`` (``make test``) through
 ``AGENTOPS_PG_ADMIN_URL``, ``DATABASE_URL`` and ``REDIS_URL``; without them, postgres
-deployments skip (and fail under ``CI=true``). Use the ``deployment_factory`` fixture
-from ``tests/support/fixtures.py`` rather than ``make_deployment`` directly, so that
+deployments skip (and fail under ``CI=true`` or ``AGENTOPS_REQUIRE_SERVICES=1``, which
+``make test`` sets). Use the ``deployment_factory`` fixture from
+``tests/support/fixtures.py`` rather than ``make_deployment`` directly, so that
 databases and processes are cleaned up.
+
+Under pytest-xdist every worker process has its own databases (pytest-django suffixes
+the test database with the worker id; deployments and templates carry the PID) and its
+own Redis database number (``isolate_xdist_worker``). A test that changes the Redis
+*server* (FLUSHALL, CLIENT KILL, CONFIG SET, a restart) starts its own with
+``RedisServer`` instead (the ``private_redis`` fixture); one that stops PostgreSQL runs
+its own cluster (``runs.drills.sandbox.PgCluster``).
 """
 
 from __future__ import annotations
@@ -49,24 +57,149 @@ _counter = itertools.count(1)
 
 
 def is_ci() -> bool:
-    """True under ``CI=true``, where tests needing services must fail instead of skip."""
+    """True under ``CI=true``."""
     return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def skips_forbidden() -> bool:
+    """True when no test may skip: in CI, and under ``make test``
+    (``AGENTOPS_REQUIRE_SERVICES=1`` from scripts/with_services.py)."""
+    return is_ci() or os.environ.get("AGENTOPS_REQUIRE_SERVICES") == "1"
 
 
 def require_services() -> None:
     """Skip the calling test unless PostgreSQL and Redis were started for this run.
 
     Needs ``DATABASE_URL``, ``AGENTOPS_PG_ADMIN_URL`` and ``REDIS_URL`` in the
-    environment. Calls ``pytest.skip`` when they are missing, or ``pytest.fail`` under
-    ``CI=true`` (CI must never skip these tests).
+    environment. Calls ``pytest.skip`` when they are missing, or ``pytest.fail`` when
+    ``skips_forbidden()`` (CI and ``make test`` must never skip these tests).
     """
     missing = [name for name in SERVICE_VARS if not os.environ.get(name)]
     if not missing:
         return
     message = f"{SKIP_REASON}; missing {', '.join(missing)}"
-    if is_ci():
-        pytest.fail(f"{message} (CI=true: these tests may not skip)", pytrace=False)
+    if skips_forbidden():
+        pytest.fail(f"{message} (CI or make test: these tests may not skip)", pytrace=False)
     pytest.skip(message)
+
+
+#: Redis database numbers: 0 without xdist, 1 + N for worker gwN; the drills' scratch
+#: database (``AGENTOPS_SCRATCH_REDIS_DB``, 15) stays out of the way.
+MAX_XDIST_WORKERS = 14
+
+
+def isolate_xdist_worker(worker_id: str | None, settings) -> None:
+    """Give this pytest-xdist worker (``worker_id`` like ``"gw3"``; ``None`` outside
+    xdist: nothing changes) its own Redis database number and its own default device and
+    artifact directories, in ``settings`` and in ``os.environ`` (which deployments and
+    worker subprocesses inherit). Its PostgreSQL test database is pytest-django's
+    ``test_<name>_gwN``. Raises ``pytest.UsageError`` past ``MAX_XDIST_WORKERS``.
+    """
+    if not worker_id:
+        return
+    number = int(worker_id.removeprefix("gw"))
+    if number >= MAX_XDIST_WORKERS:
+        raise pytest.UsageError(f"at most {MAX_XDIST_WORKERS} xdist workers (-n)")
+    if os.environ.get("REDIS_URL"):
+        parts = urlsplit(os.environ["REDIS_URL"])
+        url = urlunsplit(parts._replace(path=f"/{number + 1}"))
+        os.environ["REDIS_URL"] = url
+        settings.REDIS_URL = url
+        settings.RQ_QUEUES["default"]["URL"] = url
+    root = Path(tempfile.mkdtemp(prefix=f"agentops-{worker_id}-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    for name, setting in (("devices", "AGENTOPS_DEVICE_DIR"), ("artifacts", "MEDIA_ROOT")):
+        path = root / name
+        path.mkdir()
+        setattr(settings, setting, path)
+    os.environ["AGENTOPS_DEVICE_DIR"] = str(root / "devices")
+    os.environ["AGENTOPS_MEDIA_ROOT"] = str(root / "artifacts")
+
+
+class RedisServer:
+    """A redis-server of a test's own on a free loopback port (no persistence), for
+    tests that flush, restart or reconfigure the whole server.
+
+    ``start()`` waits until it answers PING (raises ``RuntimeError`` with its log after
+    ``timeout`` seconds); ``stop()`` terminates it by its PID (safe twice); ``url(db)``
+    is ``redis://127.0.0.1:PORT/db``. Needs ``AGENTOPS_REDIS_BIN`` (from ``make test``)
+    or redis-server on PATH.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "redis.log"
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def start(self, timeout: float = 30.0) -> RedisServer:
+        """Start it (again, on the same port after a ``stop()``) and wait for PING."""
+        import socket
+        import time
+
+        import redis
+
+        binary = os.environ.get("AGENTOPS_REDIS_BIN") or shutil.which("redis-server")
+        if not binary:
+            raise RuntimeError("redis-server not found (run via make test)")
+        if not self.port:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                self.port = sock.getsockname()[1]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    binary,
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(self.directory),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        client = redis.Redis(port=self.port, socket_timeout=2)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                with contextlib.suppress(redis.RedisError):
+                    if client.ping():
+                        return self
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    log_text = self.log_path.read_text(errors="replace")[-2000:]
+                    self.stop()
+                    raise RuntimeError(f"redis-server did not start:\n{log_text}")
+                time.sleep(0.05)
+        finally:
+            client.close()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after ``timeout`` seconds)."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def migrations_hash() -> str:

@@ -122,7 +122,7 @@ class Command(BaseCommand):
         )
         self.stdout.write(
             f"approval {approval.pk}: {approval.status} by "
-            f"{approval.decided_by.get_username() if approval.decided_by_id else '-'}"
+            f"{approval.decided_by.get_username() if approval.decided_by else '-'}"
         )
 
     # -- takeovers ------------------------------------------------------------------
@@ -221,7 +221,7 @@ def _approval_row(a: Approval) -> dict:
         "question": a.question,
         "reason": a.reason,
         "evidence": a.evidence,
-        "decided_by": a.decided_by.get_username() if a.decided_by_id else None,
+        "decided_by": a.decided_by.get_username() if a.decided_by else None,
         "comment": a.comment,
         "expires_at": a.expires_at.isoformat() if a.expires_at else None,
     }

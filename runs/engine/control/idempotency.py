@@ -115,11 +115,12 @@ def claim_action(owner, key: str, request_fingerprint: str) -> tuple[ActionReque
             )
         return record, True
     except IntegrityError:
-        record = ActionRequest.objects.filter(owner=owner, key=key).first()
-        if record is None:  # deleted as abandoned in between: the caller may retry
+        existing = ActionRequest.objects.filter(owner=owner, key=key).first()
+        if existing is None:  # deleted as abandoned in between: the caller may retry
             raise ControlError(
                 "request_in_progress", "a request with this Idempotency-Key is in progress"
             ) from None
+        record = existing
     if record.fingerprint != request_fingerprint:
         raise ControlError(
             "idempotency_key_reused",

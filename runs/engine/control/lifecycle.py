@@ -101,7 +101,7 @@ def start_run(
             goal=goal[:2000],
             budget=budget or {},
             faults=faults or {},
-            request_id=request_id,
+            request_id=request_id or "",
         )
         with run_transaction(run.pk) as tx:
             tx.event(
@@ -349,7 +349,7 @@ def retry_step(
     (action ``retry``). Returns the new step. Raises ``ControlError``
     (``not_allowed_in_state``, ``nothing_to_retry``). An UNKNOWN step is handed to
     ``unknown.resolve_unknown`` with outcome ``not-done`` instead (the ledger row and the
-    step are requeued the way issue 3 defines), with ``reason`` as the evidence.
+    step are requeued), with ``reason`` as the evidence.
     """
     with run_transaction(run.pk) as tx:
         if not command_allows("retry", tx.run.status):
@@ -369,7 +369,7 @@ def retry_step(
         if failed is None:
             raise ControlError("nothing_to_retry", "the run has no failed or unknown step")
     if failed.status == StepStatus.UNKNOWN:
-        # Retrying an unknown outcome is the operator's "it did not happen" (issue 3).
+        # Retrying an unknown outcome is the operator's "it did not happen".
         from runs.engine.effects.unknown_outcomes import resolve_unknown
 
         resolve_unknown(run, failed.name, outcome="not-done", evidence=reason, actor=actor)

@@ -89,12 +89,12 @@ def replayable_checkpoints(run: Run) -> list[Checkpoint]:
         cp
         for cp in Checkpoint.objects.filter(run=run).select_related("step").order_by("-pk")
         if cp.state.get("phase") is not None
-        and (cp.step_id is None or cp.step.status != StepStatus.SUPERSEDED)
+        and (cp.step is None or cp.step.status != StepStatus.SUPERSEDED)
     ]
 
 
 def _cut(cp: Checkpoint) -> int:
-    return cp.step.seq if cp.step_id else 0
+    return cp.step.seq if cp.step else 0
 
 
 def _first_unfinished(run: Run) -> Step | None:

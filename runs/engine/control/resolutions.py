@@ -160,7 +160,10 @@ def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
     elif approval.status == Approval.Status.PENDING:
         tx.transition_run(RunStatus.WAITING_APPROVAL, actor=actor, reason=note["reason"])
     else:
-        route = {Approval.Status.APPROVED: "approve", Approval.Status.REJECTED: "reject"}
+        route: dict[str, str] = {
+            Approval.Status.APPROVED: "approve",
+            Approval.Status.REJECTED: "reject",
+        }
         decision = approval.status.lower()
         continue_after(
             tx, approval, route.get(approval.status, "expire"), actor, {"decision": decision}
@@ -184,6 +187,8 @@ def _mark_unknown_done(run: Run, takeover, actor: str, note: dict[str, Any], res
             "evidence_required", "mark_done needs evidence", {"evidence": "required"}
         )
     step = _unknown_step(run)
+    if step is None:
+        raise ControlError("nothing_unknown", "the run has no step with an unknown outcome")
     resolve_unknown(
         run, step.name, outcome="done", evidence=note["evidence"], actor=actor, result=result
     )

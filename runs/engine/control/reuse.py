@@ -61,7 +61,7 @@ def describe(op: Operation, *, with_result: bool = True) -> dict[str, Any]:
     only ``with_result``)."""
     row = {
         "id": op.pk,
-        "step": op.step.name if op.step_id else None,
+        "step": op.step.name if op.step else None,
         "tool": op.tool,
         "side_effect": op.side_effect,
         "status": op.status,

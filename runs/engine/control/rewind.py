@@ -104,7 +104,7 @@ def checkpoint_labels(run: Run, checkpoints) -> dict[int, str]:
     labels = {}
     for cp in checkpoints:
         if cp.name in repeated:
-            labels[cp.pk] = f"{cp.name}#{cp.step.seq if cp.step_id else cp.pk}"
+            labels[cp.pk] = f"{cp.name}#{cp.step.seq if cp.step else cp.pk}"
         else:
             labels[cp.pk] = cp.name
     return labels
@@ -137,7 +137,7 @@ def list_checkpoints(
             "name": labels[cp.pk],
             "generation": cp.generation,
             "created_at": cp.created_at.isoformat(),
-            "step": cp.step.name if cp.step_id else None,
+            "step": cp.step.name if cp.step else None,
             "next_step": phases.get(cp.pk),
             "resumable": _usable(cp) and phases.get(cp.pk) is not None,
         }
@@ -146,7 +146,7 @@ def list_checkpoints(
 
 
 def _usable(cp: Checkpoint) -> bool:
-    return cp.step_id is None or cp.step.status != StepStatus.SUPERSEDED
+    return cp.step is None or cp.step.status != StepStatus.SUPERSEDED
 
 
 def find_checkpoint(run: Run, name: str) -> Checkpoint:
@@ -225,7 +225,7 @@ def plan_resume(
 
 
 def _later_steps(run: Run, cp: Checkpoint) -> list[Step]:
-    cut = cp.step.seq if cp.step_id else 0
+    cut = cp.step.seq if cp.step else 0
     return list(
         Step.objects.filter(run=run, seq__gt=cut).exclude(status__in=STEP_SETTLED).order_by("seq")
     )

@@ -1,4 +1,4 @@
-"""Workflow versions (issue 4): every run keeps the workflow name and version it started
+"""Workflow versions: every run keeps the workflow name and version it started
 with. When a worker reaches a run whose version this code does not register, it looks
 for a registered version that declares ``migrate_from[old_version]`` and upgrades the
 run's latest checkpoint with it; failing that, it pauses the run with an
@@ -70,7 +70,7 @@ def _migrate(run: Run, target: Workflow, worker_id: str) -> Workflow | None:
         state = target.migrate_from[old](dict(latest.state if latest else {}))
         state["workflow_version"] = target.version
         name = f"migrated:v{old}-v{target.version}"
-        Checkpoint.objects.create(
+        Checkpoint.objects.create(  # type: ignore[misc]  # state is a property setter
             run_id=run.pk,
             step_id=latest.step_id if latest else None,
             name=name,

@@ -135,7 +135,7 @@ def pause_for_invalid_artifact(
         )
         if not moved:
             return
-        before = _checkpoint_before(run, artifact.step.name) if artifact.step_id else None
+        before = _checkpoint_before(run, artifact.step.name) if artifact.step else None
         open_takeover(
             tx,
             cause="artifact_invalid",

@@ -328,7 +328,7 @@ def restore_backup(src: Path | str, storage=None) -> dict[str, Any]:
             if name != entry["uri"]:
                 raise BackupError(f"storage saved {entry['uri']} as {name}")
             artifact_files.fsync_file(storage, name)
-    counts = {key: model.objects.count() for key, model in COUNTED.items()}
+    counts = {key: model._default_manager.count() for key, model in COUNTED.items()}
     if counts != manifest["counts"]:
         raise BackupError(f"restored counts {counts} differ from the manifest {manifest['counts']}")
     bad = []

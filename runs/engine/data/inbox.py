@@ -124,7 +124,7 @@ def post_message(
             role=Message.Role.USER,
             content=content,
             status=Message.Status.QUEUED,
-            request_id=request_id,
+            request_id=request_id or "",
         )
         with run_transaction(run.pk) as tx:
             tx.event(
@@ -192,6 +192,8 @@ def _workflow_for(thread: Thread, name: str | None):
 def _promote(thread: Thread, message: Message, actor: str) -> Run:
     """Give the queued ``message`` its seq and start its run (thread row locked)."""
     run = message.run
+    if run is None:
+        raise ValueError(f"queued message {message.message_id} has no run")
     wf = registry.get(run.workflow, run.workflow_version)
     seq = gateway.allocate_message_seqs(thread.pk, 1)[1]
     Message.objects.filter(pk=message.pk).update(seq=seq, status=Message.Status.FINAL)

@@ -185,9 +185,9 @@ def raise_budget(
 
     try:
         added = {
-            "model_calls": int(add_model_calls),
-            "tool_calls": int(add_tool_calls),
-            "tokens": int(add_tokens),
+            "model_calls": Decimal(int(add_model_calls)),
+            "tool_calls": Decimal(int(add_tool_calls)),
+            "tokens": Decimal(int(add_tokens)),
             "cost_usd": Decimal(str(add_cost_usd)),
         }
     except (ValueError, ArithmeticError) as exc:
@@ -238,7 +238,11 @@ def raise_budget(
         )
         if takeover is not None:
             tx.transition_run(RunStatus.RUNNING, actor=actor, reason="budget raised")
-            step = Step.objects.filter(pk=takeover.step_id, status=StepStatus.PENDING).first()
+            step = (
+                Step.objects.filter(pk=takeover.step_id, status=StepStatus.PENDING).first()
+                if takeover.step_id is not None
+                else None
+            )
             if step is not None:
                 Step.objects.filter(pk=step.pk).update(
                     not_before=Now(), notified_at=Now(), attempt_base=step.attempt

@@ -14,15 +14,26 @@ decides), COMPENSATED (undone by a compensation).
 """
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import transaction
 
 from runs.engine.data import payloads
 from runs.engine.errors import LeaseLost
 from runs.engine.state.gateway import attempt_holds, transition_operation, transition_operations
+from runs.engine.state.values import InvalidValue, storable, storable_text
 from runs.models import Operation
 from runs.tools import Tool, ToolCall, VerifyAnswer
+
+
+class LedgerTool(Protocol):
+    """What the ledger records of the thing called: a ``Tool``, or a model request."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def side_effect(self) -> str: ...
+
 
 #: ``side_effect`` values of operations that change nothing outside: reads, and model
 #: requests (``runs.engine.effects.model_calls``), which only cost. Compensation, resume
@@ -49,7 +60,13 @@ def find(key: str) -> Operation | None:
 
 
 def record_intent(
-    *, run_id, step_id: int, attempt: int | None, key: str, tool: Tool, arguments: dict
+    *,
+    run_id,
+    step_id: int | None,
+    attempt: int | None,
+    key: str,
+    tool: LedgerTool,
+    arguments: dict,
 ) -> Operation:
     """Create the INTENT row for ``key``, or turn an earlier INTENT/FAILED/UNKNOWN row
     back into an INTENT of this attempt, fenced by ``attempt``.
@@ -57,10 +74,12 @@ def record_intent(
     ``attempt=None`` skips the fence (compensations run under their own lease, not a
     step's). Returns the row as stored; a row already SUCCEEDED or COMPENSATED is
     returned unchanged so the caller reuses it. Raises ``LeaseLost`` if ``attempt`` no
-    longer holds the step.
+    longer holds the step, ``InvalidValue`` (before any call) if ``arguments`` cannot be
+    stored faithfully.
     """
+    arguments = storable(arguments, "tool arguments")
     with transaction.atomic():
-        if attempt is not None and not attempt_holds(step_id, attempt):
+        if attempt is not None and (step_id is None or not attempt_holds(step_id, attempt)):
             raise LeaseLost(f"step {step_id} attempt {attempt} no longer holds the lease")
         op, created = Operation.objects.get_or_create(
             idempotency_key=key,
@@ -89,7 +108,7 @@ def record_reused(ops: list[Operation], *, run_id, generation: int) -> list[Oper
     skipped. Returns the new rows."""
     rows = []
     for op in ops:
-        old = key_prefix(op.run_id, op.step.generation if op.step_id else 1)
+        old = key_prefix(op.run_id, op.step.generation if op.step else 1)
         if op.status != Operation.Status.SUCCEEDED or not op.idempotency_key.startswith(old):
             continue
         rows.append(
@@ -124,14 +143,32 @@ def decline_reuse(op: Operation, arguments: dict) -> bool:
 
 def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCEEDED) -> None:
     """Store the outcome of the call. Not fenced on purpose: what the outside world did is
-    a fact worth keeping even when it comes from an attempt that lost its lease."""
+    a fact worth keeping even when it comes from an attempt that lost its lease.
+
+    A result that cannot be stored faithfully is kept as its ``repr`` with the reason
+    (the effect happened: the row must say so), then ``InvalidValue`` is raised so the
+    attempt fails once with the cause."""
+    try:
+        result = storable(result, "tool result")
+    except InvalidValue:
+        _store_result(op, {"invalid_result": storable_text(repr(result)[:4000])}, status)
+        raise
+    _store_result(op, result, status)
+
+
+def _store_result(op: Operation, result, status: str) -> None:
     transition_operation(op, status, result=payloads.externalize(op.run_id, result))
     op.result = result
 
 
 def record_late_result(op_id: int, result) -> None:
     """A call abandoned after its timeout finished after all: record the result unless a
-    decision (verify, an operator) already settled the row."""
+    decision (verify, an operator) already settled the row. A result that cannot be
+    stored faithfully is kept as its ``repr``."""
+    try:
+        result = storable(result, "tool result")
+    except InvalidValue as exc:
+        result = {"invalid_result": storable_text(repr(result)[:4000]), "problem": exc.detail}
     run_id = Operation.objects.filter(pk=op_id).values_list("run_id", flat=True).first()
     if run_id is None:
         return

@@ -98,7 +98,7 @@ def request(
     key = model_key(run.pk, step, ordinal)
     op = ledger.find(key)
     if op is not None and op.status == Operation.Status.SUCCEEDED:
-        return ModelReply.from_record(op.result), True
+        return ModelReply.from_record(op.result or {}), True
     budget_mod.charge(
         run.pk, run.budget, model_calls=1, cost_usd=cost_per_call_usd or "0", check_usage=True
     )
@@ -111,7 +111,7 @@ def request(
         arguments={"model": model_name, "ordinal": ordinal, **summary},
     )
     if op.status == Operation.Status.SUCCEEDED:
-        return ModelReply.from_record(op.result), True
+        return ModelReply.from_record(op.result or {}), True
     try:
         reply = call_with_timeout(call, timeout)
     except CallTimedOut as exc:
@@ -128,7 +128,8 @@ def request(
         raise
     reply.model = reply.model or model_name
     if cost_per_call_usd is not None:
-        reply.cost_usd, charged_after = str(cost_per_call_usd), Decimal(0)
+        charged_after: Decimal | None = Decimal(0)
+        reply.cost_usd = str(cost_per_call_usd)
     else:
         cost = price_usd(model_name, reply.usage)
         reply.cost_usd = None if cost is None else str(cost)

@@ -3,7 +3,7 @@ happened, which its tool's ``verify`` hook could not decide.
 
 The step becomes UNKNOWN, the run PAUSED, and a Takeover (cause ``unknown_outcome``)
 holds the operation and the evidence. A human then decides with ``resolve_unknown``
-(``runs resolve``; issue 4's console calls it too): "done" records the result and the
+(``runs resolve``; the console calls it too): "done" records the result and the
 step continues without calling the tool again; "not-done" lets the step call it once
 more. ``verify_now`` asks the hook again, for an operator who fixed the device.
 """

@@ -39,7 +39,7 @@ def flag_stuck_runs(actor: str, batch: int) -> int:
                     {
                         "status": tx.run.status,
                         "threshold_s": threshold,
-                        "step": tx.run.current_step.name if tx.run.current_step_id else None,
+                        "step": tx.run.current_step.name if tx.run.current_step else None,
                         "reason": f"no event for more than {threshold}s",
                     },
                     actor=actor,

@@ -113,12 +113,13 @@ def _walk(value: Any, where: str, path: str, depth: int) -> Any:
             out[_text(key, where, path)] = _walk(item, where, _child(path, key), depth + 1)
         return out
     kind = type(value)
-    reason = {
+    reasons: dict[type, str] = {
         tuple: "would come back as a list",
         set: "is not JSON",
         frozenset: "is not JSON",
         bytes: "is not JSON (encode it, e.g. base64, or store it as an artifact)",
-    }.get(kind, "is not JSON (use str, int, float, bool, None, list or dict)")
+    }
+    reason = reasons.get(kind, "is not JSON (use str, int, float, bool, None, list or dict)")
     raise InvalidValue(where, path, kind.__name__, reason)
 
 
