@@ -20,3 +20,9 @@ def other_worker():
 @pytest.fixture
 def room_temperature():
     return registry.get("room_temperature")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _faulty_workflow():
+    """The ``faulty`` test workflow (tests/workflows/faulty.py) in every test process."""
+    import tests.workflows.faulty  # noqa: F401 - registers it

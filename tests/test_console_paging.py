@@ -11,9 +11,9 @@ from django.test import Client
 
 from apitokens.services import create_token
 from runs.console.filters import RunFilter
+from runs.console.paging import PAGE_SIZE
 from runs.models import Run, Thread
 from runs.states import RunStatus
-from runs.views.runs_list import PAGE_SIZE
 from tests.console_helpers import actors, clients, device_dir, fast_passwords  # noqa: F401
 
 pytestmark = pytest.mark.django_db

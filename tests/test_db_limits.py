@@ -11,6 +11,7 @@ from django.test import Client
 from agentops.db_session import limits, process_kind, use_process_kind
 from apitokens.services import create_token
 from runs.engine.control.lifecycle import start_run
+from runs.engine.control.preconditions import run_etag
 from runs.engine.state import db_faults
 from runs.models import Event, Run
 from runs.states import RunStatus
@@ -71,6 +72,7 @@ def test_it_answers_503_when_a_cancel_waits_past_the_lock_timeout(postgres, as_w
         f"/api/v1/runs/{run.pk}/cancel",
         json.dumps({"reason": "stop"}),
         content_type="application/json",
+        HTTP_IF_MATCH=run_etag(run),
     )
 
     assert response.status_code == 503

@@ -103,7 +103,7 @@ def test_a_stopped_worker_keeps_its_signal_and_is_recovered_by_the_lease(
     expired = [e["payload"]["attempt"] for e in events_of(info, "lease.expired")]
     started = events_of(info, "step.started")
     assert [e["payload"]["attempt"] for e in started] == [1, 2]
-    assert expired == [1] or started[1]["payload"].get("takeover_from") == started[0]["actor"]
+    assert expired == [1] or started[1]["payload"].get("reclaimed_from") == started[0]["actor"]
     (hold,) = info["steps"]
     assert (hold["status"], hold["attempt"]) == ("SUCCEEDED", 2)
     # The stopped worker wakes up, finds its lease gone and abandons its attempt.

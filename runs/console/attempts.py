@@ -22,6 +22,7 @@ ENDINGS = {
     "step.abandoned": "abandoned (lease lost)",
     "lease.expired": "lease expired",
     "step.commit_rejected": "late write rejected (stale attempt)",
+    "step.released": "given back after a database fault (not counted)",
 }
 
 

@@ -21,6 +21,7 @@ from django.db import transaction
 from runs.engine.data import payloads
 from runs.engine.errors import LeaseLost
 from runs.engine.state.gateway import attempt_holds, transition_operation, transition_operations
+from runs.engine.state.values import InvalidValue, storable, storable_text
 from runs.models import Operation
 from runs.tools import Tool, ToolCall, VerifyAnswer
 
@@ -73,8 +74,10 @@ def record_intent(
     ``attempt=None`` skips the fence (compensations run under their own lease, not a
     step's). Returns the row as stored; a row already SUCCEEDED or COMPENSATED is
     returned unchanged so the caller reuses it. Raises ``LeaseLost`` if ``attempt`` no
-    longer holds the step.
+    longer holds the step, ``InvalidValue`` (before any call) if ``arguments`` cannot be
+    stored faithfully.
     """
+    arguments = storable(arguments, "tool arguments")
     with transaction.atomic():
         if attempt is not None and (step_id is None or not attempt_holds(step_id, attempt)):
             raise LeaseLost(f"step {step_id} attempt {attempt} no longer holds the lease")
@@ -140,14 +143,32 @@ def decline_reuse(op: Operation, arguments: dict) -> bool:
 
 def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCEEDED) -> None:
     """Store the outcome of the call. Not fenced on purpose: what the outside world did is
-    a fact worth keeping even when it comes from an attempt that lost its lease."""
+    a fact worth keeping even when it comes from an attempt that lost its lease.
+
+    A result that cannot be stored faithfully is kept as its ``repr`` with the reason
+    (the effect happened: the row must say so), then ``InvalidValue`` is raised so the
+    attempt fails once with the cause."""
+    try:
+        result = storable(result, "tool result")
+    except InvalidValue:
+        _store_result(op, {"invalid_result": storable_text(repr(result)[:4000])}, status)
+        raise
+    _store_result(op, result, status)
+
+
+def _store_result(op: Operation, result, status: str) -> None:
     transition_operation(op, status, result=payloads.externalize(op.run_id, result))
     op.result = result
 
 
 def record_late_result(op_id: int, result) -> None:
     """A call abandoned after its timeout finished after all: record the result unless a
-    decision (verify, an operator) already settled the row."""
+    decision (verify, an operator) already settled the row. A result that cannot be
+    stored faithfully is kept as its ``repr``."""
+    try:
+        result = storable(result, "tool result")
+    except InvalidValue as exc:
+        result = {"invalid_result": storable_text(repr(result)[:4000]), "problem": exc.detail}
     run_id = Operation.objects.filter(pk=op_id).values_list("run_id", flat=True).first()
     if run_id is None:
         return

@@ -10,7 +10,8 @@ from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import IntegrityError, close_old_connections, transaction
+from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
+from django.db.models import F
 from django.db.models.functions import Now
 
 from runs.engine.control import approvals, versions
@@ -19,10 +20,10 @@ from runs.engine.data import drafts, payloads
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.effects import budget, compensation, unknown_outcomes
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
-from runs.engine.execution import heartbeat
+from runs.engine.execution import dispatch, heartbeat
 from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.step_context import StepContext
-from runs.engine.state import checkpoints, leases, one_statement
+from runs.engine.state import checkpoints, db_faults, leases, one_statement, reconnect, values
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, allocate_message_seqs, run_transaction
 from runs.models import Message, Run, Step, Summary
@@ -225,6 +226,9 @@ def _run_attempt(
         _fail_attempt(run, step, attempt, worker, step_def, exc)
         return done
     except Exception as exc:  # noqa: BLE001 - a bug in a step is recorded, not fatal to the worker
+        if db_faults.classify(exc) is not None:
+            _release_after_db_fault(run, step, attempt, worker, exc)
+            return done
         logger.exception("step %s raised", step.name)
         _fail_attempt(
             run,
@@ -241,7 +245,69 @@ def _run_attempt(
         approvals.commit_approval_request(ctx, output or {}, worker.worker_id)
         return done
     claimed_by = worker.worker_id if chain and not worker.stopping.is_set() else None
-    return _commit_success(ctx, output, worker, claimed_by)
+    return _commit_checked(ctx, output, worker, step_def, claimed_by, done)
+
+
+def _commit_checked(
+    ctx: StepContext,
+    output: Any,
+    worker: WorkerIdentity,
+    step_def: StepDef,
+    claimed_by: str | None,
+    done: "StepOutcome",
+) -> "StepOutcome":
+    """Check every value the commit writes (``runs.engine.state.values``), then commit,
+    retrying the whole fenced transaction after a lost connection or a lock timeout (the
+    fence makes a repeat safe; a lost commit is not a failed attempt). A value that
+    cannot be stored fails the attempt with ``INVALID_OUTPUT``."""
+    try:
+        output = values.storable(output, "output")
+        ctx.new_messages = [_checked_message(m) for m in ctx.new_messages]
+    except values.InvalidValue as exc:
+        _fail_attempt(ctx.run, ctx.step, ctx.attempt, worker, step_def, exc)
+        return done
+    return _retrying(
+        ctx.run.pk,
+        ctx.step,
+        ctx.attempt,
+        worker,
+        lambda: _commit_success(ctx, output, worker, claimed_by),
+        "commit",
+    )
+
+
+def _checked_message(message: dict) -> dict:
+    return {
+        **message,
+        "content": values.storable(message["content"], "message content"),
+        "tool_calls": values.storable(message["tool_calls"], "message tool calls"),
+    }
+
+
+def _retrying(run_id, step: Step, attempt: int, worker: WorkerIdentity, fn, what: str):
+    """``fn()`` (one fenced transaction) through ``reconnect.retry_transaction`` for up to
+    one lease length; the faults it got past are recorded as one ``db.connection_lost``
+    event (after the fact: the event could not be written while the database was away)."""
+    faults: list[str] = []
+
+    def tracked(seen: list[str]):
+        faults[:] = seen
+        return fn()
+
+    result = reconnect.retry_transaction(
+        tracked,
+        deadline=settings.AGENTOPS_LEASE_SECONDS,
+        what=f"{what} of step {step.pk} attempt {attempt}",
+    )
+    if faults:
+        _record(
+            run_id,
+            "db.connection_lost",
+            {"attempt": attempt, "during": what, "retries": len(faults), "errors": faults[-3:]},
+            step,
+            worker,
+        )
+    return result
 
 
 # -- claim -----------------------------------------------------------------------------
@@ -479,7 +545,30 @@ def _fail_attempt(
     force_final: bool = False,
 ) -> None:
     """Record a failed attempt: schedule a retry with backoff, or give up as the step's
-    policy says (fail the run and compensate, or pause it for a takeover)."""
+    policy says (fail the run and compensate, or pause it for a takeover). Retried
+    after a lost connection like a commit."""
+    _retrying(
+        run.pk,
+        step,
+        attempt,
+        worker,
+        lambda: _record_failed_attempt(run, step, attempt, worker, step_def, error, force_final),
+        "failure record",
+    )
+
+
+def _record_failed_attempt(
+    run: Run,
+    step: Step,
+    attempt: int,
+    worker: WorkerIdentity,
+    step_def: StepDef,
+    error: StepError,
+    force_final: bool,
+) -> None:
+    """The body of ``_fail_attempt``: read the clock, decide, write (one transaction)."""
+    # Exception text is untrusted: NUL and lone surrogates would make the write fail.
+    error.detail = values.storable_text(error.detail)
     started = Step.objects.filter(pk=step.pk).values_list("started_at", flat=True).first()
     now = db_now()
     elapsed = (now - started).total_seconds() if started else 0.0
@@ -509,6 +598,7 @@ def _fail_attempt(
                 payload={
                     **payload,
                     "delay_s": decision.delay,
+                    "retry_after_s": decision.retry_after,
                     "failed_at": now.isoformat(),
                     "not_before": not_before.isoformat(),
                 },
@@ -571,6 +661,43 @@ def _budget_exhausted(
         _fail_attempt(run, step, attempt, worker, step_def, error, force_final=True)
     else:
         budget.pause_exhausted(run, step, attempt, worker.worker_id, error)
+
+
+def _release_after_db_fault(
+    run: Run, step: Step, attempt: int, worker: WorkerIdentity, exc: Exception
+) -> None:
+    """The step lost its database connection (server restart, terminated session) or
+    waited past a lock timeout while it ran: an infrastructure fault, not a step
+    failure. Reconnect, then give the step back (PENDING, due now, fenced by the
+    attempt) without counting the attempt, with a ``step.released`` event naming the
+    fault. If even that cannot be written, the lease decides."""
+    detail = values.storable_text(f"{type(exc).__name__}: {exc}")[:2000]
+    logger.warning("step %s lost the database (%s); giving it back", step.pk, detail)
+    connection.close()
+
+    def release() -> None:
+        with run_transaction(run.pk) as tx:
+            tx.transition_step(
+                step.pk,
+                StepStatus.PENDING,
+                expected=StepStatus.RUNNING,
+                attempt=attempt,
+                actor=worker.worker_id,
+                event_type="step.released",
+                payload={"attempt": attempt, "reason": "database fault", "error": detail},
+                progress=False,
+                owner="",
+                lease_until=None,
+                not_before=Now(),
+                # Not a failed attempt: it does not count against max_attempts.
+                attempt_base=F("attempt_base") + 1,
+            )
+            dispatch.notify_on_commit(run.pk, step.pk)
+
+    try:
+        _retrying(run.pk, step, attempt, worker, release, "release")
+    except DatabaseError:
+        logger.warning("step %s: release failed; its lease will expire", step.pk, exc_info=True)
 
 
 def _release_for_cancel(run: Run, step: Step, attempt: int, worker: WorkerIdentity) -> None:

@@ -76,6 +76,8 @@ class LeaseKeeper:
         for ctx in held:
             if ctx.step.pk not in kept:
                 ctx.lease_lost.set()
+            else:
+                ctx.lease_renewed()
         statuses = dict(
             Run.objects.filter(pk__in={c.run.pk for c in held}).values_list("pk", "status")
         )

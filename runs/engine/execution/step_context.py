@@ -2,7 +2,10 @@
 budget, and helpers for model calls, tool calls and safe points."""
 
 import threading
+import time
 from typing import Any
+
+from django.conf import settings
 
 from runs.engine.data import drafts
 from runs.engine.effects import budget as budget_mod
@@ -60,6 +63,10 @@ class StepContext:
         #: Set by the heartbeat thread; read at safe points.
         self.lease_lost = threading.Event()
         self.cancel_requested = threading.Event()
+        #: This process's clock (monotonic seconds) by which the lease must have been
+        #: renewed again: the claim gave a full lease, each renewal extends it.
+        self._lease_seconds = float(settings.AGENTOPS_LEASE_SECONDS)
+        self._renew_by = time.monotonic() + self._lease_seconds
 
     # -- flow -----------------------------------------------------------------------
     def goto(self, step_name: str | None) -> None:
@@ -69,9 +76,19 @@ class StepContext:
         self.next_step = step_name
         self.goto_set = True
 
+    def lease_renewed(self) -> None:
+        """The heartbeat renewed this attempt's lease (called from its thread)."""
+        self._renew_by = time.monotonic() + self._lease_seconds
+
     def safe_point(self) -> None:
         """Call in long loops: raises ``LeaseLost`` or ``CancelRequested`` when the
-        heartbeat found the lease gone or the run cancel-requested."""
+        heartbeat found the lease gone or the run cancel-requested.
+
+        Fails closed: when no renewal succeeded for two thirds of a lease (the database
+        refused or could not be reached), the lease is treated as lost before it can run
+        out, so no side effect is made on a lease another worker may take."""
+        if time.monotonic() > self._renew_by - self._lease_seconds / 3:
+            self.lease_lost.set()
         if self.lease_lost.is_set():
             raise LeaseLost(f"step {self.step.name} attempt {self.attempt} lost its lease")
         if self.cancel_requested.is_set():
@@ -400,6 +417,46 @@ def perform_call(
             status=Operation.Status.FAILED,
         )
         raise
+    except Exception as exc:  # noqa: BLE001 - sent, then no definite "not done": settle it
+        return _settle_after_send(run, step, actor, tool, op, info, exc)
     faults.act(fault, tool)
     ledger.record_result(op, result)
     return result
+
+
+def _settle_after_send(run: Run, step: Step | None, actor: str, tool: Tool, op, info, exc):
+    """The request may have reached the outside world, then the call failed without a
+    definite "not done" (an HTTP 500 after the effect, an unreadable 200, a dropped
+    connection). For an ``unsafe`` tool that is an unknown outcome, settled the way a
+    crash is: ``verify`` now; done: the result, recorded; not done: the row FAILED and a
+    retryable ``StepError``; cannot tell: ``OutcomeUnknown`` (a human decides). Read and
+    idempotent tools are simply retried under the same key (``DEPENDENCY_UNAVAILABLE``)."""
+    cause = f"{tool.name}: {type(exc).__name__}: {exc}"[:2000]
+    if tool.side_effect != "unsafe":
+        raise StepError("DEPENDENCY_UNAVAILABLE", cause) from exc
+    answer = ledger.verify(tool, op, info)
+    record_event(
+        run.pk,
+        "operation.verified",
+        {
+            **ledger.describe(op),
+            "answer": answer.status,
+            "evidence": answer.evidence[:2000],
+            "after": cause,
+        },
+        step_id=step.pk if step else None,
+        actor=actor,
+    )
+    if answer.status == "done":
+        ledger.record_result(op, answer.result)
+        return answer.result
+    if answer.status == "not_done":
+        ledger.record_result(
+            op,
+            {"verified": "not_done", "evidence": answer.evidence, "after": cause},
+            status=Operation.Status.FAILED,
+        )
+        raise StepError("DEPENDENCY_UNAVAILABLE", cause) from exc
+    raise OutcomeUnknown(
+        op.pk, f"{cause}; the call may have taken effect and verify cannot tell", answer.evidence
+    ) from exc

@@ -204,6 +204,9 @@ class Worker:
                 # back; a step cut off mid-way is recovered by its lease.
                 logger.warning("database unavailable; retrying", exc_info=True)
                 connection.close()
+            except Exception:  # noqa: BLE001 - one step's trouble must never end the worker
+                logger.exception("handling a step failed; the worker goes on")
+                connection.close()
             self.identity.stopping.wait(settings.AGENTOPS_POLL_SECONDS)
         return total
 
@@ -274,8 +277,12 @@ class Worker:
         next_check = time.monotonic() + delay
         while not self.identity.stopping.is_set():
             close_old_connections()
-            if self.handle_one():
-                continue
+            try:
+                if self.handle_one():
+                    continue
+            except Exception:  # noqa: BLE001 - one step's trouble must never end the worker
+                logger.exception("handling a step failed; the worker goes on")
+                connection.close()
             if self.burst:
                 break
             if time.monotonic() >= next_check:

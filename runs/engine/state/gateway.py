@@ -258,6 +258,8 @@ class RunTx:
             return "step belongs to a superseded generation"
         if status != StepStatus.RUNNING:
             return f"step is {status}"
+        if not Step.objects.filter(pk=step.pk, lease_until__gt=Now()).exists():
+            return f"the lease of attempt {attempt} ran out"
         return None
 
     def reject_commit(self, step: Step, attempt: int, reason: str | None, **extra: Any) -> None:
@@ -297,6 +299,8 @@ class RunTx:
                 target,
                 expected=StepStatus.RUNNING,
                 attempt=attempt,
+                # An unexpired lease on the database clock, not only the attempt.
+                only_if=Q(lease_until__gt=Now()),
                 actor=actor,
                 event_type=event_type,
                 payload=payload,
@@ -656,10 +660,11 @@ def allocate_message_seqs(thread_id: int, count: int) -> tuple[int, int]:
 def attempt_holds(step_id: int, attempt: int) -> bool:
     """Inside a transaction: lock the step row and tell whether ``attempt`` still holds
     it (RUNNING at that attempt). The lock keeps a reclaim from moving the step before
-    the caller's transaction ends, so a row inserted under the check cannot go stale."""
+    the caller's transaction ends, so a row inserted under the check cannot go stale.
+    The lease must not have run out on the database clock either (fail closed)."""
     return (
         Step.objects.select_for_update()
-        .filter(pk=step_id, attempt=attempt, status=StepStatus.RUNNING)
+        .filter(pk=step_id, attempt=attempt, status=StepStatus.RUNNING, lease_until__gt=Now())
         .values_list("pk", flat=True)
         .first()
         is not None

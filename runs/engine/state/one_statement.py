@@ -42,7 +42,7 @@ s AS (
         finished_at = STATEMENT_TIMESTAMP(), lease_until = NULL, owner = %(worker)s,
         error_code = '', error_detail = ''
     WHERE id = %(step)s AND attempt = %(attempt)s AND status = %(running)s
-        AND EXISTS (SELECT 1 FROM r)
+        AND lease_until > STATEMENT_TIMESTAMP() AND EXISTS (SELECT 1 FROM r)
     RETURNING id
 ),
 t AS (

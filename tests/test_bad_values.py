@@ -1,0 +1,142 @@
+"""Bad values, errors with NUL, Retry-After and failures after an unsafe call was sent:
+each ends one attempt with its real cause (or settles the outcome), never a crashed
+worker. Real database (PostgreSQL under ``make test``), in-process executor."""
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections
+
+import tests.workflows.faulty as faulty
+from runs.engine.control.lifecycle import start_run
+from runs.engine.execution import executor
+from runs.engine.execution.worker import Worker
+from runs.models import Event, Operation, Run, Step
+from runs.states import RunStatus, StepStatus
+from tests.console_helpers import actors, clients, device_dir, fast_passwords  # noqa: F401
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _start(case: str, **extra) -> Run:
+    return start_run("faulty", thread_id=f"t-{case}", input={"case": case, **extra})
+
+
+def _first_step(run: Run) -> Step:
+    return Step.objects.get(run=run, name="produce")
+
+
+@pytest.mark.parametrize(
+    ("case", "path", "type_name"),
+    [
+        ("nan", "$.score", "float"),
+        ("datetime", "$.at", "datetime"),
+        ("int_key", "$.by_id[1]", "int"),
+    ],
+)
+def test_it_fails_the_attempt_once_with_invalid_output(worker, case, path, type_name):
+    run = _start(case)
+    outcome = executor.execute_step(_first_step(run).pk, worker)
+    assert outcome.claimed
+    step = _first_step(run)
+    run.refresh_from_db()
+    assert (step.status, step.attempt, step.error_code) == (StepStatus.FAILED, 1, "INVALID_OUTPUT")
+    assert f"output at {path}" in step.error_detail and type_name in step.error_detail
+    assert run.status == RunStatus.FAILED and run.error_code == "INVALID_OUTPUT"
+    assert not Event.objects.filter(run=run, type="step.retry_scheduled").exists()
+
+
+def test_it_stores_nul_escaped_in_outputs_and_the_next_step_sees_it(worker):
+    run = _start("nul_text")
+    assert executor.run_chain(_first_step(run).pk, worker) == 2
+    after = Step.objects.get(run=run, name="after")
+    assert after.output == {"seen": {"text": "bad\\u0000byte"}}
+
+
+def test_it_records_an_error_with_nul_and_schedules_the_retry(worker, clients):  # noqa: F811
+    run = _start("nul_error")
+    executor.execute_step(_first_step(run).pk, worker)
+    step = _first_step(run)
+    assert step.status == StepStatus.PENDING and step.error_code == "DEPENDENCY_UNAVAILABLE"
+    assert step.error_detail == "bad\\u0000byte"
+    page = clients["alice"].get(f"/runs/{run.pk}/")
+    assert "bad\\u0000byte" in page.content.decode()
+
+
+def test_it_waits_as_long_as_retry_after_asks(worker):
+    run = _start("retry_after")
+    executor.execute_step(_first_step(run).pk, worker)
+    step = _first_step(run)
+    event = Event.objects.get(run=run, type="step.retry_scheduled")
+    assert step.status == StepStatus.PENDING
+    assert event.payload["retry_after_s"] == 120.0 and event.payload["delay_s"] >= 120.0
+    assert step.not_before >= event.created_at + timedelta(seconds=119)
+
+
+def test_it_settles_an_unsafe_call_that_failed_after_taking_effect_through_verify(worker):
+    faulty.APPLIED.clear()
+    run = _start("post")
+    assert executor.run_chain(_first_step(run).pk, worker) == 2
+    run.refresh_from_db()
+    op = Operation.objects.get(run=run)
+    assert run.status == RunStatus.SUCCEEDED
+    assert op.status == Operation.Status.SUCCEEDED and op.result == {"posted": True}
+    assert sum(faulty.APPLIED.values()) == 1
+    verified = Event.objects.get(run=run, type="operation.verified")
+    assert verified.payload["answer"] == "done" and "HTTP 500" in verified.payload["after"]
+
+
+def test_the_worker_loop_goes_on_after_a_bad_step_and_runs_the_next_run():
+    bad = _start("datetime")
+    good = _start("ok")
+    Worker(mode="db", burst=True).run()
+    bad.refresh_from_db()
+    good.refresh_from_db()
+    assert bad.status == RunStatus.FAILED and bad.error_code == "INVALID_OUTPUT"
+    assert good.status == RunStatus.SUCCEEDED
+
+
+@pytest.mark.services
+def test_a_heartbeat_that_cannot_renew_stops_the_step_before_its_side_effect(settings, worker):
+    """Fail closed: the step row is locked elsewhere, so every renewal waits and fails;
+    the step stops at its next safe point before the lease runs out, and makes no call."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL (make test)")
+    settings.AGENTOPS_LEASE_SECONDS = 3
+    settings.AGENTOPS_DB_TIMEOUTS = {**settings.AGENTOPS_DB_TIMEOUTS, "cli": (0.5, 0)}
+    faulty.APPLIED.clear()
+    run = _start("hold_then_post", seconds="6")
+    step = _first_step(run)
+
+    def run_step():
+        try:
+            executor.execute_step(step.pk, worker)
+        finally:
+            connection.close()  # this thread's own connection
+
+    thread = threading.Thread(target=run_step)
+    thread.start()
+    assert _wait(lambda: _first_step(run).status == StepStatus.RUNNING)
+    other = connections.create_connection("default")
+    other.set_autocommit(False)
+    with other.cursor() as cursor:
+        cursor.execute("SELECT id FROM runs_step WHERE id = %s FOR NO KEY UPDATE", [step.pk])
+    time.sleep(4)  # renewals fail for longer than two thirds of the lease
+    other.rollback()
+    other.close()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert faulty.APPLIED == {}
+    assert Event.objects.filter(run=run, type="step.abandoned").exists()
+    assert not Operation.objects.filter(run=run).exists()
+
+
+def _wait(check, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False

@@ -1,0 +1,77 @@
+"""``faulty``: a two-step workflow whose first step misbehaves as ``input["case"]`` says
+(a value no database stores faithfully, an error with NUL, a Retry-After, a slow step,
+an unsafe call that fails after it took effect); ``after`` shows what the next step
+sees. Registered by tests through ``AGENTOPS_EXTRA_WORKFLOW_MODULES`` or ``register``."""
+
+import time
+from datetime import UTC, datetime
+
+from runs.engine.errors import StepError
+from runs.tools import Tool, VerifyAnswer
+from runs.workflows import registry
+from runs.workflows.definition import Workflow
+
+#: The simulated outside system of ``post_once``: idempotency key -> times applied.
+APPLIED: dict[str, int] = {}
+
+
+def _post(arguments: dict, call) -> dict:
+    APPLIED[call.idempotency_key] = APPLIED.get(call.idempotency_key, 0) + 1
+    raise RuntimeError("HTTP 500 Internal Server Error (after applying the post)")
+
+
+def _verify(arguments: dict, call) -> VerifyAnswer:
+    if APPLIED.get(call.idempotency_key):
+        return VerifyAnswer("done", {"posted": True}, evidence="the post is there")
+    return VerifyAnswer("not_done", evidence="no such post")
+
+
+post_once = Tool("test.post_once", _post, side_effect="unsafe", verify=_verify)
+
+
+def _post_ok(arguments: dict, call) -> dict:
+    APPLIED[call.idempotency_key] = APPLIED.get(call.idempotency_key, 0) + 1
+    return {"posted": True}
+
+
+post_ok = Tool("test.post_ok", _post_ok, side_effect="unsafe", verify=_verify)
+
+CASES = {
+    "nan": lambda ctx: {"score": float("nan")},
+    "datetime": lambda ctx: {"at": datetime(2026, 1, 1, tzinfo=UTC)},
+    "int_key": lambda ctx: {"by_id": {1: "a"}},
+    "nul_text": lambda ctx: {"text": "bad\x00byte"},
+    "ok": lambda ctx: {"fine": True},
+}
+
+workflow = Workflow("faulty", version=1, input_fields={"case": str})
+
+
+@workflow.step()
+def produce(ctx):
+    case = ctx.input["case"]
+    if case == "nul_error":
+        raise StepError("DEPENDENCY_UNAVAILABLE", "bad\x00byte")
+    if case == "retry_after":
+        raise StepError("RATE_LIMITED", "429 Too Many Requests", retry_after="120")
+    if case == "sleep":
+        time.sleep(float(ctx.input.get("seconds", "3")))
+        return {"slept": True}
+    if case == "post":
+        return ctx.call_tool(post_once, {"text": "hello"})
+    if case == "hold_then_post":
+        # Long work with safe points, then a side effect.
+        until = time.monotonic() + float(ctx.input.get("seconds", "3"))
+        while time.monotonic() < until:
+            ctx.safe_point()
+            time.sleep(0.05)
+        return ctx.call_tool(post_ok, {"text": "hello"})
+    return CASES[case](ctx)
+
+
+@workflow.step()
+def after(ctx):
+    return {"seen": ctx.outputs["produce"]}
+
+
+registry.register(workflow)
