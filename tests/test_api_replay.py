@@ -132,6 +132,26 @@ def test_it_refuses_bad_requests_with_codes(api):
     assert not Run.objects.filter(replay_of__isnull=False).exists()
 
 
+def test_a_bulk_replay_names_bad_filters_and_non_finite_rates(api):
+    failed_runs(1)
+    for workflow in ("nope", ""):
+        bad = post(api["bob"], "/api/v1/replays", {"reason": "x", "workflow": workflow})
+        assert (bad.status_code, bad.json()["code"]) == (422, "unknown_workflow"), bad.content
+        assert "dim_lights" in bad.json()["message"]
+        assert "workflow" in bad.json()["errors"]
+    status = post(api["bob"], "/api/v1/replays", {"reason": "x", "status": "RUNNING"})
+    assert status.status_code == 422
+    since = post(api["bob"], "/api/v1/replays", {"reason": "x", "since": "yesterday"})
+    assert since.status_code == 422
+    for rate in ("NaN", "Infinity", "-Infinity", float("nan"), float("inf")):
+        bad = post(api["bob"], "/api/v1/replays", {"reason": "x", "rate": rate})
+        assert (bad.status_code, bad.json()["code"]) == (422, "invalid_request")
+        assert bad.json()["errors"] == {"rate": "Input should be a finite number"}, bad.content
+    assert not Run.objects.filter(replay_of__isnull=False).exists()
+    ok = post(api["bob"], "/api/v1/replays", {"reason": "x", "workflow": "dim_lights"})
+    assert ok.status_code == 200 and len(ok.json()["created"]) == 1
+
+
 def test_a_repeated_bulk_request_with_its_key_creates_none(api):
     runs = failed_runs(5)
     body = {"reason": "lamp firmware fixed", "workflow": "dim_lights", "rate": 100}

@@ -76,6 +76,12 @@ def test_it_refuses_bad_requests_with_a_message(actors):
         replay("--status", "FAILED", "--from-failed-step", "--rate", "0", "--reason", "x")
     with pytest.raises(CommandError, match="invalid_status"):
         replay("--status", "RUNNING", "--from-failed-step", "--reason", "x")
+    with pytest.raises(
+        CommandError, match=r"registered workflows:.*dim_lights.*\[unknown_workflow\]"
+    ):
+        replay("--status", "FAILED", "--workflow", "nope", "--from-failed-step", "--reason", "x")
+    with pytest.raises(CommandError, match="rate"):
+        replay("--status", "FAILED", "--from-failed-step", "--rate", "nan", "--reason", "x")
     with pytest.raises(CommandError, match="permission_denied"):
         replay(str(run.pk), "--reason", "x", "--as", "alice")
     assert not Run.objects.filter(replay_of__isnull=False).exists()

@@ -246,7 +246,9 @@ class BulkReplayIn(Strict):
     workflow: StrictStr | None = Field(None, max_length=100)
     error_code: StrictStr | None = Field(None, max_length=64)
     since: datetime | None = Field(None, description="created at or after (ISO time)")
-    rate: float = Field(5.0, gt=0, le=1000, description="replays started per second")
+    rate: float = Field(
+        5.0, gt=0, le=1000, allow_inf_nan=False, description="replays started per second"
+    )
     again: StrictBool = Field(False, description="also runs replayed before")
     reexecute: StrictBool = False
     dry_run: StrictBool = False

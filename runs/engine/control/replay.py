@@ -290,7 +290,14 @@ def bulk_candidates(
     CANCELLED or SUCCEEDED, or several of them), of ``workflow``, whose failing step (or
     the run) has ``error_code``, created at or after ``since``, not replayed already
     unless ``again``; within ``queryset`` when given (the console's current filter).
-    Raises ``ControlError`` ``invalid_status`` for a status that is not terminal."""
+    Raises ``ControlError`` ``invalid_status`` for a status that is not terminal and
+    ``unknown_workflow`` (listing the registered names) for a workflow that is not
+    registered, rather than matching no run."""
+    if workflow is not None:
+        try:
+            registry.get(workflow)
+        except registry.UnknownWorkflow as exc:
+            raise ControlError("unknown_workflow", str(exc), {"workflow": str(exc)}) from exc
     statuses = {status} if isinstance(status, str) else set(status)
     if not statuses or not statuses <= RUN_TERMINAL:
         raise ControlError(
@@ -302,7 +309,7 @@ def bulk_candidates(
     runs = (queryset if queryset is not None else Run.objects.all()).filter(
         status__in=sorted(statuses)
     )
-    if workflow:
+    if workflow is not None:
         runs = runs.filter(workflow=workflow)
     if error_code:
         failing = Step.objects.filter(
