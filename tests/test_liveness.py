@@ -76,6 +76,38 @@ def test_it_retakes_a_killed_workers_step_on_the_liveness_signal(deployment_fact
     assert rescuer.poll() is None
 
 
+def test_runs_resume_hands_back_a_killed_workers_step_without_waiting_for_its_lease(
+    deployment_factory,
+):
+    # One worker only and the default 30 s lease: no peer's liveness thread can release
+    # the step, so ``runs resume`` must ask liveness itself instead of waiting.
+    d = deployment_factory("sqlite", {"AGENTOPS_POLL_SECONDS": 0.2})
+    run_id = _start_hold(d, "K1")
+    worker = d.popen("worker")
+    wait_until(lambda: _live_signals(d) == ["pid"], what="the worker to publish liveness")
+    holder = _holder(d, run_id, [worker])
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+    assert _hold_step(d, run_id)[0] == "RUNNING"
+
+    # ``--wait 0`` fails with lease_live if the command would wait for the lease.
+    resumed = d.manage("runs", "resume", "--thread", "K1", "--wait", "0", check=True)
+    assert "waiting for the lease" not in resumed.stdout
+    assert "next step hold" in resumed.stdout
+    assert _hold_step(d, run_id)[:2] == ("PENDING", 1)
+
+    d.manage("worker", "--burst", check=True, timeout=120)
+    info = facts(d, run_id)
+    assert info["run"]["status"] == "SUCCEEDED"
+    (released,) = events_of(info, "lease.owner_dead")
+    assert (released["payload"]["signal"], released["actor"]) == ("pid", "cli")
+    assert int(released["payload"]["owner"].split(":")[-2]) == holder.pid
+    assert events_of(info, "lease.expired") == []
+    assert len(events_of(info, "run.resume_requested")) == 1
+    (hold,) = info["steps"]
+    assert (hold["status"], hold["attempt"], hold["output"]) == ("SUCCEEDED", 2, {"attempt": 2})
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_stopped_worker_keeps_its_signal_and_is_recovered_by_the_lease(
     deployment_factory, backend

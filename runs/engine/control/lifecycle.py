@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
 from runs.engine.effects.budget import shown_usage as budget_usage
-from runs.engine.execution import dispatch
+from runs.engine.execution import dispatch, liveness
 from runs.engine.state import checkpoints, leases
 from runs.engine.state.checkpoints import initial_state
 from runs.engine.state.clock import db_now
@@ -281,9 +281,11 @@ def _open_takeover(run: Run) -> dict[str, Any] | None:
 def redispatch(run: Run, *, actor: str, wait_seconds: float | None = None, on_wait=None) -> Step:
     """Re-dispatch the run's next step (DESIGN section 6).
 
-    A step whose lease is still live elsewhere is never taken: this waits (up to
-    ``wait_seconds``, default lease length + 5 s) for the lease to expire, then reclaims
-    it through the same fenced UPDATE the sweeper uses. ``on_wait(step, seconds_left)`` is
+    A step whose owner liveness knows to be dead (``runs.engine.execution.liveness``) is
+    handed back at once with the same fenced move (``lease.owner_dead``). A step whose
+    lease is still live elsewhere is never taken: this waits (up to ``wait_seconds``,
+    default lease length + 5 s) for the lease to expire, then reclaims it through the
+    same fenced UPDATE the sweeper uses. ``on_wait(step, seconds_left)`` is
     called before waiting. Returns the step notified. Raises ``ControlError``
     (``run_terminal``, ``run_paused``, ``not_allowed_in_state``, ``nothing_to_resume``,
     ``lease_live``).
@@ -316,6 +318,8 @@ def redispatch(run: Run, *, actor: str, wait_seconds: float | None = None, on_wa
             if left < 0:
                 with run_transaction(run.pk) as tx:
                     leases.release_expired_lease(tx, step.pk, step.attempt, step.owner, actor=actor)
+                continue
+            if liveness.release_dead_owners(actor, 1, step_id=step.pk):
                 continue
             if time.monotonic() + min(left, 0.5) > deadline:
                 raise ControlError(

@@ -173,13 +173,18 @@ class LockKeeper:
             self._conn = None
 
 
-def dead_owner_steps(batch: int, *, exclude_owner: str = "") -> list[tuple]:
+def dead_owner_steps(
+    batch: int, *, exclude_owner: str = "", step_id: int | None = None
+) -> list[tuple]:
     """RUNNING steps of executable runs whose owner is known to be dead:
-    ``[(step_id, run_id, attempt, owner, signal)]``, at most ``batch``, ``signal`` being
-    ``"pg"`` or ``"pid"``. PostgreSQL judges owners with the "pg" signal, other
-    databases owners with the "pid" signal on this host. Bounded: starts from the
-    RUNNING steps (index ``step_status_lease``) and reads ``pg_locks`` once."""
+    ``[(step_id, run_id, attempt, owner, signal)]``, at most ``batch`` (only step
+    ``step_id`` when given), ``signal`` being ``"pg"`` or ``"pid"``. PostgreSQL judges
+    owners with the "pg" signal, other databases owners with the "pid" signal on this
+    host. Bounded: starts from the RUNNING steps (index ``step_status_lease``) and reads
+    ``pg_locks`` once."""
     running = Step.objects.filter(status=StepStatus.RUNNING, run__status__in=RUN_EXECUTABLE)
+    if step_id is not None:
+        running = running.filter(pk=step_id)
     if exclude_owner:
         running = running.exclude(owner=exclude_owner)
     columns = ("pk", "run_id", "attempt", "owner")
@@ -198,19 +203,22 @@ def dead_owner_steps(batch: int, *, exclude_owner: str = "") -> list[tuple]:
     return [(*row, PID) for row in rows if not pid_alive(pids[row[3]])]
 
 
-def release_dead_owners(actor: str, batch: int, *, exclude_owner: str = "") -> int:
-    """Release the steps of dead owners back to PENDING, each fenced on the attempt and
-    owner seen, with a ``lease.owner_dead`` event, and notify workers. Returns how many.
-    A sweeper task; idle workers call it too."""
+def release_dead_owners(
+    actor: str, batch: int, *, exclude_owner: str = "", step_id: int | None = None
+) -> int:
+    """Release the steps of dead owners (only step ``step_id`` when given) back to
+    PENDING, each fenced on the attempt and owner seen, with a ``lease.owner_dead``
+    event, and notify workers. Returns how many. A sweeper task; idle workers call it
+    too, and ``runs resume`` for the step it would otherwise wait for."""
     if not settings.AGENTOPS_LIVENESS:
         return 0
     done = 0
-    for step_id, run_id, attempt, owner, signal in dead_owner_steps(
-        batch, exclude_owner=exclude_owner
+    for dead_step_id, run_id, attempt, owner, signal in dead_owner_steps(
+        batch, exclude_owner=exclude_owner, step_id=step_id
     ):
         with run_transaction(run_id) as tx:
             released = tx.transition_step(
-                step_id,
+                dead_step_id,
                 StepStatus.PENDING,
                 expected=StepStatus.RUNNING,
                 attempt=attempt,
@@ -225,7 +233,7 @@ def release_dead_owners(actor: str, batch: int, *, exclude_owner: str = "") -> i
                 notified_at=Now(),
             )
             if released:
-                dispatch.notify_on_commit(run_id, step_id, attempt)
+                dispatch.notify_on_commit(run_id, dead_step_id, attempt)
                 done += 1
     return done
 
