@@ -23,9 +23,12 @@ class RunsConfig(AppConfig):
 
         _register_sweep_tasks()
         _register_status_extras()
-        # Registers the thread-queue hook and sweep task, and the durability check.
         # Bounds lock and statement waits on every PostgreSQL connection.
         import agentops.db_session  # noqa: F401
+
+        # Registers the thread-queue hook and sweep task (without them no process starts
+        # a queued message's run when the run before it ends), and the durability check.
+        import runs.engine.data.inbox  # noqa: F401
         from runs import checks  # noqa: F401
 
 
