@@ -7,6 +7,7 @@ import signal
 
 import pytest
 
+from runs.engine.execution.liveness import LOCK_NAMESPACE
 from tests.control_support import db_rows, events_of, facts, shell_json, wait_until
 from tests.support.services import BACKENDS
 
@@ -76,18 +77,29 @@ def test_it_retakes_a_killed_workers_step_on_the_liveness_signal(deployment_fact
     assert rescuer.poll() is None
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_runs_resume_hands_back_a_killed_workers_step_without_waiting_for_its_lease(
-    deployment_factory,
+    deployment_factory, backend
 ):
     # One worker only and the default 30 s lease: no peer's liveness thread can release
     # the step, so ``runs resume`` must ask liveness itself instead of waiting.
-    d = deployment_factory("sqlite", {"AGENTOPS_POLL_SECONDS": 0.2})
+    d = deployment_factory(backend, {"AGENTOPS_POLL_SECONDS": 0.2})
     run_id = _start_hold(d, "K1")
     worker = d.popen("worker")
-    wait_until(lambda: _live_signals(d) == ["pid"], what="the worker to publish liveness")
+    wait_until(lambda: _live_signals(d) == [SIGNAL[backend]], what="the worker to publish liveness")
     holder = _holder(d, run_id, [worker])
     holder.send_signal(signal.SIGKILL)
     holder.wait(timeout=30)
+    if backend == "postgres":
+        # The server drops the lock when it notices the closed socket.
+        wait_until(
+            lambda: not db_rows(
+                d,
+                "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = %s::oid",
+                (LOCK_NAMESPACE,),
+            ),
+            what="the killed worker's advisory lock to go",
+        )
     assert _hold_step(d, run_id)[0] == "RUNNING"
 
     # ``--wait 0`` fails with lease_live if the command would wait for the lease.
@@ -100,7 +112,7 @@ def test_runs_resume_hands_back_a_killed_workers_step_without_waiting_for_its_le
     info = facts(d, run_id)
     assert info["run"]["status"] == "SUCCEEDED"
     (released,) = events_of(info, "lease.owner_dead")
-    assert (released["payload"]["signal"], released["actor"]) == ("pid", "cli")
+    assert (released["payload"]["signal"], released["actor"]) == (SIGNAL[backend], "cli")
     assert int(released["payload"]["owner"].split(":")[-2]) == holder.pid
     assert events_of(info, "lease.expired") == []
     assert len(events_of(info, "run.resume_requested")) == 1
