@@ -183,6 +183,10 @@ AGENTOPS_STUCK_SECONDS = env_number("AGENTOPS_STUCK_SECONDS", 600, minimum=1)
 # about AGENTOPS_LIVENESS_SECONDS instead of waiting for the lease. Off: the lease decides.
 AGENTOPS_LIVENESS = env_bool("AGENTOPS_LIVENESS", True)
 AGENTOPS_LIVENESS_SECONDS = env_number("AGENTOPS_LIVENESS_SECONDS", 0.5, minimum=0.05)
+# A server restart drops every session lock at once, the live workers' too: for this many
+# seconds after PostgreSQL starts, a worker that started before it is not judged by its
+# lock (the lease decides) while the live ones reconnect and take their locks again.
+AGENTOPS_LIVENESS_GRACE_SECONDS = env_number("AGENTOPS_LIVENESS_GRACE_SECONDS", 15, minimum=0)
 # Client API (docs/api.md): request body limit in bytes (413 above it), run creations
 # allowed per token per period (429 above it), SSE poll and heartbeat intervals in
 # seconds, and the bearer token /metrics requires (unset: /metrics answers 403).

@@ -3,15 +3,19 @@ valid names listed for an unknown one, and ``runs list``, ``workflows``, ``worke
 
 import argparse
 import json
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command, get_commands, load_command_class
 from django.core.management.base import CommandError
+from django.db.models.functions import Now
 
 from runs.engine.control.lifecycle import start_run
+from runs.engine.state.clock import db_now
 from runs.models import Run, Step, WorkerProcess
 from runs.states import StepStatus
+from tests.support.states import arrange
 
 OUR_APPS = {"runs", "approvals", "apitokens"}
 #: Options every Django command has; Django documents them.
@@ -86,7 +90,7 @@ def test_workflows_lists_names_versions_steps_and_descriptions():
 def test_runs_list_filters_like_the_console():
     waiting = start_run("room_temperature", thread_id="A", input={"question": "warm?"})
     other = start_run("dim_lights", thread_id="B", input={"request": "dim it"})
-    Run.objects.filter(pk=other.pk).update(status="PAUSED")
+    arrange(Run.objects.filter(pk=other.pk), status="PAUSED")
     out = StringIO()
     call_command("runs", "list", "--json", stdout=out)
     listed = json.loads(out.getvalue())
@@ -111,15 +115,12 @@ def test_workers_shows_who_holds_which_step_and_the_lease_left():
     run = start_run("room_temperature", thread_id="W", input={"question": "warm?"})
     WorkerProcess.objects.create(worker_id="host:7:abc", host="host", pid=7, mode="db")
     step = Step.objects.get(run=run)
-    from django.db.models.functions import Now
-
-    from runs.engine.state.clock import db_now
-
-    Step.objects.filter(pk=step.pk).update(
+    arrange(
+        Step.objects.filter(pk=step.pk),
         status=StepStatus.RUNNING,
         owner="host:7:abc",
         attempt=1,
-        lease_until=db_now() + __import__("datetime").timedelta(seconds=25),
+        lease_until=db_now() + timedelta(seconds=25),
         heartbeat_at=Now(),
     )
     out = StringIO()

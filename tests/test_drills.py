@@ -26,7 +26,7 @@ def test_it_passes_the_drill(private_redis, deployment_factory, name):
     failed = [c for c in result["checks"] if not c["ok"]]
     assert result["error"] is None, result["error"]
     assert not failed, json.dumps(failed, indent=2)
-    assert result["passed"] and proc.returncode == 0, proc.stderr
+    assert result["passed"] and proc.returncode == 0, (result["checks"], proc.stderr)
     assert len(result["checks"]) >= 4
 
 
@@ -67,7 +67,7 @@ def test_it_finds_the_server_binaries_on_path_without_the_harness_variables(depl
     proc = d.manage("drill", "db_outage", "--json", timeout=280)
     (result,) = json.loads(proc.stdout)
     assert result["skipped"] is None and result["error"] is None, result
-    assert result["passed"] and proc.returncode == 0, proc.stderr
+    assert result["passed"] and proc.returncode == 0, (result["checks"], proc.stderr)
 
 
 def test_it_prefers_the_target_of_the_pg_ctl_link_on_path(tmp_path, monkeypatch):

@@ -197,6 +197,38 @@ seen.append(len(dead_owner_steps(10)))
 print(json.dumps(seen))
 """
 
+RESTART = """
+import json
+from datetime import datetime, timezone
+from django.conf import settings
+from runs.engine.control.lifecycle import start_run
+from runs.engine.execution.liveness import dead_owner_steps
+from runs.models import Step, WorkerProcess
+# Neither holds its lock: one started before the server did (its lock went with the
+# restart), one after (its lock went with its session).
+WorkerProcess.objects.create(worker_id="w-old", host="h", pid=1, mode="db", liveness="pg",
+                             started_at=datetime(2000, 1, 1, tzinfo=timezone.utc))
+WorkerProcess.objects.create(worker_id="w-new", host="h", pid=2, mode="db", liveness="pg")
+run = start_run("bench_hold", thread_id="restart", input={})
+for seq, owner in ((98, "w-old"), (99, "w-new")):
+    Step.objects.create(run=run, name=f"hold{seq}", seq=seq, status="RUNNING", attempt=1,
+                        owner=owner)
+seen = []
+for grace in (3600, 0):
+    settings.AGENTOPS_LIVENESS_GRACE_SECONDS = grace
+    seen.append(sorted(row[3] for row in dead_owner_steps(10)))
+print(json.dumps(seen))
+"""
+
+
+def test_a_server_restart_judges_older_workers_by_their_lease_for_the_grace(
+    deployment_factory,
+):
+    d = deployment_factory("postgres")
+    within_grace, after_grace = shell_json(d, RESTART)
+    assert within_grace == ["w-new"]
+    assert after_grace == ["w-new", "w-old"]
+
 
 def test_it_turns_liveness_off_when_the_lock_does_not_hold_on_its_session(deployment_factory):
     d = deployment_factory("postgres")

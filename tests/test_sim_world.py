@@ -42,7 +42,7 @@ def test_sim_reset_restores_every_device_and_disarms_faults():
     faults.arm("thermostat.read", "fail", shots=-1)
     out = StringIO()
     call_command("sim", "reset", stdout=out)
-    assert "reset 8 simulated devices" in out.getvalue()
+    assert "reset 9 simulated devices" in out.getvalue()
     assert devices.get_lamp_brightness(run_id="run-a") == {"brightness": 80}
     assert devices.read_thermostat("kitchen", run_id="run-b")["celsius"] == 23.5
 

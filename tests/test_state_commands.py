@@ -13,6 +13,7 @@ from runs.engine.control.lifecycle import ControlError, pause_run, start_run
 from runs.models import Run
 from runs.states import RUN_COMMANDS, RunStatus
 from tests.console_helpers import actors, device_dir, fast_passwords, run_worker_in_process
+from tests.support.states import arrange
 
 __all__ = ["actors", "device_dir", "fast_passwords"]
 
@@ -36,7 +37,7 @@ def test_pause_is_allowed_wherever_the_table_leads_to_paused():
 @pytest.mark.parametrize("status", RunStatus.values)
 def test_runs_pause_applies_exactly_in_the_tables_states(status):
     run = start_run("room_temperature", thread_id=f"p-{status}", input={"question": "warm?"})
-    Run.objects.filter(pk=run.pk).update(status=status)
+    arrange(Run.objects.filter(pk=run.pk), status=status)
     if status in RUN_COMMANDS["pause"]:
         assert pause_run(run, actor="cli", reason="look first").status == RunStatus.PAUSED
     else:

@@ -7,7 +7,11 @@ after it expires. Liveness shortens that to about ``AGENTOPS_LIVENESS_SECONDS``:
   advisory lock ``(LOCK_NAMESPACE, WorkerProcess.pk)`` on a dedicated connection for its
   whole life. When its process dies, its socket closes and the server releases the lock
   at once; a RUNNING step whose owner's lock no session holds is released back to
-  PENDING (event ``lease.owner_dead``) and re-notified.
+  PENDING (event ``lease.owner_dead``) and re-notified. A server restart drops every
+  lock, the live workers' too, so for ``AGENTOPS_LIVENESS_GRACE_SECONDS`` after the
+  server started (``pg_postmaster_start_time()``) a worker that started before it is not
+  judged by its lock: the live ones take theirs again on their next check, and the
+  lease decides meanwhile.
 - **SQLite** (``"pid"``): the owner's process, on this host, no longer exists (or is a
   zombie).
 - Otherwise (``""``): no signal; the lease decides.
@@ -35,7 +39,7 @@ import time
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
+from django.db.models import BooleanField, DateTimeField, F, Q
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
@@ -65,6 +69,9 @@ _HOLDER_SQL = (
     "AND granted AND classid = %s::oid AND objid = %s::oid AND objsubid = 2 "
     "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
 )
+#: True once the server has been up longer than the grace (seconds) after a restart.
+_PAST_RESTART_GRACE_SQL = "now() - pg_postmaster_start_time() > make_interval(secs => %s)"
+_SERVER_START_SQL = "pg_postmaster_start_time()"
 
 
 def pid_alive(pid: int) -> bool:
@@ -189,8 +196,13 @@ def dead_owner_steps(
         running = running.exclude(owner=exclude_owner)
     columns = ("pk", "run_id", "attempt", "owner")
     if connection.vendor == "postgresql":
+        grace = float(settings.AGENTOPS_LIVENESS_GRACE_SECONDS)
         dead = (
-            WorkerProcess.objects.filter(liveness=PG)
+            WorkerProcess.objects.alias(
+                settled=RawSQL(_PAST_RESTART_GRACE_SQL, [grace], output_field=BooleanField()),
+                server_start=RawSQL(_SERVER_START_SQL, [], output_field=DateTimeField()),
+            )
+            .filter(Q(started_at__gt=F("server_start")) | Q(settled=True), liveness=PG)
             .exclude(pk__in=RawSQL(_HELD_LOCKS_SQL, [LOCK_NAMESPACE]))
             .values("worker_id")
         )
@@ -245,8 +257,10 @@ class Liveness:
     ``start()`` (after the worker registered) takes the advisory lock on PostgreSQL, or
     uses the pid on SQLite, records the signal on the ``WorkerProcess`` row, and starts
     a daemon thread that every ``AGENTOPS_LIVENESS_SECONDS`` releases dead owners' steps
-    and expired leases, and now and then renews the lock. ``stop()`` ends the thread and
-    drops the lock (last, after the worker's steps are saved).
+    and expired leases, and now and then renews the lock (on every tick while it is not
+    held, so that after a database outage the lock is back within the restart grace).
+    ``stop()`` ends the thread and drops the lock (last, after the worker's steps are
+    saved).
     """
 
     #: Seconds between checks that our own lock still holds.
@@ -279,11 +293,12 @@ class Liveness:
 
     def _loop(self) -> None:
         last_renew = time.monotonic()
+        held = True
         try:
             while not self._stop.wait(settings.AGENTOPS_LIVENESS_SECONDS):
                 try:
                     if self.keeper is not None and (
-                        time.monotonic() - last_renew >= self.RENEW_SECONDS
+                        not held or time.monotonic() - last_renew >= self.RENEW_SECONDS
                     ):
                         last_renew = time.monotonic()
                         held = self.keeper.renew()
@@ -301,6 +316,7 @@ class Liveness:
                 except Exception:  # noqa: BLE001 - database away: try again next tick
                     logger.warning("liveness check failed", exc_info=True)
                     connection.close()
+                    held = False
         finally:
             connection.close()
 
