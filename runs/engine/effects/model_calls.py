@@ -120,11 +120,7 @@ def request(
         )
         raise StepError("TIMEOUT", f"model request: {exc}") from exc
     except StepError as exc:
-        ledger.record_result(
-            op,
-            {"error_code": exc.code, "detail": exc.detail[:2000]},
-            status=Operation.Status.FAILED,
-        )
+        ledger.record_failure(op, exc)
         raise
     reply.model = reply.model or model_name
     if cost_per_call_usd is not None:

@@ -17,7 +17,7 @@ from runs.engine.control.takeovers import open_takeover
 from runs.engine.effects import ledger
 from runs.engine.errors import OutcomeUnknown
 from runs.engine.execution import dispatch
-from runs.engine.state.gateway import record_event, run_transaction, transition_operations
+from runs.engine.state.gateway import run_transaction, transition_operations
 from runs.models import Operation, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.tools import ToolCall, VerifyAnswer, get_tool
@@ -105,18 +105,7 @@ def verify_now(step: Step, *, actor: str) -> VerifyAnswer:
                 faults=dict(run.faults),
             ),
         )
-    record_event(
-        run.pk,
-        "operation.verified",
-        {
-            **ledger.describe(op),
-            "answer": answer.status,
-            "evidence": answer.evidence[:2000],
-            "requested_by": actor,
-        },
-        step_id=step.pk,
-        actor=actor,
-    )
+    ledger.record_verified(op, answer, step_id=step.pk, actor=actor, requested_by=actor)
     return answer
 
 

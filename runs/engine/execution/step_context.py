@@ -368,17 +368,7 @@ def perform_call(
             and tool.side_effect == "unsafe"
         ):
             answer = ledger.verify(tool, op, info)
-            record_event(
-                run.pk,
-                "operation.verified",
-                {
-                    **ledger.describe(op),
-                    "answer": answer.status,
-                    "evidence": answer.evidence[:2000],
-                },
-                step_id=step.pk if step else None,
-                actor=actor,
-            )
+            ledger.record_verified(op, answer, step_id=step.pk if step else None, actor=actor)
             if answer.status == "done":
                 ledger.record_result(op, answer.result)
                 return answer.result
@@ -421,11 +411,7 @@ def perform_call(
             ) from exc
         raise StepError("TIMEOUT", f"{tool.name}: {exc}") from exc
     except StepError as exc:
-        ledger.record_result(
-            op,
-            {"error_code": exc.code, "detail": exc.detail[:2000]},
-            status=Operation.Status.FAILED,
-        )
+        ledger.record_failure(op, exc)
         raise
     except Exception as exc:  # noqa: BLE001 - sent, then no definite "not done": settle it
         return _settle_after_send(run, step, actor, tool, op, info, exc)
@@ -445,18 +431,7 @@ def _settle_after_send(run: Run, step: Step | None, actor: str, tool: Tool, op, 
     if tool.side_effect != "unsafe":
         raise StepError("DEPENDENCY_UNAVAILABLE", cause) from exc
     answer = ledger.verify(tool, op, info)
-    record_event(
-        run.pk,
-        "operation.verified",
-        {
-            **ledger.describe(op),
-            "answer": answer.status,
-            "evidence": answer.evidence[:2000],
-            "after": cause,
-        },
-        step_id=step.pk if step else None,
-        actor=actor,
-    )
+    ledger.record_verified(op, answer, step_id=step.pk if step else None, actor=actor, after=cause)
     if answer.status == "done":
         ledger.record_result(op, answer.result)
         return answer.result
