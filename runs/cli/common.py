@@ -42,6 +42,13 @@ def write_rows(
             out.write(line)
 
 
+def add_run_arguments(parser) -> None:
+    """Let a subcommand name its run the way ``resolve_run`` reads it: a positional
+    ``RUN_ID`` or ``--thread THREAD`` (the thread's latest run)."""
+    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
+    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
+
+
 def resolve_run(options) -> Run:
     """The run named by a positional ``run_id`` or by ``--thread``; ``CommandError``
     when neither or no such run."""
