@@ -12,11 +12,12 @@ django.setup()
 from django.core.management import load_command_class
 load_command_class("runs", "worker")
 from runs.workflows import registry
-assert "support_agent@1" in registry.keys(), registry.keys()
+assert "support_agent" in registry.names(), registry.names()
+assert "support_agent@1" not in registry.loaded_keys()
 print(",".join(sorted(m for m in ("pydantic_ai", "openai", "anthropic", "httpx", "rich")
                       if m in sys.modules)))
 registry.get("support_agent", 1)
-print("pydantic_ai" in sys.modules)
+print("pydantic_ai" in sys.modules and "support_agent@1" in registry.loaded_keys())
 """
 
 

@@ -89,10 +89,11 @@ def names() -> list[str]:
     return sorted({n for (n, _) in [*_registry, *_lazy]})
 
 
-def keys() -> list[str]:
-    """``"<name>@<version>"`` of every workflow this process can run, lazy ones
-    included, without importing them."""
-    return [f"{n}@{v}" for (n, v) in sorted({*_registry, *_lazy})]
+def loaded_keys() -> list[str]:
+    """``"<name>@<version>"`` of every definition imported in this process (lazily
+    declared ones only once loaded). A claim that must not wait for an import while its
+    lease runs takes these; anything else goes through ``get`` first."""
+    return [f"{n}@{v}" for (n, v) in sorted(_registry)]
 
 
 def all_workflows(*, load: bool = True) -> list[Workflow]:

@@ -136,7 +136,7 @@ def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -
     close_old_connections()
     if one_claim.available():
         claim = one_claim.claim_step(
-            step_id, worker.worker_id, settings.AGENTOPS_LEASE_SECONDS, known=registry.keys()
+            step_id, worker.worker_id, settings.AGENTOPS_LEASE_SECONDS, known=registry.loaded_keys()
         )
         if claim.outcome == one_claim.NOT_CLAIMABLE:
             return NOT_CLAIMED
