@@ -245,9 +245,19 @@ class StepContext:
         first (see ``perform_call``). Raises ``LeaseLost``, ``BudgetExhausted``,
         ``StepError`` (``TIMEOUT`` past the timeout) and ``OutcomeUnknown``.
         """
-        self.safe_point()
         action = action or tool.name
         key = ledger.idempotency_key(self.run.pk, self.step.generation, self.step.name, action)
+        return self.call_tool_keyed(
+            tool, arguments, key=key, action=action, timeout=tool.timeout or self.step_def.timeout
+        )
+
+    def call_tool_keyed(
+        self, tool: Tool, arguments: dict[str, Any], *, key: str, action: str, timeout
+    ):
+        """``call_tool`` under an idempotency ``key`` the caller made (an agent's tool
+        call is keyed by its tool-call id), after a safe point; ``timeout`` in seconds or
+        ``None``. Returns the result; raises what ``call_tool`` raises."""
+        self.safe_point()
         return perform_call(
             run=self.run,
             step=self.step,
@@ -258,7 +268,7 @@ class StepContext:
             key=key,
             action=action,
             budget=self.run.budget,
-            timeout=tool.timeout or self.step_def.timeout,
+            timeout=timeout,
         )
 
     # -- artifacts (runs.engine.data.artifacts) ------------------------------------------
