@@ -169,7 +169,7 @@ def claim_step(step_id: int, worker_id: str, ttl: float, *, known: list[str]) ->
     """Claim ``step_id`` for ``worker_id`` with a lease of ``ttl`` seconds in one
     statement (see the module docstring). ``known``: the ``"<workflow>@<version>"``
     keys this process can execute. Returns a ``Claim``; database errors propagate."""
-    params = {
+    params: dict[str, Any] = {
         "step": step_id,
         "worker": worker_id,
         "lease": float(ttl),
