@@ -19,7 +19,24 @@ def main() -> None:
     except ImproperlyConfigured as exc:
         sys.stderr.write(f"configuration error: {exc}\n")
         sys.exit(2)
-    execute_from_command_line(sys.argv)
+    from django.core.management.base import CommandError
+
+    from runs.cli import arguments, startup
+
+    problem = startup.database_problem()
+    if problem:
+        sys.stderr.write(f"configuration error: DATABASE_URL: {problem}\n")
+        sys.exit(2)
+    try:
+        arguments.check_argv(sys.argv)
+    except CommandError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(2)
+    try:
+        execute_from_command_line(sys.argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        startup.stdout_closed()
 
 
 if __name__ == "__main__":

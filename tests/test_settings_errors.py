@@ -14,6 +14,7 @@ BAD = [
     ("DATABASE_URL", "notaurl", "not a database URL"),
     ("DATABASE_URL", "mysql://u@h/db", "not a database URL"),
     ("DATABASE_URL", "postgres://u@h:notaport/db", "does not parse"),
+    ("DATABASE_URL", "sqlite:///nonexistent/dir/x.db", "directory nonexistent/dir does not"),
     ("REDIS_URL", "foo", "not a Redis URL"),
     ("REDIS_URL", "redis://127.0.0.1:notaport/0", "not a Redis URL"),
     ("REDIS_URL", "redis://127.0.0.1:6379/zero", "not an integer"),

@@ -1,8 +1,15 @@
 """``runs budget RUN_ID [--add-model-calls N] [--add-tool-calls N] [--add-tokens N]
 [--add-cost USD]
 [--reason TEXT] [--as USER]``: raise a run's budget; a run paused for an exhausted
-budget resumes."""
+budget resumes. Adding to a limit the run does not have is refused (it is unlimited
+already; nothing is changed). Prints the limits before and after as JSON."""
 
+import json
+from decimal import Decimal, InvalidOperation
+
+from django.core.management.base import CommandError
+
+from runs.cli import arguments
 from runs.cli.common import cli_actor, control_error, resolve_run
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.budget import raise_budget
@@ -14,16 +21,24 @@ def add_arguments(parser):
     parser.add_argument("run_id", help="the run's id (runs list shows them)")
     parser.add_argument(
         "--add-model-calls",
-        type=int,
+        type=arguments.integer(),
         default=0,
         metavar="N",
         help="raise the model-call limit by N",
     )
     parser.add_argument(
-        "--add-tool-calls", type=int, default=0, metavar="N", help="raise the tool-call limit by N"
+        "--add-tool-calls",
+        type=arguments.integer(),
+        default=0,
+        metavar="N",
+        help="raise the tool-call limit by N",
     )
     parser.add_argument(
-        "--add-tokens", type=int, default=0, metavar="N", help="raise the token limit by N"
+        "--add-tokens",
+        type=arguments.integer(),
+        default=0,
+        metavar="N",
+        help="raise the token limit by N",
     )
     parser.add_argument(
         "--add-cost",
@@ -40,9 +55,38 @@ def add_arguments(parser):
     )
 
 
+#: Option -> the budget key it raises.
+OPTIONS = {
+    "add_model_calls": ("--add-model-calls", "model_calls"),
+    "add_tool_calls": ("--add-tool-calls", "tool_calls"),
+    "add_tokens": ("--add-tokens", "tokens"),
+    "add_cost": ("--add-cost", "cost_usd"),
+}
+
+
+def _unset_limits(options, budget: dict) -> list[str]:
+    """The options asking to add to a limit that ``budget`` does not set."""
+    asked = []
+    for name, (flag, key) in OPTIONS.items():
+        try:
+            amount = Decimal(str(options[name]))
+        except InvalidOperation:
+            continue  # the engine names the bad amount
+        if amount and key not in budget:
+            asked.append(f"{flag} ({key})")
+    return asked
+
+
 def handle(command, options):
     run = resolve_run(options)
     actor = cli_actor(options["as_user"])
+    before = dict(run.budget or {})
+    unset = _unset_limits(options, before)
+    if unset:
+        raise CommandError(
+            f"run {run.pk} has no such limit to raise: {', '.join(unset)}; it is unlimited "
+            f"there already. Its limits: {json.dumps(before)} [limit_not_set]"
+        )
     try:
         run = raise_budget(
             run,
@@ -55,4 +99,7 @@ def handle(command, options):
         )
     except ControlError as exc:
         raise control_error(exc) from exc
-    command.stdout.write(f"run {run.pk}: budget now {run.budget}; run is {run.status}")
+    command.stdout.write(
+        f"run {run.pk}: budget {json.dumps(before)} -> {json.dumps(run.budget)}; "
+        f"run is {run.status}"
+    )

@@ -8,6 +8,7 @@ import json
 from django.core.management.base import CommandError
 from django.http import QueryDict
 
+from runs.cli import arguments
 from runs.console.filters import RunFilter, unknown_step_exists
 from runs.engine.state.clock import db_now
 from runs.models import Run
@@ -27,7 +28,9 @@ def add_arguments(parser):
         help="only runs in this state (repeat for several): " + ", ".join(RunStatus.values),
     )
     parser.add_argument("--workflow", help="only runs of this workflow name")
-    parser.add_argument("--version", type=int, help="only runs of this workflow version")
+    parser.add_argument(
+        "--version", type=arguments.integer(1), help="only runs of this workflow version"
+    )
     parser.add_argument("--owner", help="only runs owned by this username")
     parser.add_argument("--thread", help="only runs of this thread id")
     parser.add_argument("--q", metavar="TEXT", help="run id prefix, thread id or goal text")
@@ -67,9 +70,14 @@ def add_arguments(parser):
         help="sort by " + ", ".join(SORTS) + " (prefix - for descending); default -created",
     )
     parser.add_argument(
-        "--limit", type=int, default=50, help="at most this many runs (1..500, default 50)"
+        "--limit",
+        type=arguments.integer(1, 500),
+        default=50,
+        help="at most this many runs (1..500, default 50)",
     )
-    parser.add_argument("--offset", type=int, default=0, help="skip this many runs first")
+    parser.add_argument(
+        "--offset", type=arguments.integer(), default=0, help="skip this many runs first"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -97,10 +105,6 @@ def _query(options) -> QueryDict:
 
 
 def handle(command, options):
-    if not 1 <= options["limit"] <= 500:
-        raise CommandError("--limit must be between 1 and 500")
-    if options["offset"] < 0:
-        raise CommandError("--offset must be >= 0")
     queryset = (
         Run.objects.select_related("thread", "owner", "current_step")
         .annotate(has_unknown=unknown_step_exists())

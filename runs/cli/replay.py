@@ -11,12 +11,11 @@ result is reused and each one that may repeat, and changes nothing.
 """
 
 import json
-import math
 import time
 
 from django.core.management.base import CommandError
-from django.utils.dateparse import parse_datetime
 
+from runs.cli import arguments
 from runs.cli.common import cli_actor, control_error, resolve_run
 from runs.cli.previews import write_side_effects
 from runs.engine.control.lifecycle import ControlError
@@ -44,7 +43,13 @@ def add_arguments(parser):
     parser.add_argument("--status", default=None, help="bulk: runs in this state (FAILED, ...)")
     parser.add_argument("--workflow", default=None, help="bulk: of this workflow")
     parser.add_argument("--error-code", default=None, help="bulk: whose step failed with it")
-    parser.add_argument("--since", default=None, help="bulk: created at or after (ISO time)")
+    parser.add_argument(
+        "--since",
+        type=arguments.iso_time,
+        default=None,
+        help="bulk: created at or after this ISO time (e.g. 2026-11-30T12:00:00Z; UTC if "
+        "no offset)",
+    )
     parser.add_argument(
         "--from-failed-step",
         action="store_true",
@@ -52,7 +57,7 @@ def add_arguments(parser):
     )
     parser.add_argument(
         "--rate",
-        type=float,
+        type=arguments.number(0.001, 1000),
         default=DEFAULT_RATE,
         help=f"bulk: replays started per second (default {DEFAULT_RATE:g})",
     )
@@ -126,30 +131,19 @@ def _bulk(command, options, actor):
         raise CommandError("a bulk replay starts each run before its failed step; omit --from")
     if not options["from_failed_step"]:
         raise CommandError("a bulk replay needs --from-failed-step (where each run starts)")
-    rate = options["rate"]
-    if not math.isfinite(rate) or rate <= 0:
-        raise CommandError("--rate must be a number of replays per second > 0")
-    since = None
-    if options["since"]:
-        try:
-            since = parse_datetime(options["since"])
-        except ValueError:
-            since = None
-        if since is None:
-            raise CommandError("--since must be an ISO time, e.g. 2026-11-30T12:00:00Z")
     try:
         runs = bulk_candidates(
             status=options["status"].upper(),
             workflow=options["workflow"],
             error_code=options["error_code"],
-            since=since,
+            since=options["since"],
             again=options["again"],
         )
         result = bulk_replay(
             runs,
             actor=actor,
             reason=options["reason"],
-            rate=rate,
+            rate=options["rate"],
             reexecute=options["reexecute"],
             again=options["again"],
             dry_run=options["dry_run"],

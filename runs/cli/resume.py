@@ -8,10 +8,8 @@ result is reused (with that result) and those that could repeat, and changes not
 """
 
 import json
-import math
 
-from django.core.management.base import CommandError
-
+from runs.cli import arguments
 from runs.cli.common import add_run_arguments, control_error, parse_json, resolve_run
 from runs.cli.previews import write_side_effects
 from runs.engine.control.lifecycle import ControlError, redispatch
@@ -24,7 +22,7 @@ def add_arguments(parser):
     add_run_arguments(parser)
     parser.add_argument(
         "--wait",
-        type=float,
+        type=arguments.number(),
         default=None,
         help="seconds to wait for a live lease (default: lease length + 5)",
     )
@@ -55,9 +53,6 @@ def add_arguments(parser):
 
 
 def handle(command, options):
-    wait = options["wait"]
-    if wait is not None and not (math.isfinite(wait) and wait >= 0):
-        raise CommandError("--wait must be a finite number of seconds >= 0")
     run = resolve_run(options)
     if options["checkpoint"]:
         _resume_from(command, run, options)

@@ -2,8 +2,7 @@
 [--crash-after-tool TOOL] [--hang-after-tool TOOL] [--crash-after-model N] [--lamp-unreadable]
 [--crash-at POINT]``."""
 
-import argparse
-
+from runs.cli import arguments
 from runs.cli.common import control_error, parse_json
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.execution import faults as fault_points
@@ -56,7 +55,7 @@ def add_arguments(parser):
     parser.add_argument(
         "--crash-after-model",
         metavar="N",
-        type=_positive_int,
+        type=arguments.integer(1),
         default=None,
         help="fault injection: right after the run's Nth model response is recorded, "
         "the worker exits 75",
@@ -67,16 +66,6 @@ def add_arguments(parser):
         help="fault injection: the simulated lamp stops answering reads "
         "after it is set (verify cannot tell)",
     )
-
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
-    return number
 
 
 def handle(command, options):

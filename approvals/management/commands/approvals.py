@@ -10,7 +10,6 @@
 Refusals exit non-zero with the engine's code in brackets, e.g. ``[decision_conflict]``.
 """
 
-import json
 import uuid
 
 from django.core.exceptions import PermissionDenied
@@ -18,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from approvals import services
 from approvals.models import Approval, Takeover
+from runs.cli import arguments
 from runs.cli.common import cli_user, control_error, parse_json, write_rows
 from runs.engine.control.lifecycle import ControlError
 
@@ -31,7 +31,11 @@ class Command(BaseCommand):
         p.add_argument("--all", action="store_true", help="every status, newest first")
         _add_listing_options(p)
         p = sub.add_parser("decide", help="approve or reject an approval")
-        p.add_argument("approval_id", type=int, help="the approval's id (approvals list shows it)")
+        p.add_argument(
+            "approval_id",
+            type=arguments.integer(1, arguments.MAX_ID),
+            help="the approval's id (approvals list shows it)",
+        )
         p.add_argument("decision", choices=sorted(services.DECISIONS), help="approve or reject")
         p.add_argument("--comment", default="", help="why (recorded with the decision)")
         p.add_argument(
@@ -50,7 +54,9 @@ class Command(BaseCommand):
         _add_listing_options(p)
         p = sub.add_parser("claim", help="take an open takeover on")
         p.add_argument(
-            "takeover_id", type=int, help="the takeover's id (approvals takeovers shows it)"
+            "takeover_id",
+            type=arguments.integer(1, arguments.MAX_ID),
+            help="the takeover's id (approvals takeovers shows it)",
         )
         p.add_argument(
             "--as",
@@ -60,7 +66,9 @@ class Command(BaseCommand):
         )
         p = sub.add_parser("resolve", help="resolve an open takeover")
         p.add_argument(
-            "takeover_id", type=int, help="the takeover's id (approvals takeovers shows it)"
+            "takeover_id",
+            type=arguments.integer(1, arguments.MAX_ID),
+            help="the takeover's id (approvals takeovers shows it)",
         )
         p.add_argument(
             "action",
@@ -96,10 +104,7 @@ class Command(BaseCommand):
         approval = _get(Approval, options["approval_id"], "approval")
         arguments = None
         if options["arguments"] is not None:
-            try:
-                arguments = json.loads(options["arguments"])
-            except ValueError as exc:
-                raise CommandError(f"--arguments is not JSON: {exc} [invalid_arguments]") from None
+            arguments = parse_json(options["arguments"], "--arguments")
         approval = services.decide(
             approval,
             decision=options["decision"],

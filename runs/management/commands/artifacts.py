@@ -2,8 +2,9 @@
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
+from runs.cli import arguments
 from runs.cli.common import cli_actor
 from runs.engine.data.artifact_integrity import check_artifacts
 
@@ -23,7 +24,7 @@ class Command(BaseCommand):
         )
         check.add_argument(
             "--grace",
-            type=float,
+            type=arguments.number(),
             default=None,
             metavar="SECONDS",
             help="orphan grace period (default AGENTOPS_ORPHAN_GRACE_SECONDS)",
@@ -38,8 +39,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, action: str, **options):
-        if options["grace"] is not None and options["grace"] < 0:
-            raise CommandError("--grace must be >= 0")
         actor = cli_actor(options["actor"])
         report = check_artifacts(
             repair=options["repair"], grace_seconds=options["grace"], actor=actor

@@ -1,10 +1,10 @@
 """``python manage.py bench [--steps N] [--workers W] [--json PATH]``."""
 
 import json
-import math
 
 from django.core.management.base import BaseCommand, CommandError
 
+from runs.cli import arguments
 from runs.drills.bench import PARTS, format_table, run_bench
 from runs.drills.interrupt import Interrupted, stop_on_signals
 from runs.drills.sandbox import SandboxError
@@ -17,15 +17,22 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--steps", type=int, default=2000, help="no-op steps in all")
-        parser.add_argument("--workers", type=int, default=2, help="worker processes")
+        parser.add_argument(
+            "--steps", type=arguments.integer(1), default=2000, help="no-op steps in all"
+        )
+        parser.add_argument(
+            "--workers", type=arguments.integer(1, 64), default=2, help="worker processes"
+        )
         parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
         parser.add_argument(
-            "--kills", type=int, default=5, help="SIGKILLs for recovery (0: skip that part)"
+            "--kills",
+            type=arguments.integer(),
+            default=5,
+            help="SIGKILLs for recovery (0: skip that part)",
         )
         parser.add_argument(
             "--stops",
-            type=int,
+            type=arguments.integer(),
             default=2,
             help="SIGSTOPs for the lease fallback, about a lease long (0: skip that part)",
         )
@@ -36,25 +43,25 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--console-runs",
-            type=int,
+            type=arguments.integer(),
             default=100_000,
             help="runs seeded for the console pages (0: skip that part)",
         )
-        parser.add_argument("--events-per-run", type=int, default=10, help="0 or more")
+        parser.add_argument(
+            "--events-per-run",
+            type=arguments.integer(),
+            default=10,
+            help="console part: events seeded for each of the --console-runs runs, so the "
+            "pages read a realistic history (default 10; 0: runs without events)",
+        )
         parser.add_argument(
             "--pg-seconds",
-            type=float,
+            type=arguments.number(),
             default=5.0,
             help="seconds of raw PostgreSQL writes (0: skip that part)",
         )
 
     def handle(self, *args, **opts):
-        if opts["steps"] < 1 or opts["workers"] < 1:
-            raise CommandError("--steps and --workers must be at least 1")
-        for name in ("kills", "stops", "console_runs", "events_per_run", "pg_seconds"):
-            if not (opts[name] >= 0 and math.isfinite(opts[name])):
-                flag = "--" + name.replace("_", "-")
-                raise CommandError(f"{flag} must be 0 or more, got {opts[name]}")
         only = tuple(p.strip() for p in opts["only"].split(",") if p.strip())
         unknown = sorted(set(only) - set(PARTS))
         if unknown or not only:

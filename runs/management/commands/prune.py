@@ -3,8 +3,9 @@ policy for finished runs (``runs.engine.data.retention``)."""
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
+from runs.cli import arguments
 from runs.engine.data import retention
 
 
@@ -19,7 +20,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--older-than",
             dest="days",
-            type=float,
+            type=arguments.number(0, arguments.MAX_DAYS),
             required=True,
             metavar="DAYS",
             help="prune terminal runs finished more than DAYS days ago (>= 0, may be 0.5)",
@@ -30,8 +31,6 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
     def handle(self, *args, days: float, dry_run: bool, **options):
-        if not days >= 0 or days == float("inf"):
-            raise CommandError("--older-than must be a number of days >= 0")
         report = retention.prune(days, dry_run=dry_run)
         if options["json"]:
             self.stdout.write(json.dumps(report.as_dict()))

@@ -5,6 +5,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from runs import demo_seed
+from runs.cli import arguments
 
 
 class Command(BaseCommand):
@@ -15,8 +16,12 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--runs", type=int, default=200, help="number of runs (default 200)")
-        parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+        parser.add_argument(
+            "--runs", type=arguments.integer(), default=200, help="number of runs (default 200)"
+        )
+        parser.add_argument(
+            "--seed", type=arguments.integer(), default=1, help="random seed (default 1)"
+        )
 
     def handle(self, *args, runs: int, seed: int, **options):
         if runs < 0:

@@ -11,6 +11,8 @@ import sys
 
 from django.core.management.base import BaseCommand
 
+from runs.cli import arguments
+
 
 class Command(BaseCommand):
     help = "Serve AgentOps over ASGI with uvicorn (API, SSE, console)."
@@ -20,9 +22,11 @@ class Command(BaseCommand):
             "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
         )
         parser.add_argument(
-            "--port", type=int, default=8000, help="TCP port to listen on (default 8000)"
+            "--port", type=arguments.port, default=8000, help="TCP port to listen on (default 8000)"
         )
-        parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+        parser.add_argument(
+            "--workers", type=arguments.integer(1, 64), default=1, help="uvicorn worker processes"
+        )
         parser.add_argument(
             "--log-level", default="warning", help="uvicorn's log level (default warning)"
         )

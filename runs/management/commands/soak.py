@@ -1,11 +1,11 @@
 """``python manage.py soak --runs N --workers W --duration S [--kill-every S] [--seed N]``."""
 
 import json
-import math
 import random
 
 from django.core.management.base import BaseCommand, CommandError
 
+from runs.cli import arguments
 from runs.drills.interrupt import Interrupted, stop_on_signals
 from runs.drills.sandbox import SandboxError
 from runs.drills.soak import Soak, format_report
@@ -18,28 +18,30 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--runs", type=int, required=True, help="how many runs to start")
         parser.add_argument(
-            "--workers", type=int, required=True, help="worker processes to keep running"
+            "--runs", type=arguments.integer(1), required=True, help="how many runs to start"
         )
         parser.add_argument(
-            "--duration", type=float, required=True, help="seconds of faults (0: none)"
+            "--workers",
+            type=arguments.integer(1, 64),
+            required=True,
+            help="worker processes to keep running",
+        )
+        parser.add_argument(
+            "--duration", type=arguments.number(), required=True, help="seconds of faults (0: none)"
         )
         parser.add_argument(
             "--kill-every",
-            type=float,
+            type=arguments.number(),
             default=3.0,
             help="seconds between faults (default 3; 0: no faults)",
         )
-        parser.add_argument("--seed", type=int, default=None, help="default: random")
+        parser.add_argument(
+            "--seed", type=arguments.integer(), default=None, help="default: random"
+        )
         parser.add_argument("--json", metavar="PATH", help="also write the report as JSON")
 
     def handle(self, *args, runs, workers, duration, kill_every, seed, **opts):
-        if runs < 1 or workers < 1:
-            raise CommandError("--runs and --workers must be at least 1")
-        for flag, value in (("--duration", duration), ("--kill-every", kill_every)):
-            if not (value >= 0 and math.isfinite(value)):
-                raise CommandError(f"{flag} must be 0 or more seconds, got {value}")
         seed = seed if seed is not None else random.SystemRandom().randrange(1, 10**6)
         self.stdout.write(f"soak seed {seed}")
         self.stdout.flush()

@@ -1,0 +1,111 @@
+"""Argument types and checks shared by every management command.
+
+argparse's ``type=int`` accepts any size and ``type=float`` accepts ``inf`` and ``nan``;
+values like that reach the database (an offset beyond a 64-bit integer), ``timedelta``
+or uvicorn and end in a traceback. These types bound each number at parse time, so a
+bad value is a usage error (one line, exit 2) naming the option and the range.
+"""
+
+import argparse
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime, time
+
+from django.core.management.base import CommandError
+from django.utils.dateparse import parse_date, parse_datetime
+
+#: Largest count any command accepts (offsets, limits, runs, steps): far beyond any real
+#: use, well inside a 64-bit database integer.
+MAX_COUNT = 2**31 - 1
+#: Largest row id (a 64-bit database integer).
+MAX_ID = 2**63 - 1
+#: Longest span in days (``prune --older-than``, ``artifacts check --grace``...): 1,000
+#: years, well inside ``datetime.timedelta``.
+MAX_DAYS = 365_000.0
+#: Longest span in seconds (timeouts, durations).
+MAX_SECONDS = MAX_DAYS * 86400
+
+
+def integer(low: int = 0, high: int = MAX_COUNT) -> Callable[[str], int]:
+    """An argparse ``type`` for a whole number from ``low`` to ``high`` (inclusive);
+    anything else raises ``argparse.ArgumentTypeError`` (a usage error, exit 2)."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+        return number
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def number(low: float = 0.0, high: float = MAX_SECONDS) -> Callable[[str], float]:
+    """An argparse ``type`` for a finite number from ``low`` to ``high`` (inclusive;
+    ``0.5`` and ``1e3`` are fine, ``inf`` and ``nan`` are not); anything else raises
+    ``argparse.ArgumentTypeError`` (a usage error, exit 2)."""
+
+    def parse(value: str) -> float:
+        try:
+            result = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+        if not math.isfinite(result) or not low <= result <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low:g} and {high:g}")
+        return result
+
+    parse.__name__ = "number"
+    return parse
+
+
+def iso_time(value: str) -> datetime:
+    """An argparse ``type`` for an ISO 8601 time (``2026-11-30T12:00:00Z``; a date alone
+    is midnight UTC; no offset means UTC), returned in UTC. A time that is not ISO, or
+    falls outside the years 1..9999 once in UTC, raises ``argparse.ArgumentTypeError``."""
+    try:
+        parsed = parse_datetime(value) or (
+            datetime.combine(day, time()) if (day := parse_date(value)) else None
+        )
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an ISO time, e.g. 2026-11-30T12:00:00Z")
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"{value} is outside the years 1 to 9999") from None
+
+
+#: A TCP port to listen on.
+port = integer(1, 65535)
+
+
+def check_text(value: str, what: str) -> str:
+    """Return ``value`` when it is text that can be stored and printed; raises
+    ``CommandError`` naming ``what`` when it holds bytes that were not UTF-8 (Python
+    keeps them as lone surrogates), other lone surrogates, or NUL."""
+    if "\x00" in value:
+        raise CommandError(f"{what} holds a NUL character [invalid_text]")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            shown = value.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            shown = value.encode("utf-8", "backslashreplace")
+        raise CommandError(f"{what} is not valid UTF-8 text: {shown!r} [invalid_text]") from None
+    return value
+
+
+def check_argv(argv: list[str]) -> None:
+    """Check every command-line argument with ``check_text``; raises ``CommandError``
+    naming the first bad one by its option (``the value of --thread``) or position."""
+    for position, value in enumerate(argv[1:], start=1):
+        before = argv[position - 1]
+        what = f"the value of {before}" if before.startswith("--") else f"argument {position}"
+        check_text(value, what)

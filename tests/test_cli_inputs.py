@@ -1,0 +1,184 @@
+"""Bad command-line input ends in one clear line and a non-zero exit, never a traceback,
+and writes nothing: numbers out of range, text that is not UTF-8 (or decodes to a lone
+surrogate), a SQLite path that cannot be opened, and stdout's reader going away."""
+
+import argparse
+import os
+import signal
+import subprocess
+from datetime import UTC, datetime
+
+import pytest
+from django.core.management import call_command, get_commands, load_command_class
+from django.core.management.base import CommandError
+
+from apitokens.models import ApiToken
+from runs.cli import arguments
+from runs.models import Run
+from tests.control_support import db_rows
+from tests.test_cli_discovery import DJANGO_OPTIONS, _our_commands, _parsers
+
+HUGE = "99999999999999999999"
+NOT_UTF8 = os.fsdecode(b"\xff\xfe")
+
+
+def test_every_number_argument_of_every_command_is_bounded():
+    unbounded = []
+    for name in _our_commands():
+        command = load_command_class(get_commands()[name], name)
+        for path, parser in _parsers(command.create_parser("manage.py", name), name):
+            unbounded += [
+                f"{path} {action.dest}"
+                for action in parser._actions
+                if action.type in (int, float) and action.dest not in DJANGO_OPTIONS
+            ]
+    assert unbounded == []
+
+
+@pytest.mark.parametrize(
+    ("make", "text", "value"),
+    [
+        (lambda: arguments.integer(), "7", 7),
+        (lambda: arguments.integer(1, 500), "500", 500),
+        (lambda: arguments.number(), "0.5", 0.5),
+        (lambda: arguments.number(), "1e3", 1000.0),
+    ],
+)
+def test_a_bounded_type_takes_what_is_in_range(make, text, value):
+    assert make()(text) == value
+
+
+@pytest.mark.parametrize(
+    ("make", "text", "why"),
+    [
+        (lambda: arguments.integer(), HUGE, "not between 0 and 2147483647"),
+        (lambda: arguments.integer(), "-1", "not between 0"),
+        (lambda: arguments.integer(), "1.5", "not a whole number"),
+        (lambda: arguments.number(), "inf", "not between"),
+        (lambda: arguments.number(), "nan", "not between"),
+        (lambda: arguments.number(), "x", "not a number"),
+        (lambda: arguments.number(0, arguments.MAX_DAYS), HUGE, "not between 0 and 365000"),
+        (lambda: arguments.port, "99999", "not between 1 and 65535"),
+        (lambda: arguments.port, "-1", "not between 1 and 65535"),
+    ],
+)
+def test_a_bounded_type_refuses_what_is_not(make, text, why):
+    with pytest.raises(argparse.ArgumentTypeError, match=why):
+        make()(text)
+
+
+def test_an_iso_time_comes_back_in_utc_or_is_refused():
+    assert arguments.iso_time("2026-11-30") == datetime(2026, 11, 30, tzinfo=UTC)
+    assert arguments.iso_time("2026-11-30T12:00:00+02:00") == datetime(2026, 11, 30, 10, tzinfo=UTC)
+    for bad, why in (
+        ("9999-12-31T23:59:59-14:00", "outside the years 1 to 9999"),
+        ("0001-01-01T00:00:00+14:00", "outside the years 1 to 9999"),
+        ("99999-99-99", "not an ISO time"),
+        ("yesterday", "not an ISO time"),
+    ):
+        with pytest.raises(argparse.ArgumentTypeError, match=why):
+            arguments.iso_time(bad)
+
+
+def test_text_with_undecodable_bytes_surrogates_or_nul_is_refused():
+    assert arguments.check_text("café", "--q") == "café"
+    for bad, why in ((NOT_UTF8, "not valid UTF-8"), ("\ud800", "not valid UTF-8"), ("a\0", "NUL")):
+        with pytest.raises(CommandError, match=f"--q .*{why}.*invalid_text"):
+            arguments.check_text(bad, "--q")
+
+
+@pytest.mark.django_db
+def test_json_that_decodes_to_a_lone_surrogate_is_refused_and_no_run_is_written():
+    with pytest.raises(CommandError, match=r"--input at \$\.question: .*surrogate"):
+        call_command(
+            "runs", "start", "room_temperature", "--thread", "S", "--input",
+            '{"question":"\\ud800"}',
+        )  # fmt: skip
+    assert Run.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_a_blank_token_name_is_refused():
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user("alice")
+    for blank in ("", "   "):
+        with pytest.raises(CommandError, match="--name must not be blank"):
+            call_command("api_token", "create", "alice", "--name", blank)
+    assert ApiToken.objects.count() == 0
+    call_command("api_token", "create", "alice", "--name", " ci ")
+    assert list(ApiToken.objects.values_list("name", flat=True)) == ["ci"]
+
+
+#: (argv, exit status, the one line on stderr must contain)
+REFUSED = [
+    (("runs", "start", "room_temperature", "--thread", NOT_UTF8, "--input", "{}"), 2,
+     "error: the value of --thread is not valid UTF-8 text: b'\\xff\\xfe' [invalid_text]"),
+    (("runs", "start", "room_temperature", "--thread", "T", "--input",
+      '{"question":"' + NOT_UTF8 + '"}'), 2, "the value of --input is not valid UTF-8"),
+    (("runs", "start", "room_temperature", "--thread", "T", "--input",
+      '{"question":"\\ud800"}'), 1, "--input at $.question: text holds a lone surrogate"),
+    (("runs", "list", "--q", os.fsdecode(b"\xff")), 2, "the value of --q is not valid UTF-8"),
+    (("runs", "list", "--offset", HUGE), 2, "argument --offset: 99999999999999999999 is not"),
+    (("runs", "list", "--limit", "0"), 2, "argument --limit: 0 is not between 1 and 500"),
+    (("prune", "--older-than", HUGE, "--dry-run"), 2, "argument --older-than: 9999"),
+    (("prune", "--older-than", "-1", "--dry-run"), 2, "argument --older-than: -1 is not"),
+    (("serve", "--port", "99999"), 2, "argument --port: 99999 is not between 1 and 65535"),
+    (("serve", "--port", "-1"), 2, "argument --port: -1 is not between 1 and 65535"),
+    (("approvals", "decide", HUGE, "approve", "--as", "x"), 2, "argument approval_id: 9999"),
+    (("runs", "replay", "--status", "FAILED", "--from-failed-step", "--reason", "x",
+      "--since", "9999-12-31T23:59:59-14:00"), 2, "argument --since: 9999-12-31T23:59:59-14:00"),
+    (("runs", "budget", "00000000-0000-0000-0000-000000000000", "--add-tokens", HUGE), 2,
+     "argument --add-tokens"),
+]  # fmt: skip
+
+
+def test_bad_arguments_end_in_one_line_and_write_nothing(deployment_factory):
+    d = deployment_factory("sqlite")
+    for argv, status, line in REFUSED:
+        proc = d.manage(*argv)
+        assert proc.returncode == status, (argv, proc.stderr)
+        assert "Traceback" not in proc.stderr, (argv, proc.stderr)
+        assert line in proc.stderr.strip().splitlines()[-1], (argv, proc.stderr)
+        assert proc.stdout == "", argv
+    assert db_rows(d, "SELECT count(*) FROM runs_run") == [(0,)]
+    assert db_rows(d, "SELECT count(*) FROM runs_thread") == [(0,)]
+
+
+def test_a_sqlite_path_that_cannot_be_opened_is_one_line_at_start_up(deployment_factory):
+    d = deployment_factory("sqlite")
+    d.env["DATABASE_URL"] = "sqlite:///nonexistent/dir/x.db"
+    for argv in (("workers",), ("runs", "list"), ("worker", "--burst")):
+        proc = d.manage(*argv)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.splitlines() == [
+            "configuration error: DATABASE_URL: cannot open the SQLite database "
+            "nonexistent/dir/x.db: directory nonexistent/dir does not exist"
+        ]
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly_like_a_unix_tool(deployment_factory):
+    d = deployment_factory("sqlite")
+    d.manage(
+        "runs",
+        "start",
+        "room_temperature",
+        "--thread",
+        "P",
+        "--input",
+        '{"question": "warm?"}',
+        check=True,
+    )
+    for argv in (("runs", "status", "--thread", "P"), ("workflows",), ("runs", "list")):
+        read_end, write_end = os.pipe()
+        # The reader is gone before the command writes its first line.
+        os.close(read_end)
+        try:
+            proc = subprocess.run(
+                d.command(*argv), env=d.env, stdout=write_end, stderr=subprocess.PIPE,
+                text=True, timeout=120,
+            )  # fmt: skip
+        finally:
+            os.close(write_end)
+        assert proc.returncode == -signal.SIGPIPE, (argv, proc.stderr)
+        assert proc.stderr == "", argv
