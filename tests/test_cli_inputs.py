@@ -182,3 +182,25 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_like_a_unix_tool(deplo
             os.close(write_end)
         assert proc.returncode == -signal.SIGPIPE, (argv, proc.stderr)
         assert proc.stderr == "", argv
+
+
+@pytest.mark.django_db
+def test_runs_budget_refuses_a_limit_the_run_does_not_have_and_prints_json():
+    from io import StringIO
+
+    from runs.engine.control.lifecycle import start_run
+    from runs.models import Event
+
+    run = start_run(
+        "room_temperature", thread_id="B", input={"question": "warm?"}, budget={"model_calls": 1}
+    )
+    with pytest.raises(CommandError, match=r"no such limit to raise: --add-cost \(cost_usd\)"):
+        call_command("runs", "budget", str(run.pk), "--add-model-calls", "1", "--add-cost", "0.05")
+    run.refresh_from_db()
+    assert run.budget == {"model_calls": 1}
+    assert not Event.objects.filter(run=run, type="budget.raised").exists()
+    out = StringIO()
+    call_command("runs", "budget", str(run.pk), "--add-model-calls", "1", stdout=out)
+    assert out.getvalue().startswith(
+        f'run {run.pk}: budget {{"model_calls": 1}} -> {{"model_calls": 2}}; run is '
+    )
