@@ -180,6 +180,20 @@ class LockKeeper:
             self._conn = None
 
 
+def _lock_released():
+    """Workers with the "pg" signal whose advisory lock no session holds, leaving out
+    those that started before the server did while the restart grace lasts."""
+    grace = float(settings.AGENTOPS_LIVENESS_GRACE_SECONDS)
+    return (
+        WorkerProcess.objects.alias(
+            settled=RawSQL(_PAST_RESTART_GRACE_SQL, [grace], output_field=BooleanField()),
+            server_start=RawSQL(_SERVER_START_SQL, [], output_field=DateTimeField()),
+        )
+        .filter(Q(started_at__gt=F("server_start")) | Q(settled=True), liveness=PG)
+        .exclude(pk__in=RawSQL(_HELD_LOCKS_SQL, [LOCK_NAMESPACE]))
+    )
+
+
 def dead_owner_steps(
     batch: int, *, exclude_owner: str = "", step_id: int | None = None
 ) -> list[tuple]:
@@ -196,16 +210,7 @@ def dead_owner_steps(
         running = running.exclude(owner=exclude_owner)
     columns = ("pk", "run_id", "attempt", "owner")
     if connection.vendor == "postgresql":
-        grace = float(settings.AGENTOPS_LIVENESS_GRACE_SECONDS)
-        dead = (
-            WorkerProcess.objects.alias(
-                settled=RawSQL(_PAST_RESTART_GRACE_SQL, [grace], output_field=BooleanField()),
-                server_start=RawSQL(_SERVER_START_SQL, [], output_field=DateTimeField()),
-            )
-            .filter(Q(started_at__gt=F("server_start")) | Q(settled=True), liveness=PG)
-            .exclude(pk__in=RawSQL(_HELD_LOCKS_SQL, [LOCK_NAMESPACE]))
-            .values("worker_id")
-        )
+        dead = _lock_released().values("worker_id")
         return [(*row, PG) for row in running.filter(owner__in=dead).values_list(*columns)[:batch]]
     local = WorkerProcess.objects.filter(liveness=PID, host=socket.gethostname())
     rows = list(running.filter(owner__in=local.values("worker_id")).values_list(*columns)[:batch])
@@ -213,6 +218,26 @@ def dead_owner_steps(
         return []
     pids = dict(local.filter(worker_id__in={r[3] for r in rows}).values_list("worker_id", "pid"))
     return [(*row, PID) for row in rows if not pid_alive(pids[row[3]])]
+
+
+def dead_workers(workers: list[WorkerProcess]) -> dict[int, str]:
+    """Which of ``workers`` (not stopped) their liveness signal shows dead, and how:
+    ``{pk: reason}`` with reason ``"advisory lock released"`` (PostgreSQL, outside the
+    restart grace) or ``"pid N is gone"`` (SQLite, same host). Workers without a signal,
+    or on another host, are absent (their heartbeat age is all there is). Reads
+    ``pg_locks`` once."""
+    if connection.vendor == "postgresql":
+        pg = [w.pk for w in workers if w.liveness == PG]
+        if not pg:
+            return {}
+        dead = _lock_released().filter(pk__in=pg).values_list("pk", flat=True)
+        return dict.fromkeys(dead, "advisory lock released")
+    host = socket.gethostname()
+    return {
+        w.pk: f"pid {w.pid} is gone"
+        for w in workers
+        if w.liveness == PID and w.host == host and not pid_alive(w.pid)
+    }
 
 
 def release_dead_owners(
