@@ -170,6 +170,20 @@ def test_it_refunds_the_edited_amount_and_records_both(deployment_factory, serve
         "from": {"order_id": "A1001", "amount": 42.0},
         "to": {"order_id": "A1001", "amount": 30},
     }
+    # runs status shows the arguments the tool ran with, marked as edited.
+    calls = [c for m in status(d, run_id)["messages"] for c in m["tool_calls"]]
+    [refund] = [c for c in calls if c["name"] == "issue_refund"]
+    assert refund["edited"] == {
+        "from": {"order_id": "A1001", "amount": 42.0},
+        "to": {"order_id": "A1001", "amount": 30},
+        "by": "user:ann",
+    }
+    text = d.manage("runs", "status", run_id, check=True).stdout
+    assert 'issue_refund({"order_id": "A1001", "amount": 30})' in text
+    assert (
+        'arguments edited by user:ann; the model asked {"order_id": "A1001", "amount": 42.0}'
+        in text
+    )
 
 
 def test_it_refuses_edited_arguments_that_fail_the_schema(deployment_factory, server):

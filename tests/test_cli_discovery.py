@@ -86,6 +86,20 @@ def test_workflows_lists_names_versions_steps_and_descriptions():
         call_command("workflows", "nope")
 
 
+def test_workflows_leaves_internal_ones_out_unless_asked():
+    out = StringIO()
+    call_command("workflows", stdout=out)
+    assert "bench_hold" not in out.getvalue() and "bench_noop" not in out.getvalue()
+    assert "room_temperature@1" in out.getvalue()
+    out = StringIO()
+    call_command("workflows", "--all", "--json", stdout=out)
+    internal = {r["name"] for r in json.loads(out.getvalue()) if r["internal"]}
+    assert internal == {"bench_hold", "bench_noop"}
+    out = StringIO()
+    call_command("workflows", "bench_hold", stdout=out)
+    assert "bench_hold@1" in out.getvalue()
+
+
 @pytest.mark.django_db
 def test_runs_list_filters_like_the_console():
     waiting = start_run("room_temperature", thread_id="A", input={"question": "warm?"})

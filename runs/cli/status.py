@@ -1,9 +1,13 @@
-"""``runs status (RUN_ID | --thread T) [--json]``."""
+"""``runs status (RUN_ID | --thread T) [--json]``. A tool call an approver let run with
+edited arguments is shown with the arguments used, marked as edited (``"edited"`` on
+the call in JSON)."""
 
 import json
 
+from approvals.models import Approval
 from runs.cli.common import add_run_arguments, resolve_run
 from runs.engine.control.lifecycle import run_status
+from runs.models import Event
 
 help = "show a run's status, steps, next step and messages"
 
@@ -13,8 +17,43 @@ def add_arguments(parser):
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def edited_calls(run_id) -> dict[str, dict]:
+    """The tool calls of run ``run_id`` an approver let run with other arguments:
+    ``{tool_call_id: {"from": model's arguments, "to": arguments used, "by": actor}}``
+    (from the ``approval.approved`` events that record ``edited``)."""
+    edits = {}
+    for event in Event.objects.filter(run_id=run_id, type="approval.approved").order_by("seq"):
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        if isinstance(payload.get("edited"), dict):
+            edits[payload.get("approval_id")] = (payload["edited"], event.actor)
+    if not edits:
+        return {}
+    call_ids = dict(Approval.objects.filter(pk__in=edits).values_list("pk", "evidence"))
+    return {
+        call_ids[pk]["tool_call_id"]: {"from": edited.get("from"), "to": edited.get("to"), "by": by}
+        for pk, (edited, by) in edits.items()
+        if isinstance(call_ids.get(pk), dict) and call_ids[pk].get("tool_call_id")
+    }
+
+
+def _call(call: dict, edits: dict[str, dict]) -> str:
+    edit = edits.get(call["id"])
+    if edit is None:
+        return f"{call['name']}({json.dumps(call['arguments'])}) [{call['id']}]"
+    return (
+        f"{call['name']}({json.dumps(edit['to'])}) [{call['id']}] (arguments edited by "
+        f"{edit['by']}; the model asked {json.dumps(edit['from'])})"
+    )
+
+
 def handle(command, options):
-    status = run_status(resolve_run(options))
+    run = resolve_run(options)
+    status = run_status(run)
+    edits = edited_calls(run.pk)
+    for message in status["messages"]:
+        for call in message["tool_calls"]:
+            if call["id"] in edits:
+                call["edited"] = edits[call["id"]]
     if options["json"]:
         command.stdout.write(json.dumps(status, ensure_ascii=False))
         return
@@ -34,9 +73,7 @@ def handle(command, options):
         out.write(f"  step {s['name']:<20} {s['status']:<10} attempt {s['attempt']}")
     out.write(f"messages ({len(status['messages'])}):")
     for m in status["messages"]:
-        calls = ", ".join(
-            f"{c['name']}({json.dumps(c['arguments'])}) [{c['id']}]" for c in m["tool_calls"]
-        )
+        calls = ", ".join(_call(c, edits) for c in m["tool_calls"])
         extra = f" -> {calls}" if calls else ""
         reply_to = f" (result of {m['tool_call_id']})" if m["tool_call_id"] else ""
         out.write(f"  {m['role']:<9} {m['content']}{extra}{reply_to}")

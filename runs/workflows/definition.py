@@ -65,6 +65,8 @@ class Workflow:
     ``on_budget_exhausted``: ``"takeover"`` (pause the run for a human to raise the
     budget) or ``"fail"`` (fail the run and compensate).
     ``model``: the model its steps ask (``None``: ``AGENTOPS_MODEL``).
+    ``internal``: a fixture of the benchmark or drills, left out of the ``workflows``
+    listing unless ``--all`` (it still runs like any other).
     """
 
     def __init__(
@@ -77,11 +79,13 @@ class Workflow:
         message_field: str | None = None,
         on_budget_exhausted: str = "takeover",
         model: str | None = None,
+        internal: bool = False,
     ):
         if on_budget_exhausted not in ("takeover", "fail"):
             raise WorkflowDefinitionError(f"{name}: on_budget_exhausted must be takeover or fail")
         self.on_budget_exhausted = on_budget_exhausted
         self.model = model
+        self.internal = internal
         self.name = name
         self.version = version
         self.description = description

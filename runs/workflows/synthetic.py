@@ -20,7 +20,9 @@ from runs.workflows.definition import Workflow
 #: Steps per ``bench_noop`` run.
 BENCH_STEPS = 10
 
-bench_noop = Workflow("bench_noop", version=1, description="No-op steps for the benchmark.")
+bench_noop = Workflow(
+    "bench_noop", version=1, description="No-op steps for the benchmark.", internal=True
+)
 
 
 def _noop(ctx):
@@ -31,7 +33,10 @@ for _i in range(1, BENCH_STEPS + 1):
     bench_noop.step(name=f"s{_i:02d}")(_noop)
 
 bench_hold = Workflow(
-    "bench_hold", version=1, description="Blocks on attempt 1 until killed (recovery benchmark)."
+    "bench_hold",
+    version=1,
+    description="Blocks on attempt 1 until killed (recovery benchmark).",
+    internal=True,
 )
 
 

@@ -15,7 +15,9 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True)
         create = sub.add_parser("create", help="create a token and print it (shown once)")
         create.add_argument("username", help="the user the token acts as")
-        create.add_argument("--name", default="", help="a label, e.g. the client's name")
+        create.add_argument(
+            "--name", default=None, help="a label, e.g. the client's name (not blank)"
+        )
         listing = sub.add_parser("list", help="list tokens (prefix, user, last used)")
         listing.add_argument("username", nargs="?", help="only this user's tokens")
         rev = sub.add_parser("revoke", help="revoke a token by its prefix")
@@ -25,8 +27,13 @@ class Command(BaseCommand):
         getattr(self, "_" + options["action"])(options)
 
     def _create(self, options):
+        name = options["name"]
+        if name is not None and not name.strip():
+            raise CommandError(
+                "--name must not be blank (leave it out for no label) [invalid_name]"
+            )
         user = cli_user(options["username"])
-        _, raw = create_token(user, options["name"])
+        _, raw = create_token(user, (name or "").strip())
         self.stdout.write(raw)
 
     def _list(self, options):

@@ -31,13 +31,29 @@ class Command(BaseCommand):
                         "counts": result["counts"],
                         "artifacts_checked": result["artifacts_checked"],
                         "created_at": result["manifest"]["created_at"],
+                        "migrations_pending": _migrations_pending(),
                     }
                 )
             )
             return
         counts = ", ".join(f"{v} {k}" for k, v in result["counts"].items())
+        if _migrations_pending():
+            next_step = (
+                "The backup's schema is older than this code: run `manage.py migrate`, "
+                "then start workers to resume non-terminal runs."
+            )
+        else:
+            next_step = "The schema is current: start workers to resume non-terminal runs."
         self.stdout.write(
             f"restored {src} (taken {result['manifest']['created_at']}): {counts}; "
-            f"{result['artifacts_checked']} artifact file(s) verified. Run "
-            "`manage.py migrate`, then start workers to resume non-terminal runs."
+            f"{result['artifacts_checked']} artifact file(s) verified. {next_step}"
         )
+
+
+def _migrations_pending() -> bool:
+    """True when the restored database lacks migrations this code has."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    return bool(executor.migration_plan(executor.loader.graph.leaf_nodes()))

@@ -1,5 +1,6 @@
-"""``python manage.py workflows [NAME] [--json]``: the registered workflows, each with
-its versions, steps (kind, retry, compensation) and required input."""
+"""``python manage.py workflows [NAME] [--all] [--json]``: the registered workflows, each
+with its versions, steps (kind, retry, compensation) and required input. Internal ones
+(benchmark and drill fixtures) only with ``--all`` or by name."""
 
 import json
 
@@ -11,7 +12,8 @@ from runs.workflows import registry
 def describe(workflow) -> dict:
     """One workflow version as plain data: ``{"name", "version", "description",
     "input": {field: type name}, "steps": [{"name", "kind", "max_attempts",
-    "on_exhausted", "compensates", "compensable"}], "migrates_from": [int]}``."""
+    "on_exhausted", "compensates", "compensable"}], "migrates_from": [int],
+    "internal": bool}``."""
     return {
         "name": workflow.name,
         "version": workflow.version,
@@ -29,6 +31,7 @@ def describe(workflow) -> dict:
             for s in workflow.steps
         ],
         "migrates_from": sorted(workflow.migrate_from),
+        "internal": workflow.internal,
     }
 
 
@@ -37,10 +40,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("name", nargs="?", help="show only this workflow (all of its versions)")
+        parser.add_argument(
+            "--all", action="store_true", help="include internal benchmark and drill workflows"
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON array")
 
     def handle(self, *args, name: str | None, **options):
         workflows = registry.all_workflows()
+        if not name and not options["all"]:
+            workflows = [w for w in workflows if not w.internal]
         if name:
             workflows = [w for w in workflows if w.name == name]
             if not workflows:
