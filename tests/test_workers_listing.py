@@ -45,7 +45,7 @@ def test_a_worker_without_a_signal_is_gone_once_its_heartbeat_stopped_long_ago(s
         status=StepStatus.RUNNING,
         owner="elsewhere:2:gone",
         attempt=1,
-        lease_until=db_now() + timedelta(seconds=10),
+        lease_until=db_now() + timedelta(seconds=600),
         heartbeat_at=Now(),
     )
     out = StringIO()
@@ -78,7 +78,7 @@ def test_the_workers_page_lists_dead_workers_and_what_they_hold(clients, setting
         status=StepStatus.RUNNING,
         owner="elsewhere:3:gone",
         attempt=1,
-        lease_until=db_now() + timedelta(seconds=10),
+        lease_until=db_now() + timedelta(seconds=600),
         heartbeat_at=Now(),
     )
     page = clients["alice"].get(reverse("console:workers")).content.decode()
@@ -118,4 +118,5 @@ def test_a_killed_worker_is_listed_dead_with_the_step_it_still_holds(deployment_
     text = d.manage("workers", check=True).stdout
     assert "no live workers" in text
     assert f"DEAD ({reason[backend]})" in text
-    assert "bench_hold.hold attempt 1, lease" in text and "left, owner dead" in text
+    # The lease may have run out meanwhile on a loaded machine: "left" or "expired".
+    assert "bench_hold.hold attempt 1, lease" in text and ", owner dead" in text
