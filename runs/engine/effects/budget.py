@@ -68,7 +68,9 @@ def parse_amount(key: str, value) -> Decimal:
 def limit_errors(budget) -> dict[str, str]:
     """Field errors of a run's limits (``Run.budget``), empty when valid: ``None`` (no
     limits) or a dict with any of the keys of ``LIMIT_FIELDS``, each value as
-    ``parse_amount`` accepts it. Keys of the result are ``budget`` or ``budget.<key>``."""
+    ``parse_amount`` accepts it, except that counts must be JSON integers (a string of
+    digits is form or command-line input, not a stored limit). Keys of the result are
+    ``budget`` or ``budget.<key>``."""
     if budget is None:
         return {}
     if not isinstance(budget, dict):
@@ -78,6 +80,9 @@ def limit_errors(budget) -> dict[str, str]:
         field = f"budget.{key}"
         if key not in LIMIT_FIELDS:
             errors[field] = f"unknown limit; use {', '.join(LIMIT_FIELDS)}"
+            continue
+        if key != "cost_usd" and not isinstance(value, int):
+            errors[field] = "must be a whole number"
             continue
         try:
             parse_amount(key, value)
