@@ -68,7 +68,8 @@ def run_chain(step_id: int | None, worker: WorkerIdentity) -> int:
         link = outcome.continued
         if link is None:
             if outcome.next_step_id is None:
-                _finish_cancel_if_requested(outcome.step_id, worker)
+                if outcome.step_id is not None:  # always so for a claimed step
+                    _finish_cancel_if_requested(outcome.step_id, worker)
                 break
             if worker.stopping.is_set():
                 break
@@ -134,14 +135,15 @@ def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -
     errors propagate.
     """
     close_old_connections()
+    workflow: Workflow | None
     if one_claim.available():
         claim = one_claim.claim_step(
             step_id, worker.worker_id, settings.AGENTOPS_LEASE_SECONDS, known=registry.loaded_keys()
         )
         if claim.outcome == one_claim.NOT_CLAIMABLE:
             return NOT_CLAIMED
-        if claim.outcome == one_claim.CLAIMED:
-            run, step = claim.run, claim.step
+        run, step = claim.run, claim.step
+        if claim.outcome == one_claim.CLAIMED and run is not None and step is not None:
             workflow = registry.get(run.workflow, run.workflow_version)
             checkpoint = (claim.checkpoint_id, claim.state or {})
             return _run_attempt(run, step, step.attempt, workflow, checkpoint, worker, chain)
@@ -413,7 +415,7 @@ def _commit_success(
             next_seq=tx.next_step_seq(after=step),
             claimed_by=claimed_by,
         )
-    if advanced.step_id is None or claimed_by is None:
+    if advanced.step_id is None or advanced.seq is None or next_name is None or claimed_by is None:
         return StepOutcome(True, step.pk, advanced.step_id)
     born = Step(
         pk=advanced.step_id,
@@ -449,7 +451,12 @@ def _commit_in_one_statement(
         refresh_usage=False,
     )
     change = checkpoints.delta(ctx.checkpoint_state, state)
-    if change is None or not one_statement.inline(output) or not one_statement.inline(change):
+    if (
+        change is None
+        or ctx.checkpoint_id is None
+        or not one_statement.inline(output)
+        or not one_statement.inline(change)
+    ):
         return None
     next_seq = step.seq + 1 if next_name is not None else None
     done = one_statement.commit_step(
@@ -475,7 +482,7 @@ def _commit_in_one_statement(
     run.event_seq, run.version = done.event_seq, done.version
     run.model_calls, run.tool_calls, run.tokens = done.model_calls, done.tool_calls, done.tokens
     run.cost_usd, run.unpriced_model_calls = done.cost_usd, done.unpriced_model_calls
-    if next_name is None:
+    if next_name is None or next_seq is None:
         run.status = RunStatus.SUCCEEDED
         return StepOutcome(True, step.pk)
     born = Step(
