@@ -57,6 +57,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "runs.api.middleware.ApiBodyLimitMiddleware",
     "agentops.middleware.DatabaseBusyMiddleware",
+    "agentops.middleware.InvalidValueMiddleware",
     # Innermost: records refused (403/409) actions with the reason the view gave.
     "runs.refusals.RefusalAuditMiddleware",
 ]
