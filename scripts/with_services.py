@@ -53,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 PROG = "with_services"
@@ -203,6 +204,82 @@ def _parent_death_signal(signum: int):
         prctl(1, signum)  # 1 = PR_SET_PDEATHSIG; runs after setuid, which would clear it
 
     return preexec
+
+
+def spawn_redis(
+    redis_bin: str,
+    port: int,
+    directory: Path,
+    log_path: Path,
+    *,
+    conf: Path | None = None,
+    die_with_parent: bool = True,
+) -> subprocess.Popen:
+    """Start ``redis-server`` on 127.0.0.1:``port`` in the foreground and return it at once.
+
+    ``directory`` is its working directory (``--dir``); its output is appended to
+    ``log_path``. Without ``conf`` it runs with no persistence (no RDB snapshots, no
+    AOF); with it, that redis.conf decides (port, bind address and directory still come
+    from here). It leads its own session, so a terminal's Ctrl-C does not kill it before
+    its owner cleans up; ``die_with_parent`` also has it SIGTERMed when the calling
+    thread's process dies (Linux; leave it off when the caller may be a short-lived
+    thread). Raises ``OSError`` if the binary cannot be run. Wait with ``wait_redis``.
+    """
+    argv = [redis_bin, *([str(conf)] if conf else [])]
+    argv += ["--port", str(port), "--bind", "127.0.0.1"]
+    argv += [] if conf else ["--save", "", "--appendonly", "no"]
+    argv += ["--daemonize", "no", "--dir", str(directory), "--logfile", ""]
+    with open(log_path, "ab") as logf:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_parent_death_signal(signal.SIGTERM) if die_with_parent else None,
+        )
+
+
+def wait_redis(
+    proc: subprocess.Popen,
+    port: int,
+    log_path: Path,
+    timeout: float,
+    check_interrupt: Callable[[], None] = lambda: None,
+) -> bool:
+    """Wait until the Redis ``proc`` (from ``spawn_redis``) answers PING on ``port``.
+
+    Returns True once it answers, False if it exited first (its exit code is then in
+    ``proc.returncode``; its log says why, e.g. "Address already in use"). Raises
+    ``ServiceError`` with the tail of ``log_path`` if it neither answers nor exits
+    within ``timeout`` seconds (the process is left running: stop it with
+    ``stop_process``). ``check_interrupt()`` is called between polls and may raise.
+    """
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        if redis_ping(port):
+            return True
+        if time.monotonic() > deadline:
+            raise ServiceError(
+                f"redis-server on port {port} did not answer PING in "
+                f"{timeout:.0f}s\n--- {log_path} ---\n{tail(log_path)}"
+            )
+        check_interrupt()
+        time.sleep(0.02)
+    return False
+
+
+def stop_process(proc: subprocess.Popen, timeout: float) -> None:
+    """Stop a child we started: SIGTERM, then SIGKILL if it is still running after
+    ``timeout`` seconds; reaps it either way. A child that already exited is only reaped.
+    """
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class Services:
@@ -475,32 +552,13 @@ class Services:
             self._check_interrupt()
             self.redis_port = free_port()
             log_offset = self.redis_log.stat().st_size if self.redis_log.exists() else 0
-            persistence = ["--save", "", "--appendonly", "no"]
-            argv = [self.redis_bin, *([str(self.redis_conf)] if self.redis_conf else [])]
-            argv += ["--port", str(self.redis_port), "--bind", "127.0.0.1"]
-            argv += [] if self.redis_conf else persistence
-            argv += ["--daemonize", "no", "--dir", str(redis_dir), "--logfile", ""]
-            with open(self.redis_log, "ab") as logf:
-                self.redis_proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=logf,
-                    stderr=subprocess.STDOUT,
-                    # Own session: a terminal Ctrl-C must not kill it before we clean up.
-                    start_new_session=True,
-                    preexec_fn=_parent_death_signal(signal.SIGTERM),
-                )
-            deadline = time.monotonic() + timeout
-            while self.redis_proc.poll() is None:
-                if redis_ping(self.redis_port):
-                    return
-                if time.monotonic() > deadline:
-                    raise ServiceError(
-                        f"redis-server on port {self.redis_port} did not answer PING in "
-                        f"{timeout:.0f}s\n--- {self.redis_log} ---\n{tail(self.redis_log)}"
-                    )
-                self._check_interrupt()
-                time.sleep(0.02)
+            self.redis_proc = spawn_redis(
+                self.redis_bin, self.redis_port, redis_dir, self.redis_log, conf=self.redis_conf
+            )
+            if wait_redis(
+                self.redis_proc, self.redis_port, self.redis_log, timeout, self._check_interrupt
+            ):
+                return
             rc = self.redis_proc.returncode
             self.redis_proc = None
             new_log = self.redis_log.read_text(errors="replace")[log_offset:]
@@ -572,15 +630,8 @@ class Services:
 
     def _stop_redis(self, timeout: float = 10.0) -> None:
         proc, self.redis_proc = self.redis_proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            stop_process(proc, timeout)
 
 
 class Runner:

@@ -133,3 +133,26 @@ def test_a_bulk_dry_run_lists_each_run_and_changes_no_row(actors):
     text = replay("--status", "FAILED", "--from-failed-step", "--dry-run", "--reason", "x")
     assert "dry run: 3 runs would be replayed" in text
     assert (Run.objects.count(), Checkpoint.objects.count(), Event.objects.count()) == counts
+
+
+def test_its_dry_run_lists_each_reused_side_effect_and_each_that_may_repeat(actors):
+    run = lifecycle.start_run("dim_lights", thread_id="S", input={"request": "lower it by 10%"})
+    run_worker_in_process()
+    run.refresh_from_db()
+    assert run.status == "SUCCEEDED"
+    [set_op] = Operation.objects.filter(run=run, side_effect="unsafe")
+    recorded = json.dumps(set_op.result)
+
+    lines = replay(str(run.pk), "--dry-run", "--reason", "look").splitlines()
+    assert lines[2:] == [
+        "side effects reused (recorded results, not called again):",
+        f"  set_brightness: {set_op.tool} -> {recorded}",
+        "side effects that may repeat: none",
+    ]
+    lines = replay(str(run.pk), "--dry-run", "--reexecute", "--reason", "look").splitlines()
+    assert lines[2:] == [
+        "side effects reused: none",
+        "side effects that may repeat (new idempotency keys):",
+        f"  set_brightness: {set_op.tool} (unsafe, was SUCCEEDED)",
+    ]
+    assert not run.replays.exists()

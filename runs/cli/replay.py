@@ -18,6 +18,7 @@ from django.core.management.base import CommandError
 from django.utils.dateparse import parse_datetime
 
 from runs.cli.common import cli_actor, control_error, resolve_run
+from runs.cli.previews import write_side_effects
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.replay import (
     DEFAULT_RATE,
@@ -115,18 +116,7 @@ def _write_plan(out, plan: ReplayPlan, dry_run: bool) -> None:
     )
     verb = "would run again" if dry_run else "will run again"
     out.write(f"steps that {verb}: {', '.join(plan.steps_to_run)}")
-    if plan.operations_reused:
-        out.write("side effects reused (recorded results, not called again):")
-        for op in plan.operations_reused:
-            out.write(f"  {op['step']}: {op['tool']} -> {json.dumps(op['result'], default=str)}")
-    else:
-        out.write("side effects reused: none")
-    if plan.operations_may_repeat:
-        out.write("side effects that may repeat:")
-        for op in plan.operations_may_repeat:
-            out.write(f"  {op['step']}: {op['tool']} (was {op['status']})")
-    else:
-        out.write("side effects that may repeat: none")
+    write_side_effects(out, plan.operations_reused, plan.operations_may_repeat)
     if plan.replays:
         out.write(f"already replayed as: {', '.join(plan.replays)}")
 

@@ -13,6 +13,7 @@ import math
 from django.core.management.base import CommandError
 
 from runs.cli.common import control_error, parse_json, resolve_run
+from runs.cli.previews import write_side_effects
 from runs.engine.control.lifecycle import ControlError, redispatch
 from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
 
@@ -123,17 +124,6 @@ def _resume_from(command, run, options):
             or "none"
         )
     )
-    if plan.operations_reused:
-        out.write("side effects reused (recorded results, not called again):")
-        for op in plan.operations_reused:
-            out.write(f"  {op['step']}: {op['tool']} -> {json.dumps(op['result'], default=str)}")
-    else:
-        out.write("side effects reused: none")
-    if plan.operations_may_repeat:
-        out.write("side effects that may repeat (new idempotency keys):")
-        for op in plan.operations_may_repeat:
-            out.write(f"  {op['step']}: {op['tool']} ({op['side_effect']}, was {op['status']})")
-    else:
-        out.write("side effects that may repeat: none recorded")
+    write_side_effects(out, plan.operations_reused, plan.operations_may_repeat)
     if not options["dry_run"]:
         out.write(f"run is {run.status}, generation {run.generation}")

@@ -8,6 +8,7 @@ dashed and named. Every picture has a text equivalent: its SVG ``<title>``/``<de
 and a table of the same numbers (``table``).
 """
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -164,22 +165,25 @@ class Chart:
 
 
 def time_chart(
+    bucketed: tuple[list[datetime], Mapping[str, Sequence[float]]],
     *,
     id: str,
     kind: str,
     title: str,
     y_label: str,
-    starts: list[datetime],
-    step: timedelta,
-    series: dict[str, list[float]],
     tick_every: int,
     summary: str = "total",
 ) -> Chart:
-    """Lay out ``series`` (``{name: [value per bucket]}``) over the buckets beginning at
-    ``starts`` (each ``step`` long) as a line chart or grouped bars; x ticks every
-    ``tick_every`` buckets, labelled in UTC ``HH:MM``. The description sums each series
-    (``summary="total"``, for counts per bucket) or gives its last value (``"latest"``,
-    for levels such as open runs)."""
+    """Lay out ``bucketed``, ``(starts, {name: [value per bucket]})`` as the ``runs.stats``
+    series functions return them (evenly spaced bucket starts, at least two), as a line
+    chart or grouped bars; x ticks every ``tick_every`` buckets, labelled in UTC
+    ``HH:MM``. The description sums each series (``summary="total"``, for counts per
+    bucket) or gives its last value (``"latest"``, for levels such as open runs).
+    Raises ``ValueError`` for fewer than two buckets (their length is unknown)."""
+    starts, series = bucketed
+    if len(starts) < 2:
+        raise ValueError(f"a time chart needs at least two buckets, got {len(starts)}")
+    step = starts[1] - starts[0]
     names = list(series)
     buckets = len(starts)
     top_value = max([max(v, default=0) for v in series.values()] + [0])
@@ -223,7 +227,7 @@ def time_chart(
         values = series[name]
         line = Series(
             name=name,
-            values=values,
+            values=list(values),
             dash=DASHES[index % len(DASHES)],
             marker=MARKERS[index % len(MARKERS)],
             colour=COLOURS[index % len(COLOURS)],
@@ -433,14 +437,9 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
                 }
             )
             table.rows.append(
-                [
-                    step["name"],
-                    f"attempt {attempt['number']}",
-                    f"{_seconds(begin - start):.1f}",
-                    f"{_seconds(finish - start):.1f}",
-                    _fmt_s(lasted),
-                    outcome,
-                ]
+                _table_row(
+                    step["name"], f"attempt {attempt['number']}", begin, finish, start, outcome
+                )
             )
             if previous is not None and previous.get("end") and begin > previous["end"]:
                 cause = WAIT_AFTER.get(previous.get("ended_by", ""), "wait")
@@ -466,14 +465,7 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
             }
         )
         table.rows.append(
-            [
-                "(run)",
-                wait["label"],
-                f"{_seconds(wait['start'] - start):.1f}",
-                f"{_seconds(wait['end'] - start):.1f}",
-                _fmt_s(_seconds(wait["end"] - wait["start"])),
-                "waiting",
-            ]
+            _table_row("(run)", wait["label"], wait["start"], wait["end"], start, "waiting")
         )
     timeline.height = y + 30
     timeline.x_ticks = [
@@ -500,16 +492,23 @@ def _add_wait(row, table: Table, step: str, begin, finish, label: str, origin, x
             "title": f"{step}: {label} for {_fmt_s(lasted)}",
         }
     )
-    table.rows.append(
-        [
-            step,
-            f"wait: {label}",
-            f"{_seconds(begin - origin):.1f}",
-            f"{_seconds(finish - origin):.1f}",
-            _fmt_s(lasted),
-            "waiting",
-        ]
-    )
+    table.rows.append(_table_row(step, f"wait: {label}", begin, finish, origin, "waiting"))
+
+
+def _table_row(
+    who: str, what: str, begin: datetime, finish: datetime, origin: datetime, outcome: str
+) -> list[str]:
+    """One row of the timeline's table: ``[who, what, from, to, lasted, outcome]``,
+    ``from``/``to`` in seconds after ``origin`` (the run's creation) with one decimal,
+    ``lasted`` as ``_fmt_s`` writes it."""
+    return [
+        who,
+        what,
+        f"{_seconds(begin - origin):.1f}",
+        f"{_seconds(finish - origin):.1f}",
+        _fmt_s(_seconds(finish - begin)),
+        outcome,
+    ]
 
 
 # -- the pictures of the overview and the workers page ---------------------------------
@@ -520,30 +519,25 @@ def overview_charts(now: datetime) -> list[Chart]:
     runs by state, over the last 6 hours."""
     from runs.stats import open_runs_series, step_outcome_series
 
-    starts, outcomes = step_outcome_series(now)
-    steps = time_chart(
-        id="chart-step-outcomes",
-        kind="bars",
-        title="Steps succeeded and failed per 5 minutes, last 6 hours",
-        y_label="steps",
-        starts=starts,
-        step=timedelta(minutes=5),
-        series=outcomes,
-        tick_every=12,
-    )
-    starts, open_runs = open_runs_series(now)
-    runs = time_chart(
-        id="chart-open-runs",
-        kind="line",
-        title="Open runs by state, last 6 hours",
-        y_label="runs",
-        starts=starts,
-        step=timedelta(minutes=5),
-        series=open_runs,
-        tick_every=12,
-        summary="latest",
-    )
-    return [steps, runs]
+    return [
+        time_chart(
+            step_outcome_series(now),
+            id="chart-step-outcomes",
+            kind="bars",
+            title="Steps succeeded and failed per 5 minutes, last 6 hours",
+            y_label="steps",
+            tick_every=12,
+        ),
+        time_chart(
+            open_runs_series(now),
+            id="chart-open-runs",
+            kind="line",
+            title="Open runs by state, last 6 hours",
+            y_label="runs",
+            tick_every=12,
+            summary="latest",
+        ),
+    ]
 
 
 def workers_chart(now: datetime) -> Chart:
@@ -551,14 +545,11 @@ def workers_chart(now: datetime) -> Chart:
     the last 30 minutes."""
     from runs.stats import worker_steps_series
 
-    starts, per_worker = worker_steps_series(now)
     return time_chart(
+        worker_steps_series(now),
         id="chart-worker-steps",
         kind="line",
         title="Steps finished per minute per worker, last 30 minutes",
         y_label="steps/min",
-        starts=starts,
-        step=timedelta(minutes=1),
-        series=per_worker,
         tick_every=5,
     )

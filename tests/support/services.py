@@ -43,6 +43,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from scripts import with_services
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MANAGE_PY = REPO_ROOT / "manage.py"
 
@@ -141,65 +143,34 @@ class RedisServer:
 
     def start(self, timeout: float = 30.0) -> RedisServer:
         """Start it (again, on the same port after a ``stop()``) and wait for PING."""
-        import socket
-        import time
-
-        import redis
-
         binary = os.environ.get("AGENTOPS_REDIS_BIN") or shutil.which("redis-server")
         if not binary:
             raise RuntimeError("redis-server not found (run via make test)")
         if not self.port:
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                self.port = sock.getsockname()[1]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    binary,
-                    "--port",
-                    str(self.port),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--dir",
-                    str(self.directory),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        client = redis.Redis(port=self.port, socket_timeout=2)
-        deadline = time.monotonic() + timeout
+            self.port = with_services.free_port()
+        # Not tied to the starting thread's life: a fixture may start it from any thread.
+        self.proc = with_services.spawn_redis(
+            binary, self.port, self.directory, self.log_path, die_with_parent=False
+        )
         try:
-            while True:
-                with contextlib.suppress(redis.RedisError):
-                    if client.ping():
-                        return self
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    log_text = self.log_path.read_text(errors="replace")[-2000:]
-                    self.stop()
-                    raise RuntimeError(f"redis-server did not start:\n{log_text}")
-                time.sleep(0.05)
-        finally:
-            client.close()
+            answered = with_services.wait_redis(self.proc, self.port, self.log_path, timeout)
+        except with_services.ServiceError as exc:
+            self.stop()
+            raise RuntimeError(str(exc)) from None
+        if not answered:
+            code = self.proc.returncode
+            self.stop()
+            raise RuntimeError(
+                f"redis-server exited with {code} during start\n--- {self.log_path} ---\n"
+                f"{with_services.tail(self.log_path)}"
+            )
+        return self
 
     def stop(self, timeout: float = 30.0) -> None:
         """Terminate the server (SIGTERM, then SIGKILL after ``timeout`` seconds)."""
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            with_services.stop_process(proc, timeout)
 
 
 def migrations_hash() -> str:
