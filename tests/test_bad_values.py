@@ -10,12 +10,20 @@ import pytest
 from django.db import connection, connections
 
 import tests.workflows.faulty as faulty
+import tests.workflows.stored  # noqa: F401 - registers the workflows
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import executor
 from runs.engine.execution.worker import Worker
 from runs.models import Event, Message, Operation, Run, Step
 from runs.states import RunStatus, StepStatus
-from tests.console_helpers import actors, clients, device_dir, fast_passwords  # noqa: F401
+from tests.console_helpers import (  # noqa: F401
+    actors,
+    clients,
+    device_dir,
+    fast_passwords,
+    run_worker_subprocess,
+    worker_subprocess_env,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -150,6 +158,33 @@ def test_the_worker_loop_goes_on_after_a_bad_step_and_runs_the_next_run():
     bad.refresh_from_db()
     good.refresh_from_db()
     assert bad.status == RunStatus.FAILED and bad.error_code == "INVALID_OUTPUT"
+    assert good.status == RunStatus.SUCCEEDED
+
+
+def test_a_worker_process_survives_every_kind_of_bad_value_and_runs_the_next_run(
+    settings,
+    device_dir,  # noqa: F811
+):
+    """A real worker subprocess: bad values in an output, a tool result, an artifact's
+    metadata and an approval request each fail their own run once; the worker exits 0
+    after running the healthy run queued behind them."""
+    bad = [
+        _start("nan"),
+        _start("tool_result"),
+        start_run("stored_artifact", thread_id="t-art", input={"bad": "datetime"}),
+        start_run("stored_approval", thread_id="t-appr", input={"bad": "nan"}),
+    ]
+    good = _start("ok")
+    env = worker_subprocess_env(
+        settings, AGENTOPS_EXTRA_WORKFLOW_MODULES="tests.workflows.faulty,tests.workflows.stored"
+    )
+    proc = run_worker_subprocess(env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for run in bad:
+        run.refresh_from_db()
+        assert (run.status, run.error_code) == (RunStatus.FAILED, "INVALID_OUTPUT"), run.workflow
+        assert Step.objects.filter(run=run).order_by("seq").first().attempt == 1
+    good.refresh_from_db()
     assert good.status == RunStatus.SUCCEEDED
 
 
