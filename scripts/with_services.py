@@ -3,7 +3,7 @@
 
 Usage::
 
-    python scripts/with_services.py [--keep-data] -- CMD ARGS...
+    python scripts/with_services.py [--keep-data] [--no-fsync] -- CMD ARGS...
 
 Starts PostgreSQL (fresh ``initdb`` in a temp dir, trust auth, 127.0.0.1 on a free port)
 and ``redis-server`` (127.0.0.1, free port, no persistence), waits until both answer,
@@ -33,6 +33,11 @@ drill restarted itself is the drill's to stop).
 If the PostgreSQL binaries or redis-server are missing this fails with exit code 2 and
 names ``scripts/install_system_deps.sh`` (which ``make test`` runs first). A service that
 fails to start is an error too (exit 2), with the tail of its log.
+
+``--no-fsync`` runs PostgreSQL with ``fsync = off`` and ``full_page_writes = off``: for
+the test suite, whose data is thrown away (commits still wait for the WAL write, so
+data survives a crash or kill of PostgreSQL itself, only not one of the machine). The
+default keeps them on, as the documented benchmark figures were measured.
 
 Exit codes: CMD's own; 128+N if CMD died of signal N; 127 if CMD was not found;
 2 for errors of this script. Standard library only (it runs before the venv may exist).
@@ -289,16 +294,24 @@ class Services:
     ``should_stop()`` returns a signal number between steps; ``stop()`` is safe to call
     in any partial state and more than once. ``redis_conf``: a redis.conf to start Redis
     with (port, bind address and directory still come from here) instead of the
-    throwaway settings (no persistence).
+    throwaway settings (no persistence). ``fsync=False``: PostgreSQL skips fsync and full
+    page writes (``--no-fsync`` in the module docstring).
     """
 
     def __init__(
-        self, pg_bin: Path, redis_bin: str, keep_data: bool, redis_conf: Path | None = None
+        self,
+        pg_bin: Path,
+        redis_bin: str,
+        keep_data: bool,
+        redis_conf: Path | None = None,
+        *,
+        fsync: bool = True,
     ) -> None:
         self.pg_bin = pg_bin
         self.redis_bin = redis_bin
         self.keep_data = keep_data
         self.redis_conf = redis_conf
+        self.fsync = fsync
         self.run_as: pwd.struct_passwd | None = None
         self.db_user = getpass.getuser()
         self.tmp: Path | None = None
@@ -402,7 +415,8 @@ class Services:
             f"--username={self.db_user}",
             "--encoding=UTF8",
             "--locale=C",
-            # Throwaway cluster: skipping initdb's fsyncs saves time; the server keeps fsync.
+            # Throwaway cluster: skipping initdb's fsyncs saves time (the server's own
+            # fsync follows --no-fsync).
             "--no-sync",
         ]
         proc = self._run_pg(initdb, timeout=180)
@@ -419,6 +433,7 @@ class Services:
             # A drill restarting the server with `pg_ctl -l $AGENTOPS_PG_LOG` runs as run_as.
             os.chown(self.pg_log, self.run_as.pw_uid, self.run_as.pw_gid)
 
+        durable = "on" if self.fsync else "off"
         for attempt in range(1, START_ATTEMPTS + 1):
             self._check_interrupt()
             self.pg_port = free_port()
@@ -428,7 +443,8 @@ class Services:
                 "unix_socket_directories = ''\n"  # TCP only: no /var/run/postgresql needed
                 "max_connections = 200\n"
                 "synchronous_commit = on\n"
-                "fsync = on\n"
+                f"fsync = {durable}\n"
+                f"full_page_writes = {durable}\n"
                 "log_line_prefix = '%m [%p] %q%u@%d '\n",
                 encoding="utf-8",
             )
@@ -705,12 +721,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="with_services.py",
         description="Run CMD beside a throwaway PostgreSQL and Redis.",
-        usage="%(prog)s [--keep-data] -- CMD ARGS...",
+        usage="%(prog)s [--keep-data] [--no-fsync] -- CMD ARGS...",
     )
     parser.add_argument(
         "--keep-data",
         action="store_true",
         help="keep the temp dir (data, logs) after stopping the services",
+    )
+    parser.add_argument(
+        "--no-fsync",
+        action="store_true",
+        help="PostgreSQL without fsync and full page writes (throwaway data: the test suite)",
     )
     if "--" in argv:
         split = argv.index("--")
@@ -739,7 +760,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"ERROR: {reason}; run scripts/install_system_deps.sh (as root) first")
         return 2
 
-    services = Services(pg_bin, redis_bin, args.keep_data)
+    services = Services(pg_bin, redis_bin, args.keep_data, fsync=not args.no_fsync)
     try:
         try:
             services.start(should_stop=runner.pending)

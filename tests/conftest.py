@@ -1,9 +1,34 @@
+import threading
+
 import pytest
 
+from runs.engine.effects.calls import THREAD_NAME as OUTSIDE_CALL_THREAD
 from runs.engine.execution.identity import WorkerIdentity
 from runs.workflows import registry
 
 pytest_plugins = ["tests.support.fixtures"]
+
+#: Seconds a test's teardown waits for an outside call it abandoned (a bound, not a timing
+#: assertion: the fake outside systems of the tests finish within seconds).
+ABANDONED_CALL_WAIT = 120
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Wait for the outside calls this test's in-process executor abandoned at their
+    timeout, before any fixture (the database above all) is torn down: such a call runs
+    on in a daemon thread and records its late result when it returns, which must land
+    in its own test's database, not in the next test's. Raises ``RuntimeError`` (a
+    teardown error of this test) if one is still running after ``ABANDONED_CALL_WAIT``
+    seconds."""
+    for thread in threading.enumerate():
+        if thread.name == OUTSIDE_CALL_THREAD:
+            thread.join(ABANDONED_CALL_WAIT)
+            if thread.is_alive():
+                raise RuntimeError(
+                    f"an abandoned outside call outlived {item.nodeid} by "
+                    f"{ABANDONED_CALL_WAIT}s: release the fake outside system in the test"
+                )
 
 
 @pytest.fixture

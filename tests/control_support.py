@@ -124,6 +124,29 @@ def db_rows(d: Deployment, sql: str, params: tuple = ()) -> list[tuple]:
         return conn.execute(sql, params).fetchall()
 
 
+def expire_leases(d: Deployment, run_id: str) -> int:
+    """Move the lease of every RUNNING step of the run into the past, as if its worker
+    had been gone for a whole lease; returns how many steps. A test that needs a lease
+    live for one command and expired for the next does this instead of waiting a lease
+    out, which races that command on a loaded machine."""
+    # SQLite stores UUIDs as 32 hex digits, PostgreSQL as uuid.
+    key = run_id.replace("-", "") if d.backend == "sqlite" else run_id
+    sql = "UPDATE runs_step SET lease_until = %s WHERE run_id = %s AND status = 'RUNNING'"
+    if d.backend == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(d.env["AGENTOPS_SQLITE_PATH"], timeout=30)
+        try:
+            with conn:
+                return conn.execute(sql.replace("%s", "?"), ("2000-01-01 00:00:00", key)).rowcount
+        finally:
+            conn.close()
+    import psycopg
+
+    with psycopg.connect(d.database_url) as conn:
+        return conn.execute(sql, ("2000-01-01T00:00:00Z", key)).rowcount
+
+
 def step_status(d: Deployment, run_id: str, name: str) -> str | None:
     """The newest step row called ``name`` of the run, its status (or None)."""
     # SQLite stores UUIDs as 32 hex digits, PostgreSQL as uuid.

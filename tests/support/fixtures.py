@@ -63,11 +63,29 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
         server.stop()
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Drop the session's templates once every xdist worker is done (the controller, or
+    the only process, does it; see ``Templates.cleanup``)."""
+    TEMPLATES.cleanup()
+
+
 @pytest.fixture(scope="session")
 def deployment_templates() -> Iterator[Templates]:
-    """The session's migrated templates; dropped/removed when the session ends."""
+    """The session's migrated templates (shared with the other xdist workers; dropped
+    when the whole session ends)."""
     yield TEMPLATES
     TEMPLATES.cleanup()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(
+    django_db_modify_db_settings_parallel_suffix: None, deployment_templates: Templates
+) -> None:
+    """pytest-django's hook, plus: on PostgreSQL the test database is a copy of the
+    session's migrated template (a migrate per xdist worker costs seconds of CPU)."""
+    from django.conf import settings
+
+    deployment_templates.use_for_test_database(settings.DATABASES["default"])
 
 
 @pytest.fixture

@@ -85,17 +85,19 @@ def require_services() -> None:
     pytest.skip(message)
 
 
-#: Redis database numbers: 0 without xdist, 1 + N for worker gwN; the drills' scratch
-#: database (``AGENTOPS_SCRATCH_REDIS_DB``, 15) stays out of the way.
-MAX_XDIST_WORKERS = 14
+#: Redis database numbers (a server has 16, 0-15): outside xdist the app uses 0 and the
+#: drills' scratch database (``AGENTOPS_SCRATCH_REDIS_DB``) is 15; worker gwN uses 1 + N
+#: and its own scratch database 8 + N, so no two workers flush each other's queues.
+MAX_XDIST_WORKERS = 7
 
 
 def isolate_xdist_worker(worker_id: str | None, settings) -> None:
     """Give this pytest-xdist worker (``worker_id`` like ``"gw3"``; ``None`` outside
-    xdist: nothing changes) its own Redis database number and its own default device and
-    artifact directories, in ``settings`` and in ``os.environ`` (which deployments and
-    worker subprocesses inherit). Its PostgreSQL test database is pytest-django's
-    ``test_<name>_gwN``. Raises ``pytest.UsageError`` past ``MAX_XDIST_WORKERS``.
+    xdist: nothing changes) its own Redis database number, its own scratch Redis database
+    for drills, soak and bench, and its own default device and artifact directories, in
+    ``settings`` and in ``os.environ`` (which deployments and worker subprocesses
+    inherit). Its PostgreSQL test database is pytest-django's ``test_<name>_gwN``.
+    Raises ``pytest.UsageError`` past ``MAX_XDIST_WORKERS``.
     """
     if not worker_id:
         return
@@ -108,6 +110,9 @@ def isolate_xdist_worker(worker_id: str | None, settings) -> None:
         os.environ["REDIS_URL"] = url
         settings.REDIS_URL = url
         settings.RQ_QUEUES["default"]["URL"] = url
+    scratch = 1 + MAX_XDIST_WORKERS + number
+    os.environ["AGENTOPS_SCRATCH_REDIS_DB"] = str(scratch)
+    settings.AGENTOPS_SCRATCH_REDIS_DB = scratch
     root = Path(tempfile.mkdtemp(prefix=f"agentops-{worker_id}-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
     for name, setting in (("devices", "AGENTOPS_DEVICE_DIR"), ("artifacts", "MEDIA_ROOT")):
@@ -287,84 +292,139 @@ def _migrate(env: Mapping[str, str]) -> None:
         raise ManageError(proc.returncode, proc.args, proc.stdout, proc.stderr)
 
 
-class Templates:
-    """Migrated template databases, built lazily once per session and hash.
+def session_key() -> str:
+    """A key shared by every process of this pytest session: the controller's PID under
+    pytest-xdist (a worker is its direct child), else this process's PID."""
+    return str(os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid())
 
-    SQLite: a migrated file in a private temp dir, copied per deployment. PostgreSQL: a
-    database ``agentops_tpl_<pid>_<hash>`` cloned with ``CREATE DATABASE ... TEMPLATE``.
-    ``cleanup()`` drops and removes them (the session fixture and atexit call it).
+
+def is_session_owner() -> bool:
+    """True in the process that outlives the others of the session: the xdist controller,
+    or the only process without xdist."""
+    return not os.environ.get("PYTEST_XDIST_WORKER")
+
+
+#: Key of the PostgreSQL advisory lock under which one process builds a template.
+TEMPLATE_LOCK = 0x61676F70  # "agop"
+
+
+class Templates:
+    """Migrated template databases, built lazily once per pytest session and migrations
+    hash, and shared by all of the session's xdist workers (the first to need one builds
+    it under a lock; the others wait and reuse it).
+
+    SQLite: a migrated file in ``<tmp>/agentops-templates-<session>``, copied per
+    deployment. PostgreSQL: a database ``agentops_tpl_<session>_<hash>`` cloned with
+    ``CREATE DATABASE ... TEMPLATE``, also the template of pytest-django's test database
+    (``use_for_test_database``). ``cleanup()`` drops and removes them in the session's
+    owner process only (``is_session_owner``), after every worker is done.
     """
 
     def __init__(self) -> None:
-        self._dir: Path | None = None
         self._sqlite: dict[str, Path] = {}
         self._postgres: dict[tuple[str, str], str] = {}  # (admin url, hash) -> db name
 
-    def _workdir(self) -> Path:
-        if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="agentops-templates-"))
-        return self._dir
+    @staticmethod
+    def _workdir() -> Path:
+        path = Path(tempfile.gettempdir()) / f"agentops-templates-{session_key()}"
+        path.mkdir(exist_ok=True)
+        return path
 
     def sqlite(self) -> Path:
         """Return the path of a migrated SQLite file to copy (never to open for writing)."""
+        import fcntl
+
         key = migrations_hash()
         if key not in self._sqlite:
             root = self._workdir() / f"sqlite-{key[:12]}"
-            env = _base_env(root)
-            _migrate(env)
-            path = Path(env["AGENTOPS_SQLITE_PATH"])
-            # The file is in WAL mode: fold the WAL into the main file so that copying
-            # the main file alone copies the whole database.
-            with contextlib.closing(sqlite3.connect(path)) as conn:
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            path = root / "var" / "agentops.sqlite3"
+            done = root / "migrated"
+            with open(self._workdir() / f"sqlite-{key[:12]}.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not done.exists():
+                    shutil.rmtree(root, ignore_errors=True)  # a half-built one
+                    env = _base_env(root)
+                    _migrate(env)
+                    # The file is in WAL mode: fold the WAL into the main file so that
+                    # copying the main file alone copies the whole database.
+                    with contextlib.closing(sqlite3.connect(path)) as conn:
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    done.touch()
             self._sqlite[key] = path
         return self._sqlite[key]
 
     def postgres(self, admin_url: str) -> str:
         """Return the name of a migrated template database on the server of ``admin_url``."""
         import psycopg
-        from psycopg import sql
 
         key = migrations_hash()
         if (admin_url, key) in self._postgres:
             return self._postgres[(admin_url, key)]
-        name = f"agentops_tpl_{os.getpid()}_{key[:12]}"
+        name = f"agentops_tpl_{session_key()}_{key[:12]}"
         with psycopg.connect(admin_url, autocommit=True) as conn:
-            _drop_database(conn, name)  # a leftover of a crashed run with our pid
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            conn.execute("SELECT pg_advisory_lock(%s)", (TEMPLATE_LOCK,))
+            try:
+                ready = conn.execute(
+                    "SELECT 1 FROM pg_database WHERE datname = %s AND datistemplate", (name,)
+                ).fetchone()
+                if not ready:
+                    self._build_postgres(conn, admin_url, name, key)
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (TEMPLATE_LOCK,))
+        self._postgres[(admin_url, key)] = name
+        return name
+
+    def _build_postgres(self, conn, admin_url: str, name: str, key: str) -> None:
+        from psycopg import sql
+
+        _drop_database(conn, name)  # half-built by a process that died
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         env = _base_env(self._workdir() / f"postgres-{key[:12]}")
         env["DATABASE_URL"] = _with_db_name(admin_url, name)
         try:
             _migrate(env)
-            with psycopg.connect(admin_url, autocommit=True) as conn:
-                # No connections allowed: CREATE DATABASE ... TEMPLATE fails while anyone
-                # is connected to the template.
-                conn.execute(
-                    sql.SQL(
-                        "ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false"
-                    ).format(sql.Identifier(name))
+            # No connections allowed: CREATE DATABASE ... TEMPLATE fails while anyone is
+            # connected to the template.
+            conn.execute(
+                sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false").format(
+                    sql.Identifier(name)
                 )
+            )
         except BaseException:
-            with psycopg.connect(admin_url, autocommit=True) as conn:
-                _drop_database(conn, name)
+            _drop_database(conn, name)
             raise
-        self._postgres[(admin_url, key)] = name
-        return name
+
+    def use_for_test_database(self, settings_dict: dict) -> None:
+        """Make pytest-django create the PostgreSQL test database of ``settings_dict``
+        (``DATABASES["default"]``) as a copy of the session's template instead of
+        migrating it from scratch (its migrate then finds nothing to do). Does nothing
+        without ``make test``'s services or for another engine."""
+        admin_url = os.environ.get("AGENTOPS_PG_ADMIN_URL")
+        if not admin_url or "postgresql" not in settings_dict["ENGINE"]:
+            return
+        settings_dict.setdefault("TEST", {})["TEMPLATE"] = self.postgres(admin_url)
 
     def cleanup(self) -> None:
-        """Drop the PostgreSQL templates and remove the SQLite ones; errors are ignored
-        (the server may already be gone when atexit runs)."""
-        postgres, self._postgres = self._postgres, {}
-        for (admin_url, _key), name in postgres.items():
+        """In the session's owner process, drop the PostgreSQL templates and remove the
+        SQLite ones; elsewhere nothing. Errors are ignored (the server may already be
+        gone when atexit runs)."""
+        if not is_session_owner():
+            return
+        admin_url = os.environ.get("AGENTOPS_PG_ADMIN_URL")
+        if admin_url:
             with contextlib.suppress(Exception):
                 import psycopg
 
                 with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
-                    _drop_database(conn, name)
+                    prefix = f"agentops_tpl_{session_key()}_"
+                    for (name,) in conn.execute(
+                        "SELECT datname FROM pg_database WHERE starts_with(datname, %s)",
+                        (prefix,),
+                    ).fetchall():
+                        _drop_database(conn, name)
+        self._postgres = {}
         self._sqlite = {}
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+        shutil.rmtree(self._workdir(), ignore_errors=True)
 
 
 def _drop_database(conn, name: str) -> None:

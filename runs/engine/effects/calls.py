@@ -12,6 +12,10 @@ from typing import Any
 
 from django.db import connection
 
+#: The name of every thread running an outside call (so a test harness can wait for an
+#: abandoned one before its database goes away).
+THREAD_NAME = "outside-call"
+
 
 class CallTimedOut(Exception):
     """The call did not finish within ``timeout`` seconds (it may still finish later)."""
@@ -46,7 +50,7 @@ def call_with_timeout(
             finally:
                 connection.close()
 
-    thread = threading.Thread(target=target, name="outside-call", daemon=True)
+    thread = threading.Thread(target=target, name=THREAD_NAME, daemon=True)
     thread.start()
     finished.wait(timeout)
     with lock:
