@@ -1,9 +1,9 @@
 """A request that gives up on the database answers 503 with a code, and one that brings a
 value no database stores faithfully answers 422 with a code, not a server error."""
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpResponse, JsonResponse
 from django.template.loader import render_to_string
+from django.utils.deprecation import MiddlewareMixin
 
 from runs.engine.state import db_faults
 from runs.engine.state.values import InvalidValue
@@ -24,28 +24,13 @@ _ANSWERS = {
 }
 
 
-class DatabaseBusyMiddleware:
+class DatabaseBusyMiddleware(MiddlewareMixin):
     """Turns a lock or statement timeout (``agentops.db_session`` limits) and a lost
     database connection into 503 with ``Retry-After``: a JSON error body with code
     ``database_busy`` / ``database_unavailable`` under /api/, a short page otherwise.
     The view's transaction was rolled back, so nothing is half-written. Other errors
-    pass through. Sync and async capable, so the SSE view stays async under ASGI."""
-
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-        if iscoroutinefunction(get_response):
-            markcoroutinefunction(self)
-
-    def __call__(self, request):
-        if iscoroutinefunction(self):
-            return self.__acall__(request)
-        return self.get_response(request)
-
-    async def __acall__(self, request):
-        return await self.get_response(request)
+    pass through. Sync and async capable (``MiddlewareMixin``), so the SSE view stays
+    async under ASGI."""
 
     def process_exception(self, request, exception):
         kind = db_faults.classify(exception)

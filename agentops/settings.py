@@ -325,8 +325,9 @@ AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.dim_lights",
     "runs.workflows.book_trip",
     "runs.workflows.weekly_report",
-    # A Pydantic AI agent registered as a workflow (README "Bring your own agent").
-    "runs.workflows.support_agent",
+    # A Pydantic AI agent registered as a workflow (README "Bring your own agent"),
+    # declared here and imported on first use (runs/workflows/support_agent.py).
+    "runs.workflows.declared",
     # Benchmark, drill and soak workflows (bench_noop, bench_hold, synthetic_order).
     "runs.workflows.synthetic",
 ]

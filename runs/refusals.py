@@ -11,9 +11,10 @@ the console's refusal page (``refusal_code`` / ``refusal_reason`` set by
 import json
 import logging
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import sync_to_async
 from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError
+from django.utils.deprecation import MiddlewareMixin
 
 from runs.models import RefusedAction
 
@@ -49,28 +50,19 @@ def _reason(request, response) -> tuple[str, str]:
     return "", ""
 
 
-class RefusalAuditMiddleware:
+class RefusalAuditMiddleware(MiddlewareMixin):
     """Record refused state-changing requests (see the module docstring). A failure to
     write the record is logged, never turned into an error for the client. Sync and
     async capable, so the SSE view stays async under ASGI."""
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-        if iscoroutinefunction(get_response):
-            markcoroutinefunction(self)
-
-    def __call__(self, request):
-        if iscoroutinefunction(self):
-            return self.__acall__(request)
-        response = self.get_response(request)
+    def process_response(self, request, response):
         if _audited(request, response):
             _record(request, response)
         return response
 
     async def __acall__(self, request):
+        # Only a response to record costs a trip to a thread (MiddlewareMixin would run
+        # process_response in one for every response).
         response = await self.get_response(request)
         if _audited(request, response):
             await sync_to_async(_record)(request, response)

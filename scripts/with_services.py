@@ -358,6 +358,10 @@ class Services:
             **self._as_run_as(),
         )
 
+    def _client_args(self) -> list[str]:
+        """The arguments that point a PostgreSQL client tool at our server as its user."""
+        return ["-h", "127.0.0.1", "-p", str(self.pg_port), "-U", self.db_user]
+
     def _check_interrupt(self) -> None:
         signum = self._should_stop()
         if signum is not None:
@@ -476,28 +480,14 @@ class Services:
 
         createdb = pg_tool(self.pg_bin, "createdb")
         if createdb:
-            args = [
-                createdb,
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(self.pg_port),
-                "-U",
-                self.db_user,
-                DB_NAME,
-            ]
+            args = [createdb, *self._client_args(), DB_NAME]
         else:
             psql = pg_tool(self.pg_bin, "psql")
             if not psql:
                 raise ServiceError("neither createdb nor psql found to create the database")
             args = [
                 psql,
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(self.pg_port),
-                "-U",
-                self.db_user,
+                *self._client_args(),
                 "-d",
                 "postgres",
                 "-v",
@@ -528,12 +518,7 @@ class Services:
                         [
                             pg_isready,
                             "-q",
-                            "-h",
-                            "127.0.0.1",
-                            "-p",
-                            str(self.pg_port),
-                            "-U",
-                            self.db_user,
+                            *self._client_args(),
                             "-d",
                             "postgres",
                             "-t",

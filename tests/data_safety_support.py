@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tests import control_support
 from tests.support.services import Deployment
 
 #: Upper bound for any wait in these tests (seconds); a bound, never an assertion.
@@ -45,8 +46,9 @@ def status(deployment: Deployment, run_id: str) -> dict:
 
 
 def step_status(deployment: Deployment, run_id: str, name: str) -> str | None:
-    steps = [s for s in status(deployment, run_id)["steps"] if s["name"] == name]
-    return steps[-1]["status"] if steps else None
+    """The status of the run's newest step called ``name`` (or None), read straight from
+    the database: waits poll it."""
+    return control_support.step_status(deployment, run_id, name)
 
 
 def context(deployment: Deployment, run_id: str, step: str | None = None) -> dict:

@@ -9,7 +9,6 @@ import tarfile
 import pytest
 
 from tests.control_support import db_rows
-from tests.control_support import step_status as step_row_status
 from tests.data_safety_support import shell_json, start, step_status, wait_for
 from tests.support.services import BACKENDS
 
@@ -61,7 +60,7 @@ def test_it_backs_up_during_a_workload_and_restores_runs_that_then_finish(
     workers = [source.popen("worker"), source.popen("worker")]
     wait_for(
         lambda: run_statuses(source).count("SUCCEEDED") == 3
-        and sum(step_row_status(source, r, "plan") == "RUNNING" for r in held) == 2,
+        and sum(step_status(source, r, "plan") == "RUNNING" for r in held) == 2,
         "3 runs done and 2 held in plan",
         procs=tuple(workers),
     )

@@ -209,6 +209,9 @@ def test_it_checks_the_outside_world_and_resolves_an_unknown_outcome(clients, de
     assert answer.context["answer"].status in ("done", "not_done", "cannot_tell")
     [verified] = events(run, "operation.verified")
     assert verified.actor == "user:bob"
+    assert verified.payload["requested_by"] == "user:bob"
+    assert verified.payload["answer"] == answer.context["answer"].status
+    assert verified.payload["idempotency_key"] and verified.payload["status"] == "UNKNOWN"
     resolve_url = reverse("console:resolve", args=[step.pk])
     assert post(clients["carol"], resolve_url, run, outcome="done", evidence="x").status_code == 403
     missing = post(clients["bob"], resolve_url, run, outcome="done", evidence="")

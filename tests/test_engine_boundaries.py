@@ -30,10 +30,11 @@ FORBIDDEN_IN_ENGINE = (
     "pydantic_ai",
 )
 #: The modules that may write state columns: the gateway, the lease SQL and the
-#: one-statement commit.
+#: one-statement claim and commit.
 GATEWAY = {
     "runs.engine.state.gateway",
     "runs.engine.state.leases",
+    "runs.engine.state.one_claim",
     "runs.engine.state.one_statement",
     "runs.state_fields",
 }

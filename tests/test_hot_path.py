@@ -29,6 +29,30 @@ def count(ctx):
     return {"i": seen}
 
 
+chatty = Workflow("hot_path_messages_test", version=1, description="Talks in two steps.")
+
+
+@chatty.step()
+def ask(ctx):
+    call = {"id": "call_1", "name": "lookup", "arguments": {"q": "x"}}
+    ctx.add_message("assistant", "let me look", tool_calls=[call])
+    ctx.add_message("tool", '{"found": 1}', tool_call_id="call_1")
+    return {"asked": True}
+
+
+@chatty.step()
+def answer(ctx):
+    ctx.add_message("assistant", "found one")
+    return {"answered": True}
+
+
+@pytest.fixture
+def chatty_workflow():
+    registry.register(chatty)
+    yield chatty
+    registry.unregister("hot_path_messages_test", 1)
+
+
 @pytest.fixture
 def loop_workflow():
     registry.register(looping)
@@ -150,3 +174,156 @@ def test_it_keeps_an_artifact_referenced_during_the_step_in_the_next_checkpoint(
         )
     assert Checkpoint.objects.get(pk=checkpoint_id).base_id == base_id
     assert Checkpoint.objects.get(pk=checkpoint_id).state["artifacts"] == [4242]
+
+
+def _postgresql_only():
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the one-statement claim and commit are PostgreSQL's")
+
+
+def test_it_claims_the_first_step_of_a_chain_in_one_round_trip_on_postgresql(loop_workflow, worker):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    _postgresql_only()
+    run = start_run("checkpoint_loop_test", thread_id="claim-trips", input={"n": 2})
+    first = Step.objects.get(run=run)
+    with CaptureQueriesContext(connection) as queries:
+        outcome = executor.execute_step(first.pk, worker, chain=True)
+    assert outcome.continued is not None
+    # The claim (read, lock, claim, events, checkpoint) and the chained commit.
+    assert len(queries) == 2
+    executor.continue_step(outcome.continued, worker)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.started_at is not None and run.version == 2
+    steps = Step.objects.filter(run=run).order_by("seq")
+    assert [(s.status, s.attempt, s.owner) for s in steps] == [
+        (StepStatus.SUCCEEDED, 1, worker.worker_id)
+    ] * 2
+    events = list(Event.objects.filter(run=run).order_by("seq").values_list("type", "payload"))
+    assert [t for t, _ in events] == [
+        "run.created",
+        "step.scheduled",
+        "run.running",
+        "step.started",
+        "step.succeeded",
+        "checkpoint.saved",
+        "step.scheduled",
+        "step.started",
+        "step.succeeded",
+        "checkpoint.saved",
+        "run.succeeded",
+    ]
+    assert events[2][1] == {"from": RunStatus.PENDING, "reason": ""}
+    assert events[3][1] == {"attempt": 1, "worker": worker.worker_id}
+    assert run.event_seq == len(events)
+    assert Checkpoint.objects.filter(run=run).order_by("-pk").first().state["outputs"] == {
+        "count": {"i": 2}
+    }
+
+
+def test_it_reclaims_an_expired_lease_in_the_one_statement_claim(
+    loop_workflow, worker, other_worker
+):
+    from django.db.models.functions import Now
+
+    from runs.engine.state import one_claim
+    from tests.support.states import arrange
+
+    _postgresql_only()
+    run = start_run("checkpoint_loop_test", thread_id="claim-reclaim", input={"n": 2})
+    first = Step.objects.get(run=run)
+    arrange(Run.objects.filter(pk=run.pk), status=RunStatus.RUNNING)
+    arrange(
+        Step.objects.filter(pk=first.pk),
+        status=StepStatus.RUNNING,
+        attempt=1,
+        owner=other_worker.worker_id,
+        lease_until=Now(),
+    )
+    claim = one_claim.claim_step(first.pk, worker.worker_id, 30, known=["checkpoint_loop_test@1"])
+    assert claim.outcome == one_claim.CLAIMED
+    assert (claim.step.attempt, claim.step.owner) == (2, worker.worker_id)
+    assert claim.run.current_step_id == first.pk and claim.run.status == RunStatus.RUNNING
+    assert claim.state["phase"] == "count" and claim.state["input"] == {"n": 2}
+    started = Event.objects.filter(run=run).order_by("seq").last()
+    assert (started.type, started.payload) == (
+        "step.started",
+        {"attempt": 2, "worker": worker.worker_id, "reclaimed_from": other_worker.worker_id},
+    )
+    # Held now by a live lease: not claimable, nothing written.
+    seq = Run.objects.get(pk=run.pk).event_seq
+    again = one_claim.claim_step(
+        first.pk, other_worker.worker_id, 30, known=["checkpoint_loop_test@1"]
+    )
+    assert again.outcome == one_claim.NOT_CLAIMABLE
+    assert Run.objects.get(pk=run.pk).event_seq == seq
+    assert Step.objects.get(pk=first.pk).attempt == 2
+
+
+def test_it_leaves_an_unknown_workflow_version_to_the_general_path(loop_workflow, worker):
+    from runs.engine.state import one_claim
+
+    _postgresql_only()
+    run = start_run("checkpoint_loop_test", thread_id="claim-unknown", input={"n": 1})
+    first = Step.objects.get(run=run)
+    claim = one_claim.claim_step(first.pk, worker.worker_id, 30, known=["other@1"])
+    assert claim.outcome == one_claim.GENERAL
+    assert Step.objects.get(pk=first.pk).attempt == 0
+    assert Run.objects.get(pk=run.pk).event_seq == 2
+
+
+def test_it_commits_a_step_that_writes_messages_with_gap_free_seqs(chatty_workflow, worker):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from runs.models import Message, Thread
+
+    run = start_run("hot_path_messages_test", thread_id="chatty", input={"q": "x"})
+    before = Thread.objects.get(pk=run.thread_id).message_seq
+    first = Step.objects.get(run=run)
+    with CaptureQueriesContext(connection) as queries:
+        outcome = executor.execute_step(first.pk, worker, chain=True)
+    assert outcome.continued is not None
+    if connection.vendor == "postgresql":
+        # The claim, then the commit with its messages as one statement.
+        assert len(queries) == 2
+    executor.continue_step(outcome.continued, worker)
+    assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
+    messages = list(
+        Message.objects.filter(run=run)
+        .order_by("seq")
+        .values_list("seq", "role", "content", "tool_call_id", "status")
+    )
+    assert messages == [
+        (before + 1, "assistant", "let me look", "", "final"),
+        (before + 2, "tool", '{"found": 1}', "call_1", "final"),
+        (before + 3, "assistant", "found one", "", "final"),
+    ]
+    assert Message.objects.get(seq=before + 1, thread_id=run.thread_id).tool_calls == [
+        {"id": "call_1", "name": "lookup", "arguments": {"q": "x"}}
+    ]
+    assert Thread.objects.get(pk=run.thread_id).message_seq == before + 3
+    events = list(Event.objects.filter(run=run).order_by("seq").values_list("type", "payload"))
+    assert [t for t, _ in events][4:] == [
+        "step.succeeded",
+        "message.created",
+        "message.created",
+        "checkpoint.saved",
+        "step.scheduled",
+        "step.started",
+        "step.succeeded",
+        "message.created",
+        "checkpoint.saved",
+        "run.succeeded",
+    ]
+    created = [p for t, p in events if t == "message.created"]
+    stored = Message.objects.filter(run=run).order_by("seq")
+    assert created == [{"message_id": m.message_id, "role": m.role, "seq": m.seq} for m in stored]
+    seqs = list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
+    states = [c.state for c in Checkpoint.objects.filter(run=run).order_by("pk")]
+    assert [st["message_seq"] for st in states[1:]] == [before + 2, before + 3]

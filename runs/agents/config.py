@@ -19,7 +19,9 @@ def configure() -> None:
     providers.register()
     check_prices(settings.AGENTOPS_MODEL_PRICES)
     get_provider(settings.AGENTOPS_MODEL, "AGENTOPS_MODEL")
-    for workflow in registry.all_workflows():
+    # Workflows declared lazily (register_lazy) are left out: importing them here would
+    # cost every process their imports. Such a workflow names no model of its own.
+    for workflow in registry.all_workflows(load=False):
         if workflow.model:
             get_provider(workflow.model, f"workflow {workflow.name}@{workflow.version} model")
         for step in workflow.steps:

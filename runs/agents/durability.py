@@ -5,7 +5,7 @@ execution), through the public capability hooks.
 
 - Model requests go through ``runs.engine.effects.model_calls.request``: ordinal ``n``
   of the step execution, reused when recorded, charged to the run's budget.
-- Tool calls go through ``runs.engine.execution.step_context.perform_call`` with the
+- Tool calls go through ``StepContext.call_tool_keyed`` (``perform_call``) with the
   tool's declared side effect and verify hook, keyed by the model's tool-call id: a
   recorded result is reused, an unsafe call an earlier attempt may have made is verified
   before anything runs again.
@@ -28,9 +28,7 @@ from runs.agents.bridge import Bridge
 from runs.agents.errors import classify
 from runs.agents.providers import reply_from_response
 from runs.engine.effects import ledger, model_calls
-from runs.engine.effects.model_providers import get_provider
 from runs.engine.errors import StepError
-from runs.engine.execution.step_context import perform_call
 from runs.tools import SIDE_EFFECTS, Tool, ToolCall
 
 #: The AgentOps call a tool function is running for (its run id and idempotency key),
@@ -77,7 +75,7 @@ class LedgerModel(WrapperModel):
                 raise classify(exc) from exc
             return reply_from_response(response, {})
 
-        ordinal = run.next_ordinal()
+        ordinal = model_calls.next_ordinal(run.ctx)
         reply = await run.bridge.ask(
             lambda: run.model_request(
                 ordinal,
@@ -111,32 +109,20 @@ class LedgerRun:
         self.model_name = model_name
         self.tools = tools
 
-    def next_ordinal(self) -> int:
-        ordinal = self.ctx.model_requests
-        self.ctx.model_requests += 1
-        return ordinal
-
     def model_request(self, ordinal: int, summary: dict, call) -> Any:
         """On the step thread: one model request through the ledger."""
-        ctx = self.ctx
-        ctx.safe_point()
-        reply, _ = model_calls.request(
-            run=ctx.run,
-            step=ctx.step,
-            attempt=ctx.attempt,
-            actor=ctx.worker_id,
-            ordinal=ordinal,
-            model_name=self.model_name,
+        reply, _ = model_calls.step_request(
+            self.ctx,
+            model=self.model_name,
             summary=summary,
-            call=call,
-            cost_per_call_usd=getattr(get_provider(self.model_name), "cost_per_call_usd", None),
+            ask=lambda _provider: call(),
+            ordinal=ordinal,
         )
         return reply
 
     def tool_call(self, call_id: str, name: str, arguments: dict, run_tool) -> Any:
         """On the step thread: one tool call through the ledger; ``run_tool()`` makes it."""
         ctx = self.ctx
-        ctx.safe_point()
         declared = self.tools.get(name) or AgentTool()
         tool = Tool(
             name,
@@ -148,18 +134,7 @@ class LedgerRun:
         key = ledger.idempotency_key(
             ctx.run.pk, ctx.step.generation, f"{ctx.step.name}.{ctx.step.seq}", f"tool.{call_id}"
         )
-        return perform_call(
-            run=ctx.run,
-            step=ctx.step,
-            attempt=ctx.attempt,
-            actor=ctx.worker_id,
-            tool=tool,
-            arguments=arguments,
-            key=key,
-            action=name,
-            budget=ctx.run.budget,
-            timeout=None,
-        )
+        return ctx.call_tool_keyed(tool, arguments, key=key, action=name, timeout=None)
 
 
 class AgentOpsDurability(AbstractCapability):

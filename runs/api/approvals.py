@@ -8,20 +8,11 @@ from approvals.models import Approval
 from approvals.services import decide
 from runs.api import access
 from runs.api.conditional import conditional_action
-from runs.api.errors import not_found
-from runs.api.schemas import ApprovalOut, DecideIn, Error
+from runs.api.errors import error_responses, not_found
+from runs.api.schemas import ApprovalOut, DecideIn
 
 router = Router(tags=["approvals"])
-ERRORS = {
-    400: Error,
-    401: Error,
-    403: Error,
-    404: Error,
-    409: Error,
-    413: Error,
-    422: Error,
-    503: Error,
-}
+ERRORS = error_responses()
 
 
 def _document(a: Approval) -> dict:

@@ -4,7 +4,21 @@
 paths into the body, or the header / query parameter name) and may be empty.
 """
 
+from runs.api.schemas import Error
 from runs.engine.control.lifecycle import ControlError
+
+#: The error statuses any endpoint may answer: bad input (400, 413, 422), no or bad
+#: credentials (401), not allowed (403), not found (404), a conflict (409), the database
+#: busy (503).
+COMMON_ERROR_STATUSES = (400, 401, 403, 404, 409, 413, 422, 503)
+
+
+def error_responses(*extra: int) -> dict[int, type[Error]]:
+    """The error part of an endpoint's ``response=`` (its OpenAPI document):
+    ``{status: Error}`` for ``COMMON_ERROR_STATUSES`` and the ``extra`` statuses (e.g.
+    429 where requests are throttled), in status order."""
+    return {status: Error for status in sorted({*COMMON_ERROR_STATUSES, *extra})}
+
 
 #: HTTP status for ``ControlError`` codes that are not conflicts (409 is the default).
 CONTROL_STATUS = {

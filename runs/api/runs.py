@@ -21,12 +21,11 @@ from runs.api.documents import (
     run_summary,
     step_documents,
 )
-from runs.api.errors import ApiError, not_found
+from runs.api.errors import ApiError, error_responses, not_found
 from runs.api.schemas import (
     BudgetRaiseIn,
     CancelIn,
     CheckpointOut,
-    Error,
     EventPage,
     MessageOut,
     ResolveIn,
@@ -51,17 +50,7 @@ from runs.states import RunStatus
 
 router = Router(tags=["runs"])
 
-ERRORS = {
-    400: Error,
-    401: Error,
-    403: Error,
-    404: Error,
-    409: Error,
-    413: Error,
-    422: Error,
-    429: Error,
-    503: Error,
-}
+ERRORS = error_responses(429)
 
 
 @router.post(

@@ -1,6 +1,6 @@
 """``runs cancel (RUN_ID | --thread T) --reason TEXT``: cancel as a flow (actor ``cli``)."""
 
-from runs.cli.common import control_error, resolve_run
+from runs.cli.common import add_run_arguments, control_error, resolve_run
 from runs.engine.control.cancel import cancel_progress, request_cancel
 from runs.engine.control.lifecycle import ControlError
 
@@ -8,8 +8,7 @@ help = "cancel a run (a running step stops at its next heartbeat or safe point)"
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
-    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
+    add_run_arguments(parser)
     parser.add_argument("--reason", required=True, help="why (recorded on the event)")
 
 

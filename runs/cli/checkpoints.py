@@ -2,15 +2,14 @@
 
 import json
 
-from runs.cli.common import resolve_run
+from runs.cli.common import add_run_arguments, resolve_run
 from runs.engine.control.rewind import list_checkpoints
 
 help = "list a run's checkpoints (resume with `runs resume RUN_ID --from NAME`)"
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
-    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
+    add_run_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON array")
 
 

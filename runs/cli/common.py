@@ -1,6 +1,7 @@
 """Helpers shared by the ``runs`` subcommands."""
 
 import json
+from collections.abc import Callable, Iterable
 
 from django.core.management.base import CommandError
 
@@ -14,6 +15,38 @@ def parse_json(text: str, what: str):
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise CommandError(f"{what} is not valid JSON: {exc}") from exc
+
+
+def write_rows(
+    out,
+    rows: list[dict],
+    options,
+    *,
+    nothing: str,
+    lines: Callable[[dict], Iterable[str]],
+) -> None:
+    """Print a listing to ``out`` (a command's ``stdout``) in the form its options ask:
+    ``--ids`` (``options["ids"]``, for commands that have it): each row's ``id``, one a
+    line; ``--json``: the rows as one JSON array; else the text lines ``lines(row)``
+    gives for each row, or the one line ``nothing`` when there are no rows."""
+    if options.get("ids"):
+        out.write("\n".join(str(r["id"]) for r in rows))
+        return
+    if options["json"]:
+        out.write(json.dumps(rows))
+        return
+    if not rows:
+        out.write(nothing)
+    for row in rows:
+        for line in lines(row):
+            out.write(line)
+
+
+def add_run_arguments(parser) -> None:
+    """Let a subcommand name its run the way ``resolve_run`` reads it: a positional
+    ``RUN_ID`` or ``--thread THREAD`` (the thread's latest run)."""
+    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
+    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
 
 
 def resolve_run(options) -> Run:

@@ -5,15 +5,14 @@ import json
 
 from django.core.management.base import CommandError
 
-from runs.cli.common import resolve_run
+from runs.cli.common import add_run_arguments, resolve_run
 from runs.engine.data.model_input import assemble_context
 
 help = "print the assembled model input of a run's step, with each part labelled"
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
-    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
+    add_run_arguments(parser)
     parser.add_argument(
         "--step",
         default=None,

@@ -1,15 +1,14 @@
 """``runs pause (RUN_ID | --thread T) --reason TEXT``: pause a run for a human look
 (an ``operator_request`` takeover; resolve it with ``approvals resolve ID resume``)."""
 
-from runs.cli.common import control_error, resolve_run
+from runs.cli.common import add_run_arguments, control_error, resolve_run
 from runs.engine.control.lifecycle import ControlError, pause_run
 
 help = "pause a run for a human (opens an operator_request takeover)"
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
-    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
+    add_run_arguments(parser)
     parser.add_argument("--reason", required=True, help="why (recorded on the event)")
 
 

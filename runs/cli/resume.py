@@ -12,7 +12,7 @@ import math
 
 from django.core.management.base import CommandError
 
-from runs.cli.common import control_error, parse_json, resolve_run
+from runs.cli.common import add_run_arguments, control_error, parse_json, resolve_run
 from runs.cli.previews import write_side_effects
 from runs.engine.control.lifecycle import ControlError, redispatch
 from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
@@ -21,8 +21,7 @@ help = "re-dispatch the run's next step, or resume from a checkpoint with --from
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
-    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
+    add_run_arguments(parser)
     parser.add_argument(
         "--wait",
         type=float,

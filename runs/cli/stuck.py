@@ -1,8 +1,7 @@
 """``runs stuck [--json]``: runs the watchdog flagged (no event for longer than
 ``AGENTOPS_STUCK_SECONDS`` while RUNNING or WAITING_EXTERNAL)."""
 
-import json
-
+from runs.cli.common import write_rows
 from runs.engine.execution.watchdog import stuck_runs
 
 help = "list runs flagged as stuck by the watchdog"
@@ -23,13 +22,11 @@ def handle(command, options):
         }
         for r in stuck_runs()
     ]
-    if options["json"]:
-        command.stdout.write(json.dumps(rows))
-        return
-    if not rows:
-        command.stdout.write("no stuck runs")
-    for r in rows:
-        command.stdout.write(
-            f"{r['run_id']} {r['workflow']} {r['status']} stuck since "
-            f"{r['stuck_since']} (last event {r['last_event_at']})"
-        )
+    write_rows(command.stdout, rows, options, nothing="no stuck runs", lines=_lines)
+
+
+def _lines(r: dict) -> list[str]:
+    return [
+        f"{r['run_id']} {r['workflow']} {r['status']} stuck since "
+        f"{r['stuck_since']} (last event {r['last_event_at']})"
+    ]

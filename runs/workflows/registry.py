@@ -8,6 +8,9 @@ from django.core.exceptions import ImproperlyConfigured
 from runs.workflows.definition import Workflow, WorkflowDefinitionError
 
 _registry: dict[tuple[str, int], Workflow] = {}
+#: Workflows declared with ``register_lazy``: (name, version) -> the module that
+#: registers the definition when imported.
+_lazy: dict[tuple[str, int], str] = {}
 
 
 class UnknownWorkflow(LookupError):
@@ -20,7 +23,7 @@ class UnknownWorkflow(LookupError):
 
     def __init__(self, name: str, version: int | None = None):
         what = name if version is None else f"{name}@{version}"
-        versions = sorted(v for (n, v) in _registry if n == name)
+        versions = sorted(v for (n, v) in [*_registry, *_lazy] if n == name)
         if version is not None and versions:
             known = "registered versions: " + ", ".join(str(v) for v in versions)
         else:
@@ -38,7 +41,28 @@ def register(workflow: Workflow) -> Workflow:
     if existing is not None and existing is not workflow:
         raise WorkflowDefinitionError(f"{workflow.name}@{workflow.version} registered twice")
     _registry[key] = workflow
+    _lazy.pop(key, None)
     return workflow
+
+
+def register_lazy(name: str, version: int, module: str) -> None:
+    """Declare ``name@version`` without importing it: ``module`` (a dotted path) is
+    imported the first time the definition is needed (``get``, ``all_workflows``) and
+    must ``register`` it then. A process that never runs the workflow never pays for its
+    imports (a Pydantic AI agent brings about 40 MB into a worker). The start-up check
+    of models (``runs.agents.config``) does not see it: declare lazily only a workflow
+    that names no model of its own."""
+    if (name, version) not in _registry:
+        _lazy[(name, version)] = module
+
+
+def _load(key: tuple[str, int]) -> None:
+    module = _lazy.get(key)
+    if module is None:
+        return
+    import_module(module)
+    if key not in _registry:
+        raise WorkflowDefinitionError(f"{module} did not register {key[0]}@{key[1]}")
 
 
 def unregister(name: str, version: int) -> None:
@@ -49,10 +73,11 @@ def unregister(name: str, version: int) -> None:
 def get(name: str, version: int | None = None) -> Workflow:
     """The workflow ``name`` at ``version`` (latest when ``None``); raises ``UnknownWorkflow``."""
     if version is None:
-        versions = [v for (n, v) in _registry if n == name]
+        versions = [v for (n, v) in [*_registry, *_lazy] if n == name]
         if not versions:
             raise UnknownWorkflow(name)
         version = max(versions)
+    _load((name, version))
     try:
         return _registry[(name, version)]
     except KeyError:
@@ -61,11 +86,22 @@ def get(name: str, version: int | None = None) -> Workflow:
 
 def names() -> list[str]:
     """The registered workflow names, sorted, each once."""
-    return sorted({n for (n, _) in _registry})
+    return sorted({n for (n, _) in [*_registry, *_lazy]})
 
 
-def all_workflows() -> list[Workflow]:
-    """Every registered definition, sorted by name then version."""
+def loaded_keys() -> list[str]:
+    """``"<name>@<version>"`` of every definition imported in this process (lazily
+    declared ones only once loaded). A claim that must not wait for an import while its
+    lease runs takes these; anything else goes through ``get`` first."""
+    return [f"{n}@{v}" for (n, v) in sorted(_registry)]
+
+
+def all_workflows(*, load: bool = True) -> list[Workflow]:
+    """Every registered definition, sorted by name then version; ``load=False`` leaves
+    lazy ones (``register_lazy``) not imported yet out instead of importing them."""
+    if load:
+        for key in list(_lazy):
+            _load(key)
     return [_registry[k] for k in sorted(_registry)]
 
 

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from approvals import services
 from approvals.models import Approval, Takeover
-from runs.cli.common import cli_user, control_error, parse_json
+from runs.cli.common import cli_user, control_error, parse_json, write_rows
 from runs.engine.control.lifecycle import ControlError
 
 
@@ -89,19 +89,7 @@ class Command(BaseCommand):
         if not options["all"]:
             query = query.filter(status=Approval.Status.PENDING)
         rows = [_approval_row(a) for a in _listed(query, options)]
-        if options["ids"]:
-            self.stdout.write("\n".join(str(r["id"]) for r in rows))
-            return
-        if options["json"]:
-            self.stdout.write(json.dumps(rows))
-            return
-        if not rows:
-            self.stdout.write("no approvals")
-        for r in rows:
-            self.stdout.write(
-                f"#{r['id']} {r['status']:<9} run {r['run_id']} step {r['step']}: "
-                f"{r['question']}" + (f" (by {r['decided_by']})" if r["decided_by"] else "")
-            )
+        write_rows(self.stdout, rows, options, nothing="no approvals", lines=_approval_lines)
 
     def do_decide(self, options):
         user = _user(options["username"])
@@ -131,21 +119,7 @@ class Command(BaseCommand):
         if not options["all"]:
             query = query.filter(status=Takeover.Status.OPEN)
         rows = [_takeover_row(t) for t in _listed(query, options)]
-        if options["ids"]:
-            self.stdout.write("\n".join(str(r["id"]) for r in rows))
-            return
-        if options["json"]:
-            self.stdout.write(json.dumps(rows))
-            return
-        if not rows:
-            self.stdout.write("no takeovers")
-        for r in rows:
-            self.stdout.write(
-                f"#{r['id']} {r['status']:<8} {r['cause']:<26} run {r['run_id']} "
-                f"at {r['failed_at'] or '-'}: {r['reason']}"
-            )
-            self.stdout.write(f"    suggested: {r['suggested_action']}")
-            self.stdout.write(f"    checkpoints: {', '.join(r['checkpoints']) or '-'}")
+        write_rows(self.stdout, rows, options, nothing="no takeovers", lines=_takeover_lines)
 
     def do_claim(self, options):
         takeover = services.claim_takeover(
@@ -227,6 +201,11 @@ def _approval_row(a: Approval) -> dict:
     }
 
 
+def _approval_lines(r: dict) -> list[str]:
+    by = f" (by {r['decided_by']})" if r["decided_by"] else ""
+    return [f"#{r['id']} {r['status']:<9} run {r['run_id']} step {r['step']}: {r['question']}{by}"]
+
+
 def _takeover_row(t: Takeover) -> dict:
     return {
         "id": t.pk,
@@ -242,3 +221,12 @@ def _takeover_row(t: Takeover) -> dict:
         "resolution": t.resolution,
         "resolved_by": t.resolved_by,
     }
+
+
+def _takeover_lines(r: dict) -> list[str]:
+    return [
+        f"#{r['id']} {r['status']:<8} {r['cause']:<26} run {r['run_id']} "
+        f"at {r['failed_at'] or '-'}: {r['reason']}",
+        f"    suggested: {r['suggested_action']}",
+        f"    checkpoints: {', '.join(r['checkpoints']) or '-'}",
+    ]

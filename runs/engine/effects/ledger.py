@@ -19,8 +19,13 @@ from typing import Any, Protocol
 from django.db import transaction
 
 from runs.engine.data import payloads
-from runs.engine.errors import LeaseLost
-from runs.engine.state.gateway import attempt_holds, transition_operation, transition_operations
+from runs.engine.errors import LeaseLost, StepError
+from runs.engine.state.gateway import (
+    attempt_holds,
+    record_event,
+    transition_operation,
+    transition_operations,
+)
 from runs.engine.state.values import InvalidValue, storable, storable_text
 from runs.models import Operation
 from runs.tools import Tool, ToolCall, VerifyAnswer
@@ -156,6 +161,17 @@ def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCE
     _store_result(op, result, status)
 
 
+def record_failure(op: Operation, exc: StepError) -> None:
+    """Store ``op`` FAILED with the ``StepError`` that said the effect did not happen:
+    ``{"error_code", "detail"}`` (the detail's first 2000 characters). Raises what
+    ``record_result`` raises."""
+    record_result(
+        op,
+        {"error_code": exc.code, "detail": exc.detail[:2000]},
+        status=Operation.Status.FAILED,
+    )
+
+
 def _store_result(op: Operation, result, status: str) -> None:
     transition_operation(op, status, result=payloads.externalize(op.run_id, result))
     op.result = result
@@ -200,6 +216,27 @@ def verify(tool: Tool, op: Operation, call_info: ToolCall) -> VerifyAnswer:
     if not isinstance(answer, VerifyAnswer):
         return VerifyAnswer("cannot_tell", evidence=f"verify returned {answer!r}")
     return answer
+
+
+def record_verified(
+    op: Operation, answer: VerifyAnswer, *, step_id: int | None, actor: str, **details: Any
+) -> None:
+    """Record the ``operation.verified`` event on ``op``'s run: the operation as
+    ``describe`` gives it, the ``answer`` (``done``/``not_done``/``cannot_tell``) and its
+    evidence (first 2000 characters), then ``details`` (e.g. ``after``: the failure that
+    led to asking, or ``requested_by``)."""
+    record_event(
+        op.run_id,
+        "operation.verified",
+        {
+            **describe(op),
+            "answer": answer.status,
+            "evidence": answer.evidence[:2000],
+            **details,
+        },
+        step_id=step_id,
+        actor=actor,
+    )
 
 
 def describe(op: Operation) -> dict[str, Any]:

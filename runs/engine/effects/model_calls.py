@@ -120,11 +120,7 @@ def request(
         )
         raise StepError("TIMEOUT", f"model request: {exc}") from exc
     except StepError as exc:
-        ledger.record_result(
-            op,
-            {"error_code": exc.code, "detail": exc.detail[:2000]},
-            status=Operation.Status.FAILED,
-        )
+        ledger.record_failure(op, exc)
         raise
     reply.model = reply.model or model_name
     if cost_per_call_usd is not None:
@@ -145,29 +141,58 @@ def request(
 # -- the StepContext helpers --------------------------------------------------------
 
 
-def _ordinal(ctx) -> int:
+def next_ordinal(ctx) -> int:
+    """The ordinal (0-based) of the next model request of the attempt ``ctx`` (a
+    ``StepContext``) runs, counted up: requests must take their ordinals in the order
+    the step makes them, so that a re-execution finds each recorded one."""
     ordinal = ctx.model_requests
     ctx.model_requests += 1
     return ordinal
 
 
-def call_model(ctx, messages: list[dict[str, Any]], tools: list | None, model: str | None):
-    """``StepContext.call_model``: one request through the ledger; returns a ``ModelReply``."""
+def step_request(
+    ctx,
+    *,
+    model: str | None,
+    summary: dict[str, Any],
+    ask: Callable[[Any], ModelReply],
+    timeout: float | None = None,
+    ordinal: int | None = None,
+) -> tuple[ModelReply, bool]:
+    """``request`` for the attempt ``ctx`` (a ``StepContext``) runs: its run, step,
+    attempt and worker, after a safe point. ``model`` overrides the step's model
+    (``model_name_for``); ``ask(provider)`` asks it, given the model's provider (whose
+    ``cost_per_call_usd``, if any, is charged with the call); ``timeout`` in seconds.
+    ``ordinal``: one the caller took with ``next_ordinal`` (default: the next one).
+    Returns ``(reply, reused)``; raises ``LeaseLost``/``CancelRequested`` (the safe
+    point), an unknown model's ``StepError`` and whatever ``request`` raises.
+    """
     ctx.safe_point()
     name = model_name_for(ctx.workflow, ctx.step_def, model)
     provider = get_provider(name)
-    tools = list(tools or [])
-    reply, _ = request(
+    return request(
         run=ctx.run,
         step=ctx.step,
         attempt=ctx.attempt,
         actor=ctx.worker_id,
-        ordinal=_ordinal(ctx),
+        ordinal=next_ordinal(ctx) if ordinal is None else ordinal,
         model_name=name,
-        summary={"messages": len(messages), "tools": [getattr(t, "name", t) for t in tools]},
-        call=lambda: provider.complete(messages, tools),
-        timeout=ctx.step_def.timeout,
+        summary=summary,
+        call=lambda: ask(provider),
+        timeout=timeout,
         cost_per_call_usd=getattr(provider, "cost_per_call_usd", None),
+    )
+
+
+def call_model(ctx, messages: list[dict[str, Any]], tools: list | None, model: str | None):
+    """``StepContext.call_model``: one request through the ledger; returns a ``ModelReply``."""
+    tools = list(tools or [])
+    reply, _ = step_request(
+        ctx,
+        model=model,
+        summary={"messages": len(messages), "tools": [getattr(t, "name", t) for t in tools]},
+        ask=lambda provider: provider.complete(messages, tools),
+        timeout=ctx.step_def.timeout,
     )
     return reply
 
@@ -182,11 +207,8 @@ def stream_model(
     """``StepContext.stream_model``: stream a text reply through ``on_piece(offset, text)``
     and record the final response like ``call_model``. A reused response is delivered
     as one piece."""
-    ctx.safe_point()
-    name = model_name_for(ctx.workflow, ctx.step_def, model)
-    provider = get_provider(name)
 
-    def consume() -> ModelReply:
+    def consume(provider) -> ModelReply:
         content = ""
         final = None
         pieces: Iterator[str | ModelReply] = provider.stream(messages)
@@ -200,16 +222,11 @@ def stream_model(
         final.content = content
         return final
 
-    reply, reused = request(
-        run=ctx.run,
-        step=ctx.step,
-        attempt=ctx.attempt,
-        actor=ctx.worker_id,
-        ordinal=_ordinal(ctx),
-        model_name=name,
+    reply, reused = step_request(
+        ctx,
+        model=model,
         summary={"messages": len(messages), "stream": True, "message_id": message_id},
-        call=consume,
-        cost_per_call_usd=getattr(provider, "cost_per_call_usd", None),
+        ask=consume,
     )
     if reused and reply.content:
         on_piece(0, reply.content)

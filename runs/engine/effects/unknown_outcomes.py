@@ -17,10 +17,11 @@ from runs.engine.control.takeovers import open_takeover
 from runs.engine.effects import ledger
 from runs.engine.errors import OutcomeUnknown
 from runs.engine.execution import dispatch
-from runs.engine.state.gateway import record_event, run_transaction, transition_operations
+from runs.engine.state.gateway import run_transaction, transition_operations
 from runs.models import Operation, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.tools import ToolCall, VerifyAnswer, get_tool
+from runs.workflows import registry
 
 __all__ = ["VerifyAnswer", "pause_unknown", "verify_now", "resolve_unknown", "OUTCOMES"]
 
@@ -90,8 +91,13 @@ def verify_now(step: Step, *, actor: str) -> VerifyAnswer:
     op = _unknown_operation(step)
     if op is None or op.status == Operation.Status.SUCCEEDED:
         raise ControlError("no_unknown_operation", f"step {step.name} has no unknown operation")
-    tool = get_tool(op.tool)
     run = step.run
+    try:
+        # Loads a lazily declared workflow, whose module registers its tools.
+        registry.get(run.workflow, run.workflow_version)
+    except registry.UnknownWorkflow:
+        pass
+    tool = get_tool(op.tool)
     if tool is None:
         answer = VerifyAnswer("cannot_tell", evidence=f"this code has no tool {op.tool!r}")
     else:
@@ -105,18 +111,7 @@ def verify_now(step: Step, *, actor: str) -> VerifyAnswer:
                 faults=dict(run.faults),
             ),
         )
-    record_event(
-        run.pk,
-        "operation.verified",
-        {
-            **ledger.describe(op),
-            "answer": answer.status,
-            "evidence": answer.evidence[:2000],
-            "requested_by": actor,
-        },
-        step_id=step.pk,
-        actor=actor,
-    )
+    ledger.record_verified(op, answer, step_id=step.pk, actor=actor, requested_by=actor)
     return answer
 
 

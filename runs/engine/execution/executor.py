@@ -23,11 +23,20 @@ from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepE
 from runs.engine.execution import dispatch, heartbeat
 from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.step_context import StepContext
-from runs.engine.state import checkpoints, db_faults, leases, one_statement, reconnect, values
+from runs.engine.state import (
+    checkpoints,
+    db_faults,
+    leases,
+    one_claim,
+    one_statement,
+    reconnect,
+    values,
+)
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, allocate_message_seqs, run_transaction
 from runs.models import Message, Run, Step, Summary
 from runs.states import RUN_EXECUTABLE, RunStatus, StepStatus
+from runs.workflows import registry
 from runs.workflows.definition import StepDef, Workflow
 
 logger = logging.getLogger("agentops.executor")
@@ -116,7 +125,8 @@ NOT_CLAIMED = StepOutcome(False)
 
 
 def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -> StepOutcome:
-    """Claim ``step_id`` if it is claimable and run it.
+    """Claim ``step_id`` if it is claimable and run it. On PostgreSQL the read, the
+    claim and the checkpoint read are one statement (``one_claim``) whenever it applies.
 
     With ``chain`` the commit inserts the next step claimed by this worker (the caller
     must run it with ``continue_step`` or give it back); without, the next step is
@@ -124,6 +134,17 @@ def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -
     errors propagate.
     """
     close_old_connections()
+    if one_claim.available():
+        claim = one_claim.claim_step(
+            step_id, worker.worker_id, settings.AGENTOPS_LEASE_SECONDS, known=registry.loaded_keys()
+        )
+        if claim.outcome == one_claim.NOT_CLAIMABLE:
+            return NOT_CLAIMED
+        if claim.outcome == one_claim.CLAIMED:
+            run, step = claim.run, claim.step
+            workflow = registry.get(run.workflow, run.workflow_version)
+            checkpoint = (claim.checkpoint_id, claim.state or {})
+            return _run_attempt(run, step, step.attempt, workflow, checkpoint, worker, chain)
     step = Step.objects.select_related("run").filter(pk=step_id).first()
     if step is None:
         return NOT_CLAIMED
@@ -357,7 +378,7 @@ def _commit_success(
         claimed_by = None
     if (
         (claimed_by is not None or next_name is None)
-        and not ctx.new_messages
+        and not any(m.get("draft") for m in ctx.new_messages)
         and not ctx.new_summaries
         and ctx.checkpoint_id is not None
         and one_statement.available()
@@ -450,6 +471,7 @@ def _commit_in_one_statement(
         next_name=next_name,
         next_seq=next_seq,
         lease_seconds=settings.AGENTOPS_LEASE_SECONDS,
+        messages=ctx.new_messages,
     )
     if done is None:
         return None

@@ -245,9 +245,19 @@ class StepContext:
         first (see ``perform_call``). Raises ``LeaseLost``, ``BudgetExhausted``,
         ``StepError`` (``TIMEOUT`` past the timeout) and ``OutcomeUnknown``.
         """
-        self.safe_point()
         action = action or tool.name
         key = ledger.idempotency_key(self.run.pk, self.step.generation, self.step.name, action)
+        return self.call_tool_keyed(
+            tool, arguments, key=key, action=action, timeout=tool.timeout or self.step_def.timeout
+        )
+
+    def call_tool_keyed(
+        self, tool: Tool, arguments: dict[str, Any], *, key: str, action: str, timeout
+    ):
+        """``call_tool`` under an idempotency ``key`` the caller made (an agent's tool
+        call is keyed by its tool-call id), after a safe point; ``timeout`` in seconds or
+        ``None``. Returns the result; raises what ``call_tool`` raises."""
+        self.safe_point()
         return perform_call(
             run=self.run,
             step=self.step,
@@ -258,7 +268,7 @@ class StepContext:
             key=key,
             action=action,
             budget=self.run.budget,
-            timeout=tool.timeout or self.step_def.timeout,
+            timeout=timeout,
         )
 
     # -- artifacts (runs.engine.data.artifacts) ------------------------------------------
@@ -358,17 +368,7 @@ def perform_call(
             and tool.side_effect == "unsafe"
         ):
             answer = ledger.verify(tool, op, info)
-            record_event(
-                run.pk,
-                "operation.verified",
-                {
-                    **ledger.describe(op),
-                    "answer": answer.status,
-                    "evidence": answer.evidence[:2000],
-                },
-                step_id=step.pk if step else None,
-                actor=actor,
-            )
+            ledger.record_verified(op, answer, step_id=step.pk if step else None, actor=actor)
             if answer.status == "done":
                 ledger.record_result(op, answer.result)
                 return answer.result
@@ -411,11 +411,7 @@ def perform_call(
             ) from exc
         raise StepError("TIMEOUT", f"{tool.name}: {exc}") from exc
     except StepError as exc:
-        ledger.record_result(
-            op,
-            {"error_code": exc.code, "detail": exc.detail[:2000]},
-            status=Operation.Status.FAILED,
-        )
+        ledger.record_failure(op, exc)
         raise
     except Exception as exc:  # noqa: BLE001 - sent, then no definite "not done": settle it
         return _settle_after_send(run, step, actor, tool, op, info, exc)
@@ -435,18 +431,7 @@ def _settle_after_send(run: Run, step: Step | None, actor: str, tool: Tool, op, 
     if tool.side_effect != "unsafe":
         raise StepError("DEPENDENCY_UNAVAILABLE", cause) from exc
     answer = ledger.verify(tool, op, info)
-    record_event(
-        run.pk,
-        "operation.verified",
-        {
-            **ledger.describe(op),
-            "answer": answer.status,
-            "evidence": answer.evidence[:2000],
-            "after": cause,
-        },
-        step_id=step.pk if step else None,
-        actor=actor,
-    )
+    ledger.record_verified(op, answer, step_id=step.pk if step else None, actor=actor, after=cause)
     if answer.status == "done":
         ledger.record_result(op, answer.result)
         return answer.result

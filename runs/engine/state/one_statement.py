@@ -17,6 +17,7 @@ cancel request. Steps with messages, summaries or drafts always take the general
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from django.db import connection
 
 from runs.engine.state.gateway import RUN_FINISHED_HOOKS
+from runs.models import Message
 from runs.payload_field import INLINE_LIMIT, LITERAL_KEY, REF_KEY
 from runs.states import RunStatus, StepStatus
 
@@ -46,7 +48,16 @@ s AS (
     RETURNING id
 ),
 t AS (
-    SELECT message_seq FROM runs_thread WHERE id = (SELECT thread_id FROM r)
+    {thread}
+),
+msg AS (
+    INSERT INTO runs_message (thread_id, run_id, step_id, seq, message_id, role, content,
+        tool_calls, tool_call_id, status, request_id, created_at)
+    SELECT r.thread_id, %(run)s, %(step)s, t.message_seq - %(messages_count)s + m.k,
+        m.message_id, m.role, m.content, m.tool_calls, m.tool_call_id, %(final)s, '',
+        STATEMENT_TIMESTAMP()
+    FROM r, s, t, jsonb_to_recordset(%(messages)s::jsonb) AS m(k integer, message_id text,
+        role text, content text, tool_calls jsonb, tool_call_id text)
 ),
 nx AS (
     INSERT INTO runs_step (run_id, name, seq, generation, status, attempt, attempt_base,
@@ -92,15 +103,28 @@ ev AS (
     INSERT INTO runs_event (run_id, step_id, seq, type, payload, actor, created_at)
     SELECT %(run)s,
         CASE e.ref WHEN 'next' THEN (SELECT id FROM nx) WHEN 'step' THEN %(step)s END,
-        r.event_seq + e.k, e.type, e.payload, e.actor, STATEMENT_TIMESTAMP()
-    FROM r, s, jsonb_to_recordset(%(events)s::jsonb)
-        AS e(k integer, ref text, type text, payload jsonb, actor text)
+        r.event_seq + e.k, e.type,
+        CASE WHEN e.msg IS NULL THEN e.payload
+            ELSE e.payload || jsonb_build_object('seq', t.message_seq - %(messages_count)s + e.msg)
+        END,
+        e.actor, STATEMENT_TIMESTAMP()
+    FROM r, s, t, jsonb_to_recordset(%(events)s::jsonb)
+        AS e(k integer, ref text, type text, payload jsonb, actor text, msg integer)
 )
 SELECT (SELECT id FROM nx), (SELECT id FROM cp), t.message_seq, r.model_calls,
     r.tool_calls, r.tokens, r.cost_usd, r.unpriced_model_calls, (SELECT event_seq FROM ru),
     (SELECT version FROM ru)
 FROM r, s, t
 """
+
+#: The thread's message seq for the checkpoint: read as it is, or, when the step wrote
+#: messages, advanced past them (the row stays locked until the statement commits;
+#: taken after the run and step rows, the general path's lock order).
+_THREAD_READ = "SELECT message_seq FROM runs_thread WHERE id = (SELECT thread_id FROM r)"
+_THREAD_ALLOCATE = (
+    "UPDATE runs_thread SET message_seq = message_seq + %(messages_count)s "
+    "WHERE id = (SELECT thread_id FROM r) AND EXISTS (SELECT 1 FROM s) RETURNING message_seq"
+)
 
 
 @dataclass
@@ -174,11 +198,14 @@ def commit_step(
     next_name: str | None,
     next_seq: int | None,
     lease_seconds: float,
+    messages: Sequence[dict[str, Any]] = (),
 ) -> Committed | None:
     """Commit attempt ``attempt`` of step ``step_id`` with ``output`` (see the module
     docstring): checkpoint ``after:<step_name>`` stored as ``delta`` on ``base_id``,
     then the next step ``next_name`` at ``next_seq`` born claimed by ``worker_id`` with
     a lease of ``lease_seconds``, or the run SUCCEEDED when ``next_name`` is ``None``.
+    ``messages``: the step's new messages (``{id, role, content, tool_calls,
+    tool_call_id}``, values already checked), stored with the next thread seqs.
     Returns ``None`` when the statement did not apply. After a finishing commit the
     run-finished hooks are called (``thread_id`` is the run's thread). Database errors
     propagate."""
@@ -190,6 +217,16 @@ def commit_step(
             "payload": {"attempt": attempt, "worker": worker_id},
             "actor": worker_id,
         },
+        *(
+            {
+                "ref": "step",
+                "type": "message.created",
+                "payload": {"message_id": m["id"], "role": m["role"]},
+                "actor": worker_id,
+                "msg": i,
+            }
+            for i, m in enumerate(messages, start=1)
+        ),
         {
             "ref": "step",
             "type": "checkpoint.saved",
@@ -242,9 +279,25 @@ def commit_step(
         "events": json.dumps(events),
         "events_count": len(events),
         "finish": finish,
+        "final": Message.Status.FINAL.value,
+        "messages_count": len(messages),
+        "messages": json.dumps(
+            [
+                {
+                    "k": k,
+                    "message_id": m["id"],
+                    "role": m["role"],
+                    "content": m["content"],
+                    "tool_calls": m["tool_calls"],
+                    "tool_call_id": m["tool_call_id"] or "",
+                }
+                for k, m in enumerate(messages, start=1)
+            ]
+        ),
     }
+    sql = _SQL.replace("{thread}", _THREAD_ALLOCATE if messages else _THREAD_READ)
     with connection.cursor() as cursor:
-        cursor.execute(_SQL, params)
+        cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return None

@@ -1,0 +1,195 @@
+"""The claim of a step as one statement on PostgreSQL (DESIGN sections 5, 11).
+
+``claim_step`` does what reading the step, ``run_transaction`` + ``leases.claim_step``
+and ``checkpoints.latest`` do for the common case, in a single autocommitted statement
+of data-modifying CTEs (one round trip, one transaction): lock the run row, claim the
+step with a new attempt (the fencing token), move a PENDING run to RUNNING, make it the
+run's current step, append ``run.running`` (when the run was PENDING) and
+``step.started`` with gap-free seqs allocated under that lock, and return the run and
+the step as they are after the claim together with the run's latest checkpoint chain
+(rebuilt to the whole state here, as ``runs.checkpoint_data.materialize`` does).
+
+The statement claims only when the general path would claim without doing anything
+else first: the run's workflow version is one this process knows (``known``), no
+injected ``crash_before`` fault is armed for the step, and the run did not change
+between the statement's snapshot and its lock (its ``event_seq``, which every locked
+write bumps, is the one the snapshot saw; so the checkpoint read is the latest).
+When the step is due but one of those does not hold, the result says so and the caller
+takes the general path, which migrates, pauses, crashes or simply re-reads.
+"""
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from django.db import connection
+
+from runs.checkpoint_data import DELTA, apply
+from runs.models import Run, Step
+from runs.payload_field import resolve
+from runs.states import RUN_EXECUTABLE, RunStatus, StepStatus
+
+#: ``Claim.outcome`` values.
+CLAIMED, NOT_CLAIMABLE, GENERAL = "claimed", "not_claimable", "general"
+
+
+@dataclass
+class Claim:
+    """What ``claim_step`` did. ``outcome``: ``CLAIMED`` (``run``, ``step`` as after
+    the claim, ``step.attempt`` the fencing token, ``checkpoint_id`` and whole
+    ``state`` of the run's latest checkpoint, ``(None, {})`` when it has none),
+    ``NOT_CLAIMABLE`` (gone, not due, held by a live lease, or its run cannot execute:
+    drop the notification) or ``GENERAL`` (the general path must decide)."""
+
+    outcome: str
+    run: Run | None = None
+    step: Step | None = None
+    checkpoint_id: int | None = None
+    state: dict[str, Any] | None = None
+
+
+def available() -> bool:
+    """True on PostgreSQL outside an open transaction (the statement must be its own
+    transaction)."""
+    return connection.vendor == "postgresql" and connection.get_autocommit()
+
+
+@cache
+def _sql() -> str:
+    run_cols = ", ".join(f"runs_run.{f.column}" for f in Run._meta.concrete_fields)
+    step_cols = ", ".join(f"runs_step.{f.column}" for f in Step._meta.concrete_fields)
+    ru_cols = ", ".join(f"ru.{f.column}" for f in Run._meta.concrete_fields)
+    s_cols = ", ".join(f"s.{f.column}" for f in Step._meta.concrete_fields)
+    return f"""
+WITH RECURSIVE st AS (
+    SELECT id, run_id, name, generation, status, owner,
+        (status = %(pending)s AND not_before <= STATEMENT_TIMESTAMP())
+        OR (status = %(running)s AND lease_until < STATEMENT_TIMESTAMP()) AS due
+    FROM runs_step WHERE id = %(step)s
+),
+seen AS (
+    SELECT runs_run.status, runs_run.generation, runs_run.event_seq
+    FROM runs_run JOIN st ON runs_run.id = st.run_id
+),
+r AS (
+    SELECT runs_run.id, runs_run.status, runs_run.event_seq, runs_run.generation
+    FROM runs_run
+    WHERE runs_run.id = (SELECT run_id FROM st)
+        AND runs_run.status = ANY(%(executable)s)
+        AND runs_run.generation = (SELECT generation FROM st)
+        AND runs_run.workflow || '@' || runs_run.workflow_version::text = ANY(%(known)s)
+        AND (runs_run.faults ->> 'crash_before') IS DISTINCT FROM (SELECT name FROM st)
+        AND runs_run.event_seq = (SELECT event_seq FROM seen)
+    FOR UPDATE
+),
+s AS (
+    UPDATE runs_step SET status = %(running)s, attempt = runs_step.attempt + 1,
+        owner = %(worker)s,
+        lease_until = STATEMENT_TIMESTAMP() + make_interval(secs => %(lease)s),
+        heartbeat_at = STATEMENT_TIMESTAMP(),
+        started_at = COALESCE(runs_step.started_at, STATEMENT_TIMESTAMP()),
+        finished_at = NULL
+    WHERE runs_step.id = %(step)s AND EXISTS (SELECT 1 FROM r)
+        AND ((runs_step.status = %(pending)s AND runs_step.not_before <= STATEMENT_TIMESTAMP())
+            OR (runs_step.status = %(running)s
+                AND runs_step.lease_until < STATEMENT_TIMESTAMP()))
+    RETURNING {step_cols}
+),
+ru AS (
+    UPDATE runs_run SET status = %(run_running)s,
+        version = runs_run.version + CASE WHEN r.status = %(run_pending)s THEN 1 ELSE 0 END,
+        started_at = CASE WHEN r.status = %(run_pending)s THEN STATEMENT_TIMESTAMP()
+            ELSE runs_run.started_at END,
+        current_step_id = s.id,
+        event_seq = r.event_seq + CASE WHEN r.status = %(run_pending)s THEN 2 ELSE 1 END,
+        last_event_at = STATEMENT_TIMESTAMP(), updated_at = STATEMENT_TIMESTAMP(),
+        stuck_since = NULL
+    FROM r, s
+    WHERE runs_run.id = r.id
+    RETURNING {run_cols}
+),
+ev AS (
+    INSERT INTO runs_event (run_id, step_id, seq, type, payload, actor, created_at)
+    SELECT r.id, e.step_id, r.event_seq + e.k, e.type, e.payload, %(worker)s,
+        STATEMENT_TIMESTAMP()
+    FROM r, s, st, LATERAL (
+        SELECT 1 AS k, NULL::bigint AS step_id, 'run.running' AS type,
+            jsonb_build_object('from', r.status, 'reason', '') AS payload
+        WHERE r.status = %(run_pending)s
+        UNION ALL
+        SELECT CASE WHEN r.status = %(run_pending)s THEN 2 ELSE 1 END, s.id, 'step.started',
+            jsonb_build_object('attempt', s.attempt, 'worker', %(worker)s::text)
+            || CASE WHEN st.status = %(running)s
+                THEN jsonb_build_object('reclaimed_from', st.owner) ELSE '{{}}'::jsonb END
+    ) e
+),
+cp AS (
+    SELECT c.id FROM runs_checkpoint c, r
+    WHERE c.run_id = r.id AND c.generation = r.generation AND EXISTS (SELECT 1 FROM s)
+    ORDER BY c.id DESC LIMIT 1
+),
+chain(id, base_id, version, state, depth) AS (
+    SELECT c.id, c.base_id, c.version, c.state, 0
+    FROM runs_checkpoint c WHERE c.id = (SELECT id FROM cp)
+    UNION ALL
+    SELECT c.id, c.base_id, c.version, c.state, chain.depth + 1
+    FROM runs_checkpoint c JOIN chain ON c.id = chain.base_id
+)
+SELECT st.due AND seen.status = ANY(%(executable)s) AND seen.generation = st.generation,
+    s.id IS NOT NULL, (SELECT id FROM cp),
+    (SELECT jsonb_agg(jsonb_build_array(version, state) ORDER BY depth DESC) FROM chain)::text,
+    {ru_cols}, {s_cols}
+FROM st LEFT JOIN seen ON TRUE LEFT JOIN s ON TRUE LEFT JOIN ru ON TRUE
+"""
+
+
+def _instance(model, values: list[Any]):
+    """A model instance from raw column values, through each field's converters (as
+    the ORM reads a row)."""
+    fields = model._meta.concrete_fields
+    converted = []
+    for f, value in zip(fields, values, strict=True):
+        for converter in f.get_db_converters(connection):
+            value = converter(value, f, connection)
+        converted.append(value)
+    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+
+
+def _whole_state(chain_json: str | None) -> dict[str, Any]:
+    import json
+
+    state: dict[str, Any] = {}
+    for version, data in json.loads(chain_json) if chain_json else []:
+        state = dict(data) if version != DELTA else apply(state, data)
+    # The rows were read raw: load their payload references (one query, when any).
+    return resolve(state)
+
+
+def claim_step(step_id: int, worker_id: str, ttl: float, *, known: list[str]) -> Claim:
+    """Claim ``step_id`` for ``worker_id`` with a lease of ``ttl`` seconds in one
+    statement (see the module docstring). ``known``: the ``"<workflow>@<version>"``
+    keys this process can execute. Returns a ``Claim``; database errors propagate."""
+    params: dict[str, Any] = {
+        "step": step_id,
+        "worker": worker_id,
+        "lease": float(ttl),
+        "known": list(known),
+        "executable": [s.value for s in RUN_EXECUTABLE],
+        "pending": StepStatus.PENDING.value,
+        "running": StepStatus.RUNNING.value,
+        "run_pending": RunStatus.PENDING.value,
+        "run_running": RunStatus.RUNNING.value,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_sql(), params)
+        row = cursor.fetchone()
+    if row is None:
+        return Claim(NOT_CLAIMABLE)
+    claimable, claimed, checkpoint_id, chain = row[:4]
+    if not claimed:
+        return Claim(GENERAL if claimable else NOT_CLAIMABLE)
+    n_run = len(Run._meta.concrete_fields)
+    run = _instance(Run, list(row[4 : 4 + n_run]))
+    step = _instance(Step, list(row[4 + n_run :]))
+    step.run = run
+    return Claim(CLAIMED, run, step, checkpoint_id, _whole_state(chain))

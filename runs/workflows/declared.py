@@ -1,0 +1,8 @@
+"""Workflows declared by name and imported only when a process first needs one
+(``registry.register_lazy``). The Pydantic AI example agent brings pydantic-ai and its
+HTTP stack (about 40 MB) into every process that imports it; a worker that never runs
+it never pays for it."""
+
+from runs.workflows import registry
+
+registry.register_lazy("support_agent", 1, "runs.workflows.support_agent")
