@@ -49,28 +49,13 @@ class DatabaseBusyMiddleware(MiddlewareMixin):
         return response
 
 
-class InvalidValueMiddleware:
+class InvalidValueMiddleware(MiddlewareMixin):
     """Turns ``InvalidValue`` (a value a checked model field refused: NaN, a non-string
     key, a date, bytes... sent by an operator or a client) into 422 with code
     ``invalid_value``: a JSON error body naming the path under /api/, a short page
     otherwise. The field raised it before any SQL was sent and the view's transaction
-    was rolled back, so nothing is half-written."""
-
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-        if iscoroutinefunction(get_response):
-            markcoroutinefunction(self)
-
-    def __call__(self, request):
-        if iscoroutinefunction(self):
-            return self.__acall__(request)
-        return self.get_response(request)
-
-    async def __acall__(self, request):
-        return await self.get_response(request)
+    was rolled back, so nothing is half-written. Sync and async capable
+    (``MiddlewareMixin``)."""
 
     def process_exception(self, request, exception):
         if not isinstance(exception, InvalidValue):

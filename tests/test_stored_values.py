@@ -253,3 +253,21 @@ def test_the_console_refuses_an_input_patch_no_database_stores(clients):
     run.refresh_from_db()
     assert run.status == RunStatus.PAUSED
     assert Event.objects.filter(run=run).count() == events_before
+
+
+def test_the_middleware_answers_422_for_a_value_a_field_refused(rf):
+    """Outside the API's own handler (a console view, a plain Django view)."""
+    from agentops.middleware import InvalidValueMiddleware
+
+    refused = InvalidValue("Run.input", "$.x", "float", "nan is not a JSON number")
+    middleware = InvalidValueMiddleware(lambda request: None)
+    page = middleware.process_exception(rf.post("/runs/"), refused)
+    assert page.status_code == 422 and "Value not accepted" in page.content.decode()
+    body = middleware.process_exception(rf.post("/api/v1/other"), refused)
+    assert body.status_code == 422
+    assert json.loads(body.content) == {
+        "code": "invalid_value",
+        "message": "Run.input at $.x: nan is not a JSON number (float)",
+        "errors": {"Run.input.x": "nan is not a JSON number"},
+    }
+    assert middleware.process_exception(rf.post("/runs/"), ValueError("other")) is None
