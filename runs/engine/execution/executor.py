@@ -265,7 +265,11 @@ def _run_attempt(
     finally:
         lease_keeper.release(ctx)
     if step_def.kind == "approval":
-        approvals.commit_approval_request(ctx, output or {}, worker.worker_id)
+        try:
+            request = values.storable(output or {}, "approval request")
+            approvals.commit_approval_request(ctx, request, worker.worker_id)
+        except values.InvalidValue as exc:
+            _fail_attempt(run, step, attempt, worker, step_def, exc)
         return done
     claimed_by = worker.worker_id if chain and not worker.stopping.is_set() else None
     return _commit_checked(ctx, output, worker, step_def, claimed_by, done)
@@ -282,21 +286,22 @@ def _commit_checked(
     """Check every value the commit writes (``runs.engine.state.values``), then commit,
     retrying the whole fenced transaction after a lost connection or a lock timeout (the
     fence makes a repeat safe; a lost commit is not a failed attempt). A value that
-    cannot be stored fails the attempt with ``INVALID_OUTPUT``."""
+    cannot be stored fails the attempt with ``INVALID_OUTPUT``, also when a checked model
+    field finds it inside the commit (the transaction is rolled back first)."""
     try:
         output = values.storable(output, "output")
         ctx.new_messages = [_checked_message(m) for m in ctx.new_messages]
+        return _retrying(
+            ctx.run.pk,
+            ctx.step,
+            ctx.attempt,
+            worker,
+            lambda: _commit_success(ctx, output, worker, claimed_by),
+            "commit",
+        )
     except values.InvalidValue as exc:
         _fail_attempt(ctx.run, ctx.step, ctx.attempt, worker, step_def, exc)
         return done
-    return _retrying(
-        ctx.run.pk,
-        ctx.step,
-        ctx.attempt,
-        worker,
-        lambda: _commit_success(ctx, output, worker, claimed_by),
-        "commit",
-    )
 
 
 def _checked_message(message: dict) -> dict:
@@ -596,8 +601,9 @@ def _record_failed_attempt(
     force_final: bool,
 ) -> None:
     """The body of ``_fail_attempt``: read the clock, decide, write (one transaction)."""
-    # Exception text is untrusted: NUL and lone surrogates would make the write fail.
-    error.detail = values.storable_text(error.detail)
+    # Exception text is untrusted: NUL, lone surrogates, a code too long or not text
+    # would make the write fail.
+    values.storable_error(error)
     started = Step.objects.filter(pk=step.pk).values_list("started_at", flat=True).first()
     now = db_now()
     elapsed = (now - started).total_seconds() if started else 0.0
