@@ -4,6 +4,8 @@ import json
 
 from django.http import QueryDict
 
+from runs.engine.state import values
+
 
 class InvalidInput(ValueError):
     """A form value the action cannot use; the message says why."""
@@ -24,8 +26,8 @@ def unstorable_text(text: str) -> bool:
 def unstorable_field(data: QueryDict) -> str | None:
     """The name of the first field of ``data`` (``request.GET`` / ``request.POST``) whose
     name or any value is ``unstorable_text``, else ``None``."""
-    for name, values in data.lists():
-        if unstorable_text(name) or any(unstorable_text(v) for v in values):
+    for name, given in data.lists():
+        if unstorable_text(name) or any(unstorable_text(v) for v in given):
             return name
     return None
 
@@ -40,10 +42,6 @@ def _unstorable_json(value) -> bool:
     return False
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def required_text(post, name: str, label: str, limit: int = 4000) -> str:
     """A required, stripped text field; raises ``InvalidInput`` if blank."""
     value = (post.get(name) or "").strip()
@@ -54,24 +52,26 @@ def required_text(post, name: str, label: str, limit: int = 4000) -> str:
 
 def optional_json(post, name: str, *, label: str, must_be_object: bool = False):
     """Parse an optional JSON field: ``None`` when blank; raises ``InvalidInput`` on bad
-    JSON, on ``NaN``/``Infinity`` (not JSON), on strings with ``\\u0000`` or a lone
-    surrogate escape (not storable), or, with ``must_be_object``, on anything but a JSON
-    object."""
+    JSON, on strings with a ``\\u0000`` or lone surrogate escape, on any other value no
+    database stores faithfully (``NaN``, ``Infinity``: Python's JSON reader accepts
+    them) or, with ``must_be_object``, on anything but a JSON object."""
     raw = (post.get(name) or "").strip()
     if not raw:
         return None
     try:
-        value = json.loads(raw, parse_constant=_no_constant)
+        value = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise InvalidInput(
             f"{label} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
         ) from exc
-    except ValueError as exc:
-        raise InvalidInput(f"{label} is not valid JSON: {exc}.") from exc
     if _unstorable_json(value):
         raise InvalidInput(
             f"{label} contains a NUL character or a lone surrogate, which cannot be stored."
         )
     if must_be_object and not isinstance(value, dict):
         raise InvalidInput(f'{label} must be a JSON object, e.g. {{"week": "2026-W48"}}.')
+    found = values.problem(value)
+    if found is not None:
+        path, type_name, reason = found
+        raise InvalidInput(f"{label} cannot be stored: at {path}, {reason} ({type_name}).")
     return value

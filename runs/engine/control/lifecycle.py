@@ -12,7 +12,7 @@ from django.db.models.functions import Now
 from runs.engine.effects.budget import limit_errors
 from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.engine.execution import dispatch, liveness
-from runs.engine.state import checkpoints, leases
+from runs.engine.state import checkpoints, leases, values
 from runs.engine.state.checkpoints import initial_state
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import allocate_message_seqs, record_event, run_transaction
@@ -77,6 +77,12 @@ def start_run(
     errors = wf.validate_input(input)
     if not errors and _has_nul(input):
         errors = {"input": "must not contain NUL (\\u0000) characters"}
+    if not errors and (found := values.problem(input)) is not None:
+        path, type_name, reason = found
+        # NaN and Infinity get here: Python's JSON reader accepts them.
+        errors = {
+            path[2:] if path.startswith("$.") else path[1:] or "input": f"{reason} ({type_name})"
+        }
     if errors:
         raise ControlError(
             "invalid_input",
