@@ -1,10 +1,12 @@
-"""A request that gives up on the database answers 503 with a code, not a server error."""
+"""A request that gives up on the database answers 503 with a code, and one that brings a
+value no database stores faithfully answers 422 with a code, not a server error."""
 
 from django.http import HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.utils.deprecation import MiddlewareMixin
 
 from runs.engine.state import db_faults
+from runs.engine.state.values import InvalidValue
 
 #: Seconds a client should wait before trying again.
 RETRY_AFTER_SECONDS = 2
@@ -45,3 +47,27 @@ class DatabaseBusyMiddleware(MiddlewareMixin):
             response = HttpResponse(html, status=503)
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
+
+
+class InvalidValueMiddleware(MiddlewareMixin):
+    """Turns ``InvalidValue`` (a value a checked model field refused: NaN, a non-string
+    key, a date, bytes... sent by an operator or a client) into 422 with code
+    ``invalid_value``: a JSON error body naming the path under /api/, a short page
+    otherwise. The field raised it before any SQL was sent and the view's transaction
+    was rolled back, so nothing is half-written. Sync and async capable
+    (``MiddlewareMixin``)."""
+
+    def process_exception(self, request, exception):
+        if not isinstance(exception, InvalidValue):
+            return None
+        if request.path.startswith("/api/"):
+            body = {
+                "code": "invalid_value",
+                "message": exception.detail,
+                "errors": {exception.field(): exception.reason},
+            }
+            return JsonResponse(body, status=422)
+        html = render_to_string(
+            "partials/refused.html", {"title": "Value not accepted", "message": exception.detail}
+        )
+        return HttpResponse(html, status=422)

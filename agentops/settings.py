@@ -57,6 +57,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "runs.api.middleware.ApiBodyLimitMiddleware",
     "agentops.middleware.DatabaseBusyMiddleware",
+    "agentops.middleware.InvalidValueMiddleware",
     # Innermost: records refused (403/409) actions with the reason the view gave.
     "runs.refusals.RefusalAuditMiddleware",
 ]
@@ -82,12 +83,13 @@ TEMPLATES = [
 
 # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at BEGIN so
 # two workers never deadlock upgrading a read lock; a lock wait of up to 30 s stays a wait
-# inside SQLite instead of reaching a step as "database is locked". Applied to every
-# SQLite database, whether embedded or named in DATABASE_URL.
+# inside SQLite instead of reaching a step as "database is locked" (past it, a worker
+# retries its transaction). Applied to every SQLite database, whether embedded or named
+# in DATABASE_URL.
 SQLITE_OPTIONS = {
     "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     "transaction_mode": "IMMEDIATE",
-    "timeout": 30,
+    "timeout": env_number("AGENTOPS_SQLITE_BUSY_SECONDS", 30, minimum=0),
 }
 
 # Persistent connections (no per-step connection setup), health-checked so a worker

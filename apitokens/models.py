@@ -4,6 +4,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models.functions import Now
 
+from runs.checked_fields import CheckedCharField
+
 
 class ApiToken(models.Model):
     """One bearer token of ``user``.
@@ -18,9 +20,9 @@ class ApiToken(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
     )
-    name = models.CharField(max_length=100, blank=True, default="")
-    prefix = models.CharField(max_length=16)
-    token_hash = models.CharField(max_length=64, unique=True)
+    name = CheckedCharField(max_length=100, blank=True, default="")
+    prefix = CheckedCharField(max_length=16)
+    token_hash = CheckedCharField(max_length=64, unique=True)
     created_at = models.DateTimeField(db_default=Now())
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

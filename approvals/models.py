@@ -5,6 +5,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from runs.checked_fields import CheckedCharField, CheckedJSONField, CheckedTextField
 from runs.state_fields import StateGuardedQuerySet
 
 
@@ -25,17 +26,17 @@ class Approval(models.Model):
 
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="approvals")
     step = models.ForeignKey("runs.Step", on_delete=models.CASCADE, related_name="approvals")
-    question = models.TextField()
-    reason = models.TextField(blank=True, default="")
-    evidence = models.JSONField(default=dict, blank=True)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    question = CheckedTextField()
+    reason = CheckedTextField(blank=True, default="")
+    evidence = CheckedJSONField(default=dict, blank=True)
+    status = CheckedCharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     decided_at = models.DateTimeField(null=True, blank=True)
-    comment = models.TextField(blank=True, default="")
+    comment = CheckedTextField(blank=True, default="")
     expires_at = models.DateTimeField(null=True, blank=True)
-    routes = models.JSONField(default=dict, blank=True)
+    routes = CheckedJSONField(default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     objects = StateGuardedQuerySet.as_manager()
 
@@ -69,21 +70,21 @@ class Takeover(models.Model):
     step = models.ForeignKey(
         "runs.Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="takeovers"
     )
-    cause = models.CharField(max_length=40, choices=Cause.choices)
-    reason = models.TextField()
-    done_summary = models.JSONField(default=dict, blank=True)
-    failed_at = models.CharField(max_length=200, blank=True, default="")
-    suggested_action = models.TextField(blank=True, default="")
-    evidence = models.JSONField(default=dict, blank=True)
-    checkpoints = models.JSONField(default=list, blank=True)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    cause = CheckedCharField(max_length=40, choices=Cause.choices)
+    reason = CheckedTextField()
+    done_summary = CheckedJSONField(default=dict, blank=True)
+    failed_at = CheckedCharField(max_length=200, blank=True, default="")
+    suggested_action = CheckedTextField(blank=True, default="")
+    evidence = CheckedJSONField(default=dict, blank=True)
+    checkpoints = CheckedJSONField(default=list, blank=True)
+    status = CheckedCharField(max_length=10, choices=Status.choices, default=Status.OPEN)
     claimed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     claimed_at = models.DateTimeField(null=True, blank=True)
-    resolution = models.CharField(max_length=40, blank=True, default="")
-    resolution_note = models.TextField(blank=True, default="")
-    resolved_by = models.CharField(max_length=200, blank=True, default="")
+    resolution = CheckedCharField(max_length=40, blank=True, default="")
+    resolution_note = CheckedTextField(blank=True, default="")
+    resolved_by = CheckedCharField(max_length=200, blank=True, default="")
     resolved_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     objects = StateGuardedQuerySet.as_manager()

@@ -14,6 +14,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from runs.checked_fields import CheckedCharField, CheckedJSONField, CheckedTextField
 from runs.payload_field import PayloadJSONField
 from runs.state_fields import StateGuardedQuerySet
 from runs.states import RUN_STATE_EVENTS, RunStatus, StepStatus
@@ -33,8 +34,8 @@ class Thread(models.Model):
         on_delete=models.PROTECT,
         related_name="threads",
     )
-    thread_id = models.CharField(max_length=200)
-    policy = models.CharField(max_length=16, choices=Policy.choices, default=Policy.QUEUE)
+    thread_id = CheckedCharField(max_length=200)
+    policy = CheckedCharField(max_length=16, choices=Policy.choices, default=Policy.QUEUE)
     #: Last allocated ``Message.seq``; bumped with UPDATE ... RETURNING so seqs are gap-free.
     message_seq = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(db_default=Now())
@@ -77,14 +78,14 @@ class Run(models.Model):
         on_delete=models.PROTECT,
         related_name="runs",
     )
-    workflow = models.CharField(max_length=100)
+    workflow = CheckedCharField(max_length=100)
     workflow_version = models.PositiveIntegerField()
-    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
+    status = CheckedCharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
     version = models.PositiveIntegerField(default=0)
     generation = models.PositiveIntegerField(default=1)
-    input = models.JSONField(default=dict)
-    goal = models.TextField(blank=True, default="")
-    budget = models.JSONField(default=dict, blank=True)
+    input = CheckedJSONField(default=dict)
+    goal = CheckedTextField(blank=True, default="")
+    budget = CheckedJSONField(default=dict, blank=True)
     model_calls = models.PositiveIntegerField(default=0)
     tool_calls = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
@@ -93,17 +94,17 @@ class Run(models.Model):
     #: Model responses whose price is unknown: while > 0 the run's cost is unknown.
     unpriced_model_calls = models.PositiveIntegerField(default=0)
     #: Fault injection for demos and drills, e.g. ``{"crash_before": "reply"}``; one-shot.
-    faults = models.JSONField(default=dict, blank=True)
+    faults = CheckedJSONField(default=dict, blank=True)
     #: The client's idempotency key; "" when the client sent none.
-    request_id = models.CharField(max_length=200, blank=True, default="")
-    request_fingerprint = models.CharField(max_length=64, blank=True, default="")
+    request_id = CheckedCharField(max_length=200, blank=True, default="")
+    request_fingerprint = CheckedCharField(max_length=64, blank=True, default="")
     current_step = models.ForeignKey(
         "Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     event_seq = models.PositiveIntegerField(default=0)
-    error_code = models.CharField(max_length=64, blank=True, default="")
-    error_detail = models.TextField(blank=True, default="")
-    cancel_reason = models.TextField(blank=True, default="")
+    error_code = CheckedCharField(max_length=64, blank=True, default="")
+    error_detail = CheckedTextField(blank=True, default="")
+    cancel_reason = CheckedTextField(blank=True, default="")
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
@@ -115,16 +116,16 @@ class Run(models.Model):
     #: Compensation of a failed or cancelled run (``runs.engine.effects.compensation``): "" (none
     #: needed yet), PENDING (to do or interrupted), DONE, or REVIEW (done, but some
     #: effects need a human: non-compensable or failed compensations).
-    compensation_status = models.CharField(max_length=10, blank=True, default="")
+    compensation_status = CheckedCharField(max_length=10, blank=True, default="")
     #: ``{"reason", "steps": [{"step", "status", "detail"}], "manual_review": [...]}``.
-    compensation = models.JSONField(default=dict, blank=True)
+    compensation = CheckedJSONField(default=dict, blank=True)
     #: The finished run this one replays (``runs.engine.control.replay``), and the name
     #: of the original's checkpoint it started from; the original lists its replays
     #: through ``replays`` and is itself never changed.
     replay_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
     )
-    replay_checkpoint = models.CharField(max_length=120, blank=True, default="")
+    replay_checkpoint = CheckedCharField(max_length=120, blank=True, default="")
     objects = StateGuardedQuerySet.as_manager()
 
     class Meta:
@@ -184,21 +185,21 @@ class Step(models.Model):
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
-    name = models.CharField(max_length=100)
+    name = CheckedCharField(max_length=100)
     seq = models.PositiveIntegerField()
     generation = models.PositiveIntegerField(default=1)
-    status = models.CharField(max_length=12, choices=StepStatus.choices, default=StepStatus.PENDING)
+    status = CheckedCharField(max_length=12, choices=StepStatus.choices, default=StepStatus.PENDING)
     attempt = models.PositiveIntegerField(default=0)
     #: The attempt count at the last human decision (resolve, budget raise): the retry
     #: policy counts attempts after it, so a human's "go on" gets a fresh allowance
     #: while ``attempt`` stays the monotonic fencing token.
     attempt_base = models.PositiveIntegerField(default=0)
-    owner = models.CharField(max_length=200, blank=True, default="")
+    owner = CheckedCharField(max_length=200, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     not_before = models.DateTimeField(db_default=Now())
     notified_at = models.DateTimeField(null=True, blank=True)
-    input = models.JSONField(default=dict, blank=True)
+    input = CheckedJSONField(default=dict, blank=True)
     output = PayloadJSONField(null=True, blank=True)
     input_artifact = models.ForeignKey(
         "Artifact", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -206,8 +207,8 @@ class Step(models.Model):
     output_artifact = models.ForeignKey(
         "Artifact", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    error_code = models.CharField(max_length=64, blank=True, default="")
-    error_detail = models.TextField(blank=True, default="")
+    error_code = CheckedCharField(max_length=64, blank=True, default="")
+    error_detail = CheckedTextField(blank=True, default="")
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -262,14 +263,14 @@ class Message(models.Model):
     )
     #: Position in the thread, gap-free; ``None`` only while the message is QUEUED.
     seq = models.PositiveIntegerField(null=True, blank=True)
-    message_id = models.CharField(max_length=64, unique=True)
-    role = models.CharField(max_length=12, choices=Role.choices)
-    content = models.TextField(blank=True, default="")
-    tool_calls = models.JSONField(default=list, blank=True)
-    tool_call_id = models.CharField(max_length=64, blank=True, default="")
-    status = models.CharField(max_length=12, choices=Status.choices, default=Status.FINAL)
+    message_id = CheckedCharField(max_length=64, unique=True)
+    role = CheckedCharField(max_length=12, choices=Role.choices)
+    content = CheckedTextField(blank=True, default="")
+    tool_calls = CheckedJSONField(default=list, blank=True)
+    tool_call_id = CheckedCharField(max_length=64, blank=True, default="")
+    status = CheckedCharField(max_length=12, choices=Status.choices, default=Status.FINAL)
     #: The client's request id for a resent message; "" when the client sent none.
-    request_id = models.CharField(max_length=200, blank=True, default="")
+    request_id = CheckedCharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -314,7 +315,7 @@ class Summary(models.Model):
     )
     first_seq = models.PositiveIntegerField()
     last_seq = models.PositiveIntegerField()
-    content = models.TextField()
+    content = CheckedTextField()
     tokens = models.PositiveIntegerField(default=0)
     covered_tokens = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(db_default=Now())
@@ -336,12 +337,12 @@ class Artifact(models.Model):
     step = models.ForeignKey(
         Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="artifacts"
     )
-    kind = models.CharField(max_length=50)
-    name = models.CharField(max_length=200)
-    uri = models.CharField(max_length=500)
-    checksum = models.CharField(max_length=64, help_text="sha256 hex digest")
+    kind = CheckedCharField(max_length=50)
+    name = CheckedCharField(max_length=200)
+    uri = CheckedCharField(max_length=500)
+    checksum = CheckedCharField(max_length=64, help_text="sha256 hex digest")
     size = models.PositiveBigIntegerField(help_text="bytes")
-    metadata = models.JSONField(default=dict, blank=True)
+    metadata = CheckedJSONField(default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
 
     def __str__(self) -> str:
@@ -356,9 +357,9 @@ class Event(models.Model):
         Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
     )
     seq = models.PositiveIntegerField()
-    type = models.CharField(max_length=64)
-    payload = models.JSONField(default=dict, blank=True)
-    actor = models.CharField(max_length=200, blank=True, default="")
+    type = CheckedCharField(max_length=64)
+    payload = CheckedJSONField(default=dict, blank=True)
+    actor = CheckedCharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -404,7 +405,7 @@ class Checkpoint(models.Model):
     step = models.ForeignKey(
         Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    name = models.CharField(max_length=120)
+    name = CheckedCharField(max_length=120)
     generation = models.PositiveIntegerField(default=1)
     #: Shape of ``data``: 1 a whole state, 2 a delta on ``base``.
     version = models.PositiveIntegerField(default=1)
@@ -461,13 +462,13 @@ class Operation(models.Model):
     step = models.ForeignKey(
         Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="operations"
     )
-    idempotency_key = models.CharField(max_length=200, unique=True)
-    tool = models.CharField(max_length=100)
-    side_effect = models.CharField(max_length=12, default="read")
-    arguments = models.JSONField(default=dict, blank=True)
-    status = models.CharField(max_length=12, choices=Status.choices, default=Status.INTENT)
+    idempotency_key = CheckedCharField(max_length=200, unique=True)
+    tool = CheckedCharField(max_length=100)
+    side_effect = CheckedCharField(max_length=12, default="read")
+    arguments = CheckedJSONField(default=dict, blank=True)
+    status = CheckedCharField(max_length=12, choices=Status.choices, default=Status.INTENT)
     result = PayloadJSONField(null=True, blank=True)
-    external_ref = models.CharField(max_length=200, blank=True, default="")
+    external_ref = CheckedCharField(max_length=200, blank=True, default="")
     attempt = models.PositiveIntegerField(default=0)
     #: The SUCCEEDED operation whose recorded result this row carries over into a resumed
     #: generation or a replay (``runs.engine.control.reuse``): the call is not made again.
@@ -485,18 +486,18 @@ class Operation(models.Model):
 class WorkerProcess(models.Model):
     """A live (or recently stopped) worker process, for the console's workers page."""
 
-    worker_id = models.CharField(max_length=200, unique=True)
-    host = models.CharField(max_length=200)
+    worker_id = CheckedCharField(max_length=200, unique=True)
+    host = CheckedCharField(max_length=200)
     pid = models.PositiveIntegerField()
-    mode = models.CharField(max_length=8, help_text="rq or db (database polling)")
-    queues = models.CharField(max_length=200, blank=True, default="")
+    mode = CheckedCharField(max_length=8, help_text="rq or db (database polling)")
+    queues = CheckedCharField(max_length=200, blank=True, default="")
     started_at = models.DateTimeField(db_default=Now())
     heartbeat_at = models.DateTimeField(db_default=Now())
     stopped_at = models.DateTimeField(null=True, blank=True)
     #: How peers learn that this worker died (``runs.engine.execution.liveness``):
     #: "pg" (it holds a session advisory lock keyed by its pk), "pid" (same host, the
     #: pid is checked), or "" (no signal: only the lease decides).
-    liveness = models.CharField(max_length=8, blank=True, default="")
+    liveness = CheckedCharField(max_length=8, blank=True, default="")
 
     def __str__(self) -> str:
         return self.worker_id
@@ -505,8 +506,8 @@ class WorkerProcess(models.Model):
 class MaintenanceLease(models.Model):
     """A named lease so only one process runs a maintenance job (the sweeper) at a time."""
 
-    name = models.CharField(max_length=50, primary_key=True)
-    owner = models.CharField(max_length=200, blank=True, default="")
+    name = CheckedCharField(max_length=50, primary_key=True)
+    owner = CheckedCharField(max_length=200, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
@@ -524,12 +525,12 @@ class ActionRequest(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="action_requests"
     )
-    key = models.CharField(max_length=200)
+    key = CheckedCharField(max_length=200)
     #: sha256 hex of the method, path and canonical JSON body.
-    fingerprint = models.CharField(max_length=64)
+    fingerprint = CheckedCharField(max_length=64)
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
-    response = models.JSONField(null=True, blank=True)
-    etag = models.CharField(max_length=60, blank=True, default="")
+    response = CheckedJSONField(null=True, blank=True)
+    etag = CheckedCharField(max_length=60, blank=True, default="")
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -547,13 +548,13 @@ class RefusedAction(models.Model):
     who (``actor``), what (``action``: method and path), on what (``target``: the run,
     approval or takeover id), and why (``code`` and ``reason``)."""
 
-    actor = models.CharField(max_length=200)
-    channel = models.CharField(max_length=8, help_text="api or console")
-    action = models.CharField(max_length=300)
-    target = models.CharField(max_length=200, blank=True, default="")
+    actor = CheckedCharField(max_length=200)
+    channel = CheckedCharField(max_length=8, help_text="api or console")
+    action = CheckedCharField(max_length=300)
+    target = CheckedCharField(max_length=200, blank=True, default="")
     status_code = models.PositiveSmallIntegerField()
-    code = models.CharField(max_length=64, blank=True, default="")
-    reason = models.TextField(blank=True, default="")
+    code = CheckedCharField(max_length=64, blank=True, default="")
+    reason = CheckedTextField(blank=True, default="")
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -572,8 +573,8 @@ class Payload(models.Model):
     stored once per run, referenced by its sha256 (``runs.payload_field``)."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="payloads")
-    digest = models.CharField(max_length=64, help_text="sha256 hex of the UTF-8 text")
-    text = models.TextField()
+    digest = CheckedCharField(max_length=64, help_text="sha256 hex of the UTF-8 text")
+    text = CheckedTextField()
     size = models.PositiveBigIntegerField(help_text="bytes (UTF-8)")
     created_at = models.DateTimeField(db_default=Now())
 

@@ -15,7 +15,8 @@ import re
 from typing import Any
 
 from django.apps import apps
-from django.db import models
+
+from runs.checked_fields import CheckedJSONField
 
 #: Strings up to this many UTF-8 bytes stay inline.
 INLINE_LIMIT = 2048
@@ -89,8 +90,13 @@ def _has_literal(value: Any) -> bool:
     return False
 
 
-class PayloadJSONField(models.JSONField):
-    """A ``JSONField`` that resolves payload references when a row is read."""
+class PayloadJSONField(CheckedJSONField):
+    """A ``CheckedJSONField`` that resolves payload references when a row is read."""
+
+    def deconstruct(self):
+        # Migrations name this class (unlike its parent, which passes for a JSONField).
+        name, _, args, kwargs = super().deconstruct()
+        return name, "runs.payload_field.PayloadJSONField", args, kwargs
 
     def from_db_value(self, value, expression, connection):
         return resolve(super().from_db_value(value, expression, connection))

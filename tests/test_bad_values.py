@@ -10,12 +10,20 @@ import pytest
 from django.db import connection, connections
 
 import tests.workflows.faulty as faulty
+import tests.workflows.stored  # noqa: F401 - registers the workflows
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import executor
 from runs.engine.execution.worker import Worker
-from runs.models import Event, Operation, Run, Step
+from runs.models import Event, Message, Operation, Run, Step
 from runs.states import RunStatus, StepStatus
-from tests.console_helpers import actors, clients, device_dir, fast_passwords  # noqa: F401
+from tests.console_helpers import (  # noqa: F401
+    actors,
+    clients,
+    device_dir,
+    fast_passwords,
+    run_worker_subprocess,
+    worker_subprocess_env,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,6 +56,42 @@ def test_it_fails_the_attempt_once_with_invalid_output(worker, case, path, type_
     assert not Event.objects.filter(run=run, type="step.retry_scheduled").exists()
 
 
+@pytest.mark.parametrize(
+    ("case", "where", "type_name"),
+    [
+        ("tool_arguments", "tool arguments at $.score", "float"),
+        ("tool_result", "tool result at $.at", "datetime"),
+        ("message_content", "message content at $", "bytes"),
+        ("message_tool_calls", "message tool calls at $[0].args[1]", "int"),
+    ],
+)
+def test_it_fails_the_attempt_once_for_every_other_value_a_step_writes(
+    worker, case, where, type_name
+):
+    run = _start(case)
+    executor.execute_step(_first_step(run).pk, worker)
+    step = _first_step(run)
+    run.refresh_from_db()
+    assert (step.status, step.attempt, step.error_code) == (StepStatus.FAILED, 1, "INVALID_OUTPUT")
+    assert where in step.error_detail and f"({type_name})" in step.error_detail
+    assert run.status == RunStatus.FAILED
+    assert not Event.objects.filter(run=run, type="step.retry_scheduled").exists()
+    assert not Message.objects.filter(run=run).exists()
+    ops = list(Operation.objects.filter(run=run).values_list("status", "arguments", "result"))
+    if case == "tool_arguments":
+        assert ops == []  # refused before the call
+    elif case == "tool_result":
+        # The call happened: the row says so, with what came back as text.
+        [(status, arguments, result)] = ops
+        assert status == Operation.Status.SUCCEEDED and "datetime" in result["invalid_result"]
+
+
+def test_it_stores_a_message_with_nul_escaped(worker):
+    run = _start("message_nul")
+    assert executor.run_chain(_first_step(run).pk, worker) == 2
+    assert Message.objects.get(run=run).content == "bad\\u0000byte"
+
+
 def test_it_stores_nul_escaped_in_outputs_and_the_next_step_sees_it(worker):
     run = _start("nul_text")
     assert executor.run_chain(_first_step(run).pk, worker) == 2
@@ -63,6 +107,25 @@ def test_it_records_an_error_with_nul_and_schedules_the_retry(worker, clients): 
     assert step.error_detail == "bad\\u0000byte"
     page = clients["alice"].get(f"/runs/{run.pk}/")
     assert "bad\\u0000byte" in page.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("case", "code", "detail"),
+    [
+        ("long_code", "E" * 64, "a code longer than its column"),
+        ("odd_error", "429", "{'detail': 'not text'}"),
+    ],
+)
+def test_it_records_an_error_whose_code_or_detail_the_columns_cannot_hold(
+    worker, case, code, detail
+):
+    run = _start(case)
+    executor.execute_step(_first_step(run).pk, worker)
+    step = _first_step(run)
+    run.refresh_from_db()
+    assert (step.status, step.attempt) == (StepStatus.FAILED, 1)
+    assert (step.error_code, step.error_detail) == (code, detail)
+    assert (run.status, run.error_code) == (RunStatus.FAILED, code)
 
 
 def test_it_waits_as_long_as_retry_after_asks(worker):
@@ -95,6 +158,33 @@ def test_the_worker_loop_goes_on_after_a_bad_step_and_runs_the_next_run():
     bad.refresh_from_db()
     good.refresh_from_db()
     assert bad.status == RunStatus.FAILED and bad.error_code == "INVALID_OUTPUT"
+    assert good.status == RunStatus.SUCCEEDED
+
+
+def test_a_worker_process_survives_every_kind_of_bad_value_and_runs_the_next_run(
+    settings,
+    device_dir,  # noqa: F811
+):
+    """A real worker subprocess: bad values in an output, a tool result, an artifact's
+    metadata and an approval request each fail their own run once; the worker exits 0
+    after running the healthy run queued behind them."""
+    bad = [
+        _start("nan"),
+        _start("tool_result"),
+        start_run("stored_artifact", thread_id="t-art", input={"bad": "datetime"}),
+        start_run("stored_approval", thread_id="t-appr", input={"bad": "nan"}),
+    ]
+    good = _start("ok")
+    env = worker_subprocess_env(
+        settings, AGENTOPS_EXTRA_WORKFLOW_MODULES="tests.workflows.faulty,tests.workflows.stored"
+    )
+    proc = run_worker_subprocess(env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for run in bad:
+        run.refresh_from_db()
+        assert (run.status, run.error_code) == (RunStatus.FAILED, "INVALID_OUTPUT"), run.workflow
+        assert Step.objects.filter(run=run).order_by("seq").first().attempt == 1
+    good.refresh_from_db()
     assert good.status == RunStatus.SUCCEEDED
 
 

@@ -13,6 +13,7 @@ from apitokens import services as tokens
 from runs.api import approvals, replays, runs, stream
 from runs.api.errors import ApiError, from_control
 from runs.engine.control.lifecycle import ControlError
+from runs.engine.state.values import InvalidValue
 
 
 class TokenAuth(HttpBearer):
@@ -76,6 +77,12 @@ def _api_error(request, exc: ApiError):
 @api.exception_handler(ControlError)
 def _control_error(request, exc: ControlError):
     return _api_error(request, from_control(exc))
+
+
+@api.exception_handler(InvalidValue)
+def _invalid_value(request, exc: InvalidValue):
+    # Raised before any SQL was sent, inside the view's transaction: nothing is stored.
+    return _error(request, 422, "invalid_value", exc.detail, {exc.field(): exc.reason})
 
 
 @api.exception_handler(AuthenticationError)

@@ -36,12 +36,34 @@ def _post_ok(arguments: dict, call) -> dict:
 
 post_ok = Tool("test.post_ok", _post_ok, side_effect="unsafe", verify=_verify)
 
+
+def _read_at(arguments: dict, call) -> dict:
+    return {"at": datetime(2026, 1, 1, tzinfo=UTC)}
+
+
+read_at = Tool("test.read_at", _read_at, side_effect="read")
+
+
+def _echo(arguments: dict, call) -> dict:
+    return arguments
+
+
+echo = Tool("test.echo", _echo, side_effect="read")
+
 CASES = {
     "nan": lambda ctx: {"score": float("nan")},
     "datetime": lambda ctx: {"at": datetime(2026, 1, 1, tzinfo=UTC)},
     "int_key": lambda ctx: {"by_id": {1: "a"}},
     "nul_text": lambda ctx: {"text": "bad\x00byte"},
     "ok": lambda ctx: {"fine": True},
+    "tool_arguments": lambda ctx: ctx.call_tool(echo, {"score": float("nan")}),
+    "tool_result": lambda ctx: ctx.call_tool(read_at, {}),
+    "message_content": lambda ctx: ctx.add_message("assistant", b"raw") and {"fine": True},
+    "message_tool_calls": lambda ctx: (
+        ctx.add_message("assistant", "", tool_calls=[{"id": "c1", "args": {1: "a"}}])
+        and {"fine": True}
+    ),
+    "message_nul": lambda ctx: ctx.add_message("assistant", "bad\x00byte") and {"fine": True},
 }
 
 workflow = Workflow("faulty", version=1, input_fields={"case": str})
@@ -52,6 +74,10 @@ def produce(ctx):
     case = ctx.input["case"]
     if case == "nul_error":
         raise StepError("DEPENDENCY_UNAVAILABLE", "bad\x00byte")
+    if case == "long_code":
+        raise StepError("E" * 100, "a code longer than its column")
+    if case == "odd_error":
+        raise StepError(429, {"detail": "not text"})
     if case == "retry_after":
         raise StepError("RATE_LIMITED", "429 Too Many Requests", retry_after="120")
     if case == "sleep":

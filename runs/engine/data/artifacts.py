@@ -20,6 +20,7 @@ from django.db import transaction
 
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.errors import LeaseLost, StepError
+from runs.engine.state import values
 from runs.engine.state.gateway import attempt_holds, run_transaction
 from runs.models import Artifact, Checkpoint, Run, Step
 from runs.states import StepStatus
@@ -61,11 +62,19 @@ def write_artifact(
     then the row, which is only inserted while ``attempt`` still holds the step.
 
     Returns the row. Raises ``LeaseLost`` when the attempt lost the step (the file then
-    stays as an unreferenced orphan).
+    stays as an unreferenced orphan), ``values.InvalidValue`` (before writing anything)
+    for a ``name`` holding NUL or ``metadata`` that cannot be stored faithfully.
     """
     from runs.engine.data import artifact_files
     from runs.engine.execution import faults
 
+    # Checked before the file is written: a refused value leaves no orphan file.
+    if "\x00" in name:
+        raise values.InvalidValue("artifact name", "$", "str", "a file name cannot hold NUL")
+    metadata = values.storable(
+        {"attempt": attempt, "generation": step.generation, **(metadata or {})},
+        "artifact metadata",
+    )
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     path = f"runs/{run.pk}/{step.pk}-a{attempt}/{name}"
     stored = default_storage.save(path, ContentFile(raw))
@@ -83,7 +92,7 @@ def write_artifact(
             uri=stored,
             checksum=sha256_hex(raw),
             size=len(raw),
-            metadata={"attempt": attempt, "generation": step.generation, **(metadata or {})},
+            metadata=metadata,
         )
 
 

@@ -20,6 +20,7 @@ Every write is fenced by the step's attempt: a worker that lost its lease gets
 from typing import Any
 
 from runs.engine.errors import CancelRequested, LeaseLost
+from runs.engine.state import values
 from runs.engine.state.gateway import RunTx, allocate_message_seqs, run_transaction
 from runs.models import Message, Step
 from runs.states import RUN_TERMINAL
@@ -104,7 +105,15 @@ def delta(
     actor: str,
 ) -> None:
     """Record one streamed piece: a ``message.delta`` event and the draft's content so
-    far (``content``, which ends with ``text``). Fenced like ``begin``."""
+    far (``content``, which ends with ``text``). Fenced like ``begin``.
+
+    Text is stored as ``values.storable_text`` makes it (NUL escaped), and ``offset``
+    (a character offset into ``content`` as the model wrote it) is recorded as the
+    offset into the stored content, so a client placing the stored pieces rebuilds
+    exactly the draft's content."""
+    offset = len(values.storable_text(content[:offset]))
+    text = values.storable_text(text)
+    content = values.storable_text(content)
     with run_transaction(run_id) as tx:
         _fence(tx, step, attempt)
         Message.objects.filter(message_id=message_id, status=Message.Status.DRAFT).update(

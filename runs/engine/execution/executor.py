@@ -68,7 +68,8 @@ def run_chain(step_id: int | None, worker: WorkerIdentity) -> int:
         link = outcome.continued
         if link is None:
             if outcome.next_step_id is None:
-                _finish_cancel_if_requested(outcome.step_id, worker)
+                if outcome.step_id is not None:  # always so for a claimed step
+                    _finish_cancel_if_requested(outcome.step_id, worker)
                 break
             if worker.stopping.is_set():
                 break
@@ -134,14 +135,15 @@ def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -
     errors propagate.
     """
     close_old_connections()
+    workflow: Workflow | None
     if one_claim.available():
         claim = one_claim.claim_step(
             step_id, worker.worker_id, settings.AGENTOPS_LEASE_SECONDS, known=registry.loaded_keys()
         )
         if claim.outcome == one_claim.NOT_CLAIMABLE:
             return NOT_CLAIMED
-        if claim.outcome == one_claim.CLAIMED:
-            run, step = claim.run, claim.step
+        run, step = claim.run, claim.step
+        if claim.outcome == one_claim.CLAIMED and run is not None and step is not None:
             workflow = registry.get(run.workflow, run.workflow_version)
             checkpoint = (claim.checkpoint_id, claim.state or {})
             return _run_attempt(run, step, step.attempt, workflow, checkpoint, worker, chain)
@@ -263,7 +265,11 @@ def _run_attempt(
     finally:
         lease_keeper.release(ctx)
     if step_def.kind == "approval":
-        approvals.commit_approval_request(ctx, output or {}, worker.worker_id)
+        try:
+            request = values.storable(output or {}, "approval request")
+            approvals.commit_approval_request(ctx, request, worker.worker_id)
+        except values.InvalidValue as exc:
+            _fail_attempt(run, step, attempt, worker, step_def, exc)
         return done
     claimed_by = worker.worker_id if chain and not worker.stopping.is_set() else None
     return _commit_checked(ctx, output, worker, step_def, claimed_by, done)
@@ -280,21 +286,22 @@ def _commit_checked(
     """Check every value the commit writes (``runs.engine.state.values``), then commit,
     retrying the whole fenced transaction after a lost connection or a lock timeout (the
     fence makes a repeat safe; a lost commit is not a failed attempt). A value that
-    cannot be stored fails the attempt with ``INVALID_OUTPUT``."""
+    cannot be stored fails the attempt with ``INVALID_OUTPUT``, also when a checked model
+    field finds it inside the commit (the transaction is rolled back first)."""
     try:
         output = values.storable(output, "output")
         ctx.new_messages = [_checked_message(m) for m in ctx.new_messages]
+        return _retrying(
+            ctx.run.pk,
+            ctx.step,
+            ctx.attempt,
+            worker,
+            lambda: _commit_success(ctx, output, worker, claimed_by),
+            "commit",
+        )
     except values.InvalidValue as exc:
         _fail_attempt(ctx.run, ctx.step, ctx.attempt, worker, step_def, exc)
         return done
-    return _retrying(
-        ctx.run.pk,
-        ctx.step,
-        ctx.attempt,
-        worker,
-        lambda: _commit_success(ctx, output, worker, claimed_by),
-        "commit",
-    )
 
 
 def _checked_message(message: dict) -> dict:
@@ -413,7 +420,7 @@ def _commit_success(
             next_seq=tx.next_step_seq(after=step),
             claimed_by=claimed_by,
         )
-    if advanced.step_id is None or claimed_by is None:
+    if advanced.step_id is None or advanced.seq is None or next_name is None or claimed_by is None:
         return StepOutcome(True, step.pk, advanced.step_id)
     born = Step(
         pk=advanced.step_id,
@@ -449,7 +456,12 @@ def _commit_in_one_statement(
         refresh_usage=False,
     )
     change = checkpoints.delta(ctx.checkpoint_state, state)
-    if change is None or not one_statement.inline(output) or not one_statement.inline(change):
+    if (
+        change is None
+        or ctx.checkpoint_id is None
+        or not one_statement.inline(output)
+        or not one_statement.inline(change)
+    ):
         return None
     next_seq = step.seq + 1 if next_name is not None else None
     done = one_statement.commit_step(
@@ -475,7 +487,7 @@ def _commit_in_one_statement(
     run.event_seq, run.version = done.event_seq, done.version
     run.model_calls, run.tool_calls, run.tokens = done.model_calls, done.tool_calls, done.tokens
     run.cost_usd, run.unpriced_model_calls = done.cost_usd, done.unpriced_model_calls
-    if next_name is None:
+    if next_name is None or next_seq is None:
         run.status = RunStatus.SUCCEEDED
         return StepOutcome(True, step.pk)
     born = Step(
@@ -589,8 +601,9 @@ def _record_failed_attempt(
     force_final: bool,
 ) -> None:
     """The body of ``_fail_attempt``: read the clock, decide, write (one transaction)."""
-    # Exception text is untrusted: NUL and lone surrogates would make the write fail.
-    error.detail = values.storable_text(error.detail)
+    # Exception text is untrusted: NUL, lone surrogates, a code too long or not text
+    # would make the write fail.
+    values.storable_error(error)
     started = Step.objects.filter(pk=step.pk).values_list("started_at", flat=True).first()
     now = db_now()
     elapsed = (now - started).total_seconds() if started else 0.0

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import connection
@@ -22,6 +23,9 @@ from django.db import connection
 from runs.engine.state import leases
 from runs.models import Run
 from runs.states import RUN_TERMINAL, RunStatus
+
+if TYPE_CHECKING:  # the step context imports the engine that imports this module
+    from runs.engine.execution.step_context import StepContext
 
 logger = logging.getLogger("agentops.heartbeat")
 
@@ -45,12 +49,12 @@ class LeaseKeeper:
     def __init__(self, ttl: float | None = None):
         self.ttl = ttl if ttl is not None else settings.AGENTOPS_LEASE_SECONDS
         self.interval = max(0.05, self.ttl / 3)
-        self._held: dict[int, object] = {}
+        self._held: dict[int, StepContext] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def hold(self, ctx) -> None:
+    def hold(self, ctx: "StepContext") -> None:
         """Keep ``ctx.step``'s lease (attempt ``ctx.attempt``) alive while it runs."""
         with self._lock:
             self._held[id(ctx)] = ctx
@@ -58,7 +62,7 @@ class LeaseKeeper:
                 self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
                 self._thread.start()
 
-    def release(self, ctx) -> None:
+    def release(self, ctx: "StepContext") -> None:
         """Stop renewing ``ctx``'s lease (its attempt has ended)."""
         with self._lock:
             self._held.pop(id(ctx), None)

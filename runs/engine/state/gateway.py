@@ -347,13 +347,14 @@ class RunTx:
             if not delay
             else ExpressionWrapper(Now() + timedelta(seconds=delay), output_field=DateTimeField())
         )
-        born_claimed = claimed_by is not None and not delay
+        # The worker the step is born RUNNING under (a delayed step is born PENDING).
+        claimer = None if delay else claimed_by
         extra: dict[str, Any] = {"notified_at": Now() if dispatch.mode() == "rq" else None}
-        if born_claimed:
+        if claimer is not None:
             extra = {
                 "status": StepStatus.RUNNING,
                 "attempt": 1,
-                "owner": claimed_by,
+                "owner": claimer,
                 "lease_until": ExpressionWrapper(
                     Now() + timedelta(seconds=settings.AGENTOPS_LEASE_SECONDS),
                     output_field=DateTimeField(),
@@ -372,12 +373,12 @@ class RunTx:
         )
         self.set_run(current_step_id=step.pk)
         self.event("step.scheduled", {"name": name, "seq": seq}, step_id=step.pk, actor=actor)
-        if born_claimed:
+        if claimer is not None:
             self.event(
                 "step.started",
-                {"attempt": 1, "worker": claimed_by},
+                {"attempt": 1, "worker": claimer},
                 step_id=step.pk,
-                actor=claimed_by,
+                actor=claimer,
             )
         else:
             dispatch.notify_on_commit(self.run.pk, step.pk)

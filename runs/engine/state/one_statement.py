@@ -260,7 +260,7 @@ def commit_step(
         ]
     for k, event in enumerate(events, start=1):
         event["k"] = k
-    params = {
+    params: dict[str, Any] = {
         "run": str(run_id),
         "step": step_id,
         "attempt": attempt,

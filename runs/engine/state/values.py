@@ -48,6 +48,11 @@ class InvalidValue(StepError):
         self.type_name = type_name
         self.reason = reason
 
+    def field(self) -> str:
+        """Where and path as one dotted name for an error body: ``input.score``,
+        ``Run.input.by_id[1]``."""
+        return self.where + self.path[1:]
+
 
 def storable_text(text: str) -> str:
     """``text`` ready for a text column: NUL replaced by ``NUL_ESCAPE``, lone surrogates
@@ -60,6 +65,20 @@ def storable_text(text: str) -> str:
     except UnicodeEncodeError:
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+#: Longest error code a step or run row keeps (the column's length).
+MAX_CODE = 64
+
+
+def storable_error(error: StepError) -> StepError:
+    """``error`` with its ``code`` and ``detail`` made storable in place: both turned into
+    text (a step may raise ``StepError(42, ...)``), passed through ``storable_text``, and
+    the code cut to ``MAX_CODE`` characters (a longer one would not fit its column).
+    Returns ``error``; never raises."""
+    error.code = storable_text(str(error.code))[:MAX_CODE] or "INTERNAL"
+    error.detail = storable_text(str(error.detail))
+    return error
 
 
 def storable(value: Any, where: str = "output") -> Any:
