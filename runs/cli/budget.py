@@ -5,14 +5,13 @@ budget resumes. Adding to a limit the run does not have is refused (it is unlimi
 already; nothing is changed). Prints the limits before and after as JSON."""
 
 import json
-from decimal import Decimal, InvalidOperation
 
 from django.core.management.base import CommandError
 
 from runs.cli import arguments
 from runs.cli.common import cli_actor, control_error, resolve_run
 from runs.engine.control.lifecycle import ControlError
-from runs.engine.effects.budget import raise_budget
+from runs.engine.effects.budget import parse_additions, raise_budget
 
 help = "raise a run's budget limits (and resume it if it was paused for its budget)"
 
@@ -55,33 +54,31 @@ def add_arguments(parser):
     )
 
 
-#: Option -> the budget key it raises.
-OPTIONS = {
-    "add_model_calls": ("--add-model-calls", "model_calls"),
-    "add_tool_calls": ("--add-tool-calls", "tool_calls"),
-    "add_tokens": ("--add-tokens", "tokens"),
-    "add_cost": ("--add-cost", "cost_usd"),
+#: Budget key -> the option that raises it.
+FLAGS = {
+    "model_calls": "--add-model-calls",
+    "tool_calls": "--add-tool-calls",
+    "tokens": "--add-tokens",
+    "cost_usd": "--add-cost",
 }
-
-
-def _unset_limits(options, budget: dict) -> list[str]:
-    """The options asking to add to a limit that ``budget`` does not set."""
-    asked = []
-    for name, (flag, key) in OPTIONS.items():
-        try:
-            amount = Decimal(str(options[name]))
-        except InvalidOperation:
-            continue  # the engine names the bad amount
-        if amount and key not in budget:
-            asked.append(f"{flag} ({key})")
-    return asked
 
 
 def handle(command, options):
     run = resolve_run(options)
     actor = cli_actor(options["as_user"])
     before = dict(run.budget or {})
-    unset = _unset_limits(options, before)
+    try:
+        added = parse_additions(
+            add_model_calls=options["add_model_calls"],
+            add_tool_calls=options["add_tool_calls"],
+            add_tokens=options["add_tokens"],
+            add_cost_usd=options["add_cost"],
+        )
+    except ControlError as exc:
+        raise control_error(exc) from exc
+    unset = [
+        f"{FLAGS[key]} ({key})" for key, amount in added.items() if amount and key not in before
+    ]
     if unset:
         raise CommandError(
             f"run {run.pk} has no such limit to raise: {', '.join(unset)}; it is unlimited "
