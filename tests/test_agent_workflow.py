@@ -9,6 +9,7 @@ from django.contrib.auth.models import Permission, User
 
 from approvals.models import Approval
 from approvals.services import decide
+from runs.console.access import form_version
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.execution.executor import execute_step
 from runs.models import Message, Operation, Run, Step
@@ -94,9 +95,9 @@ def test_the_console_form_edits_arguments_and_refuses_ones_that_do_not_fit(worke
     assert 'name="arguments"' in inbox and "&quot;amount&quot;: 42.0" in inbox
 
     url = reverse("console:decide", args=[approval.pk])
-    form = {"decision": "approve", "run_version": Run.objects.get(pk=run.pk).version}
+    form = {"decision": "approve", "run_version": form_version(Run.objects.get(pk=run.pk))}
     refused = client.post(url, {**form, "arguments": '{"order_id": "A1001", "amount": "x"}'})
-    assert refused.status_code == 409
+    assert refused.status_code == 400
     assert "arguments.amount" in refused.content.decode()
     approval.refresh_from_db()
     assert approval.status == "PENDING"

@@ -29,6 +29,15 @@ CHANGED_CODES = {
 }
 
 
+#: ControlError codes that mean the form's input was wrong (400, like ``InvalidInput``),
+#: besides every ``invalid_*`` code.
+INPUT_CODES = {"reason_required"}
+
+
+def _input_error(code: str) -> bool:
+    return code.startswith("invalid") or code in INPUT_CODES
+
+
 def back_url(request: HttpRequest, default: str) -> str:
     """The form's ``next`` if it is a local URL, else ``default``."""
     target = request.POST.get("next") or request.GET.get("next") or ""
@@ -43,8 +52,9 @@ def perform(
     """Run ``call`` (an engine function call), conditional on the run being as
     ``stale_run`` read it (``runs.engine.control.preconditions``); on success flash
     ``success`` and redirect to ``back``; on a refusal render why (409 for a changed
-    run or a refused request, 400 for invalid input, 403 for a permission the engine
-    checks itself)."""
+    run or a refused request, 400 for invalid input: ``InvalidInput`` or an engine code
+    ``invalid_*`` / in ``INPUT_CODES``, 403 for a permission the engine checks
+    itself)."""
     run_id, etag = getattr(request, "run_precondition", (None, None))
     try:
         with preconditions.expect(run_id, etag):
@@ -52,8 +62,17 @@ def perform(
     except InvalidInput as exc:
         return refusal(request, title="Invalid input", message=str(exc), status=400, back=back)
     except ControlError as exc:
-        title = "This run changed, reload" if exc.code in CHANGED_CODES else "Refused"
         detail = "; ".join(f"{k}: {v}" for k, v in exc.errors.items())
+        if _input_error(exc.code):
+            return refusal(
+                request,
+                title="Invalid input",
+                message=f"{exc.message} [{exc.code}]" + (f" ({detail})" if detail else ""),
+                status=400,
+                back=back,
+                code=exc.code,
+            )
+        title = "This run changed, reload" if exc.code in CHANGED_CODES else "Refused"
         return refusal(
             request,
             title=title,
