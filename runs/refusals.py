@@ -56,16 +56,18 @@ class RefusalAuditMiddleware(MiddlewareMixin):
     async capable, so the SSE view stays async under ASGI."""
 
     def process_response(self, request, response):
-        if _audited(request, response):
+        if _refused_change(request, response) and _by_someone(request):
             _record(request, response)
         return response
 
     async def __acall__(self, request):
-        # Only a response to record costs a trip to a thread (MiddlewareMixin would run
-        # process_response in one for every response).
+        # Only a refused change costs a trip to a thread (MiddlewareMixin would run
+        # process_response in one for every response). ``request.user`` is lazy: reading
+        # it loads the session and the user from the database, which async code may not
+        # do, so the whole check runs in the thread.
         response = await self.get_response(request)
-        if _audited(request, response):
-            await sync_to_async(_record)(request, response)
+        if _refused_change(request, response):
+            await sync_to_async(self.process_response)(request, response)
         return response
 
     def process_exception(self, request, exception):
@@ -74,14 +76,15 @@ class RefusalAuditMiddleware(MiddlewareMixin):
         return None
 
 
-def _audited(request, response) -> bool:
+def _refused_change(request, response) -> bool:
+    """A 403/409 to a state-changing request (no database access: safe in async code)."""
+    return response.status_code in AUDITED_STATUS and request.method in STATE_CHANGING
+
+
+def _by_someone(request) -> bool:
+    """A signed-in user or API token made the request (may query the database)."""
     user = getattr(request, "user", None)
-    return (
-        response.status_code in AUDITED_STATUS
-        and request.method in STATE_CHANGING
-        and user is not None
-        and user.is_authenticated
-    )
+    return user is not None and user.is_authenticated
 
 
 def _record(request, response) -> None:

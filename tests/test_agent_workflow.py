@@ -2,11 +2,14 @@
 scripted ``FunctionModel``, so the default suite runs it with no network. Decisions on
 its tool call: edited arguments are validated by the tool's own schema."""
 
+import threading
+
 import pytest
 from django.contrib.auth.models import Permission, User
 
 from approvals.models import Approval
 from approvals.services import decide
+from runs.console.access import form_version
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.execution.executor import execute_step
 from runs.models import Message, Operation, Run, Step
@@ -92,9 +95,9 @@ def test_the_console_form_edits_arguments_and_refuses_ones_that_do_not_fit(worke
     assert 'name="arguments"' in inbox and "&quot;amount&quot;: 42.0" in inbox
 
     url = reverse("console:decide", args=[approval.pk])
-    form = {"decision": "approve", "run_version": Run.objects.get(pk=run.pk).version}
+    form = {"decision": "approve", "run_version": form_version(Run.objects.get(pk=run.pk))}
     refused = client.post(url, {**form, "arguments": '{"order_id": "A1001", "amount": "x"}'})
-    assert refused.status_code == 409
+    assert refused.status_code == 400
     assert "arguments.amount" in refused.content.decode()
     approval.refresh_from_db()
     assert approval.status == "PENDING"
@@ -103,3 +106,52 @@ def test_the_console_form_edits_arguments_and_refuses_ones_that_do_not_fit(worke
     assert accepted.status_code == 302
     run = drain(run, worker)
     assert [r["amount"] for r in shop.refunds_for("A1001")] == ["12.50"]
+
+
+@pytest.fixture
+def slow_tool_agent():
+    """An agent whose ``slow_count`` tool (a read, timeout 0.3 s) waits for ``release``
+    (up to 10 s) before answering; the test releases it at the end."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from runs.agents import AgentTool, register_agent
+    from runs.workflows import registry
+
+    release = threading.Event()
+
+    def script(messages, info):
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("slow_count", {}, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart("counted")])
+
+    agent = Agent(name="slow")
+
+    @agent.tool_plain
+    def slow_count() -> int:
+        """Count slowly."""
+        release.wait(10)
+        return 3
+
+    register_agent(
+        agent,
+        name="slow_tool_agent",
+        tools={"slow_count": AgentTool(side_effect="read", timeout=0.3)},
+        offline_model=FunctionModel(script),
+    )
+    yield release
+    release.set()
+    registry.unregister("slow_tool_agent", 1)
+
+
+def test_an_agent_tools_declared_timeout_is_enforced(worker, slow_tool_agent):
+    run = start_run("slow_tool_agent", thread_id="slow", input={"prompt": "count"})
+    step = Step.objects.get(run=run, name="agent")
+    execute_step(step.pk, worker)
+    step.refresh_from_db()
+    assert step.error_code == "TIMEOUT"
+    assert "exceeded its timeout of 0.3s" in step.error_detail
+    # A read: retried under the same key, its row left for the next attempt.
+    (call,) = Operation.objects.filter(run=run, tool="slow_count")
+    assert (call.status, step.status) == ("INTENT", "PENDING")

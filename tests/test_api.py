@@ -163,9 +163,9 @@ BAD_BODIES = [
     ({"workflow": "room_temperature"}, 422, "invalid_request", "thread_id"),
     (
         '{"workflow": "room_temperature", "thread_id": "t\\u0000", "input": {}}',
-        400,
-        "invalid_request",
-        None,
+        422,
+        "invalid_input",
+        "thread_id",
     ),
 ]
 

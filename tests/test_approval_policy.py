@@ -10,6 +10,7 @@ from django.urls import reverse
 
 from apitokens.services import create_token
 from approvals.models import Approval
+from runs.console.access import form_version
 from runs.engine.control.preconditions import run_etag
 from runs.models import RefusedAction, Run
 from tests.console_helpers import *  # noqa: F403
@@ -40,7 +41,7 @@ def console_decide(client, run, approval, decision="approve"):
     run.refresh_from_db()
     return client.post(
         reverse("console:decide", args=[approval.pk]),
-        {"decision": decision, "run_version": run.version},
+        {"decision": decision, "run_version": form_version(run)},
     )
 
 
@@ -111,7 +112,7 @@ def test_it_records_console_refusals_for_permissions_and_changed_runs(clients, w
     run, approval = waiting
     cancel = reverse("console:cancel", args=[run.pk])
     assert (
-        clients["alice"].post(cancel, {"reason": "x", "run_version": run.version}).status_code
+        clients["alice"].post(cancel, {"reason": "x", "run_version": form_version(run)}).status_code
         == 403
     )
     stale = clients["bob"].post(cancel, {"reason": "x", "run_version": run.version + 7})

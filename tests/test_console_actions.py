@@ -9,6 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from approvals.models import Approval, Takeover
+from runs.console.access import form_version
 from runs.engine.control import lifecycle
 from runs.models import Event, Run, Step
 from tests.console_helpers import *  # noqa: F403 - fixtures
@@ -54,7 +55,7 @@ def waiting_report(actors):
 def post(client, url, run=None, **data):
     if run is not None:
         run.refresh_from_db()
-        data.setdefault("run_version", run.version)
+        data.setdefault("run_version", form_version(run))
     return client.post(url, data)
 
 
@@ -97,7 +98,7 @@ def test_it_needs_a_reason_to_cancel(clients, pending_run):
 
 
 def test_it_refuses_a_stale_action_on_a_run_that_changed(clients, pending_run):
-    shown_version = pending_run.version
+    shown_version = form_version(pending_run)
     run_worker_in_process()  # the run moves on after the page was shown
     pending_run.refresh_from_db()
     assert pending_run.status == "SUCCEEDED"
@@ -116,7 +117,7 @@ def test_it_enforces_csrf_on_actions(actors, pending_run):
     client = Client(enforce_csrf_checks=True)
     client.force_login(actors["bob"])
     url = reverse("console:cancel", args=[pending_run.pk])
-    data = {"run_version": pending_run.version, "reason": "no token"}
+    data = {"run_version": form_version(pending_run), "reason": "no token"}
     assert client.post(url, data).status_code == 403
     pending_run.refresh_from_db()
     assert pending_run.status == "PENDING"
@@ -157,7 +158,7 @@ def test_it_raises_the_budget_and_resumes_the_paused_run(clients, paused_run):
     url = reverse("console:budget", args=[paused_run.pk])
     assert post(clients["alice"], url, paused_run, reason="x", add_model_calls=5).status_code == 403
     nothing = post(clients["bob"], url, paused_run, reason="more", add_model_calls=0)
-    assert nothing.status_code == 409 and b"invalid_budget" in nothing.content
+    assert nothing.status_code == 400 and b"invalid_budget" in nothing.content
     response = post(clients["bob"], url, paused_run, reason="customer pays", add_model_calls=5)
     assert response.status_code == 302
     [event] = events(paused_run, "budget.raised")

@@ -6,7 +6,7 @@ from django.contrib.messages.storage.fallback import FallbackStorage
 from django.contrib.sessions.backends.db import SessionStore
 from django.test import RequestFactory
 
-from runs.console.access import stale_run
+from runs.console.access import form_version, stale_run
 from runs.console.actions import perform
 from runs.engine.effects.budget import raise_budget
 from runs.models import Event
@@ -26,7 +26,7 @@ def console_request(user):
 def test_a_change_between_the_check_and_the_action_is_refused(actors, demo):
     run = demo["budget"]
     request = console_request(actors["bob"])
-    assert stale_run(request, run, str(run.version)) is None
+    assert stale_run(request, run, form_version(run)) is None
     # Someone else raises the budget after this form passed its check.
     raise_budget(run, actor="user:carol", reason="first", add_model_calls=1)
     response = perform(
@@ -42,7 +42,7 @@ def test_a_change_between_the_check_and_the_action_is_refused(actors, demo):
 def test_an_unchanged_run_is_acted_on(actors, demo):
     run = demo["budget"]
     request = console_request(actors["bob"])
-    assert stale_run(request, run, str(run.version)) is None
+    assert stale_run(request, run, form_version(run)) is None
     response = perform(
         request,
         lambda: raise_budget(run, actor="user:bob", reason="more", add_model_calls=1),

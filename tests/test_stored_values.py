@@ -213,7 +213,8 @@ def test_the_api_refuses_nul_in_a_body_and_a_query(actors):
     api = _api(actors["alice"])
     body = {"workflow": "room_temperature", "thread_id": "t-api", "input": {"question": "a\x00"}}
     response = api.post("/api/v1/runs", json.dumps(body), content_type="application/json")
-    assert (response.status_code, response.json()["code"]) == (400, "invalid_request")
+    assert (response.status_code, response.json()["code"]) == (422, "invalid_input")
+    assert list(response.json()["errors"]) == ["input.question"]
     assert api.get("/api/v1/runs", {"status": "a\x00"}).status_code == 400
     assert not Run.objects.exists()
 

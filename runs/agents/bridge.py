@@ -8,9 +8,12 @@ coroutine back on the agent loop (``run_on_agent_loop``), which is free meanwhil
 make the real model request or tool call. The first control exception a request
 raises (``StepError``, ``LeaseLost``, ``OutcomeUnknown``, ...) is kept and re-raised on
 the step thread once the agent run ends, whatever Pydantic AI made of it on the way.
+A call still waiting on the agent loop when the run ends (a tool call abandoned at its
+timeout) is cancelled then, so the thread waiting for it does not wait forever.
 """
 
 import asyncio
+import concurrent.futures
 import queue
 import threading
 from collections.abc import Callable, Coroutine
@@ -28,6 +31,7 @@ class Bridge:
         self._requests: queue.Queue = queue.Queue()
         self.failure: BaseException | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: set[concurrent.futures.Future] = set()
 
     async def ask(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn()`` on the step thread and return its result (or raise its error)."""
@@ -38,9 +42,16 @@ class Bridge:
         return await future
 
     def run_on_agent_loop(self, coro: Coroutine) -> Any:
-        """From the step thread, inside ``fn``: run ``coro`` on the agent's loop and wait."""
+        """From the step thread (or a call thread it started), inside ``fn``: run ``coro``
+        on the agent's loop and wait. Raises ``concurrent.futures.CancelledError`` when
+        the agent run ends first."""
         assert self.loop is not None
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        self._waiting.add(future)
+        try:
+            return future.result()
+        finally:
+            self._waiting.discard(future)
 
     def run(self, target: Callable[[], Any]) -> Any:
         """Run ``target()`` (the agent run) in a helper thread while serving its requests
@@ -70,6 +81,8 @@ class Bridge:
             else:
                 loop.call_soon_threadsafe(_settle, future, result, None)
         thread.join()
+        for future in list(self._waiting):
+            future.cancel()
         if self.failure is not None:
             raise self.failure
         if "error" in box:

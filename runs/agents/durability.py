@@ -134,7 +134,7 @@ class LedgerRun:
         key = ledger.idempotency_key(
             ctx.run.pk, ctx.step.generation, f"{ctx.step.name}.{ctx.step.seq}", f"tool.{call_id}"
         )
-        return ctx.call_tool_keyed(tool, arguments, key=key, action=name, timeout=None)
+        return ctx.call_tool_keyed(tool, arguments, key=key, action=name, timeout=tool.timeout)
 
 
 class AgentOpsDurability(AbstractCapability):

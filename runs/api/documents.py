@@ -5,6 +5,7 @@ from typing import Any
 from runs.engine.control.lifecycle import open_step
 from runs.engine.control.preconditions import run_etag
 from runs.engine.effects.budget import shown_usage as budget_usage
+from runs.engine.state import checkpoints
 from runs.models import Event, Message, Run, Step
 from runs.states import RUN_TERMINAL
 
@@ -95,7 +96,8 @@ def run_document(run: Run) -> dict[str, Any]:
         current = Step.objects.filter(pk=run.current_step_id).values_list("name", flat=True).first()
     return {
         **run_summary(run),
-        "input": run.input if isinstance(run.input, dict) else {"value": run.input},
+        "input": _object(run.input),
+        "effective_input": _object(effective_input(run)),
         "next_step": nxt.name if nxt and run.status not in RUN_TERMINAL else None,
         "current_step": current,
         "budget": {
@@ -106,6 +108,19 @@ def run_document(run: Run) -> dict[str, Any]:
         "steps_total": total,
         "replays": list(run.replays.order_by("created_at", "pk").values_list("pk", flat=True)),
     }
+
+
+def effective_input(run: Run) -> Any:
+    """The input the run's current generation works with: ``run.input`` as started,
+    with the ``input_patch`` of each resume applied (kept in the checkpoint state; only
+    a resume starts a new generation, so a first-generation run needs no query)."""
+    if run.generation <= 1:
+        return run.input
+    return checkpoints.latest_state(run).get("input", run.input)
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {"value": value}
 
 
 def event_document(event: Event, step_names: dict[int, str]) -> dict[str, Any]:

@@ -4,13 +4,15 @@
 paths into the body, or the header / query parameter name) and may be empty.
 """
 
+from django.http import JsonResponse
+
 from runs.api.schemas import Error
 from runs.engine.control.lifecycle import ControlError
 
 #: The error statuses any endpoint may answer: bad input (400, 413, 422), no or bad
-#: credentials (401), not allowed (403), not found (404), a conflict (409), the database
-#: busy (503).
-COMMON_ERROR_STATUSES = (400, 401, 403, 404, 409, 413, 422, 503)
+#: credentials (401), not allowed (403), not found (404), a method the path does not
+#: take (405, with ``Allow``), a conflict (409), the database busy (503).
+COMMON_ERROR_STATUSES = (400, 401, 403, 404, 405, 409, 413, 422, 503)
 
 
 def error_responses(*extra: int) -> dict[int, type[Error]]:
@@ -69,3 +71,35 @@ def from_control(exc: ControlError) -> ApiError:
 def not_found(what: str = "run") -> ApiError:
     """404 for anything the caller may not see; another owner's run looks like no run."""
     return ApiError(404, "not_found", f"no such {what}")
+
+
+#: Code and message of an error response some layer below the API wrote as HTML or
+#: plain text: Django's URL resolver (404), ninja's method dispatch (405), Django's 500.
+_FALLBACK = {
+    404: ("not_found", "no such endpoint"),
+    405: ("method_not_allowed", "method not allowed"),
+    500: ("internal_error", "the server failed; the request may not have been applied"),
+}
+
+
+def as_json_error(request, response):
+    """``response``, or for an error under /api/ that is not JSON, the API's error body
+    with the same status (``not_found``, ``method_not_allowed`` keeping its ``Allow``
+    header, ``internal_error``, else ``http_error``)."""
+    if (
+        response.status_code < 400
+        or not request.path.startswith("/api/")
+        or response.streaming
+        or response.get("Content-Type", "").startswith("application/json")
+    ):
+        return response
+    code, message = _FALLBACK.get(response.status_code, ("http_error", response.reason_phrase))
+    if response.status_code == 405 and response.has_header("Allow"):
+        message = f"{request.method} is not allowed here; use {response['Allow']}"
+    replaced = JsonResponse(
+        {"code": code, "message": message, "errors": {}}, status=response.status_code
+    )
+    for header in ("Allow", "WWW-Authenticate", "Retry-After"):
+        if response.has_header(header):
+            replaced[header] = response[header]
+    return replaced

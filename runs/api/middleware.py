@@ -1,4 +1,5 @@
-"""Request limits for the API that must apply before any view parses the body."""
+"""Request limits for the API that must apply before any view parses the body, and
+JSON bodies for every error under /api/."""
 
 import json
 
@@ -7,26 +8,32 @@ from django.conf import settings
 from django.http import JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
+from runs.api.errors import as_json_error
+from runs.engine.state import values
 
-def _refuse(status: int, code: str, message: str) -> JsonResponse:
-    return JsonResponse({"code": code, "message": message, "errors": {}}, status=status)
+
+def _refuse(status: int, code: str, message: str, errors=None) -> JsonResponse:
+    return JsonResponse({"code": code, "message": message, "errors": errors or {}}, status=status)
 
 
 @sync_and_async_middleware
 def ApiBodyLimitMiddleware(get_response):  # noqa: N802 - named like a class in MIDDLEWARE
     """For paths under /api/: refuse bodies over ``AGENTOPS_API_MAX_BODY_BYTES`` with 413
-    (by Content-Length when given, else after reading), and NUL characters anywhere in
-    the query string or body with 400 (PostgreSQL cannot store them; refusing them here
-    keeps every endpoint from failing later with a 500). Works in both sync and async
+    (by Content-Length when given, else after reading), NUL characters in the query
+    string with 400, and JSON bodies holding a value no database stores faithfully (NUL,
+    a lone UTF-16 surrogate, NaN...) in any key or value with 422 ``invalid_input``
+    naming the path, before any view runs, so nothing is half-written. Error responses
+    that are not JSON (Django's 404 page, the 405 of a wrong method, a 500 page) are
+    answered as the API's error body (``runs.api.errors``). Works in both sync and async
     stacks, so the SSE view stays async under ASGI."""
     if iscoroutinefunction(get_response):
 
         async def middleware(request):
-            return _refusal(request) or await get_response(request)
+            return _refusal(request) or as_json_error(request, await get_response(request))
     else:
 
         def middleware(request):
-            return _refusal(request) or get_response(request)
+            return _refusal(request) or as_json_error(request, get_response(request))
 
     return middleware
 
@@ -42,33 +49,56 @@ def _refusal(request) -> JsonResponse | None:
     if declared > limit:
         return _refuse(413, "body_too_large", f"request body is over {limit} bytes")
     if "\x00" in request.META.get("QUERY_STRING", "") or any(
-        "\x00" in v for values in request.GET.lists() for v in values[1]
+        "\x00" in v for _, items in request.GET.lists() for v in items
     ):
         return _refuse(400, "invalid_request", "NUL characters are not allowed")
     if request.method in ("POST", "PUT", "PATCH"):
         body = request.body
         if len(body) > limit:
             return _refuse(413, "body_too_large", f"request body is over {limit} bytes")
-        if b"\x00" in body or (b"\\u0000" in body and _has_nul(body)):
-            return _refuse(400, "invalid_request", "NUL characters are not allowed")
+        found = body_problem(body)
+        if found is not None:
+            field, reason = found
+            return _refuse(422, "invalid_input", f"{field}: {reason}", {field: reason})
     return None
 
 
-def _has_nul(body: bytes) -> bool:
-    """True if the JSON ``body`` decodes to a string (key or value) containing NUL; bad
-    JSON gives ``False`` (the view reports it)."""
+def body_problem(body: bytes) -> tuple[str, str] | None:
+    """``(field, reason)`` for the first key or string of the JSON ``body`` that no
+    database stores as sent: NUL (the engine would store it escaped, so the client would
+    not read back what it sent) or a lone UTF-16 surrogate (not UTF-8). ``field`` is a
+    dotted path such as ``input.question`` (a key's problem names the object holding
+    it), or ``body``. ``None`` when there is none, and for bad JSON (the view reports
+    it). Numbers are left to the schemas, which name non-finite ones."""
+    if not body.strip():
+        return None
     try:
-        stack = [json.loads(body)]
-    except ValueError:
-        return False
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[str, object]] = [("", data)]
     while stack:
-        item = stack.pop()
+        path, item = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                return True
+            reason = _text_problem(item)
+            if reason:
+                return path or "body", reason
         elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
+            for key, value in item.items():
+                reason = _text_problem(key)
+                if reason:
+                    return path or "body", f"a key: {reason}"
+                child = key if not path else f"{path}.{key}"
+                if not key.isidentifier():
+                    child = f"{path}[{key!r}]"
+                stack.append((child, value))
         elif isinstance(item, list):
-            stack.extend(item)
-    return False
+            stack.extend((f"{path}[{i}]", value) for i, value in enumerate(item))
+    return None
+
+
+def _text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "must not contain NUL (\\u0000) characters"
+    found = values.problem(text)
+    return f"{found[2]}" if found else None

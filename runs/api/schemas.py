@@ -105,7 +105,11 @@ class RunSummary(Schema):
 
 
 class RunOut(RunSummary):
-    input: dict[str, Any]
+    input: dict[str, Any] = Field(description="the input the run was started with, unchanged")
+    effective_input: dict[str, Any] = Field(
+        description="the input the run works with now: `input` with the `input_patch` of "
+        "every resume applied (equal to `input` until a resume patches it)"
+    )
     next_step: str | None
     current_step: str | None
     budget: Budget

@@ -35,6 +35,24 @@ from runs.states import RUN_TERMINAL
 
 router = Router(tags=["stream"])
 BATCH = 500
+#: Largest event seq a client may resume after (``Event.seq`` is a 32-bit integer).
+MAX_SEQ = 2**31 - 1
+
+
+def event_seq(value: str, name: str) -> int:
+    """The event seq a client resumes after, from the ``Last-Event-ID`` header or the
+    ``last_event_id`` query parameter (``name``): decimal digits only, ``0..MAX_SEQ``.
+    Raises ``ApiError`` 422 ``invalid_last_event_id`` otherwise (a negative, signed,
+    fractional or out-of-range value would silently replay from the wrong place)."""
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 10 or int(text) > MAX_SEQ:
+        raise ApiError(
+            422,
+            "invalid_last_event_id",
+            f"{name} must be an event seq: an integer from 0 to {MAX_SEQ}",
+            {name: f"must be an integer from 0 to {MAX_SEQ}"},
+        )
+    return int(text)
 
 
 def _authorize(authorization: str, query_token: str | None, run_id: UUID) -> None:
@@ -110,7 +128,7 @@ async def event_frames(run_id: UUID, after: int):
     "/runs/{run_id}/stream",
     auth=None,
     summary="Follow the run's events (SSE)",
-    response={200: None, 401: Error, 404: Error, 422: Error},
+    response={200: None, 401: Error, 404: Error, 405: Error, 422: Error},
     openapi_extra={
         "security": [{"TokenAuth": []}],
         "responses": {
@@ -124,7 +142,10 @@ async def event_frames(run_id: UUID, after: int):
 async def stream_events(
     request,
     run_id: UUID,
-    last_event_id: int | None = Query(None, ge=0, le=2**31 - 1),
+    last_event_id: str | None = Query(
+        None,
+        description=f"resume after this event seq (0..{MAX_SEQ}); the header wins if both",
+    ),
     last_event_id_header: str | None = Header(None, alias="Last-Event-ID"),
     access_token: str | None = Query(None, max_length=200),
 ):
@@ -132,17 +153,11 @@ async def stream_events(
     (header or ``last_event_id`` query parameter), then following live events. Auth:
     the bearer header, or ``access_token`` for EventSource clients that cannot set
     headers."""
-    after = last_event_id or 0
+    after = 0
+    if last_event_id not in (None, ""):
+        after = event_seq(last_event_id, "last_event_id")
     if last_event_id_header not in (None, ""):
-        try:
-            after = min(max(0, int(last_event_id_header)), 2**31 - 1)
-        except ValueError:
-            raise ApiError(
-                422,
-                "invalid_request",
-                "Last-Event-ID must be an event seq",
-                {"Last-Event-ID": "must be an integer"},
-            ) from None
+        after = event_seq(last_event_id_header, "Last-Event-ID")
     await sync_to_async(_authorize, thread_sensitive=False)(
         request.headers.get("Authorization", ""), access_token, run_id
     )

@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
+from runs.console.forms import unstorable_field
 from runs.engine.control.preconditions import run_etag
 
 VIEW_PERM = "runs.view_run"
@@ -28,14 +29,15 @@ def actor_of(request: HttpRequest) -> str:
 
 
 def console_view(view: Callable) -> Callable:
-    """Login required (redirect to the login page), then ``runs.view_run`` (403)."""
+    """Login required (redirect to the login page), then ``runs.view_run`` (403), then
+    the query and form values (``unstorable_input``: 400)."""
 
     @login_required
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs):
         if not request.user.has_perm(VIEW_PERM):
             raise PermissionDenied("viewing runs needs the runs.view_run permission")
-        return view(request, *args, **kwargs)
+        return unstorable_input(request) or view(request, *args, **kwargs)
 
     return wrapper
 
@@ -54,11 +56,30 @@ def console_action(permission: str) -> Callable[[Callable], Callable]:
         def wrapper(request: HttpRequest, *args, **kwargs):
             if not request.user.has_perm(permission):
                 raise PermissionDenied(f"this action needs the {permission} permission")
-            return view(request, *args, **kwargs)
+            return unstorable_input(request) or view(request, *args, **kwargs)
 
         return wrapper
 
     return decorator
+
+
+def unstorable_input(request: HttpRequest) -> HttpResponse | None:
+    """The 400 refusal for a query or form value no database column can hold (NUL, a
+    lone surrogate; ``runs.console.forms.unstorable_field``), else ``None``. Checked
+    once here for every console page and form, before the view reads anything, so no
+    action writes half of a request and both databases answer alike."""
+    for data in (request.GET, request.POST):
+        name = unstorable_field(data)
+        if name is not None:
+            return refusal(
+                request,
+                title="Invalid input",
+                message=f"The field {name!r} contains a NUL character or a lone surrogate, "
+                "which cannot be stored. Nothing was done.",
+                status=400,
+                code="invalid_input",
+            )
+    return None
 
 
 def render_page(
@@ -96,12 +117,19 @@ def refusal(
     return response
 
 
+def form_version(run) -> str:
+    """What a form's ``run_version`` field carries: the run's ETag unquoted
+    (``"3.1.5d41402a"``: version, generation, budget digest), so a form rendered before
+    any change an action makes (a status change, a resume, a budget raise) is stale."""
+    return run_etag(run).strip('"')
+
+
 def stale_run(request: HttpRequest, run, posted_version: str | None, back: str = ""):
-    """``None`` if the form's ``run_version`` still matches the run (re-read now), else
-    the "this run changed, reload" refusal. Every status change bumps ``Run.version``.
+    """``None`` if the form's ``run_version`` (``form_version``) still matches the run
+    (re-read now), else the "this run changed, reload" refusal (409 ``run_changed``).
     On a match, the request carries the run's ETag for ``perform`` to act on."""
     run.refresh_from_db(fields=["status", "version", "generation", "budget"])
-    if posted_version is not None and str(run.version) == str(posted_version).strip():
+    if posted_version is not None and form_version(run) == str(posted_version).strip():
         # ``perform`` acts only if the run is still as just read, checked under the row
         # lock: of two concurrent submissions of one form, one acts, the other is told.
         request.run_precondition = (run.pk, run_etag(run))
@@ -110,7 +138,7 @@ def stale_run(request: HttpRequest, run, posted_version: str | None, back: str =
         request,
         code="run_changed",
         title="This run changed, reload",
-        message=f"The run is now {run.status} (version {run.version}); the page you acted "
-        f"from showed version {posted_version or '?'}. Nothing was done.",
+        message=f"The run is now {run.status} (version {form_version(run)}); the page you "
+        f"acted from showed version {posted_version or '?'}. Nothing was done.",
         back=back,
     )

@@ -29,6 +29,15 @@ CHANGED_CODES = {
 }
 
 
+#: ControlError codes that mean the form's input was wrong (400, like ``InvalidInput``),
+#: besides every ``invalid_*`` code.
+INPUT_CODES = {"reason_required", "unknown_checkpoint"}
+
+
+def _input_error(code: str) -> bool:
+    return code.startswith("invalid") or code in INPUT_CODES
+
+
 def back_url(request: HttpRequest, default: str) -> str:
     """The form's ``next`` if it is a local URL, else ``default``."""
     target = request.POST.get("next") or request.GET.get("next") or ""
@@ -37,14 +46,33 @@ def back_url(request: HttpRequest, default: str) -> str:
     return default
 
 
+def control_refusal(request: HttpRequest, exc: ControlError, *, back: str) -> HttpResponse:
+    """The page for an engine refusal, with its code (also for the audit record): 400
+    "Invalid input" for an input code (``invalid_*``, ``INPUT_CODES``), 403 for a
+    policy refusal (a ``PermissionDenied`` such as self-approval), 409 otherwise ("This
+    run changed, reload" for ``CHANGED_CODES``, else "Refused")."""
+    detail = "; ".join(f"{k}: {v}" for k, v in exc.errors.items())
+    message = f"{exc.message} [{exc.code}]" + (f" ({detail})" if detail else "")
+    if _input_error(exc.code):
+        title, status = "Invalid input", 400
+    elif isinstance(exc, PermissionDenied):
+        title, status = "Refused", 403
+    elif exc.code in CHANGED_CODES:
+        title, status = "This run changed, reload", 409
+    else:
+        title, status = "Refused", 409
+    return refusal(request, title=title, message=message, status=status, back=back, code=exc.code)
+
+
 def perform(
     request: HttpRequest, call: Callable[[], Any], *, back: str, success: str | Callable[[Any], str]
 ) -> HttpResponse:
     """Run ``call`` (an engine function call), conditional on the run being as
     ``stale_run`` read it (``runs.engine.control.preconditions``); on success flash
     ``success`` and redirect to ``back``; on a refusal render why (409 for a changed
-    run or a refused request, 400 for invalid input, 403 for a permission the engine
-    checks itself)."""
+    run or a refused request, 400 for invalid input: ``InvalidInput`` or an engine code
+    ``invalid_*`` / in ``INPUT_CODES``, 403 for a permission the engine checks
+    itself)."""
     run_id, etag = getattr(request, "run_precondition", (None, None))
     try:
         with preconditions.expect(run_id, etag):
@@ -52,16 +80,6 @@ def perform(
     except InvalidInput as exc:
         return refusal(request, title="Invalid input", message=str(exc), status=400, back=back)
     except ControlError as exc:
-        title = "This run changed, reload" if exc.code in CHANGED_CODES else "Refused"
-        detail = "; ".join(f"{k}: {v}" for k, v in exc.errors.items())
-        return refusal(
-            request,
-            title=title,
-            message=f"{exc.message} [{exc.code}]" + (f" ({detail})" if detail else ""),
-            # A policy refusal (e.g. self-approval) is a permission, not a conflict.
-            status=403 if isinstance(exc, PermissionDenied) else 409,
-            back=back,
-            code=exc.code,
-        )
+        return control_refusal(request, exc, back=back)
     messages.success(request, success(result) if callable(success) else success)
     return redirect(back)

@@ -1,12 +1,45 @@
-"""Small form helpers shared by the console's actions."""
+"""Small form helpers shared by the console's pages and actions."""
 
 import json
+
+from django.http import QueryDict
 
 from runs.engine.state import values
 
 
 class InvalidInput(ValueError):
     """A form value the action cannot use; the message says why."""
+
+
+def unstorable_text(text: str) -> bool:
+    """True if ``text`` holds a character no text column can store: NUL (PostgreSQL
+    refuses it) or a lone UTF-16 surrogate (not encodable as UTF-8)."""
+    if "\x00" in text:
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def unstorable_field(data: QueryDict) -> str | None:
+    """The name of the first field of ``data`` (``request.GET`` / ``request.POST``) whose
+    name or any value is ``unstorable_text``, else ``None``."""
+    for name, given in data.lists():
+        if unstorable_text(name) or any(unstorable_text(v) for v in given):
+            return name
+    return None
+
+
+def _unstorable_json(value) -> bool:
+    if isinstance(value, str):
+        return unstorable_text(value)
+    if isinstance(value, dict):
+        return any(_unstorable_json(k) or _unstorable_json(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_unstorable_json(v) for v in value)
+    return False
 
 
 def required_text(post, name: str, label: str, limit: int = 4000) -> str:
@@ -19,8 +52,9 @@ def required_text(post, name: str, label: str, limit: int = 4000) -> str:
 
 def optional_json(post, name: str, *, label: str, must_be_object: bool = False):
     """Parse an optional JSON field: ``None`` when blank; raises ``InvalidInput`` on bad
-    JSON, on a value no database stores faithfully (``NaN``, ``Infinity``: Python's JSON
-    reader accepts them) or, with ``must_be_object``, on anything but a JSON object."""
+    JSON, on strings with a ``\\u0000`` or lone surrogate escape, on any other value no
+    database stores faithfully (``NaN``, ``Infinity``: Python's JSON reader accepts
+    them) or, with ``must_be_object``, on anything but a JSON object."""
     raw = (post.get(name) or "").strip()
     if not raw:
         return None
@@ -30,6 +64,10 @@ def optional_json(post, name: str, *, label: str, must_be_object: bool = False):
         raise InvalidInput(
             f"{label} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
         ) from exc
+    if _unstorable_json(value):
+        raise InvalidInput(
+            f"{label} contains a NUL character or a lone surrogate, which cannot be stored."
+        )
     if must_be_object and not isinstance(value, dict):
         raise InvalidInput(f'{label} must be a JSON object, e.g. {{"week": "2026-W48"}}.')
     found = values.problem(value)

@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 from django import template
 from django.utils import timezone
 
+from runs.console.access import form_version
+
 register = template.Library()
 
 #: Characters of a payload shown before the "show all" fold.
@@ -40,6 +42,12 @@ def payload(value, limit: int = PREVIEW_CHARS, full_url: str = ""):
         "long": long,
         "size": len(text),
     }
+
+
+@register.filter(name="form_version")
+def form_version_filter(run) -> str:
+    """The run's ``run_version`` for a form (``runs.console.access.form_version``)."""
+    return form_version(run)
 
 
 @register.filter

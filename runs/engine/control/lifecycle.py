@@ -3,13 +3,13 @@ and the API (views and commands stay thin and call these)."""
 
 import time
 import uuid
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
+from runs.engine.effects.budget import limit_errors
 from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.engine.execution import dispatch, liveness
 from runs.engine.state import checkpoints, leases, values
@@ -138,8 +138,6 @@ def start_run(
     return run
 
 
-BUDGET_KEYS = ("model_calls", "tool_calls", "tokens", "cost_usd")
-
 #: Extra keys of ``run_status``: ``{key: fn(run) -> JSON}``, registered by the apps that
 #: know the outside world (the simulator adds the device calls and readings), so the
 #: engine imports none of them.
@@ -147,31 +145,10 @@ STATUS_EXTRAS: dict = {}
 
 
 def validate_budget(budget) -> dict[str, str]:
-    """Field errors of a budget limits dict (empty when valid).
-
-    Shape: ``{"model_calls": int >= 0, "tool_calls": int >= 0, "tokens": int >= 0,
-    "cost_usd": decimal string or number >= 0 (USD)}``, every key optional; ``None``
-    means no limits.
-    """
-    if budget is None:
-        return {}
-    if not isinstance(budget, dict):
-        return {"budget": "must be a JSON object"}
-    errors = {}
-    for key, value in budget.items():
-        field = f"budget.{key}"
-        if key not in BUDGET_KEYS:
-            errors[field] = f"unknown limit; use {', '.join(BUDGET_KEYS)}"
-        elif key == "cost_usd":
-            try:
-                amount = Decimal(str(value)) if not isinstance(value, bool) else None
-            except InvalidOperation:
-                amount = None
-            if amount is None or not amount.is_finite() or amount < 0:
-                errors[field] = "must be a non-negative amount in USD"
-        elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            errors[field] = "must be a non-negative integer"
-    return errors
+    """Field errors of a budget limits dict (empty when valid); ``None`` means no limits.
+    See ``runs.engine.effects.budget.limit_errors`` (the one budget check of every
+    channel)."""
+    return limit_errors(budget)
 
 
 def _has_nul(value) -> bool:

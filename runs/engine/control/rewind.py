@@ -34,7 +34,7 @@ from runs.checkpoint_data import DELTA
 from runs.engine.control import reuse
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.budget import usage
-from runs.engine.state import checkpoints
+from runs.engine.state import checkpoints, values
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Message, Run, Step
 from runs.states import (
@@ -179,8 +179,9 @@ def plan_resume(
     """Preview a resume (changes nothing); ``reexecute`` previews re-executing the
     recorded side effects instead of reusing them. Raises ``ControlError``:
     ``run_terminal``, ``unknown_checkpoint``, ``nothing_to_resume`` (the checkpoint is the
-    end of the run), ``invalid_input`` (patch not an object, or the patched input
-    invalid), ``unknown_workflow_version``."""
+    end of the run), ``invalid_input`` (patch not an object, holding a value no database
+    stores such as a lone surrogate or NaN, or the patched input invalid),
+    ``unknown_workflow_version``."""
     run.refresh_from_db()
     if run.status in RUN_TERMINAL:
         raise ControlError("run_terminal", f"run is {run.status}; terminal runs do not resume")
@@ -189,6 +190,14 @@ def plan_resume(
             "invalid_input",
             "input patch must be a JSON object",
             {"input_patch": "must be a JSON object"},
+        )
+    found = values.problem(input_patch)
+    if found is not None:
+        path, type_name, reason = found
+        raise ControlError(
+            "invalid_input",
+            f"input patch cannot be stored: at {path}, {reason}",
+            {"input_patch" + path[1:]: f"{reason} ({type_name})"},
         )
     try:
         workflow = registry.get(run.workflow, run.workflow_version)

@@ -1,7 +1,8 @@
 """Run budgets: each model or tool call is charged to the run as it happens, with a
 conditional UPDATE that refuses a charge that would pass the limit."""
 
-from decimal import Decimal
+import re
+from decimal import Decimal, InvalidOperation
 
 from django.db.models import F, Q
 from django.db.models.functions import Now
@@ -16,6 +17,111 @@ LIMIT_FIELDS = {
     "cost_usd": "cost_usd",
     "tokens": "tokens",
 }
+
+
+#: Largest value of a limit, and of one addition to it, per ``Run.budget`` key (calls and
+#: tokens are counts, ``cost_usd`` is USD). Every channel (API, CLI, console) checks
+#: amounts with ``parse_amount`` / ``limit_errors`` so they all accept the same values.
+MAX_AMOUNTS = {
+    "model_calls": Decimal(1_000_000),
+    "tool_calls": Decimal(1_000_000),
+    "tokens": Decimal(10**12),
+    "cost_usd": Decimal(1_000_000),
+}
+#: Most decimal places of a USD amount (the ``cost_usd`` column's precision).
+COST_PLACES = 6
+_WHOLE = re.compile(r"\s*[+-]?[0-9]{1,30}\s*")
+
+
+def parse_amount(key: str, value) -> Decimal:
+    """``value`` as an amount for the limit ``key`` (a key of ``LIMIT_FIELDS``): counts
+    (calls, tokens) are whole numbers, given as ``int`` or a string of digits (never a
+    bool, float or ``"1e26"``); ``cost_usd`` is a finite USD amount (number or decimal
+    string) with at most ``COST_PLACES`` places. Both between 0 and ``MAX_AMOUNTS[key]``.
+
+    Raises ``ValueError`` with a message for people (``"must be at most 1000000"``).
+    """
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not true/false")
+    if key == "cost_usd":
+        try:
+            amount = Decimal(str(value).strip())
+        except InvalidOperation:
+            raise ValueError("must be an amount in USD, e.g. 0.05") from None
+        if not amount.is_finite():
+            raise ValueError("must be a finite amount in USD")
+        if amount.as_tuple().exponent < -COST_PLACES:  # type: ignore[operator]
+            raise ValueError(f"must have at most {COST_PLACES} decimal places")
+    elif isinstance(value, int):
+        amount = Decimal(value)
+    elif isinstance(value, str) and _WHOLE.fullmatch(value):
+        amount = Decimal(int(value))
+    else:
+        raise ValueError("must be a whole number")
+    if amount < 0:
+        raise ValueError("must not be negative")
+    if amount > MAX_AMOUNTS[key]:
+        raise ValueError(f"must be at most {MAX_AMOUNTS[key]}")
+    return amount
+
+
+def limit_errors(budget) -> dict[str, str]:
+    """Field errors of a run's limits (``Run.budget``), empty when valid: ``None`` (no
+    limits) or a dict with any of the keys of ``LIMIT_FIELDS``, each value as
+    ``parse_amount`` accepts it, except that counts must be JSON integers (a string of
+    digits is form or command-line input, not a stored limit). Keys of the result are
+    ``budget`` or ``budget.<key>``."""
+    if budget is None:
+        return {}
+    if not isinstance(budget, dict):
+        return {"budget": "must be a JSON object"}
+    errors = {}
+    for key, value in budget.items():
+        field = f"budget.{key}"
+        if key not in LIMIT_FIELDS:
+            errors[field] = f"unknown limit; use {', '.join(LIMIT_FIELDS)}"
+            continue
+        if key != "cost_usd" and not isinstance(value, int):
+            errors[field] = "must be a whole number"
+            continue
+        try:
+            parse_amount(key, value)
+        except ValueError as exc:
+            errors[field] = str(exc)
+    return errors
+
+
+def parse_additions(**amounts) -> dict[str, Decimal]:
+    """``{"model_calls": Decimal, ...}`` from ``add_<key>=value`` keyword arguments (keys
+    of ``LIMIT_FIELDS``, values as ``parse_amount`` accepts them; ``None`` or ``""``
+    is 0), at least one of them positive.
+
+    Raises ``ControlError("invalid_budget")`` whose ``errors`` name each bad
+    ``add_<key>``."""
+    from runs.engine.control.lifecycle import ControlError
+
+    added, errors = {}, {}
+    for name, value in amounts.items():
+        key = name.removeprefix("add_")
+        if key not in LIMIT_FIELDS:
+            raise TypeError(f"unknown budget addition {name!r}")
+        try:
+            added[key] = parse_amount(key, 0 if value in (None, "") else value)
+        except ValueError as exc:
+            errors[name] = str(exc)
+    if errors:
+        raise ControlError(
+            "invalid_budget",
+            "; ".join(f"{name} {why}" for name, why in errors.items()),
+            errors,
+        )
+    if not any(added.values()):
+        raise ControlError(
+            "invalid_budget",
+            "add a positive amount of model calls, tool calls, tokens or cost",
+            {"budget": "at least one amount must be > 0"},
+        )
+    return added
 
 
 class BudgetExhausted(StepError):
@@ -174,8 +280,9 @@ def raise_budget(
     unlimited) and, if the run is PAUSED for ``budget_exhausted``, resolve that takeover
     and resume the paused step. Records ``budget.raised`` with the actor.
 
-    Raises ``ControlError``: ``invalid_budget`` (negative or all zero amounts),
-    ``run_terminal``.
+    Amounts are checked by ``parse_additions`` (whole counts, USD, 0 to
+    ``MAX_AMOUNTS``). Raises ``ControlError``: ``invalid_budget`` (an amount not a
+    number, negative, over its maximum, or all zero), ``run_terminal``.
     """
     from runs.engine.control.lifecycle import ControlError
     from runs.engine.execution import dispatch
@@ -183,30 +290,12 @@ def raise_budget(
     from runs.models import Step
     from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
-    try:
-        added = {
-            "model_calls": Decimal(int(add_model_calls)),
-            "tool_calls": Decimal(int(add_tool_calls)),
-            "tokens": Decimal(int(add_tokens)),
-            "cost_usd": Decimal(str(add_cost_usd)),
-        }
-    except (ValueError, ArithmeticError) as exc:
-        raise ControlError(
-            "invalid_budget",
-            "amounts must be numbers (calls: integers, "
-            f"cost: USD), got {add_model_calls!r}, {add_tool_calls!r}, "
-            f"{add_cost_usd!r}",
-        ) from exc
-    if (
-        not added["cost_usd"].is_finite()
-        or any(v < 0 for v in added.values())
-        or not any(added.values())
-    ):
-        raise ControlError(
-            "invalid_budget",
-            "add a positive amount of model calls, tool calls, tokens or cost",
-            {"budget": "amounts must be >= 0, at least one > 0"},
-        )
+    added = parse_additions(
+        add_model_calls=add_model_calls,
+        add_tool_calls=add_tool_calls,
+        add_tokens=add_tokens,
+        add_cost_usd=add_cost_usd,
+    )
     with run_transaction(run.pk) as tx:
         if tx.run.status in RUN_TERMINAL:
             raise ControlError("run_terminal", f"run is {tx.run.status}; its budget is final")
