@@ -7,12 +7,17 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from apitokens.models import ApiToken
 from apitokens.services import create_token, revoke
+from runs.console.access import unstorable_input
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def tokens(request):
-    """GET: the user's tokens. POST (``name``): create one and show it once."""
+    """GET: the user's tokens. POST (``name``): create one and show it once. A name
+    with NUL is a 400, as on every console form (``unstorable_input``)."""
+    refused = unstorable_input(request)
+    if refused is not None:
+        return refused
     created = None
     if request.method == "POST":
         _, created = create_token(request.user, request.POST.get("name", "").strip())

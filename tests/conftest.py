@@ -13,6 +13,32 @@ pytest_plugins = ["tests.support.fixtures"]
 ABANDONED_CALL_WAIT = 120
 
 
+#: A test's weight in the run order, by the fixtures it uses: the ones that run real
+#: processes (servers, workers, manage.py commands) take far longer than the rest.
+HEAVY_FIXTURES = {"private_redis": 3, "clone": 3, "deployment_factory": 2}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the modules that start the most processes first: a stable sort by the summed
+    ``HEAVY_FIXTURES`` weight of each module's tests, after pytest-django's ordering
+    (which stays the order among modules of equal weight). pytest-xdist hands tests out
+    in this order, so the long ones start while every worker is busy and the short
+    in-process ones fill the end, instead of a long test starting last while the other
+    workers sit idle."""
+
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    weight: dict[str, int] = {}
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        weight[module(item)] = weight.get(module(item), 0) + sum(
+            HEAVY_FIXTURES.get(name, 0) for name in fixtures
+        )
+    items.sort(key=lambda item: -weight[module(item)])
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     """Wait for the outside calls this test's in-process executor abandoned at their

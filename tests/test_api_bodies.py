@@ -232,3 +232,19 @@ def test_it_answers_a_server_failure_as_json(client, run, monkeypatch):
     response = client.get(f"/api/v1/runs/{run.pk}")
     assert response.status_code == 500
     assert response.json()["code"] == "internal_error"
+
+
+@pytest.mark.parametrize(
+    ("workflow", "data", "field"),
+    [
+        ("room_temperature", {"question": "\ud800"}, "input.question"),
+        ("weekly_report", {"week": "\udfff"}, "input.week"),
+    ],
+)
+def test_the_engine_refuses_a_lone_surrogate_when_a_run_starts_from_any_caller(
+    workflow, data, field
+):
+    with pytest.raises(ControlError) as refused:
+        start_run(workflow, thread_id="t1", input=data)
+    assert refused.value.code == "invalid_input" and field in refused.value.errors
+    assert written() == (0, 0, 0, 0)

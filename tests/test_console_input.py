@@ -10,6 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
+from apitokens.models import ApiToken
 from approvals.models import Approval, Takeover
 from runs.console.access import form_version
 from runs.engine.control.lifecycle import ControlError
@@ -69,6 +70,12 @@ def test_every_console_form_refuses_nul_with_400_and_writes_nothing(clients, dem
             assert response.status_code == 400, (name, field, response.status_code)
             assert b"NUL character" in response.content, (name, field)
     assert _snapshot() == before
+
+
+def test_the_tokens_page_refuses_a_nul_name(clients):
+    response = clients["bob"].post("/tokens/", {"name": "a\x00b"})
+    assert response.status_code == 400 and b"NUL character" in response.content
+    assert not ApiToken.objects.exists()
 
 
 def test_console_pages_refuse_nul_in_the_query(clients, demo):

@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from runs.engine.control import lifecycle
 from runs.engine.control.replay import replay_run
-from runs.models import Event, Run
+from runs.models import Event, RefusedAction, Run
 from runs.sim import devices
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process
@@ -73,6 +73,8 @@ def test_an_operator_previews_and_replays_a_run_and_both_pages_link(clients):
     # Without "again" a second replay is refused.
     again = clients["bob"].post(url, {"checkpoint": "start", "reason": "twice"})
     assert again.status_code == 409 and b"already_replayed" in again.content
+    refused = list(RefusedAction.objects.values_list("actor", "status_code", "code"))
+    assert refused == [("user:bob", 409, "already_replayed")]
     # The audit log names who replayed what, why and from which checkpoint.
     audit = clients["bob"].get(reverse("console:audit"), {"action": "run.replay_created"})
     body = audit.content.decode()
@@ -84,6 +86,14 @@ def test_it_needs_a_reason(clients):
     url = reverse("console:replay", args=[run.pk])
     response = clients["bob"].post(url, {"checkpoint": "start", "reason": " "})
     assert response.status_code == 400
+    assert not run.replays.exists()
+
+
+def test_an_unknown_checkpoint_is_invalid_input(clients):
+    [run] = failed_runs(1)
+    url = reverse("console:replay", args=[run.pk])
+    response = clients["bob"].post(url, {"checkpoint": "nowhere", "reason": "r"})
+    assert response.status_code == 400 and b"unknown_checkpoint" in response.content
     assert not run.replays.exists()
 
 

@@ -17,6 +17,8 @@ from django.urls import reverse
 import tests.workflows.stored as stored
 from apitokens.services import create_token
 from approvals.models import Approval, Takeover
+from runs.console.access import form_version
+from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import executor
 from runs.engine.state.gateway import run_transaction
@@ -158,11 +160,11 @@ def test_text_columns_store_nul_escaped_and_lookups_find_it():
     assert Run.objects.filter(request_id__endswith="\x00").get() == row
 
 
-def test_the_console_search_takes_nul(clients):
+def test_the_console_search_refuses_nul(clients):
     start_room_temperature("T-search")
     page = clients["alice"].get(reverse("console:runs"), {"q": "warm\x00"})
-    # The form refuses the term (Django's ProhibitNullCharactersValidator) and lists all.
-    assert page.status_code == 200 and "T-search" in page.content.decode()
+    assert page.status_code == 400
+    assert "a lone surrogate, which cannot be stored. Nothing was done." in page.content.decode()
 
 
 # -- from a client or an operator: 4xx with a code, nothing stored ----------------------
@@ -213,19 +215,16 @@ def test_the_api_refuses_nul_in_a_body_and_a_query(actors):
     api = _api(actors["alice"])
     body = {"workflow": "room_temperature", "thread_id": "t-api", "input": {"question": "a\x00"}}
     response = api.post("/api/v1/runs", json.dumps(body), content_type="application/json")
-    assert (response.status_code, response.json()["code"]) == (400, "invalid_request")
+    assert (response.status_code, response.json()["code"]) == (422, "invalid_input")
+    assert list(response.json()["errors"]) == ["input.question"]
     assert api.get("/api/v1/runs", {"status": "a\x00"}).status_code == 400
     assert not Run.objects.exists()
 
 
-def test_the_console_stores_a_cancel_reason_with_nul_escaped_and_shows_it(clients):
+def test_a_reason_with_nul_is_stored_escaped_and_shown_escaped(clients):
+    """The console's forms refuse NUL (400); a caller of the engine may still pass it."""
     run = start_room_temperature("T-console")
-    run.refresh_from_db()
-    response = clients["bob"].post(
-        reverse("console:cancel", args=[run.pk]),
-        {"reason": "stop\x00now", "run_version": run.version},
-    )
-    assert response.status_code == 302
+    request_cancel(run, actor="cli", reason="stop\x00now")
     event = Event.objects.get(run=run, type="run.cancel_requested")
     assert event.payload["reason"] == f"stop{NUL_ESCAPE}now"
     page = clients["bob"].get(reverse("console:run_events", args=[run.pk])).content.decode()
@@ -245,7 +244,7 @@ def test_the_console_refuses_an_input_patch_no_database_stores(clients):
             "checkpoint": "start",
             "reason": "try again",
             "input_patch": '{"question": NaN}',
-            "run_version": run.version,
+            "run_version": form_version(run),
         },
     )
     assert response.status_code == 400

@@ -31,7 +31,7 @@ CHANGED_CODES = {
 
 #: ControlError codes that mean the form's input was wrong (400, like ``InvalidInput``),
 #: besides every ``invalid_*`` code.
-INPUT_CODES = {"reason_required"}
+INPUT_CODES = {"reason_required", "unknown_checkpoint"}
 
 
 def _input_error(code: str) -> bool:
@@ -44,6 +44,24 @@ def back_url(request: HttpRequest, default: str) -> str:
     if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
         return target
     return default
+
+
+def control_refusal(request: HttpRequest, exc: ControlError, *, back: str) -> HttpResponse:
+    """The page for an engine refusal, with its code (also for the audit record): 400
+    "Invalid input" for an input code (``invalid_*``, ``INPUT_CODES``), 403 for a
+    policy refusal (a ``PermissionDenied`` such as self-approval), 409 otherwise ("This
+    run changed, reload" for ``CHANGED_CODES``, else "Refused")."""
+    detail = "; ".join(f"{k}: {v}" for k, v in exc.errors.items())
+    message = f"{exc.message} [{exc.code}]" + (f" ({detail})" if detail else "")
+    if _input_error(exc.code):
+        title, status = "Invalid input", 400
+    elif isinstance(exc, PermissionDenied):
+        title, status = "Refused", 403
+    elif exc.code in CHANGED_CODES:
+        title, status = "This run changed, reload", 409
+    else:
+        title, status = "Refused", 409
+    return refusal(request, title=title, message=message, status=status, back=back, code=exc.code)
 
 
 def perform(
@@ -62,25 +80,6 @@ def perform(
     except InvalidInput as exc:
         return refusal(request, title="Invalid input", message=str(exc), status=400, back=back)
     except ControlError as exc:
-        detail = "; ".join(f"{k}: {v}" for k, v in exc.errors.items())
-        if _input_error(exc.code):
-            return refusal(
-                request,
-                title="Invalid input",
-                message=f"{exc.message} [{exc.code}]" + (f" ({detail})" if detail else ""),
-                status=400,
-                back=back,
-                code=exc.code,
-            )
-        title = "This run changed, reload" if exc.code in CHANGED_CODES else "Refused"
-        return refusal(
-            request,
-            title=title,
-            message=f"{exc.message} [{exc.code}]" + (f" ({detail})" if detail else ""),
-            # A policy refusal (e.g. self-approval) is a permission, not a conflict.
-            status=403 if isinstance(exc, PermissionDenied) else 409,
-            back=back,
-            code=exc.code,
-        )
+        return control_refusal(request, exc, back=back)
     messages.success(request, success(result) if callable(success) else success)
     return redirect(back)

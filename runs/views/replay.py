@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
 from runs.console.access import OPERATE_PERM, actor_of, console_view, refusal
+from runs.console.actions import control_refusal
 from runs.console.filters import RunFilter
 from runs.console.forms import InvalidInput, required_text
 from runs.engine.control.lifecycle import ControlError
@@ -88,7 +89,7 @@ def _replay_confirm(request, run: Run):
     except InvalidInput as exc:
         return refusal(request, title="Invalid input", message=str(exc), status=400, back=back)
     except ControlError as exc:
-        return refusal(request, title="Refused", message=f"{exc.message} [{exc.code}]", back=back)
+        return control_refusal(request, exc, back=back)
     messages.success(request, f"Run {run.pk} replayed as {new.pk} from {new.replay_checkpoint}.")
     return redirect(reverse("console:run", args=[new.pk]))
 
@@ -157,9 +158,7 @@ def bulk_replay_view(request):
     except InvalidInput as exc:
         return refusal(request, title="Invalid input", message=str(exc), status=400, back=back)
     except ControlError as exc:
-        return refusal(
-            request, title="Refused", message=f"{exc.message} [{exc.code}]", status=400, back=back
-        )
+        return control_refusal(request, exc, back=back)
     return render(request, "console/replay_bulk_done.html", {"result": result, "back": back})
 
 

@@ -16,7 +16,7 @@ from runs.console.access import (
     render_page,
     stale_run,
 )
-from runs.console.actions import perform
+from runs.console.actions import control_refusal, perform
 from runs.console.filters import UnknownFilter
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.console.paging import paginate
@@ -97,11 +97,12 @@ def verify(request, step_id):
             title="This run changed, reload",
             message=f"step {step.name} is {step.status} now, not UNKNOWN",
             back=back,
+            code="step_not_unknown",
         )
     try:
         answer = verify_now(step, actor=actor_of(request))
     except ControlError as exc:
-        return refusal(request, title="Refused", message=f"{exc.message} [{exc.code}]", back=back)
+        return control_refusal(request, exc, back=back)
     result_text = "" if answer.result is None else json.dumps(answer.result, sort_keys=True)
     return render_page(
         request,
