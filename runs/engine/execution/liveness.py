@@ -41,9 +41,9 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import BooleanField, DateTimeField, F, Q
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Now
 
 from runs.engine.execution import dispatch, sweeper
+from runs.engine.state import leases
 from runs.engine.state.gateway import run_transaction
 from runs.models import Step, WorkerProcess
 from runs.states import RUN_EXECUTABLE, StepStatus
@@ -254,20 +254,14 @@ def release_dead_owners(
         batch, exclude_owner=exclude_owner, step_id=step_id
     ):
         with run_transaction(run_id) as tx:
-            released = tx.transition_step(
+            released = leases.hand_back(
+                tx,
                 dead_step_id,
-                StepStatus.PENDING,
-                expected=StepStatus.RUNNING,
-                attempt=attempt,
-                only_if=Q(owner=owner),
+                attempt,
                 actor=actor,
                 event_type="lease.owner_dead",
                 payload={"attempt": attempt, "owner": owner, "signal": signal},
-                progress=False,
-                owner="",
-                lease_until=None,
-                not_before=Now(),
-                notified_at=Now(),
+                only_if=Q(owner=owner),
             )
             if released:
                 dispatch.notify_on_commit(run_id, dead_step_id, attempt)

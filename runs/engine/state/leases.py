@@ -75,6 +75,37 @@ def renew_leases(held: list[tuple[int, int]], ttl: float) -> set[int]:
         return {row[0] for row in cursor.fetchall()}
 
 
+def hand_back(
+    tx,
+    step_id: int,
+    attempt: int,
+    *,
+    actor: str,
+    event_type: str,
+    payload: dict,
+    only_if: Q | None = None,
+) -> bool:
+    """Move a RUNNING step back to PENDING, due now and unowned, fenced on ``attempt``
+    (and ``only_if``), with event ``event_type``, in the locked run's transaction ``tx``.
+    The one move behind a lease given back, expired or held by a dead owner. Returns
+    ``False`` when the attempt no longer holds the step. The caller notifies workers."""
+    return tx.transition_step(
+        step_id,
+        StepStatus.PENDING,
+        expected=StepStatus.RUNNING,
+        attempt=attempt,
+        only_if=only_if,
+        actor=actor,
+        event_type=event_type,
+        payload=payload,
+        progress=False,
+        owner="",
+        lease_until=None,
+        not_before=Now(),
+        notified_at=Now(),
+    )
+
+
 def release_lease(tx, step_id: int, attempt: int, *, actor: str, reason: str) -> bool:
     """The holder gives a RUNNING step back before running it (a stopping worker with a
     step its commit had claimed for it): PENDING again, fenced on ``attempt``, with a
@@ -82,19 +113,13 @@ def release_lease(tx, step_id: int, attempt: int, *, actor: str, reason: str) ->
     notified after commit. Returns ``False`` when the attempt no longer holds it."""
     from runs.engine.execution import dispatch
 
-    released = tx.transition_step(
+    released = hand_back(
+        tx,
         step_id,
-        StepStatus.PENDING,
-        expected=StepStatus.RUNNING,
-        attempt=attempt,
+        attempt,
         actor=actor,
         event_type="lease.released",
         payload={"attempt": attempt, "reason": reason},
-        progress=False,
-        owner="",
-        lease_until=None,
-        not_before=Now(),
-        notified_at=Now(),
     )
     if released:
         dispatch.notify_on_commit(tx.run.pk, step_id, attempt)
@@ -111,18 +136,12 @@ def release_expired_lease(tx, step_id: int, attempt: int, owner: str, *, actor: 
     ``attempt`` seen and on ``lease_until < now()``, with a ``lease.expired`` event, in the
     locked run's transaction ``tx``. Returns ``False`` when the lease was renewed or
     someone else moved first. The caller notifies workers."""
-    return tx.transition_step(
+    return hand_back(
+        tx,
         step_id,
-        StepStatus.PENDING,
-        expected=StepStatus.RUNNING,
-        attempt=attempt,
-        only_if=Q(lease_until__lt=Now()),
+        attempt,
         actor=actor,
         event_type="lease.expired",
         payload={"attempt": attempt, "owner": owner},
-        progress=False,
-        owner="",
-        lease_until=None,
-        not_before=Now(),
-        notified_at=Now(),
+        only_if=Q(lease_until__lt=Now()),
     )
