@@ -36,6 +36,19 @@ def _live_signals(d) -> list[str]:
     ]
 
 
+def wait_locks_released(d) -> None:
+    """Wait until no worker's advisory lock is held: the server drops a killed worker's
+    lock when it notices the closed socket."""
+    wait_until(
+        lambda: not db_rows(
+            d,
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = %s::oid",
+            (LOCK_NAMESPACE,),
+        ),
+        what="the killed worker's advisory lock to go",
+    )
+
+
 def _holder(d, run_id: str, workers: list) -> object:
     """The worker process that holds the run's ``hold`` step at attempt 1."""
     step = wait_until(
@@ -91,15 +104,7 @@ def test_runs_resume_hands_back_a_killed_workers_step_without_waiting_for_its_le
     holder.send_signal(signal.SIGKILL)
     holder.wait(timeout=30)
     if backend == "postgres":
-        # The server drops the lock when it notices the closed socket.
-        wait_until(
-            lambda: not db_rows(
-                d,
-                "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = %s::oid",
-                (LOCK_NAMESPACE,),
-            ),
-            what="the killed worker's advisory lock to go",
-        )
+        wait_locks_released(d)
     assert _hold_step(d, run_id)[0] == "RUNNING"
 
     # ``--wait 0`` fails with lease_live if the command would wait for the lease.

@@ -15,15 +15,20 @@ from django.urls import reverse
 
 from runs.console.workforce import GONE_AFTER_SILENCES
 from runs.engine.control.lifecycle import start_run
-from runs.engine.execution.liveness import LOCK_NAMESPACE
 from runs.engine.state.clock import db_now
 from runs.models import Step, WorkerProcess
 from runs.states import StepStatus
 from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.control_support import db_rows, wait_until
+from tests.control_support import wait_until
 from tests.support.services import BACKENDS
 from tests.support.states import arrange
-from tests.test_liveness import SIGNAL, _hold_step, _live_signals, _start_hold
+from tests.test_liveness import (
+    SIGNAL,
+    _hold_step,
+    _live_signals,
+    _start_hold,
+    wait_locks_released,
+)
 
 
 def _worker(worker_id: str, heartbeat_age: float) -> WorkerProcess:
@@ -100,14 +105,7 @@ def test_a_killed_worker_is_listed_dead_with_the_step_it_still_holds(deployment_
     worker.send_signal(signal.SIGKILL)
     worker.wait(timeout=30)
     if backend == "postgres":
-        wait_until(
-            lambda: not db_rows(
-                d,
-                "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = %s::oid",
-                (LOCK_NAMESPACE,),
-            ),
-            what="the killed worker's advisory lock to go",
-        )
+        wait_locks_released(d)
     listing = d.manage_json("workers", "--json")
     assert listing["live"] == []
     [dead] = listing["dead"]
