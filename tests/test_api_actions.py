@@ -2,6 +2,7 @@
 ETag they answer with, and the OpenAPI schema documenting both headers."""
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from django.contrib.auth.models import User
@@ -10,7 +11,7 @@ from django.test import Client
 from apitokens.services import create_token
 from runs.console.roles import setup_roles
 from runs.engine.control.preconditions import run_etag
-from runs.models import ActionRequest, Event
+from runs.models import ActionRequest, Event, Run
 from tests.console_helpers import *  # noqa: F403
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -107,6 +108,25 @@ def test_it_replays_the_first_response_for_one_idempotency_key(api, demo):
     assert ActionRequest.objects.filter(key__in=["k1", "k2"]).count() == 2
     bad_key = post(api, path, body, HTTP_IF_MATCH=etag, HTTP_IDEMPOTENCY_KEY="a b")
     assert (bad_key.status_code, bad_key.json()["code"]) == (422, "invalid_idempotency_key")
+
+
+def test_it_replays_the_first_response_byte_for_byte(api, demo):
+    run = demo["budget"]
+    # A time with fewer than 1000 microseconds: the JSON encoder cuts it to ".000Z", and
+    # that string parsed and rendered again would come out as "Z".
+    odd = datetime(2026, 1, 2, 3, 4, 5, 500, tzinfo=UTC)
+    Run.objects.filter(pk=run.pk).update(created_at=odd, started_at=odd)
+    Event.objects.filter(run=run).update(created_at=odd)
+    path = f"/api/v1/runs/{run.pk}/budget"
+    body = {"reason": "pay once", "add_tool_calls": 1}
+    headers = {"HTTP_IF_MATCH": run_etag(run), "HTTP_IDEMPOTENCY_KEY": "k1"}
+    first = post(api, path, body, **headers)
+    again = post(api, path, body, **headers)
+    assert first.status_code == again.status_code == 200
+    assert '"2026-01-02T03:04:05.000Z"' in first.content.decode()
+    assert again.content == first.content
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert budget_events(run) == 1
 
 
 def test_it_retries_a_paused_runs_failed_step(api, demo):
