@@ -232,14 +232,17 @@ class Worker:
                 # A fresh name per round: RQ refuses a second live worker of one name,
                 # and the old registration may outlive an outage.
                 name = self.worker_id if round_no == 1 else f"{self.worker_id}:r{round_no}"
-                rq_worker = worker_class([queue], connection=queue.connection, name=name)
+                rq_worker = None
                 started = time.monotonic()
                 cause = "RQ stopped"
                 try:
+                    # RQ's constructor talks to Redis already (CLIENT SETNAME, CLIENT LIST).
+                    rq_worker = worker_class([queue], connection=queue.connection, name=name)
                     rq_worker.work(burst=self.burst, with_scheduler=False, logging_level="WARNING")
                 except Exception as exc:  # noqa: BLE001 - Redis errors escape RQ's start/teardown
                     cause = f"{type(exc).__name__}: {exc}"
-                    _stop_pubsub(rq_worker)
+                    if rq_worker is not None:
+                        _stop_pubsub(rq_worker)
                 if identity.stopping.is_set():
                     break
                 refused = _redis_writable(queue.connection, probe_key)
