@@ -147,3 +147,37 @@ def test_it_documents_if_match_and_idempotency_key_on_every_action():
         assert headers["If-Match"]["required"] is True, path
         assert "Idempotency-Key" in headers, path
         assert "409" in operation["responses"], path
+
+
+def test_budget_amounts_have_the_engines_bounds_and_limits(api, demo):
+    """The API takes what the engine takes (``MAX_AMOUNTS``), no more and no less, and
+    refuses like the CLI and the console: an addition to a limit the run does not have
+    (``limit_not_set``) or one that would pass the maximum changes nothing."""
+    run = demo["budget"]
+    path = f"/api/v1/runs/{run.pk}/budget"
+    limits = dict(run.budget)
+
+    def raise_by(body):
+        return post(api, path, {"reason": "r", **body}, HTTP_IF_MATCH=run_etag(run))
+
+    over = raise_by({"add_cost_usd": "1000000.000001"})
+    assert (over.status_code, over.json()["code"]) == (422, "invalid_request")
+    unset = raise_by({"add_tokens": 5})
+    assert (unset.status_code, unset.json()["code"]) == (409, "limit_not_set")
+    assert list(unset.json()["errors"]) == ["add_tokens"]
+    past_max = raise_by({"add_model_calls": 1_000_000})
+    assert (past_max.status_code, past_max.json()["code"]) == (422, "invalid_budget")
+    run.refresh_from_db()
+    assert run.budget == limits and budget_events(run) == 0
+    created = post(
+        api,
+        "/api/v1/runs",
+        {
+            "workflow": "room_temperature",
+            "thread_id": "t-max",
+            "input": {"question": "How warm is it?"},
+            "budget": {"cost_usd": "1000000", "tokens": 10**12},
+        },
+    )
+    assert created.status_code == 201, created.content
+    assert created.json()["budget"]["limits"] == {"cost_usd": "1000000", "tokens": 10**12}

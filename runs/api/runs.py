@@ -394,6 +394,7 @@ def raise_run_budget(request, run_id: UUID, payload: BudgetRaiseIn):
         reason=payload.reason,
         add_model_calls=payload.add_model_calls,
         add_tool_calls=payload.add_tool_calls,
+        add_tokens=payload.add_tokens,
         add_cost_usd=payload.add_cost_usd,
     )
     return run_document(run)
