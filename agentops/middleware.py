@@ -52,17 +52,17 @@ class DatabaseBusyMiddleware(MiddlewareMixin):
 class InvalidValueMiddleware(MiddlewareMixin):
     """Turns ``InvalidValue`` (a value a checked model field refused: NaN, a non-string
     key, a date, bytes... sent by an operator or a client) into 422 with code
-    ``invalid_value``: a JSON error body naming the path under /api/, a short page
-    otherwise. The field raised it before any SQL was sent and the view's transaction
-    was rolled back, so nothing is half-written. Sync and async capable
-    (``MiddlewareMixin``)."""
+    ``invalid_input`` (the API's code for every refused value): a JSON error body naming
+    the path under /api/, a short page otherwise. The field raised it before any SQL was
+    sent and the view's transaction was rolled back, so nothing is half-written. Sync and
+    async capable (``MiddlewareMixin``)."""
 
     def process_exception(self, request, exception):
         if not isinstance(exception, InvalidValue):
             return None
         if request.path.startswith("/api/"):
             body = {
-                "code": "invalid_value",
+                "code": "invalid_input",
                 "message": exception.detail,
                 "errors": {exception.field(): exception.reason},
             }

@@ -98,6 +98,9 @@ class Run(models.Model):
     #: The client's idempotency key; "" when the client sent none.
     request_id = CheckedCharField(max_length=200, blank=True, default="")
     request_fingerprint = CheckedCharField(max_length=64, blank=True, default="")
+    #: The body of the first answer to the creating request (JSON), which a retry with
+    #: the same key gets again; null without a key (and for runs from before it was kept).
+    request_response = CheckedJSONField(null=True, blank=True, editable=False)
     current_step = models.ForeignKey(
         "Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

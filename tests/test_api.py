@@ -14,6 +14,7 @@ from schemathesis.specs.openapi.adapter.validators import validate_v3
 from apitokens.models import ApiToken
 from apitokens.services import create_token
 from approvals.models import Approval
+from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import start_run
 from runs.engine.control.preconditions import run_etag
 from runs.models import Message, Run, Step, Thread
@@ -89,6 +90,19 @@ def test_it_creates_a_run_once_per_idempotency_key(alice):
     assert Run.objects.filter(owner=alice).count() == 1
     run = Run.objects.get()
     assert run.request_id == "k1" and len(run.request_fingerprint) == 64
+
+
+def test_a_retry_gets_the_first_response_not_the_run_as_it_is_now(alice):
+    client = client_for(alice)
+    first = post(client, "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k1")
+    run = Run.objects.get()
+    request_cancel(run, actor="user:alice", reason="changed my mind")
+    again = post(client, "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k1")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.content == first.content and first.json()["status"] == "PENDING"
+    assert again["Idempotent-Replayed"] == "true"
+    assert client.get(f"/api/v1/runs/{run.pk}").json()["status"] == "CANCELLED"
+    assert Run.objects.count() == 1
 
 
 def test_it_refuses_a_reused_key_with_a_different_body(alice):

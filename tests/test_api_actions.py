@@ -2,6 +2,7 @@
 ETag they answer with, and the OpenAPI schema documenting both headers."""
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from django.contrib.auth.models import User
@@ -10,7 +11,7 @@ from django.test import Client
 from apitokens.services import create_token
 from runs.console.roles import setup_roles
 from runs.engine.control.preconditions import run_etag
-from runs.models import ActionRequest, Event
+from runs.models import ActionRequest, Event, Run
 from tests.console_helpers import *  # noqa: F403
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -109,6 +110,25 @@ def test_it_replays_the_first_response_for_one_idempotency_key(api, demo):
     assert (bad_key.status_code, bad_key.json()["code"]) == (422, "invalid_idempotency_key")
 
 
+def test_it_replays_the_first_response_byte_for_byte(api, demo):
+    run = demo["budget"]
+    # A time with fewer than 1000 microseconds: the JSON encoder cuts it to ".000Z", and
+    # that string parsed and rendered again would come out as "Z".
+    odd = datetime(2026, 1, 2, 3, 4, 5, 500, tzinfo=UTC)
+    Run.objects.filter(pk=run.pk).update(created_at=odd, started_at=odd)
+    Event.objects.filter(run=run).update(created_at=odd)
+    path = f"/api/v1/runs/{run.pk}/budget"
+    body = {"reason": "pay once", "add_tool_calls": 1}
+    headers = {"HTTP_IF_MATCH": run_etag(run), "HTTP_IDEMPOTENCY_KEY": "k1"}
+    first = post(api, path, body, **headers)
+    again = post(api, path, body, **headers)
+    assert first.status_code == again.status_code == 200
+    assert '"2026-01-02T03:04:05.000Z"' in first.content.decode()
+    assert again.content == first.content
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert budget_events(run) == 1
+
+
 def test_it_retries_a_paused_runs_failed_step(api, demo):
     run = demo["retries_exhausted"]
     path = f"/api/v1/runs/{run.pk}/retry"
@@ -127,3 +147,37 @@ def test_it_documents_if_match_and_idempotency_key_on_every_action():
         assert headers["If-Match"]["required"] is True, path
         assert "Idempotency-Key" in headers, path
         assert "409" in operation["responses"], path
+
+
+def test_budget_amounts_have_the_engines_bounds_and_limits(api, demo):
+    """The API takes what the engine takes (``MAX_AMOUNTS``), no more and no less, and
+    refuses like the CLI and the console: an addition to a limit the run does not have
+    (``limit_not_set``) or one that would pass the maximum changes nothing."""
+    run = demo["budget"]
+    path = f"/api/v1/runs/{run.pk}/budget"
+    limits = dict(run.budget)
+
+    def raise_by(body):
+        return post(api, path, {"reason": "r", **body}, HTTP_IF_MATCH=run_etag(run))
+
+    over = raise_by({"add_cost_usd": "1000000.000001"})
+    assert (over.status_code, over.json()["code"]) == (422, "invalid_request")
+    unset = raise_by({"add_tokens": 5})
+    assert (unset.status_code, unset.json()["code"]) == (409, "limit_not_set")
+    assert list(unset.json()["errors"]) == ["add_tokens"]
+    past_max = raise_by({"add_model_calls": 1_000_000})
+    assert (past_max.status_code, past_max.json()["code"]) == (422, "invalid_budget")
+    run.refresh_from_db()
+    assert run.budget == limits and budget_events(run) == 0
+    created = post(
+        api,
+        "/api/v1/runs",
+        {
+            "workflow": "room_temperature",
+            "thread_id": "t-max",
+            "input": {"question": "How warm is it?"},
+            "budget": {"cost_usd": "1000000", "tokens": 10**12},
+        },
+    )
+    assert created.status_code == 201, created.content
+    assert created.json()["budget"]["limits"] == {"cost_usd": "1000000", "tokens": 10**12}

@@ -4,11 +4,12 @@ drill its own PostgreSQL server). Each drill gets a redis-server of its own: the
 drill kills every client connection of the server, which would hit parallel tests."""
 
 import json
+import shutil
+import sys
 
 import pytest
 
-import runs.drills.catalog  # noqa: F401 - registers the drills
-from runs.drills import sandbox
+from runs.drills import catalog, sandbox
 from runs.drills.base import DRILLS, DrillResult, Recorder, format_table, run_drill
 
 #: Every drill, in the order ``drill --all`` runs them.
@@ -57,6 +58,28 @@ def test_it_marks_a_drill_failed_when_one_check_disagrees():
     assert not result.passed
     table = format_table([result])
     assert "FAIL" in table and "0 passed, 1 failed" in table
+
+
+def test_it_names_a_dead_worker_with_its_exit_code_and_log_tail(monkeypatch):
+    server = {"host": "127.0.0.1", "port": "1", "user": "", "password": ""}
+    monkeypatch.setattr(sandbox, "server_from_settings", lambda: server)
+    monkeypatch.setattr(sandbox, "scratch_redis_url", lambda: "redis://127.0.0.1:1/0")
+    box = sandbox.Sandbox("deadlog")
+    try:
+        box.popen([sys.executable, "-c", "import time; time.sleep(120)"], label="worker")
+        dead = box.popen(
+            [sys.executable, "-c", "print('starting'); print('Redis went away'); exit(3)"],
+            label="worker",
+        )
+        dead.wait(timeout=60)
+        recorder = Recorder()
+        catalog._expect_workers_alive(recorder, box, 2)
+        (check,) = recorder.checks
+        assert not check.ok and check.expected == "2"
+        assert check.observed == "1; dead: ['worker-2.log exit 3: starting | Redis went away']"
+    finally:
+        box.kill_workers()
+        shutil.rmtree(box.root, ignore_errors=True)
 
 
 @pytest.mark.services

@@ -115,6 +115,34 @@ def test_a_run_finishes_after_redis_was_stopped_for_ten_seconds(private_redis, d
     assert worker.wait(timeout=60) == 0
 
 
+def test_a_worker_started_while_redis_is_down_works_from_the_database_until_it_is_back(
+    private_redis, deployment_factory
+):
+    # RQ's worker talks to Redis as it is built (CLIENT SETNAME): down then, or a
+    # connection cut at that moment, must not end the worker process.
+    d = deployment_factory("postgres", {**FAST, "REDIS_URL": private_redis.url()})
+    private_redis.stop()
+    question = '{"question": "How warm is the living room?"}'
+    first = d.manage(
+        "runs", "start", "room_temperature", "--thread", "A", "--input", question, check=True
+    ).stdout.strip()
+    worker = d.popen("worker", "--mode", "rq")
+    wait_until(
+        lambda: worker.poll() is not None or run_status(d, first) == "SUCCEEDED",
+        timeout=180,
+        what="first run",
+    )
+    assert worker.poll() is None, d.logs(worker)
+    private_redis.start()
+    wait_until(lambda: "back to RQ dispatch" in d.logs(worker)[1], timeout=120, what="RQ dispatch")
+    second = d.manage(
+        "runs", "start", "room_temperature", "--thread", "B", "--input", question, check=True
+    ).stdout.strip()
+    wait_until(lambda: run_status(d, second) == "SUCCEEDED", timeout=180, what="second run")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, d.logs(worker)
+
+
 @pytest.fixture(autouse=True)
 def _postgres_only():
     require_services()

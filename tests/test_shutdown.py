@@ -4,7 +4,11 @@ exits 0, and nothing runs twice; on database polling and on RQ."""
 import signal
 
 import pytest
+import redis
+from rq import Queue
 
+from runs.engine.execution.identity import WorkerIdentity
+from runs.engine.execution.worker import rq_worker_class
 from tests.control_support import facts, status, step_status, wait_until, weekly_input
 from tests.support.services import BACKENDS
 
@@ -48,3 +52,22 @@ def test_sigterm_lets_the_running_step_finish_and_save(deployment_factory, backe
         "draft_report": 1,
         "approve_publication": 1,
     }
+
+
+def test_a_stop_requested_while_rq_starts_stops_it_before_its_first_dequeue(private_redis):
+    # RQ takes SIGTERM over only once it has connected and registered; a SIGTERM before
+    # that reaches the engine's handler alone, and RQ must still not start dequeuing.
+    connection = redis.Redis.from_url(private_redis.url())
+    queue = Queue("stop-test", connection=connection)
+    queue.enqueue("os.getpid")
+    identity = WorkerIdentity("stop-test-worker", "rq")
+    identity.stopping.set()
+    rq_worker = rq_worker_class(identity)([queue], connection=connection, name=identity.worker_id)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        # Without the stop, RQ would take the job and then wait for more until idle.
+        rq_worker.work(max_idle_time=20, logging_level="WARNING")
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert queue.count == 1

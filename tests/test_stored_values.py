@@ -2,7 +2,7 @@
 goes (events, artifact metadata and names, approval requests, ledger rows, any JSON or
 text column): from a step, a value that cannot be stored faithfully fails the attempt
 once with ``INVALID_OUTPUT`` naming the path and type; from a client or an operator it
-is a 422 with code ``invalid_value`` and nothing stored; text with NUL is stored
+is a 422 with code ``invalid_input`` and nothing stored; text with NUL is stored
 escaped. Real database (PostgreSQL under ``make test``), in-process executor."""
 
 import json
@@ -19,11 +19,12 @@ from apitokens.services import create_token
 from approvals.models import Approval, Takeover
 from runs.console.access import form_version
 from runs.engine.control.cancel import request_cancel
-from runs.engine.control.lifecycle import start_run
+from runs.engine.control.lifecycle import ControlError, start_run
+from runs.engine.data.inbox import post_message
 from runs.engine.execution import executor
 from runs.engine.state.gateway import run_transaction
 from runs.engine.state.values import NUL_ESCAPE, InvalidValue
-from runs.models import Artifact, Event, Operation, Run, Step
+from runs.models import Artifact, Event, Message, Operation, Run, Step
 from runs.states import RunStatus, StepStatus
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process, start_room_temperature
@@ -160,6 +161,34 @@ def test_text_columns_store_nul_escaped_and_lookups_find_it():
     assert Run.objects.filter(request_id__endswith="\x00").get() == row
 
 
+@pytest.mark.parametrize(
+    ("call", "code", "field"),
+    [
+        (
+            lambda t: start_run("room_temperature", thread_id=t, input={"question": "q"}),
+            "invalid_thread",
+            "thread_id",
+        ),
+        (lambda t: post_message(t, "How warm is it?"), "invalid_thread", "thread_id"),
+        (lambda t: post_message("t-ok", t), "invalid_message", "content"),
+        (
+            lambda t: post_message("t-ok", "How warm?", request_id=t),
+            "invalid_message",
+            "request_id",
+        ),
+    ],
+    ids=["start_run thread", "message thread", "message content", "message request id"],
+)
+@pytest.mark.parametrize("text", ["a\x00b", "a\ud800b"], ids=["nul", "surrogate"])
+def test_the_engine_refuses_text_inputs_no_database_stores(call, code, field, text):
+    """Thread ids, message texts and request ids: a ``ControlError`` naming the field,
+    never an ``InvalidValue`` from deep in a write, and nothing stored."""
+    with pytest.raises(ControlError) as refused:
+        call(text)
+    assert (refused.value.code, list(refused.value.errors)) == (code, [field])
+    assert not Run.objects.exists() and not Message.objects.exists()
+
+
 def test_the_console_search_refuses_nul(clients):
     start_room_temperature("T-search")
     page = clients["alice"].get(reverse("console:runs"), {"q": "warm\x00"})
@@ -197,7 +226,7 @@ def test_the_api_refuses_an_input_no_database_stores_with_422(actors, body, fiel
 
 def test_a_checked_field_refusal_inside_a_request_is_a_422_with_a_code(actors, monkeypatch):
     """The last line of defence: a value no earlier check caught is refused by the field,
-    answered 422 ``invalid_value`` naming the column and path, and nothing is stored."""
+    answered 422 ``invalid_input`` naming the column and path, and nothing is stored."""
     monkeypatch.setattr("runs.engine.control.lifecycle.values.problem", lambda value: None)
     api = _api(actors["alice"])
     raw = (
@@ -206,7 +235,7 @@ def test_a_checked_field_refusal_inside_a_request_is_a_422_with_a_code(actors, m
     )
     response = api.post("/api/v1/runs", raw, content_type="application/json")
     assert response.status_code == 422, response.content
-    assert response.json()["code"] == "invalid_value"
+    assert response.json()["code"] == "invalid_input"
     assert response.json()["errors"] == {"Run.input.x": "nan is not a JSON number"}
     assert not Run.objects.exists()
 
@@ -265,7 +294,7 @@ def test_the_middleware_answers_422_for_a_value_a_field_refused(rf):
     body = middleware.process_exception(rf.post("/api/v1/other"), refused)
     assert body.status_code == 422
     assert json.loads(body.content) == {
-        "code": "invalid_value",
+        "code": "invalid_input",
         "message": "Run.input at $.x: nan is not a JSON number (float)",
         "errors": {"Run.input.x": "nan is not a JSON number"},
     }

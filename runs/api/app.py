@@ -82,7 +82,7 @@ def _control_error(request, exc: ControlError):
 @api.exception_handler(InvalidValue)
 def _invalid_value(request, exc: InvalidValue):
     # Raised before any SQL was sent, inside the view's transaction: nothing is stored.
-    return _error(request, 422, "invalid_value", exc.detail, {exc.field(): exc.reason})
+    return _error(request, 422, "invalid_input", exc.detail, {exc.field(): exc.reason})
 
 
 @api.exception_handler(AuthenticationError)

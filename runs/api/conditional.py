@@ -27,6 +27,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from ninja import Header, Status
 from ninja.responses import NinjaJSONEncoder
+from pydantic_core import to_jsonable_python
 
 from runs.api.errors import ApiError, from_control
 from runs.engine.control import idempotency, preconditions
@@ -150,14 +151,24 @@ def conditional_action(
             if tag:
                 response["ETag"] = tag
             if record is not None:
-                body = json.loads(json.dumps(result, cls=NinjaJSONEncoder))
-                idempotency.finish_action(record, 200, body, tag)
+                # The first request answers with the stored body too: every answer to one
+                # key is then rendered from the same value, byte for byte.
+                stored = idempotency.finish_action(record, 200, response_body(result), tag)
+                return Status(200, stored)
             return result
 
         wrapper.__signature__ = signature.replace(parameters=params + extra)
         return wrapper
 
     return decorator
+
+
+def response_body(result: Any) -> Any:
+    """``result`` of a view as JSON values, losing nothing the response schema renders:
+    times keep their microseconds (``NinjaJSONEncoder`` cuts them to milliseconds, so a
+    time with fewer than 1000 microseconds, rendered again from its stored string, would
+    lose its ``.000``), decimals stay exact strings."""
+    return to_jsonable_python(result, fallback=NinjaJSONEncoder().default)
 
 
 def _claim(request, key: str):

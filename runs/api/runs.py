@@ -13,7 +13,7 @@ from pydantic import Field, field_validator
 
 from apitokens.services import throttle
 from runs.api import access
-from runs.api.conditional import check_idempotency_key, conditional_action
+from runs.api.conditional import check_idempotency_key, conditional_action, response_body
 from runs.api.documents import (
     event_document,
     message_document,
@@ -45,7 +45,7 @@ from runs.engine.control.rewind import list_checkpoints, plan_resume, resume_fro
 from runs.engine.effects.budget import raise_budget
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.state.clock import db_now
-from runs.models import Event, Message, Step, Thread
+from runs.models import Event, Message, Run, Step, Thread
 from runs.states import RunStatus
 
 router = Router(tags=["runs"])
@@ -85,7 +85,7 @@ def create_run(
             # A retry: no throttling, nothing new.
             idempotency.check_replay(existing, fingerprint)
             response["Idempotent-Replayed"] = "true"
-            return Status(200, run_document(existing))
+            return Status(200, _first_response(existing))
     decision = throttle(
         request.api_token,
         limit=settings.AGENTOPS_API_CREATE_LIMIT,
@@ -107,14 +107,27 @@ def create_run(
     }
     if idempotency_key:
         run, created = idempotency.start_run_once(
-            body["workflow"], request_id=idempotency_key, request_fingerprint=fingerprint, **kwargs
+            body["workflow"],
+            request_id=idempotency_key,
+            request_fingerprint=fingerprint,
+            respond=lambda new: response_body(run_document(new)),
+            **kwargs,
         )
+        document = _first_response(run)
     else:
         run, created = start_run(body["workflow"], **kwargs), True
+        document = run_document(run)
     if not created:
         response["Idempotent-Replayed"] = "true"
     response["Location"] = f"/api/v1/runs/{run.pk}"
-    return Status(201 if created else 200, run_document(run))
+    return Status(201 if created else 200, document)
+
+
+def _first_response(run: Run):
+    """The body that answered the request that created ``run`` with a key, which every
+    retry with that key gets again; a run from before bodies were kept answers as it is
+    now."""
+    return run.request_response if run.request_response is not None else run_document(run)
 
 
 class RunFilters(Schema):
@@ -381,6 +394,7 @@ def raise_run_budget(request, run_id: UUID, payload: BudgetRaiseIn):
         reason=payload.reason,
         add_model_calls=payload.add_model_calls,
         add_tool_calls=payload.add_tool_calls,
+        add_tokens=payload.add_tokens,
         add_cost_usd=payload.add_cost_usd,
     )
     return run_document(run)

@@ -10,6 +10,8 @@ from uuid import UUID
 from ninja import Schema
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from runs.engine.effects.budget import COST_PLACES, MAX_AMOUNTS
+
 
 class Strict(Schema):
     model_config = ConfigDict(extra="forbid")
@@ -24,16 +26,19 @@ class Error(Schema):
 
 
 class BudgetIn(Strict):
-    """Limits for the run; an omitted limit means none."""
+    """Limits for the run; an omitted limit means none. The bounds are the engine's
+    (``runs.engine.effects.budget.MAX_AMOUNTS``), the same on every channel."""
 
-    model_calls: StrictInt | None = Field(None, ge=0, le=1_000_000)
-    tool_calls: StrictInt | None = Field(None, ge=0, le=1_000_000)
-    tokens: StrictInt | None = Field(None, ge=0, le=10**12, description="input + output tokens")
+    model_calls: StrictInt | None = Field(None, ge=0, le=int(MAX_AMOUNTS["model_calls"]))
+    tool_calls: StrictInt | None = Field(None, ge=0, le=int(MAX_AMOUNTS["tool_calls"]))
+    tokens: StrictInt | None = Field(
+        None, ge=0, le=int(MAX_AMOUNTS["tokens"]), description="input + output tokens"
+    )
     cost_usd: Decimal | None = Field(
         None,
         ge=0,
-        max_digits=12,
-        decimal_places=6,
+        le=MAX_AMOUNTS["cost_usd"],
+        decimal_places=COST_PLACES,
         description='USD, as a string like "0.10" or a number',
     )
 
@@ -285,13 +290,18 @@ class RetryIn(Strict):
 
 
 class BudgetRaiseIn(Strict):
-    """Amounts to add; at least one must be positive."""
+    """Amounts to add; at least one must be positive. Bounds as ``BudgetIn``'s."""
 
     reason: StrictStr = Field(min_length=1, max_length=2000)
-    add_model_calls: StrictInt = Field(0, ge=0, le=1_000_000)
-    add_tool_calls: StrictInt = Field(0, ge=0, le=1_000_000)
+    add_model_calls: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["model_calls"]))
+    add_tool_calls: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["tool_calls"]))
+    add_tokens: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["tokens"]))
     add_cost_usd: Decimal = Field(
-        Decimal("0"), ge=0, max_digits=12, decimal_places=6, description="USD"
+        Decimal("0"),
+        ge=0,
+        le=MAX_AMOUNTS["cost_usd"],
+        decimal_places=COST_PLACES,
+        description="USD",
     )
 
 

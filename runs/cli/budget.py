@@ -6,12 +6,10 @@ already; nothing is changed). Prints the limits before and after as JSON."""
 
 import json
 
-from django.core.management.base import CommandError
-
 from runs.cli import arguments
 from runs.cli.common import cli_actor, control_error, resolve_run
 from runs.engine.control.lifecycle import ControlError
-from runs.engine.effects.budget import parse_additions, raise_budget
+from runs.engine.effects.budget import raise_budget
 
 help = "raise a run's budget limits (and resume it if it was paused for its budget)"
 
@@ -54,36 +52,28 @@ def add_arguments(parser):
     )
 
 
-#: Budget key -> the option that raises it.
+#: The engine's name of an addition -> the option that gives it.
 FLAGS = {
-    "model_calls": "--add-model-calls",
-    "tool_calls": "--add-tool-calls",
-    "tokens": "--add-tokens",
-    "cost_usd": "--add-cost",
+    "add_model_calls": "--add-model-calls",
+    "add_tool_calls": "--add-tool-calls",
+    "add_tokens": "--add-tokens",
+    "add_cost_usd": "--add-cost",
 }
+
+
+def _named_by_flags(exc: ControlError) -> ControlError:
+    """``exc`` speaking of this command's options rather than the engine's keywords."""
+    message = exc.message
+    for name, flag in FLAGS.items():
+        message = message.replace(name, flag)
+    errors = {FLAGS.get(k, k): v for k, v in exc.errors.items()}
+    return ControlError(exc.code, message, errors)
 
 
 def handle(command, options):
     run = resolve_run(options)
     actor = cli_actor(options["as_user"])
     before = dict(run.budget or {})
-    try:
-        added = parse_additions(
-            add_model_calls=options["add_model_calls"],
-            add_tool_calls=options["add_tool_calls"],
-            add_tokens=options["add_tokens"],
-            add_cost_usd=options["add_cost"],
-        )
-    except ControlError as exc:
-        raise control_error(exc) from exc
-    unset = [
-        f"{FLAGS[key]} ({key})" for key, amount in added.items() if amount and key not in before
-    ]
-    if unset:
-        raise CommandError(
-            f"run {run.pk} has no such limit to raise: {', '.join(unset)}; it is unlimited "
-            f"there already. Its limits: {json.dumps(before)} [limit_not_set]"
-        )
     try:
         run = raise_budget(
             run,
@@ -95,7 +85,7 @@ def handle(command, options):
             reason=options["reason"],
         )
     except ControlError as exc:
-        raise control_error(exc) from exc
+        raise control_error(_named_by_flags(exc)) from exc
     command.stdout.write(
         f"run {run.pk}: budget {json.dumps(before)} -> {json.dumps(run.budget)}; "
         f"run is {run.status}"

@@ -21,7 +21,7 @@ def parse_json(text: str, what: str):
     found = problem(value)
     if found:
         path, _type_name, reason = found
-        raise CommandError(f"{what} at {path}: {reason} [invalid_value]")
+        raise CommandError(f"{what} at {path}: {reason} [invalid_input]")
     return value
 
 

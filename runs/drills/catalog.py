@@ -35,6 +35,14 @@ def _answer(run_id) -> str:
     return replies[-1] if replies else ""
 
 
+def _expect_workers_alive(r, box: Sandbox, n: int) -> None:
+    """Check that all ``n`` workers still run; a dead one is named with its exit code and
+    the tail of its log."""
+    alive = len(box.live_workers())
+    observed = alive if alive == n else f"{alive}; dead: {box.dead_workers()}"
+    r.check("workers alive", n, observed, alive == n)
+
+
 def _start_room(label: str, budget: dict | None = None) -> Run:
     return start_run(
         "room_temperature",
@@ -158,7 +166,7 @@ def duplicate_messages(r):
             [device_calls(str(i)).get("thermostat.read") for i in ids],
         )
         r.expect("answers", [ANSWER] * 3, [_answer(i) for i in ids])
-        r.expect("workers alive", 2, len(box.live_workers()))
+        _expect_workers_alive(r, box, 2)
 
 
 @drill(
@@ -264,7 +272,7 @@ def redis_flush(r):
             [device_calls(str(i)).get("thermostat.read") for i in ids],
         )
         r.expect("answers", [ANSWER] * 4, [_answer(i) for i in ids])
-        r.expect("workers alive", 2, len(box.live_workers()))
+        _expect_workers_alive(r, box, 2)
 
 
 @drill(
@@ -307,10 +315,7 @@ def db_outage(r):
                 all(n in (1, 2) for n in reads),
             )
             r.expect("answers", [ANSWER] * 3, [_answer(i) for i in ids])
-            dead = [
-                box.log(p).strip().splitlines()[-1:] for p in box.workers if p.poll() is not None
-            ]
-            r.expect("workers that died (last log line)", [], dead)
+            r.expect("workers that died (exit code, log tail)", [], box.dead_workers())
     finally:
         cluster.destroy()
 

@@ -317,6 +317,17 @@ class Sandbox:
     def live_workers(self) -> list[subprocess.Popen]:
         return [p for p in self.workers if p.poll() is None]
 
+    def dead_workers(self, tail: int = 40) -> list[str]:
+        """One line per process of this sandbox that has exited: its log name, exit code
+        (negative: killed by that signal) and the last ``tail`` lines of its log, so a
+        drill check that finds a worker gone says why."""
+        return [
+            f"{Path(p.log_path).name} exit {p.returncode}: "
+            + " | ".join(self.log(p).strip().splitlines()[-tail:])
+            for p in self.workers
+            if p.poll() is not None
+        ]
+
     def signal(self, proc: subprocess.Popen, signum: int) -> None:
         """Send ``signum`` to a process this sandbox started, if it is still alive."""
         if proc.poll() is None:

@@ -6,6 +6,10 @@ requests creates the run; the others hit the constraint and return the winner's 
 same request from a reuse of the key for a different one. Keys live as long as their
 run row, so at least as long as runs are kept.
 
+Every answer to one key is rendered from one stored body (``Run.request_response``,
+``ActionRequest.response``), never from the run as it is at the time of the retry: a
+replay repeats the first response byte for byte.
+
 Actions on a run (cancel, resume, ...) keep their keys in ``ActionRequest``: the key row
 is inserted before the action runs (the unique constraint picks one request among
 concurrent ones), the response is stored when it is done, and a retry or a concurrent
@@ -15,6 +19,7 @@ duplicate replays that response.
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -62,12 +67,15 @@ def start_run_once(
     request_fingerprint: str,
     budget: dict | None = None,
     actor: str,
+    respond: Callable[[Run], Any] | None = None,
 ) -> tuple[Run, bool]:
     """Start the run for ``(owner, request_id)`` unless it exists; returns ``(run,
     created)``.
 
-    The run and its fingerprint commit together, so a concurrent replay never sees a run
-    without its fingerprint. Raises ``ControlError`` as ``start_run`` does, and
+    ``respond(run)`` gives the JSON body answering the creation; it is stored as
+    ``run.request_response`` (read back, as a replay will see it). The run, its
+    fingerprint and that body commit together, so a concurrent replay never sees a run
+    without them. Raises ``ControlError`` as ``start_run`` does, and
     ``idempotency_key_reused`` when the key belongs to a different body.
     """
     existing = find_request(owner, request_id)
@@ -84,8 +92,13 @@ def start_run_once(
                 request_id=request_id,
                 actor=actor,
             )
-            Run.objects.filter(pk=run.pk).update(request_fingerprint=request_fingerprint)
+            stored = Run.objects.filter(pk=run.pk)
+            stored.update(
+                request_fingerprint=request_fingerprint,
+                request_response=respond(run) if respond is not None else None,
+            )
             run.request_fingerprint = request_fingerprint
+            run.request_response = stored.values_list("request_response", flat=True).get()
     except IntegrityError:
         # Another request with this key committed first (the constraint, not a read,
         # decided it); return its run.
@@ -143,11 +156,14 @@ def await_response(record: ActionRequest, timeout: float) -> ActionRequest | Non
         time.sleep(0.05)
 
 
-def finish_action(record: ActionRequest, status_code: int, body, etag: str = "") -> None:
-    """Store the response of the request that claimed ``record`` (JSON ``body``)."""
+def finish_action(record: ActionRequest, status_code: int, body, etag: str = ""):
+    """Store the response of the request that claimed ``record`` (JSON ``body``) and
+    return the body as stored (read back), which is what every replay answers. Raises
+    ``values.InvalidValue`` for a body that cannot be stored."""
     ActionRequest.objects.filter(pk=record.pk).update(
         status_code=status_code, response=body, etag=etag
     )
+    return ActionRequest.objects.values_list("response", flat=True).get(pk=record.pk)
 
 
 def release_action(record: ActionRequest) -> None:

@@ -63,17 +63,7 @@ def start_run(
         wf = registry.get(workflow, version)
     except registry.UnknownWorkflow as exc:
         raise ControlError("unknown_workflow", str(exc), {"workflow": str(exc)}) from exc
-    if (
-        not isinstance(thread_id, str)
-        or not thread_id.strip()
-        or len(thread_id) > 200
-        or "\x00" in thread_id
-    ):
-        raise ControlError(
-            "invalid_thread",
-            "thread id must be 1..200 characters",
-            {"thread_id": "must be 1..200 characters"},
-        )
+    check_thread_id(thread_id)
     errors = wf.validate_input(input)
     if not errors and _has_nul(input):
         errors = {"input": "must not contain NUL (\\u0000) characters"}
@@ -142,6 +132,30 @@ def start_run(
 #: know the outside world (the simulator adds the device calls and readings), so the
 #: engine imports none of them.
 STATUS_EXTRAS: dict = {}
+
+
+def text_refusal(value: Any, *, limit: int | None = None) -> str | None:
+    """Why ``value`` cannot be taken as a stored text (thread id, message, key): not a
+    string, blank, over ``limit`` characters, holding NUL or a lone UTF-16 surrogate (no
+    database stores either as sent); ``None`` when it can."""
+    if not isinstance(value, str) or not value.strip():
+        return "must be non-empty text"
+    if limit is not None and len(value) > limit:
+        return f"must be at most {limit} characters"
+    if "\x00" in value:
+        return "must not contain NUL (\\u0000) characters"
+    found = values.problem(value)
+    return found[2] if found is not None else None
+
+
+def check_thread_id(thread_id: Any) -> None:
+    """Raises ``ControlError`` ``invalid_thread`` unless ``thread_id`` is 1..200
+    characters a database stores as sent."""
+    reason = text_refusal(thread_id, limit=200)
+    if reason is not None:
+        raise ControlError(
+            "invalid_thread", f"thread id {reason} (1..200 characters)", {"thread_id": reason}
+        )
 
 
 def validate_budget(budget) -> dict[str, str]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
 
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.lifecycle import ControlError, check_thread_id, text_refusal
 from runs.engine.execution import sweeper
 from runs.engine.state import checkpoints, gateway
 from runs.engine.state.checkpoints import initial_state
@@ -85,14 +85,15 @@ def post_message(
     """Store a user message on ``thread_id`` and start, queue or interrupt per the
     thread's policy. ``workflow`` defaults to the thread's latest run's workflow.
 
-    Raises ``ControlError`` (``invalid_message``, ``unknown_workflow``, ``invalid_input``).
+    Raises ``ControlError`` (``invalid_message``, ``invalid_thread``, ``unknown_workflow``,
+    ``invalid_input``).
     """
-    if not isinstance(content, str) or not content.strip():
-        raise ControlError(
-            "invalid_message",
-            "message must be non-empty text",
-            {"content": "must be non-empty text"},
-        )
+    reason = text_refusal(content)
+    if reason is not None:
+        raise ControlError("invalid_message", f"message {reason}", {"content": reason})
+    check_thread_id(thread_id)
+    if request_id and (reason := text_refusal(request_id, limit=200)):
+        raise ControlError("invalid_message", f"request id {reason}", {"request_id": reason})
     with transaction.atomic():
         thread = _locked_thread(owner, thread_id)
         if request_id:

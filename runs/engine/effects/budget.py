@@ -276,13 +276,15 @@ def raise_budget(
     add_tokens: int = 0,
     reason: str = "",
 ) -> Run:
-    """Raise the run's limits by the given amounts (a limit the run does not have stays
-    unlimited) and, if the run is PAUSED for ``budget_exhausted``, resolve that takeover
-    and resume the paused step. Records ``budget.raised`` with the actor.
+    """Raise the run's limits by the given amounts (counts, USD) and, if the run is
+    PAUSED for ``budget_exhausted``, resolve that takeover and resume the paused step.
+    Records ``budget.raised`` with the actor.
 
     Amounts are checked by ``parse_additions`` (whole counts, USD, 0 to
     ``MAX_AMOUNTS``). Raises ``ControlError``: ``invalid_budget`` (an amount not a
-    number, negative, over its maximum, or all zero), ``run_terminal``.
+    number, negative, over its maximum, all zero, or a resulting limit over
+    ``MAX_AMOUNTS``), ``limit_not_set`` (adding to a limit the run does not have: it is
+    unlimited there already; nothing changes), ``run_terminal``.
     """
     from runs.engine.control.lifecycle import ControlError
     from runs.engine.execution import dispatch
@@ -301,10 +303,25 @@ def raise_budget(
             raise ControlError("run_terminal", f"run is {tx.run.status}; its budget is final")
         before = dict(tx.run.budget or {})
         limits = dict(before)
+        unset, over = {}, {}
         for key, amount in added.items():
-            if amount and key in limits:
-                total = Decimal(str(limits[key])) + amount
-                limits[key] = str(total) if key == "cost_usd" else int(total)
+            if not amount:
+                continue
+            if key not in limits:
+                unset[f"add_{key}"] = "the run has no such limit: it is unlimited there already"
+                continue
+            total = Decimal(str(limits[key])) + amount
+            if total > MAX_AMOUNTS[key]:
+                over[f"add_{key}"] = f"would make the limit {total}, over {MAX_AMOUNTS[key]}"
+            limits[key] = str(total) if key == "cost_usd" else int(total)
+        if unset:
+            raise ControlError(
+                "limit_not_set",
+                f"no such limit to raise ({', '.join(unset)}); the run's limits: {before}",
+                unset,
+            )
+        if over:
+            raise ControlError("invalid_budget", "; ".join(over.values()), over)
         Run.objects.filter(pk=run.pk).update(budget=limits)
         tx.event(
             "budget.raised",

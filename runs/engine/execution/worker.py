@@ -79,7 +79,8 @@ def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False):
     about 15x throughput). ``fork=True``: RQ's forking ``Worker``, where a work horse that
     exits with the injected-crash code takes the whole worker process down with the same
     code, as a real crash of the worker would. Either way a stop request (SIGTERM) also
-    stops the engine's step chaining.
+    stops the engine's step chaining, and one that came before RQ installed its signal
+    handlers stops RQ before its first dequeue.
     """
     from rq import SimpleWorker
     from rq import Worker as ForkingWorker
@@ -90,6 +91,14 @@ def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False):
         def request_stop(self, signum, frame):
             identity.stopping.set()
             super().request_stop(signum, frame)
+
+        def _install_signal_handlers(self):
+            super()._install_signal_handlers()
+            # A SIGTERM that came before RQ took the signals over (while it connected
+            # and registered) reached only the engine's handler: RQ must stop too, or
+            # it would block in its first dequeue for minutes.
+            if identity.stopping.is_set():
+                self._stop_requested = True
 
         def fork_work_horse(self, job, queue):
             # A forked child must not share the parent's database socket.
@@ -232,14 +241,17 @@ class Worker:
                 # A fresh name per round: RQ refuses a second live worker of one name,
                 # and the old registration may outlive an outage.
                 name = self.worker_id if round_no == 1 else f"{self.worker_id}:r{round_no}"
-                rq_worker = worker_class([queue], connection=queue.connection, name=name)
+                rq_worker = None
                 started = time.monotonic()
                 cause = "RQ stopped"
                 try:
+                    # RQ's constructor talks to Redis already (CLIENT SETNAME, CLIENT LIST).
+                    rq_worker = worker_class([queue], connection=queue.connection, name=name)
                     rq_worker.work(burst=self.burst, with_scheduler=False, logging_level="WARNING")
                 except Exception as exc:  # noqa: BLE001 - Redis errors escape RQ's start/teardown
                     cause = f"{type(exc).__name__}: {exc}"
-                    _stop_pubsub(rq_worker)
+                    if rq_worker is not None:
+                        _stop_pubsub(rq_worker)
                 if identity.stopping.is_set():
                     break
                 refused = _redis_writable(queue.connection, probe_key)
