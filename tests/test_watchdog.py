@@ -25,7 +25,7 @@ def test_it_flags_a_silent_run_and_progress_clears_the_flag(deployment_factory):
         "--thread",
         "D",
         "--input",
-        weekly_input(delays={"analyze": 10}),
+        weekly_input(delays={"analyze": 3}),
         check=True,
     ).stdout.strip()
     worker = d.popen("worker", "--burst")
