@@ -104,7 +104,7 @@ def test_it_replays_the_first_response_for_one_idempotency_key(api, demo):
     stale = post(api, path, body, HTTP_IF_MATCH=etag, HTTP_IDEMPOTENCY_KEY="k2")
     replayed = post(api, path, body, HTTP_IF_MATCH=etag, HTTP_IDEMPOTENCY_KEY="k2")
     assert stale.status_code == replayed.status_code == 409
-    assert replayed.json() == stale.json() and replayed.headers["Idempotent-Replayed"] == "true"
+    assert replayed.content == stale.content and replayed.headers["Idempotent-Replayed"] == "true"
     assert ActionRequest.objects.filter(key__in=["k1", "k2"]).count() == 2
     bad_key = post(api, path, body, HTTP_IF_MATCH=etag, HTTP_IDEMPOTENCY_KEY="a b")
     assert (bad_key.status_code, bad_key.json()["code"]) == (422, "invalid_idempotency_key")

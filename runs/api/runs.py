@@ -66,10 +66,11 @@ def create_run(
 ):
     """Start ``workflow`` on the caller's thread ``thread_id`` with ``input``.
 
-    With an ``Idempotency-Key`` header the same key and body return the same run (201
-    the first time, 200 after, header ``Idempotent-Replayed: true``), also for
-    concurrent requests; the same key with another body is a 422
-    ``idempotency_key_reused``. Run creations are throttled per token (429).
+    With an ``Idempotency-Key`` header a retry with the same key and body gets the first
+    response again, byte for byte (the run as created; 201 the first time, 200 after,
+    header ``Idempotent-Replayed: true``), also for concurrent requests; the same key
+    with another body is a 422 ``idempotency_key_reused``. Run creations are throttled
+    per token (429).
     """
     user = request.user
     # The canonical body the fingerprint covers; omitted budget limits are dropped, the
