@@ -9,6 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from apitokens.services import create_token
+from runs.api.schemas import BudgetRaiseIn
 from runs.console.roles import setup_roles
 from runs.engine.control.preconditions import run_etag
 from runs.models import ActionRequest, Event, Run
@@ -167,6 +168,11 @@ def test_budget_amounts_have_the_engines_bounds_and_limits(api, demo):
     assert list(unset.json()["errors"]) == ["add_tokens"]
     past_max = raise_by({"add_model_calls": 1_000_000})
     assert (past_max.status_code, past_max.json()["code"]) == (422, "invalid_budget")
+    nothing = raise_by({"add_model_calls": 0})
+    assert (nothing.status_code, nothing.json()["code"]) == (422, "invalid_budget")
+    # The errors name the body's own fields, not a "budget" it has not got.
+    fields = set(BudgetRaiseIn.model_fields) - {"reason"}
+    assert set(nothing.json()["errors"]) == fields
     run.refresh_from_db()
     assert run.budget == limits and budget_events(run) == 0
     created = post(
