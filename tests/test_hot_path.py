@@ -327,3 +327,127 @@ def test_it_commits_a_step_that_writes_messages_with_gap_free_seqs(chatty_workfl
     assert seqs == list(range(1, len(seqs) + 1))
     states = [c.state for c in Checkpoint.objects.filter(run=run).order_by("pk")]
     assert [st["message_seq"] for st in states[1:]] == [before + 2, before + 3]
+
+
+def _prepared_statements() -> list[tuple[str, int]]:
+    """This session's prepared statements: ``[(text, plans made)]``, by text."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements "
+            "ORDER BY statement"
+        )
+        return cur.fetchall()
+
+
+def test_it_prepares_the_claim_and_the_commit_once_per_database_session(loop_workflow, worker):
+    _postgresql_only()
+    run = _run_loop(6, worker)
+    assert run.status == RunStatus.SUCCEEDED
+    prepared = _prepared_statements()
+    claims = [plans for text, plans in prepared if text.startswith("WITH RECURSIVE st AS")]
+    commits = [plans for text, plans in prepared if text.startswith("WITH r AS")]
+    finishing = [plans for text, plans in prepared if "FOR SHARE" in text]
+    assert claims == [1] and len(prepared) == 3
+    # Five chained commits on one prepared statement; the last one, which finishes the
+    # run (and share-locks the thread row), on another.
+    assert sorted(commits) == [1, 5] and finishing == [1]
+
+
+def test_it_runs_unprepared_when_the_server_forgets_its_prepared_statements(loop_workflow, worker):
+    """What a transaction-pooling proxy does: the next statement lands on a server
+    session that does not know the prepared one. The commit runs again unprepared (it
+    was its own transaction, so the failed try changed nothing)."""
+    from django.db import connection
+
+    _postgresql_only()
+    run = start_run("checkpoint_loop_test", thread_id="loop-pooled", input={"n": 4})
+    outcome = executor.execute_step(Step.objects.get(run=run).pk, worker, chain=True)
+    # Behind psycopg's back, as another server session would be.
+    connection.connection.pgconn.exec_(b"DEALLOCATE ALL")
+    try:
+        while outcome.continued is not None:
+            outcome = executor.continue_step(outcome.continued, worker)
+        # This session prepares nothing more.
+        assert _prepared_statements() == []
+    finally:
+        connection.close()
+    assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
+    steps = list(Step.objects.filter(run=run).values_list("status", "attempt"))
+    assert steps == [(StepStatus.SUCCEEDED, 1)] * 4
+    seqs = list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert Event.objects.filter(run=run, type="step.succeeded").count() == 4
+
+
+def test_psycopg_caches_the_parse_of_each_hot_path_statement():
+    from runs.engine.state import one_claim, one_statement
+
+    # psycopg re-parses the placeholders of a longer statement on every execution.
+    limit = 4096
+    assert len(one_claim._sql()) <= limit
+    for thread in (
+        one_statement._THREAD_READ,
+        one_statement._THREAD_LOCK,
+        one_statement._THREAD_ALLOCATE,
+    ):
+        assert len(one_statement._statement(thread)) <= limit
+
+
+def test_it_starts_a_message_queued_while_the_last_commit_waited_for_the_thread(
+    loop_workflow, worker
+):
+    """A message posted during the run's last commit: post_message holds the thread row
+    while it queues the message (the run still looked in progress), and the commit that
+    finishes the run waits for that row, so the run-finished hook sees the message and
+    starts its run at once (not a sweep later)."""
+    import threading
+
+    from django.db import connection, transaction
+
+    from runs.engine.data import inbox
+    from runs.models import Message
+
+    _postgresql_only()
+    run = start_run("checkpoint_loop_test", thread_id="race", input={"n": 1})
+    first = Step.objects.get(run=run)
+    queued, posted, failed = threading.Event(), [], []
+
+    def post_while_the_commit_waits() -> None:
+        try:
+            with transaction.atomic():
+                posted.append(inbox.post_message("race", "next, please", workflow="chat"))
+                queued.set()
+                waiting = 0
+                for _ in range(300):
+                    with connection.cursor() as cur:
+                        cur.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                            "'Lock' AND datname = current_database()"
+                        )
+                        waiting = cur.fetchone()[0]
+                    if waiting:
+                        break
+                    threading.Event().wait(0.05)
+                if not waiting:
+                    failed.append("the commit never waited for the thread row")
+        except Exception as exc:  # noqa: BLE001 - reported by the test below
+            failed.append(repr(exc))
+            queued.set()
+        finally:
+            connection.close()
+
+    poster = threading.Thread(target=post_while_the_commit_waits)
+    poster.start()
+    assert queued.wait(30)
+    outcome = executor.execute_step(first.pk, worker, chain=True)
+    poster.join(30)
+    assert not failed, failed
+    assert outcome.claimed and outcome.continued is None
+    assert posted[0].action == "queued"
+    assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
+    message = Message.objects.get(message_id=posted[0].message.message_id)
+    assert message.status == Message.Status.FINAL and message.seq is not None
+    started = Step.objects.filter(run_id=posted[0].run.pk).values_list("name", "status")
+    assert list(started) == [(registry.get("chat").first_step, StepStatus.PENDING)]

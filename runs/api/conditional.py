@@ -143,7 +143,8 @@ def conditional_action(
                     if refusal is None:
                         idempotency.release_action(record)
                     else:
-                        idempotency.finish_action(record, refusal.status, refusal.body())
+                        stored = idempotency.finish_action(record, refusal.status, refusal.body())
+                        refusal = _stored_refusal(refusal.status, stored, refusal.headers)
                 if refusal is None:
                     raise
                 raise refusal from None
@@ -201,16 +202,17 @@ def _replay(record, response: HttpResponse):
     if record.etag:
         response["ETag"] = record.etag
     if record.status_code >= 400:
-        body = record.response or {}
-        error = ApiError(
-            record.status_code,
-            body.get("code", "error"),
-            body.get("message", ""),
-            body.get("errors"),
-            headers={"Idempotent-Replayed": "true"},
-        )
-        raise error
+        raise _stored_refusal(record.status_code, record.response, {"Idempotent-Replayed": "true"})
     return Status(record.status_code, record.response)
+
+
+def _stored_refusal(status: int, body: dict | None, headers: dict[str, str]) -> ApiError:
+    """The refusal whose stored body is ``body``: the first request and its replays
+    answer from the same stored value."""
+    body = body or {}
+    return ApiError(
+        status, body.get("code", "error"), body.get("message", ""), body.get("errors"), headers
+    )
 
 
 def _current_etag(run_id) -> str:

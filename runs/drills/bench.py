@@ -141,6 +141,11 @@ def engine_figures(rows: list[tuple], counts: list[dict], **about) -> dict:
         }
         if counts
         else None,
+        "cpu_ms_per_step": (
+            round(1000 * total_of("cpu_s_working") / executed, 3)
+            if counts and all("cpu_s_working" in c for c in counts)
+            else None
+        ),
         "probed_workers": len(counts),
         "peak_worker_rss_mb": (
             round(max(c["max_rss_kb"] for c in counts) / 1024, 1) if counts else None
@@ -148,7 +153,8 @@ def engine_figures(rows: list[tuple], counts: list[dict], **about) -> dict:
         "notes": "latency = step row created (dispatched by the predecessor's commit) to its "
         "commit, steps 2..N of each run; first steps wait in the up-front backlog "
         "(first_step_latency_ms). DB counts include each worker's start-up recovery, "
-        "registration, sweeps and liveness checks.",
+        "registration, sweeps and liveness checks. cpu_ms_per_step: the workers' CPU (user + "
+        "system) from each one's first step to its exit, divided by the steps.",
     }
 
 
@@ -667,6 +673,7 @@ def _engine_rows(label: str, e: dict) -> list[tuple]:
             "per step: DB round trips / statements / transactions",
             f"{db.get('round_trips')} / {db.get('statements')} / {db.get('transactions')}",
         ),
+        ("", "worker CPU ms per step", e.get("cpu_ms_per_step")),
         ("", "peak worker RSS MB", e["peak_worker_rss_mb"]),
     ]
 

@@ -3,13 +3,17 @@
 ``python -m runs.drills.probe OUT.json worker --mode rq`` runs ``manage.py worker ...``
 and, when the process exits (SIGTERM makes the worker finish its step and return),
 writes ``{"statements", "transactions", "explicit_commits", "autocommit_statements",
-"round_trips", "steps", "max_rss_kb"}`` to OUT.json. Counted, not estimated:
+"round_trips", "steps", "max_rss_kb", "cpu_s", "cpu_s_working"}`` to OUT.json. Counted,
+not estimated:
 
 - every SQL statement sent through Django's cursors (all threads);
 - transactions = explicit commits (``atomic`` blocks) + statements run in autocommit
   mode (each its own transaction);
 - round trips = statements + 2 per explicit transaction (psycopg sends BEGIN and COMMIT
-  as their own round trips).
+  as their own round trips);
+- CPU seconds (user + system) of the whole process (``cpu_s``) and from the start of
+  its first step chain to its exit (``cpu_s_working``: without Django's start-up and
+  the worker's registration and recovery).
 """
 
 import atexit
@@ -21,6 +25,13 @@ import threading
 
 COUNTS = {"statements": 0, "explicit_commits": 0, "autocommit_statements": 0}
 _lock = threading.Lock()
+#: Process CPU seconds when the first step chain began (``None`` before).
+_cpu_at_first_chain: list[float] = []
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _install() -> None:
@@ -48,18 +59,32 @@ def _install() -> None:
 
     BaseDatabaseWrapper.commit = commit
 
+    from runs.engine.execution import executor
+
+    original_chain = executor.run_chain
+
+    def run_chain(*args, **kwargs):
+        if not _cpu_at_first_chain:
+            _cpu_at_first_chain.append(_cpu_s())
+        return original_chain(*args, **kwargs)
+
+    executor.run_chain = run_chain
+
 
 def report() -> dict:
     """The counts so far, with derived totals, steps executed and peak RSS (KiB)."""
     from runs.engine.execution import identity
 
     current = identity._current
+    cpu = _cpu_s()
     return {
         **COUNTS,
         "transactions": COUNTS["explicit_commits"] + COUNTS["autocommit_statements"],
         "round_trips": COUNTS["statements"] + 2 * COUNTS["explicit_commits"],
         "steps": current.executed if current else 0,
         "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "cpu_s": round(cpu, 3),
+        "cpu_s_working": round(cpu - _cpu_at_first_chain[0], 3) if _cpu_at_first_chain else 0.0,
     }
 
 

@@ -231,7 +231,21 @@ def promote_next(thread_pk: int, *, actor: str = "inbox") -> Run | None:
         return _promote(thread, message, actor)
 
 
-def _on_run_finished(run_id, thread_id: int, status: str) -> None:
+def has_queued(thread_pk: int) -> bool:
+    """Whether the thread has a QUEUED message (one read through the thread's seq
+    index: a queued message has no seq yet)."""
+    return Message.objects.filter(
+        thread_id=thread_pk, seq__isnull=True, status=Message.Status.QUEUED
+    ).exists()
+
+
+def _on_run_finished(run_id, thread_id: int, status: str, thread_locked: bool) -> None:
+    # Most threads have nothing queued. When the finishing commit held the thread row,
+    # a message queued concurrently is already visible here, so one unlocked read decides;
+    # otherwise it may still be committing, and only promote_next's thread lock waits
+    # for it.
+    if thread_locked and not has_queued(thread_id):
+        return
     promote_next(thread_id, actor="inbox")
 
 

@@ -46,9 +46,12 @@ from runs.states import (
     step_can,
 )
 
-#: ``fn(run_id, thread_id, status)`` called after the commit of each transaction that
-#: moved a run to a terminal state (the thread's queued message starts its run).
-RUN_FINISHED_HOOKS: list[Callable[[Any, int, str], None]] = []
+#: ``fn(run_id, thread_id, status, thread_locked)`` called after the commit of each
+#: transaction that moved a run to a terminal state (the thread's queued message starts
+#: its run). ``thread_locked``: that transaction also held the thread row (share lock)
+#: when it finished the run, so a message queued on the thread meanwhile (under the
+#: thread row lock) is committed and visible to the hook's first read.
+RUN_FINISHED_HOOKS: list[Callable[[Any, int, str, bool], None]] = []
 
 #: ``fn(tx)`` called right after ``run_transaction`` locked the run row, before the
 #: caller's block runs; raising rolls the transaction back (client preconditions).
@@ -191,7 +194,7 @@ class RunTx:
         if target in RUN_TERMINAL:
             for hook in RUN_FINISHED_HOOKS:
                 transaction.on_commit(
-                    partial(hook, self.run.pk, self.run.thread_id, target), robust=True
+                    partial(hook, self.run.pk, self.run.thread_id, target, False), robust=True
                 )
         self.event(
             f"run.{target.lower()}",

@@ -25,6 +25,7 @@ from typing import Any
 from django.db import connection
 
 from runs.checkpoint_data import DELTA, apply
+from runs.engine.state import prepared
 from runs.models import Run, Step
 from runs.payload_field import resolve
 from runs.states import RUN_EXECUTABLE, RunStatus, StepStatus
@@ -56,16 +57,17 @@ def available() -> bool:
 
 @cache
 def _sql() -> str:
-    run_cols = ", ".join(f"runs_run.{f.column}" for f in Run._meta.concrete_fields)
-    step_cols = ", ".join(f"runs_step.{f.column}" for f in Step._meta.concrete_fields)
-    ru_cols = ", ".join(f"ru.{f.column}" for f in Run._meta.concrete_fields)
-    s_cols = ", ".join(f"s.{f.column}" for f in Step._meta.concrete_fields)
-    return f"""
+    # Whitespace collapsed: psycopg caches its parse of a statement only up to 4096
+    # characters (``tests/test_hot_path.py`` keeps it so); ``*`` keeps it short.
+    return " ".join(_SQL.split())
+
+
+_SQL = """
 WITH RECURSIVE st AS (
     SELECT id, run_id, name, generation, status, owner,
-        (status = %(pending)s AND not_before <= STATEMENT_TIMESTAMP())
-        OR (status = %(running)s AND lease_until < STATEMENT_TIMESTAMP()) AS due
-    FROM runs_step WHERE id = %(step)s
+        (status = %(pending)s::text AND not_before <= STATEMENT_TIMESTAMP())
+        OR (status = %(running)s::text AND lease_until < STATEMENT_TIMESTAMP()) AS due
+    FROM runs_step WHERE id = %(step)s::bigint
 ),
 seen AS (
     SELECT runs_run.status, runs_run.generation, runs_run.event_seq
@@ -75,52 +77,53 @@ r AS (
     SELECT runs_run.id, runs_run.status, runs_run.event_seq, runs_run.generation
     FROM runs_run
     WHERE runs_run.id = (SELECT run_id FROM st)
-        AND runs_run.status = ANY(%(executable)s)
+        AND runs_run.status = ANY(%(executable)s::text[])
         AND runs_run.generation = (SELECT generation FROM st)
-        AND runs_run.workflow || '@' || runs_run.workflow_version::text = ANY(%(known)s)
+        AND runs_run.workflow || '@' || runs_run.workflow_version::text = ANY(%(known)s::text[])
         AND (runs_run.faults ->> 'crash_before') IS DISTINCT FROM (SELECT name FROM st)
         AND runs_run.event_seq = (SELECT event_seq FROM seen)
     FOR UPDATE
 ),
 s AS (
-    UPDATE runs_step SET status = %(running)s, attempt = runs_step.attempt + 1,
-        owner = %(worker)s,
-        lease_until = STATEMENT_TIMESTAMP() + make_interval(secs => %(lease)s),
+    UPDATE runs_step SET status = %(running)s::text, attempt = runs_step.attempt + 1,
+        owner = %(worker)s::text,
+        lease_until = STATEMENT_TIMESTAMP() + make_interval(secs => %(lease)s::float8),
         heartbeat_at = STATEMENT_TIMESTAMP(),
         started_at = COALESCE(runs_step.started_at, STATEMENT_TIMESTAMP()),
         finished_at = NULL
-    WHERE runs_step.id = %(step)s AND EXISTS (SELECT 1 FROM r)
-        AND ((runs_step.status = %(pending)s AND runs_step.not_before <= STATEMENT_TIMESTAMP())
-            OR (runs_step.status = %(running)s
+    WHERE runs_step.id = %(step)s::bigint AND EXISTS (SELECT 1 FROM r)
+        AND ((runs_step.status = %(pending)s::text
+                AND runs_step.not_before <= STATEMENT_TIMESTAMP())
+            OR (runs_step.status = %(running)s::text
                 AND runs_step.lease_until < STATEMENT_TIMESTAMP()))
-    RETURNING {step_cols}
+    RETURNING runs_step.*
 ),
 ru AS (
-    UPDATE runs_run SET status = %(run_running)s,
-        version = runs_run.version + CASE WHEN r.status = %(run_pending)s THEN 1 ELSE 0 END,
-        started_at = CASE WHEN r.status = %(run_pending)s THEN STATEMENT_TIMESTAMP()
+    UPDATE runs_run SET status = %(run_running)s::text,
+        version = runs_run.version + CASE WHEN r.status = %(run_pending)s::text THEN 1 ELSE 0 END,
+        started_at = CASE WHEN r.status = %(run_pending)s::text THEN STATEMENT_TIMESTAMP()
             ELSE runs_run.started_at END,
         current_step_id = s.id,
-        event_seq = r.event_seq + CASE WHEN r.status = %(run_pending)s THEN 2 ELSE 1 END,
+        event_seq = r.event_seq + CASE WHEN r.status = %(run_pending)s::text THEN 2 ELSE 1 END,
         last_event_at = STATEMENT_TIMESTAMP(), updated_at = STATEMENT_TIMESTAMP(),
         stuck_since = NULL
     FROM r, s
     WHERE runs_run.id = r.id
-    RETURNING {run_cols}
+    RETURNING runs_run.*
 ),
 ev AS (
     INSERT INTO runs_event (run_id, step_id, seq, type, payload, actor, created_at)
-    SELECT r.id, e.step_id, r.event_seq + e.k, e.type, e.payload, %(worker)s,
+    SELECT r.id, e.step_id, r.event_seq + e.k, e.type, e.payload, %(worker)s::text,
         STATEMENT_TIMESTAMP()
     FROM r, s, st, LATERAL (
         SELECT 1 AS k, NULL::bigint AS step_id, 'run.running' AS type,
             jsonb_build_object('from', r.status, 'reason', '') AS payload
-        WHERE r.status = %(run_pending)s
+        WHERE r.status = %(run_pending)s::text
         UNION ALL
-        SELECT CASE WHEN r.status = %(run_pending)s THEN 2 ELSE 1 END, s.id, 'step.started',
+        SELECT CASE WHEN r.status = %(run_pending)s::text THEN 2 ELSE 1 END, s.id, 'step.started',
             jsonb_build_object('attempt', s.attempt, 'worker', %(worker)s::text)
-            || CASE WHEN st.status = %(running)s
-                THEN jsonb_build_object('reclaimed_from', st.owner) ELSE '{{}}'::jsonb END
+            || CASE WHEN st.status = %(running)s::text
+                THEN jsonb_build_object('reclaimed_from', st.owner) ELSE '{}'::jsonb END
     ) e
 ),
 cp AS (
@@ -135,24 +138,32 @@ chain(id, base_id, version, state, depth) AS (
     SELECT c.id, c.base_id, c.version, c.state, chain.depth + 1
     FROM runs_checkpoint c JOIN chain ON c.id = chain.base_id
 )
-SELECT st.due AND seen.status = ANY(%(executable)s) AND seen.generation = st.generation,
+SELECT st.due AND seen.status = ANY(%(executable)s::text[]) AND seen.generation = st.generation,
     s.id IS NOT NULL, (SELECT id FROM cp),
     (SELECT jsonb_agg(jsonb_build_array(version, state) ORDER BY depth DESC) FROM chain)::text,
-    {ru_cols}, {s_cols}
+    ru.*, s.*
 FROM st LEFT JOIN seen ON TRUE LEFT JOIN s ON TRUE LEFT JOIN ru ON TRUE
 """
 
 
-def _instance(model, values: list[Any]):
-    """A model instance from raw column values, through each field's converters (as
-    the ORM reads a row)."""
-    fields = model._meta.concrete_fields
+#: Columns before the run's in the statement's result.
+_LEADING = 4
+
+
+def _instance(model, columns: list[str], values: tuple):
+    """A model instance from raw column values (``columns``: their names, every concrete
+    field's column once, in any order), through each field's converters, as the ORM
+    reads a row."""
+    by_column = dict(zip(columns, values, strict=True))
     converted = []
-    for f, value in zip(fields, values, strict=True):
+    for f in model._meta.concrete_fields:
+        value = by_column[f.column]
         for converter in f.get_db_converters(connection):
             value = converter(value, f, connection)
         converted.append(value)
-    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+    return model.from_db(
+        connection.alias, [f.attname for f in model._meta.concrete_fields], converted
+    )
 
 
 def _whole_state(chain_json: str | None) -> dict[str, Any]:
@@ -180,16 +191,14 @@ def claim_step(step_id: int, worker_id: str, ttl: float, *, known: list[str]) ->
         "run_pending": RunStatus.PENDING.value,
         "run_running": RunStatus.RUNNING.value,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(_sql(), params)
-        row = cursor.fetchone()
+    row, columns = prepared.fetchone(_sql(), params)
     if row is None:
         return Claim(NOT_CLAIMABLE)
-    claimable, claimed, checkpoint_id, chain = row[:4]
+    claimable, claimed, checkpoint_id, chain = row[:_LEADING]
     if not claimed:
         return Claim(GENERAL if claimable else NOT_CLAIMABLE)
-    n_run = len(Run._meta.concrete_fields)
-    run = _instance(Run, list(row[4 : 4 + n_run]))
-    step = _instance(Step, list(row[4 + n_run :]))
+    step_at = _LEADING + len(Run._meta.concrete_fields)
+    run = _instance(Run, columns[_LEADING:step_at], row[_LEADING:step_at])
+    step = _instance(Step, columns[step_at:], row[step_at:])
     step.run = run
     return Claim(CLAIMED, run, step, checkpoint_id, _whole_state(chain))

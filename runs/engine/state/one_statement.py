@@ -20,10 +20,12 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cache
 from typing import Any
 
 from django.db import connection
 
+from runs.engine.state import prepared
 from runs.engine.state.gateway import RUN_FINISHED_HOOKS
 from runs.models import Message
 from runs.payload_field import INLINE_LIMIT, LITERAL_KEY, REF_KEY
@@ -36,14 +38,14 @@ WITH r AS (
     SELECT id, event_seq, version, thread_id, model_calls, tool_calls, tokens, cost_usd,
         unpriced_model_calls
     FROM runs_run
-    WHERE id = %(run)s AND status = %(running)s AND generation = %(generation)s
+    WHERE id = %(run)s::uuid AND status = %(running)s::text AND generation = %(generation)s::integer
     FOR UPDATE
 ),
 s AS (
-    UPDATE runs_step SET status = %(succeeded)s, output = %(output)s::jsonb,
-        finished_at = STATEMENT_TIMESTAMP(), lease_until = NULL, owner = %(worker)s,
+    UPDATE runs_step SET status = %(succeeded)s::text, output = %(output)s::jsonb,
+        finished_at = STATEMENT_TIMESTAMP(), lease_until = NULL, owner = %(worker)s::text,
         error_code = '', error_detail = ''
-    WHERE id = %(step)s AND attempt = %(attempt)s AND status = %(running)s
+    WHERE id = %(step)s::bigint AND attempt = %(attempt)s::integer AND status = %(running)s::text
         AND lease_until > STATEMENT_TIMESTAMP() AND EXISTS (SELECT 1 FROM r)
     RETURNING id
 ),
@@ -53,8 +55,9 @@ t AS (
 msg AS (
     INSERT INTO runs_message (thread_id, run_id, step_id, seq, message_id, role, content,
         tool_calls, tool_call_id, status, request_id, created_at)
-    SELECT r.thread_id, %(run)s, %(step)s, t.message_seq - %(messages_count)s + m.k,
-        m.message_id, m.role, m.content, m.tool_calls, m.tool_call_id, %(final)s, '',
+    SELECT r.thread_id, %(run)s::uuid, %(step)s::bigint,
+        t.message_seq - %(messages_count)s::integer + m.k,
+        m.message_id, m.role, m.content, m.tool_calls, m.tool_call_id, %(final)s::text, '',
         STATEMENT_TIMESTAMP()
     FROM r, s, t, jsonb_to_recordset(%(messages)s::jsonb) AS m(k integer, message_id text,
         role text, content text, tool_calls jsonb, tool_call_id text)
@@ -64,8 +67,9 @@ nx AS (
         owner, lease_until, heartbeat_at, not_before, notified_at, input, output,
         error_code, error_detail, created_at, started_at, finished_at,
         input_artifact_id, output_artifact_id)
-    SELECT %(run)s, %(next_name)s, %(next_seq)s, %(generation)s, %(running)s, 1, 0,
-        %(claimed_by)s, STATEMENT_TIMESTAMP() + make_interval(secs => %(lease)s),
+    SELECT %(run)s::uuid, %(next_name)s::text, %(next_seq)s::integer,
+        %(generation)s::integer, %(running)s::text, 1, 0,
+        %(claimed_by)s::text, STATEMENT_TIMESTAMP() + make_interval(secs => %(lease)s::float8),
         STATEMENT_TIMESTAMP(), STATEMENT_TIMESTAMP(), NULL, '{}'::jsonb, NULL, '', '',
         STATEMENT_TIMESTAMP(), STATEMENT_TIMESTAMP(), NULL, NULL, NULL
     FROM s WHERE %(next_name)s::text IS NOT NULL
@@ -74,7 +78,8 @@ nx AS (
 cp AS (
     INSERT INTO runs_checkpoint (run_id, step_id, name, generation, version, base_id,
         state, created_at)
-    SELECT %(run)s, %(step)s, %(checkpoint)s, %(generation)s, 2, %(base)s,
+    SELECT %(run)s::uuid, %(step)s::bigint, %(checkpoint)s::text, %(generation)s::integer, 2,
+        %(base)s::bigint,
         jsonb_set(
             jsonb_set(%(delta)s::jsonb, '{set,message_seq}', to_jsonb(t.message_seq)),
             '{set,budget_used}',
@@ -87,13 +92,13 @@ cp AS (
     RETURNING id
 ),
 ru AS (
-    UPDATE runs_run SET event_seq = r.event_seq + %(events_count)s,
+    UPDATE runs_run SET event_seq = r.event_seq + %(events_count)s::integer,
         last_event_at = STATEMENT_TIMESTAMP(), updated_at = STATEMENT_TIMESTAMP(),
         stuck_since = NULL,
-        current_step_id = CASE WHEN %(finish)s THEN NULL ELSE (SELECT id FROM nx) END,
-        status = CASE WHEN %(finish)s THEN %(succeeded)s ELSE runs_run.status END,
-        version = runs_run.version + CASE WHEN %(finish)s THEN 1 ELSE 0 END,
-        finished_at = CASE WHEN %(finish)s THEN STATEMENT_TIMESTAMP()
+        current_step_id = CASE WHEN %(finish)s::boolean THEN NULL ELSE (SELECT id FROM nx) END,
+        status = CASE WHEN %(finish)s::boolean THEN %(succeeded)s::text ELSE runs_run.status END,
+        version = runs_run.version + CASE WHEN %(finish)s::boolean THEN 1 ELSE 0 END,
+        finished_at = CASE WHEN %(finish)s::boolean THEN STATEMENT_TIMESTAMP()
             ELSE runs_run.finished_at END
     FROM r, s
     WHERE runs_run.id = r.id
@@ -101,11 +106,12 @@ ru AS (
 ),
 ev AS (
     INSERT INTO runs_event (run_id, step_id, seq, type, payload, actor, created_at)
-    SELECT %(run)s,
-        CASE e.ref WHEN 'next' THEN (SELECT id FROM nx) WHEN 'step' THEN %(step)s END,
+    SELECT %(run)s::uuid,
+        CASE e.ref WHEN 'next' THEN (SELECT id FROM nx) WHEN 'step' THEN %(step)s::bigint END,
         r.event_seq + e.k, e.type,
         CASE WHEN e.msg IS NULL THEN e.payload
-            ELSE e.payload || jsonb_build_object('seq', t.message_seq - %(messages_count)s + e.msg)
+            ELSE e.payload || jsonb_build_object('seq',
+                t.message_seq - %(messages_count)s::integer + e.msg)
         END,
         e.actor, STATEMENT_TIMESTAMP()
     FROM r, s, t, jsonb_to_recordset(%(events)s::jsonb)
@@ -119,12 +125,24 @@ FROM r, s, t
 
 #: The thread's message seq for the checkpoint: read as it is, or, when the step wrote
 #: messages, advanced past them (the row stays locked until the statement commits;
-#: taken after the run and step rows, the general path's lock order).
+#: taken after the run and step rows, the general path's lock order). A commit that
+#: finishes the run share-locks the row: a message being queued on the thread (under
+#: the thread row lock) is then committed before this commit is, so the run-finished
+#: hooks see it (``thread_locked``).
 _THREAD_READ = "SELECT message_seq FROM runs_thread WHERE id = (SELECT thread_id FROM r)"
+_THREAD_LOCK = _THREAD_READ + " FOR SHARE"
 _THREAD_ALLOCATE = (
-    "UPDATE runs_thread SET message_seq = message_seq + %(messages_count)s "
+    "UPDATE runs_thread SET message_seq = message_seq + %(messages_count)s::integer "
     "WHERE id = (SELECT thread_id FROM r) AND EXISTS (SELECT 1 FROM s) RETURNING message_seq"
 )
+
+
+@cache
+def _statement(thread: str) -> str:
+    """The statement with ``thread`` as its ``t`` part, whitespace collapsed: psycopg
+    caches its parse of a statement only up to 4096 characters (``tests/test_hot_path.py``
+    keeps it so)."""
+    return " ".join(_SQL.replace("{thread}", thread).split())
 
 
 @dataclass
@@ -295,16 +313,14 @@ def commit_step(
             ]
         ),
     }
-    sql = _SQL.replace("{thread}", _THREAD_ALLOCATE if messages else _THREAD_READ)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    thread = _THREAD_ALLOCATE if messages else _THREAD_LOCK if finish else _THREAD_READ
+    row, _ = prepared.fetchone(_statement(thread), params)
     if row is None:
         return None
     if finish:
         for hook in RUN_FINISHED_HOOKS:
             try:
-                hook(run_id, thread_id, RunStatus.SUCCEEDED)
+                hook(run_id, thread_id, RunStatus.SUCCEEDED, True)
             except Exception:  # noqa: BLE001 - as transaction.on_commit(robust=True): logged, not raised
                 logger.exception("run-finished hook failed for run %s", run_id)
     return Committed(*row)
