@@ -314,6 +314,10 @@ class Sandbox:
             argv = [sys.executable, str(MANAGE_PY), "worker", "--mode", mode]
         return self.popen(argv, extra_env=extra_env, label="worker")
 
+    def start_sweeper(self):
+        """Start the standalone ``manage.py sweeper`` loop (its log: ``sweeper-N.log``)."""
+        return self.popen([sys.executable, str(MANAGE_PY), "sweeper"], label="sweeper")
+
     def live_workers(self) -> list[subprocess.Popen]:
         return [p for p in self.workers if p.poll() is None]
 
