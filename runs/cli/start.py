@@ -18,6 +18,7 @@ def add_arguments(parser):
     parser.add_argument(
         "--thread",
         required=True,
+        type=arguments.thread_id,
         help="thread id: the conversation this run belongs to (created on first use)",
     )
     parser.add_argument("--input", default="{}", help="run input as a JSON object")
