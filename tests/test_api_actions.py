@@ -161,6 +161,8 @@ def test_it_documents_the_etag_header_everywhere_it_is_sent():
     for path, method, status in sent:
         response = schema["paths"][path][method]["responses"][status]
         assert response["headers"]["ETag"]["schema"] == {"type": "string"}, (path, status)
+        # Merged into the response ninja documents, not a second entry under that code.
+        assert response["description"] and response["content"], (path, status)
 
 
 def test_it_answers_a_new_run_with_its_etag_header(api):

@@ -19,7 +19,8 @@ def etag_header(*statuses: int) -> dict[str, Any]:
         "as If-Match with the next action on the run",
         "schema": {"type": "string"},
     }
-    return {"responses": {str(s): {"headers": {"ETag": header}} for s in statuses}}
+    # Integer keys, as ninja keys its responses: a string "200" would be a second entry.
+    return {"responses": {s: {"headers": {"ETag": header}} for s in statuses}}
 
 
 def run_summary(run: Run) -> dict[str, Any]:
