@@ -20,8 +20,11 @@ def main() -> None:
         sys.stderr.write(f"configuration error: {exc}\n")
         sys.exit(2)
     from django.core.management.base import CommandError
+    from django.db import OperationalError
 
     from runs.cli import arguments, startup
+
+    startup.one_line_usage_errors()
 
     problem = startup.database_problem()
     if problem:
@@ -37,6 +40,12 @@ def main() -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         startup.stdout_closed()
+    except OperationalError as exc:
+        line = startup.unreachable_database(exc)
+        if line is None:
+            raise
+        sys.stderr.write(line + "\n")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -22,11 +22,12 @@ def decision_terms(
     """
     evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
     if evidence.get("kind") != "tool_call":
-        if arguments is not None or message:
+        given = {"arguments": arguments is not None, "message": bool(message)}
+        if any(given.values()):
             raise ControlError(
                 "invalid_decision",
                 "only an agent's tool-call approval takes edited arguments or a message",
-                {"arguments": "not a tool-call approval"},
+                {field: "not a tool-call approval" for field, sent in given.items() if sent},
             )
         return {}, {}
     output: dict[str, Any] = {"tool_call_id": evidence.get("tool_call_id")}

@@ -9,6 +9,7 @@ from django.contrib.auth.models import Permission, User
 
 from approvals.models import Approval
 from approvals.services import decide
+from approvals.tool_calls import decision_terms
 from runs.console.access import form_version
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.execution.executor import execute_step
@@ -155,3 +156,32 @@ def test_an_agent_tools_declared_timeout_is_enforced(worker, slow_tool_agent):
     # A read: retried under the same key, its row left for the next attempt.
     (call,) = Operation.objects.filter(run=run, tool="slow_count")
     assert (call.status, step.status) == ("INTENT", "PENDING")
+
+
+@pytest.mark.parametrize(
+    ("extra", "fields"),
+    [
+        ({"message": "m"}, {"message"}),
+        ({"arguments": {"order_id": "A1001"}}, {"arguments"}),
+        ({"arguments": {}, "message": "m"}, {"arguments", "message"}),
+    ],
+)
+def test_it_names_the_field_a_plain_approval_does_not_take(extra, fields):
+    plain = Approval(evidence={"kind": "publish"})  # not an agent's tool call
+    with pytest.raises(ControlError) as refused:
+        decision_terms(plain, "approve", **extra)
+    assert refused.value.code == "invalid_decision"
+    assert set(refused.value.errors) == fields
+
+
+def test_it_names_the_field_that_goes_with_the_other_decision(worker, ann):
+    run = drain(start_run("support_agent", thread_id="t-fields", input=PROMPT), worker)
+    approval = Approval.objects.get(run=run)
+    with pytest.raises(ControlError) as refused:
+        decide(approval, decision="approve", user=ann, message="m")
+    assert (refused.value.code, set(refused.value.errors)) == ("invalid_decision", {"message"})
+    with pytest.raises(ControlError) as refused:
+        decide(approval, decision="reject", user=ann, arguments={"order_id": "A1001"})
+    assert (refused.value.code, set(refused.value.errors)) == ("invalid_decision", {"arguments"})
+    approval.refresh_from_db()
+    assert approval.status == "PENDING"

@@ -9,6 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from apitokens.services import create_token
+from runs.api.schemas import BudgetRaiseIn
 from runs.console.roles import setup_roles
 from runs.engine.control.preconditions import run_etag
 from runs.models import ActionRequest, Event, Run
@@ -149,6 +150,33 @@ def test_it_documents_if_match_and_idempotency_key_on_every_action():
         assert "409" in operation["responses"], path
 
 
+def test_it_documents_the_etag_header_everywhere_it_is_sent():
+    schema = Client().get("/api/v1/openapi.json").json()
+    sent = [(path, "post", "200") for path in ACTIONS]
+    sent += [
+        ("/api/v1/runs/{run_id}/replay", "post", "200"),
+        ("/api/v1/runs/{run_id}", "get", "200"),
+    ]
+    sent += [("/api/v1/runs", "post", "201"), ("/api/v1/runs", "post", "200")]
+    for path, method, status in sent:
+        response = schema["paths"][path][method]["responses"][status]
+        assert response["headers"]["ETag"]["schema"] == {"type": "string"}, (path, status)
+        # Merged into the response ninja documents, not a second entry under that code.
+        assert response["description"] and response["content"], (path, status)
+
+
+def test_it_answers_a_new_run_with_its_etag_header(api):
+    body = {"workflow": "room_temperature", "thread_id": "t-etag", "input": {"question": "?"}}
+    created = post(api, "/api/v1/runs", body)
+    assert created.status_code == 201, created.content
+    run = Run.objects.get(pk=created.json()["id"])
+    assert created.headers["ETag"] == created.json()["etag"] == run_etag(run)
+    first = post(api, "/api/v1/runs", {**body, "thread_id": "t-key"}, HTTP_IDEMPOTENCY_KEY="c1")
+    again = post(api, "/api/v1/runs", {**body, "thread_id": "t-key"}, HTTP_IDEMPOTENCY_KEY="c1")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.headers["ETag"] == first.headers["ETag"] == first.json()["etag"]
+
+
 def test_budget_amounts_have_the_engines_bounds_and_limits(api, demo):
     """The API takes what the engine takes (``MAX_AMOUNTS``), no more and no less, and
     refuses like the CLI and the console: an addition to a limit the run does not have
@@ -167,6 +195,11 @@ def test_budget_amounts_have_the_engines_bounds_and_limits(api, demo):
     assert list(unset.json()["errors"]) == ["add_tokens"]
     past_max = raise_by({"add_model_calls": 1_000_000})
     assert (past_max.status_code, past_max.json()["code"]) == (422, "invalid_budget")
+    nothing = raise_by({"add_model_calls": 0})
+    assert (nothing.status_code, nothing.json()["code"]) == (422, "invalid_budget")
+    # The errors name the body's own fields, not a "budget" it has not got.
+    fields = set(BudgetRaiseIn.model_fields) - {"reason"}
+    assert set(nothing.json()["errors"]) == fields
     run.refresh_from_db()
     assert run.budget == limits and budget_events(run) == 0
     created = post(

@@ -181,7 +181,12 @@ def test_it_documents_405_on_every_operation(client):
     assert operations and not missing
 
 
-BAD_SEQS = ["99999999999999999999999", "-7", "+7", "1.5", "x", "2147483648", "9" * 5000]
+# Signed, padded or zero-led values are refused by the header and the parameter alike
+# (" 3" is what ``?last_event_id=+3`` decodes to).
+BAD_SEQS = [
+    "99999999999999999999999", "-7", "+7", "+3", " 3", "3 ", "0003", "00", "1.5", "x",
+    "\u0663", "2147483648", "9" * 5000,
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("value", BAD_SEQS)
@@ -198,6 +203,13 @@ def test_it_refuses_a_bad_last_event_id_parameter(client, run, value):
     assert response.status_code == 422
     body = response.json()
     assert body["code"] == "invalid_last_event_id" and "last_event_id" in body["errors"]
+
+
+def test_it_refuses_a_plus_sign_left_unencoded_in_the_url(client, run):
+    # "+3" in a query string decodes to " 3": refused as the header "+3" is.
+    response = client.get(f"/api/v1/runs/{run.pk}/stream?last_event_id=+3")
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid_last_event_id"
 
 
 @pytest.mark.django_db(transaction=True)  # the stream reads the token on another thread

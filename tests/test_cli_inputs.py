@@ -130,6 +130,54 @@ REFUSED = [
       "--since", "9999-12-31T23:59:59-14:00"), 2, "argument --since: 9999-12-31T23:59:59-14:00"),
     (("runs", "budget", "00000000-0000-0000-0000-000000000000", "--add-tokens", HUGE), 2,
      "argument --add-tokens"),
+    (("backup", ""), 2, "manage.py backup: error: argument dest: the path must not be empty "
+     "(see manage.py backup --help)"),
+    (("backup", "/tmp"), 2, "argument dest: /tmp is a directory; name a file in it"),
+    (("backup", "/nonexistent/dir/x.tar"), 2, "directory /nonexistent/dir does not exist"),
+    (("restore", ""), 2, "argument src: the path must not be empty"),
+    (("restore", "/tmp"), 2, "argument src: /tmp is a directory, not a file"),
+    (("restore", "/nonexistent/x.tar"), 2, "argument src: /nonexistent/x.tar does not exist"),
+    (("bench", "--json", "/tmp"), 2, "argument --json: /tmp is a directory"),
+    (("soak", "--json", ""), 2, "argument --json: the path must not be empty"),
+    (("runs", "message", "--thread", "", "hi"), 2,
+     "argument --thread: thread id must be non-empty text (1..200 characters) [invalid_thread]"),
+    (("runs", "message", "--thread", "x" * 201, "hi"), 2,
+     "thread id must be at most 200 characters (1..200 characters) [invalid_thread]"),
+    (("runs", "start", "room_temperature", "--thread", " ", "--input", "{}"), 2,
+     "[invalid_thread]"),
+    (("runs", "policy", "--thread", "x" * 201, "interrupt"), 2, "[invalid_thread]"),
+    (("runs", "policy", "--thread", ""), 2, "[invalid_thread]"),
+    (("runs", "status", "--thread", ""), 2, "[invalid_thread]"),
+    (("runs", "resume", "--thread", "x" * 201), 2, "[invalid_thread]"),
+    (("runs", "context", "--thread", ""), 2, "[invalid_thread]"),
+    (("runs", "list", "--thread", ""), 2, "[invalid_thread]"),
+    (("demo", "--thread", ""), 2, "[invalid_thread]"),
+    (("setup_roles", "--user", "x" * 151, "--role", "viewer"), 2,
+     "argument --user: Ensure this value has at most 150 characters (it has 151)."),
+    (("setup_roles", "--user", "bad user!", "--role", "viewer"), 2,
+     "argument --user: Enter a valid username."),
+    (("setup_roles", "--user", "", "--role", "viewer"), 2,
+     "argument --user: This field cannot be blank."),
+    (("setup_roles", "--role", "viewer"), 1, "--user and --role go together"),
+    (("runs", "start", "dim_lights", "--thread", "T", "--crash-after-tool", "nosuch"), 1,
+     "--crash-after-tool: dim_lights calls no tool 'nosuch'; tools: get_brightness, "
+     "lamp.get_brightness, lamp.set_brightness, set_brightness [unknown_tool]"),
+    (("runs", "start", "support_agent", "--thread", "T", "--hang-after-tool", "nosuch"), 1,
+     "--hang-after-tool: support_agent calls no tool 'nosuch'; tools: issue_refund, "
+     "lookup_order [unknown_tool]"),
+    (("runs", "start", "room_temperature", "--thread", "T", "--lamp-unreadable"), 1,
+     "--lamp-unreadable: room_temperature does not call the simulated lamp [no_lamp]"),
+    (("runs", "start", "room_temperature", "--thread", "T", "--crash-before", "nosuch"), 1,
+     "room_temperature has no step 'nosuch'"),
+    (("api_token", "list", "nosuch"), 1, "no user 'nosuch' [unknown_user]; users: none"),
+    (("approvals", "list", "--run", ""), 2, "argument --run: must not be empty"),
+    (("worker", "--queue", " "), 2, "argument --queue: must not be empty"),
+    (("serve", "--host", ""), 2, "argument --host: must not be empty"),
+    (("runs", "status"), 2, "name a run: RUN_ID or --thread THREAD"),
+    (("runs", "resume"), 2, "name a run: RUN_ID or --thread THREAD"),
+    (("runs", "start", "room_temperature", "--thread", "T", "--input", "{}"), 1,
+     "CommandError: input is not valid for room_temperature [invalid_input]; input.question: "
+     "is required"),
 ]  # fmt: skip
 
 
@@ -138,11 +186,100 @@ def test_bad_arguments_end_in_one_line_and_write_nothing(deployment_factory):
     for argv, status, line in REFUSED:
         proc = d.manage(*argv)
         assert proc.returncode == status, (argv, proc.stderr)
-        assert "Traceback" not in proc.stderr, (argv, proc.stderr)
-        assert line in proc.stderr.strip().splitlines()[-1], (argv, proc.stderr)
+        assert len(proc.stderr.splitlines()) == 1, (argv, proc.stderr)
+        assert line in proc.stderr, (argv, proc.stderr)
         assert proc.stdout == "", argv
     assert db_rows(d, "SELECT count(*) FROM runs_run") == [(0,)]
     assert db_rows(d, "SELECT count(*) FROM runs_thread") == [(0,)]
+    assert not list(d.root.glob("**/*.partial"))
+
+
+def test_a_usage_error_is_one_line_with_a_hint_not_the_usage_block(deployment_factory):
+    d = deployment_factory("sqlite")
+    proc = d.manage("runs", "list", "--limit", "0")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "manage.py runs list: error: argument --limit: 0 is not between 1 and 500 "
+        "(see manage.py runs list --help)"
+    ]
+
+
+def test_an_unreachable_database_server_is_one_line_for_every_command(deployment_factory):
+    d = deployment_factory("sqlite")
+    d.env["DATABASE_URL"] = "postgres://u:p@127.0.0.1:1/x"
+    for argv in (("runs", "list"), ("workers",), ("approvals", "list")):
+        proc = d.manage(*argv)
+        assert proc.returncode == 1, (argv, proc.stderr)
+        [line] = proc.stderr.splitlines()
+        assert line.startswith(
+            "database error: DATABASE_URL: cannot connect to the PostgreSQL server at 127.0.0.1:1: "
+        ), line
+
+
+def test_a_file_argument_is_checked_before_any_work(tmp_path):
+    target = tmp_path / "a.tar"
+    assert arguments.output_file(str(target)) == str(target)
+    for bad, why in (("", "must not be empty"), (str(tmp_path), "is a directory"),
+                     (str(tmp_path / "no" / "a.tar"), "does not exist")):  # fmt: skip
+        with pytest.raises(argparse.ArgumentTypeError, match=why):
+            arguments.output_file(bad)
+    for bad, why in (("", "must not be empty"), (str(tmp_path), "is a directory"),
+                     (str(target), "does not exist")):  # fmt: skip
+        with pytest.raises(argparse.ArgumentTypeError, match=why):
+            arguments.input_file(bad)
+
+
+@pytest.mark.django_db
+def test_a_backup_that_cannot_be_written_leaves_no_partial_file(tmp_path, monkeypatch):
+    import errno
+
+    from runs.engine.data import backup
+
+    for bad, why in (("", "must not be empty"), (tmp_path, "is a directory")):
+        with pytest.raises(backup.BackupError, match=why):
+            backup.create_backup(bad)
+
+    def disk_full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(backup.os, "replace", disk_full)
+    with pytest.raises(backup.BackupError, match="cannot write .*a.tar: No space left on device"):
+        backup.create_backup(tmp_path / "a.tar")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.django_db
+def test_setup_roles_creates_a_user_django_would_accept():
+    from django.contrib.auth import get_user_model
+
+    call_command("setup_roles", "--user", "ops.lead@example", "--role", "viewer")
+    user = get_user_model().objects.get()
+    assert (user.username, list(user.groups.values_list("name", flat=True))) == (
+        "ops.lead@example",
+        ["viewer"],
+    )
+
+
+def test_a_tool_fault_can_name_a_tool_by_its_full_or_short_name():
+    from runs.cli.start import tool_names
+    from runs.workflows import registry
+
+    assert "set_brightness" in tool_names(registry.get("dim_lights"))
+    assert "lamp.set_brightness" in tool_names(registry.get("dim_lights"))
+    assert tool_names(registry.get("support_agent")) == ["issue_refund", "lookup_order"]
+
+
+@pytest.mark.django_db
+def test_a_thread_policy_refuses_a_thread_id_no_run_could_use():
+    from runs.engine.control.lifecycle import ControlError
+    from runs.engine.data.inbox import set_policy
+    from runs.models import Thread
+
+    for bad in ("", "x" * 201):
+        with pytest.raises(ControlError) as caught:
+            set_policy(bad, "interrupt")
+        assert caught.value.code == "invalid_thread"
+    assert Thread.objects.count() == 0
 
 
 def test_a_sqlite_path_that_cannot_be_opened_is_one_line_at_start_up(deployment_factory):

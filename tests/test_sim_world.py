@@ -1,14 +1,21 @@
 """The simulated outside world: fault flags belong to the run that asked for them,
 call logs stay bounded, and ``sim status`` / ``sim reset`` show and restore it."""
 
+import importlib
 import json
+import os
+import pkgutil
+import subprocess
+import sys
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 
+import runs.sim
 from runs.engine.errors import StepError
 from runs.sim import devices, faults
+from runs.sim.shop import issue_refund, lookup_order, refunds_for
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +49,7 @@ def test_sim_reset_restores_every_device_and_disarms_faults():
     faults.arm("thermostat.read", "fail", shots=-1)
     out = StringIO()
     call_command("sim", "reset", stdout=out)
-    assert "reset 9 simulated devices" in out.getvalue()
+    assert f"reset {len(devices.registered_devices())} simulated devices" in out.getvalue()
     assert devices.get_lamp_brightness(run_id="run-a") == {"brightness": 80}
     assert devices.read_thermostat("kitchen", run_id="run-b")["celsius"] == 23.5
 
@@ -63,3 +70,46 @@ def test_sim_status_names_armed_faults_and_call_counts():
     text = out.getvalue()
     assert 'lamp            1 calls  state {"brightness": 70}' in text
     assert "armed faults: payments.charge x1" in text
+
+
+def _device_stores_defined_in_the_simulator() -> dict[str, devices.DeviceStore]:
+    """Every ``DeviceStore`` a module of ``runs.sim`` defines, found by looking, not listed."""
+    found = {}
+    for info in pkgutil.iter_modules(runs.sim.__path__):
+        module = importlib.import_module(f"runs.sim.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, devices.DeviceStore):
+                found[value.name] = value
+    return found
+
+
+def test_sim_reset_and_status_cover_every_device_the_simulator_defines(settings):
+    defined = _device_stores_defined_in_the_simulator()
+    assert "shop" in defined
+    assert {d.name for d in devices.registered_devices()} == set(defined)
+    issue_refund("A1001", "42.00", run_id="run-a")
+    assert lookup_order("A1001")["refunded"] == "42.00"
+
+    # A fresh process, as a reader runs it: nothing has imported the shop there.
+    done = subprocess.run(
+        [sys.executable, "manage.py", "sim", "reset"],
+        cwd=settings.BASE_DIR,
+        env={**os.environ, "AGENTOPS_DEVICE_DIR": str(settings.AGENTOPS_DEVICE_DIR)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert f"reset {len(defined)} simulated devices" in done.stdout
+    assert set(done.stdout.rsplit(": ", 1)[1].strip().split(", ")) == set(defined)
+    assert refunds_for("A1001") == []
+    assert lookup_order("A1001", run_id="run-b")["refunded"] == "0"
+
+    out = StringIO()
+    call_command("sim", "status", "--json", stdout=out)
+    status = json.loads(out.getvalue())
+    assert set(status) - {"faults"} == set(defined)
+    assert status["shop"]["by_op"] == {"shop.lookup_order": 1}
+    out = StringIO()
+    call_command("sim", "status", stdout=out)
+    listed = [line.split()[0] for line in out.getvalue().splitlines() if line.startswith("  ")]
+    assert sorted(listed) == sorted(defined)

@@ -8,6 +8,7 @@ from approvals.models import Approval
 from approvals.services import decide
 from runs.api import access
 from runs.api.conditional import conditional_action
+from runs.api.documents import etag_header
 from runs.api.errors import error_responses, not_found
 from runs.api.schemas import ApprovalOut, DecideIn
 
@@ -75,6 +76,7 @@ def run_approvals(request, run_id: UUID):
     "/approvals/{approval_id}/decide",
     response={200: ApprovalOut, **ERRORS},
     summary="Approve or reject",
+    openapi_extra=etag_header(200),
 )
 @conditional_action(_run_of_approval)
 def decide_approval(request, payload: DecideIn, approval_id: int = Path(..., ge=1, le=2**62)):

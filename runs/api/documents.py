@@ -10,6 +10,19 @@ from runs.models import Event, Message, Run, Step
 from runs.states import RUN_TERMINAL
 
 
+def etag_header(*statuses: int) -> dict[str, Any]:
+    """``openapi_extra`` documenting the ``ETag`` response header on ``statuses`` of an
+    operation that sends it (the run's tag, as ``etag`` in the body): what a client
+    sends back as ``If-Match`` with its next action."""
+    header = {
+        "description": "the run's ETag (a run document carries it as etag too): send it "
+        "as If-Match with the next action on the run",
+        "schema": {"type": "string"},
+    }
+    # Integer keys, as ninja keys its responses: a string "200" would be a second entry.
+    return {"responses": {s: {"headers": {"ETag": header}} for s in statuses}}
+
+
 def run_summary(run: Run) -> dict[str, Any]:
     return {
         "id": run.pk,

@@ -12,7 +12,7 @@ from ninja import Router
 
 from runs.api import access
 from runs.api.conditional import conditional_action
-from runs.api.documents import run_document
+from runs.api.documents import etag_header, run_document
 from runs.api.errors import ApiError
 from runs.api.runs import ERRORS
 from runs.api.schemas import BulkReplayIn, BulkReplayOut, ReplayIn, ReplayOut
@@ -32,6 +32,7 @@ def _may_replay(user) -> None:
     "/runs/{run_id}/replay",
     response={200: ReplayOut, **ERRORS},
     summary="Replay a finished run as a new run from a checkpoint",
+    openapi_extra=etag_header(200),
 )
 @conditional_action()
 def replay(request, run_id: UUID, payload: ReplayIn):

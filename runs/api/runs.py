@@ -15,6 +15,7 @@ from apitokens.services import throttle
 from runs.api import access
 from runs.api.conditional import check_idempotency_key, conditional_action, response_body
 from runs.api.documents import (
+    etag_header,
     event_document,
     message_document,
     run_document,
@@ -57,6 +58,7 @@ ERRORS = error_responses(429)
     "/runs",
     response={200: RunOut, 201: RunOut, **ERRORS},
     summary="Start a run (idempotent with Idempotency-Key)",
+    openapi_extra=etag_header(200, 201),
 )
 def create_run(
     request,
@@ -86,7 +88,9 @@ def create_run(
             # A retry: no throttling, nothing new.
             idempotency.check_replay(existing, fingerprint)
             response["Idempotent-Replayed"] = "true"
-            return Status(200, _first_response(existing))
+            document = _first_response(existing)
+            response["ETag"] = document["etag"]
+            return Status(200, document)
     decision = throttle(
         request.api_token,
         limit=settings.AGENTOPS_API_CREATE_LIMIT,
@@ -121,6 +125,7 @@ def create_run(
     if not created:
         response["Idempotent-Replayed"] = "true"
     response["Location"] = f"/api/v1/runs/{run.pk}"
+    response["ETag"] = document["etag"]
     return Status(201 if created else 200, document)
 
 
@@ -201,7 +206,12 @@ def list_runs(request, filters: Query[RunFilters]):
     }
 
 
-@router.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, summary="Read a run")
+@router.get(
+    "/runs/{run_id}",
+    response={200: RunOut, **ERRORS},
+    summary="Read a run",
+    openapi_extra=etag_header(200),
+)
 def read_run(request, response: HttpResponse, run_id: UUID):
     """The run, with its ``ETag`` (also in the body as ``etag``): send it as ``If-Match``
     with an action on the run."""
@@ -254,7 +264,12 @@ def list_messages(
     return [message_document(m) for m in messages[:limit]]
 
 
-@router.post("/runs/{run_id}/cancel", response={200: RunOut, **ERRORS}, summary="Cancel a run")
+@router.post(
+    "/runs/{run_id}/cancel",
+    response={200: RunOut, **ERRORS},
+    summary="Cancel a run",
+    openapi_extra=etag_header(200),
+)
 @conditional_action()
 def cancel_run(request, run_id: UUID, payload: CancelIn):
     """Ask the run to cancel (CANCEL_REQUESTED, then CANCELLED once the running step
@@ -328,6 +343,7 @@ def resume_preview(
     "/runs/{run_id}/resume",
     response={200: RunOut, **ERRORS},
     summary="Resume the run from a named checkpoint",
+    openapi_extra=etag_header(200),
 )
 @conditional_action()
 def resume_run(request, run_id: UUID, payload: ResumeIn):
@@ -346,6 +362,7 @@ def resume_run(request, run_id: UUID, payload: ResumeIn):
 @router.post(
     "/runs/{run_id}/steps/{step_name}/resolve",
     response={200: RunOut, **ERRORS},
+    openapi_extra=etag_header(200),
     summary="Resolve a step whose outcome is unknown",
 )
 @conditional_action()
@@ -368,6 +385,7 @@ def resolve_step(request, run_id: UUID, step_name: str, payload: ResolveIn):
     "/runs/{run_id}/retry",
     response={200: RunOut, **ERRORS},
     summary="Retry the failed or unknown step of a paused run",
+    openapi_extra=etag_header(200),
 )
 @conditional_action()
 def retry_run(request, run_id: UUID, payload: RetryIn):
@@ -382,6 +400,7 @@ def retry_run(request, run_id: UUID, payload: RetryIn):
     "/runs/{run_id}/budget",
     response={200: RunOut, **ERRORS},
     summary="Raise the run's budget limits",
+    openapi_extra=etag_header(200),
 )
 @conditional_action()
 def raise_run_budget(request, run_id: UUID, payload: BudgetRaiseIn):

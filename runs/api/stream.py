@@ -15,6 +15,7 @@ up to the run's ``event_seq`` never skips an event that commits later.
 
 import asyncio
 import json
+import re
 import time
 from uuid import UUID
 
@@ -38,21 +39,25 @@ BATCH = 500
 #: Largest event seq a client may resume after (``Event.seq`` is a 32-bit integer).
 MAX_SEQ = 2**31 - 1
 
+#: An event seq as the stream writes it: "0", or 1 to 10 digits without a leading zero.
+SEQ_TEXT = re.compile(r"0|[1-9][0-9]{0,9}")
+
 
 def event_seq(value: str, name: str) -> int:
     """The event seq a client resumes after, from the ``Last-Event-ID`` header or the
-    ``last_event_id`` query parameter (``name``): decimal digits only, ``0..MAX_SEQ``.
-    Raises ``ApiError`` 422 ``invalid_last_event_id`` otherwise (a negative, signed,
-    fractional or out-of-range value would silently replay from the wrong place)."""
-    text = value.strip()
-    if not (text.isascii() and text.isdigit()) or len(text) > 10 or int(text) > MAX_SEQ:
+    ``last_event_id`` query parameter (``name``), parsed the same way for both: ASCII
+    decimal digits only, as the stream's ``id:`` lines write them (no sign, no spaces,
+    no leading zeros: ``"0"`` is the only seq starting with 0), ``0..MAX_SEQ``. Raises
+    ``ApiError`` 422 ``invalid_last_event_id`` otherwise (a signed, padded, fractional
+    or out-of-range value would silently replay from the wrong place)."""
+    if not SEQ_TEXT.fullmatch(value) or int(value) > MAX_SEQ:
         raise ApiError(
             422,
             "invalid_last_event_id",
-            f"{name} must be an event seq: an integer from 0 to {MAX_SEQ}",
-            {name: f"must be an integer from 0 to {MAX_SEQ}"},
+            f"{name} must be an event seq: an integer from 0 to {MAX_SEQ}, digits only",
+            {name: f"must be an integer from 0 to {MAX_SEQ}, digits only"},
         )
-    return int(text)
+    return int(value)
 
 
 def _authorize(authorization: str, query_token: str | None, run_id: UUID) -> None:

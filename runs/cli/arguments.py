@@ -8,8 +8,10 @@ bad value is a usage error (one line, exit 2) naming the option and the range.
 
 import argparse
 import math
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime, time
+from pathlib import Path
 
 from django.core.management.base import CommandError
 from django.utils.dateparse import parse_date, parse_datetime
@@ -109,3 +111,76 @@ def check_argv(argv: list[str]) -> None:
         before = argv[position - 1]
         what = f"the value of {before}" if before.startswith("--") else f"argument {position}"
         check_text(value, what)
+
+
+def output_file(value: str) -> str:
+    """An argparse ``type`` for a file a command will write (``backup DEST``, ``bench
+    --json PATH``): a non-empty path that is not a directory, in a directory that exists
+    and is writable. Anything else raises ``argparse.ArgumentTypeError`` (a usage error,
+    exit 2) before the command does any work, so nothing is half-written."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("the path must not be empty")
+    path = Path(value)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value} is a directory; name a file in it")
+    folder = path.parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"directory {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{value} is not writable")
+    return value
+
+
+def input_file(value: str) -> str:
+    """An argparse ``type`` for a file a command will read (``restore SRC``): a
+    non-empty path to a readable regular file; anything else raises
+    ``argparse.ArgumentTypeError`` (a usage error, exit 2)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("the path must not be empty")
+    path = Path(value)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value} is a directory, not a file")
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{value} does not exist")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{value} is not readable")
+    return value
+
+
+def thread_id(value: str) -> str:
+    """An argparse ``type`` for a thread id: 1..200 characters a database stores as sent
+    (``runs.engine.control.lifecycle.check_thread_id``, the check every channel makes);
+    anything else raises ``argparse.ArgumentTypeError`` ending ``[invalid_thread]``."""
+    from runs.engine.control.lifecycle import ControlError, check_thread_id
+
+    try:
+        check_thread_id(value)
+    except ControlError as exc:
+        raise argparse.ArgumentTypeError(f"{exc.message} [{exc.code}]") from None
+    return value
+
+
+def required_text(value: str) -> str:
+    """An argparse ``type`` for a value that must be given (``worker --queue``,
+    ``serve --host``, ``approvals list --run``): blank text raises
+    ``argparse.ArgumentTypeError`` instead of meaning "none" or "everything"."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
+def username(value: str) -> str:
+    """An argparse ``type`` for a new user's name, checked as Django checks it (the user
+    model's username field: its validator, ``max_length`` and not blank), returned
+    normalized; anything else raises ``argparse.ArgumentTypeError`` with Django's
+    message."""
+    from django.contrib.auth import get_user_model
+    from django.core.exceptions import ValidationError
+
+    model = get_user_model()
+    value = model.normalize_username(value)
+    try:
+        model._meta.get_field(model.USERNAME_FIELD).clean(value, None)
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(" ".join(exc.messages)) from None
+    return value

@@ -5,6 +5,7 @@ from collections.abc import Callable, Iterable
 
 from django.core.management.base import CommandError
 
+from runs.cli import arguments
 from runs.engine.control.lifecycle import ControlError, get_run, latest_run
 from runs.engine.state.values import problem
 from runs.models import Run
@@ -54,12 +55,14 @@ def add_run_arguments(parser) -> None:
     """Let a subcommand name its run the way ``resolve_run`` reads it: a positional
     ``RUN_ID`` or ``--thread THREAD`` (the thread's latest run)."""
     parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
-    parser.add_argument("--thread", help="act on the latest run of this thread id instead")
+    parser.add_argument(
+        "--thread", type=arguments.thread_id, help="act on the latest run of this thread id instead"
+    )
 
 
 def resolve_run(options) -> Run:
     """The run named by a positional ``run_id`` or by ``--thread``; ``CommandError``
-    when neither or no such run."""
+    when no such run, or (a usage error, exit status 2) when neither is given."""
     run_id = options.get("run_id")
     thread = options.get("thread")
     try:
@@ -69,12 +72,13 @@ def resolve_run(options) -> Run:
             return latest_run(thread)
     except ControlError as exc:
         raise CommandError(exc.message) from exc
-    raise CommandError("name a run: RUN_ID or --thread THREAD")
+    raise CommandError("name a run: RUN_ID or --thread THREAD", returncode=2)
 
 
 def control_error(exc: ControlError) -> CommandError:
-    """A CLI error (non-zero exit) from an engine refusal, with its code and fields."""
-    detail = "".join(f"\n  {k}: {v}" for k, v in exc.errors.items())
+    """A CLI error (non-zero exit) from an engine refusal: one line with its message,
+    code and the fields' errors (``MESSAGE [CODE]; field: why; ...``)."""
+    detail = "".join(f"; {k}: {v}" for k, v in exc.errors.items())
     return CommandError(f"{exc.message} [{exc.code}]{detail}")
 
 

@@ -32,7 +32,7 @@ def add_arguments(parser):
         "--version", type=arguments.integer(1), help="only runs of this workflow version"
     )
     parser.add_argument("--owner", help="only runs owned by this username")
-    parser.add_argument("--thread", help="only runs of this thread id")
+    parser.add_argument("--thread", type=arguments.thread_id, help="only runs of this thread id")
     parser.add_argument("--q", metavar="TEXT", help="run id prefix, thread id or goal text")
     stuck = parser.add_mutually_exclusive_group()
     stuck.add_argument(

@@ -3,6 +3,7 @@ user message; it starts a run now, or waits (queue) / interrupts per the thread 
 
 import json
 
+from runs.cli import arguments
 from runs.cli.common import control_error
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.data.inbox import post_message
@@ -12,7 +13,12 @@ help = "post a user message to a thread (starts, queues or interrupts per its po
 
 def add_arguments(parser):
     parser.add_argument("text", help="the user's message")
-    parser.add_argument("--thread", required=True, help="the thread id the message belongs to")
+    parser.add_argument(
+        "--thread",
+        required=True,
+        type=arguments.thread_id,
+        help="the thread id the message belongs to",
+    )
     parser.add_argument(
         "--request-id",
         default=None,

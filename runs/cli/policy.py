@@ -1,6 +1,7 @@
 """``runs policy --thread T [queue|interrupt]``: show or set what a message arriving
 during a run does."""
 
+from runs.cli import arguments
 from runs.cli.common import control_error
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.data.inbox import set_policy
@@ -16,7 +17,7 @@ def add_arguments(parser):
         help="queue: a new message waits for the running run; interrupt: it cancels it "
         "(omit to show the current policy)",
     )
-    parser.add_argument("--thread", required=True, help="the thread id")
+    parser.add_argument("--thread", required=True, type=arguments.thread_id, help="the thread id")
 
 
 def handle(command, options):

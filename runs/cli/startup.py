@@ -1,6 +1,7 @@
-"""What ``manage.py`` checks before a command runs and how it ends when stdout's reader
-goes away. Each failure is one line on stderr and exit status 2, like a malformed
-setting, instead of a traceback from deep inside the command."""
+"""What ``manage.py`` checks before a command runs, how a usage error or an unreachable
+database server ends it, and how it ends when stdout's reader goes away. Each failure is
+one line on stderr and a non-zero exit, instead of a usage block or a traceback from
+deep inside the command."""
 
 import os
 import signal
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 from django.conf import settings
+from django.core.management.base import CommandError, CommandParser
+from django.db import connections
 
 
 def database_problem() -> str | None:
@@ -42,3 +45,38 @@ def stdout_closed() -> None:
     # at the very end, to die of it.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGPIPE)
+
+
+def _one_line_error(parser: CommandParser, message: str) -> None:
+    """``CommandParser.error`` for a command run from the command line: the one line
+    ``manage.py CMD: error: MESSAGE (see manage.py CMD --help)`` and exit status 2,
+    instead of argparse's usage block before it; called from code, ``CommandError``
+    as Django raises it."""
+    if not parser.called_from_command_line:
+        raise CommandError(f"Error: {message}")
+    parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")
+
+
+def one_line_usage_errors() -> None:
+    """Make every management command's usage error one line (see ``_one_line_error``).
+    Django builds each command's parser itself from ``CommandParser``, so this is the
+    one place that reaches all of them and their subcommands."""
+    CommandParser.error = _one_line_error  # type: ignore[method-assign]
+
+
+def unreachable_database(exc: Exception) -> str | None:
+    """The one line to print when ``exc`` (a ``django.db.OperationalError``) is a
+    failure to connect to the database server: naming DATABASE_URL, the server (host
+    and port) and the driver's first line of reason. ``None`` when a connection was
+    open, so the error came from a query and is not about reaching the server."""
+    db = connections["default"]
+    if db.connection is not None:
+        return None
+    if db.vendor == "sqlite":
+        server = f"the SQLite database {db.settings_dict['NAME']}"
+    else:
+        host = db.settings_dict.get("HOST") or "localhost"
+        port = db.settings_dict.get("PORT") or "default port"
+        server = f"the {db.display_name} server at {host}:{port}"
+    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"database error: DATABASE_URL: cannot connect to {server}: {reason}"

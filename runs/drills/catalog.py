@@ -278,7 +278,7 @@ def redis_flush(r):
 @drill(
     "db_outage",
     "PostgreSQL stopped for a few seconds while workers run (one RQ "
-    "worker, one database-polling worker)",
+    "worker, one database-polling worker, the sweeper)",
 )
 def db_outage(r):
     cluster = PgCluster().init()
@@ -288,6 +288,7 @@ def db_outage(r):
             ids = [_start_room(f"db{i}").pk for i in range(3)]
             box.start_worker(mode="rq")
             box.start_worker(mode="db")
+            box.start_sweeper()
             # Both workers past start-up (registered, recovery sweep done) and a step
             # running: the outage hits workers at work, not a process still starting.
             wait_until(lambda: WorkerProcess.objects.count() == 2, 60)
@@ -315,7 +316,7 @@ def db_outage(r):
                 all(n in (1, 2) for n in reads),
             )
             r.expect("answers", [ANSWER] * 3, [_answer(i) for i in ids])
-            r.expect("workers that died (exit code, log tail)", [], box.dead_workers())
+            r.expect("processes that died (exit code, log tail)", [], box.dead_workers())
     finally:
         cluster.destroy()
 

@@ -291,7 +291,7 @@ def check_invariants(run_ids: list) -> list[Invariant]:
     )
     unsafe = Counter(
         (c["op"], c["key"])
-        for d in devices.DEVICES
+        for d in devices.registered_devices()
         for c in d.snapshot()["calls"]
         if c["op"] in UNSAFE_OPS and c["key"]
     )

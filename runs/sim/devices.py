@@ -86,7 +86,23 @@ publisher = DeviceStore("publisher", {"published": [], "slots": {}})
 newsfeed = DeviceStore("newsfeed", {})
 booking = DeviceStore("booking", {"holds": {}, "payments": []})
 
+# The simulator's registry: every module of ``runs.sim`` that defines a device appends
+# it here on import; ``registered_devices()`` imports them all first.
 DEVICES = [thermostat, lamp, publisher, booking, newsfeed]
+
+
+def registered_devices() -> list[DeviceStore]:
+    """Every simulated device, after importing each module of the ``runs.sim`` package
+    (the shop and the order services register theirs on import, so a caller that has
+    not imported them yet still sees them all)."""
+    import importlib
+    import pkgutil
+
+    import runs.sim
+
+    for module in pkgutil.iter_modules(runs.sim.__path__):
+        importlib.import_module(f"runs.sim.{module.name}")
+    return list(DEVICES)
 
 
 def read_thermostat(room: str, *, run_id: str, key: str = "") -> dict[str, Any]:
@@ -306,7 +322,7 @@ def device_calls(run_id: str) -> dict[str, int]:
     """Count of logged device calls for one run, e.g. ``{"thermostat.read": 1,
     "lamp.set_brightness": 1}``."""
     counts: Counter[str] = Counter()
-    for device in DEVICES:
+    for device in registered_devices():
         for call in device.snapshot()["calls"]:
             if call["run_id"] == str(run_id):
                 counts[call["op"]] += 1
@@ -316,21 +332,18 @@ def device_calls(run_id: str) -> dict[str, int]:
 def reset_world() -> list[str]:
     """Every simulated device back to its initial state with an empty call log, and
     every armed fault disarmed. Returns the device names reset."""
-    from runs.sim import services  # noqa: F401 - registers its systems in DEVICES
-
-    for device in DEVICES:
+    every = registered_devices()
+    for device in every:
         device.reset()
     faults.clear()
-    return [device.name for device in DEVICES]
+    return [device.name for device in every]
 
 
 def world_status() -> dict[str, Any]:
     """``{device name: {"state": {...}, "calls": int, "by_op": {op: int}}, "faults": {...}}``:
     what ``sim status`` shows."""
-    from runs.sim import services  # noqa: F401 - registers its systems in DEVICES
-
     status: dict[str, Any] = {}
-    for device in DEVICES:
+    for device in registered_devices():
         data = device.snapshot()
         by_op = Counter(call["op"] for call in data["calls"])
         status[device.name] = {

@@ -169,12 +169,20 @@ def _dump_postgres(target: Path) -> tuple[list[tuple], dict[str, int], list[str]
 def create_backup(dest: Path | str, storage=None) -> dict[str, Any]:
     """Write the archive ``dest`` (replaced atomically); returns the manifest.
 
-    Raises ``BackupError`` when the database vendor is unsupported, pg_dump fails, or a
-    row's file is missing or corrupt in storage.
+    Raises ``BackupError`` when ``dest`` is empty or a directory or cannot be written
+    (no ``.partial`` file is left), the database vendor is unsupported, pg_dump fails,
+    or a row's file is missing or corrupt in storage.
     """
     storage = storage or default_storage
+    if not str(dest).strip():
+        raise BackupError("the archive path must not be empty")
     dest = Path(dest).resolve()
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.is_dir():
+        raise BackupError(f"{dest} is a directory; name an archive file in it")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BackupError(f"cannot create the directory of {dest}: {exc.strerror or exc}") from exc
     with tempfile.TemporaryDirectory(prefix=".backup-", dir=dest.parent) as tmp_name:
         tmp = Path(tmp_name)
         if connection.vendor == "sqlite":
@@ -220,18 +228,22 @@ def create_backup(dest: Path | str, storage=None) -> dict[str, Any]:
             "artifacts": artifacts,
         }
         partial = dest.with_name(dest.name + ".partial")
-        with tarfile.open(partial, "w") as tar:
-            data = json.dumps(manifest, indent=1).encode()
-            info = tarfile.TarInfo(MANIFEST)
-            info.size = len(data)
-            info.mtime = int(timezone.now().timestamp())
-            tar.addfile(info, io.BytesIO(data))
-            tar.add(tmp / db_member, arcname=db_member)
-            for entry in artifacts:
-                tar.add(tmp / "artifacts" / entry["uri"], arcname=f"artifacts/{entry['uri']}")
-        with open(partial, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(partial, dest)
+        try:
+            with tarfile.open(partial, "w") as tar:
+                data = json.dumps(manifest, indent=1).encode()
+                info = tarfile.TarInfo(MANIFEST)
+                info.size = len(data)
+                info.mtime = int(timezone.now().timestamp())
+                tar.addfile(info, io.BytesIO(data))
+                tar.add(tmp / db_member, arcname=db_member)
+                for entry in artifacts:
+                    tar.add(tmp / "artifacts" / entry["uri"], arcname=f"artifacts/{entry['uri']}")
+            with open(partial, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(partial, dest)
+        except OSError as exc:
+            partial.unlink(missing_ok=True)
+            raise BackupError(f"cannot write {dest}: {exc.strerror or exc}") from exc
     return manifest
 
 

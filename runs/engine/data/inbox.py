@@ -268,7 +268,8 @@ def promote_queued(actor: str, batch: int) -> int:
 
 def set_policy(thread_id: str, policy: str, *, owner=None, actor: str = "cli") -> Thread:
     """Set the thread's message policy (``queue`` or ``interrupt``); creates the thread
-    if needed. Raises ``ControlError`` ``invalid_policy``."""
+    if needed. Raises ``ControlError`` ``invalid_thread`` or ``invalid_policy``."""
+    check_thread_id(thread_id)
     if policy not in Thread.Policy.values:
         raise ControlError(
             "invalid_policy",

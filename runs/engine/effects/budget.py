@@ -119,7 +119,7 @@ def parse_additions(**amounts) -> dict[str, Decimal]:
         raise ControlError(
             "invalid_budget",
             "add a positive amount of model calls, tool calls, tokens or cost",
-            {"budget": "at least one amount must be > 0"},
+            {name: "at least one amount must be > 0" for name in amounts},
         )
     return added
 

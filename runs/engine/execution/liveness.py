@@ -43,6 +43,7 @@ from django.db.models import BooleanField, DateTimeField, F, Q
 from django.db.models.expressions import RawSQL
 
 from runs.engine.execution import dispatch, sweeper
+from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.state import leases
 from runs.engine.state.gateway import run_transaction
 from runs.models import Step, WorkerProcess
@@ -313,6 +314,7 @@ class Liveness:
     def _loop(self) -> None:
         last_renew = time.monotonic()
         held = True
+        failures = RepeatedFailureLog(logger, "liveness check")
         try:
             while not self._stop.wait(settings.AGENTOPS_LIVENESS_SECONDS):
                 try:
@@ -332,8 +334,9 @@ class Liveness:
                     # The fallback for a hung owner, checked as often: a step waits for
                     # its lease, not for the next periodic sweep.
                     sweeper.reclaim_expired_leases(self.worker_id, batch)
-                except Exception:  # noqa: BLE001 - database away: try again next tick
-                    logger.warning("liveness check failed", exc_info=True)
+                    failures.succeeded()
+                except Exception as exc:  # noqa: BLE001 - database away: try again next tick
+                    failures.failed(exc)
                     connection.close()
                     held = False
         finally:

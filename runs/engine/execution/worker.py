@@ -27,6 +27,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from runs.engine.execution import dispatch, executor, sweeper
+from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.execution.identity import WorkerIdentity, new_worker_id, set_current_worker
 from runs.engine.execution.liveness import Liveness
 from runs.models import Step, WorkerProcess
@@ -198,20 +199,22 @@ class Worker:
 
     def _run_db(self) -> int:
         total = 0
+        outage = RepeatedFailureLog(logger, "database polling")
         while not self.identity.stopping.is_set():
             close_old_connections()
             try:
                 executed = self.handle_one()
                 total += executed
+                outage.succeeded()
                 if executed:
                     continue
                 if self.burst:
                     break
                 self.maintain()
-            except (OperationalError, InterfaceError):
+            except (OperationalError, InterfaceError) as exc:
                 # The database is away (restart, failover): keep polling until it is
                 # back; a step cut off mid-way is recovered by its lease.
-                logger.warning("database unavailable; retrying", exc_info=True)
+                outage.failed(exc)
                 connection.close()
             except Exception:  # noqa: BLE001 - one step's trouble must never end the worker
                 logger.exception("handling a step failed; the worker goes on")
@@ -306,12 +309,14 @@ class Worker:
         return delay
 
     def _maintenance_loop(self) -> None:
+        failures = RepeatedFailureLog(logger, "maintenance")
         try:
             while not self.identity.stopping.wait(1.0):
                 try:
                     self.maintain()
-                except Exception:  # noqa: BLE001 - keep sweeping after a transient DB/Redis error
-                    logger.warning("maintenance failed", exc_info=True)
+                    failures.succeeded()
+                except Exception as exc:  # noqa: BLE001 - keep sweeping after a transient DB/Redis error
+                    failures.failed(exc)
         finally:
             connection.close()
 

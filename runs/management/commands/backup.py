@@ -4,6 +4,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from runs.cli import arguments
 from runs.engine.data.backup import BackupError, create_backup
 
 
@@ -15,7 +16,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("dest", help="archive path to write (replaced atomically)")
+        parser.add_argument(
+            "dest", type=arguments.output_file, help="archive path to write (replaced atomically)"
+        )
         parser.add_argument(
             "--json", action="store_true", help="print the manifest summary as JSON"
         )

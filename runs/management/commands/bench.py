@@ -23,7 +23,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--workers", type=arguments.integer(1, 64), default=2, help="worker processes"
         )
-        parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+        parser.add_argument(
+            "--json",
+            metavar="PATH",
+            type=arguments.output_file,
+            help="also write the figures as JSON",
+        )
         parser.add_argument(
             "--kills",
             type=arguments.integer(),

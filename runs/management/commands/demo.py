@@ -16,6 +16,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from runs.cli import arguments
 from runs.engine.control.lifecycle import redispatch, run_status, start_run
 from runs.engine.execution.executor import CRASH_EXIT_CODE
 
@@ -26,7 +27,12 @@ class Command(BaseCommand):
     help = "Run the room-temperature crash-and-resume demo end to end."
 
     def add_arguments(self, parser):
-        parser.add_argument("--thread", default=None, help="thread id (default: demo-<time>)")
+        parser.add_argument(
+            "--thread",
+            default=None,
+            type=arguments.thread_id,
+            help="thread id (default: demo-<time>)",
+        )
 
     def handle(self, *args, thread: str | None, **options):
         out = self.stdout

@@ -5,6 +5,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from runs.cli import arguments
 from runs.engine.data.backup import BackupError, restore_backup
 
 
@@ -16,7 +17,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("src", help="archive written by `manage.py backup`")
+        parser.add_argument(
+            "src", type=arguments.input_file, help="archive written by `manage.py backup`"
+        )
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
     def handle(self, *args, src: str, **options):

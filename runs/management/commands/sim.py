@@ -1,6 +1,7 @@
 """``python manage.py sim status [--json]`` and ``sim reset``: look at and restore the
-simulated outside world (thermostat, lamp, publisher, news feed, booking, payments,
-inventory, mailer) under ``AGENTOPS_DEVICE_DIR``."""
+simulated outside world (every device in ``runs.sim``'s registry: thermostat, lamp,
+publisher, news feed, booking, payments, inventory, mailer, shop) under
+``AGENTOPS_DEVICE_DIR``."""
 
 import json
 

@@ -39,7 +39,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--seed", type=arguments.integer(), default=None, help="default: random"
         )
-        parser.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+        parser.add_argument(
+            "--json",
+            metavar="PATH",
+            type=arguments.output_file,
+            help="also write the report as JSON",
+        )
 
     def handle(self, *args, runs, workers, duration, kill_every, seed, **opts):
         seed = seed if seed is not None else random.SystemRandom().randrange(1, 10**6)

@@ -1,14 +1,20 @@
-"""``python manage.py sweeper [--once]``: recover lost notifications and expired leases."""
+"""``python manage.py sweeper [--once]``: recover lost notifications and expired leases.
+The loop outlives database and Redis outages: a failed round is logged and retried."""
 
+import logging
 import signal
 import threading
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from django.db import close_old_connections, connection
 
 from agentops.db_session import use_process_kind
 from runs.engine.execution import sweeper
+from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.execution.identity import new_worker_id
+
+logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -28,9 +34,17 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         ttl = settings.AGENTOPS_SWEEP_SECONDS * 3
+        failures = RepeatedFailureLog(logger, "sweep")
         while not stop.is_set():
-            if sweeper.acquire_maintenance_lease("sweeper", actor, ttl):
-                report = sweeper.sweep_once(actor)
-                if report.total:
-                    self.stdout.write(f"swept: {report.counts}")
+            close_old_connections()
+            try:
+                if sweeper.acquire_maintenance_lease("sweeper", actor, ttl):
+                    report = sweeper.sweep_once(actor)
+                    if report.total:
+                        self.stdout.write(f"swept: {report.counts}")
+                failures.succeeded()
+            except Exception as exc:  # noqa: BLE001 - the database or Redis is away for a while
+                # A sweep is idempotent: the next round redoes whatever this one lost.
+                failures.failed(exc)
+                connection.close()
             stop.wait(settings.AGENTOPS_SWEEP_SECONDS)
