@@ -30,6 +30,7 @@ def add_arguments(parser):
         "--from",
         dest="checkpoint",
         metavar="CHECKPOINT",
+        type=arguments.required_text,
         default=None,
         help="resume from this checkpoint (see `runs checkpoints RUN_ID`)",
     )
