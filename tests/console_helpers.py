@@ -7,7 +7,6 @@ Named actors after healthchecks' habit: ``alice`` the viewer, ``bob`` the operat
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from runs.console.roles import setup_roles
 from runs.engine.control import lifecycle
 from runs.engine.execution.worker import Worker
 from runs.models import Run
+from tests.support.services import manage_argv
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "console-test-pw"
@@ -126,7 +126,7 @@ def worker_subprocess_env(settings, **extra) -> dict[str, str]:
 def run_worker_subprocess(env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     """``manage.py worker --burst --mode db`` in its own process, to completion."""
     return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "manage.py"), "worker", "--burst", "--mode", "db"],
+        manage_argv("worker", "--burst", "--mode", "db"),
         env=env,
         cwd=REPO_ROOT,
         capture_output=True,

@@ -152,6 +152,27 @@ REFUSED = [
     (("runs", "context", "--thread", ""), 2, "[invalid_thread]"),
     (("runs", "list", "--thread", ""), 2, "[invalid_thread]"),
     (("demo", "--thread", ""), 2, "[invalid_thread]"),
+    (("setup_roles", "--user", "x" * 151, "--role", "viewer"), 2,
+     "argument --user: Ensure this value has at most 150 characters (it has 151)."),
+    (("setup_roles", "--user", "bad user!", "--role", "viewer"), 2,
+     "argument --user: Enter a valid username."),
+    (("setup_roles", "--user", "", "--role", "viewer"), 2,
+     "argument --user: This field cannot be blank."),
+    (("setup_roles", "--role", "viewer"), 1, "--user and --role go together"),
+    (("runs", "start", "dim_lights", "--thread", "T", "--crash-after-tool", "nosuch"), 1,
+     "--crash-after-tool: dim_lights calls no tool 'nosuch'; tools: get_brightness, "
+     "lamp.get_brightness, lamp.set_brightness, set_brightness [unknown_tool]"),
+    (("runs", "start", "support_agent", "--thread", "T", "--hang-after-tool", "nosuch"), 1,
+     "--hang-after-tool: support_agent calls no tool 'nosuch'; tools: issue_refund, "
+     "lookup_order [unknown_tool]"),
+    (("runs", "start", "room_temperature", "--thread", "T", "--lamp-unreadable"), 1,
+     "--lamp-unreadable: room_temperature does not call the simulated lamp [no_lamp]"),
+    (("runs", "start", "room_temperature", "--thread", "T", "--crash-before", "nosuch"), 1,
+     "room_temperature has no step 'nosuch'"),
+    (("api_token", "list", "nosuch"), 1, "no user 'nosuch' [unknown_user]; users: none"),
+    (("approvals", "list", "--run", ""), 2, "argument --run: must not be empty"),
+    (("worker", "--queue", " "), 2, "argument --queue: must not be empty"),
+    (("serve", "--host", ""), 2, "argument --host: must not be empty"),
     (("runs", "status"), 2, "name a run: RUN_ID or --thread THREAD"),
     (("runs", "resume"), 2, "name a run: RUN_ID or --thread THREAD"),
     (("runs", "start", "room_temperature", "--thread", "T", "--input", "{}"), 1,
@@ -225,6 +246,27 @@ def test_a_backup_that_cannot_be_written_leaves_no_partial_file(tmp_path, monkey
     with pytest.raises(backup.BackupError, match="cannot write .*a.tar: No space left on device"):
         backup.create_backup(tmp_path / "a.tar")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.django_db
+def test_setup_roles_creates_a_user_django_would_accept():
+    from django.contrib.auth import get_user_model
+
+    call_command("setup_roles", "--user", "ops.lead@example", "--role", "viewer")
+    user = get_user_model().objects.get()
+    assert (user.username, list(user.groups.values_list("name", flat=True))) == (
+        "ops.lead@example",
+        ["viewer"],
+    )
+
+
+def test_a_tool_fault_can_name_a_tool_by_its_full_or_short_name():
+    from runs.cli.start import tool_names
+    from runs.workflows import registry
+
+    assert "set_brightness" in tool_names(registry.get("dim_lights"))
+    assert "lamp.set_brightness" in tool_names(registry.get("dim_lights"))
+    assert tool_names(registry.get("support_agent")) == ["issue_refund", "lookup_order"]
 
 
 @pytest.mark.django_db

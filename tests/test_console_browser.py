@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from tests.console_helpers import (
     start_room_temperature,
     worker_subprocess_env,
 )
+from tests.support.services import manage_argv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -159,7 +159,7 @@ def test_an_operator_resolves_an_unknown_outcome_and_sees_the_run_finish(open_as
     page.wait_for_url(re.compile(rf".*/runs/{run.pk}/$"))
     assert page.locator("#run-status").inner_text() in ("RUNNING", "PENDING")
     worker = subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "manage.py"), "worker", "--burst", "--mode", "db"],
+        manage_argv("worker", "--burst", "--mode", "db"),
         env=worker_subprocess_env(settings),
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,

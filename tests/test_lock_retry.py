@@ -5,7 +5,6 @@ subprocess; the lock is held by another connection of this test."""
 
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 
@@ -17,6 +16,7 @@ from runs.engine.control.lifecycle import start_run
 from runs.models import Event, Run, Step
 from runs.states import RunStatus, StepStatus
 from tests.console_helpers import REPO_ROOT, device_dir, worker_subprocess_env  # noqa: F401
+from tests.support.services import manage_argv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,7 +62,7 @@ def test_a_commit_that_waits_past_the_lock_timeout_is_retried_and_kept(settings,
         AGENTOPS_SQLITE_BUSY_SECONDS="0.3",
     )
     worker = subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "manage.py"), "worker", "--burst", "--mode", "db"],
+        manage_argv("worker", "--burst", "--mode", "db"),
         env=env,
         cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,

@@ -158,3 +158,29 @@ def thread_id(value: str) -> str:
     except ControlError as exc:
         raise argparse.ArgumentTypeError(f"{exc.message} [{exc.code}]") from None
     return value
+
+
+def required_text(value: str) -> str:
+    """An argparse ``type`` for a value that must be given (``worker --queue``,
+    ``serve --host``, ``approvals list --run``): blank text raises
+    ``argparse.ArgumentTypeError`` instead of meaning "none" or "everything"."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
+def username(value: str) -> str:
+    """An argparse ``type`` for a new user's name, checked as Django checks it (the user
+    model's username field: its validator, ``max_length`` and not blank), returned
+    normalized; anything else raises ``argparse.ArgumentTypeError`` with Django's
+    message."""
+    from django.contrib.auth import get_user_model
+    from django.core.exceptions import ValidationError
+
+    model = get_user_model()
+    value = model.normalize_username(value)
+    try:
+        model._meta.get_field(model.USERNAME_FIELD).clean(value, None)
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(" ".join(exc.messages)) from None
+    return value

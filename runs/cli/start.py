@@ -2,10 +2,13 @@
 [--crash-after-tool TOOL] [--hang-after-tool TOOL] [--crash-after-model N] [--lamp-unreadable]
 [--crash-at POINT]``."""
 
+import sys
+
 from runs.cli import arguments
 from runs.cli.common import control_error, parse_json
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.execution import faults as fault_points
+from runs.tools import Tool
 from runs.workflows import registry
 
 help = "start a run and print its id"
@@ -69,23 +72,55 @@ def add_arguments(parser):
     )
 
 
+def tool_names(wf) -> list[str]:
+    """The names a tool fault (``--crash-after-tool TOOL``) of workflow ``wf`` can match,
+    sorted: each tool's full and short name (``lamp.set_brightness``, ``set_brightness``)
+    for the tools defined in the modules of its steps, and an agent workflow's tools."""
+    found = set(getattr(wf, "tools", None) or ())
+    for module in {sys.modules.get(step.fn.__module__) for step in wf.steps}:
+        found.update(v.name for v in vars(module or object).values() if isinstance(v, Tool))
+    return sorted(found | {name.rsplit(".", 1)[-1] for name in found})
+
+
+def _check_faults(wf, options) -> None:
+    """Refuse a fault flag that could never fire in ``wf`` (``unknown_step``,
+    ``unknown_tool``, ``no_lamp``), naming what it could name instead."""
+    if options["crash_before"] and not wf.has(options["crash_before"]):
+        raise control_error(
+            ControlError(
+                "unknown_step",
+                f"{wf.name} has no step {options['crash_before']!r}; steps: "
+                + ", ".join(s.name for s in wf.steps),
+            )
+        )
+    tools = tool_names(wf)
+    for name in fault_points.AFTER_TOOL_FAULTS:
+        if options[name] and options[name] not in tools:
+            raise control_error(
+                ControlError(
+                    "unknown_tool",
+                    f"--{name.replace('_', '-')}: {wf.name} calls no tool {options[name]!r}; "
+                    f"tools: {', '.join(tools) or 'none'}",
+                )
+            )
+    if options["lamp_unreadable"] and not any(t.startswith("lamp.") for t in tools):
+        raise control_error(
+            ControlError(
+                "no_lamp", f"--lamp-unreadable: {wf.name} does not call the simulated lamp"
+            )
+        )
+
+
 def handle(command, options):
     data = parse_json(options["input"], "--input")
     budget = parse_json(options["budget"], "--budget") if options["budget"] else None
+    try:
+        wf = registry.get(options["workflow"])
+    except registry.UnknownWorkflow as exc:
+        raise control_error(ControlError("unknown_workflow", str(exc))) from exc
+    _check_faults(wf, options)
     faults = {}
     if options["crash_before"]:
-        try:
-            wf = registry.get(options["workflow"])
-        except registry.UnknownWorkflow as exc:
-            raise control_error(ControlError("unknown_workflow", str(exc))) from exc
-        if not wf.has(options["crash_before"]):
-            raise control_error(
-                ControlError(
-                    "unknown_step",
-                    f"{wf.name} has no step {options['crash_before']!r}; steps: "
-                    + ", ".join(s.name for s in wf.steps),
-                )
-            )
         faults["crash_before"] = options["crash_before"]
     if options["crash_at"]:
         faults["crash_at"] = options["crash_at"]

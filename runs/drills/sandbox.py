@@ -299,19 +299,15 @@ class Sandbox:
         self, *, mode: str = "rq", extra_env: dict | None = None, probe_file: Path | None = None
     ):
         """Start ``manage.py worker --mode MODE``; with ``probe_file`` the worker counts
-        its queries and commits and writes them there at exit (``runs.drills.probe``)."""
+        its queries and commits and writes them there at exit (``runs.drills.probe``).
+        The worker skips Django's system checks: the command that starts it (drill, soak,
+        bench) runs them at its own start, with the same code and settings, and they are
+        half of a worker's start-up CPU."""
         if probe_file is not None:
-            argv = [
-                sys.executable,
-                "-m",
-                "runs.drills.probe",
-                str(probe_file),
-                "worker",
-                "--mode",
-                mode,
-            ]
+            argv = [sys.executable, "-m", "runs.drills.probe", str(probe_file), "worker"]
         else:
-            argv = [sys.executable, str(MANAGE_PY), "worker", "--mode", mode]
+            argv = [sys.executable, str(MANAGE_PY), "worker"]
+        argv += ["--skip-checks", "--mode", mode]
         return self.popen(argv, extra_env=extra_env, label="worker")
 
     def start_sweeper(self):

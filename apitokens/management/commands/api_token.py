@@ -38,8 +38,8 @@ class Command(BaseCommand):
 
     def _list(self, options):
         tokens = ApiToken.objects.select_related("user").order_by("-created_at", "-pk")
-        if options["username"]:
-            tokens = tokens.filter(user__username=options["username"])
+        if options["username"] is not None:
+            tokens = tokens.filter(user=cli_user(options["username"]))
         for t in tokens:
             state = f"revoked {t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else "active"
             used = f"{t.last_used_at:%Y-%m-%d %H:%M}" if t.last_used_at else "never"

@@ -154,7 +154,9 @@ class Command(BaseCommand):
 
 
 def _add_listing_options(parser) -> None:
-    parser.add_argument("--run", metavar="RUN_ID", help="only this run's")
+    parser.add_argument(
+        "--run", metavar="RUN_ID", type=arguments.required_text, help="only this run's"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON array")
     parser.add_argument(
         "--ids", action="store_true", help="print only the ids, one a line (for scripts)"

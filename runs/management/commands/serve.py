@@ -19,7 +19,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+            "--host",
+            default="127.0.0.1",
+            type=arguments.required_text,
+            help="address to listen on (default 127.0.0.1)",
         )
         parser.add_argument(
             "--port", type=arguments.port, default=8000, help="TCP port to listen on (default 8000)"
@@ -28,7 +31,10 @@ class Command(BaseCommand):
             "--workers", type=arguments.integer(1, 64), default=1, help="uvicorn worker processes"
         )
         parser.add_argument(
-            "--log-level", default="warning", help="uvicorn's log level (default warning)"
+            "--log-level",
+            default="warning",
+            type=arguments.required_text,
+            help="uvicorn's log level (default warning)",
         )
 
     def handle(self, *args, **options):

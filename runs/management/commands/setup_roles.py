@@ -4,6 +4,7 @@ operator and approver groups, and optionally give a user (created if missing) ro
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from runs.cli import arguments
 from runs.console.roles import ROLES, setup_roles
 
 
@@ -14,6 +15,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--user",
             metavar="NAME",
+            type=arguments.username,
             help="also give this user the --role roles (the user is created, without a "
             "password, if missing: set one with changepassword NAME to log in)",
         )
@@ -26,7 +28,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, user: str | None, role: list[str], **options):
-        if bool(user) != bool(role):
+        if (user is None) != (not role):
             raise CommandError("--user and --role go together")
         groups = setup_roles()
         for name, group in groups.items():

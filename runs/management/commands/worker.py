@@ -3,6 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from agentops.db_session import use_process_kind
+from runs.cli import arguments
 from runs.engine.execution import dispatch
 from runs.engine.execution.worker import Worker
 
@@ -16,7 +17,12 @@ class Command(BaseCommand):
             action="store_true",
             help="exit when nothing is due instead of waiting for work",
         )
-        parser.add_argument("--queue", default="default", help="RQ queue name (default: default)")
+        parser.add_argument(
+            "--queue",
+            default="default",
+            type=arguments.required_text,
+            help="RQ queue name (default: default)",
+        )
         parser.add_argument(
             "--mode",
             choices=["rq", "db"],
