@@ -110,6 +110,18 @@ def test_a_blank_token_name_is_refused():
     assert list(ApiToken.objects.values_list("name", flat=True)) == ["ci"]
 
 
+@pytest.mark.django_db
+def test_a_token_listing_says_when_a_user_has_none():
+    from io import StringIO
+
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user("bob")
+    out = StringIO()
+    call_command("api_token", "list", "bob", stdout=out)
+    assert out.getvalue() == "no tokens\n"
+
+
 #: (argv, exit status, the one line on stderr must contain)
 REFUSED = [
     (("runs", "start", "room_temperature", "--thread", NOT_UTF8, "--input", "{}"), 2,
@@ -169,6 +181,8 @@ REFUSED = [
      "--lamp-unreadable: room_temperature does not call the simulated lamp [no_lamp]"),
     (("runs", "start", "room_temperature", "--thread", "T", "--crash-before", "nosuch"), 1,
      "room_temperature has no step 'nosuch'"),
+    (("api_token", "create", "nosuch", "--name", "x" * 101), 2,
+     "argument --name: must be at most 100 characters (it has 101)"),
     (("api_token", "list", "nosuch"), 1, "no user 'nosuch' [unknown_user]; users: none"),
     (("approvals", "list", "--run", ""), 2, "argument --run: must not be empty"),
     (("worker", "--queue", " "), 2, "argument --queue: must not be empty"),

@@ -19,7 +19,7 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from runs.engine.control.lifecycle import ControlError, check_thread_id, text_refusal
 from runs.engine.execution import sweeper
@@ -234,9 +234,15 @@ def promote_next(thread_pk: int, *, actor: str = "inbox") -> Run | None:
 def has_queued(thread_pk: int) -> bool:
     """Whether the thread has a QUEUED message (one read through the thread's seq
     index: a queued message has no seq yet)."""
-    return Message.objects.filter(
-        thread_id=thread_pk, seq__isnull=True, status=Message.Status.QUEUED
-    ).exists()
+    # Written out: it runs after every finished run, and building the ORM query cost
+    # more CPU than the read.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT EXISTS (SELECT 1 FROM {Message._meta.db_table} "
+            "WHERE thread_id = %s AND seq IS NULL AND status = %s)",
+            [thread_pk, Message.Status.QUEUED.value],
+        )
+        return bool(cursor.fetchone()[0])
 
 
 def _on_run_finished(run_id, thread_id: int, status: str, thread_locked: bool) -> None:
