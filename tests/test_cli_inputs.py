@@ -353,12 +353,17 @@ def test_runs_budget_refuses_a_limit_the_run_does_not_have_and_prints_json():
         "room_temperature", thread_id="B", input={"question": "warm?"}, budget={"model_calls": 1}
     )
     with pytest.raises(CommandError, match=r"no such limit to raise \(--add-cost\).*limit_not_set"):
-        call_command("runs", "budget", str(run.pk), "--add-model-calls", "1", "--add-cost", "0.05")
+        call_command(
+            "runs", "budget", str(run.pk), "--add-model-calls", "1", "--add-cost", "0.05",
+            "--reason", "r",
+        )  # fmt: skip
     run.refresh_from_db()
     assert run.budget == {"model_calls": 1}
     assert not Event.objects.filter(run=run, type="budget.raised").exists()
     out = StringIO()
-    call_command("runs", "budget", str(run.pk), "--add-model-calls", "1", stdout=out)
+    call_command(
+        "runs", "budget", str(run.pk), "--add-model-calls", "1", "--reason", "r", stdout=out
+    )
     assert out.getvalue().startswith(
         f'run {run.pk}: budget {{"model_calls": 1}} -> {{"model_calls": 2}}; run is '
     )
