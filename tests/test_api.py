@@ -239,7 +239,7 @@ def other_owner_requests(run, approval):
         ("get", f"{base}/resume-preview?checkpoint=start", None),
         ("get", f"{base}/approvals", None),
         ("post", f"{base}/cancel", {"reason": "not mine"}),
-        ("post", f"{base}/resume", {"checkpoint": "start"}),
+        ("post", f"{base}/resume", {"checkpoint": "start", "reason": "not mine"}),
         ("post", f"{base}/steps/plan/resolve", {"outcome": "done", "evidence": "looked"}),
         ("post", f"/api/v1/approvals/{approval.pk}/decide", {"decision": "approve"}),
         ("get", f"/api/v1/threads/{run.thread.thread_id}/messages", None),
@@ -319,7 +319,9 @@ def test_it_lets_the_owner_act_through_the_engine(bob, bobs_run):
     assert cancelled.json()["status"] in ("CANCEL_REQUESTED", "CANCELLED")
     events = client.get(f"/api/v1/runs/{run.pk}/events").json()["items"]
     assert any(e["actor"] == "user:bob" and e["type"].startswith("run.cancel") for e in events)
-    again = act(client, f"/api/v1/runs/{run.pk}/resume", {"checkpoint": "start"}, run)
+    again = act(
+        client, f"/api/v1/runs/{run.pk}/resume", {"checkpoint": "start", "reason": "r"}, run
+    )
     assert again.status_code in (409, 422) and again.json()["code"]
 
 

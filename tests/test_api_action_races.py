@@ -86,7 +86,12 @@ def test_it_lets_one_of_10_concurrent_requests_act_per_action(deployment_factory
     actions = [
         # (run, path, body, the event the action writes once)
         (ids["running"][0], "cancel", {"reason": "stop"}, "run.cancel_requested"),
-        (resume_run, "resume", {"checkpoint": checkpoint}, "run.resumed_from_checkpoint"),
+        (
+            resume_run,
+            "resume",
+            {"checkpoint": checkpoint, "reason": "again"},
+            "run.resumed_from_checkpoint",
+        ),
         (ids["retries_exhausted"][0], "retry", {"reason": "back"}, "step.retry_requested"),
         (
             ids["unknown"][0],

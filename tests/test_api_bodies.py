@@ -85,10 +85,10 @@ def action_bodies(run: Run) -> list[tuple[str, dict, str]]:
     return [
         (
             f"/api/v1/runs/{run.pk}/resume",
-            {"checkpoint": "start", "input_patch": {"question": "\udfff"}},
+            {"checkpoint": "start", "input_patch": {"question": "\udfff"}, "reason": "r"},
             "input_patch.question",
         ),
-        (f"/api/v1/runs/{run.pk}/resume", {"checkpoint": "start\x00"}, "checkpoint"),
+        (f"/api/v1/runs/{run.pk}/resume", {"checkpoint": "start\x00", "reason": "r"}, "checkpoint"),
         (f"/api/v1/runs/{run.pk}/cancel", {"reason": "\ud800"}, "reason"),
         (f"/api/v1/runs/{run.pk}/retry", {"reason": "x\x00"}, "reason"),
         (
@@ -125,7 +125,11 @@ def test_it_refuses_unstorable_values_in_every_action_and_changes_nothing(client
 
 
 def test_it_still_takes_the_same_requests_with_storable_values(client, run):
-    body = {"checkpoint": "start", "input_patch": {"question": "How warm is the attic?"}}
+    body = {
+        "checkpoint": "start",
+        "input_patch": {"question": "How warm is the attic?"},
+        "reason": "the attic",
+    }
     response = raw_post(
         client, f"/api/v1/runs/{run.pk}/resume", json.dumps(body), HTTP_IF_MATCH=run_etag(run)
     )
@@ -229,7 +233,7 @@ def test_it_takes_a_good_last_event_id_either_way(client, run, value):
 def test_the_engine_refuses_an_unstorable_input_patch_for_every_caller(run, patch, field):
     events = Event.objects.filter(run=run).count()
     with pytest.raises(ControlError) as refused:
-        resume_from_checkpoint(run, "start", actor="cli", input_patch=patch)
+        resume_from_checkpoint(run, "start", actor="cli", input_patch=patch, reason="r")
     assert refused.value.code == "invalid_input" and field in refused.value.errors
     run.refresh_from_db()
     assert (run.generation, Event.objects.filter(run=run).count()) == (1, events)

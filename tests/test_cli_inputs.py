@@ -110,6 +110,18 @@ def test_a_blank_token_name_is_refused():
     assert list(ApiToken.objects.values_list("name", flat=True)) == ["ci"]
 
 
+@pytest.mark.django_db
+def test_a_token_listing_says_when_a_user_has_none():
+    from io import StringIO
+
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user("bob")
+    out = StringIO()
+    call_command("api_token", "list", "bob", stdout=out)
+    assert out.getvalue() == "no tokens\n"
+
+
 #: (argv, exit status, the one line on stderr must contain)
 REFUSED = [
     (("runs", "start", "room_temperature", "--thread", NOT_UTF8, "--input", "{}"), 2,
@@ -169,8 +181,17 @@ REFUSED = [
      "--lamp-unreadable: room_temperature does not call the simulated lamp [no_lamp]"),
     (("runs", "start", "room_temperature", "--thread", "T", "--crash-before", "nosuch"), 1,
      "room_temperature has no step 'nosuch'"),
+    (("api_token", "create", "nosuch", "--name", "x" * 101), 2,
+     "argument --name: must be at most 100 characters (it has 101)"),
     (("api_token", "list", "nosuch"), 1, "no user 'nosuch' [unknown_user]; users: none"),
     (("approvals", "list", "--run", ""), 2, "argument --run: must not be empty"),
+    (("runs", "replay", "--status", "FAILED", "--from-failed-step", "--reason", "x",
+      "--error-code", ""), 2, "argument --error-code: must not be empty"),
+    (("runs", "replay", "00000000-0000-0000-0000-000000000000", "--as", ""), 2,
+     "argument --as: must not be empty"),
+    (("runs", "resume", "--thread", "T", "--from", ""), 2, "argument --from: must not be empty"),
+    (("runs", "list", "--owner", ""), 2, "argument --owner: must not be empty"),
+    (("runs", "list", "--q", " "), 2, "argument --q: must not be empty"),
     (("worker", "--queue", " "), 2, "argument --queue: must not be empty"),
     (("serve", "--host", ""), 2, "argument --host: must not be empty"),
     (("runs", "status"), 2, "name a run: RUN_ID or --thread THREAD"),
@@ -332,12 +353,17 @@ def test_runs_budget_refuses_a_limit_the_run_does_not_have_and_prints_json():
         "room_temperature", thread_id="B", input={"question": "warm?"}, budget={"model_calls": 1}
     )
     with pytest.raises(CommandError, match=r"no such limit to raise \(--add-cost\).*limit_not_set"):
-        call_command("runs", "budget", str(run.pk), "--add-model-calls", "1", "--add-cost", "0.05")
+        call_command(
+            "runs", "budget", str(run.pk), "--add-model-calls", "1", "--add-cost", "0.05",
+            "--reason", "r",
+        )  # fmt: skip
     run.refresh_from_db()
     assert run.budget == {"model_calls": 1}
     assert not Event.objects.filter(run=run, type="budget.raised").exists()
     out = StringIO()
-    call_command("runs", "budget", str(run.pk), "--add-model-calls", "1", stdout=out)
+    call_command(
+        "runs", "budget", str(run.pk), "--add-model-calls", "1", "--reason", "r", stdout=out
+    )
     assert out.getvalue().startswith(
         f'run {run.pk}: budget {{"model_calls": 1}} -> {{"model_calls": 2}}; run is '
     )

@@ -175,7 +175,9 @@ def test_it_refuses_to_act_in_the_name_of_an_unknown_or_unauthorised_user(deploy
         check=True,
     )
     for who, code in (("nobody", "unknown_user"), ("viewer", "permission_denied")):
-        proc = d.manage("runs", "budget", run_id, "--add-tool-calls", "1", "--as", who)
+        proc = d.manage(
+            "runs", "budget", run_id, "--add-tool-calls", "1", "--reason", "r", "--as", who
+        )
         assert proc.returncode != 0 and code in proc.stderr
         check = d.manage("artifacts", "check", "--repair", "--as", who)
         assert check.returncode != 0 and code in check.stderr

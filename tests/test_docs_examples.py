@@ -12,7 +12,9 @@ Each page starts on a fresh copy of the repository's tracked files (its own ``va
 the SQLite default, no DATABASE_URL or REDIS_URL, offline) with ``.venv`` linked to
 this interpreter's virtualenv, in bash with ``set -euo pipefail``; a page's blocks share
 one shell state (variables, exports, working directory) as a reader's terminal would.
-A block passes when it exits 0 and prints no traceback. Processes a block leaves in the
+A block passes when it exits 0 and prints no traceback; a page passes when its blocks
+do and it leaves no run PENDING, RUNNING or CANCEL_REQUESTED (a reader walking the
+pages in one clone would see the next page's first worker run them). Processes a block leaves in the
 background (``manage.py serve ... &``) are stopped when the page ends: each block runs
 in a session of its own, which is signalled as a whole. The one change to what is
 written: port 8000 becomes a free port. Leases keep their default length, as a reader's
@@ -20,6 +22,7 @@ do: a dead worker's step is handed back by liveness, not by waiting a lease out,
 short lease would be lost by a worker starved for a second or two on a loaded machine.
 """
 
+import json
 import os
 import re
 import shutil
@@ -151,6 +154,22 @@ def test_every_example_of_the_page_runs(page, clone, tmp_path):
                 _run_block(block, clone, env, state, port, sessions)
     finally:
         _stop_sessions(sessions)
+    assert _runnable_runs(var, env, state) == [], f"{page} leaves runs for the next page"
+
+
+def _runnable_runs(var: Path, env: dict, state: Path) -> list[str]:
+    """The runs a page leaves PENDING, RUNNING or CANCEL_REQUESTED, listed in the page's
+    own shell state: a reader's next ``worker --burst`` (on the next page) would run
+    them, against that page's comments. A page that made no database leaves none."""
+    if not (var / "agentops.sqlite3").exists():
+        return []
+    listed = subprocess.run(
+        ["bash", "-c", f". {state}\npython manage.py runs list --json --limit 500 "
+         "--status PENDING --status RUNNING --status CANCEL_REQUESTED"],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    rows = json.loads(listed.stdout)["runs"]
+    return [f"{r['workflow']} {r['run_id']} {r['status']}" for r in rows]
 
 
 def _run_block(block: Block, clone: Path, env: dict, state: Path, port: str, sessions: list):

@@ -115,8 +115,18 @@ def test_it_refuses_unknown_checkpoints_and_terminal_runs(deployment_factory):
     unknown = d.manage("runs", "resume", run_id, "--from", "after:nothing", "--dry-run")
     assert unknown.returncode != 0 and "unknown_checkpoint" in unknown.stderr
     assert "after:deduplicate" in unknown.stderr
-    bad = d.manage("runs", "resume", run_id, "--from", "start", "--input-patch", '{"week": ""}')
+    bad = d.manage(
+        "runs",
+        "resume",
+        run_id,
+        "--from",
+        "start",
+        "--input-patch",
+        '{"week": ""}',
+        "--reason",
+        "r",
+    )
     assert bad.returncode != 0 and "invalid_input" in bad.stderr
     d.manage("runs", "cancel", run_id, "--reason", "done", check=True)
-    terminal = d.manage("runs", "resume", run_id, "--from", "start")
+    terminal = d.manage("runs", "resume", run_id, "--from", "start", "--reason", "r")
     assert terminal.returncode != 0 and "run_terminal" in terminal.stderr

@@ -33,6 +33,9 @@ CONTROL_STATUS = {
     "permission_denied": 403,
     "invalid_arguments": 422,
     "invalid_decision": 422,
+    # A blank reason or evidence is bad input, as a missing one is (422), not a conflict.
+    "reason_required": 422,
+    "evidence_required": 422,
     "self_approval_forbidden": 403,
     "approver_role_required": 403,
 }

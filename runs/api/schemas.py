@@ -203,11 +203,11 @@ class CancelIn(Strict):
 class ResumeIn(Strict):
     checkpoint: StrictStr = Field(min_length=1, max_length=120)
     input_patch: dict[str, Any] | None = None
-    reason: StrictStr = Field("", max_length=2000)
+    reason: StrictStr = Field(min_length=1, max_length=2000)
     reexecute: StrictBool = Field(
         False,
         description="make the side effects recorded after the checkpoint again instead of "
-        "reusing their results (needs a reason)",
+        "reusing their results",
     )
 
 

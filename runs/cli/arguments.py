@@ -184,3 +184,22 @@ def username(value: str) -> str:
     except ValidationError as exc:
         raise argparse.ArgumentTypeError(" ".join(exc.messages)) from None
     return value
+
+
+def column_text(model: str, field: str) -> Callable[[str], str]:
+    """An argparse ``type`` for text stored in ``field`` of ``model`` (``"app.Model"``):
+    at most the column's ``max_length`` characters, so PostgreSQL never refuses it
+    (SQLite would store it whole); longer text raises ``argparse.ArgumentTypeError``."""
+
+    def parse(value: str) -> str:
+        from django.apps import apps
+
+        limit = apps.get_model(model)._meta.get_field(field).max_length
+        if limit is not None and len(value) > limit:
+            raise argparse.ArgumentTypeError(
+                f"must be at most {limit} characters (it has {len(value)})"
+            )
+        return value
+
+    parse.__name__ = "text"
+    return parse

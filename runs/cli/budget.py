@@ -1,6 +1,6 @@
 """``runs budget RUN_ID [--add-model-calls N] [--add-tool-calls N] [--add-tokens N]
 [--add-cost USD]
-[--reason TEXT] [--as USER]``: raise a run's budget; a run paused for an exhausted
+--reason TEXT [--as USER]``: raise a run's budget; a run paused for an exhausted
 budget resumes. Adding to a limit the run does not have is refused (it is unlimited
 already; nothing is changed). Prints the limits before and after as JSON."""
 
@@ -43,7 +43,7 @@ def add_arguments(parser):
         metavar="USD",
         help="raise the cost limit by this many US dollars, e.g. 0.05",
     )
-    parser.add_argument("--reason", default="", help="why, for the audit log")
+    parser.add_argument("--reason", default="", help="why (required; recorded in the audit log)")
     parser.add_argument(
         "--as",
         dest="as_user",

@@ -27,13 +27,22 @@ def add_arguments(parser):
         metavar="STATUS",
         help="only runs in this state (repeat for several): " + ", ".join(RunStatus.values),
     )
-    parser.add_argument("--workflow", help="only runs of this workflow name")
+    parser.add_argument(
+        "--workflow", type=arguments.required_text, help="only runs of this workflow name"
+    )
     parser.add_argument(
         "--version", type=arguments.integer(1), help="only runs of this workflow version"
     )
-    parser.add_argument("--owner", help="only runs owned by this username")
+    parser.add_argument(
+        "--owner", type=arguments.required_text, help="only runs owned by this username"
+    )
     parser.add_argument("--thread", type=arguments.thread_id, help="only runs of this thread id")
-    parser.add_argument("--q", metavar="TEXT", help="run id prefix, thread id or goal text")
+    parser.add_argument(
+        "--q",
+        metavar="TEXT",
+        type=arguments.required_text,
+        help="run id prefix, thread id or goal text",
+    )
     stuck = parser.add_mutually_exclusive_group()
     stuck.add_argument(
         "--stuck", dest="stuck", action="store_const", const=True, help="only stuck runs"

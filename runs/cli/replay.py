@@ -37,12 +37,25 @@ def add_arguments(parser):
         "--from",
         dest="checkpoint",
         metavar="CHECKPOINT",
+        type=arguments.required_text,
         default=None,
         help="start from this checkpoint (default: the last one before the failed step)",
     )
-    parser.add_argument("--status", default=None, help="bulk: runs in this state (FAILED, ...)")
-    parser.add_argument("--workflow", default=None, help="bulk: of this workflow")
-    parser.add_argument("--error-code", default=None, help="bulk: whose step failed with it")
+    parser.add_argument(
+        "--status",
+        default=None,
+        type=arguments.required_text,
+        help="bulk: runs in this state (FAILED, ...)",
+    )
+    parser.add_argument(
+        "--workflow", default=None, type=arguments.required_text, help="bulk: of this workflow"
+    )
+    parser.add_argument(
+        "--error-code",
+        default=None,
+        type=arguments.required_text,
+        help="bulk: whose step failed with it",
+    )
     parser.add_argument(
         "--since",
         type=arguments.iso_time,
@@ -69,7 +82,9 @@ def add_arguments(parser):
     )
     parser.add_argument("--dry-run", action="store_true", help="show what would happen only")
     parser.add_argument("--reason", default="", help="why (required; recorded in the audit log)")
-    parser.add_argument("--as", dest="as_user", default=None, help="act as this user")
+    parser.add_argument(
+        "--as", dest="as_user", default=None, type=arguments.required_text, help="act as this user"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

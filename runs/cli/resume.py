@@ -1,10 +1,11 @@
 """``runs resume (RUN_ID | --thread T) [--wait SECONDS]``: re-dispatch the next step.
 
-``runs resume RUN_ID --from CHECKPOINT [--input-patch JSON] [--dry-run] [--reason TEXT]
-[--json]``: resume from a named checkpoint in a new generation (``runs.engine.control.rewind``);
+``runs resume RUN_ID --from CHECKPOINT [--input-patch JSON] [--dry-run] --reason TEXT
+[--json]``: resume from a named checkpoint in a new generation (``runs.engine.control.rewind``;
+the reason is recorded in the audit log, so a resume without one is refused);
 ``--dry-run`` prints the steps that would run again, each side effect whose recorded
 result is reused (with that result) and those that could repeat, and changes nothing.
-``--reexecute`` (with ``--reason``) makes the recorded side effects again instead.
+``--reexecute`` makes the recorded side effects again instead.
 """
 
 import json
@@ -30,6 +31,7 @@ def add_arguments(parser):
         "--from",
         dest="checkpoint",
         metavar="CHECKPOINT",
+        type=arguments.required_text,
         default=None,
         help="resume from this checkpoint (see `runs checkpoints RUN_ID`)",
     )
@@ -48,7 +50,11 @@ def add_arguments(parser):
         action="store_true",
         help="with --from: make the recorded side effects again instead of reusing them",
     )
-    parser.add_argument("--reason", default="", help="why (recorded on the event)")
+    parser.add_argument(
+        "--reason",
+        default="",
+        help="why (required with --from unless --dry-run; recorded in the audit log)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apitokens.models import ApiToken
 from apitokens.services import create_token, revoke
+from runs.cli import arguments
 from runs.cli.common import cli_user
 
 
@@ -16,7 +17,10 @@ class Command(BaseCommand):
         create = sub.add_parser("create", help="create a token and print it (shown once)")
         create.add_argument("username", help="the user the token acts as")
         create.add_argument(
-            "--name", default=None, help="a label, e.g. the client's name (not blank)"
+            "--name",
+            default=None,
+            type=arguments.column_text("apitokens.ApiToken", "name"),
+            help="a label, e.g. the client's name (not blank)",
         )
         listing = sub.add_parser("list", help="list tokens (prefix, user, last used)")
         listing.add_argument("username", nargs="?", help="only this user's tokens")
@@ -40,6 +44,8 @@ class Command(BaseCommand):
         tokens = ApiToken.objects.select_related("user").order_by("-created_at", "-pk")
         if options["username"] is not None:
             tokens = tokens.filter(user=cli_user(options["username"]))
+        if not tokens:
+            self.stdout.write("no tokens")
         for t in tokens:
             state = f"revoked {t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else "active"
             used = f"{t.last_used_at:%Y-%m-%d %H:%M}" if t.last_used_at else "never"

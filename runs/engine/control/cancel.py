@@ -17,7 +17,7 @@ import uuid
 from django.conf import settings
 from django.db.models.functions import Now
 
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.lifecycle import ControlError, require_reason
 from runs.engine.effects.compensation import compensate_run
 from runs.engine.execution.sweeper import acquire_maintenance_lease
 from runs.engine.state.gateway import run_transaction
@@ -34,8 +34,10 @@ def request_cancel(run: Run, *, actor: str, reason: str) -> Run:
 
     Returns the run as it is afterwards: CANCELLED when nothing was running, else
     CANCEL_REQUESTED with a ``run.cancel_waiting`` event naming the running step (the
-    worker finishes the flow). Raises ``ControlError("run_terminal")``.
+    worker finishes the flow). Raises ``ControlError``: ``reason_required`` (a blank
+    ``reason``), ``run_terminal``.
     """
+    require_reason(reason, "cancel")
     with run_transaction(run.pk) as tx:
         if tx.run.status in RUN_TERMINAL:
             raise ControlError("run_terminal", f"run is {tx.run.status}; nothing to cancel")

@@ -41,6 +41,23 @@ class ControlError(Exception):
         self.errors = errors or {}
 
 
+#: The operator actions whose event records a reason (the audit log's "why"); each
+#: refuses a blank one the same way on every channel (API, CLI, console, admin).
+REASONED_ACTIONS = ("cancel", "pause", "resume", "retry", "budget", "replay", "resolve")
+
+
+def require_reason(reason: str | None, action: str) -> str:
+    """``reason`` stripped, for ``action`` (one of ``REASONED_ACTIONS``). Raises
+    ``ControlError("reason_required")`` naming the ``reason`` field when it is blank."""
+    text = (reason or "").strip()
+    if not text:
+        raise ControlError(
+            "reason_required", f"{action} needs a reason (recorded in the audit log)",
+            {"reason": "required"},
+        )  # fmt: skip
+    return text
+
+
 def start_run(
     workflow: str,
     *,
@@ -350,8 +367,10 @@ def retry_step(
     (action ``retry``). Returns the new step. Raises ``ControlError``
     (``not_allowed_in_state``, ``nothing_to_retry``). An UNKNOWN step is handed to
     ``unknown.resolve_unknown`` with outcome ``not-done`` instead (the ledger row and the
-    step are requeued), with ``reason`` as the evidence.
+    step are requeued), with ``reason`` as the evidence. A blank ``reason`` is refused
+    (``reason_required``).
     """
+    require_reason(reason, "retry")
     with run_transaction(run.pk) as tx:
         if not command_allows("retry", tx.run.status):
             raise ControlError(
@@ -411,8 +430,7 @@ def pause_run(run: Run, *, actor: str, reason: str) -> Run:
     """
     from runs.engine.control.takeovers import open_takeover
 
-    if not reason or not reason.strip():
-        raise ControlError("reason_required", "a reason is required", {"reason": "required"})
+    require_reason(reason, "pause")
     with run_transaction(run.pk) as tx:
         status = tx.run.status
         if status in RUN_TERMINAL:

@@ -28,7 +28,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef, QuerySet
 
 from runs.engine.control import reuse, rewind
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.lifecycle import ControlError, require_reason
 from runs.engine.state import checkpoints
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Run, Step
@@ -199,8 +199,7 @@ def replay_run(
     ``start_after`` delays the first step (seconds). Raises ``ControlError``:
     the codes of ``plan_replay``, ``reason_required``, ``already_replayed``.
     """
-    if not (reason or "").strip():
-        raise ControlError("reason_required", "a replay needs a reason", {"reason": "required"})
+    require_reason(reason, "replay")
     reuse.check_choice(reexecute, reason)
     plan = plan_replay(run, checkpoint, reexecute=reexecute)
     cp = plan.checkpoint
@@ -394,8 +393,7 @@ def bulk_replay(
     and changes nothing. Raises ``ControlError`` ``reason_required`` / ``invalid_rate``
     before touching anything."""
     rate = check_rate(rate)
-    if not (reason or "").strip():
-        raise ControlError("reason_required", "a replay needs a reason", {"reason": "required"})
+    require_reason(reason, "replay")
     reuse.check_choice(reexecute, reason)
     result = BulkResult(rate=rate, dry_run=dry_run)
     began = previous = time.monotonic()

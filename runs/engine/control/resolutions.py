@@ -13,7 +13,7 @@ from django.db.models.functions import Now
 from runs.engine.control import lifecycle, rewind
 from runs.engine.control.approvals import continue_after
 from runs.engine.control.cancel import request_cancel
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.lifecycle import ControlError, require_reason
 from runs.engine.control.versions import known_or_migratable
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution import dispatch
@@ -60,8 +60,7 @@ def resolve_takeover(
             f"action must be one of {', '.join(RESOLUTIONS)}",
             {"action": "unknown action"},
         )
-    if not reason or not reason.strip():
-        raise ControlError("reason_required", "a reason is required", {"reason": "required"})
+    require_reason(reason, "resolve")
     takeover.refresh_from_db()
     if takeover.status != Takeover.Status.OPEN:
         raise ControlError("takeover_resolved", f"takeover {takeover.pk} is already resolved")

@@ -32,7 +32,7 @@ from django.db.models import Count
 
 from runs.checkpoint_data import DELTA
 from runs.engine.control import reuse
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.lifecycle import ControlError, require_reason
 from runs.engine.effects.budget import usage
 from runs.engine.state import checkpoints, values
 from runs.engine.state.gateway import run_transaction
@@ -260,8 +260,10 @@ def resume_from_checkpoint(
     PAUSED and no step is RUNNING (a running step cannot be superseded under its worker:
     wait for it or cancel). An open takeover is resolved with action ``resume``
     (``takeover``/``note`` let ``resolve_takeover`` pass its own). Raises ``ControlError``
-    (the codes of ``plan_resume`` and ``step_running``, ``not_allowed_in_state``).
+    (the codes of ``plan_resume`` and ``reason_required``, ``step_running``,
+    ``not_allowed_in_state``).
     """
+    require_reason(reason, "resume")
     reuse.check_choice(reexecute, reason)
     plan = plan_resume(run, checkpoint_name, input_patch, reexecute=reexecute)
     cp = plan.checkpoint

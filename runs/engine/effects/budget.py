@@ -284,9 +284,10 @@ def raise_budget(
     ``MAX_AMOUNTS``). Raises ``ControlError``: ``invalid_budget`` (an amount not a
     number, negative, over its maximum, all zero, or a resulting limit over
     ``MAX_AMOUNTS``), ``limit_not_set`` (adding to a limit the run does not have: it is
-    unlimited there already; nothing changes), ``run_terminal``.
+    unlimited there already; nothing changes), ``run_terminal``, ``reason_required`` (a
+    blank ``reason``).
     """
-    from runs.engine.control.lifecycle import ControlError
+    from runs.engine.control.lifecycle import ControlError, require_reason
     from runs.engine.execution import dispatch
     from runs.engine.state.gateway import run_transaction
     from runs.models import Step
@@ -298,6 +299,7 @@ def raise_budget(
         add_tokens=add_tokens,
         add_cost_usd=add_cost_usd,
     )
+    require_reason(reason, "budget")
     with run_transaction(run.pk) as tx:
         if tx.run.status in RUN_TERMINAL:
             raise ControlError("run_terminal", f"run is {tx.run.status}; its budget is final")
