@@ -143,6 +143,13 @@ def pages_with_examples() -> list[str]:
 def test_every_example_of_the_page_runs(page, clone, tmp_path):
     todo = blocks(page)
     var = tmp_path / "var"
+    # The clone's var/ is this page's own data directory, as a reader's var/ is the
+    # default one: a command naming "var/..." finds it.
+    var.mkdir()
+    link = clone / "var"
+    if link.is_symlink():
+        link.unlink()
+    link.symlink_to(var)
     state = tmp_path / "shell-state.sh"
     state.write_text(f"cd {clone}\n", encoding="utf-8")
     env = _env(var)
