@@ -161,7 +161,7 @@ def spread(query, group: str, duration: str, fractions: tuple[float, ...]) -> di
     }
 
 
-def overview_stats(now: datetime | None = None) -> dict[str, Any]:
+def overview_stats(now: datetime | None = None, *, storage: bool = True) -> dict[str, Any]:
     """All overview figures as a JSON-serialisable dict.
 
     ``now`` defaults to the database clock. Keys:
@@ -183,7 +183,9 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
     - ``queue_depth``: steps due now and waiting for a worker (PENDING, ``not_before``
       passed, in a run that may execute);
     - ``storage``: ``[{workflow, db_bytes, payload_bytes, artifact_bytes}]``
-      (``runs.storage_stats``, cached for a minute).
+      (``runs.storage_stats``, cached for a minute); ``None`` with ``storage=False``:
+      counting scans every stored row, so the console loads it as a panel of its own
+      rather than make the page wait.
     """
     from approvals.models import Approval, Takeover
 
@@ -304,7 +306,7 @@ def overview_stats(now: datetime | None = None) -> dict[str, Any]:
         "queue_depth": Step.objects.filter(
             status=StepStatus.PENDING, not_before__lte=now, run__status__in=RUN_EXECUTABLE
         ).count(),
-        "storage": storage_by_workflow(),
+        "storage": storage_by_workflow() if storage else None,
     }
 
 

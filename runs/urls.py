@@ -20,6 +20,7 @@ app_name = "console"
 
 urlpatterns = [
     path("", overview.overview, name="overview"),
+    path("storage/", overview.overview_storage, name="overview_storage"),
     path("triage/", triage.triage, name="triage"),
     path("runs/", runs_list.runs_list, name="runs"),
     path("runs/bulk/", actions.bulk, name="bulk"),

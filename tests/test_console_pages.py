@@ -232,6 +232,7 @@ def test_it_uses_the_same_number_of_queries_for_50_runs_as_for_5(clients, actors
             "console:runs",
             "console:triage",
             "console:overview",
+            "console:overview_storage",
             "console:unknowns",
             "console:approvals",
             "console:takeovers",
@@ -270,3 +271,23 @@ def test_it_narrows_the_takeover_desk_and_approvals_to_one_run(clients, demo):
     assert [a.run_id for a in approvals.context["pending"]] == [waiting.pk]
     nope = clients["alice"].get(reverse("console:approvals"), {"run": "nope"})
     assert list(nope.context["pending"]) == []
+
+
+def test_the_overview_loads_storage_as_a_panel_of_its_own(clients, demo):
+    """Counting storage scans every stored row: the overview's figures do not wait for
+    it; htmx loads the panel from its own URL, which also works as a page."""
+    cache.clear()
+    storage = reverse("console:overview_storage")
+    with CaptureQueriesContext(connection) as overview_queries:
+        page = clients["bob"].get(reverse("console:overview")).content.decode()
+    assert f'hx-get="{storage}" hx-trigger="load, every 60s"' in page
+    assert '<table id="storage">' not in page
+    assert not any("LENGTH" in q["sql"].upper() for q in overview_queries.captured_queries)
+    fragment = clients["bob"].get(storage, HTTP_HX_REQUEST="true")
+    body = fragment.content.decode()
+    assert fragment.status_code == 200 and body.startswith('<table id="storage">')
+    workflows = set(Run.objects.values_list("workflow", flat=True))
+    assert workflows and all(f"<td>{w}</td>" in body for w in workflows)
+    full = clients["bob"].get(storage).content.decode()
+    assert "<h1>Storage per workflow</h1>" in full and '<table id="storage">' in full
+    assert Client().get(storage).status_code == 302  # the login page, as for the overview

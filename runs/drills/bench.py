@@ -567,8 +567,9 @@ def seed_console(runs: int, events_per_run: int, say, *, open_permille: int = 30
 
 
 def _console_targets() -> list[tuple[str, str]]:
-    """[(label, url)] of the console pages to time: overview, runs list filtered by
-    status, and the detail page of the newest FAILED run."""
+    """[(label, url)] of the console pages to time: overview, its storage panel (loaded
+    by htmx on its own), runs list filtered by status, and the detail page of the newest
+    FAILED run."""
     from django.urls import reverse
 
     # A FAILED run when the seed has one (1 in 20), else the newest run.
@@ -578,6 +579,7 @@ def _console_targets() -> list[tuple[str, str]]:
     )
     return [
         ("overview", reverse("console:overview")),
+        ("storage panel (counted once a minute)", reverse("console:overview_storage")),
         ("runs list (status=FAILED)", reverse("console:runs") + "?status=FAILED"),
         ("run detail", reverse("console:run", kwargs={"run_id": run.pk})),
     ]
@@ -609,6 +611,8 @@ def bench_console(runs: int, events_per_run: int, requests: int, say) -> dict:
             "status": status,
             "p50_ms": _ms(percentile(times, 50)),
             "p95_ms": _ms(percentile(times, 95)),
+            # The first request pays for cold caches (the storage panel: a full count).
+            "max_ms": _ms(max(times)),
         }
     return {**seeded, "requests_per_page": requests, "pages": pages}
 
@@ -769,8 +773,9 @@ def format_table(result: dict) -> str:
             rows.append(
                 (
                     "",
-                    f"{label} ms p50 / p95",
-                    f"{page['p50_ms']} / {page['p95_ms']} (HTTP {page['status']})",
+                    f"{label} ms p50 / p95 / max",
+                    f"{page['p50_ms']} / {page['p95_ms']} / {page['max_ms']} "
+                    f"(HTTP {page['status']})",
                 )
             )
     lines = [f"{'part':<13} {'figure':<54} value"]
