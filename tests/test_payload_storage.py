@@ -8,6 +8,7 @@ import json
 import pytest
 from django.db.models import Sum, TextField
 from django.db.models.functions import Cast, Length
+from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -147,7 +148,10 @@ def test_the_overview_and_metrics_show_storage_per_workflow(loop_workflow, clien
         Run, "input", pk=run.pk
     ) + stored_bytes(Step, "input", run_id=run.pk)
     page = clients["alice"].get(reverse("console:overview")).content.decode()
-    assert "Storage per workflow" in page and "storage_loop" in page
+    panel_url = reverse("console:overview_storage")
+    assert "Storage per workflow" in page and f'hx-get="{panel_url}"' in page
+    panel = clients["alice"].get(panel_url, HTTP_HX_REQUEST="true").content.decode()
+    assert f"<td>storage_loop</td><td>{filesizeformat(row['db_bytes'])}</td>" in panel
     settings.AGENTOPS_METRICS_TOKEN = "scrape-me"
     metrics = clients["alice"].get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me")
     samples = {
