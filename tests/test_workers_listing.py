@@ -39,20 +39,26 @@ def _worker(worker_id: str, heartbeat_age: float) -> WorkerProcess:
     return worker
 
 
+def _run_held_by(owner: str, *, thread_id: str):
+    """A run whose first step ``owner`` holds: RUNNING, attempt 1, lease 10 minutes on."""
+    run = start_run("room_temperature", thread_id=thread_id, input={"question": "warm?"})
+    arrange(
+        Step.objects.filter(run=run),
+        status=StepStatus.RUNNING,
+        owner=owner,
+        attempt=1,
+        lease_until=db_now() + timedelta(seconds=600),
+        heartbeat_at=Now(),
+    )
+    return run
+
+
 @pytest.mark.django_db
 def test_a_worker_without_a_signal_is_gone_once_its_heartbeat_stopped_long_ago(settings):
     silence = max(10, settings.AGENTOPS_LEASE_SECONDS)
     _worker("elsewhere:1:silent", silence + 5)
     _worker("elsewhere:2:gone", silence * GONE_AFTER_SILENCES + 5)
-    run = start_run("room_temperature", thread_id="G", input={"question": "warm?"})
-    arrange(
-        Step.objects.filter(run=run),
-        status=StepStatus.RUNNING,
-        owner="elsewhere:2:gone",
-        attempt=1,
-        lease_until=db_now() + timedelta(seconds=600),
-        heartbeat_at=Now(),
-    )
+    run = _run_held_by("elsewhere:2:gone", thread_id="G")
     out = StringIO()
     call_command("workers", "--json", stdout=out)
     listing = json.loads(out.getvalue())
@@ -77,15 +83,7 @@ def test_a_worker_without_a_signal_is_gone_once_its_heartbeat_stopped_long_ago(s
 @pytest.mark.django_db
 def test_the_workers_page_lists_dead_workers_and_what_they_hold(clients, settings):
     _worker("elsewhere:3:gone", max(10, settings.AGENTOPS_LEASE_SECONDS) * 60)
-    run = start_run("room_temperature", thread_id="H", input={"question": "warm?"})
-    arrange(
-        Step.objects.filter(run=run),
-        status=StepStatus.RUNNING,
-        owner="elsewhere:3:gone",
-        attempt=1,
-        lease_until=db_now() + timedelta(seconds=600),
-        heartbeat_at=Now(),
-    )
+    _run_held_by("elsewhere:3:gone", thread_id="H")
     page = clients["alice"].get(reverse("console:workers")).content.decode()
     assert "Live (0)" in page
     dead = page.split('id="dead-workers"')[1].split("</table>")[0]
