@@ -142,6 +142,11 @@ REFUSED = [
       "--since", "9999-12-31T23:59:59-14:00"), 2, "argument --since: 9999-12-31T23:59:59-14:00"),
     (("runs", "budget", "00000000-0000-0000-0000-000000000000", "--add-tokens", HUGE), 2,
      "argument --add-tokens"),
+    (("runs", "budget", "00000000-0000-0000-0000-000000000000", "--add-tokens",
+      "1000000000001"), 2, "argument --add-tokens: 1000000000001 is not between 0 and "
+     "1000000000000"),
+    (("runs", "budget", "00000000-0000-0000-0000-000000000000", "--add-model-calls",
+      "1000001"), 2, "argument --add-model-calls: 1000001 is not between 0 and 1000000"),
     (("backup", ""), 2, "manage.py backup: error: argument dest: the path must not be empty "
      "(see manage.py backup --help)"),
     (("backup", "/tmp"), 2, "argument dest: /tmp is a directory; name a file in it"),
@@ -369,3 +374,15 @@ def test_runs_budget_refuses_a_limit_the_run_does_not_have_and_prints_json():
     assert out.getvalue().startswith(
         f'run {run.pk}: budget {{"model_calls": 1}} -> {{"model_calls": 2}}; run is '
     )
+
+
+@pytest.mark.django_db
+def test_runs_budget_takes_the_engines_token_maximum_not_a_32_bit_one():
+    from runs.engine.control.lifecycle import start_run
+
+    run = start_run(
+        "room_temperature", thread_id="T", input={"question": "warm?"}, budget={"tokens": 100}
+    )
+    call_command("runs", "budget", str(run.pk), "--add-tokens", "3000000000", "--reason", "r")
+    run.refresh_from_db()
+    assert run.budget == {"tokens": 3_000_000_100}

@@ -9,7 +9,7 @@ import json
 from runs.cli import arguments
 from runs.cli.common import cli_actor, control_error, resolve_run
 from runs.engine.control.lifecycle import ControlError
-from runs.engine.effects.budget import raise_budget
+from runs.engine.effects.budget import MAX_AMOUNTS, raise_budget
 
 help = "raise a run's budget limits (and resume it if it was paused for its budget)"
 
@@ -18,21 +18,21 @@ def add_arguments(parser):
     parser.add_argument("run_id", help="the run's id (runs list shows them)")
     parser.add_argument(
         "--add-model-calls",
-        type=arguments.integer(),
+        type=arguments.integer(0, int(MAX_AMOUNTS["model_calls"])),
         default=0,
         metavar="N",
         help="raise the model-call limit by N",
     )
     parser.add_argument(
         "--add-tool-calls",
-        type=arguments.integer(),
+        type=arguments.integer(0, int(MAX_AMOUNTS["tool_calls"])),
         default=0,
         metavar="N",
         help="raise the tool-call limit by N",
     )
     parser.add_argument(
         "--add-tokens",
-        type=arguments.integer(),
+        type=arguments.integer(0, int(MAX_AMOUNTS["tokens"])),
         default=0,
         metavar="N",
         help="raise the token limit by N",
