@@ -7,8 +7,14 @@ from datetime import timedelta
 from io import StringIO
 
 import pytest
-from django.core.management import call_command, get_commands, load_command_class
+from django.core.management import (
+    call_command,
+    execute_from_command_line,
+    get_commands,
+    load_command_class,
+)
 from django.core.management.base import CommandError
+from django.db import connections
 from django.db.models.functions import Now
 
 from runs.engine.control.lifecycle import start_run
@@ -177,3 +183,37 @@ def test_an_unknown_approval_id_is_answered_with_the_pending_ones():
     get_user_model().objects.create_user("carol").groups.add(setup_roles()["approver"])
     with pytest.raises(CommandError, match=r"no approval 99 \[unknown_approval\]; pending"):
         call_command("approvals", "decide", "99", "approve", "--as", "carol")
+
+
+@pytest.fixture
+def failing_check():
+    """A registered system check that always reports an error, removed afterwards."""
+    from django.core import checks
+
+    def broken(app_configs=None, **kwargs):
+        return [checks.Error("the code is broken", id="tests.E001")]
+
+    checks.register(broken)
+    yield
+    checks.registry.registry.registered_checks.discard(broken)
+
+
+@pytest.mark.django_db
+def test_operator_commands_skip_the_system_checks_and_process_starters_run_them(
+    failing_check, capsys, monkeypatch
+):
+    # A command run from the command line closes every connection at its end, which
+    # would drop the test's in-memory database.
+    monkeypatch.setattr(connections, "close_all", lambda: None)
+    execute_from_command_line(["manage.py", "runs", "list", "--json"])
+    assert json.loads(capsys.readouterr().out)["runs"] == []
+    for name in ("workflows", "workers", "states", "approvals list", "api_token list"):
+        execute_from_command_line(["manage.py", *name.split()])
+        assert "the code is broken" not in capsys.readouterr().err
+    # The processes a deployment starts refuse to, before doing anything.
+    for name in ("worker", "sweeper", "serve", "demo", "migrate"):
+        with pytest.raises(SystemExit) as stopped:
+            execute_from_command_line(["manage.py", name])
+        assert stopped.value.code == 1
+        assert "tests.E001" in capsys.readouterr().err, name
+    assert Run.objects.count() == 0

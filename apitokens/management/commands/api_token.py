@@ -1,15 +1,16 @@
 """``python manage.py api_token create USERNAME [--name N]`` prints a new token (once);
 ``api_token list [USERNAME]`` shows tokens without their secret; ``api_token revoke PREFIX``."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from apitokens.models import ApiToken
 from apitokens.services import create_token, revoke
 from runs.cli import arguments
+from runs.cli.command import OperatorCommand
 from runs.cli.common import cli_user
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "Create, list or revoke API tokens."
 
     def add_arguments(self, parser):

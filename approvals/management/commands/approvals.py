@@ -13,16 +13,17 @@ Refusals exit non-zero with the engine's code in brackets, e.g. ``[decision_conf
 import uuid
 
 from django.core.exceptions import PermissionDenied
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from approvals import services
 from approvals.models import Approval, Takeover
 from runs.cli import arguments
+from runs.cli.command import OperatorCommand
 from runs.cli.common import cli_user, control_error, parse_json, write_rows
 from runs.engine.control.lifecycle import ControlError
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "List and decide approvals; list, claim and resolve takeovers."
 
     def add_arguments(self, parser):

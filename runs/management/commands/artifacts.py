@@ -2,14 +2,13 @@
 
 import json
 
-from django.core.management.base import BaseCommand
-
 from runs.cli import arguments
+from runs.cli.command import OperatorCommand
 from runs.cli.common import cli_actor
 from runs.engine.data.artifact_integrity import check_artifacts
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = (
         "Check artifact rows against their files (missing or corrupt files pause their "
         "runs) and find orphan files (deleted with --repair after the grace period). "

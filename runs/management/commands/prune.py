@@ -3,13 +3,12 @@ policy for finished runs (``runs.engine.data.retention``)."""
 
 import json
 
-from django.core.management.base import BaseCommand
-
 from runs.cli import arguments
+from runs.cli.command import OperatorCommand
 from runs.engine.data import retention
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = (
         "Remove the payloads, checkpoints and artifacts of runs that finished more than "
         "DAYS days ago and compact their events (the audit trail and status changes stay). "

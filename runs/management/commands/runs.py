@@ -3,12 +3,11 @@
 
 from importlib import import_module
 
-from django.core.management.base import BaseCommand
-
 from runs.cli import SUBCOMMANDS
+from runs.cli.command import OperatorCommand
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "Start, inspect and steer runs."
 
     def add_arguments(self, parser):

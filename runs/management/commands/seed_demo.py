@@ -2,13 +2,14 @@
 
 import time
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from runs import demo_seed
 from runs.cli import arguments
+from runs.cli.command import OperatorCommand
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = (
         "Fill the database with a realistic mix of demo runs (every state, stuck runs, "
         "unknown outcomes, approvals, takeovers, long event histories) and one user per "

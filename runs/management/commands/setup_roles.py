@@ -2,13 +2,14 @@
 operator and approver groups, and optionally give a user (created if missing) roles."""
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from runs.cli import arguments
+from runs.cli.command import OperatorCommand
 from runs.console.roles import ROLES, setup_roles
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "Create or update the console roles (groups viewer, operator, approver)."
 
     def add_arguments(self, parser):

@@ -6,12 +6,12 @@ publisher, news feed, booking, payments, inventory, mailer, shop) under
 import json
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
 
+from runs.cli.command import OperatorCommand
 from runs.sim import devices
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "Show (status) or restore (reset) the simulated devices the demos and drills use."
 
     def add_arguments(self, parser):

@@ -4,8 +4,7 @@ the lease left on it (database clock), the dead ones that never recorded their s
 
 import json
 
-from django.core.management.base import BaseCommand
-
+from runs.cli.command import OperatorCommand
 from runs.console.workforce import workforce
 
 
@@ -37,7 +36,7 @@ def _row(worker, now) -> dict:
     }
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "Show what the workers are doing: who holds which step, and the lease left."
 
     def add_arguments(self, parser):

@@ -4,8 +4,9 @@ with its versions, steps (kind, retry, compensation) and required input. Interna
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from runs.cli.command import OperatorCommand
 from runs.workflows import registry
 
 
@@ -35,7 +36,7 @@ def describe(workflow) -> dict:
     }
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "List the registered workflows: name, versions, steps and description."
 
     def add_arguments(self, parser):
