@@ -6,15 +6,18 @@ import argparse
 import os
 import signal
 import subprocess
+import sys
 from datetime import UTC, datetime
 
+import django
 import pytest
 from django.core.management import call_command, get_commands, load_command_class
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
+from django.db import connections
 
 from apitokens.models import ApiToken
 from runs.cli import arguments
-from runs.models import Run
+from runs.models import Run, Thread
 from tests.control_support import db_rows
 from tests.test_cli_discovery import DJANGO_OPTIONS, _our_commands, _parsers
 
@@ -207,9 +210,56 @@ REFUSED = [
 ]  # fmt: skip
 
 
-def test_bad_arguments_end_in_one_line_and_write_nothing(deployment_factory):
-    d = deployment_factory("sqlite")
+@pytest.fixture
+def manage_in_process(capsys, monkeypatch):
+    """``run(*args)`` runs ``manage.py *args`` through the script's own ``main()`` (its
+    start-up checks, its one-line usage errors, Django's command line) inside this test
+    process, and returns ``(exit status, stdout, stderr)``. A long table of refusals
+    costs a Python process and Django start-up per row otherwise; the tests below still
+    run a few of the rows as real processes."""
+    import manage
+
+    # Django is set up in this process already; a second setup would reconfigure logging.
+    monkeypatch.setattr(django, "setup", lambda: None)
+    # main() makes usage errors one line for the whole process: put Django's back after.
+    monkeypatch.setattr(CommandParser, "error", CommandParser.error)
+    # A command run from the command line closes every connection at its end, which
+    # would drop the test's database.
+    monkeypatch.setattr(connections, "close_all", lambda: None)
+
+    def run(*args: str) -> tuple[object, str, str]:
+        monkeypatch.setattr(sys, "argv", ["manage.py", *args])
+        try:
+            manage.main()
+            status: object = 0
+        except SystemExit as exc:
+            status = exc.code
+        captured = capsys.readouterr()
+        return status, captured.out, captured.err
+
+    return run
+
+
+@pytest.mark.django_db
+def test_bad_arguments_end_in_one_line_and_write_nothing(manage_in_process):
     for argv, status, line in REFUSED:
+        code, out, err = manage_in_process(*argv)
+        assert code == status, (argv, err)
+        assert len(err.splitlines()) == 1, (argv, err)
+        assert line in err, (argv, err)
+        assert out == "", argv
+    assert Run.objects.count() == 0
+    assert Thread.objects.count() == 0
+
+
+#: Rows of ``REFUSED`` of each kind (argv checked before Django, a usage error, a refusal
+#: from the engine), run as real processes like a user's.
+IN_A_PROCESS = [REFUSED[0], *(row for row in REFUSED if row[0] == ("backup", "")), REFUSED[-1]]
+
+
+def test_bad_arguments_end_the_same_in_a_process_of_their_own(deployment_factory):
+    d = deployment_factory("sqlite")
+    for argv, status, line in IN_A_PROCESS:
         proc = d.manage(*argv)
         assert proc.returncode == status, (argv, proc.stderr)
         assert len(proc.stderr.splitlines()) == 1, (argv, proc.stderr)
@@ -217,7 +267,6 @@ def test_bad_arguments_end_in_one_line_and_write_nothing(deployment_factory):
         assert proc.stdout == "", argv
     assert db_rows(d, "SELECT count(*) FROM runs_run") == [(0,)]
     assert db_rows(d, "SELECT count(*) FROM runs_thread") == [(0,)]
-    assert not list(d.root.glob("**/*.partial"))
 
 
 def test_a_usage_error_is_one_line_with_a_hint_not_the_usage_block(deployment_factory):
