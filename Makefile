@@ -31,10 +31,13 @@ demo: venv
 	$(VENV_PY) manage.py demo
 
 # The suite's PostgreSQL runs without fsync (--no-fsync): its data is thrown away, and a
-# synced commit or CREATE DATABASE costs milliseconds to seconds on a busy disk.
+# synced commit or CREATE DATABASE costs milliseconds to seconds on a busy disk. Python
+# may write bytecode caches even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE, as in some CI images): the suite starts over a thousand
+# Python processes, and without the caches each one compiles the project from source.
 test: system-deps venv
-	$(VENV_PY) scripts/with_services.py --no-fsync -- $(VENV_PY) -m pytest \
-		-n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(VENV_PY) scripts/with_services.py --no-fsync -- \
+		$(VENV_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The house style and the type check, as CI runs them.
 lint: venv
