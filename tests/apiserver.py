@@ -63,7 +63,7 @@ def make_user(
         "    perm = Permission.objects.get(content_type__app_label=app, codename=codename)\n"
         "    u.user_permissions.add(perm)\n"
     )
-    deployment.manage("shell", "-c", code, check=True)
+    deployment.shell(code)
     return deployment.manage("api_token", "create", username, check=True).stdout.strip()
 
 

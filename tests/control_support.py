@@ -1,6 +1,6 @@
-"""Helpers for the control-layer tests: users, polling, and reading a
-deployment's database through ``manage.py shell`` (the tests stay black-box: every
-process is a real ``manage.py`` subprocess)."""
+"""Helpers for the control-layer tests: users, polling, and reading a deployment's
+database as ``manage.py shell`` would (the tests stay black-box: the reads run in a
+process of the deployment's own, never in the test's)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,18 @@ def weekly_input(**extra: Any) -> str:
     return json.dumps({"week": "2026-W48", **extra})
 
 
-def shell_json(d: Deployment, code: str) -> Any:
-    """Run ``code`` in ``manage.py shell`` and parse what it prints last as JSON; the
-    code must end by printing ``json.dumps(...)`` (``json`` is imported for it)."""
-    proc = d.manage("shell", "-v", "0", "-c", "import json\n" + code, check=True, timeout=120)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def shell_json(d: Deployment, code: str, *, fresh: bool = False) -> Any:
+    """Run ``code`` as ``manage.py shell -c`` runs it and parse what it prints last as
+    JSON; the code must end by printing ``json.dumps(...)`` (``json`` is imported for
+    it). It runs in the deployment's shell probe (``Deployment.shell``); ``fresh=True``
+    runs it in a ``manage.py shell`` process of its own, for code that leaves threads,
+    sessions or locks behind for the process's end to clear."""
+    code = "import json\n" + code
+    if fresh:
+        out = d.manage("shell", "-v", "0", "-c", code, check=True, timeout=120).stdout
+    else:
+        out = d.shell(code)
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def make_user(
@@ -46,8 +53,8 @@ print(json.dumps(u.pk))
 
 
 def status(d: Deployment, run_id: str) -> dict:
-    """``runs status RUN --json``."""
-    return d.manage_json("runs", "status", run_id, "--json")
+    """``runs status RUN --json``, run in the deployment's shell probe."""
+    return json.loads(d.call("runs", "status", run_id, "--json"))
 
 
 def facts(d: Deployment, run_id: str) -> dict:

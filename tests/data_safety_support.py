@@ -16,10 +16,10 @@ WAIT_LIMIT = 120
 
 
 def shell_json(deployment: Deployment, code: str) -> Any:
-    """Run ``code`` in ``manage.py shell`` of the deployment; it must print one JSON
-    value as its last line, which is returned."""
-    proc = deployment.manage("shell", "-c", code, check=True, timeout=120)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """Run ``code`` as ``manage.py shell -c`` runs it, in the deployment's shell probe
+    (``Deployment.shell``); it must print one JSON value as its last line, which is
+    returned."""
+    return json.loads(deployment.shell(code).strip().splitlines()[-1])
 
 
 def wait_for(
@@ -41,8 +41,8 @@ def wait_for(
 
 
 def status(deployment: Deployment, run_id: str) -> dict:
-    """``runs status RUN --json``."""
-    return deployment.manage_json("runs", "status", run_id, "--json")
+    """``runs status RUN --json``, run in the deployment's shell probe."""
+    return control_support.status(deployment, run_id)
 
 
 def step_status(deployment: Deployment, run_id: str, name: str) -> str | None:

@@ -140,15 +140,8 @@ def test_it_refuses_a_bad_budget_before_storing_anything(deployment_factory, bud
         budget,
     )
     assert proc.returncode != 0 and "invalid_budget" in proc.stderr
-    count = d.manage(
-        "shell",
-        "-v",
-        "0",
-        "-c",
-        "from runs.models import Run; print(Run.objects.count())",
-        check=True,
-    )
-    assert count.stdout.strip() == "0"
+    count = d.shell("from runs.models import Run; print(Run.objects.count())")
+    assert count.strip() == "0"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -166,14 +159,7 @@ def test_it_refuses_to_act_in_the_name_of_an_unknown_or_unauthorised_user(deploy
     run_id = d.manage(
         "runs", "start", "room_temperature", "--thread", "A", "--input", QUESTION, check=True
     ).stdout.strip()
-    d.manage(
-        "shell",
-        "-v",
-        "0",
-        "-c",
-        "from django.contrib.auth.models import User; User.objects.create_user('viewer')",
-        check=True,
-    )
+    d.shell("from django.contrib.auth.models import User; User.objects.create_user('viewer')")
     for who, code in (("nobody", "unknown_user"), ("viewer", "permission_denied")):
         proc = d.manage(
             "runs", "budget", run_id, "--add-tool-calls", "1", "--reason", "r", "--as", who
@@ -181,12 +167,7 @@ def test_it_refuses_to_act_in_the_name_of_an_unknown_or_unauthorised_user(deploy
         assert proc.returncode != 0 and code in proc.stderr
         check = d.manage("artifacts", "check", "--repair", "--as", who)
         assert check.returncode != 0 and code in check.stderr
-    events = d.manage(
-        "shell",
-        "-v",
-        "0",
-        "-c",
-        "from runs.models import Event; print(Event.objects.filter(type='budget.raised').count())",
-        check=True,
+    events = d.shell(
+        "from runs.models import Event; print(Event.objects.filter(type='budget.raised').count())"
     )
-    assert events.stdout.strip() == "0"
+    assert events.strip() == "0"

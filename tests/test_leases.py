@@ -33,24 +33,17 @@ print(json.dumps(won))
 
 def test_it_lets_exactly_one_of_two_processes_claim_each_step(deployment_factory):
     d = deployment_factory("postgres")
-    setup = d.manage(
-        "shell",
-        "-v",
-        "0",
-        "-c",
-        (
-            "import json\n"
-            "from runs.engine.control.lifecycle import start_run\n"
-            "from runs.models import Step\n"
-            "run = start_run('room_temperature', thread_id='c', input={'question': 'q'})\n"
-            "Step.objects.bulk_create(\n"
-            "    [Step(run=run, name='plan', seq=100 + i) for i in range(60)]\n"
-            ")\n"
-            "print(json.dumps(list(Step.objects.filter(run=run).values_list('pk', flat=True))))"
-        ),
-        check=True,
+    setup = d.shell(
+        "import json\n"
+        "from runs.engine.control.lifecycle import start_run\n"
+        "from runs.models import Step\n"
+        "run = start_run('room_temperature', thread_id='c', input={'question': 'q'})\n"
+        "Step.objects.bulk_create(\n"
+        "    [Step(run=run, name='plan', seq=100 + i) for i in range(60)]\n"
+        ")\n"
+        "print(json.dumps(list(Step.objects.filter(run=run).values_list('pk', flat=True))))"
     )
-    ids = json.loads(setup.stdout.strip().splitlines()[-1])
+    ids = json.loads(setup.strip().splitlines()[-1])
     # Both processes start claiming at the same instant, in the same order.
     start = time.time() + 4
     procs = [
@@ -70,18 +63,11 @@ def test_it_lets_exactly_one_of_two_processes_claim_each_step(deployment_factory
     won = [step_id for result in results for step_id, _ in result]
     assert sorted(won) == sorted(ids)  # every step claimed, none twice
     assert all(attempt == 1 for result in results for _, attempt in result)
-    counts = d.manage(
-        "shell",
-        "-v",
-        "0",
-        "-c",
-        (
-            "from runs.models import Step\n"
-            "print(Step.objects.filter(status='RUNNING', attempt=1).count())"
-        ),
-        check=True,
+    counts = d.shell(
+        "from runs.models import Step\n"
+        "print(Step.objects.filter(status='RUNNING', attempt=1).count())"
     )
-    assert int(counts.stdout) == len(ids)
+    assert int(counts) == len(ids)
 
 
 blocking = Workflow("blocking_test", version=1, input_fields={})
@@ -170,37 +156,16 @@ def test_it_ignores_duplicate_rq_messages_in_a_real_worker(deployment_factory):
     d.manage("worker", "--burst", check=True, timeout=120)
     before = d.manage_json("runs", "status", "--thread", "D", "--json")
     assert before["status"] == "SUCCEEDED"
-    d.manage(
-        "shell",
-        "-v",
-        "0",
-        "-c",
-        (
-            "from runs.engine.execution.dispatch import notify_now\n"
-            "from runs.models import Step\n"
-            "for s in Step.objects.all():\n"
-            "    for _ in range(5): notify_now(s.run_id, s.pk, s.attempt)\n"
-        ),
-        check=True,
+    d.shell(
+        "from runs.engine.execution.dispatch import notify_now\n"
+        "from runs.models import Step\n"
+        "for s in Step.objects.all():\n"
+        "    for _ in range(5): notify_now(s.run_id, s.pk, s.attempt)\n"
     )
-    events_before = d.manage(
-        "shell",
-        "-v",
-        "0",
-        "-c",
-        "from runs.models import Event; print(Event.objects.count())",
-        check=True,
-    ).stdout
+    events_before = d.shell("from runs.models import Event; print(Event.objects.count())")
     again = d.manage("worker", "--burst", check=True, timeout=120)
     assert "ENTER" not in again.stdout
     after = d.manage_json("runs", "status", "--thread", "D", "--json")
     assert after == before
-    events_after = d.manage(
-        "shell",
-        "-v",
-        "0",
-        "-c",
-        "from runs.models import Event; print(Event.objects.count())",
-        check=True,
-    ).stdout
+    events_after = d.shell("from runs.models import Event; print(Event.objects.count())")
     assert events_after == events_before

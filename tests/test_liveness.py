@@ -230,20 +230,20 @@ def test_a_server_restart_judges_older_workers_by_their_lease_for_the_grace(
     deployment_factory,
 ):
     d = deployment_factory("postgres")
-    within_grace, after_grace = shell_json(d, RESTART)
+    within_grace, after_grace = shell_json(d, RESTART, fresh=True)
     assert within_grace == ["w-new"]
     assert after_grace == ["w-new", "w-old"]
 
 
 def test_it_turns_liveness_off_when_the_lock_does_not_hold_on_its_session(deployment_factory):
     d = deployment_factory("postgres")
-    kind, published, pooled = shell_json(d, POOLED)
+    kind, published, pooled = shell_json(d, POOLED, fresh=True)
     assert (kind, published, pooled) == ("", "", True)
 
 
 def test_a_cut_lock_connection_shows_the_owner_dead_until_it_is_taken_again(deployment_factory):
     d = deployment_factory("postgres")
-    acquired, before, cut, renewed, after, closed = shell_json(d, CUT)
+    acquired, before, cut, renewed, after, closed = shell_json(d, CUT, fresh=True)
     assert (acquired, before) == (True, 0)
     assert cut == 1
     assert (renewed, after) == (True, 0)

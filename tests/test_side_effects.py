@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from runs.engine.effects.retry import RetryPolicy
-from tests.control_support import make_user
+from tests.control_support import make_user, status
 from tests.support.services import BACKENDS, Deployment
 
 LEASE = {
@@ -47,10 +47,6 @@ def sql(d: Deployment, query: str, params: tuple = ()) -> list[tuple]:
 
     with psycopg.connect(d.database_url) as conn:
         return conn.execute(query, params).fetchall()
-
-
-def status(d: Deployment, run_id: str) -> dict:
-    return d.manage_json("runs", "status", run_id, "--json")
 
 
 def run_status(d: Deployment, run_id: str) -> str:

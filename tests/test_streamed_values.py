@@ -79,7 +79,7 @@ def test_streamed_pieces_with_nul_are_stored_sent_and_shown_escaped(deployment_f
 
     # Shown: the console's run page, rendered by the deployment itself.
     code = _CONSOLE.replace("RUN_ID", run_id).replace("STORED", repr(STORED))
-    page = d.manage("shell", "-c", code, check=True).stdout
+    page = d.shell(code)
     shown = json.loads(page.strip().splitlines()[-1])
     assert shown == {"status": 200, "escaped": True, "raw_nul": False}
 

@@ -31,6 +31,7 @@ import json
 import os
 import re
 import secrets
+import select
 import shutil
 import signal
 import sqlite3
@@ -498,6 +499,8 @@ class Deployment:
         self.db_name = db_name
         self.processes: list[subprocess.Popen] = []
         self._popen_count = itertools.count(1)
+        self._probe: subprocess.Popen | None = None
+        self._probe_env: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"<Deployment {self.backend} {self.root}>"
@@ -580,6 +583,71 @@ class Deployment:
         self.processes.append(proc)
         return proc
 
+    def shell(self, code: str, *, timeout: float = 120) -> str:
+        """Run ``code`` as ``manage.py shell -c CODE`` runs it and return what it printed,
+        in this deployment's long-lived shell probe (tests/support/shell_probe.py) rather
+        than a new process. Raises ``ManageError`` (with the traceback) if the code
+        raised, ``ManageTimeout`` after ``timeout`` seconds. Code that must die with its
+        process (threads, sessions or locks it leaves behind) runs in
+        ``manage("shell", "-c", code)`` instead."""
+        return self._ask({"code": code}, timeout)
+
+    def call(self, *args: object, timeout: float = 120) -> str:
+        """Run the management command ``args`` in the shell probe through Django's
+        ``call_command`` and return its stdout; for reads such as ``runs status RUN
+        --json``. A test of the command line itself (exit status, stderr) uses
+        ``manage``. Raises as ``shell`` does."""
+        return self._ask({"command": [str(a) for a in args]}, timeout)
+
+    def _ask(self, request: dict, timeout: float) -> str:
+        if self._probe is None or self._probe.poll() is not None or self._probe_env != self.env:
+            self._stop_probe()
+            with open(self.root / "shell-probe.stderr.log", "a", encoding="utf-8") as err:
+                self._probe = subprocess.Popen(
+                    [sys.executable, "-m", "tests.support.shell_probe"],
+                    env=self.env,
+                    cwd=REPO_ROOT,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    text=True,
+                    start_new_session=True,
+                )
+            self._probe_env = dict(self.env)
+        probe = self._probe
+        assert probe.stdin is not None and probe.stdout is not None
+        argv = ["shell_probe", json.dumps(request)[:200]]
+        try:
+            probe.stdin.write(json.dumps(request) + "\n")
+            probe.stdin.flush()
+        except BrokenPipeError:
+            pass  # it died; the empty answer below says so with its stderr
+        if not select.select([probe.stdout], [], [], timeout)[0]:
+            self._stop_probe()
+            raise ManageTimeout(argv, timeout)
+        line = probe.stdout.readline()
+        if not line:
+            self._stop_probe()
+            log = (self.root / "shell-probe.stderr.log").read_text(errors="replace")
+            raise ManageError(1, argv, "", log[-4000:])
+        answer = json.loads(line)
+        if answer["error"]:
+            raise ManageError(1, argv, answer["out"], answer["error"])
+        return answer["out"]
+
+    def _stop_probe(self) -> None:
+        probe, self._probe = self._probe, None
+        if probe is None:
+            return
+        with contextlib.suppress(OSError):
+            probe.stdin.close()  # type: ignore[union-attr]
+        try:
+            probe.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            probe.kill()
+            probe.wait()
+        probe.stdout.close()  # type: ignore[union-attr]
+
     @staticmethod
     def logs(proc: subprocess.Popen) -> tuple[str, str]:
         """Return ``(stdout, stderr)`` written so far by a process from ``popen``."""
@@ -608,6 +676,7 @@ class Deployment:
 
         Safe to call twice. Files under ``root`` stay for pytest's tmp_path retention.
         """
+        self._stop_probe()
         self.kill_all()
         if self.db_name and self.admin_url:
             import psycopg
