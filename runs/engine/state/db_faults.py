@@ -8,8 +8,8 @@ safe, and a request that gives up answers 503 instead of a server error.
 """
 
 import sqlite3
+import sys
 
-import psycopg
 from django.db import DatabaseError, InterfaceError, OperationalError
 
 BUSY = "busy"
@@ -26,10 +26,14 @@ def classify(exc: BaseException) -> str | None:
 
     Looks through Django's wrapper at the driver's exception (``__cause__``).
     """
-    if not isinstance(exc, DatabaseError | psycopg.Error | sqlite3.Error):
+    # psycopg is not imported here: a process on SQLite never loads it (a twentieth of a
+    # command's start-up), and an error cannot come from a driver that was never loaded.
+    psycopg = sys.modules.get("psycopg")
+    pg_errors = (psycopg.Error,) if psycopg else ()
+    if not isinstance(exc, (DatabaseError, sqlite3.Error, *pg_errors)):
         return None
     cause = exc.__cause__ if isinstance(exc, DatabaseError) and exc.__cause__ else exc
-    if isinstance(cause, psycopg.Error):
+    if psycopg and isinstance(cause, psycopg.Error):
         sqlstate = getattr(cause, "sqlstate", None)
         if sqlstate in _BUSY_SQLSTATES:
             return BUSY

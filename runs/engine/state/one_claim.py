@@ -25,7 +25,6 @@ from typing import Any
 from django.db import connection
 
 from runs.checkpoint_data import DELTA, apply
-from runs.engine.state import prepared
 from runs.models import Run, Step
 from runs.payload_field import resolve
 from runs.states import RUN_EXECUTABLE, RunStatus, StepStatus
@@ -191,6 +190,9 @@ def claim_step(step_id: int, worker_id: str, ttl: float, *, known: list[str]) ->
         "run_pending": RunStatus.PENDING.value,
         "run_running": RunStatus.RUNNING.value,
     }
+    # Here, not at the top: it loads psycopg, which a process on SQLite never needs.
+    from runs.engine.state import prepared
+
     row, columns = prepared.fetchone(_sql(), params)
     if row is None:
         return Claim(NOT_CLAIMABLE)

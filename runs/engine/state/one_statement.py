@@ -25,7 +25,6 @@ from typing import Any
 
 from django.db import connection
 
-from runs.engine.state import prepared
 from runs.engine.state.gateway import RUN_FINISHED_HOOKS
 from runs.models import Message
 from runs.payload_field import INLINE_LIMIT, LITERAL_KEY, REF_KEY
@@ -314,6 +313,9 @@ def commit_step(
         ),
     }
     thread = _THREAD_ALLOCATE if messages else _THREAD_LOCK if finish else _THREAD_READ
+    # Here, not at the top: it loads psycopg, which a process on SQLite never needs.
+    from runs.engine.state import prepared
+
     row, _ = prepared.fetchone(_statement(thread), params)
     if row is None:
         return None
