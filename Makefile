@@ -33,7 +33,7 @@ demo: venv
 # The suite's PostgreSQL runs without fsync (--no-fsync): its data is thrown away, and a
 # synced commit or CREATE DATABASE costs milliseconds to seconds on a busy disk. Python
 # may write bytecode caches even where the environment says not to
-# (PYTHONDONTWRITEBYTECODE, as in some CI images): the suite starts over a thousand
+# (PYTHONDONTWRITEBYTECODE, as in some CI images): the suite starts about 800
 # Python processes, and without the caches each one compiles the project from source.
 test: system-deps venv
 	env -u PYTHONDONTWRITEBYTECODE $(VENV_PY) scripts/with_services.py --no-fsync -- \

@@ -10,9 +10,8 @@ from tests.support.services import BACKENDS
 
 
 def start_and_wait(d, thread="R"):
-    run_id = d.manage(
-        "runs", "start", "weekly_report", "--thread", thread, "--input", weekly_input(), check=True
-    ).stdout.strip()
+    argv = ("runs", "start", "weekly_report", "--thread", thread, "--input", weekly_input())
+    run_id = d.call(*argv).strip()
     d.manage("worker", "--burst", timeout=180, check=True)
     return run_id
 

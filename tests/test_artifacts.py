@@ -12,9 +12,9 @@ from tests.control_support import facts, make_user, status, weekly_input
 
 def run_to_approval(d):
     make_user(d, "alice", approver=True)
-    run_id = d.manage(
-        "runs", "start", "weekly_report", "--thread", "A", "--input", weekly_input(), check=True
-    ).stdout.strip()
+    run_id = d.call(
+        "runs", "start", "weekly_report", "--thread", "A", "--input", weekly_input()
+    ).strip()
     d.manage("worker", "--burst", timeout=120, check=True)
     info = facts(d, run_id)
     assert info["run"]["status"] == "WAITING_APPROVAL"

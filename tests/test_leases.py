@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from django.db import connection
 
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import executor, jobs
@@ -101,7 +102,14 @@ def test_it_rejects_a_stale_workers_late_commit(blocking_workflow):
     run = start_run("blocking_test", thread_id="stale", input={})
     step = Step.objects.get(run=run)
     outcome = {}
-    thread = threading.Thread(target=lambda: outcome.update(r=executor.execute_step(step.pk, slow)))
+
+    def run_slowly():
+        try:
+            outcome.update(r=executor.execute_step(step.pk, slow))
+        finally:
+            connection.close()  # this thread's own: left open, it blocks dropping the test DB
+
+    thread = threading.Thread(target=run_slowly)
     thread.start()
     assert gate["entered"].wait(30)
     # The slow worker's lease runs out (it is paused, say); the fast one takes over.

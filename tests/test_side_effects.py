@@ -93,17 +93,9 @@ def wait_for(what: str, check, procs=(), timeout: float = WAIT):
 
 
 def start(d: Deployment, workflow: str, input: str, *flags) -> str:
-    return d.manage(
-        "runs",
-        "start",
-        workflow,
-        "--thread",
-        f"t-{time.monotonic_ns()}",
-        "--input",
-        input,
-        *flags,
-        check=True,
-    ).stdout.strip()
+    """``runs start`` in the deployment's shell probe; returns the run id."""
+    thread = f"t-{time.monotonic_ns()}"
+    return d.call("runs", "start", workflow, "--thread", thread, "--input", input, *flags).strip()
 
 
 def lamp(d: Deployment, **state) -> None:
