@@ -53,11 +53,13 @@ def decide(
     (``approvals.tool_calls``; ``invalid_arguments`` with field errors, nothing
     changed, when they do not fit the tool).
 
-    Idempotent: the same decision again returns the approval unchanged (one decision,
-    one event). Raises what ``approvals.policy.check_decider`` raises (no approver
-    permission, a superuser without the role, self-approval),
-    ``DecisionConflict`` for a different decision after the first (or on an expired or
-    cancelled approval), ``ControlError("invalid_decision")`` for another word.
+    Idempotent: the same decision again, with the same edited arguments and message,
+    returns the approval unchanged (one decision, one event). Raises what
+    ``approvals.policy.check_decider`` raises (no approver permission, a superuser
+    without the role, self-approval), ``DecisionConflict`` for a different decision
+    after the first, for the same one with other edited arguments or another message
+    (a correction that came too late is refused, not dropped), or on an expired or
+    cancelled approval; ``ControlError("invalid_decision")`` for another word.
     """
     if decision not in DECISIONS:
         raise ControlError(
