@@ -59,6 +59,18 @@ def test_it_asks_for_approval_offline_and_refunds_the_edited_amount(worker, ann)
         decide(approval, decision="approve", user=ann, arguments={"order_id": "A1001"})
     assert refused.value.code == "invalid_arguments"
     assert "arguments.amount" in refused.value.errors
+    # The tool's schema holds its rules too: a refund of nothing or less is refused
+    # when deciding, not by the refund desk after retries.
+    for amount in (0, -5):
+        with pytest.raises(ControlError) as refused:
+            decide(
+                approval,
+                decision="approve",
+                user=ann,
+                arguments={"order_id": "A1001", "amount": amount},
+            )
+        assert refused.value.code == "invalid_arguments"
+        assert "greater than 0" in refused.value.errors["arguments.amount"]
     approval.refresh_from_db()
     assert approval.status == "PENDING"
 
