@@ -92,7 +92,7 @@ def test_text_with_undecodable_bytes_surrogates_or_nul_is_refused():
 
 @pytest.mark.django_db
 def test_json_that_decodes_to_a_lone_surrogate_is_refused_and_no_run_is_written():
-    with pytest.raises(CommandError, match=r"--input at \$\.question: .*surrogate"):
+    with pytest.raises(CommandError, match=r"--input: at \$\.question: .*surrogate"):
         call_command(
             "runs", "start", "room_temperature", "--thread", "S", "--input",
             '{"question":"\\ud800"}',
@@ -132,7 +132,8 @@ REFUSED = [
     (("runs", "start", "room_temperature", "--thread", "T", "--input",
       '{"question":"' + NOT_UTF8 + '"}'), 2, "the value of --input is not valid UTF-8"),
     (("runs", "start", "room_temperature", "--thread", "T", "--input",
-      '{"question":"\\ud800"}'), 1, "--input at $.question: text holds a lone surrogate"),
+      '{"question":"\\ud800"}'), 2,
+     "argument --input: at $.question: text holds a lone surrogate [invalid_input]"),
     (("runs", "list", "--q", os.fsdecode(b"\xff")), 2, "the value of --q is not valid UTF-8"),
     (("runs", "list", "--offset", HUGE), 2, "argument --offset: 99999999999999999999 is not"),
     (("runs", "list", "--limit", "0"), 2, "argument --limit: 0 is not between 1 and 500"),
@@ -435,3 +436,84 @@ def test_runs_budget_takes_the_engines_token_maximum_not_a_32_bit_one():
     call_command("runs", "budget", str(run.pk), "--add-tokens", "3000000000", "--reason", "r")
     run.refresh_from_db()
     assert run.budget == {"tokens": 3_000_000_100}
+
+
+def _json_options() -> dict[str, str]:
+    """``"COMMAND SUB --option"`` -> the name of the argparse type of every option whose
+    help says it takes JSON (not ``--json``, which asks for JSON output)."""
+    found = {}
+    for name in _our_commands():
+        command = load_command_class(get_commands()[name], name)
+        for path, parser in _parsers(command.create_parser("manage.py", name), name):
+            for action in parser._actions:
+                flags = action.option_strings
+                if flags and flags[0] != "--json" and "JSON" in (action.help or ""):
+                    found[f"{path} {flags[0]}"] = getattr(action.type, "__name__", "")
+    return found
+
+
+def test_every_json_option_is_parsed_and_checked_as_its_value_is_read():
+    assert _json_options() == {
+        "runs start --input": "JSON object",
+        "runs start --budget": "JSON object",
+        "runs resume --input-patch": "JSON object",
+        "runs resolve --result": "JSON value",
+        "approvals decide --arguments": "JSON object",
+        "approvals resolve --result": "JSON value",
+    }
+
+
+RUN_ID = "00000000-0000-0000-0000-000000000000"
+#: Each JSON option: the arguments its command needs besides it, and the code it refuses
+#: a bad value with.
+JSON_OPTIONS = {
+    "--input": (("runs", "start", "room_temperature", "--thread", "T"), "invalid_input"),
+    "--budget": (("runs", "start", "room_temperature", "--thread", "T", "--input",
+                  '{"question": "a"}'), "invalid_budget"),
+    "--input-patch": (("runs", "resume", RUN_ID, "--from", "start", "--reason", "r"),
+                      "invalid_input"),
+    "--result": (("runs", "resolve", RUN_ID, "--step", "s", "--outcome", "done",
+                  "--evidence", "e"), "invalid_input"),
+    "--arguments": (("approvals", "decide", "1", "approve", "--as", "u"), "invalid_arguments"),
+}  # fmt: skip
+#: (value, objects only, what the one line says about it)
+BAD_JSON = [
+    ("", False, "must not be empty"),
+    ("  ", False, "must not be empty"),
+    ("null", False, "must not be null (leave the option out instead) [CODE]"),
+    ("{", False, "not valid JSON: "),
+    ("[]", True, "must be a JSON object {...}, not [] [CODE]"),
+    ("5", True, "must be a JSON object {...}, not 5 [CODE]"),
+    ('"x"', True, 'must be a JSON object {...}, not "x" [CODE]'),
+]
+
+
+@pytest.mark.django_db
+def test_blank_null_or_non_object_json_is_a_usage_error_naming_the_option(manage_in_process):
+    for option, (argv, refusal) in JSON_OPTIONS.items():
+        for value, objects_only, why in BAD_JSON:
+            if objects_only and option == "--result":
+                continue
+            code, out, err = manage_in_process(*argv, option, value)
+            assert code == 2, (option, value, err)
+            [line] = err.splitlines()
+            assert f"argument {option}: {why.replace('CODE', refusal)}" in line, (option, line)
+            assert out == ""
+    code, _, err = manage_in_process(
+        "approvals", "resolve", "1", "mark_done", "--reason", "r", "--result", ""
+    )
+    assert code == 2 and "argument --result: must not be empty" in err
+    assert Run.objects.count() == 0
+    assert Thread.objects.count() == 0
+
+
+def test_a_json_result_that_is_falsy_is_kept_not_dropped():
+    command = load_command_class(get_commands()["runs"], "runs")
+    parser = command.create_parser("manage.py", "runs")
+    for text, value in (("0", 0), ("{}", {}), ("false", False), ('""', "")):
+        options = parser.parse_args(
+            ["resolve", RUN_ID, "--step", "s", "--outcome", "done", "--evidence", "e",
+             "--result", text]
+        )  # fmt: skip
+        assert options.result == value
+        assert options.result is not None

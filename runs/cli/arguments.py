@@ -7,11 +7,13 @@ bad value is a usage error (one line, exit 2) naming the option and the range.
 """
 
 import argparse
+import json
 import math
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime, time
 from pathlib import Path
+from typing import Any
 
 from django.core.management.base import CommandError
 from django.utils.dateparse import parse_date, parse_datetime
@@ -202,4 +204,53 @@ def column_text(model: str, field: str) -> Callable[[str], str]:
         return value
 
     parse.__name__ = "text"
+    return parse
+
+
+def json_value(code: str = "invalid_input") -> Callable[[str], Any]:
+    """An argparse ``type`` for a JSON value an engine call stores (``--result``): any
+    JSON but ``null``, which the engine could not tell from leaving the option out.
+    Blank text, text that is not JSON, ``null`` or a part no database can store (a
+    ``\\ud800`` escape decodes to a lone surrogate) raise ``argparse.ArgumentTypeError``
+    (a usage error, exit 2; the message ends ``[code]``), so an unset shell variable
+    never silently means "none"."""
+
+    def parse(value: str) -> Any:
+        from runs.engine.state.values import problem
+
+        if not value.strip():
+            raise argparse.ArgumentTypeError("must not be empty (leave the option out instead)")
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"not valid JSON: {exc} [{code}]") from None
+        if parsed is None:
+            raise argparse.ArgumentTypeError(
+                f"must not be null (leave the option out instead) [{code}]"
+            )
+        found = problem(parsed)
+        if found:
+            path, _type_name, reason = found
+            raise argparse.ArgumentTypeError(f"at {path}: {reason} [{code}]")
+        return parsed
+
+    parse.__name__ = "JSON value"
+    return parse
+
+
+def json_object(code: str = "invalid_input") -> Callable[[str], dict[str, Any]]:
+    """An argparse ``type`` for a JSON object (``--input``, ``--budget``,
+    ``--input-patch``, ``--arguments``), checked as ``json_value(code)`` checks a value;
+    any other JSON (an array, a number...) raises ``argparse.ArgumentTypeError``."""
+    value_of = json_value(code)
+
+    def parse(value: str) -> dict[str, Any]:
+        parsed = value_of(value)
+        if not isinstance(parsed, dict):
+            raise argparse.ArgumentTypeError(
+                f"must be a JSON object {{...}}, not {json.dumps(parsed)[:40]} [{code}]"
+            )
+        return parsed
+
+    parse.__name__ = "JSON object"
     return parse

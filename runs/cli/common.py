@@ -7,23 +7,7 @@ from django.core.management.base import CommandError
 
 from runs.cli import arguments
 from runs.engine.control.lifecycle import ControlError, get_run, latest_run
-from runs.engine.state.values import problem
 from runs.models import Run
-
-
-def parse_json(text: str, what: str):
-    """Parse ``text`` as JSON that the engine can store; raises ``CommandError`` naming
-    ``what`` if it is not JSON, or names the path of a part that cannot be stored (a
-    ``\\ud800`` escape decodes to a lone surrogate, which no database takes)."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CommandError(f"{what} is not valid JSON: {exc}") from exc
-    found = problem(value)
-    if found:
-        path, _type_name, reason = found
-        raise CommandError(f"{what} at {path}: {reason} [invalid_input]")
-    return value
 
 
 def write_rows(

@@ -1,7 +1,8 @@
 """``runs resolve RUN_ID --step NAME --outcome done|not-done --evidence TEXT
 [--result JSON] [--as USER]``: decide an unknown outcome; the run continues."""
 
-from runs.cli.common import cli_actor, control_error, parse_json, resolve_run
+from runs.cli import arguments
+from runs.cli.common import cli_actor, control_error, resolve_run
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.unknown_outcomes import OUTCOMES, resolve_unknown
 
@@ -21,6 +22,7 @@ def add_arguments(parser):
     parser.add_argument(
         "--result",
         default=None,
+        type=arguments.json_value(),
         help="with done: the call's result as JSON (what the tool returned)",
     )
     parser.add_argument(
@@ -33,7 +35,6 @@ def add_arguments(parser):
 
 def handle(command, options):
     run = resolve_run(options)
-    result = parse_json(options["result"], "--result") if options["result"] else None
     actor = cli_actor(options["as_user"])
     try:
         run = resolve_unknown(
@@ -42,7 +43,7 @@ def handle(command, options):
             outcome=options["outcome"],
             evidence=options["evidence"],
             actor=actor,
-            result=result,
+            result=options["result"],
         )
     except ControlError as exc:
         raise control_error(exc) from exc

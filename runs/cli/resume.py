@@ -11,7 +11,7 @@ result is reused (with that result) and those that could repeat, and changes not
 import json
 
 from runs.cli import arguments
-from runs.cli.common import add_run_arguments, control_error, parse_json, resolve_run
+from runs.cli.common import add_run_arguments, control_error, resolve_run
 from runs.cli.previews import write_side_effects
 from runs.engine.control.lifecycle import ControlError, redispatch
 from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
@@ -38,6 +38,7 @@ def add_arguments(parser):
     parser.add_argument(
         "--input-patch",
         default=None,
+        type=arguments.json_object(),
         help="JSON object merged into the checkpoint's input (with --from)",
     )
     parser.add_argument(
@@ -63,7 +64,7 @@ def handle(command, options):
     if options["checkpoint"]:
         _resume_from(command, run, options)
         return
-    if options["input_patch"] or options["dry_run"] or options["reexecute"]:
+    if options["input_patch"] is not None or options["dry_run"] or options["reexecute"]:
         raise control_error(
             ControlError(
                 "needs_checkpoint",
@@ -90,7 +91,7 @@ def handle(command, options):
 
 
 def _resume_from(command, run, options):
-    patch = parse_json(options["input_patch"], "--input-patch") if options["input_patch"] else None
+    patch = options["input_patch"]
     try:
         plan = plan_resume(run, options["checkpoint"], patch, reexecute=options["reexecute"])
         if not options["dry_run"]:

@@ -5,7 +5,7 @@
 import sys
 
 from runs.cli import arguments
-from runs.cli.common import control_error, parse_json
+from runs.cli.common import control_error
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.execution import faults as fault_points
 from runs.tools import Tool
@@ -24,9 +24,14 @@ def add_arguments(parser):
         type=arguments.thread_id,
         help="thread id: the conversation this run belongs to (created on first use)",
     )
-    parser.add_argument("--input", default="{}", help="run input as a JSON object")
     parser.add_argument(
-        "--budget", default=None, help='limits as JSON, e.g. {"tool_calls": 5, "cost_usd": "0.10"}'
+        "--input", default="{}", type=arguments.json_object(), help="run input as a JSON object"
+    )
+    parser.add_argument(
+        "--budget",
+        default=None,
+        type=arguments.json_object("invalid_budget"),
+        help='limits as a JSON object, e.g. {"tool_calls": 5, "cost_usd": "0.10"}',
     )
     parser.add_argument(
         "--crash-before",
@@ -112,8 +117,6 @@ def _check_faults(wf, options) -> None:
 
 
 def handle(command, options):
-    data = parse_json(options["input"], "--input")
-    budget = parse_json(options["budget"], "--budget") if options["budget"] else None
     try:
         wf = registry.get(options["workflow"])
     except registry.UnknownWorkflow as exc:
@@ -135,8 +138,8 @@ def handle(command, options):
         run = start_run(
             options["workflow"],
             thread_id=options["thread"],
-            input=data,
-            budget=budget,
+            input=options["input"],
+            budget=options["budget"],
             faults=faults,
         )
     except ControlError as exc:

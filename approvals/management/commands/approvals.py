@@ -19,7 +19,7 @@ from approvals import services
 from approvals.models import Approval, Takeover
 from runs.cli import arguments
 from runs.cli.command import OperatorCommand
-from runs.cli.common import cli_user, control_error, parse_json, write_rows
+from runs.cli.common import cli_user, control_error, write_rows
 from runs.engine.control.lifecycle import ControlError
 
 
@@ -42,6 +42,7 @@ class Command(OperatorCommand):
         p.add_argument(
             "--arguments",
             default=None,
+            type=arguments.json_object("invalid_arguments"),
             help="an agent's tool call: approve with these arguments (JSON object)",
         )
         p.add_argument(
@@ -79,7 +80,12 @@ class Command(OperatorCommand):
         p.add_argument("--reason", required=True, help="why (recorded on the event)")
         p.add_argument("--checkpoint", default=None, help="with resume: the checkpoint name")
         p.add_argument("--evidence", default="", help="how you know (required for mark_done)")
-        p.add_argument("--result", default=None, help="with mark_done: the step's output as JSON")
+        p.add_argument(
+            "--result",
+            default=None,
+            type=arguments.json_value(),
+            help="with mark_done: the step's output as JSON",
+        )
         p.add_argument(
             "--as", dest="username", default=None, help="actor user:NAME (default actor: cli)"
         )
@@ -103,15 +109,12 @@ class Command(OperatorCommand):
     def do_decide(self, options):
         user = _user(options["username"])
         approval = _get(Approval, options["approval_id"], "approval")
-        arguments = None
-        if options["arguments"] is not None:
-            arguments = parse_json(options["arguments"], "--arguments")
         approval = services.decide(
             approval,
             decision=options["decision"],
             user=user,
             comment=options["comment"],
-            arguments=arguments,
+            arguments=options["arguments"],
             message=options["message"],
         )
         self.stdout.write(
@@ -137,7 +140,6 @@ class Command(OperatorCommand):
         actor = "cli"
         if options["username"]:
             actor = services.user_actor(_user(options["username"]))
-        result = parse_json(options["result"], "--result") if options["result"] else None
         takeover = services.resolve_takeover(
             _get(Takeover, options["takeover_id"], "takeover"),
             action=options["action"],
@@ -145,7 +147,7 @@ class Command(OperatorCommand):
             reason=options["reason"],
             checkpoint=options["checkpoint"],
             evidence=options["evidence"],
-            result=result,
+            result=options["result"],
         )
         takeover.run.refresh_from_db()
         self.stdout.write(
