@@ -15,11 +15,15 @@ from approvals.policy import check_decider
 from approvals.tool_calls import decision_terms
 from runs.engine.control import approvals as engine_approvals
 from runs.engine.control.approvals import DecisionConflict
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.lifecycle import ControlError, check_length
 from runs.engine.control.resolutions import RESOLUTIONS, resolve_takeover
 from runs.engine.state.gateway import run_transaction
 
 DECISIONS = {"approve": Approval.Status.APPROVED, "reject": Approval.Status.REJECTED}
+#: The longest approver's comment and message for the model, in characters, on every
+#: channel (the API's schemas use these).
+MAX_COMMENT_CHARS = 2000
+MAX_MESSAGE_CHARS = 4000
 
 __all__ = [
     "DECISIONS",
@@ -53,11 +57,13 @@ def decide(
     (``approvals.tool_calls``; ``invalid_arguments`` with field errors, nothing
     changed, when they do not fit the tool).
 
-    Idempotent: the same decision again returns the approval unchanged (one decision,
-    one event). Raises what ``approvals.policy.check_decider`` raises (no approver
-    permission, a superuser without the role, self-approval),
-    ``DecisionConflict`` for a different decision after the first (or on an expired or
-    cancelled approval), ``ControlError("invalid_decision")`` for another word.
+    Idempotent: the same decision again, with the same edited arguments and message,
+    returns the approval unchanged (one decision, one event). Raises what
+    ``approvals.policy.check_decider`` raises (no approver permission, a superuser
+    without the role, self-approval), ``DecisionConflict`` for a different decision
+    after the first, for the same one with other edited arguments or another message
+    (a correction that came too late is refused, not dropped), or on an expired or
+    cancelled approval; ``ControlError("invalid_decision")`` for another word.
     """
     if decision not in DECISIONS:
         raise ControlError(
@@ -65,6 +71,8 @@ def decide(
             f"decision must be approve or reject, not {decision!r}",
             {"decision": "must be approve or reject"},
         )
+    check_length(comment, "comment", MAX_COMMENT_CHARS)
+    check_length(message, "message", MAX_MESSAGE_CHARS)
     check_decider(approval, user)
     extra_output, extra_event = decision_terms(approval, decision, arguments, message)
     return engine_approvals.decide(

@@ -26,6 +26,7 @@ from runs.console.actions import perform
 from runs.console.filters import ApprovalFilter, TakeoverFilter
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.console.paging import paginate
+from runs.engine.control.lifecycle import MAX_REASON_CHARS
 from runs.models import Artifact
 
 #: Artifacts previewed per approval.
@@ -132,11 +133,9 @@ def decide_view(request, approval_id):
             approval,
             decision=decision,
             user=request.user,
-            comment=(request.POST.get("comment") or "").strip()[:4000],
+            comment=(request.POST.get("comment") or "").strip(),
             arguments=arguments,
-            message=(request.POST.get("message") or "").strip()[:4000]
-            if decision == "reject"
-            else "",
+            message=(request.POST.get("message") or "").strip() if decision == "reject" else "",
         )
 
     return perform(
@@ -232,7 +231,7 @@ def resolve_view(request, takeover_id):
         action = request.POST.get("action", "")
         if action not in RESOLUTIONS:
             raise InvalidInput("Choose a resolution: resume, retry, mark_done or cancel.")
-        reason = required_text(request.POST, "reason", "A reason")
+        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
         checkpoint = (request.POST.get("checkpoint") or "").strip() or None
         evidence = (request.POST.get("evidence") or "").strip()
         if action == "mark_done" and not evidence:

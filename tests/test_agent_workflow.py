@@ -8,12 +8,12 @@ import pytest
 from django.contrib.auth.models import Permission, User
 
 from approvals.models import Approval
-from approvals.services import decide
+from approvals.services import DecisionConflict, decide
 from approvals.tool_calls import decision_terms
 from runs.console.access import form_version
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.execution.executor import execute_step
-from runs.models import Message, Operation, Run, Step
+from runs.models import Event, Message, Operation, Run, Step
 from runs.sim import shop
 
 # The executor closes stale connections between steps, so data must be committed.
@@ -59,6 +59,18 @@ def test_it_asks_for_approval_offline_and_refunds_the_edited_amount(worker, ann)
         decide(approval, decision="approve", user=ann, arguments={"order_id": "A1001"})
     assert refused.value.code == "invalid_arguments"
     assert "arguments.amount" in refused.value.errors
+    # The tool's schema holds its rules too: a refund of nothing or less is refused
+    # when deciding, not by the refund desk after retries.
+    for amount in (0, -5):
+        with pytest.raises(ControlError) as refused:
+            decide(
+                approval,
+                decision="approve",
+                user=ann,
+                arguments={"order_id": "A1001", "amount": amount},
+            )
+        assert refused.value.code == "invalid_arguments"
+        assert "greater than 0" in refused.value.errors["arguments.amount"]
     approval.refresh_from_db()
     assert approval.status == "PENDING"
 
@@ -71,6 +83,33 @@ def test_it_asks_for_approval_offline_and_refunds_the_edited_amount(worker, ann)
     assert run.tokens > 0 and run.unpriced_model_calls == 0  # sim's price per call
     roles = list(Message.objects.filter(run=run).order_by("seq").values_list("role", flat=True))
     assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+
+
+def test_a_repeated_decision_must_carry_the_same_edits_or_is_refused(worker, ann):
+    run = drain(start_run("support_agent", thread_id="t-twice", input=PROMPT), worker)
+    approval = Approval.objects.get(run=run)
+    first = {"order_id": "A1001", "amount": 30}
+    decide(approval, decision="approve", user=ann, arguments=first)
+    # A retry of the same request is the same decision: no second event.
+    decide(approval, decision="approve", user=ann, arguments=dict(first))
+    # A correction after the decision is refused, not dropped in silence.
+    for later in ({"arguments": {"order_id": "A1001", "amount": 5}}, {"arguments": None}):
+        with pytest.raises(DecisionConflict, match="with other edited arguments") as refused:
+            decide(approval, decision="approve", user=ann, **later)
+        assert refused.value.code == "decision_conflict"
+    assert Event.objects.filter(run=run, type="approval.approved").count() == 1
+    run = drain(run, worker)
+    assert run.status == "SUCCEEDED"
+    assert [r["amount"] for r in shop.refunds_for("A1001")] == ["30.00"]
+
+
+def test_a_repeated_rejection_must_carry_the_same_message_or_is_refused(worker, ann):
+    run = drain(start_run("support_agent", thread_id="t-twice-no", input=PROMPT), worker)
+    rejected = Approval.objects.get(run=run)
+    decide(rejected, decision="reject", user=ann, message="Ask a manager.")
+    decide(rejected, decision="reject", user=ann, message="Ask a manager.")
+    with pytest.raises(DecisionConflict, match="with other edited arguments or message"):
+        decide(rejected, decision="reject", user=ann, message="No.")
 
 
 def test_it_lets_the_model_read_the_approvers_message_instead(worker, ann):

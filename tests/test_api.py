@@ -4,6 +4,7 @@ input, limits and throttling. Real database (PostgreSQL under `make test`)."""
 import hashlib
 import json
 from io import StringIO
+from urllib.parse import quote
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -158,6 +159,16 @@ def test_it_reads_lists_and_reports_a_run(alice):
     ] * 2
     checkpoints = client.get(f"/api/v1/runs/{created['id']}/checkpoints").json()
     assert [c["name"] for c in checkpoints] == ["start"]
+
+
+@pytest.mark.parametrize("thread_id", ["a/b", "a b", "q?x=1#f", "ümlaut", "%2F"])
+def test_a_threads_messages_are_read_back_whatever_the_thread_id_holds(alice, thread_id):
+    client = client_for(alice)
+    created = post(client, "/api/v1/runs", {**BODY, "thread_id": thread_id})
+    assert created.status_code == 201, created.content
+    response = client.get(f"/api/v1/threads/{quote(thread_id, safe='')}/messages")
+    assert response.status_code == 200, response.content
+    assert [m["content"] for m in response.json()] == [QUESTION["question"]]
 
 
 BAD_BODIES = [

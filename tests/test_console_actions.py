@@ -97,6 +97,34 @@ def test_it_needs_a_reason_to_cancel(clients, pending_run):
     assert pending_run.status == "PENDING"
 
 
+def test_it_refuses_a_reason_over_the_limit_whole_instead_of_cutting_it(clients, pending_run):
+    response = post(
+        clients["bob"],
+        reverse("console:cancel", args=[pending_run.pk]),
+        pending_run,
+        reason="x" * (lifecycle.MAX_REASON_CHARS + 1),
+    )
+    assert response.status_code == 400
+    assert b"A reason must be at most 2000 characters (it has 2001)" in response.content
+    pending_run.refresh_from_db()
+    assert pending_run.status == "PENDING" and pending_run.cancel_reason == ""
+
+
+def test_it_refuses_an_approvers_comment_over_the_limit(clients, waiting_report):
+    approval = Approval.objects.get(run=waiting_report)
+    response = post(
+        clients["carol"],
+        reverse("console:decide", args=[approval.pk]),
+        waiting_report,
+        decision="approve",
+        comment="c" * 2001,
+    )
+    assert response.status_code in (400, 422)
+    assert b"comment must be at most 2000 characters" in response.content
+    approval.refresh_from_db()
+    assert approval.status == "PENDING"
+
+
 def test_it_refuses_a_stale_action_on_a_run_that_changed(clients, pending_run):
     shown_version = form_version(pending_run)
     run_worker_in_process()  # the run moves on after the page was shown

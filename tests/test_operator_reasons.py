@@ -16,6 +16,7 @@ from approvals.services import resolve_takeover
 from runs.console.roles import setup_roles
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import (
+    MAX_REASON_CHARS,
     REASONED_ACTIONS,
     ControlError,
     pause_run,
@@ -69,6 +70,29 @@ def test_the_engine_refuses_a_blank_reason_and_changes_nothing(run, action, blan
     assert (refused.value.code, list(refused.value.errors)) == ("reason_required", ["reason"])
     run.refresh_from_db()
     assert (run_etag(run), Event.objects.filter(run=run).count(), Run.objects.count()) == before
+
+
+@pytest.mark.parametrize("action", sorted(ENGINE_ACTIONS))
+def test_the_engine_refuses_a_reason_over_the_limit_whole_and_changes_nothing(run, action):
+    before = (run_etag(run), Event.objects.filter(run=run).count(), Run.objects.count())
+    with pytest.raises(ControlError) as refused:
+        ENGINE_ACTIONS[action](run, "r" * (MAX_REASON_CHARS + 1))
+    assert (refused.value.code, list(refused.value.errors)) == ("invalid_input", ["reason"])
+    assert "at most 2000 characters (it has 2001)" in str(refused.value)
+    run.refresh_from_db()
+    assert (run_etag(run), Event.objects.filter(run=run).count(), Run.objects.count()) == before
+    ENGINE_ACTIONS["cancel"](run, "r" * MAX_REASON_CHARS)  # the limit itself is taken
+    assert Run.objects.get(pk=run.pk).cancel_reason == "r" * MAX_REASON_CHARS
+
+
+def test_the_cli_and_the_api_refuse_a_reason_over_the_limit(run):
+    long = "r" * (MAX_REASON_CHARS + 1)
+    with pytest.raises(CommandError, match=r"at most 2000 characters.*\[invalid_input\]"):
+        call_command("runs", "cancel", str(run.pk), "--reason", long)
+    schema = Client().get("/api/v1/openapi.json").json()["components"]["schemas"]
+    for name in ("CancelIn", "ResumeIn", "RetryIn", "BudgetRaiseIn", "ReplayIn", "BulkReplayIn"):
+        assert schema[name]["properties"]["reason"]["maxLength"] == MAX_REASON_CHARS, name
+    assert Run.objects.get(pk=run.pk).status == "PENDING"
 
 
 def test_bulk_replay_refuses_a_blank_reason(run):

@@ -242,7 +242,7 @@ def list_events(
 
 
 @router.get(
-    "/threads/{thread_id}/messages",
+    "/threads/{path:thread_id}/messages",
     response={200: list[MessageOut], **ERRORS},
     summary="A thread's messages in order",
 )

@@ -10,6 +10,8 @@ from uuid import UUID
 from ninja import Schema
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from approvals.services import MAX_COMMENT_CHARS, MAX_MESSAGE_CHARS
+from runs.engine.control.lifecycle import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS
 from runs.engine.effects.budget import COST_PLACES, MAX_AMOUNTS
 
 
@@ -197,13 +199,13 @@ class ResumePreview(Schema):
 
 
 class CancelIn(Strict):
-    reason: StrictStr = Field(min_length=1, max_length=2000)
+    reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_CHARS)
 
 
 class ResumeIn(Strict):
     checkpoint: StrictStr = Field(min_length=1, max_length=120)
     input_patch: dict[str, Any] | None = None
-    reason: StrictStr = Field(min_length=1, max_length=2000)
+    reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_CHARS)
     reexecute: StrictBool = Field(
         False,
         description="make the side effects recorded after the checkpoint again instead of "
@@ -218,7 +220,7 @@ class ReplayIn(Strict):
         max_length=120,
         description="default: the last checkpoint before the failed (or cancelled) step",
     )
-    reason: StrictStr = Field(min_length=1, max_length=2000)
+    reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_CHARS)
     reexecute: StrictBool = Field(
         False, description="make the recorded side effects again instead of reusing them"
     )
@@ -262,7 +264,7 @@ class BulkReplayIn(Strict):
     reexecute: StrictBool = False
     dry_run: StrictBool = False
     limit: StrictInt = Field(500, ge=1, le=1000)
-    reason: StrictStr = Field(min_length=1, max_length=2000)
+    reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_CHARS)
 
 
 class BulkReplayed(Schema):
@@ -286,13 +288,13 @@ class BulkReplayOut(Schema):
 
 
 class RetryIn(Strict):
-    reason: StrictStr = Field(min_length=1, max_length=2000)
+    reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_CHARS)
 
 
 class BudgetRaiseIn(Strict):
     """Amounts to add; at least one must be positive. Bounds as ``BudgetIn``'s."""
 
-    reason: StrictStr = Field(min_length=1, max_length=2000)
+    reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_CHARS)
     add_model_calls: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["model_calls"]))
     add_tool_calls: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["tool_calls"]))
     add_tokens: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["tokens"]))
@@ -307,7 +309,7 @@ class BudgetRaiseIn(Strict):
 
 class ResolveIn(Strict):
     outcome: Literal["done", "not-done"]
-    evidence: StrictStr = Field(min_length=1, max_length=4000)
+    evidence: StrictStr = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS)
     result: Any = None
 
 
@@ -328,9 +330,9 @@ class ApprovalOut(Schema):
 
 class DecideIn(Strict):
     decision: Literal["approve", "reject"]
-    comment: StrictStr = Field("", max_length=2000)
+    comment: StrictStr = Field("", max_length=MAX_COMMENT_CHARS)
     #: An agent's tool call only: approve with these arguments instead (validated
     #: against the tool's schema: 422 ``invalid_arguments`` with field errors).
     arguments: dict[str, Any] | None = None
     #: An agent's tool call only: reject and let the model read this instead.
-    message: StrictStr = Field("", max_length=4000)
+    message: StrictStr = Field("", max_length=MAX_MESSAGE_CHARS)

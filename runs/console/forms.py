@@ -43,11 +43,14 @@ def _unstorable_json(value) -> bool:
 
 
 def required_text(post, name: str, label: str, limit: int = 4000) -> str:
-    """A required, stripped text field; raises ``InvalidInput`` if blank."""
+    """A required, stripped text field of at most ``limit`` characters; raises
+    ``InvalidInput`` if blank or longer (a long value is refused whole, never cut)."""
     value = (post.get(name) or "").strip()
     if not value:
         raise InvalidInput(f"{label} is required.")
-    return value[:limit]
+    if len(value) > limit:
+        raise InvalidInput(f"{label} must be at most {limit} characters (it has {len(value)}).")
+    return value
 
 
 def optional_json(post, name: str, *, label: str, must_be_object: bool = False):

@@ -121,7 +121,8 @@ def kill_after_tool(r):
         )
         r.expect("model calls charged", 2, Run.objects.get(pk=run.pk).model_calls)
         r.expect("answer", ANSWER, _answer(run.pk))
-        r.expect("second worker still alive", None, second.poll())
+        code = second.poll()
+        r.expect("second worker", "alive", "alive" if code is None else f"exited {code}")
 
 
 @drill("duplicate_messages", "the same queue message delivered many times, some mid-step")

@@ -22,7 +22,7 @@ from runs.console.actions import back_url, perform
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.engine.control import lifecycle
 from runs.engine.control.cancel import request_cancel
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.lifecycle import MAX_REASON_CHARS, ControlError
 from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
 from runs.engine.effects.budget import raise_budget
 from runs.models import Checkpoint, Run
@@ -46,7 +46,7 @@ def cancel(request, run_id):
         return changed
 
     def call():
-        reason = required_text(request.POST, "reason", "A reason")
+        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
         return request_cancel(run, actor=actor_of(request), reason=reason)
 
     return perform(
@@ -79,7 +79,7 @@ def retry(request, run_id):
         return changed
 
     def call():
-        reason = required_text(request.POST, "reason", "A reason")
+        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
         return lifecycle.retry_step(run, actor=actor_of(request), reason=reason)
 
     return perform(
@@ -96,7 +96,7 @@ def budget(request, run_id):
         return changed
 
     def call():
-        reason = required_text(request.POST, "reason", "A reason")
+        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
         return raise_budget(
             run,
             actor=actor_of(request),
@@ -165,7 +165,7 @@ def _resume_confirm(request, run_id):
 
     def call():
         checkpoint = required_text(request.POST, "checkpoint", "A checkpoint")
-        reason = required_text(request.POST, "reason", "A reason")
+        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
         patch = optional_json(
             request.POST, "input_patch", label="The input patch", must_be_object=True
         )

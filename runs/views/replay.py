@@ -16,7 +16,7 @@ from runs.console.access import OPERATE_PERM, actor_of, console_view, refusal
 from runs.console.actions import control_refusal
 from runs.console.filters import RunFilter
 from runs.console.forms import InvalidInput, required_text
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.lifecycle import MAX_REASON_CHARS, ControlError
 from runs.engine.control.replay import (
     BULK_LIMIT,
     DEFAULT_RATE,
@@ -81,7 +81,7 @@ def _replay_confirm(request, run: Run):
         new = replay_run(
             run,
             actor=actor_of(request),
-            reason=required_text(request.POST, "reason", "A reason"),
+            reason=required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS),
             checkpoint=request.POST.get("checkpoint") or None,
             reexecute=_checked(request),
             again=request.POST.get("again") == "on",
@@ -146,7 +146,7 @@ def bulk_replay_view(request):
             back=reverse("console:bulk_replay") + (f"?{query.urlencode()}" if query else ""),
         )
     try:
-        reason = required_text(request.POST, "reason", "A reason")
+        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
         rate = check_rate(request.POST.get("rate") or DEFAULT_RATE)
         result = bulk_replay(
             selection,

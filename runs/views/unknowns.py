@@ -20,7 +20,7 @@ from runs.console.actions import control_refusal, perform
 from runs.console.filters import UnknownFilter
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.console.paging import paginate
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.lifecycle import MAX_EVIDENCE_CHARS, ControlError
 from runs.engine.effects.unknown_outcomes import OUTCOMES, resolve_unknown, verify_now
 from runs.models import Event, Operation, Step
 from runs.states import StepStatus
@@ -125,7 +125,7 @@ def resolve(request, step_id):
         outcome = request.POST.get("outcome", "")
         if outcome not in OUTCOMES:
             raise InvalidInput("Choose an outcome: done or not-done.")
-        evidence = required_text(request.POST, "evidence", "Evidence")
+        evidence = required_text(request.POST, "evidence", "Evidence", MAX_EVIDENCE_CHARS)
         result = optional_json(request.POST, "result", label="The result")
         return resolve_unknown(
             step.run,

@@ -11,8 +11,9 @@ OpenAI-compatible server.
 """
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -38,8 +39,8 @@ def lookup_order(order_id: str) -> dict:
 
 
 @agent.tool_plain(requires_approval=True)
-def issue_refund(order_id: str, amount: float) -> dict:
-    """Refund ``amount`` USD of order ``order_id`` to the customer."""
+def issue_refund(order_id: str, amount: Annotated[float, Field(gt=0)]) -> dict:
+    """Refund ``amount`` USD (more than 0) of order ``order_id`` to the customer."""
     call = current_call()
     return shop.issue_refund(
         order_id,

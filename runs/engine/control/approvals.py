@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.state.gateway import RunTx, run_transaction
-from runs.models import Step
+from runs.models import Event, Step
 from runs.states import RunStatus, StepStatus, command_allows, command_states
 
 
@@ -28,14 +28,40 @@ class DecisionConflict(ControlError):
     """A second, different decision on an approval that is already decided (or expired
     or cancelled). ``approval`` is the row as decided."""
 
-    def __init__(self, approval, wanted: str):
+    def __init__(self, approval, wanted: str, *, other_terms: bool = False):
         super().__init__(
             "decision_conflict",
             f"approval {approval.pk} is already {approval.status}"
             + (f" by {approval.decided_by.get_username()}" if approval.decided_by_id else "")
-            + f"; cannot {wanted} it",
+            + (
+                f" with other edited arguments or message; cannot {wanted} it with these"
+                if other_terms
+                else f"; cannot {wanted} it"
+            ),
         )
         self.approval = approval
+
+
+#: The parts of a decision's event that change what the run does next (an agent's
+#: tool call): a repeated decision must carry the same ones to be the same decision.
+DECISION_TERMS = ("edited", "message")
+
+
+def _other_terms(approval, target: str, extra_event: dict[str, Any] | None) -> bool:
+    """True if ``approval`` was decided ``target`` with other terms than ``extra_event``
+    (edited arguments or a message for the model): a retry carries the same terms, a
+    correction does not, and must not be dropped in silence."""
+    recorded = (
+        Event.objects.filter(
+            run_id=approval.run_id,
+            type=f"approval.{target.lower()}",
+            payload__approval_id=approval.pk,
+        )
+        .values_list("payload", flat=True)
+        .last()
+    ) or {}
+    wanted = extra_event or {}
+    return any(recorded.get(key) != wanted.get(key) for key in DECISION_TERMS)
 
 
 def commit_approval_request(ctx, request: dict[str, Any], worker_id: str) -> None:
@@ -130,16 +156,20 @@ def decide(
     ``extra_event`` the decision's event (an agent's tool-call terms). Returns the
     approval as stored afterwards.
 
-    Idempotent: the same decision again returns the approval unchanged (one decision,
-    one event). Raises ``DecisionConflict`` for a different decision after the first
-    (or on an expired or cancelled approval), ``ControlError("not_allowed_in_state")``
-    when the run does not wait for it.
+    Idempotent: the same decision again, with the same terms (``DECISION_TERMS``),
+    returns the approval unchanged (one decision, one event). Raises
+    ``DecisionConflict`` for a different decision after the first, for the same one
+    with other edited arguments or another message, or on an expired or cancelled
+    approval; ``ControlError("not_allowed_in_state")`` when the run does not wait for it.
     """
     Approval = _approval_model()
     run_id = Approval.objects.values_list("run_id", flat=True).get(pk=approval_id)
     with run_transaction(run_id) as tx:
         current = Approval.objects.select_for_update().get(pk=approval_id)
         if current.status == target:
+            if _other_terms(current, target, extra_event):
+                wanted = "approve" if target == "APPROVED" else "reject"
+                raise DecisionConflict(current, wanted, other_terms=True)
             return current
         if current.status != Approval.Status.PENDING:
             raise DecisionConflict(current, "approve" if target == "APPROVED" else "reject")

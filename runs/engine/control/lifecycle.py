@@ -46,16 +46,37 @@ class ControlError(Exception):
 REASONED_ACTIONS = ("cancel", "pause", "resume", "retry", "budget", "replay", "resolve")
 
 
+#: The longest reason an operator action takes, in characters, on every channel (the
+#: API's schemas, the console's forms and the CLI all end here or use this).
+MAX_REASON_CHARS = 2000
+#: The longest evidence an operator gives for a resolution, in characters.
+MAX_EVIDENCE_CHARS = 4000
+
+
 def require_reason(reason: str | None, action: str) -> str:
     """``reason`` stripped, for ``action`` (one of ``REASONED_ACTIONS``). Raises
-    ``ControlError("reason_required")`` naming the ``reason`` field when it is blank."""
+    ``ControlError("reason_required")`` naming the ``reason`` field when it is blank,
+    ``ControlError("invalid_input")`` when it is longer than ``MAX_REASON_CHARS``
+    (refused whole, never cut)."""
     text = (reason or "").strip()
     if not text:
         raise ControlError(
             "reason_required", f"{action} needs a reason (recorded in the audit log)",
             {"reason": "required"},
         )  # fmt: skip
+    check_length(text, "reason", MAX_REASON_CHARS)
     return text
+
+
+def check_length(text: str, field: str, limit: int) -> None:
+    """Raise ``ControlError("invalid_input")`` naming ``field`` if ``text`` is longer
+    than ``limit`` characters: a long value is refused whole, never cut."""
+    if len(text) > limit:
+        raise ControlError(
+            "invalid_input",
+            f"{field} must be at most {limit} characters (it has {len(text)})",
+            {field: f"at most {limit} characters"},
+        )
 
 
 def start_run(

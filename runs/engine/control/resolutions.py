@@ -13,7 +13,12 @@ from django.db.models.functions import Now
 from runs.engine.control import lifecycle, rewind
 from runs.engine.control.approvals import continue_after
 from runs.engine.control.cancel import request_cancel
-from runs.engine.control.lifecycle import ControlError, require_reason
+from runs.engine.control.lifecycle import (
+    MAX_EVIDENCE_CHARS,
+    ControlError,
+    check_length,
+    require_reason,
+)
 from runs.engine.control.versions import known_or_migratable
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution import dispatch
@@ -61,6 +66,7 @@ def resolve_takeover(
             {"action": "unknown action"},
         )
     require_reason(reason, "resolve")
+    check_length(evidence or "", "evidence", MAX_EVIDENCE_CHARS)
     takeover.refresh_from_db()
     if takeover.status != Takeover.Status.OPEN:
         raise ControlError("takeover_resolved", f"takeover {takeover.pk} is already resolved")

@@ -127,10 +127,11 @@ def resolve_unknown(
     and the takeover's resolution. The step gets a fresh retry allowance.
 
     Raises ``ControlError``: ``invalid_outcome``, ``evidence_required``,
-    ``run_terminal``, ``not_allowed_in_state``, ``unknown_step``, ``step_not_unknown``,
-    ``outcome_known`` (a late result arrived: it cannot be "not-done").
+    ``invalid_input`` (evidence over ``MAX_EVIDENCE_CHARS``), ``run_terminal``,
+    ``not_allowed_in_state``, ``unknown_step``, ``step_not_unknown``, ``outcome_known``
+    (a late result arrived: it cannot be "not-done").
     """
-    from runs.engine.control.lifecycle import ControlError
+    from runs.engine.control.lifecycle import MAX_EVIDENCE_CHARS, ControlError, check_length
 
     if outcome not in OUTCOMES:
         raise ControlError(
@@ -142,6 +143,7 @@ def resolve_unknown(
         raise ControlError(
             "evidence_required", "say what you checked (--evidence)", {"evidence": "is required"}
         )
+    check_length(evidence, "evidence", MAX_EVIDENCE_CHARS)
     with run_transaction(run.pk) as tx:
         if tx.run.status in RUN_TERMINAL:
             raise ControlError("run_terminal", f"run is {tx.run.status}")
