@@ -203,6 +203,20 @@ REFUSED = [
     (("runs", "list", "--q", " "), 2, "argument --q: must not be empty"),
     (("worker", "--queue", " "), 2, "argument --queue: must not be empty"),
     (("serve", "--host", ""), 2, "argument --host: must not be empty"),
+    (("api_token", "revoke", ""), 2, "argument prefix: must not be empty"),
+    (("api_token", "revoke", "a"), 1,
+     "CommandError: no active token with prefix 'a' [unknown_token]; active prefixes: none"),
+    (("api_token", "create", " "), 2, "argument username: must not be empty"),
+    (("api_token", "list", ""), 2, "argument username: must not be empty"),
+    (("runs", "budget", "00000000-0000-0000-0000-000000000000", "--add-tokens", "1",
+      "--as", ""), 2, "argument --as: must not be empty"),
+    (("runs", "resolve", "00000000-0000-0000-0000-000000000000", "--step", "s", "--outcome",
+      "done", "--evidence", "e", "--as", ""), 2, "argument --as: must not be empty"),
+    (("artifacts", "check", "--as", " "), 2, "argument --as: must not be empty"),
+    (("approvals", "decide", "1", "approve", "--as", ""), 2, "argument --as: must not be empty"),
+    (("approvals", "claim", "1", "--as", ""), 2, "argument --as: must not be empty"),
+    (("approvals", "resolve", "1", "cancel", "--reason", "r", "--as", ""), 2,
+     "argument --as: must not be empty"),
     (("runs", "status"), 2, "name a run: RUN_ID or --thread THREAD"),
     (("runs", "resume"), 2, "name a run: RUN_ID or --thread THREAD"),
     (("runs", "start", "room_temperature", "--thread", "T", "--input", "{}"), 1,
@@ -528,3 +542,28 @@ def test_an_error_whose_text_spans_lines_is_one_line_on_the_command_line():
     )
     refused = control_error(ControlError("pg_failed", "pg_restore failed:\nline 1\nline 2"))
     assert str(refused) == "pg_restore failed:; line 1; line 2 [pg_failed]"
+
+
+@pytest.mark.django_db
+def test_revoking_an_unknown_token_prefix_names_the_active_ones_and_revokes_nothing():
+    from django.contrib.auth import get_user_model
+
+    from apitokens.services import create_token, revoke
+
+    user = get_user_model().objects.create_user("alice")
+    kept, _ = create_token(user, "ci")
+    gone, _ = create_token(user, "old")
+    revoke(gone)
+    for unknown in ("a", kept.prefix[:5], gone.prefix):
+        with pytest.raises(CommandError) as refused:
+            call_command("api_token", "revoke", unknown)
+        assert str(refused.value) == (
+            f"no active token with prefix {unknown!r} [unknown_token]; active prefixes: "
+            f"{kept.prefix} (python manage.py api_token list shows them)"
+        )
+    assert ApiToken.objects.filter(revoked_at__isnull=True).get() == kept
+    twin, _ = create_token(user, "twin")
+    ApiToken.objects.filter(pk=twin.pk).update(prefix=kept.prefix)
+    with pytest.raises(CommandError, match=r"2 active tokens have prefix .* \[ambiguous_token\]"):
+        call_command("api_token", "revoke", kept.prefix)
+    assert ApiToken.objects.filter(revoked_at__isnull=True).count() == 2

@@ -48,6 +48,7 @@ def add_arguments(parser):
         "--as",
         dest="as_user",
         default=None,
+        type=arguments.required_text,
         help="record the change as user:USER (default actor: cli)",
     )
 

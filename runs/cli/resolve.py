@@ -29,6 +29,7 @@ def add_arguments(parser):
         "--as",
         dest="as_user",
         default=None,
+        type=arguments.required_text,
         help="record the decision as user:USER (default actor: cli)",
     )
 

@@ -16,7 +16,9 @@ class Command(OperatorCommand):
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
         create = sub.add_parser("create", help="create a token and print it (shown once)")
-        create.add_argument("username", help="the user the token acts as")
+        create.add_argument(
+            "username", type=arguments.required_text, help="the user the token acts as"
+        )
         create.add_argument(
             "--name",
             default=None,
@@ -24,9 +26,15 @@ class Command(OperatorCommand):
             help="a label, e.g. the client's name (not blank)",
         )
         listing = sub.add_parser("list", help="list tokens (prefix, user, last used)")
-        listing.add_argument("username", nargs="?", help="only this user's tokens")
+        listing.add_argument(
+            "username", nargs="?", type=arguments.required_text, help="only this user's tokens"
+        )
         rev = sub.add_parser("revoke", help="revoke a token by its prefix")
-        rev.add_argument("prefix", help="the token's prefix, as list shows it (ao_...)")
+        rev.add_argument(
+            "prefix",
+            type=arguments.required_text,
+            help="the token's prefix, as list shows it (ao_...)",
+        )
 
     def handle(self, *args, **options):
         getattr(self, "_" + options["action"])(options)
@@ -55,8 +63,19 @@ class Command(OperatorCommand):
             )
 
     def _revoke(self, options):
-        tokens = list(ApiToken.objects.filter(prefix=options["prefix"], revoked_at__isnull=True))
-        if len(tokens) != 1:
-            raise CommandError(f"{len(tokens)} active tokens have prefix {options['prefix']!r}")
+        prefix = options["prefix"]
+        active = ApiToken.objects.filter(revoked_at__isnull=True)
+        tokens = list(active.filter(prefix=prefix))
+        if len(tokens) > 1:
+            raise CommandError(
+                f"{len(tokens)} active tokens have prefix {prefix!r} [ambiguous_token]; "
+                "revoke the right one in the admin (/admin/apitokens/apitoken/)"
+            )
+        if not tokens:
+            prefixes = active.order_by("prefix").values_list("prefix", flat=True)[:20]
+            raise CommandError(
+                f"no active token with prefix {prefix!r} [unknown_token]; active prefixes: "
+                f"{', '.join(prefixes) or 'none'} (python manage.py api_token list shows them)"
+            )
         revoke(tokens[0])
         self.stdout.write(f"revoked {tokens[0].prefix}")

@@ -50,7 +50,13 @@ class Command(OperatorCommand):
             default="",
             help="an agent's tool call: reject and give the model this message instead",
         )
-        p.add_argument("--as", dest="username", required=True, help="the deciding user")
+        p.add_argument(
+            "--as",
+            dest="username",
+            required=True,
+            type=arguments.required_text,
+            help="the deciding user",
+        )
         p = sub.add_parser("takeovers", help="open takeovers")
         p.add_argument("--all", action="store_true", help="resolved ones too")
         _add_listing_options(p)
@@ -64,6 +70,7 @@ class Command(OperatorCommand):
             "--as",
             dest="username",
             required=True,
+            type=arguments.required_text,
             help="the operator claiming it (a user holding runs.operate_run)",
         )
         p = sub.add_parser("resolve", help="resolve an open takeover")
@@ -87,7 +94,11 @@ class Command(OperatorCommand):
             help="with mark_done: the step's output as JSON",
         )
         p.add_argument(
-            "--as", dest="username", default=None, help="actor user:NAME (default actor: cli)"
+            "--as",
+            dest="username",
+            default=None,
+            type=arguments.required_text,
+            help="actor user:NAME (default actor: cli)",
         )
 
     def handle(self, *args, subcommand: str, **options):

@@ -33,6 +33,7 @@ class Command(OperatorCommand):
             "--as",
             dest="actor",
             default=None,
+            type=arguments.required_text,
             metavar="USERNAME",
             help="record actions as user:USERNAME (default: cli)",
         )
