@@ -4,6 +4,7 @@ progress resume through startup recovery and finish."""
 
 import io
 import json
+import random
 import tarfile
 
 import pytest
@@ -124,4 +125,25 @@ def test_it_refuses_an_archive_whose_file_does_not_match_the_manifest(deployment
     target = deployment_factory("sqlite")
     proc = target.manage("restore", str(tampered))
     assert proc.returncode != 0 and "does not match the manifest" in proc.stderr
+    assert shell_json(target, COUNTS)["runs"] == 0
+
+
+def test_a_file_that_is_not_a_backup_archive_is_refused_in_one_line(deployment_factory, tmp_path):
+    no_manifest = io.BytesIO()
+    with tarfile.open(fileobj=no_manifest, mode="w") as tar:
+        tar.addfile(tarfile.TarInfo("notes.txt"), io.BytesIO(b""))
+    files = {
+        "garbage.tar": (random.Random(0).randbytes(1000), "(not a tar archive)"),
+        "empty.tar": (b"", "(not a tar archive)"),
+        "no-manifest.tar": (no_manifest.getvalue(), "manifest.json"),
+    }
+    target = deployment_factory("sqlite")
+    for name, (data, why) in files.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        proc = target.manage("restore", str(path))
+        assert proc.returncode == 1, proc.stderr
+        [line] = proc.stderr.splitlines()
+        assert line.startswith(f"CommandError: {path}: not a readable backup archive "), line
+        assert why in line and line.endswith(" [invalid_archive]"), line
     assert shell_json(target, COUNTS)["runs"] == 0

@@ -517,3 +517,14 @@ def test_a_json_result_that_is_falsy_is_kept_not_dropped():
         )  # fmt: skip
         assert options.result == value
         assert options.result is not None
+
+
+def test_an_error_whose_text_spans_lines_is_one_line_on_the_command_line():
+    from runs.cli.common import control_error, one_line
+    from runs.engine.control.lifecycle import ControlError
+
+    assert one_line("failed:\n- method gz: bad\n\n  - method tar: bad\n") == (
+        "failed:; - method gz: bad; - method tar: bad"
+    )
+    refused = control_error(ControlError("pg_failed", "pg_restore failed:\nline 1\nline 2"))
+    assert str(refused) == "pg_restore failed:; line 1; line 2 [pg_failed]"

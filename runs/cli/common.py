@@ -10,6 +10,13 @@ from runs.engine.control.lifecycle import ControlError, get_run, latest_run
 from runs.models import Run
 
 
+def one_line(text: str) -> str:
+    """``text`` as the one line a CLI error must be: its lines stripped, blank ones
+    dropped, joined with ``"; "``. An exception's text can span lines (tarfile's
+    ``ReadError`` lists each compression it tried; a subprocess's stderr has many)."""
+    return "; ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
 def write_rows(
     out,
     rows: list[dict],
@@ -55,7 +62,7 @@ def resolve_run(options) -> Run:
         if thread:
             return latest_run(thread)
     except ControlError as exc:
-        raise CommandError(exc.message) from exc
+        raise CommandError(one_line(exc.message)) from exc
     raise CommandError("name a run: RUN_ID or --thread THREAD", returncode=2)
 
 
@@ -63,7 +70,7 @@ def control_error(exc: ControlError) -> CommandError:
     """A CLI error (non-zero exit) from an engine refusal: one line with its message,
     code and the fields' errors (``MESSAGE [CODE]; field: why; ...``)."""
     detail = "".join(f"; {k}: {v}" for k, v in exc.errors.items())
-    return CommandError(f"{exc.message} [{exc.code}]{detail}")
+    return CommandError(one_line(f"{exc.message} [{exc.code}]{detail}"))
 
 
 def cli_user(username: str, permission: str | None = None):

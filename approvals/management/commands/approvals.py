@@ -19,7 +19,7 @@ from approvals import services
 from approvals.models import Approval, Takeover
 from runs.cli import arguments
 from runs.cli.command import OperatorCommand
-from runs.cli.common import cli_user, control_error, write_rows
+from runs.cli.common import cli_user, control_error, one_line, write_rows
 from runs.engine.control.lifecycle import ControlError
 
 
@@ -96,7 +96,7 @@ class Command(OperatorCommand):
         except ControlError as exc:
             raise control_error(exc) from exc
         except PermissionDenied as exc:
-            raise CommandError(f"{exc} [permission_denied]") from exc
+            raise CommandError(one_line(f"{exc} [permission_denied]")) from exc
 
     # -- approvals ------------------------------------------------------------------
     def do_list(self, options):

@@ -248,15 +248,24 @@ def create_backup(dest: Path | str, storage=None) -> dict[str, Any]:
 
 
 def read_manifest(src: Path | str) -> dict[str, Any]:
-    """The manifest of archive ``src``; raises ``BackupError`` if unreadable."""
+    """The manifest of archive ``src``; raises ``BackupError`` (one line ending
+    ``[invalid_archive]``) if unreadable."""
     try:
+        # Asked first because tarfile.open's own refusal lists each compression it tried,
+        # one a line.
+        if not tarfile.is_tarfile(src):
+            raise BackupError(
+                f"{src}: not a readable backup archive (not a tar archive) [invalid_archive]"
+            )
         with tarfile.open(src, "r") as tar:
             member = tar.extractfile(MANIFEST)
             if member is None:
-                raise BackupError(f"{src}: no {MANIFEST}")
+                raise BackupError(f"{src}: {MANIFEST} is not a file [invalid_archive]")
             return json.load(member)
     except (OSError, tarfile.TarError, KeyError, ValueError) as exc:
-        raise BackupError(f"{src}: not a readable backup archive ({exc})") from exc
+        raise BackupError(
+            f"{src}: not a readable backup archive ({exc}) [invalid_archive]"
+        ) from exc
 
 
 def verify_archive(src: Path | str, into: Path) -> dict[str, Any]:

@@ -5,6 +5,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from runs.cli import arguments
+from runs.cli.common import one_line
 from runs.engine.data.backup import BackupError, create_backup
 
 
@@ -27,7 +28,7 @@ class Command(BaseCommand):
         try:
             manifest = create_backup(dest)
         except BackupError as exc:
-            raise CommandError(str(exc)) from exc
+            raise CommandError(one_line(str(exc))) from exc
         summary = {
             "dest": dest,
             "vendor": manifest["vendor"],

@@ -5,6 +5,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from runs.cli import arguments
+from runs.cli.common import one_line
 from runs.drills.bench import PARTS, format_table, run_bench
 from runs.drills.interrupt import Interrupted, stop_on_signals
 from runs.drills.sandbox import SandboxError
@@ -89,7 +90,7 @@ class Command(BaseCommand):
                     say=say,
                 )
         except SandboxError as exc:
-            raise CommandError(str(exc)) from exc
+            raise CommandError(one_line(str(exc))) from exc
         except Interrupted as exc:
             say(f"interrupted by {exc}; every process it started is stopped")
             raise SystemExit(exc.exit_code) from None

@@ -5,6 +5,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 import runs.drills.catalog  # noqa: F401 - registers the drills
+from runs.cli.common import one_line
 from runs.drills.base import DRILLS, format_table, run_drill
 from runs.drills.interrupt import Interrupted, stop_on_signals
 from runs.drills.sandbox import SandboxError, server_from_settings
@@ -35,7 +36,7 @@ class Command(BaseCommand):
         try:
             server_from_settings()
         except SandboxError as exc:
-            raise CommandError(str(exc)) from exc
+            raise CommandError(one_line(str(exc))) from exc
         results = []
         try:
             with stop_on_signals():

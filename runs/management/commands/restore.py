@@ -6,6 +6,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from runs.cli import arguments
+from runs.cli.common import one_line
 from runs.engine.data.backup import BackupError, restore_backup
 
 
@@ -26,7 +27,7 @@ class Command(BaseCommand):
         try:
             result = restore_backup(src)
         except BackupError as exc:
-            raise CommandError(str(exc)) from exc
+            raise CommandError(one_line(str(exc))) from exc
         if options["json"]:
             self.stdout.write(
                 json.dumps(

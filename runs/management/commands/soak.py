@@ -6,6 +6,7 @@ import random
 from django.core.management.base import BaseCommand, CommandError
 
 from runs.cli import arguments
+from runs.cli.common import one_line
 from runs.drills.interrupt import Interrupted, stop_on_signals
 from runs.drills.sandbox import SandboxError
 from runs.drills.soak import Soak, format_report
@@ -61,7 +62,7 @@ class Command(BaseCommand):
                     say=lambda line: self.stderr.write(f"soak: {line}"),
                 ).run()
         except SandboxError as exc:
-            raise CommandError(str(exc)) from exc
+            raise CommandError(one_line(str(exc))) from exc
         except Interrupted as exc:
             self.stderr.write(f"soak: interrupted by {exc}; every process it started is stopped")
             raise SystemExit(exc.exit_code) from None
