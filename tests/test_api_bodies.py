@@ -172,6 +172,17 @@ def test_it_answers_unauthenticated_unknown_paths_as_json():
     assert (response.status_code, response.json()["code"]) == (404, "not_found")
 
 
+@pytest.mark.parametrize("path", ["/api/v1/runs", "/api/v1/nosuch"])
+def test_it_answers_a_host_outside_allowed_hosts_as_json(path):
+    response = Client().get(path, HTTP_HOST="evil.example")
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("application/json")
+    assert response.json()["code"] == "bad_request"
+    outside = Client().get("/runs/", HTTP_HOST="evil.example")
+    assert outside.status_code == 400
+    assert not outside["Content-Type"].startswith("application/json")
+
+
 def test_it_leaves_errors_outside_the_api_alone(client):
     response = client.get("/nosuch-page")
     assert response.status_code == 404

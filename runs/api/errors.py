@@ -77,8 +77,10 @@ def not_found(what: str = "run") -> ApiError:
 
 
 #: Code and message of an error response some layer below the API wrote as HTML or
-#: plain text: Django's URL resolver (404), ninja's method dispatch (405), Django's 500.
+#: plain text: Django's host check (400, the Host header is not in ALLOWED_HOSTS), its
+#: URL resolver (404), ninja's method dispatch (405), Django's 500.
 _FALLBACK = {
+    400: ("bad_request", "the request was refused before it reached the API"),
     404: ("not_found", "no such endpoint"),
     405: ("method_not_allowed", "method not allowed"),
     500: ("internal_error", "the server failed; the request may not have been applied"),

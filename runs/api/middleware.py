@@ -22,18 +22,34 @@ def ApiBodyLimitMiddleware(get_response):  # noqa: N802 - named like a class in 
     (by Content-Length when given, else after reading), NUL characters in the query
     string with 400, and JSON bodies holding a value no database stores faithfully (NUL,
     a lone UTF-16 surrogate, NaN...) in any key or value with 422 ``invalid_input``
-    naming the path, before any view runs, so nothing is half-written. Error responses
-    that are not JSON (Django's 404 page, the 405 of a wrong method, a 500 page) are
-    answered as the API's error body (``runs.api.errors``). Works in both sync and async
-    stacks, so the SSE view stays async under ASGI."""
+    naming the path, before any view runs, so nothing is half-written. Works in both
+    sync and async stacks, so the SSE view stays async under ASGI."""
     if iscoroutinefunction(get_response):
 
         async def middleware(request):
-            return _refusal(request) or as_json_error(request, await get_response(request))
+            return _refusal(request) or await get_response(request)
     else:
 
         def middleware(request):
-            return _refusal(request) or as_json_error(request, get_response(request))
+            return _refusal(request) or get_response(request)
+
+    return middleware
+
+
+@sync_and_async_middleware
+def ApiJsonErrorsMiddleware(get_response):  # noqa: N802 - named like a class in MIDDLEWARE
+    """For paths under /api/: an error response that is not JSON (Django's 400 for a
+    Host header outside ``ALLOWED_HOSTS``, its 404 page, the 405 of a wrong method, a 500
+    page) is answered as the API's error body (``runs.api.errors.as_json_error``). The
+    outermost middleware, so it also sees what the others answered before any view."""
+    if iscoroutinefunction(get_response):
+
+        async def middleware(request):
+            return as_json_error(request, await get_response(request))
+    else:
+
+        def middleware(request):
+            return as_json_error(request, get_response(request))
 
     return middleware
 
