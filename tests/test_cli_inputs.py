@@ -217,6 +217,23 @@ REFUSED = [
     (("approvals", "claim", "1", "--as", ""), 2, "argument --as: must not be empty"),
     (("approvals", "resolve", "1", "cancel", "--reason", "r", "--as", ""), 2,
      "argument --as: must not be empty"),
+    (("approvals", "resolve", "1", "resume", "--reason", "r", "--checkpoint", ""), 2,
+     "argument --checkpoint: must not be empty"),
+    (("runs", "start", "room_temperature", "--thread", "T", "--crash-before", ""), 2,
+     "argument --crash-before: must not be empty"),
+    (("runs", "start", "dim_lights", "--thread", "T", "--crash-after-tool", ""), 2,
+     "argument --crash-after-tool: must not be empty"),
+    (("runs", "start", "dim_lights", "--thread", "T", "--hang-after-tool", " "), 2,
+     "argument --hang-after-tool: must not be empty"),
+    (("runs", "context", "--thread", "T", "--step", ""), 2, "argument --step: must not be empty"),
+    (("runs", "message", "--thread", "T", "hi", "--request-id", ""), 2,
+     "argument --request-id: must not be empty"),
+    (("runs", "message", "--thread", "T", "hi", "--workflow", ""), 2,
+     "argument --workflow: must not be empty"),
+    (("runs", "list", "--created-after", ""), 2, "argument --created-after: must not be empty"),
+    (("runs", "list", "--updated-before", " "), 2,
+     "argument --updated-before: must not be empty"),
+    (("workflows", ""), 2, "argument name: must not be empty"),
     (("runs", "status"), 2, "name a run: RUN_ID or --thread THREAD"),
     (("runs", "resume"), 2, "name a run: RUN_ID or --thread THREAD"),
     (("runs", "start", "room_temperature", "--thread", "T", "--input", "{}"), 1,
@@ -464,6 +481,26 @@ def _json_options() -> dict[str, str]:
                 if flags and flags[0] != "--json" and "JSON" in (action.help or ""):
                     found[f"{path} {flags[0]}"] = getattr(action.type, "__name__", "")
     return found
+
+
+def test_no_optional_text_option_lets_a_blank_value_mean_left_out():
+    """An option that is ``None`` when left out and has no type takes ``--x ''`` (an
+    unset shell variable) as ``''``, which a command testing ``if options["x"]`` reads
+    as "left out": such an option needs a type that refuses blank text."""
+    untyped = []
+    for name in _our_commands():
+        command = load_command_class(get_commands()[name], name)
+        for path, parser in _parsers(command.create_parser("manage.py", name), name):
+            untyped += [
+                f"{path} {action.option_strings[0]}"
+                for action in parser._actions
+                if action.option_strings
+                and action.dest not in DJANGO_OPTIONS
+                and action.nargs != 0
+                and not (action.required or action.choices or action.type)
+                and action.default is None
+            ]
+    assert untyped == []
 
 
 def test_every_json_option_is_parsed_and_checked_as_its_value_is_read():

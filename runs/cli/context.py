@@ -5,6 +5,7 @@ import json
 
 from django.core.management.base import CommandError
 
+from runs.cli import arguments
 from runs.cli.common import add_run_arguments, resolve_run
 from runs.engine.data.model_input import assemble_context
 
@@ -16,6 +17,7 @@ def add_arguments(parser):
     parser.add_argument(
         "--step",
         default=None,
+        type=arguments.required_text,
         help="the step whose input to show (default: the run's open step, else its last step)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")

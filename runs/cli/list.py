@@ -70,6 +70,7 @@ def add_arguments(parser):
             parser.add_argument(
                 f"--{field}-{edge}",
                 metavar="DATE",
+                type=arguments.required_text,
                 help=f"only runs {field} on or {edge} this date (YYYY-MM-DD)",
             )
     parser.add_argument(

@@ -37,6 +37,7 @@ def add_arguments(parser):
         "--crash-before",
         metavar="STEP",
         default=None,
+        type=arguments.required_text,
         help="fault injection: the worker reaching STEP exits 75 at once",
     )
     parser.add_argument(
@@ -51,6 +52,7 @@ def add_arguments(parser):
         "--crash-after-tool",
         metavar="TOOL",
         default=None,
+        type=arguments.required_text,
         help="fault injection: after the first call of TOOL (e.g. "
         "set_brightness) returns, the worker exits 75 before saving it",
     )
@@ -58,6 +60,7 @@ def add_arguments(parser):
         "--hang-after-tool",
         metavar="TOOL",
         default=None,
+        type=arguments.required_text,
         help="fault injection: after the first call of TOOL returns, the "
         "worker prints 'HANG after TOOL' and blocks until killed",
     )

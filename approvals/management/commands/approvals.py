@@ -85,7 +85,12 @@ class Command(OperatorCommand):
             help="resume, retry, mark_done or cancel (docs/control.md, Takeovers)",
         )
         p.add_argument("--reason", required=True, help="why (recorded on the event)")
-        p.add_argument("--checkpoint", default=None, help="with resume: the checkpoint name")
+        p.add_argument(
+            "--checkpoint",
+            default=None,
+            type=arguments.required_text,
+            help="with resume: the checkpoint name",
+        )
         p.add_argument("--evidence", default="", help="how you know (required for mark_done)")
         p.add_argument(
             "--result",

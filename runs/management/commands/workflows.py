@@ -6,6 +6,7 @@ import json
 
 from django.core.management.base import CommandError
 
+from runs.cli import arguments
 from runs.cli.command import OperatorCommand
 from runs.workflows import registry
 
@@ -40,7 +41,12 @@ class Command(OperatorCommand):
     help = "List the registered workflows: name, versions, steps and description."
 
     def add_arguments(self, parser):
-        parser.add_argument("name", nargs="?", help="show only this workflow (all of its versions)")
+        parser.add_argument(
+            "name",
+            nargs="?",
+            type=arguments.required_text,
+            help="show only this workflow (all of its versions)",
+        )
         parser.add_argument(
             "--all", action="store_true", help="include internal benchmark and drill workflows"
         )
