@@ -120,6 +120,24 @@ def _run_on(thread, end: int):
 
 
 @pytest.mark.django_db
+def test_a_later_run_made_in_the_same_instant_is_still_not_earlier():
+    from django.db.models.functions import Now
+
+    from runs.engine.data.model_input import assemble_context
+    from runs.models import Run, Summary
+
+    thread = _thread_with_messages(50)
+    earlier = _run_on(thread, 40)
+    later = _run_on(thread, 50)
+    # One statement: both rows get the very same database-made time.
+    Run.objects.filter(pk__in=[earlier.pk, later.pk]).update(created_at=Now())
+    earlier.refresh_from_db()
+    Summary.objects.create(thread=thread, run=earlier, first_seq=1, last_seq=20, content="a")
+    Summary.objects.create(thread=thread, run=later, first_seq=1, last_seq=30, content="b")
+    assert assemble_context(earlier).part("summary")["covers"] == [1, 20]
+
+
+@pytest.mark.django_db
 def test_it_counts_tokens_with_the_configured_counter(settings):
     from runs.engine.data import model_input
 

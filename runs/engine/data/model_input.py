@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Q, Subquery
 from django.utils.module_loading import import_string
 
 from runs.models import Checkpoint, Message, Run, Step, Summary
@@ -157,9 +157,13 @@ def current_summary(run: Run, end: int | None = None) -> Summary | None:
     made by this run or by a run created before it (so a later run's summary never
     changes what an earlier run was given)."""
     end = history_end(run) if end is None else end
+    # Compared with the stored value, not this object's: SQLite keeps a database-made
+    # time as text to the millisecond, and the same time sent back as a parameter has
+    # six digits, so two runs made in the same millisecond would compare as ordered.
+    created = Run.objects.filter(pk=run.pk).values("created_at")
     return (
         Summary.objects.filter(thread_id=run.thread_id, last_seq__lte=end)
-        .filter(Q(run_id=run.pk) | Q(run__isnull=True) | Q(run__created_at__lt=run.created_at))
+        .filter(Q(run_id=run.pk) | Q(run__isnull=True) | Q(run__created_at__lt=Subquery(created)))
         .order_by("-last_seq")
         .first()
     )
