@@ -71,6 +71,13 @@ class Recorder:
         return bool(ok)
 
 
+def running_or_exit(proc) -> str:
+    """``"alive"`` or ``"exited N"`` for a ``subprocess.Popen``: how a drill's report
+    shows whether a process it started still runs."""
+    code = proc.poll()
+    return "alive" if code is None else f"exited {code}"
+
+
 @dataclass
 class Drill:
     """A registered drill: ``fn(recorder)`` does the scenario and records checks."""

@@ -7,7 +7,15 @@ import signal
 import threading
 import time
 
-from runs.drills.base import drill, events, owner_pid, steps, wait_status, wait_terminal
+from runs.drills.base import (
+    drill,
+    events,
+    owner_pid,
+    running_or_exit,
+    steps,
+    wait_status,
+    wait_terminal,
+)
 from runs.drills.sandbox import PgCluster, Sandbox, process_state, wait_until
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import run_status, start_run
@@ -121,8 +129,7 @@ def kill_after_tool(r):
         )
         r.expect("model calls charged", 2, Run.objects.get(pk=run.pk).model_calls)
         r.expect("answer", ANSWER, _answer(run.pk))
-        code = second.poll()
-        r.expect("second worker", "alive", "alive" if code is None else f"exited {code}")
+        r.expect("second worker", "alive", running_or_exit(second))
 
 
 @drill("duplicate_messages", "the same queue message delivered many times, some mid-step")
@@ -367,8 +374,8 @@ def sigstop_fenced(r):
         )
         r.expect("charge step attempts", 2, steps(run.pk)["charge"].attempt)
         r.expect("status after the late write", "SUCCEEDED", Run.objects.get(pk=run.pk).status)
-        r.expect("first worker alive after waking", None, first.poll())
-        r.expect("second worker alive", None, second.poll())
+        r.expect("first worker after waking", "alive", running_or_exit(first))
+        r.expect("second worker", "alive", running_or_exit(second))
 
 
 def _terminate_backends(worker_id: str, app_name: str = "") -> int:
@@ -458,8 +465,8 @@ def _cut_scenario(r, label: str, *, cut_django: bool) -> None:
         r.expect(
             f"{label}: status after the late write", "SUCCEEDED", Run.objects.get(pk=run.pk).status
         )
-        r.expect(f"{label}: first worker alive after waking", None, first.poll())
-        r.expect(f"{label}: second worker alive", None, second.poll())
+        r.expect(f"{label}: first worker after waking", "alive", running_or_exit(first))
+        r.expect(f"{label}: second worker", "alive", running_or_exit(second))
 
 
 #: The events that hand a held step over to another worker.
