@@ -50,6 +50,17 @@ def _our_commands():
     return sorted(name for name, app in get_commands().items() if app in OUR_APPS)
 
 
+def _every_action():
+    """``(path, action)`` for every argparse action of every command of ours and of its
+    subcommands (``path`` is ``"runs start"``), Django's own options left out."""
+    for name in _our_commands():
+        command = load_command_class(get_commands()[name], name)
+        for path, parser in _parsers(command.create_parser("manage.py", name), name):
+            for action in parser._actions:
+                if action.dest not in DJANGO_OPTIONS:
+                    yield path, action
+
+
 @pytest.mark.parametrize("name", _our_commands())
 def test_every_argument_of_every_command_has_help(name):
     command = load_command_class(get_commands()[name], name)

@@ -19,22 +19,16 @@ from apitokens.models import ApiToken
 from runs.cli import arguments
 from runs.models import Run, Thread
 from tests.control_support import db_rows
-from tests.test_cli_discovery import DJANGO_OPTIONS, _our_commands, _parsers
+from tests.test_cli_discovery import _every_action
 
 HUGE = "99999999999999999999"
 NOT_UTF8 = os.fsdecode(b"\xff\xfe")
 
 
 def test_every_number_argument_of_every_command_is_bounded():
-    unbounded = []
-    for name in _our_commands():
-        command = load_command_class(get_commands()[name], name)
-        for path, parser in _parsers(command.create_parser("manage.py", name), name):
-            unbounded += [
-                f"{path} {action.dest}"
-                for action in parser._actions
-                if action.type in (int, float) and action.dest not in DJANGO_OPTIONS
-            ]
+    unbounded = [
+        f"{path} {action.dest}" for path, action in _every_action() if action.type in (int, float)
+    ]
     assert unbounded == []
 
 
@@ -472,34 +466,27 @@ def test_runs_budget_takes_the_engines_token_maximum_not_a_32_bit_one():
 def _json_options() -> dict[str, str]:
     """``"COMMAND SUB --option"`` -> the name of the argparse type of every option whose
     help says it takes JSON (not ``--json``, which asks for JSON output)."""
-    found = {}
-    for name in _our_commands():
-        command = load_command_class(get_commands()[name], name)
-        for path, parser in _parsers(command.create_parser("manage.py", name), name):
-            for action in parser._actions:
-                flags = action.option_strings
-                if flags and flags[0] != "--json" and "JSON" in (action.help or ""):
-                    found[f"{path} {flags[0]}"] = getattr(action.type, "__name__", "")
-    return found
+    return {
+        f"{path} {action.option_strings[0]}": getattr(action.type, "__name__", "")
+        for path, action in _every_action()
+        if action.option_strings
+        and action.option_strings[0] != "--json"
+        and "JSON" in (action.help or "")
+    }
 
 
 def test_no_optional_text_option_lets_a_blank_value_mean_left_out():
     """An option that is ``None`` when left out and has no type takes ``--x ''`` (an
     unset shell variable) as ``''``, which a command testing ``if options["x"]`` reads
     as "left out": such an option needs a type that refuses blank text."""
-    untyped = []
-    for name in _our_commands():
-        command = load_command_class(get_commands()[name], name)
-        for path, parser in _parsers(command.create_parser("manage.py", name), name):
-            untyped += [
-                f"{path} {action.option_strings[0]}"
-                for action in parser._actions
-                if action.option_strings
-                and action.dest not in DJANGO_OPTIONS
-                and action.nargs != 0
-                and not (action.required or action.choices or action.type)
-                and action.default is None
-            ]
+    untyped = [
+        f"{path} {action.option_strings[0]}"
+        for path, action in _every_action()
+        if action.option_strings
+        and action.nargs != 0
+        and not (action.required or action.choices or action.type)
+        and action.default is None
+    ]
     assert untyped == []
 
 
