@@ -71,6 +71,16 @@ def test_it_asks_for_approval_offline_and_refunds_the_edited_amount(worker, ann)
             )
         assert refused.value.code == "invalid_arguments"
         assert "greater than 0" in refused.value.errors["arguments.amount"]
+    # Strictly, as the JSON it came in: true or "5" is not an amount (lax: 1.0 and 5.0).
+    for amount in (True, "5"):
+        with pytest.raises(ControlError) as refused:
+            decide(
+                approval,
+                decision="approve",
+                user=ann,
+                arguments={"order_id": "A1001", "amount": amount},
+            )
+        assert list(refused.value.errors) == ["arguments.amount"], amount
     approval.refresh_from_db()
     assert approval.status == "PENDING"
 

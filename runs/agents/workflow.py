@@ -191,14 +191,16 @@ class AgentWorkflow(Workflow):
 
     def validate_tool_arguments(self, name: str, arguments: Any) -> dict[str, str]:
         """Field errors (``{"arguments.<field>": message}``) of edited ``arguments`` for
-        tool ``name``, validated by the tool's own schema; empty when valid."""
+        tool ``name``, validated by the tool's own schema; empty when valid. Strictly, as
+        the JSON they came in: a person's ``true`` or ``"5"`` is not an amount, although
+        lax validation would turn it into ``1.0`` or ``5.0``."""
         if not isinstance(arguments, dict):
             return {"arguments": "must be a JSON object"}
         tool = self._tool(name)
         if tool is None:
             return {"arguments": f"unknown tool {name}"}
         try:
-            tool.function_schema.validator.validate_python(arguments)
+            tool.function_schema.validator.validate_json(json.dumps(arguments), strict=True)
         except ValidationError as exc:
             return {
                 "arguments." + ".".join(str(p) for p in err["loc"])
