@@ -5,6 +5,7 @@ sees. Registered by tests through ``AGENTOPS_EXTRA_WORKFLOW_MODULES`` or ``regis
 
 import time
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 from runs.engine.errors import StepError
 from runs.tools import Tool, VerifyAnswer
@@ -64,6 +65,11 @@ CASES = {
         and {"fine": True}
     ),
     "message_nul": lambda ctx: ctx.add_message("assistant", "bad\x00byte") and {"fine": True},
+    # A summary range no integer column holds: the database refuses it inside the commit.
+    "summary_overflow": lambda ctx: (
+        ctx.add_summary(SimpleNamespace(last_seq=2**70, covered_tokens=0), "too far")
+        or {"fine": True}
+    ),
 }
 
 workflow = Workflow("faulty", version=1, input_fields={"case": str})
