@@ -3,6 +3,7 @@
 an unsafe call that fails after it took effect); ``after`` shows what the next step
 sees. Registered by tests through ``AGENTOPS_EXTRA_WORKFLOW_MODULES`` or ``register``."""
 
+import threading
 import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
@@ -36,6 +37,20 @@ def _post_ok(arguments: dict, call) -> dict:
 
 
 post_ok = Tool("test.post_ok", _post_ok, side_effect="unsafe", verify=_verify)
+
+
+#: Released by the test that uses ``post_slow_verify`` (its verify waits for it).
+VERIFY_RELEASE = threading.Event()
+
+
+def _verify_hanging(arguments: dict, call) -> VerifyAnswer:
+    VERIFY_RELEASE.wait(60)
+    return VerifyAnswer("not_done", evidence="answered too late")
+
+
+post_slow_verify = Tool(
+    "test.post_slow_verify", _post, side_effect="unsafe", verify=_verify_hanging, timeout=1
+)
 
 
 def _read_at(arguments: dict, call) -> dict:
@@ -91,6 +106,8 @@ def produce(ctx):
         return {"slept": True}
     if case == "post":
         return ctx.call_tool(post_once, {"text": "hello"})
+    if case == "post_hanging_verify":
+        return ctx.call_tool(post_slow_verify, {"text": "hello"})
     if case == "hold_then_post":
         # Long work with safe points, then a side effect.
         until = time.monotonic() + float(ctx.input.get("seconds", "3"))
