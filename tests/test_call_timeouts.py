@@ -15,9 +15,12 @@ from django.core.files.storage import FileSystemStorage
 import tests.workflows.faulty as faulty
 import tests.workflows.streaming  # noqa: F401 - registers streamed_reply
 from runs.engine.control.lifecycle import start_run
+from runs.engine.effects.compensation import compensate_run
+from runs.engine.errors import StepError
 from runs.engine.execution import executor
 from runs.models import Artifact, Event, Operation, Step
 from runs.states import StepStatus
+from runs.tools import Tool
 from runs.workflows import registry
 from runs.workflows.definition import Workflow
 from tests.control_support import db_rows, wait_until
@@ -229,3 +232,47 @@ def test_an_artifact_write_the_storage_does_not_answer_ends_at_the_timeout(
         assert not Artifact.objects.filter(run=run).exists()
     finally:
         STORAGE_RELEASE.set()
+
+
+#: Released by the compensation test: until then the booking system does not answer.
+CANCEL_RELEASE = threading.Event()
+
+
+def _cancel_booking(arguments: dict, call) -> dict:
+    CANCEL_RELEASE.wait(60)
+    return {"cancelled": True}
+
+
+cancel_booking = Tool("test.cancel_booking", _cancel_booking, side_effect="idempotent")
+
+undone_slowly = Workflow("undone_slowly", version=1)
+
+
+@undone_slowly.step(
+    timeout=1, compensate=lambda ctx, output: ctx.call_tool(cancel_booking, {"id": "B1"})
+)
+def book(ctx):
+    return {"booking": "B1"}
+
+
+@undone_slowly.step()
+def refuse(ctx):
+    raise StepError("INVALID_ARGUMENT", "no such destination")
+
+
+registry.register(undone_slowly)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_compensation_call_is_held_to_the_undone_steps_timeout(worker):
+    run = start_run("undone_slowly", thread_id="t-undo-slowly", input={})
+    CANCEL_RELEASE.clear()
+    try:
+        executor.run_chain(Step.objects.get(run=run, name="book").pk, worker)
+        run.refresh_from_db()
+        assert run.status == "FAILED"
+        report = compensate_run(run, actor="test")
+        [entry] = [e for e in report.steps if e["step"] == "book"]
+        assert entry["status"] == "FAILED" and "exceeded its timeout of 1" in entry["detail"]
+    finally:
+        CANCEL_RELEASE.set()
