@@ -145,6 +145,10 @@ REDIS_URL = env_redis_url("REDIS_URL")
 # instead of waiting for the kernel's TCP timers.
 AGENTOPS_REDIS_TIMEOUT = env_number("AGENTOPS_REDIS_TIMEOUT", 5, minimum=1)
 AGENTOPS_REDIS_CONNECT_TIMEOUT = env_number("AGENTOPS_REDIS_CONNECT_TIMEOUT", 3, minimum=0.5)
+# The partition drill's cuts (seconds): Redis from a worker running a step from RQ, then
+# PostgreSQL from a worker in the middle of a step (docs/drills-and-bench.md).
+AGENTOPS_PARTITION_REDIS_SECONDS = env_number("AGENTOPS_PARTITION_REDIS_SECONDS", 75, minimum=5)
+AGENTOPS_PARTITION_PG_SECONDS = env_number("AGENTOPS_PARTITION_PG_SECONDS", 40, minimum=5)
 
 
 RQ_QUEUES = {
