@@ -10,7 +10,7 @@ from typing import Any
 from django.apps import apps
 from django.db.models.functions import Now
 
-from runs.engine.control import lifecycle, rewind
+from runs.engine.control import lifecycle, rewind, waits
 from runs.engine.control.approvals import continue_after
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import (
@@ -147,7 +147,8 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
 def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
     """A run paused while it waited (an operator's pause of WAITING_APPROVAL or
     WAITING_EXTERNAL) waits again: for its approval if still PENDING, or on that
-    approval's route if it was decided or expired meanwhile, else for its callback.
+    approval's route if it was decided or expired meanwhile, else for its signal (taking
+    one kept meanwhile).
     Returns False when the run has no WAITING step."""
     Approval = apps.get_model("approvals", "Approval")
     waiting = (
@@ -162,6 +163,9 @@ def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
     approval = Approval.objects.filter(step_id=waiting.pk).order_by("-pk").first()
     if approval is None:
         tx.transition_run(RunStatus.WAITING_EXTERNAL, actor=actor, reason=note["reason"])
+        # A signal kept while the run was paused is taken now; a deadline that passed
+        # meanwhile is the sweeper's (or the next delivery's) to act on.
+        waits.take_kept_signal(tx, actor)
     elif approval.status == Approval.Status.PENDING:
         tx.transition_run(RunStatus.WAITING_APPROVAL, actor=actor, reason=note["reason"])
     else:
