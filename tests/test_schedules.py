@@ -4,6 +4,7 @@ Real worker and sweeper processes on PostgreSQL + Redis."""
 
 import json
 from datetime import timedelta
+from itertools import pairwise
 
 import pytest
 
@@ -53,7 +54,7 @@ def test_every_2_with_two_workers_and_two_sweepers_makes_one_run_per_tick(deploy
         proc.kill()
     assert len(window) == 5, window
     assert [t[1] for t in window] == ["started"] * 5
-    assert [(b[0] - a[0]).total_seconds() for a, b in zip(window, window[1:])] == [2.0] * 4
+    assert [(b[0] - a[0]).total_seconds() for a, b in pairwise(window)] == [2.0] * 4
     every = since_first_run(ticks(d, "noop"))
     started = [t[2] for t in every if t[1] == "started"]
     assert len(set(started)) == len(started) == len(every)
@@ -115,6 +116,7 @@ def test_catch_up_after_10_s_of_downtime_follows_the_policy(deployment_factory, 
         d,
         """
 from datetime import timedelta
+from itertools import pairwise
 from runs.engine.state.clock import db_now
 from runs.models import Schedule
 now = db_now()
@@ -128,9 +130,7 @@ print(json.dumps(Schedule.objects.filter(name="s").update(next_fire_at=due)))
     rows = ticks(d, "s")
     outcomes = [t[1] for t in rows]
     assert len(rows) >= 6, rows
-    assert [(b[0] - a[0]).total_seconds() for a, b in zip(rows, rows[1:])] == [2.0] * (
-        len(rows) - 1
-    )
+    assert [(b[0] - a[0]).total_seconds() for a, b in pairwise(rows)] == [2.0] * (len(rows) - 1)
     if policy == "all":
         assert outcomes == ["started"] * len(rows)
     elif policy == "latest":
