@@ -22,6 +22,7 @@ from runs.engine.control.lifecycle import (
 from runs.engine.control.versions import known_or_migratable
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution import dispatch
+from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, record_event, run_transaction
 from runs.models import Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
@@ -134,6 +135,21 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
             raise ControlError(
                 "nothing_to_resume", "no open step: resume from a checkpoint instead"
             )
+        # A step never attempted yet and held back is asleep on a durable timer: it
+        # keeps its time (the sweeper notifies it when due). A retry's backoff is cut.
+        if step.attempt == 0 and step.not_before > db_now():
+            Step.objects.filter(pk=step.pk).update(notified_at=None)
+            tx.event(
+                "run.resume_requested",
+                {
+                    "step": step.name,
+                    "reason": note["reason"],
+                    "sleeping_until": step.not_before.isoformat(),
+                },
+                step_id=step.pk,
+                actor=actor,
+            )
+            return
         Step.objects.filter(pk=step.pk).update(notified_at=Now(), not_before=Now())
         tx.event(
             "run.resume_requested",
