@@ -29,6 +29,7 @@ CONTROL_STATUS = {
     "unknown_step": 422,
     "unknown_run": 404,
     "unknown_signal": 422,
+    "unknown_schedule": 404,
     "not_found": 404,
     "idempotency_key_reused": 422,
     "permission_denied": 403,

@@ -260,6 +260,32 @@ def missed_ticks(since: timedelta | None = None) -> dict[str, int]:
     return counts
 
 
+def describe(schedule: Schedule, last: int = 3) -> dict:
+    """``{name, workflow, timing, input, overlap, catchup, paused, next_fire_times,
+    last_ticks: [{tick_at, outcome, run, manual}]}`` of ``schedule`` (its ``last``
+    ticks, newest first) for listings: the CLI's and the API's."""
+    ticks = ScheduleTick.objects.filter(schedule=schedule).order_by("-tick_at")[:last]
+    return {
+        "name": schedule.name,
+        "workflow": schedule.workflow,
+        "timing": timing_of(schedule).describe(),
+        "input": schedule.input,
+        "overlap": schedule.overlap,
+        "catchup": schedule.catchup,
+        "paused": schedule.paused,
+        "next_fire_times": [t.isoformat() for t in next_fire_times(schedule)],
+        "last_ticks": [
+            {
+                "tick_at": t.tick_at.isoformat(),
+                "outcome": t.outcome,
+                "run": str(t.run_id) if t.run_id else None,
+                "manual": t.manual,
+            }
+            for t in ticks
+        ],
+    }
+
+
 def _fire(schedule: Schedule, actor: str) -> int:
     """Walk the due ticks of the locked ``schedule``; returns how many runs started."""
     now = db_now()

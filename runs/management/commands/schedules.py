@@ -13,31 +13,6 @@ from runs.engine.control.lifecycle import ControlError
 from runs.models import Schedule, ScheduleTick
 
 
-def schedule_row(schedule: Schedule, last: int = 3) -> dict:
-    """``{name, workflow, timing, input, overlap, catchup, paused, next_fire_times,
-    last_ticks: [{tick_at, outcome, run, manual}]}`` of ``schedule`` for listings."""
-    ticks = ScheduleTick.objects.filter(schedule=schedule).order_by("-tick_at")[:last]
-    return {
-        "name": schedule.name,
-        "workflow": schedule.workflow,
-        "timing": schedules.timing_of(schedule).describe(),
-        "input": schedule.input,
-        "overlap": schedule.overlap,
-        "catchup": schedule.catchup,
-        "paused": schedule.paused,
-        "next_fire_times": [t.isoformat() for t in schedules.next_fire_times(schedule)],
-        "last_ticks": [
-            {
-                "tick_at": t.tick_at.isoformat(),
-                "outcome": t.outcome,
-                "run": str(t.run_id) if t.run_id else None,
-                "manual": t.manual,
-            }
-            for t in ticks
-        ],
-    }
-
-
 class Command(OperatorCommand):
     help = "List, add, pause, resume, trigger and delete schedules."
 
@@ -83,7 +58,7 @@ class Command(OperatorCommand):
             raise control_error(exc) from exc
 
     def _list(self, options):
-        rows = [schedule_row(s) for s in Schedule.objects.order_by("name")]
+        rows = [schedules.describe(s) for s in Schedule.objects.order_by("name")]
         if options["json"]:
             self.stdout.write(json.dumps(rows))
             return
