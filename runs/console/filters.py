@@ -1,34 +1,13 @@
 """django-filter filter sets of the console's lists (runs, audit log)."""
 
-import re
-import uuid
-
 import django_filters as df
-from django.db import connection
 from django.db.models import Exists, OuterRef, Q
 
 from approvals.models import Approval, Takeover
+from runs.engine.control.run_ids import ID_PREFIX, id_prefix_q
 from runs.models import Event, Run, Step
 from runs.states import RunStatus, StepStatus
 from runs.stats import NON_TERMINAL_STATES, stuck_q
-
-_HEX = re.compile(r"^[0-9a-f-]{4,36}$")
-
-
-def uuid_prefix_q(field: str, value: str) -> Q:
-    """Match a run id given whole (exact) or as a prefix of its canonical text.
-
-    PostgreSQL stores UUIDs natively and compares prefixes against the hyphenated text;
-    SQLite stores 32 hex digits without hyphens.
-    """
-    value = value.strip().lower()
-    try:
-        return Q(**{field: uuid.UUID(value)})
-    except ValueError:
-        pass
-    if not connection.features.has_native_uuid_field:
-        value = value.replace("-", "")
-    return Q(**{f"{field}__istartswith": value})
 
 
 def unknown_step_exists():
@@ -96,8 +75,8 @@ class RunFilter(df.FilterSet):
         if not value:
             return queryset
         match = Q(thread__thread_id__icontains=value) | Q(goal__icontains=value)
-        if _HEX.match(value.lower()):
-            match |= uuid_prefix_q("id", value)
+        if ID_PREFIX.match(value.lower()):
+            match |= id_prefix_q("id", value)
         return queryset.filter(match)
 
     def filter_stuck(self, queryset, name, value):
@@ -138,17 +117,17 @@ class RunRelatedFilter(df.FilterSet):
         value = value.strip().lower()
         if not value:
             return queryset
-        if not _HEX.match(value):
+        if not ID_PREFIX.match(value):
             return queryset.none()
-        return queryset.filter(uuid_prefix_q("run__id", value))
+        return queryset.filter(id_prefix_q("run__id", value))
 
     def filter_text(self, queryset, name, value):
         value = value.strip()
         if not value:
             return queryset
         match = Q(run__thread__thread_id__icontains=value) | Q(run__goal__icontains=value)
-        if _HEX.match(value.lower()):
-            match |= uuid_prefix_q("run__id", value)
+        if ID_PREFIX.match(value.lower()):
+            match |= id_prefix_q("run__id", value)
         return queryset.filter(match)
 
 
@@ -199,9 +178,9 @@ class AuditFilter(df.FilterSet):
 
     def filter_run(self, queryset, name, value):
         value = value.strip().lower()
-        if not _HEX.match(value):
+        if not ID_PREFIX.match(value):
             return queryset.none()
-        return queryset.filter(uuid_prefix_q("run__id", value))
+        return queryset.filter(id_prefix_q("run__id", value))
 
 
 __all__ = [
