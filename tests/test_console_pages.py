@@ -95,6 +95,16 @@ def test_it_serves_the_vendored_htmx_and_sends_the_csrf_token_in_hx_headers(clie
     assert "unpkg" not in page and "cdn" not in page.lower()
 
 
+def test_every_page_has_a_favicon_and_favicon_ico_finds_it(client, clients):
+    page = clients["alice"].get(reverse("console:overview")).content.decode()
+    assert 'rel="icon" href="/static/runs/favicon.svg"' in page
+    asked = client.get("/favicon.ico")
+    assert (asked.status_code, asked["Location"]) == (301, "/static/runs/favicon.svg")
+    icon = client.get("/static/runs/favicon.svg")
+    assert icon.status_code == 200 and icon["Content-Type"] == "image/svg+xml"
+    assert b"<svg" in b"".join(icon.streaming_content)
+
+
 def test_it_shows_action_buttons_only_to_roles_that_may_use_them(clients, demo):
     paused = reverse("console:run", args=[demo["retries_exhausted"].pk])
     viewer, operator = clients["alice"].get(paused), clients["bob"].get(paused)
