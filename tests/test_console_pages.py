@@ -69,7 +69,10 @@ def test_it_renders_only_the_fragment_for_htmx_requests(clients, demo):
         assert response.status_code == 200
         assert b"<html" not in response.content, url
     live = clients["alice"].get(reverse("console:run", args=[run.pk]), HTTP_HX_REQUEST="true")
-    assert b'id="run-live"' in live.content and b'hx-trigger="every 2s"' in live.content
+    assert (
+        b'id="run-live"' in live.content
+        and b'hx-trigger="run-moved from:body, every 5s"' in live.content
+    )
 
 
 def test_it_asks_htmx_to_reload_the_page_when_the_run_changed_state(clients, demo):
