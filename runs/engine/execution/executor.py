@@ -14,7 +14,7 @@ from django.db import DatabaseError, IntegrityError, close_old_connections, conn
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs.engine.control import approvals, versions
+from runs.engine.control import approvals, versions, waits
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.data import drafts, payloads
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
@@ -237,7 +237,14 @@ def _run_attempt(
         if step_def.kind == "approval":
             approvals.commit_approval_request(ctx, _approval_request(output), worker.worker_id)
             return done
+        if step_def.kind == "signal":
+            waits.commit_signal_wait(ctx, worker.worker_id)
+            return done
         claimed_by = worker.worker_id if chain and not worker.stopping.is_set() else None
+        if ctx.sleep_seconds is not None or ctx.wake_at is not None:
+            # A durable timer: the next step is born PENDING with its not_before, not
+            # claimed by this worker.
+            claimed_by = None
         return _commit_checked(ctx, output, worker, step_def, claimed_by)
     except Exception as exc:  # noqa: BLE001 - every error after the claim ends the attempt
         end_attempt(run, step, attempt, worker, workflow, step_def, exc)
@@ -485,6 +492,8 @@ def _commit_success(
             refresh_usage=False,
             next_seq=tx.next_step_seq(after=step),
             claimed_by=claimed_by,
+            delay=ctx.sleep_seconds or 0.0,
+            at=ctx.wake_at,
         )
     if advanced.step_id is None or advanced.seq is None or next_name is None or claimed_by is None:
         finished = advanced.step_id is None and tx.run.status == RunStatus.SUCCEEDED
@@ -796,7 +805,7 @@ def _release_after_db_fault(
 
     def release() -> None:
         with run_transaction(run.pk) as tx:
-            tx.transition_step(
+            released = tx.transition_step(
                 step.pk,
                 StepStatus.PENDING,
                 expected=StepStatus.RUNNING,
@@ -811,7 +820,18 @@ def _release_after_db_fault(
                 # Not a failed attempt: it does not count against max_attempts.
                 attempt_base=F("attempt_base") + 1,
             )
-            dispatch.notify_on_commit(run.pk, step.pk)
+            if released:
+                dispatch.notify_on_commit(run.pk, step.pk)
+            else:
+                # Another worker took the step while this one was cut off: its late
+                # write is fenced, and said so like any other.
+                tx.reject_commit(
+                    step,
+                    attempt,
+                    tx.commit_rejection(step, attempt),
+                    worker=worker.worker_id,
+                    during="release",
+                )
 
     try:
         _retrying(run.pk, step, attempt, worker, release, "release")
