@@ -8,6 +8,7 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q
 
 from approvals.models import Approval, Takeover
+from runs.console.widgets import LabelledDateRangeWidget
 from runs.models import Event, Run, Step
 from runs.states import RunStatus, StepStatus
 from runs.stats import NON_TERMINAL_STATES, stuck_q
@@ -64,8 +65,16 @@ class RunFilter(df.FilterSet):
     workflow_version = df.NumberFilter(label="Version")
     owner = df.CharFilter(field_name="owner__username", label="Owner")
     thread = df.CharFilter(field_name="thread__thread_id", label="Thread id")
-    created = df.DateFromToRangeFilter(field_name="created_at", label="Created (from, to)")
-    updated = df.DateFromToRangeFilter(field_name="updated_at", label="Updated (from, to)")
+    created = df.DateFromToRangeFilter(
+        field_name="created_at",
+        label="Created (from, to)",
+        widget=LabelledDateRangeWidget("Created"),
+    )
+    updated = df.DateFromToRangeFilter(
+        field_name="updated_at",
+        label="Updated (from, to)",
+        widget=LabelledDateRangeWidget("Updated"),
+    )
     stuck = df.BooleanFilter(method="filter_stuck", label="Stuck")
     has_unknown = df.BooleanFilter(method="filter_unknown", label="Has unknown outcome")
     is_replay = df.BooleanFilter(
@@ -132,7 +141,11 @@ class RunRelatedFilter(df.FilterSet):
     workflow = df.CharFilter(field_name="run__workflow", label="Workflow")
     owner = df.CharFilter(field_name="run__owner__username", label="Owner")
     thread = df.CharFilter(field_name="run__thread__thread_id", label="Thread id")
-    created = df.DateFromToRangeFilter(field_name="created_at", label="Created (from, to)")
+    created = df.DateFromToRangeFilter(
+        field_name="created_at",
+        label="Created (from, to)",
+        widget=LabelledDateRangeWidget("Created"),
+    )
 
     def filter_run(self, queryset, name, value):
         value = value.strip().lower()
