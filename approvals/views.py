@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import reverse
 
 from approvals import argument_form
+from approvals.desk import attach_verify_answers
 from approvals.inbox import EditState, attach_cards
 from approvals.models import Approval, Takeover
 from approvals.services import claim_takeover, decide, resolve_takeover
@@ -27,7 +28,7 @@ from runs.console.actions import perform
 from runs.console.filters import ApprovalFilter, TakeoverFilter
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.console.paging import paginate
-from runs.engine.control.lifecycle import MAX_REASON_CHARS
+from runs.engine.control.lifecycle import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS
 from runs.models import Artifact
 
 #: Artifacts previewed per approval.
@@ -202,14 +203,17 @@ def decide_view(request, approval_id):
 
 @console_view
 def takeover_desk(request):
-    """Open takeovers (oldest first, filtered like the runs list, paged) with their
-    resolutions; resolved ones below, newest first, paged on their own."""
+    """Open takeovers (oldest first, filtered like the runs list, paged) as cards of
+    facts with one form per resolution; resolved ones below, newest first, paged on
+    their own."""
     takeover_filter = TakeoverFilter(
         request.GET or None,
         queryset=Takeover.objects.filter(status=Takeover.Status.OPEN)
         .select_related("run", "step", "claimed_by")
         .order_by("created_at", "pk"),
     )
+    open_page = paginate(request, takeover_filter.qs)
+    attach_verify_answers(list(open_page.object_list))
     resolved = paginate(
         request,
         Takeover.objects.filter(status=Takeover.Status.RESOLVED)
@@ -223,7 +227,7 @@ def takeover_desk(request):
         "partials/takeover_rows.html",
         {
             "filter": takeover_filter,
-            "open": paginate(request, takeover_filter.qs),
+            "open": open_page,
             "resolved": resolved,
             "resolutions": RESOLUTIONS,
         },
@@ -277,9 +281,12 @@ def claim_view(request, takeover_id):
 
 @console_action(OPERATE_PERM)
 def resolve_view(request, takeover_id):
-    """Resolve: resume (from a checkpoint, or where it stopped when none is chosen), retry
-    the step, mark it done with evidence, or cancel the run
-    (``approvals.services.resolve_takeover``)."""
+    """Resolve from one of the desk's four forms (``action``): resume (from a
+    checkpoint, or where it stopped when none is chosen), retry the step, mark it done
+    with evidence (and an optional JSON result), or cancel the run
+    (``approvals.services.resolve_takeover``). Each form's own fields are read, no
+    other's. ``against_verify`` confirms a resolution that contradicts the latest
+    verify answer (refused without it: ``contradicts_verify``)."""
     takeover, back, refused = _open_takeover(request, takeover_id)
     if refused:
         return refused
@@ -289,11 +296,14 @@ def resolve_view(request, takeover_id):
         if action not in RESOLUTIONS:
             raise InvalidInput("Choose a resolution: resume, retry, mark_done or cancel.")
         reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
-        checkpoint = (request.POST.get("checkpoint") or "").strip() or None
-        evidence = (request.POST.get("evidence") or "").strip()
-        if action == "mark_done" and not evidence:
-            raise InvalidInput("Marking done needs evidence.")
-        result = optional_json(request.POST, "result", label="The result")
+        checkpoint, evidence, result = None, "", None
+        if action == "resume":
+            checkpoint = (request.POST.get("checkpoint") or "").strip() or None
+        if action == "mark_done":
+            evidence = required_text(
+                request.POST, "evidence", "Evidence (how you know it is done)", MAX_EVIDENCE_CHARS
+            )
+            result = optional_json(request.POST, "result", label="The result")
         return resolve_takeover(
             takeover,
             action=action,
@@ -302,6 +312,7 @@ def resolve_view(request, takeover_id):
             checkpoint=checkpoint,
             evidence=evidence,
             result=result,
+            against_verify=request.POST.get("against_verify") == "on",
         )
 
     return perform(

@@ -5,7 +5,7 @@
 - ``approvals takeovers [--all] [--json]``: open takeovers;
 - ``approvals claim ID --as USERNAME``;
 - ``approvals resolve ID resume|retry|mark_done|cancel --reason TEXT [--checkpoint NAME]
-  [--evidence TEXT] [--result JSON] [--as USERNAME]``.
+  [--evidence TEXT] [--result JSON] [--against-verify] [--as USERNAME]``.
 
 Refusals exit non-zero with the engine's code in brackets, e.g. ``[decision_conflict]``.
 """
@@ -101,6 +101,11 @@ class Command(OperatorCommand):
             help="with mark_done: the step's output as JSON",
         )
         p.add_argument(
+            "--against-verify",
+            action="store_true",
+            help="resolve although the latest verify answer says the opposite (recorded)",
+        )
+        p.add_argument(
             "--as",
             dest="username",
             default=None,
@@ -166,6 +171,7 @@ class Command(OperatorCommand):
             checkpoint=options["checkpoint"],
             evidence=options["evidence"],
             result=options["result"],
+            against_verify=options["against_verify"],
         )
         takeover.run.refresh_from_db()
         self.stdout.write(
