@@ -25,9 +25,9 @@ from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.engine.control import lifecycle
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import MAX_REASON_CHARS, ControlError
-from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
+from runs.engine.control.rewind import plan_resume, resumable_names, resume_from_checkpoint
 from runs.engine.effects.budget import raise_budget
-from runs.models import Checkpoint, Run
+from runs.models import Run
 from runs.states import RUN_TERMINAL, RunStatus, command_allows, command_states
 
 #: Most runs one bulk action may touch.
@@ -158,18 +158,7 @@ def _resume_plan(request, run_id, data, notice: str = ""):
         "reexecute": reexecute,
         "reason": data.get("reason", ""),
         "notice": notice,
-        # The chosen one first: a loop's ``after:think#7`` is not among the plain names.
-        "checkpoints": list(
-            dict.fromkeys(
-                [checkpoint] * bool(checkpoint)
-                + list(
-                    Checkpoint.objects.filter(run=run)
-                    .order_by("name")
-                    .values_list("name", flat=True)
-                    .distinct()
-                )
-            )
-        ),
+        "checkpoints": _checkpoint_choices(run, checkpoint),
         "plan": None,
         "error": "",
         "previewed": "",
@@ -315,3 +304,10 @@ def bulk(request):
                 skipped.append((run, f"{exc.message} [{exc.code}]"))
     context.update({"done": done, "skipped": skipped})
     return render(request, "console/bulk_done.html", context)
+
+
+def _checkpoint_choices(run: Run, chosen: str) -> list[str]:
+    """The resumable checkpoints of ``run`` in run order; a ``chosen`` name that is not
+    among them (``after:think`` of a loop, shown as ``after:think#7``) comes first."""
+    names = resumable_names(run)
+    return names if not chosen or chosen in names else [chosen, *names]
