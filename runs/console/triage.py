@@ -185,8 +185,8 @@ def triage_groups(now: datetime) -> list[TriageGroup]:
         ),
         _takeovers(
             "other_takeover",
-            "Other takeovers (artifact invalid, operator request)",
+            "Other takeovers (artifact invalid, non-determinism, operator request)",
             "Read the evidence and resolve.",
-            [cause.ARTIFACT_INVALID, cause.OPERATOR_REQUEST],
+            [cause.ARTIFACT_INVALID, cause.NON_DETERMINISM, cause.OPERATOR_REQUEST],
         ),
     ]
