@@ -352,8 +352,10 @@ def perform_call(
        call with ``timeout``, record the result.
 
     A ``StepError`` from the tool means the effect did not happen: the row becomes
-    FAILED and the error propagates. A timeout of an ``unsafe`` call raises
-    ``OutcomeUnknown`` (it may still land); of other tools, ``StepError("TIMEOUT")``.
+    FAILED and the error propagates. A timeout, or any other exception, of an ``unsafe``
+    call asks ``verify`` (``_settle_after_send``): done is the result, not done a
+    retryable failure (an ``OutcomeUnknown`` after a timeout: the call may still land),
+    cannot tell an ``OutcomeUnknown``; a timeout of other tools is ``StepError("TIMEOUT")``.
     """
     info = ToolCall(
         run_id=str(run.pk), idempotency_key=key, attempt=attempt or 0, faults=dict(run.faults or {})
@@ -419,11 +421,7 @@ def perform_call(
         )
     except CallTimedOut as exc:
         if tool.side_effect == "unsafe":
-            raise OutcomeUnknown(
-                op.pk,
-                f"{tool.name} exceeded its timeout of {exc.timeout}s and may still take effect",
-                str(exc),
-            ) from exc
+            return _settle_after_send(run, step, actor, tool, op, info, exc, in_flight=True)
         raise StepError("TIMEOUT", f"{tool.name}: {exc}") from exc
     except StepError as exc:
         ledger.record_failure(op, exc)
@@ -435,12 +433,25 @@ def perform_call(
     return result
 
 
-def _settle_after_send(run: Run, step: Step | None, actor: str, tool: Tool, op, info, exc):
+def _settle_after_send(
+    run: Run,
+    step: Step | None,
+    actor: str,
+    tool: Tool,
+    op,
+    info,
+    exc: Exception,
+    *,
+    in_flight: bool = False,
+):
     """The request may have reached the outside world, then the call failed without a
     definite "not done" (an HTTP 500 after the effect, an unreadable 200, a dropped
-    connection). For an ``unsafe`` tool that is an unknown outcome, settled the way a
-    crash is: ``verify`` now; done: the result, recorded; not done: the row FAILED and a
-    retryable ``StepError``; cannot tell: ``OutcomeUnknown`` (a human decides). Read and
+    connection, or a timeout: ``in_flight``, the abandoned call may still land). For an
+    ``unsafe`` tool that is an unknown outcome, settled the way a crash is: ``verify``
+    now (an ``operation.verified`` event with ``after``: the failure); done: the result,
+    recorded; not done: the row FAILED and a retryable ``StepError``, except while the
+    call is in flight (it may still act: ``OutcomeUnknown``, and a late result is
+    recorded when it comes); cannot tell: ``OutcomeUnknown`` (a human decides). Read and
     idempotent tools are simply retried under the same key (``DEPENDENCY_UNAVAILABLE``)."""
     cause = f"{tool.name}: {type(exc).__name__}: {exc}"[:2000]
     if tool.side_effect != "unsafe":
@@ -450,6 +461,13 @@ def _settle_after_send(run: Run, step: Step | None, actor: str, tool: Tool, op, 
     if answer.status == "done":
         ledger.record_result(op, answer.result)
         return answer.result
+    if answer.status == "not_done" and in_flight:
+        raise OutcomeUnknown(
+            op.pk,
+            f"{cause}; verify finds no effect yet, but the call is still in flight and may "
+            "still take effect",
+            answer.evidence,
+        ) from exc
     if answer.status == "not_done":
         ledger.record_result(
             op,
