@@ -26,6 +26,7 @@ from runs.console.actions import perform
 from runs.console.filters import ApprovalFilter, TakeoverFilter
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.console.paging import paginate
+from runs.engine.control.approvals import with_shown_status
 from runs.engine.control.lifecycle import MAX_REASON_CHARS
 from runs.models import Artifact
 
@@ -72,10 +73,11 @@ def _attach_previews(approvals: list[Approval]) -> None:
 @console_view
 def approvals_inbox(request):
     """Pending approvals (oldest first, filtered like the runs list, paged) with
-    evidence previews; decided ones below, newest first, paged on their own."""
+    evidence previews, those past their deadline shown expired without a decision form;
+    decided ones below, newest first, paged on their own."""
     approval_filter = ApprovalFilter(
         request.GET or None,
-        queryset=Approval.objects.filter(status=Approval.Status.PENDING)
+        queryset=with_shown_status(Approval.objects.filter(status=Approval.Status.PENDING))
         .select_related("run", "step")
         .order_by("created_at", "pk"),
     )

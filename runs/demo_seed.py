@@ -761,7 +761,14 @@ class Seeder:
                         "reject": "shelve_draft",
                         "expire": "shelve_draft",
                     },
-                    expires_at=created + timedelta(hours=24),
+                    # A pending approval is never past its deadline (the sweeper would
+                    # have expired it): the old ones were asked without one, and are
+                    # overdue in triage by their age.
+                    expires_at=(
+                        created + timedelta(hours=24)
+                        if created + timedelta(hours=24) > self.now
+                        else None
+                    ),
                 ),
             )
         )

@@ -11,7 +11,7 @@ from django.apps import apps
 from django.db.models.functions import Now
 
 from runs.engine.control import lifecycle, rewind
-from runs.engine.control.approvals import continue_after
+from runs.engine.control.approvals import continue_after, expire_one
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import (
     MAX_EVIDENCE_CHARS,
@@ -147,7 +147,8 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
 def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
     """A run paused while it waited (an operator's pause of WAITING_APPROVAL or
     WAITING_EXTERNAL) waits again: for its approval if still PENDING, or on that
-    approval's route if it was decided or expired meanwhile, else for its callback.
+    approval's route if it was decided or expired meanwhile (or its deadline passed),
+    else for its callback.
     Returns False when the run has no WAITING step."""
     Approval = apps.get_model("approvals", "Approval")
     waiting = (
@@ -164,6 +165,8 @@ def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
         tx.transition_run(RunStatus.WAITING_EXTERNAL, actor=actor, reason=note["reason"])
     elif approval.status == Approval.Status.PENDING:
         tx.transition_run(RunStatus.WAITING_APPROVAL, actor=actor, reason=note["reason"])
+        # Its deadline passed during the pause: the expiry route now, not at a sweep.
+        expire_one(tx, approval.pk, waiting.pk, actor=actor)
     else:
         route: dict[str, str] = {
             Approval.Status.APPROVED: "approve",
