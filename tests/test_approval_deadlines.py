@@ -177,3 +177,4 @@ def test_resuming_a_run_paused_past_the_deadline_takes_the_expiry_route(gated, w
     run = Run.objects.get(pk=approval.run_id)
     assert run.status == RunStatus.RUNNING
     assert Step.objects.get(run=run, name="shelve").status == StepStatus.PENDING
+
