@@ -178,3 +178,21 @@ def test_resuming_a_run_paused_past_the_deadline_takes_the_expiry_route(gated, w
     assert run.status == RunStatus.RUNNING
     assert Step.objects.get(run=run, name="shelve").status == StepStatus.PENDING
 
+
+def test_resuming_a_run_paused_past_its_signal_deadline_takes_the_timeout_route(worker):
+    run = start_run("order_followup", thread_id="t", input={"order": "A-1", "delay_s": 0})
+    run_worker_in_process()  # noqa: F405
+    run.refresh_from_db()
+    assert run.status == RunStatus.WAITING_EXTERNAL
+    pause_run(run, actor="cli", reason="hold on")
+    Step.objects.filter(run=run, status=StepStatus.WAITING).update(
+        wait_until=timezone.now() - timedelta(seconds=11)
+    )
+
+    takeover = Run.objects.get(pk=run.pk).takeovers.get(status="OPEN")
+    resolve_takeover(takeover, action="resume", actor="cli", reason="go on")
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+    assert Event.objects.filter(run=run, type="signal.timed_out").count() == 1
+    assert Step.objects.get(run=run, name="remind").status == StepStatus.PENDING

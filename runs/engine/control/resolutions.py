@@ -179,9 +179,16 @@ def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
     approval = Approval.objects.filter(step_id=waiting.pk).order_by("-pk").first()
     if approval is None:
         tx.transition_run(RunStatus.WAITING_EXTERNAL, actor=actor, reason=note["reason"])
-        # A signal kept while the run was paused is taken now; a deadline that passed
-        # meanwhile is the sweeper's (or the next delivery's) to act on.
-        waits.take_kept_signal(tx, actor)
+        # A signal kept while the run was paused is taken now; else a deadline that
+        # passed meanwhile takes the timeout route now, not at a sweep.
+        if not waits.take_kept_signal(tx, actor) and (
+            Step.objects.filter(pk=waiting.pk, wait_until__lt=Now())
+            .exclude(signal_name="")
+            .exists()
+        ):
+            waits.time_out(
+                tx, waiting, registry.get(tx.run.workflow, tx.run.workflow_version), actor
+            )
     elif approval.status == Approval.Status.PENDING:
         tx.transition_run(RunStatus.WAITING_APPROVAL, actor=actor, reason=note["reason"])
         # Its deadline passed during the pause: the expiry route now, not at a sweep.
