@@ -75,7 +75,12 @@ def attach_cards(approvals: list[Approval], edits: dict[int, EditState] | None =
     for approval in approvals:
         left = seconds_left(approval, now)
         approval.seconds_left = left  # type: ignore[attr-defined]
-        approval.expired = left is not None and left <= 0  # type: ignore[attr-defined]
+        # The engine's expiry rule (``with_shown_status``) decides where the list
+        # applied it; the countdown only covers lists that did not.
+        shown = getattr(approval, "shown_status", None)
+        approval.expired = (  # type: ignore[attr-defined]
+            shown == "EXPIRED" if shown is not None else left is not None and left <= 0
+        )
         evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
         if evidence.get("kind") != "tool_call":
             continue

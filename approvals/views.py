@@ -28,6 +28,7 @@ from runs.console.actions import perform
 from runs.console.filters import ApprovalFilter, TakeoverFilter
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.console.paging import paginate
+from runs.engine.control.approvals import with_shown_status
 from runs.engine.control.lifecycle import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS
 from runs.models import Artifact
 
@@ -84,7 +85,7 @@ def approvals_inbox(request):
     first, paged on their own, edited arguments marked."""
     approval_filter = ApprovalFilter(
         request.GET or None,
-        queryset=Approval.objects.filter(status=Approval.Status.PENDING)
+        queryset=with_shown_status(Approval.objects.filter(status=Approval.Status.PENDING))
         .select_related("run", "step")
         .order_by("created_at", "pk"),
     )

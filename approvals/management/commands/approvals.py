@@ -1,6 +1,7 @@
 """``python manage.py approvals``: the approvals inbox and takeovers from the shell.
 
-- ``approvals list [--all] [--json]``: pending approvals (``--all``: every status);
+- ``approvals list [--all] [--json]``: pending approvals, those past their deadline
+  shown EXPIRED (``--all``: every status);
 - ``approvals decide ID approve|reject --comment TEXT --as USERNAME``;
 - ``approvals takeovers [--all] [--json]``: open takeovers;
 - ``approvals claim ID --as USERNAME``;
@@ -21,6 +22,7 @@ from approvals.tool_calls import edited_calls
 from runs.cli import arguments
 from runs.cli.command import OperatorCommand
 from runs.cli.common import cli_user, control_error, one_line, write_rows
+from runs.engine.control.approvals import with_shown_status
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.run_ids import find_run
 
@@ -123,7 +125,7 @@ class Command(OperatorCommand):
 
     # -- approvals ------------------------------------------------------------------
     def do_list(self, options):
-        query = Approval.objects.select_related("run", "step", "decided_by")
+        query = with_shown_status(Approval.objects.select_related("run", "step", "decided_by"))
         if not options["all"]:
             query = query.filter(status=Approval.Status.PENDING)
         rows = [_approval_row(a) for a in _listed(query, options)]
@@ -229,7 +231,8 @@ def _approval_row(a: Approval) -> dict:
         "id": a.pk,
         "run_id": str(a.run_id),
         "step": a.step.name,
-        "status": a.status,
+        # Past its deadline but not swept yet: EXPIRED, it can no longer be decided.
+        "status": getattr(a, "shown_status", a.status),
         "question": a.question,
         "reason": a.reason,
         "evidence": a.evidence,

@@ -11,7 +11,7 @@ from django.apps import apps
 from django.db.models.functions import Now
 
 from runs.engine.control import lifecycle, rewind, waits
-from runs.engine.control.approvals import continue_after
+from runs.engine.control.approvals import continue_after, expire_one
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import (
     MAX_EVIDENCE_CHARS,
@@ -196,8 +196,8 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
 def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
     """A run paused while it waited (an operator's pause of WAITING_APPROVAL or
     WAITING_EXTERNAL) waits again: for its approval if still PENDING, or on that
-    approval's route if it was decided or expired meanwhile, else for its signal (taking
-    one kept meanwhile).
+    approval's route if it was decided or expired meanwhile (or its deadline passed),
+    else for its signal (taking one kept meanwhile).
     Returns False when the run has no WAITING step."""
     Approval = apps.get_model("approvals", "Approval")
     waiting = (
@@ -212,11 +212,20 @@ def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
     approval = Approval.objects.filter(step_id=waiting.pk).order_by("-pk").first()
     if approval is None:
         tx.transition_run(RunStatus.WAITING_EXTERNAL, actor=actor, reason=note["reason"])
-        # A signal kept while the run was paused is taken now; a deadline that passed
-        # meanwhile is the sweeper's (or the next delivery's) to act on.
-        waits.take_kept_signal(tx, actor)
+        # A signal kept while the run was paused is taken now; else a deadline that
+        # passed meanwhile takes the timeout route now, not at a sweep.
+        if not waits.take_kept_signal(tx, actor) and (
+            Step.objects.filter(pk=waiting.pk, wait_until__lt=Now())
+            .exclude(signal_name="")
+            .exists()
+        ):
+            waits.time_out(
+                tx, waiting, registry.get(tx.run.workflow, tx.run.workflow_version), actor
+            )
     elif approval.status == Approval.Status.PENDING:
         tx.transition_run(RunStatus.WAITING_APPROVAL, actor=actor, reason=note["reason"])
+        # Its deadline passed during the pause: the expiry route now, not at a sweep.
+        expire_one(tx, approval.pk, waiting.pk, actor=actor)
     else:
         route: dict[str, str] = {
             Approval.Status.APPROVED: "approve",

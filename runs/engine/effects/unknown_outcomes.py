@@ -83,14 +83,22 @@ def verify_now(step: Step, *, actor: str) -> VerifyAnswer:
     """Ask the ``verify`` hook again about the step's unknown operation (for example
     after the operator brought the device back) and record the answer as an event.
 
-    Changes no status: the operator resolves with the answer as evidence. Raises
-    ``ControlError`` (``no_unknown_operation``) when the step has no unknown operation.
+    Changes no status: the operator resolves with the answer as evidence. When the
+    call's own result arrived after the pause, the ledger knows: the answer is ``done``
+    with that result, without asking the hook. Raises ``ControlError``
+    (``no_unknown_operation``) when the step has no operation it is unknown about.
     """
     from runs.engine.control.lifecycle import ControlError
 
     op = _unknown_operation(step)
-    if op is None or op.status == Operation.Status.SUCCEEDED:
+    if op is None:
         raise ControlError("no_unknown_operation", f"step {step.name} has no unknown operation")
+    if op.status == Operation.Status.SUCCEEDED:
+        answer = VerifyAnswer(
+            "done", op.result, evidence="the call's own result arrived after the pause"
+        )
+        ledger.record_verified(op, answer, step_id=step.pk, actor=actor, requested_by=actor)
+        return answer
     run = step.run
     try:
         # Loads a lazily declared workflow, whose module registers its tools.
