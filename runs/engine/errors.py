@@ -10,12 +10,14 @@ class StepError(Exception):
     string) or ``None``; the next attempt starts no sooner, within the step's deadline
     (``runs.engine.effects.retry``). ``takeover``: when the step gives up, pause the run
     for a human whatever the step's ``on_exhausted`` says (the failure needs a person to
-    look, e.g. a malformed model response). ``takeover_cause`` and ``suggested_action``
-    name the cause and the fix in that takeover.
+    look, e.g. a malformed model response). ``takeover_cause``, ``suggested_action`` and
+    ``evidence``: what that takeover names (``Takeover.cause``, the fix, a JSON dict for
+    its evidence).
     """
 
     takeover_cause = "retries_exhausted"
     suggested_action = "Check the dependency, then retry the step."
+    evidence: dict | None = None
 
     def __init__(
         self,
@@ -47,6 +49,33 @@ class StepUnknown(StepError):
 
     def __init__(self, detail: str):
         super().__init__("STEP_UNKNOWN", detail, takeover=True)
+
+
+class NonDeterminism(StepError):
+    """A step executed again asked a recorded call (``key``) with another tool or other
+    arguments than the ones recorded: the recorded result answers a different request.
+
+    Never retried: the run pauses with a ``non_determinism`` takeover whose evidence
+    names the call (``idempotency_key``, ``action``) and both requests (``recorded`` and
+    ``now``: ``{"tool", "arguments"}`` each).
+    """
+
+    takeover_cause = "non_determinism"
+
+    def __init__(self, key: str, *, action: str, recorded: dict, now: dict):
+        super().__init__(
+            "NON_DETERMINISM",
+            f"call {action} ({key}) was recorded as {recorded['tool']} with other arguments "
+            f"than this execution asks: recorded {recorded['arguments']!r}, "
+            f"now {now['tool']} {now['arguments']!r}"[:4000],
+            takeover=True,
+        )
+        self.evidence = {
+            "idempotency_key": key,
+            "action": action,
+            "recorded": recorded,
+            "now": now,
+        }
 
 
 class LeaseLost(Exception):

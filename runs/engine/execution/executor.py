@@ -748,8 +748,8 @@ def _record_failed_attempt(
             error, budget.BudgetExhausted
         ):
             reason = f"{step.name} failed: {error.code} ({decision.reason})"
-            if error.takeover_cause != StepError.takeover_cause:
-                # A cause of its own: the reason says what it is, not only its code.
+            if isinstance(error, StepUnknown):
+                # The code alone does not say which step: the detail names it.
                 reason = f"{step.name} failed: {error.detail[:500]} ({decision.reason})"
             open_takeover(
                 tx,
@@ -757,8 +757,14 @@ def _record_failed_attempt(
                 reason=reason,
                 actor=worker.worker_id,
                 step=step,
-                suggested_action=error.suggested_action,
-                evidence={"error_code": error.code, "error_detail": error.detail[:2000]},
+                suggested_action=SUGGESTED_ACTIONS.get(
+                    error.takeover_cause, error.suggested_action
+                ),
+                evidence={
+                    "error_code": error.code,
+                    "error_detail": error.detail[:2000],
+                    **(error.evidence or {}),
+                },
             )
         else:
             tx.transition_run(
@@ -772,6 +778,16 @@ def _record_failed_attempt(
             compensation.schedule(
                 tx, actor=worker.worker_id, reason=f"run failed at {step.name}: {error.code}"
             )
+
+
+#: What a takeover opened by a failed step suggests, by cause (default: retry).
+SUGGESTED_ACTIONS = {
+    "non_determinism": (
+        "The step asked a recorded call differently than before. Make the step ask it "
+        "as recorded (deploy the code it ran with) and retry, or resume from an earlier "
+        "checkpoint to decide afresh."
+    ),
+}
 
 
 def _budget_exhausted(
