@@ -72,7 +72,6 @@ def test_a_streamed_reply_that_stalls_ends_the_attempt_at_the_steps_timeout(work
         finally:
             hold.set()
     _timed_out_once(run)
-    assert _types(run).count("message.delta") >= 1  # the words before the stall
     assert server.count == 1
 
 
