@@ -14,6 +14,7 @@ from django.db import DatabaseError, IntegrityError, close_old_connections, conn
 from django.db.models import F
 from django.db.models.functions import Now
 
+from agentops.db_pool import release_connection
 from runs.engine.control import approvals, versions
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.data import drafts, payloads
@@ -64,7 +65,7 @@ def run_chain(step_id: int | None, worker: WorkerIdentity) -> int:
     outcome = execute_step(step_id, worker, chain=True) if step_id is not None else NOT_CLAIMED
     while outcome.claimed:
         executed += 1
-        worker.executed += 1
+        worker.count_executed()
         link = outcome.continued
         if link is None:
             if outcome.next_step_id is None:
@@ -231,6 +232,8 @@ def _run_attempt(
     )
     lease_keeper = heartbeat.keeper()
     lease_keeper.hold(ctx)
+    # The step now waits on its own code, a model or a tool: no connection is held.
+    release_connection()
     try:
         output = step_def.fn(ctx)
     except LeaseLost as exc:
