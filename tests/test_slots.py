@@ -7,10 +7,12 @@ steps wait for a gate file, so "in flight" is a fact the test waits for, not a b
 
 import re
 import signal
+import threading
 from pathlib import Path
 
 import pytest
 
+from runs.engine.execution.slots import Slots
 from tests.control_support import db_rows, shell_json, wait_until
 
 IN_FLIGHT = 50
@@ -211,3 +213,26 @@ def test_a_process_with_a_hundred_slots_keeps_to_its_pool(deployment_factory, tm
 
     wait_until(all_done, what="every run to succeed", timeout=180, interval=0.05)
     assert 1 < peak <= pool + 1, peak
+
+
+def test_an_error_in_one_slot_leaves_the_others_running():
+    # The engine's own failure paths are covered above; this is what escapes them.
+    release = threading.Event()
+    done: list[int] = []
+
+    def run(step_id: int) -> int:
+        if step_id == 2:
+            raise RuntimeError("engine bug in one slot")
+        release.wait(30)
+        done.append(step_id)
+        return 1
+
+    slots = Slots(3, run)
+    for step_id in (1, 2, 3):
+        slots.submit(step_id)
+    wait_until(lambda: slots.busy() == 2, what="the failing slot to free itself")
+    assert slots.pending == {1, 3}
+    release.set()
+    assert slots.drain(timeout=30)
+    slots.shutdown()
+    assert sorted(done) == [1, 3] and slots.free() == 3
