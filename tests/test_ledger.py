@@ -119,7 +119,7 @@ def test_a_call_timeout_holds_inside_an_execution_slot(drill, outside, worker):
     executor.execute_step(Step.objects.get(run=run, name="act").pk, worker)
     look = Step.objects.get(run=run, name="look")
     outside["delay"] = 0.5
-    slots = Slots(4, lambda step_id: executor.run_chain(step_id, worker))
+    slots = Slots(4, lambda step_id, claimed: executor.run_chain(step_id, worker, claimed))
     slots.submit(look.pk)
     assert slots.drain(timeout=30)
     slots.shutdown()

@@ -80,26 +80,35 @@ def test_it_runs_fifty_waiting_steps_at_once_and_commits_each_once(
     assert _event_counts(d, "step.succeeded") == {"w1": IN_FLIGHT, "w2": IN_FLIGHT, "w3": 50}
     assert _event_counts(d, "step.started") == {"w1": IN_FLIGHT, "w2": IN_FLIGHT, "w3": 50}
     assert {r[0] for r in db_rows(d, "SELECT attempt FROM runs_step")} == {1}
+    # Gap-free event seqs per run, however the steps were claimed (one by one or in a batch).
+    seqs = db_rows(
+        d,
+        "SELECT r.event_seq, count(e.id), min(e.seq), max(e.seq) FROM runs_run r "
+        "JOIN runs_event e ON e.run_id = r.id GROUP BY r.id",
+    )
+    assert len(seqs) == IN_FLIGHT
+    assert all(n == count == last and first == 1 for n, count, first, last in seqs), seqs
     assert worker.poll() is None, d.logs(worker)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=60) == 0, d.logs(worker)
     assert f"stopped after {IN_FLIGHT * 3} step(s)" in d.logs(worker)[0]
 
 
+@pytest.mark.parametrize("mode", ["rq", "db"])
 def test_a_sigkilled_process_with_fifty_steps_is_recovered_by_liveness(
-    deployment_factory, tmp_path
+    deployment_factory, tmp_path, mode
 ):
     # A 10-minute lease: every step retaken well before it is liveness, not the lease.
     d = deployment_factory("postgres", {"AGENTOPS_LEASE_SECONDS": 600})
     gate = tmp_path / "gate"
     _start_waiting_runs(d, IN_FLIGHT, gate)
-    doomed = d.popen("worker", "--concurrency", IN_FLIGHT)
+    doomed = d.popen("worker", "--mode", mode, "--concurrency", IN_FLIGHT)
     wait_until(
         lambda: len(_running_first_steps(d)) == IN_FLIGHT,
         what="all 50 first steps held by one process",
         timeout=120,
     )
-    rescuer = d.popen("worker", "--concurrency", IN_FLIGHT)
+    rescuer = d.popen("worker", "--mode", mode, "--concurrency", IN_FLIGHT)
     wait_until(
         lambda: db_rows(d, "SELECT count(*) FROM runs_workerprocess WHERE stopped_at IS NULL")[0][0]
         == 2,
@@ -220,7 +229,7 @@ def test_an_error_in_one_slot_leaves_the_others_running():
     release = threading.Event()
     done: list[int] = []
 
-    def run(step_id: int) -> int:
+    def run(step_id: int, claimed: object) -> int:
         if step_id == 2:
             raise RuntimeError("engine bug in one slot")
         release.wait(30)

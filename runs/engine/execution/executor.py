@@ -52,9 +52,11 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def run_chain(step_id: int | None, worker: WorkerIdentity) -> int:
+def run_chain(step_id: int | None, worker: WorkerIdentity, claimed: Step | None = None) -> int:
     """Execute ``step_id`` and then each next step this worker committed itself, until
     none is left or the worker is stopping. Returns the number of steps executed.
+    ``claimed``: the step already claimed for this worker (``one_claim.claim_due``), run without
+    a claim of its own.
 
     The commit of step k inserts step k+1 already claimed by this worker (DESIGN
     section 11), so the chain continues without a claim and without a queue
@@ -62,7 +64,10 @@ def run_chain(step_id: int | None, worker: WorkerIdentity) -> int:
     notifies (``leases.release_lease``).
     """
     executed = 0
-    outcome = execute_step(step_id, worker, chain=True) if step_id is not None else NOT_CLAIMED
+    if claimed is not None:
+        outcome = execute_claimed(claimed, worker)
+    else:
+        outcome = execute_step(step_id, worker, chain=True) if step_id is not None else NOT_CLAIMED
     while outcome.claimed:
         executed += 1
         worker.count_executed()
@@ -169,6 +174,16 @@ def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -
         return NOT_CLAIMED
     attempt, checkpoint_id, state = claimed
     return _run_attempt(run, step, attempt, workflow, (checkpoint_id, state), worker, chain)
+
+
+def execute_claimed(step: Step, worker: WorkerIdentity) -> StepOutcome:
+    """Run ``step``, claimed for this worker by ``one_claim.claim_due`` (``step.run`` as after
+    that claim, ``step.attempt`` its fencing token), as the start of a chain."""
+    run = step.run
+    workflow = registry.get(run.workflow, run.workflow_version)
+    return _run_attempt(
+        run, step, step.attempt, workflow, checkpoints.latest(run), worker, chain=True
+    )
 
 
 def continue_step(link: Continuation, worker: WorkerIdentity) -> StepOutcome:

@@ -18,6 +18,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from django.db import InterfaceError, OperationalError
 
@@ -30,16 +31,17 @@ MAX_SLOTS = 1000
 
 
 class Slots:
-    """``size`` execution slots running ``run(step_id) -> steps executed``.
+    """``size`` execution slots running ``run(step_id, claimed) -> steps executed``.
 
     ``free()`` counts the idle slots, ``wait_free(timeout)`` waits for one,
-    ``submit(step_id)`` hands a step to an idle slot (``RuntimeError`` when none is
-    idle), ``drain()`` waits until every slot is idle. ``pending`` holds the ids of
+    ``submit(step_id, claimed=None)`` hands a step (``claimed``: already claimed for this
+    worker) to an idle slot (``RuntimeError`` when none is idle), ``drain()`` waits
+    until every slot is idle. ``pending`` holds the ids of
     steps handed to a slot and not yet done, so a claim loop does not hand one twice.
     ``size`` is 1 to ``MAX_SLOTS`` (else ``ValueError``).
     """
 
-    def __init__(self, size: int, run: Callable[[int], int]):
+    def __init__(self, size: int, run: Callable[[int, Any], int]):
         if not 1 <= size <= MAX_SLOTS:
             raise ValueError(f"a worker runs 1 to {MAX_SLOTS} slots, got {size}")
         self.size = size
@@ -76,7 +78,7 @@ class Slots:
         with self._changed:
             return self._changed.wait_for(lambda: self._busy == 0, timeout)
 
-    def submit(self, step_id: int) -> int:
+    def submit(self, step_id: int, claimed: Any = None) -> int:
         """Run ``step_id`` (and its chain) in an idle slot. Threaded: returns 0 at once;
         one slot: runs it here and returns the steps executed."""
         with self._changed:
@@ -85,8 +87,8 @@ class Slots:
             self._busy += 1
             self.pending.add(step_id)
         if self._threads is None:
-            return self._execute(step_id)
-        self._threads.submit(self._execute, step_id)
+            return self._execute(step_id, claimed)
+        self._threads.submit(self._execute, step_id, claimed)
         return 0
 
     def shutdown(self) -> None:
@@ -95,13 +97,13 @@ class Slots:
         if self._threads is not None:
             self._threads.shutdown(wait=True)
 
-    def _execute(self, step_id: int) -> int:
+    def _execute(self, step_id: int, claimed: Any) -> int:
         try:
             if self._threads is None:
                 # Inline: the caller's loop reports database outages and engine errors.
-                return self._run(step_id)
+                return self._run(step_id, claimed)
             try:
-                return self._run(step_id)
+                return self._run(step_id, claimed)
             except (OperationalError, InterfaceError) as exc:
                 # The database went away under this slot; the step's lease (or
                 # liveness) gives it to a worker that can reach the database.
