@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.db import connection
 
+from agentops.db_pool import release_connection
 from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.state import leases
 from runs.models import Run
@@ -114,6 +115,7 @@ class LeaseKeeper:
                 except Exception as exc:  # noqa: BLE001 - a failed beat must not kill the steps; the lease rules decide
                     failures.failed(exc)
                     connection.close()
+                release_connection()
         finally:
             connection.close()
 
