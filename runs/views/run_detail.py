@@ -12,6 +12,7 @@ from runs.console import artifacts as artifact_files
 from runs.console.access import DOWNLOAD_PERM, console_view, refusal, render_page
 from runs.console.attempts import step_histories
 from runs.console.charts import run_timeline
+from runs.console.conversation import chat
 from runs.console.forms import InvalidInput
 from runs.console.sections import section
 from runs.engine.control.cancel import cancel_progress
@@ -127,20 +128,22 @@ def run_detail(request, run_id):
     labels = checkpoint_labels(run, checkpoints.rows)
     for checkpoint in checkpoints.rows:
         checkpoint.label = labels[checkpoint.pk]
+    messages = section(
+        request,
+        Message.objects.filter(thread_id=run.thread_id)
+        .exclude(status=Message.Status.SUPERSEDED)
+        # Queued messages have no seq until their run starts: they are newest.
+        .order_by(F("seq").desc(nulls_first=True), "-pk"),
+        param="messages",
+        size=SECTION_SIZE,
+    )
     context.update(
         {
+            "messages_section": messages,
+            "chat": chat(run.pk, messages.rows),
             "chunk": event_chunk(run),
             "newest": True,
             "live": run.status not in RUN_TERMINAL,
-            "messages_section": section(
-                request,
-                Message.objects.filter(thread_id=run.thread_id)
-                .exclude(status=Message.Status.SUPERSEDED)
-                # Queued messages have no seq until their run starts: they are newest.
-                .order_by(F("seq").desc(nulls_first=True), "-pk"),
-                param="messages",
-                size=SECTION_SIZE,
-            ),
             "artifacts": artifacts,
             "checkpoints": checkpoints,
             "operations": section(
