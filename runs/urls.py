@@ -14,6 +14,7 @@ from runs.views import (
     triage,
     unknowns,
     values,
+    waits,
     workers,
 )
 
@@ -36,6 +37,9 @@ urlpatterns = [
     path("runs/<uuid:run_id>/budget/", actions.budget, name="budget"),
     path("runs/<uuid:run_id>/resume/", actions.resume_preview, name="resume_preview"),
     path("runs/<uuid:run_id>/replay/", replay.replay_preview, name="replay"),
+    path("runs/<uuid:run_id>/signal/", waits.signal, name="signal"),
+    path("schedules/", waits.schedule_list, name="schedules"),
+    path("schedules/<str:name>/<str:action>/", waits.schedule_action, name="schedule_action"),
     path("artifacts/<int:artifact_id>/download/", run_detail.artifact_download, name="artifact"),
     path("unknowns/", unknowns.unknowns, name="unknowns"),
     path("unknowns/<int:step_id>/verify/", unknowns.verify, name="verify"),

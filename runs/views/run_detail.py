@@ -16,10 +16,12 @@ from runs.console.conversation import chat
 from runs.console.forms import InvalidInput
 from runs.console.sections import section
 from runs.engine.control.cancel import cancel_progress
+from runs.engine.control.lifecycle import open_step, waiting_on
 from runs.engine.control.rewind import checkpoint_labels
 from runs.engine.state.clock import db_now
 from runs.models import Artifact, Checkpoint, Event, Message, Operation, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.views.waits import signal_form
 
 #: Events per chunk of the run's event list (newest first; "load more" asks for the next).
 EVENTS_CHUNK = 50
@@ -95,6 +97,8 @@ def live_context(run: Run, request) -> dict:
         "replays": list(run.replays.order_by("created_at").only("pk", "status")),
         "picture": run_timeline(run, db_now()),
         "cancel_progress": cancel_progress(run) if run.status == RunStatus.CANCEL_REQUESTED else "",
+        "waiting_on": waiting_on(run, open_step(run)),
+        "signal_form": signal_form(run) if run.status == RunStatus.WAITING_EXTERNAL else None,
     }
 
 
