@@ -49,7 +49,7 @@ def test_a_tool_call_is_a_card_with_its_result_and_ledger_status(clients):
     # Chat order: the question, the call, the reply.
     order = [html.index(f'id="msg-{m.message_id}"') for m in messages if m != result]
     assert order == sorted(order)
-    assert "edited" not in card
+    assert "arguments edited" not in card
 
 
 def test_an_edited_call_shows_what_the_model_asked_and_what_ran(clients):
@@ -67,6 +67,8 @@ def test_an_edited_call_shows_what_the_model_asked_and_what_ran(clients):
     )  # fmt: skip
     html = clients["alice"].get(reverse("console:run", args=[run.pk])).content.decode()
     card = _card(html, "call_7")
-    assert "<strong>edited</strong>" in card and "the model asked:" in card
+    assert '<span class="edited-mark">arguments edited</span>' in card
+    ran, asked = card.split("the model asked")
+    assert "50" in ran and "500" in asked
     assert "500" in card and "50" in card and "R1" in card
     assert "<script>alert" not in card and "&lt;script&gt;alert(1)&lt;/script&gt;" in card

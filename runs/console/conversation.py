@@ -18,7 +18,7 @@ class ToolCard:
     model asked for, its ``result`` message (``None`` while unanswered or on another
     page) and its ledger row ``operation`` (``None`` when the call has none, e.g. a read
     the workflow did not record). ``ran_with`` holds the arguments that ran when they
-    differ from the model's (an approver's edit), else ``None``."""
+    differ from the model's (an approver's edit, ``edited_by`` who), else ``None``."""
 
     id: str
     name: str
@@ -26,6 +26,7 @@ class ToolCard:
     result: Message | None = None
     operation: Operation | None = None
     ran_with: Any = None
+    edited_by: str = ""
 
 
 @dataclass
@@ -55,7 +56,10 @@ def chat(run_id, messages: list[Message]) -> list[ChatItem]:
                 arguments=call.get("arguments"),
             )
             card.operation = _ledger_row(card, operations.get(card.name, []))
-            if card.operation is not None and card.operation.arguments != card.arguments:
+            edited = call.get("edited")  # approvals.tool_calls.mark_edited_calls
+            if isinstance(edited, dict):
+                card.ran_with, card.edited_by = edited.get("to"), str(edited.get("by") or "")
+            elif card.operation is not None and card.operation.arguments != card.arguments:
                 card.ran_with = card.operation.arguments
             if card.id:
                 calls[card.id] = card

@@ -8,6 +8,7 @@ from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404, render
 from django_htmx.http import HttpResponseClientRefresh
 
+from approvals.tool_calls import mark_edited_calls
 from runs.console import artifacts as artifact_files
 from runs.console.access import DOWNLOAD_PERM, console_view, refusal, render_page
 from runs.console.attempts import step_histories
@@ -141,6 +142,7 @@ def run_detail(request, run_id):
         param="messages",
         size=SECTION_SIZE,
     )
+    mark_edited_calls(messages.rows)
     context.update(
         {
             "messages_section": messages,

@@ -5,16 +5,19 @@
 - ``approvals takeovers [--all] [--json]``: open takeovers;
 - ``approvals claim ID --as USERNAME``;
 - ``approvals resolve ID resume|retry|mark_done|cancel --reason TEXT [--checkpoint NAME]
-  [--evidence TEXT] [--result JSON] [--as USERNAME]``.
+  [--evidence TEXT] [--result JSON] [--against-verify] [--as USERNAME]``.
 
 Refusals exit non-zero with the engine's code in brackets, e.g. ``[decision_conflict]``.
 """
+
+import json
 
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import CommandError
 
 from approvals import services
 from approvals.models import Approval, Takeover
+from approvals.tool_calls import edited_calls
 from runs.cli import arguments
 from runs.cli.command import OperatorCommand
 from runs.cli.common import cli_user, control_error, one_line, write_rows
@@ -98,6 +101,11 @@ class Command(OperatorCommand):
             help="with mark_done: the step's output as JSON",
         )
         p.add_argument(
+            "--against-verify",
+            action="store_true",
+            help="resolve although the latest verify answer says the opposite (recorded)",
+        )
+        p.add_argument(
             "--as",
             dest="username",
             default=None,
@@ -163,6 +171,7 @@ class Command(OperatorCommand):
             checkpoint=options["checkpoint"],
             evidence=options["evidence"],
             result=options["result"],
+            against_verify=options["against_verify"],
         )
         takeover.run.refresh_from_db()
         self.stdout.write(
@@ -216,7 +225,7 @@ def _get(model, pk: int, what: str):
 
 
 def _approval_row(a: Approval) -> dict:
-    return {
+    row = {
         "id": a.pk,
         "run_id": str(a.run_id),
         "step": a.step.name,
@@ -228,11 +237,31 @@ def _approval_row(a: Approval) -> dict:
         "comment": a.comment,
         "expires_at": a.expires_at.isoformat() if a.expires_at else None,
     }
+    evidence = a.evidence if isinstance(a.evidence, dict) else {}
+    if evidence.get("kind") == "tool_call":
+        # What the model asked and, once approved, what ran (the approver's edit, if any).
+        edit = None
+        if a.status == Approval.Status.APPROVED:
+            edit = edited_calls(a.run_id).get(str(evidence.get("tool_call_id")))
+        row["arguments_asked"] = evidence.get("arguments")
+        row["arguments_ran"] = (
+            (edit["to"] if edit else evidence.get("arguments"))
+            if a.status == Approval.Status.APPROVED
+            else None
+        )
+        row["arguments_edited"] = edit is not None
+    return row
 
 
 def _approval_lines(r: dict) -> list[str]:
     by = f" (by {r['decided_by']})" if r["decided_by"] else ""
-    return [f"#{r['id']} {r['status']:<9} run {r['run_id']} step {r['step']}: {r['question']}{by}"]
+    lines = [f"#{r['id']} {r['status']:<9} run {r['run_id']} step {r['step']}: {r['question']}{by}"]
+    if r.get("arguments_edited"):
+        lines.append(
+            f"    arguments edited: ran {json.dumps(r['arguments_ran'])}; "
+            f"the model asked {json.dumps(r['arguments_asked'])}"
+        )
+    return lines
 
 
 def _takeover_row(t: Takeover) -> dict:

@@ -20,7 +20,7 @@ from runs.engine.control.lifecycle import (
     require_reason,
 )
 from runs.engine.control.versions import known_or_migratable
-from runs.engine.effects.unknown_outcomes import resolve_unknown
+from runs.engine.effects.unknown_outcomes import check_against_verify, resolve_unknown
 from runs.engine.execution import dispatch
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, record_event, run_transaction
@@ -40,6 +40,7 @@ def resolve_takeover(
     checkpoint: str | None = None,
     evidence: str = "",
     result=None,
+    against_verify: bool = False,
 ):
     """Resolve an OPEN takeover (an ``approvals.models.Takeover``) with one of
     ``RESOLUTIONS``:
@@ -51,6 +52,11 @@ def resolve_takeover(
     - ``mark_done``: record the step as done with ``evidence`` (and ``result`` as its
       output) and continue with the next step;
     - ``cancel``: ``cancel.request_cancel``.
+
+    A resolution of an unknown outcome that contradicts the latest verify answer
+    (``mark_done`` after it said ``not_done``; ``retry`` or ``resume`` in place after it
+    said ``done``) is refused (``contradicts_verify``) unless ``against_verify``; then
+    the events record the answer gone against.
 
     ``reason`` is required. The takeover becomes RESOLVED with a ``takeover.resolved``
     event (actor, reason, evidence) in the same transaction as the run's change, except
@@ -72,7 +78,20 @@ def resolve_takeover(
     if takeover.status != Takeover.Status.OPEN:
         raise ControlError("takeover_resolved", f"takeover {takeover.pk} is already resolved")
     run = Run.objects.get(pk=takeover.run_id)
-    note = {"action": action, "reason": reason, "evidence": evidence, "checkpoint": checkpoint}
+    note: dict[str, Any] = {
+        "action": action,
+        "reason": reason,
+        "evidence": evidence,
+        "checkpoint": checkpoint,
+    }
+    unknown = _unknown_step(run)
+    in_place = action in ("mark_done", "retry") or (action == "resume" and not checkpoint)
+    if unknown is not None and in_place:
+        contradicted = check_against_verify(
+            unknown.pk, done=action == "mark_done", confirmed=against_verify
+        )
+        if contradicted:
+            note["against_verify"] = contradicted
     if action == "cancel":
         _mark_resolved(takeover, actor, note)
         request_cancel(run, actor=actor, reason=reason)
@@ -83,7 +102,14 @@ def resolve_takeover(
     elif action == "resume":
         _continue_in_place(run, takeover, actor, note)
     elif action == "retry":
-        lifecycle.retry_step(run, actor=actor, reason=reason, takeover=takeover, note=note)
+        lifecycle.retry_step(
+            run,
+            actor=actor,
+            reason=reason,
+            takeover=takeover,
+            note=note,
+            against_verify="against_verify" in note,
+        )
     elif _unknown_step(run) is not None:
         _mark_unknown_done(run, takeover, actor, note, result)
     else:
@@ -118,7 +144,14 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
         .first()
     )
     if step is not None and step.status != StepStatus.PENDING:
-        lifecycle.retry_step(run, actor=actor, reason=note["reason"], takeover=takeover, note=note)
+        lifecycle.retry_step(
+            run,
+            actor=actor,
+            reason=note["reason"],
+            takeover=takeover,
+            note=note,
+            against_verify="against_verify" in note,
+        )
         return
     with run_transaction(run.pk) as tx:
         if not command_allows("resolve_takeover", tx.run.status):
@@ -215,7 +248,13 @@ def _mark_unknown_done(run: Run, takeover, actor: str, note: dict[str, Any], res
     if step is None:
         raise ControlError("nothing_unknown", "the run has no step with an unknown outcome")
     resolve_unknown(
-        run, step.name, outcome="done", evidence=note["evidence"], actor=actor, result=result
+        run,
+        step.name,
+        outcome="done",
+        evidence=note["evidence"],
+        actor=actor,
+        result=result,
+        against_verify="against_verify" in note,
     )
     record_event(
         run.pk,
