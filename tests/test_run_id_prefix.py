@@ -55,8 +55,13 @@ def _walk(parser, path):
         return
     rest = []
     for action in parser._actions:
-        if action.required and action.option_strings:
-            rest += [action.option_strings[0], action.choices[0] if action.choices else "x"]
+        if action.dest == "run_id" or not action.required:
+            continue
+        if isinstance(action, argparse._SubParsersAction):
+            continue
+        value = action.choices[0] if action.choices else "x"
+        # Other positionals follow the run id (``runs signal RUN NAME``).
+        rest += [action.option_strings[0], value] if action.option_strings else [value]
     if "run_id" in dests:
         yield path, rest
     else:

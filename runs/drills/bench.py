@@ -619,7 +619,8 @@ LONG_RUN_EVENTS = 10_000
 
 def _lengthen(total: int) -> Run:
     """The newest open run (else the newest), its event log padded server-side to
-    ``total`` events, as a long loop leaves it."""
+    ``total`` events, as a long loop leaves it (its ``event_seq`` is left as seeded: the
+    pages read the events themselves; only the gateway writes a run's state columns)."""
     run = (
         Run.objects.exclude(status__in=RUN_TERMINAL).order_by("-created_at", "-pk").first()
         or Run.objects.order_by("-created_at", "-pk").first()
@@ -640,9 +641,6 @@ def _lengthen(total: int) -> Run:
         },
         [run.event_seq + 1, total],
     )
-    with connection.cursor() as cur:
-        cur.execute("UPDATE runs_run SET event_seq = %s WHERE id = %s", [total, run.pk])
-    run.event_seq = total
     return run
 
 

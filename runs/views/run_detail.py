@@ -13,6 +13,7 @@ from runs.console import artifacts as artifact_files
 from runs.console.access import DOWNLOAD_PERM, console_view, refusal, render_page
 from runs.console.attempts import step_histories
 from runs.console.charts import run_timeline
+from runs.console.conversation import chat
 from runs.console.forms import InvalidInput
 from runs.console.sections import section
 from runs.engine.control.cancel import cancel_progress
@@ -132,7 +133,7 @@ def run_detail(request, run_id):
     labels = checkpoint_labels(run, checkpoints.rows)
     for checkpoint in checkpoints.rows:
         checkpoint.label = labels[checkpoint.pk]
-    messages_section = section(
+    messages = section(
         request,
         Message.objects.filter(thread_id=run.thread_id)
         .exclude(status=Message.Status.SUPERSEDED)
@@ -141,13 +142,14 @@ def run_detail(request, run_id):
         param="messages",
         size=SECTION_SIZE,
     )
-    mark_edited_calls(messages_section.rows)
+    mark_edited_calls(messages.rows)
     context.update(
         {
+            "messages_section": messages,
+            "chat": chat(run.pk, messages.rows),
             "chunk": event_chunk(run),
             "newest": True,
             "live": run.status not in RUN_TERMINAL,
-            "messages_section": messages_section,
             "artifacts": artifacts,
             "checkpoints": checkpoints,
             "operations": section(
