@@ -227,14 +227,6 @@ def latest_run(thread_id: str, owner=None) -> Run:
     return run
 
 
-def get_run(run_id: str) -> Run:
-    """The run with this id; raises ``ControlError`` ``unknown_run``."""
-    try:
-        return Run.objects.get(pk=uuid.UUID(str(run_id)))
-    except (ValueError, Run.DoesNotExist):
-        raise ControlError("unknown_run", f"no run {run_id!r}") from None
-
-
 def open_step(run: Run) -> Step | None:
     """The current generation's step that is not finished yet, if any."""
     return (
