@@ -57,6 +57,15 @@ def _walk(parser, path):
     for action in parser._actions:
         if action.required and action.option_strings:
             rest += [action.option_strings[0], action.choices[0] if action.choices else "x"]
+    # Required positionals after the run id (``runs signal RUN_ID NAME``).
+    rest += [
+        "x"
+        for action in parser._actions
+        if not action.option_strings
+        and action.dest not in ("run_id", "help")
+        and action.nargs is None
+        and not isinstance(action, argparse._SubParsersAction)
+    ]
     if "run_id" in dests:
         yield path, rest
     else:
