@@ -738,7 +738,7 @@ def _release_after_db_fault(
 
     def release() -> None:
         with run_transaction(run.pk) as tx:
-            tx.transition_step(
+            released = tx.transition_step(
                 step.pk,
                 StepStatus.PENDING,
                 expected=StepStatus.RUNNING,
@@ -753,7 +753,18 @@ def _release_after_db_fault(
                 # Not a failed attempt: it does not count against max_attempts.
                 attempt_base=F("attempt_base") + 1,
             )
-            dispatch.notify_on_commit(run.pk, step.pk)
+            if released:
+                dispatch.notify_on_commit(run.pk, step.pk)
+            else:
+                # Another worker took the step while this one was cut off: its late
+                # write is fenced, and said so like any other.
+                tx.reject_commit(
+                    step,
+                    attempt,
+                    tx.commit_rejection(step, attempt),
+                    worker=worker.worker_id,
+                    during="release",
+                )
 
     try:
         _retrying(run.pk, step, attempt, worker, release, "release")
