@@ -686,12 +686,18 @@ def _record_failed_attempt(
         ):
             open_takeover(
                 tx,
-                cause="retries_exhausted",
+                cause=error.takeover_cause,
                 reason=f"{step.name} failed: {error.code} ({decision.reason})",
                 actor=worker.worker_id,
                 step=step,
-                suggested_action="Check the dependency, then retry the step.",
-                evidence={"error_code": error.code, "error_detail": error.detail[:2000]},
+                suggested_action=SUGGESTED_ACTIONS.get(
+                    error.takeover_cause, "Check the dependency, then retry the step."
+                ),
+                evidence={
+                    "error_code": error.code,
+                    "error_detail": error.detail[:2000],
+                    **(error.evidence or {}),
+                },
             )
         else:
             tx.transition_run(
@@ -705,6 +711,16 @@ def _record_failed_attempt(
             compensation.schedule(
                 tx, actor=worker.worker_id, reason=f"run failed at {step.name}: {error.code}"
             )
+
+
+#: What a takeover opened by a failed step suggests, by cause (default: retry).
+SUGGESTED_ACTIONS = {
+    "non_determinism": (
+        "The step asked a recorded call differently than before. Make the step ask it "
+        "as recorded (deploy the code it ran with) and retry, or resume from an earlier "
+        "checkpoint to decide afresh."
+    ),
+}
 
 
 def _budget_exhausted(
