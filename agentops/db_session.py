@@ -58,4 +58,12 @@ def apply_limits(conn) -> None:
 
 @receiver(connection_created, dispatch_uid="agentops.db_session.limits")
 def _on_connection_created(sender, connection, **kwargs) -> None:
+    # A pooled connection is "created" again at every checkout: set the limits once per
+    # server session (and again only when the process changed its kind).
+    if connection.vendor != "postgresql":
+        return
+    raw = connection.connection
+    if getattr(raw, "_agentops_limits_kind", None) == _kind:
+        return
     apply_limits(connection)
+    raw._agentops_limits_kind = _kind

@@ -209,6 +209,10 @@ MEDIA_URL = "media/"
 # Engine knobs, all in seconds unless named otherwise.
 AGENTOPS_LEASE_SECONDS = env_number("AGENTOPS_LEASE_SECONDS", 30, minimum=1)
 AGENTOPS_POLL_SECONDS = env_number("AGENTOPS_POLL_SECONDS", 0.5, minimum=0.01)
+# Execution slots of a worker process (steps run at once, each in a slot thread) and, on
+# PostgreSQL, the connection pool those slots share (runs/engine/execution/slots.py).
+AGENTOPS_WORKER_CONCURRENCY = int(env_number("AGENTOPS_WORKER_CONCURRENCY", 1, minimum=1))
+AGENTOPS_WORKER_POOL_SIZE = int(env_number("AGENTOPS_WORKER_POOL_SIZE", 4, minimum=1))
 AGENTOPS_SWEEP_SECONDS = env_number("AGENTOPS_SWEEP_SECONDS", 5, minimum=0.1)
 AGENTOPS_RENOTIFY_SECONDS = env_number("AGENTOPS_RENOTIFY_SECONDS", 15, minimum=0.1)
 AGENTOPS_SWEEP_BATCH = int(env_number("AGENTOPS_SWEEP_BATCH", 200, minimum=1))

@@ -111,7 +111,7 @@ def test_workflows_leaves_internal_ones_out_unless_asked():
     out = StringIO()
     call_command("workflows", "--all", "--json", stdout=out)
     internal = {r["name"] for r in json.loads(out.getvalue()) if r["internal"]}
-    assert internal == {"bench_hold", "bench_noop"}
+    assert internal == {"bench_agent", "bench_hold", "bench_noop", "bench_wait"}
     out = StringIO()
     call_command("workflows", "bench_hold", stdout=out)
     assert "bench_hold@1" in out.getvalue()

@@ -12,6 +12,7 @@ from runs.engine.effects import ledger
 from runs.engine.effects.retry import RetryPolicy
 from runs.engine.effects.unknown_outcomes import resolve_unknown, verify_now
 from runs.engine.execution import executor
+from runs.engine.execution.slots import Slots
 from runs.models import Event, Operation, Run, Step
 from runs.states import RunStatus, StepStatus
 from runs.tools import Tool, VerifyAnswer
@@ -110,6 +111,23 @@ def test_it_pauses_an_unsafe_call_that_timed_out_and_keeps_its_late_result(drill
     assert (step.status, step.output) == (StepStatus.SUCCEEDED, {"value": 7})
     assert len(outside["calls"]) == 1  # the step reused the result, no second call
     assert Event.objects.filter(run=run, type="unknown.resolved", actor="cli").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_timeout_holds_inside_an_execution_slot(drill, outside, worker):
+    run = start_run("ledger_drill", thread_id="t", input={})
+    executor.execute_step(Step.objects.get(run=run, name="act").pk, worker)
+    look = Step.objects.get(run=run, name="look")
+    outside["delay"] = 0.5
+    slots = Slots(4, lambda step_id, claimed: executor.run_chain(step_id, worker, claimed))
+    slots.submit(look.pk)
+    assert slots.drain(timeout=30)
+    slots.shutdown()
+
+    look.refresh_from_db()
+    assert (look.status, look.error_code) == (StepStatus.PENDING, "TIMEOUT")
+    retry = Event.objects.get(run=run, type="step.retry_scheduled")
+    assert retry.payload["error_code"] == "TIMEOUT"
 
 
 @pytest.mark.django_db(transaction=True)

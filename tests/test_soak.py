@@ -1,4 +1,5 @@
-"""The bounded chaos soak (CI variant, about two minutes) through ``manage.py soak``."""
+"""The bounded chaos soak (CI variant, about two minutes) through ``manage.py soak``, with
+worker processes of 16 execution slots each, so every kill and stop hits many steps."""
 
 import json
 
@@ -15,7 +16,9 @@ def test_it_holds_every_invariant_under_random_faults(private_redis, deployment_
         "--runs",
         "16",
         "--workers",
-        "3",
+        "2",
+        "--slots",
+        "16",
         "--duration",
         "45",
         "--kill-every",

@@ -19,6 +19,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection
@@ -26,12 +27,29 @@ from django.db.models import NOT_PROVIDED
 
 from runs.drills import raw
 from runs.drills.base import owner_pid
+from runs.drills.bench_agents import bench_agents, bench_agents_sqlite
 from runs.drills.sandbox import MANAGE_PY, Sandbox, wait_until
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step, Thread
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.workflows.synthetic import BENCH_STEPS
+
+
+class AgentsShape(NamedTuple):
+    """The agents part: ``runs`` of 3 steps, each waiting ``wait_s`` seconds on the
+    model, drained by ``workers`` processes of ``slots`` execution slots."""
+
+    runs: int = 400
+    wait_s: float = 1.0
+    workers: int = 2
+    slots: int = 200
+    #: The SQLite variant (``agents_sqlite``): one process of this many slots, at most
+    #: 200 runs.
+    sqlite_slots: int = 50
+
+
+DEFAULT_AGENTS = AgentsShape()
 
 
 def percentile(values: list[float], pct: float) -> float | None:
@@ -664,7 +682,16 @@ def bench_console(runs: int, events_per_run: int, requests: int, say) -> dict:
 
 
 #: The parts of the benchmark, in the order they run (``--only`` picks some).
-PARTS = ("engine", "engine_1", "sqlite", "recovery", "lease_fallback", "console")
+PARTS = (
+    "engine",
+    "engine_1",
+    "sqlite",
+    "recovery",
+    "lease_fallback",
+    "console",
+    "agents",
+    "agents_sqlite",
+)
 
 
 def run_bench(
@@ -677,12 +704,14 @@ def run_bench(
     console_runs: int = 100_000,
     events_per_run: int = 10,
     console_requests: int = 20,
+    agents: AgentsShape = DEFAULT_AGENTS,
     only: tuple[str, ...] = PARTS,
     say=print,
 ) -> dict:
     """Run the parts named in ``only`` (all by default); returns ``{"machine", "engine",
     "raw_rq", "raw_postgres", "engine_1", "sqlite", "recovery", "lease_fallback",
-    "console", "ratios"}`` with the parts that ran (see docs/drills-and-bench.md).
+    "console", "agents", "ratios"}`` with the parts that ran (see
+    docs/drills-and-bench.md); ``agents`` is the shape of the agents part.
     ``engine`` includes raw RQ and raw PostgreSQL, run right after it in the same
     sandbox so the ratios compare like with like."""
     result: dict = {}
@@ -730,6 +759,20 @@ def run_bench(
                 )
         else:
             result["console"] = {"skipped": "--console-runs 0"}
+    if "agents" in only:
+        if agents.runs > 0:
+            result["agents"] = bench_agents(
+                agents.runs, agents.wait_s, agents.workers, agents.slots, say
+            )
+        else:
+            result["agents"] = {"skipped": "--agent-runs 0"}
+    if "agents_sqlite" in only:
+        if agents.runs > 0:
+            result["agents_sqlite"] = bench_agents_sqlite(
+                min(agents.runs, 200), agents.wait_s, agents.sqlite_slots, say
+            )
+        else:
+            result["agents_sqlite"] = {"skipped": "--agent-runs 0"}
     return result
 
 
@@ -807,6 +850,24 @@ def format_table(result: dict) -> str:
                 f"{fb.get('stop_to_commit_max_s')}; {fb.get('lease_end_to_commit_max_s')} "
                 f"{fb.get('handed_over_by')}",
             )
+        ]
+    for key in ("agents", "agents_sqlite"):
+        if key not in result:
+            continue
+        ag = result[key]
+        rows += _skipped(key, ag) or [
+            (
+                key,
+                f"steps/s ({ag['runs']} runs x 3 steps waiting {ag['wait_s']} s, "
+                f"{ag['workers']} x {ag['slots']} slots)",
+                ag["steps_per_s"],
+            ),
+            ("", "ratio to ideal (min(W x N, runs) / wait)", ag.get("ratio_to_ideal")),
+            ("", "average steps in flight", ag.get("avg_steps_in_flight")),
+            ("", "peak worker RSS MB", ag.get("peak_worker_rss_mb")),
+            ("", "peak PostgreSQL connections", ag.get("peak_pg_connections", "-")),
+            ("", "worker CPU ms per step", ag.get("cpu_ms_per_step")),
+            ("", "model requests / steps", f"{ag['model_requests']} / {ag['steps']}"),
         ]
     con = result.get("console", {})
     rows += _skipped("console", con)

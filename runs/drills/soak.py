@@ -96,9 +96,19 @@ class Soak:
     """One soak (see the module docstring); ``run()`` returns a ``SoakReport``."""
 
     def __init__(
-        self, *, runs: int, workers: int, duration: float, kill_every: float, seed: int, say=print
+        self,
+        *,
+        runs: int,
+        workers: int,
+        duration: float,
+        kill_every: float,
+        seed: int,
+        slots: int = 1,
+        say=print,
     ):
         self.n_runs, self.n_workers = runs, workers
+        #: Execution slots of each worker process.
+        self.slots = slots
         self.duration, self.kill_every = duration, kill_every
         self.seed = seed
         self.rng = random.Random(seed)
@@ -160,7 +170,7 @@ class Soak:
     # -- the fault schedule ----------------------------------------------------------
     def _start_worker(self):
         self.workers_started += 1
-        return self.box.start_worker()
+        return self.box.start_worker(extra_env={"AGENTOPS_WORKER_CONCURRENCY": self.slots})
 
     def _start_due_runs(self, mix, started, start_until, now) -> None:
         span = max(start_until - started, 0.001)

@@ -1,6 +1,9 @@
 """Synthetic workflows for the benchmark, the drills and the soak.
 
 - ``bench_noop``: ``BENCH_STEPS`` no-op steps (engine overhead only).
+- ``bench_wait``: ``WAIT_STEPS`` steps that each wait (a time, or until a file exists),
+  as agent steps wait on a model (execution slots).
+- ``bench_agent``: ``WAIT_STEPS`` steps that each ask the model once (``AGENTOPS_MODEL``).
 - ``bench_hold``: one step that blocks on its first attempt until its worker is killed,
   and returns at once on a later attempt (recovery time after SIGKILL).
 - ``synthetic_order``: plan (model call) -> reserve (idempotent, compensable) -> charge
@@ -8,6 +11,7 @@
   systems of ``runs.sim.services``, which keep their own ledgers.
 """
 
+import os
 import time
 
 from runs.engine.effects.retry import RetryPolicy
@@ -48,6 +52,53 @@ def hold(ctx):
             ctx.safe_point()
             time.sleep(0.05)
     return {"attempt": ctx.attempt}
+
+
+#: Steps per ``bench_wait`` run.
+WAIT_STEPS = 3
+
+bench_wait = Workflow(
+    "bench_wait",
+    version=1,
+    description="Steps that wait, as agent steps wait on a model (execution slots).",
+    internal=True,
+)
+
+
+def _wait(ctx):
+    """Wait ``input["wait_s"]`` seconds, or, with ``input["gate"]`` (a file path), until
+    that file exists; at a safe point every 50 ms, so a cancel or a lost lease stops it."""
+    gate = ctx.input.get("gate")
+    deadline = time.monotonic() + (3600 if gate else float(ctx.input.get("wait_s", 1)))
+    while (left := deadline - time.monotonic()) > 0:
+        if gate and os.path.exists(gate):
+            break
+        ctx.safe_point()
+        time.sleep(min(0.05, left))
+    return {"attempt": ctx.attempt}
+
+
+for _i in range(1, WAIT_STEPS + 1):
+    bench_wait.step(name=f"w{_i}")(_wait)
+
+
+bench_agent = Workflow(
+    "bench_agent",
+    version=1,
+    description="Steps that each ask the model once (the agents benchmark).",
+    internal=True,
+)
+
+
+def _ask(ctx):
+    reply = ctx.call_model(
+        [{"role": "user", "content": ctx.step.name, "tool_calls": [], "tool_call_id": None}]
+    )
+    return {"reply": reply.content[:40]}
+
+
+for _i in range(1, WAIT_STEPS + 1):
+    bench_agent.step(name=f"a{_i}")(_ask)
 
 
 def _call(fn):
@@ -144,5 +195,5 @@ def done(ctx):
     }
 
 
-for _wf in (bench_noop, bench_hold, synthetic_order):
+for _wf in (bench_noop, bench_hold, bench_wait, bench_agent, synthetic_order):
     registry.register(_wf)

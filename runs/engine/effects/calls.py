@@ -12,6 +12,8 @@ from typing import Any
 
 from django.db import connection
 
+from agentops.db_pool import release_connection
+
 #: The name of every thread running an outside call (so a test harness can wait for an
 #: abandoned one before its database goes away).
 THREAD_NAME = "outside-call"
@@ -29,7 +31,10 @@ def call_with_timeout(
     fn: Callable[[], Any], timeout: float | None, on_late: Callable[[Any], None] | None = None
 ) -> Any:
     """Return ``fn()``, or raise ``CallTimedOut`` after ``timeout`` seconds (``None``:
-    no limit, called inline). Exceptions of ``fn`` propagate unchanged."""
+    no limit, called inline). Exceptions of ``fn`` propagate unchanged. The caller's
+    pooled database connection goes back to the pool first: no connection is held
+    while the outside world answers."""
+    release_connection()
     if not timeout:
         return fn()
     box: dict[str, Any] = {}

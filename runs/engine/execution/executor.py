@@ -14,6 +14,7 @@ from django.db import DatabaseError, IntegrityError, close_old_connections, conn
 from django.db.models import F
 from django.db.models.functions import Now
 
+from agentops.db_pool import release_connection
 from runs.engine.control import approvals, versions, waits
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.data import drafts, payloads
@@ -51,9 +52,11 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def run_chain(step_id: int | None, worker: WorkerIdentity) -> int:
+def run_chain(step_id: int | None, worker: WorkerIdentity, claimed: Step | None = None) -> int:
     """Execute ``step_id`` and then each next step this worker committed itself, until
     none is left or the worker is stopping. Returns the number of steps executed.
+    ``claimed``: the step already claimed for this worker (``one_claim.claim_due``), run without
+    a claim of its own.
 
     The commit of step k inserts step k+1 already claimed by this worker (DESIGN
     section 11), so the chain continues without a claim and without a queue
@@ -61,10 +64,13 @@ def run_chain(step_id: int | None, worker: WorkerIdentity) -> int:
     notifies (``leases.release_lease``).
     """
     executed = 0
-    outcome = execute_step(step_id, worker, chain=True) if step_id is not None else NOT_CLAIMED
+    if claimed is not None:
+        outcome = execute_claimed(claimed, worker)
+    else:
+        outcome = execute_step(step_id, worker, chain=True) if step_id is not None else NOT_CLAIMED
     while outcome.claimed:
         executed += 1
-        worker.executed += 1
+        worker.count_executed()
         link = outcome.continued
         if link is None:
             if outcome.next_step_id is None:
@@ -170,6 +176,16 @@ def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -
     return _run_attempt(run, step, attempt, workflow, (checkpoint_id, state), worker, chain)
 
 
+def execute_claimed(step: Step, worker: WorkerIdentity) -> StepOutcome:
+    """Run ``step``, claimed for this worker by ``one_claim.claim_due`` (``step.run`` as after
+    that claim, ``step.attempt`` its fencing token), as the start of a chain."""
+    run = step.run
+    workflow = registry.get(run.workflow, run.workflow_version)
+    return _run_attempt(
+        run, step, step.attempt, workflow, checkpoints.latest(run), worker, chain=True
+    )
+
+
 def continue_step(link: Continuation, worker: WorkerIdentity) -> StepOutcome:
     """Run the step that the previous commit inserted claimed by this worker: no read
     and no claim, everything it needs is in ``link``."""
@@ -231,6 +247,8 @@ def _run_attempt(
     )
     lease_keeper = heartbeat.keeper()
     lease_keeper.hold(ctx)
+    # The step now waits on its own code, a model or a tool: no connection is held.
+    release_connection()
     try:
         output = step_def.fn(ctx)
     except LeaseLost as exc:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.db import connection
 
+from agentops.db_pool import release_connection
 from runs.engine.state import leases
 from runs.models import Run
 from runs.states import RUN_TERMINAL, RunStatus
@@ -110,6 +111,7 @@ class LeaseKeeper:
                 except Exception:  # noqa: BLE001 - a failed beat must not kill the steps; the lease rules decide
                     logger.warning("heartbeat failed", exc_info=True)
                     connection.close()
+                release_connection()
         finally:
             connection.close()
 

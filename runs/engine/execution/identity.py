@@ -17,6 +17,12 @@ class WorkerIdentity:
     stopping: threading.Event = field(default_factory=threading.Event)
     #: Steps this process has executed (claimed and run), for its exit line and stats.
     executed: int = 0
+    _counting: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count_executed(self) -> None:
+        """One more step executed (slot threads count at once)."""
+        with self._counting:
+            self.executed += 1
 
 
 def new_worker_id() -> str:

@@ -57,6 +57,7 @@ from django.db import connection
 from django.db.models import BooleanField, DateTimeField, F, Q
 from django.db.models.expressions import RawSQL
 
+from agentops.db_pool import release_connection
 from runs.engine.execution import dispatch, sweeper
 from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.state import leases
@@ -357,6 +358,7 @@ class Liveness:
                     failures.failed(exc)
                     connection.close()
                     held = False
+                release_connection()
         finally:
             connection.close()
 

@@ -1,10 +1,12 @@
 """The worker process: database polling or RQ, the same ``execute_step`` path either
-way (DESIGN section 6).
+way (DESIGN section 6), on up to ``concurrency`` execution slots (``slots.Slots``).
 
 Shape after healthchecks' ``sendalerts``: a loop around small ``handle_one()`` calls that
 return whether they found work, sleeping only when they did not, with a stop flag set by
-SIGTERM/SIGINT. On SIGTERM the worker claims nothing new, lets the current step finish
-and save, and exits 0; correctness never depends on that (SIGKILL is survivable).
+SIGTERM/SIGINT. The loop takes work only while a slot is free: database polling asks
+for as many due steps as there are free slots, RQ takes a notification only then. On
+SIGTERM the worker claims nothing new, lets every slot's step finish and save, and
+exits 0; correctness never depends on that (SIGKILL is survivable).
 """
 
 import itertools
@@ -26,12 +28,16 @@ from django.db import (
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from agentops import db_pool
 from runs.engine.execution import dispatch, executor, redis_link, sweeper
 from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.execution.identity import WorkerIdentity, new_worker_id, set_current_worker
 from runs.engine.execution.liveness import Liveness
+from runs.engine.execution.slots import Slots
+from runs.engine.state import one_claim
 from runs.models import Step, WorkerProcess
 from runs.states import RUN_EXECUTABLE, StepStatus
+from runs.workflows import registry
 
 logger = logging.getLogger("agentops.worker")
 
@@ -87,7 +93,18 @@ def due_step_ids(limit: int = 10) -> list[int]:
     )
 
 
-def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False):
+def _notified_step(job) -> int | None:
+    """The step id an engine notification names, or ``None`` for any other job (and for
+    a notification whose arguments are not the engine's)."""
+    if job.func_name != dispatch.JOB_FUNC:
+        return None
+    try:
+        return int(job.args[1])
+    except (IndexError, TypeError, ValueError):
+        return None
+
+
+def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False, slots: Slots | None = None):
     """The RQ worker class for this process.
 
     Default: a non-forking ``SimpleWorker`` (DESIGN section 11: forking per job costs
@@ -96,9 +113,13 @@ def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False):
     code, as a real crash of the worker would. Either way a stop request (SIGTERM) also
     stops the engine's step chaining, and one that came before RQ installed its signal
     handlers stops RQ before its first dequeue.
+
+    With threaded ``slots`` RQ stays the notifier: a notification is dequeued only while
+    a slot is free, and its step is handed to that slot (the slot's claim decides).
     """
     from rq import SimpleWorker
     from rq import Worker as ForkingWorker
+    from rq.exceptions import StopRequested
 
     base = ForkingWorker if fork else SimpleWorker
 
@@ -125,6 +146,9 @@ def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False):
                 # engine works from the database until Redis is back.
                 raise redis.TimeoutError(f"{type(exc).__name__}: {exc}") from exc
 
+        #: True while a notification is being handed to a slot (see ``_shutdown``).
+        _handing_over = False
+
         def request_stop(self, signum, frame):
             identity.stopping.set()
             super().request_stop(signum, frame)
@@ -142,6 +166,46 @@ def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False):
             connections.close_all()
             return super().fork_work_horse(job, queue)
 
+        def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
+            if slots is None or not slots.threaded:
+                return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            while not slots.wait_free(1.0):
+                self.heartbeat()
+                if self._stop_requested:
+                    return None
+            while True:
+                result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+                if result is not None or timeout is not None or not slots.busy():
+                    return result
+                # Burst and the queue is empty while slots still run: what they notify
+                # is still this burst's work.
+                slots.drain()
+
+        def execute_job(self, job, queue):
+            step_id = _notified_step(job) if slots is not None and slots.threaded else None
+            if slots is None or step_id is None:
+                return super().execute_job(job, queue)
+            self._handing_over = True
+            try:
+                # A notification carries ids only and is done once a slot has it: the
+                # database is the truth, the slot's claim decides.
+                job.delete(remove_from_queue=False)
+                if step_id not in slots.pending and not identity.stopping.is_set():
+                    slots.submit(step_id)
+            finally:
+                self._handing_over = False
+
+        def _shutdown(self):
+            if slots is None or not slots.threaded:
+                return super()._shutdown()
+            # RQ raises StopRequested from the signal handler when it is not busy; with
+            # slots it is never "busy", so it must not raise in the middle of handing a
+            # notification over (a slot counted busy that never started would hold the
+            # drain forever). The work loop sees the flag at its next turn.
+            self._stop_requested = True
+            if not self._handing_over:
+                raise StopRequested()
+
         def wait_for_horse(self):
             retpid, ret_val, rusage = super().wait_for_horse()
             if (
@@ -156,7 +220,8 @@ def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False):
 
 class Worker:
     """One worker process. ``mode``: ``"db"`` or ``"rq"``; ``burst``: exit when nothing
-    is due (db) or the queue is empty (rq)."""
+    is due (db) or the queue is empty (rq); ``concurrency``: execution slots, steps run
+    at once (default ``AGENTOPS_WORKER_CONCURRENCY``; ``ValueError`` below 1)."""
 
     def __init__(
         self,
@@ -165,6 +230,7 @@ class Worker:
         queue: str = "default",
         burst: bool = False,
         fork: bool = False,
+        concurrency: int | None = None,
     ):
         self.mode = mode or dispatch.mode()
         self.queue = queue
@@ -173,8 +239,13 @@ class Worker:
         self.fork = fork
         self.identity = WorkerIdentity(new_worker_id(), self.mode)
         set_current_worker(self.identity)
+        size = settings.AGENTOPS_WORKER_CONCURRENCY if concurrency is None else concurrency
+        self.slots = Slots(size, self._run_chain)
         self._last_sweep = 0.0
         self._last_beat = 0.0
+
+    def _run_chain(self, step_id: int, claimed: Step | None) -> int:
+        return executor.run_chain(step_id, self.identity, claimed)
 
     @property
     def worker_id(self) -> str:
@@ -191,6 +262,13 @@ class Worker:
         # Before recovery: a SIGTERM during start-up must also be a graceful stop.
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
+        if self.slots.threaded:
+            # Before any other thread connects: slots share a few pooled connections.
+            db_pool.use_pool(
+                settings.AGENTOPS_WORKER_POOL_SIZE,
+                timeout=settings.AGENTOPS_LEASE_SECONDS,
+                name=f"agentops-worker {self.worker_id}",
+            )
         liveness = Liveness(self._register(), self.worker_id)
         liveness.start()
         try:
@@ -199,6 +277,10 @@ class Worker:
                 return self._run_rq()
             return self._run_db()
         finally:
+            if self.slots.busy():
+                executor.say(f"worker {self.worker_id} stopping: {self.slots.busy()} slot(s) busy")
+            # Every slot finishes and saves before the worker says it stopped.
+            self.slots.shutdown()
             self._unregister()
             # Last: peers may re-claim this worker's steps once the lock is gone.
             liveness.stop()
@@ -210,15 +292,49 @@ class Worker:
             logger.info("startup recovery: %s", report.counts)
 
     def handle_one(self) -> int:
-        """Claim and execute one due step (and the chain it leads to); returns the
-        number of steps executed, 0 when nothing was claimable."""
-        for step_id in due_step_ids():
-            if self.identity.stopping.is_set():
-                return 0
-            executed = executor.run_chain(step_id, self.identity)
-            if executed:
-                return executed
-        return 0
+        """Take due steps for the free slots. One slot: claim and execute one due step
+        (and the chain it leads to) here, returning the steps executed (0 when nothing
+        was claimable). Threaded: hand up to as many due steps as there are free slots
+        to them, returning how many were handed over (each slot's claim decides)."""
+        if not self.slots.threaded:
+            for step_id in due_step_ids():
+                if self.identity.stopping.is_set():
+                    return 0
+                executed = self.slots.submit(step_id)
+                if executed:
+                    return executed
+            return 0
+        free = self.slots.free()
+        if not free or self.identity.stopping.is_set():
+            return 0
+        taken = self._claim_batch(free)
+        if taken == free:
+            return taken
+        # What the batch leaves (a workflow version not imported yet, an armed
+        # crash fault) goes through the general path, one claim per slot.
+        free -= taken
+        pending = set(self.slots.pending)
+        for step_id in due_step_ids(limit=free + len(pending)):
+            if step_id in pending:
+                continue
+            self.slots.submit(step_id)
+            taken += 1
+            free -= 1
+            if not free:
+                break
+        return taken
+
+    def _claim_batch(self, free: int) -> int:
+        """PostgreSQL: claim up to ``free`` due steps in one statement and hand each to a
+        slot; returns how many (0 elsewhere)."""
+        if not one_claim.available():
+            return 0
+        claimed = one_claim.claim_due(
+            self.worker_id, settings.AGENTOPS_LEASE_SECONDS, free, known=registry.loaded_keys()
+        )
+        for step in claimed:
+            self.slots.submit(step.pk, step)
+        return len(claimed)
 
     def maintain(self) -> None:
         """Periodic duties: worker heartbeat row, and the sweeper when this process holds
@@ -234,19 +350,23 @@ class Worker:
                 sweeper.sweep_once(self.worker_id)
 
     def _run_db(self) -> int:
-        total = 0
         outage = RepeatedFailureLog(logger, "database polling")
         while not self.identity.stopping.is_set():
+            if not self._wait_for_slot():
+                continue
             close_old_connections()
             try:
-                executed = self.handle_one()
-                total += executed
+                taken = self.handle_one()
                 outage.succeeded()
-                if executed:
+                if self.slots.threaded:
+                    self.maintain()
+                    db_pool.release_connection()
+                if taken:
                     continue
-                if self.burst:
+                if self.burst and not self.slots.busy():
                     break
-                self.maintain()
+                if not self.slots.threaded:
+                    self.maintain()
             except (OperationalError, InterfaceError) as exc:
                 # The database is away (restart, failover): keep polling until it is
                 # back; a step cut off mid-way is recovered by its lease.
@@ -256,7 +376,11 @@ class Worker:
                 logger.exception("handling a step failed; the worker goes on")
                 connection.close()
             self.identity.stopping.wait(settings.AGENTOPS_POLL_SECONDS)
-        return total
+        return self.identity.executed
+
+    def _wait_for_slot(self) -> bool:
+        """Wait up to one poll interval for a free slot; True when there is one."""
+        return self.slots.wait_free(settings.AGENTOPS_POLL_SECONDS)
 
     def _run_rq(self) -> int:
         """Work RQ notifications. RQ gives up when Redis goes away under it (stopped,
@@ -267,7 +391,7 @@ class Worker:
         import django_rq
 
         queue = django_rq.get_queue(self.queue)
-        worker_class = rq_worker_class(self.identity, fork=self.fork)
+        worker_class = rq_worker_class(self.identity, fork=self.fork, slots=self.slots)
         identity = self.identity
         maintenance = None
         if not self.burst:
@@ -331,14 +455,18 @@ class Worker:
         before the next."""
         next_check = time.monotonic() + delay
         while not self.identity.stopping.is_set():
+            if not self._wait_for_slot():
+                continue
             close_old_connections()
             try:
-                if self.handle_one():
+                taken = self.handle_one()
+                db_pool.release_connection()
+                if taken:
                     continue
             except Exception:  # noqa: BLE001 - one step's trouble must never end the worker
                 logger.exception("handling a step failed; the worker goes on")
                 connection.close()
-            if self.burst:
+            if self.burst and not self.slots.busy():
                 break
             if time.monotonic() >= next_check:
                 refusal = redis_refusal()
@@ -361,6 +489,7 @@ class Worker:
                     failures.failed(exc)
                     # A connection cut under it stays broken: the next tick connects anew.
                     connection.close()
+                db_pool.release_connection()
         finally:
             connection.close()
 

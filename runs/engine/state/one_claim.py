@@ -16,6 +16,9 @@ between the statement's snapshot and its lock (its ``event_seq``, which every lo
 write bumps, is the one the snapshot saw; so the checkpoint read is the latest).
 When the step is due but one of those does not hold, the result says so and the caller
 takes the general path, which migrates, pauses, crashes or simply re-reads.
+
+``claim_due`` claims up to k due steps the same way in one statement, for a worker's
+free execution slots; it reads no checkpoint (the slot does).
 """
 
 from dataclasses import dataclass
@@ -204,3 +207,102 @@ def claim_step(step_id: int, worker_id: str, ttl: float, *, known: list[str]) ->
     step = _instance(Step, columns[step_at:], row[step_at:])
     step.run = run
     return Claim(CLAIMED, run, step, checkpoint_id, _whole_state(chain))
+
+
+@cache
+def _due_sql() -> str:
+    return " ".join(_DUE_SQL.split())
+
+
+_DUE_SQL = """
+WITH picked AS (
+    SELECT s.id AS step_id, s.run_id, s.status AS was, s.owner AS was_owner,
+        r.status AS run_was, r.event_seq AS seq0
+    FROM runs_step s JOIN runs_run r ON r.id = s.run_id
+    WHERE ((s.status = %(pending)s AND s.not_before <= STATEMENT_TIMESTAMP())
+            OR (s.status = %(running)s AND s.lease_until < STATEMENT_TIMESTAMP()))
+        AND r.status = ANY(%(executable)s::text[]) AND r.generation = s.generation
+        AND r.workflow || '@' || r.workflow_version::text = ANY(%(known)s::text[])
+        AND (r.faults ->> 'crash_before') IS DISTINCT FROM s.name
+    ORDER BY s.not_before
+    LIMIT %(limit)s
+    FOR UPDATE OF s, r SKIP LOCKED
+),
+one AS (
+    SELECT DISTINCT ON (run_id) * FROM picked ORDER BY run_id, step_id
+),
+s AS (
+    UPDATE runs_step SET status = %(running)s, attempt = runs_step.attempt + 1,
+        owner = %(worker)s,
+        lease_until = STATEMENT_TIMESTAMP() + make_interval(secs => %(lease)s::float8),
+        heartbeat_at = STATEMENT_TIMESTAMP(),
+        started_at = COALESCE(runs_step.started_at, STATEMENT_TIMESTAMP()),
+        finished_at = NULL
+    FROM one WHERE runs_step.id = one.step_id
+    RETURNING runs_step.*
+),
+ru AS (
+    UPDATE runs_run SET status = %(run_running)s,
+        version = runs_run.version + CASE WHEN one.run_was = %(run_pending)s THEN 1 ELSE 0 END,
+        started_at = CASE WHEN one.run_was = %(run_pending)s THEN STATEMENT_TIMESTAMP()
+            ELSE runs_run.started_at END,
+        current_step_id = one.step_id,
+        event_seq = one.seq0 + CASE WHEN one.run_was = %(run_pending)s THEN 2 ELSE 1 END,
+        last_event_at = STATEMENT_TIMESTAMP(), updated_at = STATEMENT_TIMESTAMP(),
+        stuck_since = NULL
+    FROM one WHERE runs_run.id = one.run_id
+    RETURNING runs_run.*
+),
+ev AS (
+    INSERT INTO runs_event (run_id, step_id, seq, type, payload, actor, created_at)
+    SELECT one.run_id, e.step_id, one.seq0 + e.k, e.type, e.payload, %(worker)s,
+        STATEMENT_TIMESTAMP()
+    FROM one JOIN s ON s.id = one.step_id, LATERAL (
+        SELECT 1 AS k, NULL::bigint AS step_id, 'run.running' AS type,
+            jsonb_build_object('from', one.run_was, 'reason', '') AS payload
+        WHERE one.run_was = %(run_pending)s
+        UNION ALL
+        SELECT CASE WHEN one.run_was = %(run_pending)s THEN 2 ELSE 1 END, s.id,
+            'step.started',
+            jsonb_build_object('attempt', s.attempt, 'worker', %(worker)s::text)
+            || CASE WHEN one.was = %(running)s
+                THEN jsonb_build_object('reclaimed_from', one.was_owner) ELSE '{}'::jsonb END
+    ) e
+)
+SELECT ru.*, s.* FROM ru JOIN s ON s.run_id = ru.id
+"""
+
+
+def claim_due(worker_id: str, ttl: float, limit: int, *, known: list[str]) -> list[Step]:
+    """Claim up to ``limit`` due steps for ``worker_id`` with a lease of ``ttl`` seconds
+    in one statement: the oldest due steps of runs that may execute, each step and
+    its run locked ``FOR UPDATE SKIP LOCKED`` (workers polling at once take different
+    steps), at most one per run, claimed as ``claim_step`` claims one, under the same
+    conditions (a known workflow version, no armed ``crash_before``; the general path
+    takes the others). ``known``: the
+    ``"<workflow>@<version>"`` keys this process can execute. Returns the claimed steps
+    as they are after the claim, each with its ``run`` (``step.attempt`` is the fencing
+    token); database errors propagate."""
+    params: dict[str, Any] = {
+        "worker": worker_id,
+        "lease": float(ttl),
+        "limit": int(limit),
+        "known": list(known),
+        "executable": [s.value for s in RUN_EXECUTABLE],
+        "pending": StepStatus.PENDING.value,
+        "running": StepStatus.RUNNING.value,
+        "run_pending": RunStatus.PENDING.value,
+        "run_running": RunStatus.RUNNING.value,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_due_sql(), params)
+        rows = cursor.fetchall()
+        columns = [c.name for c in cursor.description or ()]
+    split = len(Run._meta.concrete_fields)
+    claimed = []
+    for row in rows:
+        run = _instance(Run, columns[:split], row[:split])
+        step = _instance(Step, columns[split:], row[split:])
+        step.run = run
+        claimed.append(step)
+    return claimed

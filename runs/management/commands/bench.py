@@ -6,15 +6,17 @@ from django.core.management.base import BaseCommand, CommandError
 
 from runs.cli import arguments
 from runs.cli.common import one_line
-from runs.drills.bench import PARTS, format_table, run_bench
+from runs.drills.bench import DEFAULT_AGENTS, PARTS, AgentsShape, format_table, run_bench
 from runs.drills.interrupt import Interrupted, stop_on_signals
 from runs.drills.sandbox import SandboxError
+from runs.engine.execution.slots import MAX_SLOTS
 
 
 class Command(BaseCommand):
     help = (
         "Benchmark the engine against raw RQ and raw PostgreSQL, recovery after SIGKILL, "
-        "and console page times (scratch database; asserts nothing about time)."
+        "console page times and steps that wait on a model (scratch database; asserts "
+        "nothing about time)."
     )
 
     def add_arguments(self, parser):
@@ -61,6 +63,30 @@ class Command(BaseCommand):
             "pages read a realistic history (default 10; 0: runs without events)",
         )
         parser.add_argument(
+            "--agent-runs",
+            type=arguments.integer(),
+            default=DEFAULT_AGENTS.runs,
+            help="agents part: runs of 3 steps that each wait on the model (0: skip that part)",
+        )
+        parser.add_argument(
+            "--agent-wait",
+            type=arguments.number(0.001, 600),
+            default=DEFAULT_AGENTS.wait_s,
+            help="agents part: seconds the loopback model takes to answer (default 1)",
+        )
+        parser.add_argument(
+            "--agent-workers",
+            type=arguments.integer(1, 64),
+            default=DEFAULT_AGENTS.workers,
+            help="agents part: worker processes (default 2)",
+        )
+        parser.add_argument(
+            "--agent-slots",
+            type=arguments.integer(1, MAX_SLOTS),
+            default=DEFAULT_AGENTS.slots,
+            help="agents part: execution slots per worker (default 200)",
+        )
+        parser.add_argument(
             "--pg-seconds",
             type=arguments.number(),
             default=5.0,
@@ -87,6 +113,12 @@ class Command(BaseCommand):
                     pg_seconds=opts["pg_seconds"],
                     console_runs=opts["console_runs"],
                     events_per_run=opts["events_per_run"],
+                    agents=AgentsShape(
+                        opts["agent_runs"],
+                        opts["agent_wait"],
+                        opts["agent_workers"],
+                        opts["agent_slots"],
+                    ),
                     say=say,
                 )
         except SandboxError as exc:

@@ -10,6 +10,7 @@ from runs.cli.common import one_line
 from runs.drills.interrupt import Interrupted, stop_on_signals
 from runs.drills.sandbox import SandboxError
 from runs.drills.soak import Soak, format_report
+from runs.engine.execution.slots import MAX_SLOTS
 
 
 class Command(BaseCommand):
@@ -41,13 +42,19 @@ class Command(BaseCommand):
             "--seed", type=arguments.integer(), default=None, help="default: random"
         )
         parser.add_argument(
+            "--slots",
+            type=arguments.integer(1, MAX_SLOTS),
+            default=1,
+            help="execution slots of each worker process (default 1)",
+        )
+        parser.add_argument(
             "--json",
             metavar="PATH",
             type=arguments.output_file,
             help="also write the report as JSON",
         )
 
-    def handle(self, *args, runs, workers, duration, kill_every, seed, **opts):
+    def handle(self, *args, runs, workers, duration, kill_every, seed, slots, **opts):
         seed = seed if seed is not None else random.SystemRandom().randrange(1, 10**6)
         self.stdout.write(f"soak seed {seed}")
         self.stdout.flush()
@@ -59,6 +66,7 @@ class Command(BaseCommand):
                     duration=duration,
                     kill_every=kill_every,
                     seed=seed,
+                    slots=slots,
                     say=lambda line: self.stderr.write(f"soak: {line}"),
                 ).run()
         except SandboxError as exc:

@@ -1,10 +1,11 @@
-"""``python manage.py worker [--burst] [--queue NAME] [--mode rq|db]``."""
+"""``python manage.py worker [--burst] [--queue NAME] [--mode rq|db] [--concurrency N]``."""
 
 from django.core.management.base import BaseCommand, CommandError
 
 from agentops.db_session import use_process_kind
 from runs.cli import arguments
 from runs.engine.execution import dispatch
+from runs.engine.execution.slots import MAX_SLOTS
 from runs.engine.execution.worker import Worker
 
 
@@ -30,20 +31,42 @@ class Command(BaseCommand):
             help="dispatch mode (default: rq if REDIS_URL is set, else db)",
         )
         parser.add_argument(
+            "--concurrency",
+            type=arguments.integer(1, MAX_SLOTS),
+            default=None,
+            help="execution slots: steps run at once in this process "
+            "(default: AGENTOPS_WORKER_CONCURRENCY)",
+        )
+        parser.add_argument(
             "--fork",
             action="store_true",
             help="RQ only: fork a work horse per job (slower; for comparison)",
         )
 
-    def handle(self, *args, burst: bool, queue: str, mode: str | None, fork: bool, **options):
+    def handle(
+        self,
+        *args,
+        burst: bool,
+        queue: str,
+        mode: str | None,
+        fork: bool,
+        concurrency: int | None,
+        **options,
+    ):
         use_process_kind("worker")
         if mode == "rq" and dispatch.mode() != "rq":
             raise CommandError("--mode rq needs REDIS_URL to be set")
-        worker = Worker(mode=mode, queue=queue, burst=burst, fork=fork)
+        try:
+            worker = Worker(mode=mode, queue=queue, burst=burst, fork=fork, concurrency=concurrency)
+        except ValueError as exc:  # AGENTOPS_WORKER_CONCURRENCY past MAX_SLOTS
+            raise CommandError(f"AGENTOPS_WORKER_CONCURRENCY: {exc}") from None
         if fork and worker.mode != "rq":
             raise CommandError("--fork needs RQ dispatch (REDIS_URL)")
+        if fork and worker.slots.threaded:
+            raise CommandError("--fork runs one step at a time: it takes no --concurrency above 1")
         self.stdout.write(
-            f"worker {worker.worker_id} mode={worker.mode} queue={queue}{' burst' if burst else ''}"
+            f"worker {worker.worker_id} mode={worker.mode} queue={queue} "
+            f"slots={worker.slots.size}{' burst' if burst else ''}"
         )
         self.stdout.flush()
         executed = worker.run()

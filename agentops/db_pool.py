@@ -1,0 +1,57 @@
+"""The PostgreSQL connection pool of a worker process with several execution slots.
+
+A worker with one slot keeps one persistent connection per thread, as every other
+process does. A worker with N slots would otherwise keep one per slot thread, most of
+them idle while their step waits on a model or a tool; instead it switches the default
+database to Django's own pool (``OPTIONS["pool"]``, psycopg's ``psycopg_pool``) of at
+most ``AGENTOPS_WORKER_POOL_SIZE`` connections before any slot starts, and each thread
+gives its connection back after each group of short transactions
+(``release_connection``). The liveness lock keeps its own dedicated connection, so a
+pooled worker uses at most pool size + 1 connections whatever N is.
+
+Only worker processes are switched: web requests, commands and tests keep Django's
+per-thread connections (a test's transaction must stay on one connection).
+"""
+
+from django.db import connection, connections
+
+_pooled = False
+
+
+def pooled() -> bool:
+    """True once ``use_pool`` switched this process to the pool."""
+    return _pooled
+
+
+def use_pool(size: int, timeout: float, name: str) -> bool:
+    """Switch this process's default database to a pool of at most ``size``
+    connections, each shown as ``application_name`` ``name`` in ``pg_stat_activity``; a
+    thread asking for one when all are out waits up to ``timeout`` seconds, then gets an
+    ``OperationalError``. Call before any thread but the caller's uses the database.
+    Returns False (and changes nothing) when the database is not PostgreSQL. Raises
+    ``ValueError`` for a size below 1."""
+    global _pooled
+    if size < 1:
+        raise ValueError(f"a connection pool needs at least one connection, got {size}")
+    default = connections["default"]
+    if default.vendor != "postgresql":
+        return False
+    connections.close_all()
+    # Every thread's connection wrapper reads this same dict when it connects.
+    settings_dict = default.settings_dict
+    settings_dict["CONN_MAX_AGE"] = 0
+    settings_dict["OPTIONS"] = {
+        **settings_dict.get("OPTIONS", {}),
+        "application_name": name[:63],
+        "pool": {"min_size": 1, "max_size": size, "timeout": float(timeout)},
+    }
+    _pooled = True
+    return True
+
+
+def release_connection(*, force: bool = False) -> None:
+    """Give this thread's database connection back to the pool (when pooled) or close
+    it (``force``), unless a transaction is open on it. Cheap when it holds none."""
+    if not (_pooled or force) or connection.connection is None or connection.in_atomic_block:
+        return
+    connection.close()
