@@ -8,8 +8,10 @@ coroutine back on the agent loop (``run_on_agent_loop``), which is free meanwhil
 make the real model request or tool call. The first control exception a request
 raises (``StepError``, ``LeaseLost``, ``OutcomeUnknown``, ...) is kept and re-raised on
 the step thread once the agent run ends, whatever Pydantic AI made of it on the way.
-A call still waiting on the agent loop when the run ends (a tool call abandoned at its
-timeout) is cancelled then, so the thread waiting for it does not wait forever.
+A call still waiting on the agent loop when a control exception ends the run (a model
+request or tool call abandoned at its timeout) is cancelled at once, while the loop
+still runs, and any left when the run ends is cancelled then, so the thread waiting for
+it does not wait forever.
 """
 
 import asyncio
@@ -77,6 +79,11 @@ class Bridge:
             except BaseException as exc:  # noqa: BLE001 - handed to the agent loop
                 if self.failure is None and isinstance(exc, CONTROL_EXCEPTIONS):
                     self.failure = exc
+                    # The run is over: calls still waiting on the agent loop (one
+                    # abandoned at its timeout) are cancelled while the loop still runs,
+                    # so none is left pending when it stops.
+                    for waiting in list(self._waiting):
+                        waiting.cancel()
                 loop.call_soon_threadsafe(_settle, future, None, exc)
             else:
                 loop.call_soon_threadsafe(_settle, future, result, None)

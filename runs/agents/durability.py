@@ -45,7 +45,7 @@ def current_call() -> ToolCall | None:
 class AgentTool:
     """How AgentOps treats one of the agent's tools: ``side_effect`` (``read``,
     ``idempotent`` or ``unsafe``), ``verify(arguments, call) -> VerifyAnswer`` for an
-    unsafe tool, ``timeout`` in seconds."""
+    unsafe tool, ``timeout`` in seconds (``None``: the agent step's ``timeout``)."""
 
     side_effect: str = "unsafe"
     verify: Any = None
@@ -117,6 +117,7 @@ class LedgerRun:
             summary=summary,
             ask=lambda _provider: call(),
             ordinal=ordinal,
+            timeout=self.ctx.step_def.timeout,
         )
         return reply
 
@@ -129,7 +130,7 @@ class LedgerRun:
             fn=lambda args, info: run_tool(args, info),
             side_effect=declared.side_effect,
             verify=declared.verify,
-            timeout=declared.timeout,
+            timeout=declared.timeout or ctx.step_def.timeout,
         )
         key = ledger.idempotency_key(
             ctx.run.pk, ctx.step.generation, f"{ctx.step.name}.{ctx.step.seq}", f"tool.{call_id}"

@@ -46,7 +46,9 @@ AGENT_STEPS = ("agent", "continue")
 class AgentWorkflow(Workflow):
     """A workflow running a ``pydantic_ai.Agent`` (see the module docstring)."""
 
-    def __init__(self, agent, *, name, version, description, tools, model, offline_model):
+    def __init__(
+        self, agent, *, name, version, description, tools, model, offline_model, timeout=None
+    ):
         super().__init__(
             name,
             version=version,
@@ -78,9 +80,9 @@ class AgentWorkflow(Workflow):
                 timeout=spec.timeout,
             )
         self.offline_model = offline_model
-        self.add_step_fn("agent", self._run_agent, final=True)
+        self.add_step_fn("agent", self._run_agent, final=True, timeout=timeout)
         self.approval("approve", on_reject="continue")(self._ask_approval)
-        self.add_step_fn("continue", self._run_agent, final=True)
+        self.add_step_fn("continue", self._run_agent, final=True, timeout=timeout)
 
     def add_step_fn(self, name: str, fn, **options) -> None:
         self.step(name, **options)(fn)
@@ -284,6 +286,7 @@ def register_agent(
     tools: dict[str, AgentTool | str] | None = None,
     model: str | None = None,
     offline_model=None,
+    timeout: float | None = None,
 ) -> AgentWorkflow:
     """Register ``agent`` (a ``pydantic_ai.Agent``) as the workflow ``name@version``;
     start it with ``runs start NAME --input '{"prompt": "..."}'``.
@@ -293,6 +296,8 @@ def register_agent(
     interrupted call then goes to a human). ``model``: the model this workflow asks
     (default ``AGENTOPS_MODEL``). ``offline_model``: the Pydantic AI model used when the
     model is ``sim`` (e.g. a ``FunctionModel``; default: the agent's own model).
+    ``timeout``: seconds each model request and each tool call of the agent may take
+    (a tool's own ``AgentTool.timeout`` first) before ``TIMEOUT``; ``None``: no limit.
     Returns the workflow; raises ``WorkflowDefinitionError`` on a name clash.
     """
     workflow = AgentWorkflow(
@@ -303,6 +308,7 @@ def register_agent(
         tools=tools,
         model=model,
         offline_model=offline_model,
+        timeout=timeout,
     )
     return registry.register(workflow)
 

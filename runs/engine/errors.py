@@ -10,11 +10,13 @@ class StepError(Exception):
     string) or ``None``; the next attempt starts no sooner, within the step's deadline
     (``runs.engine.effects.retry``). ``takeover``: when the step gives up, pause the run
     for a human whatever the step's ``on_exhausted`` says (the failure needs a person to
-    look, e.g. a malformed model response). ``takeover_cause`` and ``evidence``: what
-    that takeover names (``Takeover.cause``, a JSON dict for its evidence).
+    look, e.g. a malformed model response). ``takeover_cause``, ``suggested_action`` and
+    ``evidence``: what that takeover names (``Takeover.cause``, the fix, a JSON dict for
+    its evidence).
     """
 
     takeover_cause = "retries_exhausted"
+    suggested_action = "Check the dependency, then retry the step."
     evidence: dict | None = None
 
     def __init__(
@@ -30,6 +32,23 @@ class StepError(Exception):
         self.detail = detail
         self.retry_after = retry_after
         self.takeover = takeover
+
+
+class StepUnknown(StepError):
+    """The step row names a step the deployed definition of its workflow version does not
+    declare (a step renamed or removed by a deploy without a new version). Retried like
+    a dependency that is away (another worker may run the code that knows it); when
+    the attempts run out the run pauses with an ``unknown_workflow_version`` takeover
+    (the code deployed does not match the run) whose reason names the step."""
+
+    takeover_cause = "unknown_workflow_version"
+    suggested_action = (
+        "Deploy code whose definition of this workflow version declares the step (or "
+        "resume the run from a checkpoint the deployed definition knows), then retry."
+    )
+
+    def __init__(self, detail: str):
+        super().__init__("STEP_UNKNOWN", detail, takeover=True)
 
 
 class NonDeterminism(StepError):

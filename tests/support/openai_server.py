@@ -7,8 +7,10 @@ here: everything else is real).
 dict, or a string sent as is, e.g. malformed JSON), or ``{"status": int, "headers":
 {...}, "error": str}`` for an error response. Usage is ``{"prompt_tokens": 11,
 "completion_tokens": 7}`` per answer. A request with ``"stream": true`` gets the answer
-as server-sent chunks (text word by word, usage last). ``requests`` keeps every request
-body with its arrival time (``time.monotonic()``).
+as server-sent chunks (text word by word, usage last). ``{"hold": threading.Event,
+"hold_after": N}`` stalls the answer until the event is set (at most two minutes): a
+stream after its first N words (default 1), any other answer before it is sent.
+``requests`` keeps every request body with its arrival time (``time.monotonic()``).
 """
 
 import json
@@ -19,6 +21,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 PROMPT_TOKENS = 11
+#: Longest stall of a held answer, in seconds (a bound against a test that forgets to
+#: release it).
+HOLD_LIMIT = 120
 COMPLETION_TOKENS = 7
 
 
@@ -72,8 +77,10 @@ class ModelServer:
                     return
                 message = _message(answer, index)
                 if body.get("stream"):
-                    self._stream(body, message)
+                    self._stream(body, message, answer)
                     return
+                if answer.get("hold") is not None:
+                    answer["hold"].wait(HOLD_LIMIT)
                 self._send_json(
                     200,
                     {
@@ -104,7 +111,7 @@ class ModelServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _stream(self, body: dict, message: dict) -> None:
+            def _stream(self, body: dict, message: dict, answer: dict) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
@@ -128,6 +135,9 @@ class ModelServer:
                         ],
                     }
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    if answer.get("hold") is not None and i + 1 == answer.get("hold_after", 1):
+                        self.wfile.flush()
+                        answer["hold"].wait(HOLD_LIMIT)
                 end = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
                 self.wfile.write(f"data: {json.dumps(end)}\n\n".encode())
                 usage = {**base, "choices": [], "usage": _usage()}

@@ -3,8 +3,10 @@
 an unsafe call that fails after it took effect); ``after`` shows what the next step
 sees. Registered by tests through ``AGENTOPS_EXTRA_WORKFLOW_MODULES`` or ``register``."""
 
+import threading
 import time
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 from runs.engine.errors import StepError
 from runs.tools import Tool, VerifyAnswer
@@ -37,6 +39,20 @@ def _post_ok(arguments: dict, call) -> dict:
 post_ok = Tool("test.post_ok", _post_ok, side_effect="unsafe", verify=_verify)
 
 
+#: Released by the test that uses ``post_slow_verify`` (its verify waits for it).
+VERIFY_RELEASE = threading.Event()
+
+
+def _verify_hanging(arguments: dict, call) -> VerifyAnswer:
+    VERIFY_RELEASE.wait(60)
+    return VerifyAnswer("not_done", evidence="answered too late")
+
+
+post_slow_verify = Tool(
+    "test.post_slow_verify", _post, side_effect="unsafe", verify=_verify_hanging, timeout=1
+)
+
+
 def _read_at(arguments: dict, call) -> dict:
     return {"at": datetime(2026, 1, 1, tzinfo=UTC)}
 
@@ -64,6 +80,11 @@ CASES = {
         and {"fine": True}
     ),
     "message_nul": lambda ctx: ctx.add_message("assistant", "bad\x00byte") and {"fine": True},
+    # A summary range no integer column holds: the database refuses it inside the commit.
+    "summary_overflow": lambda ctx: (
+        ctx.add_summary(SimpleNamespace(last_seq=2**70, covered_tokens=0), "too far")
+        or {"fine": True}
+    ),
 }
 
 workflow = Workflow("faulty", version=1, input_fields={"case": str})
@@ -85,6 +106,8 @@ def produce(ctx):
         return {"slept": True}
     if case == "post":
         return ctx.call_tool(post_once, {"text": "hello"})
+    if case == "post_hanging_verify":
+        return ctx.call_tool(post_slow_verify, {"text": "hello"})
     if case == "hold_then_post":
         # Long work with safe points, then a side effect.
         until = time.monotonic() + float(ctx.input.get("seconds", "3"))

@@ -12,18 +12,22 @@ checkpoint) wrote.
 """
 
 import hashlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import transaction
 
 from runs.engine.control.takeovers import open_takeover
+from runs.engine.effects.calls import CallTimedOut, call_with_timeout
 from runs.engine.errors import LeaseLost, StepError
 from runs.engine.state import values
 from runs.engine.state.gateway import attempt_holds, run_transaction
 from runs.models import Artifact, Checkpoint, Run, Step
 from runs.states import StepStatus
+
+T = TypeVar("T")
 
 
 class ArtifactInvalid(StepError):
@@ -57,13 +61,17 @@ def write_artifact(
     data: bytes | str,
     kind: str = "file",
     metadata: dict[str, Any] | None = None,
+    timeout: float | None = None,
 ) -> Artifact:
     """Store ``data`` (str is UTF-8 encoded) as artifact ``name`` of ``step``: file first,
     then the row, which is only inserted while ``attempt`` still holds the step.
 
     Returns the row. Raises ``LeaseLost`` when the attempt lost the step (the file then
     stays as an unreferenced orphan), ``values.InvalidValue`` (before writing anything)
-    for a ``name`` holding NUL or ``metadata`` that cannot be stored faithfully.
+    for a ``name`` holding NUL or ``metadata`` that cannot be stored faithfully, and
+    ``StepError("TIMEOUT")`` when writing the file takes longer than ``timeout`` seconds
+    (``None``: no limit; a write that lands later is an orphan ``artifacts check``
+    finds).
     """
     from runs.engine.data import artifact_files
     from runs.engine.execution import faults
@@ -77,9 +85,14 @@ def write_artifact(
     )
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     path = f"runs/{run.pk}/{step.pk}-a{attempt}/{name}"
-    stored = default_storage.save(path, ContentFile(raw))
-    # Durable before any row may refer to it (docs/data-safety.md).
-    artifact_files.fsync_file(default_storage, stored)
+
+    def store() -> str:
+        stored = default_storage.save(path, ContentFile(raw))
+        # Durable before any row may refer to it (docs/data-safety.md).
+        artifact_files.fsync_file(default_storage, stored)
+        return stored
+
+    stored = _storage_call(store, timeout, f"writing artifact {name}")
     faults.crash_point(run, step, "artifact_written")
     with transaction.atomic():
         if not attempt_holds(step.pk, attempt):
@@ -96,14 +109,29 @@ def write_artifact(
         )
 
 
-def read_artifact(artifact: Artifact) -> bytes:
+def _storage_call(fn: Callable[[], T], timeout: float | None, what: str) -> T:
+    """``fn()`` (storage I/O, outside any transaction) within ``timeout`` seconds; raises
+    ``StepError("TIMEOUT")`` past it (retryable: the storage may answer next time)."""
+    try:
+        return call_with_timeout(fn, timeout)
+    except CallTimedOut as exc:
+        raise StepError("TIMEOUT", f"{what}: storage {exc}") from exc
+
+
+def read_artifact(artifact: Artifact, *, timeout: float | None = None) -> bytes:
     """The artifact's bytes after checking size and sha256 against the row.
 
-    Raises ``ArtifactInvalid`` (``missing`` or ``checksum_mismatch``).
+    Raises ``ArtifactInvalid`` (``missing`` or ``checksum_mismatch``), or
+    ``StepError("TIMEOUT")`` when reading takes longer than ``timeout`` seconds
+    (``None``: no limit).
     """
-    try:
+
+    def read() -> bytes:
         with default_storage.open(artifact.uri, "rb") as fh:
-            raw = fh.read()
+            return fh.read()
+
+    try:
+        raw = _storage_call(read, timeout, f"reading artifact {artifact.name}")
     except (FileNotFoundError, OSError):
         raise ArtifactInvalid(artifact, "missing") from None
     actual = sha256_hex(raw)

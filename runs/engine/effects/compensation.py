@@ -59,12 +59,14 @@ class CompensationContext:
     """What a ``compensate(ctx, output)`` function receives: ``run``, ``step`` (the step
     being undone), ``input`` (the run's input), ``output`` (the step's output) and
     ``call_tool`` through the ledger. Compensations are not limited by the run's budget
-    (undoing must not be blocked by it), but their calls are counted."""
+    (undoing must not be blocked by it), but their calls are counted. ``timeout``: the
+    seconds a call may take when its tool sets none (the undone step's ``timeout``)."""
 
-    def __init__(self, run: Run, step: Step, actor: str):
+    def __init__(self, run: Run, step: Step, actor: str, timeout: float | None = None):
         self.run = run
         self.step = step
         self.actor = actor
+        self.timeout = timeout
         self.input = run.input
         self.output = step.output
         self.call_positions = ledger.CallPositions()
@@ -84,7 +86,7 @@ class CompensationContext:
             key=key,
             action=action,
             budget={},
-            timeout=tool.timeout,
+            timeout=tool.timeout or self.timeout,
         )
 
 
@@ -255,7 +257,7 @@ def _review_reason(run: Run, step: Step, step_def) -> str:
 
 def _compensate_step(run: Run, step: Step, step_def, actor: str) -> dict[str, Any]:
     """Run one step's compensation; returns its report entry."""
-    ctx = CompensationContext(run, step, actor)
+    ctx = CompensationContext(run, step, actor, timeout=step_def.timeout)
     try:
         step_def.compensate(ctx, step.output)
     except OutcomeUnknown as exc:

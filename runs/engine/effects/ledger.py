@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from django.db import transaction
 
 from runs.engine.data import payloads
+from runs.engine.effects.calls import CallTimedOut, call_with_timeout
 from runs.engine.errors import LeaseLost, NonDeterminism, StepError
 from runs.engine.state.gateway import (
     attempt_holds,
@@ -259,15 +260,24 @@ def call(tool: Tool, arguments: dict, call_info: ToolCall):
     return tool.fn(arguments, call_info)
 
 
-def verify(tool: Tool, op: Operation, call_info: ToolCall) -> VerifyAnswer:
+def verify(
+    tool: Tool, op: Operation, call_info: ToolCall, *, timeout: float | None = None
+) -> VerifyAnswer:
     """Ask the tool's ``verify`` hook what became of ``op``; never raises.
 
-    No hook, a hook that raises, or an answer of the wrong type all mean "cannot tell".
+    No hook, a hook that raises or takes longer than ``timeout`` seconds (default: the
+    tool's ``timeout``; ``None``: no limit), or an answer of the wrong type all mean
+    "cannot tell".
     """
     if tool.verify is None:
         return VerifyAnswer("cannot_tell", evidence=f"tool {tool.name} has no verify hook")
+    hook = tool.verify
     try:
-        answer = tool.verify(op.arguments, call_info)
+        answer = call_with_timeout(
+            lambda: hook(op.arguments, call_info), tool.timeout if timeout is None else timeout
+        )
+    except CallTimedOut as exc:
+        return VerifyAnswer("cannot_tell", evidence=f"verify {exc}")
     except Exception as exc:  # noqa: BLE001 - any failure to look is "cannot tell"
         return VerifyAnswer("cannot_tell", evidence=f"verify failed: {type(exc).__name__}: {exc}")
     if not isinstance(answer, VerifyAnswer):

@@ -24,7 +24,7 @@ from django.db import transaction
 
 from runs.engine.effects import budget as budget_mod
 from runs.engine.effects import ledger
-from runs.engine.effects.calls import CallTimedOut, call_with_timeout
+from runs.engine.effects.calls import CallTimedOut, call_with_timeout, iterate_with_timeout
 from runs.engine.effects.model_providers import ModelReply, get_provider
 from runs.engine.errors import StepError
 from runs.engine.execution import faults
@@ -223,12 +223,16 @@ def stream_model(
 ):
     """``StepContext.stream_model``: stream a text reply through ``on_piece(offset, text)``
     and record the final response like ``call_model``. A reused response is delivered
-    as one piece."""
+    as one piece. The step's ``timeout`` holds for the whole stream: past it the request
+    is recorded FAILED and ``StepError("TIMEOUT")`` raised, however the reply trickles."""
+    timeout = ctx.step_def.timeout
 
     def consume(provider) -> ModelReply:
         content = ""
         final = None
-        pieces: Iterator[str | ModelReply] = provider.stream(messages)
+        pieces: Iterator[str | ModelReply] = iterate_with_timeout(
+            lambda: provider.stream(messages), timeout
+        )
         for piece in pieces:
             if isinstance(piece, ModelReply):
                 final = piece

@@ -5,7 +5,7 @@ one short transaction fenced by the attempt."""
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -20,7 +20,8 @@ from runs.engine.control.takeovers import open_takeover
 from runs.engine.data import drafts, payloads
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.effects import budget, compensation, unknown_outcomes
-from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
+from runs.engine.effects.retry import DEFAULT_RETRY
+from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError, StepUnknown
 from runs.engine.execution import dispatch, heartbeat
 from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.step_context import StepContext
@@ -47,9 +48,13 @@ CRASH_EXIT_CODE = 75
 
 
 def say(line: str) -> None:
-    """Progress line on the worker's stdout (``ENTER <step>``), flushed at once."""
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+    """Progress line on the worker's stdout (``ENTER <step>``), flushed at once. Best
+    effort: a stdout whose reader went away must not fail the step it announces."""
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def run_chain(step_id: int | None, worker: WorkerIdentity, claimed: Step | None = None) -> int:
@@ -140,8 +145,8 @@ def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -
 
     With ``chain`` the commit inserts the next step claimed by this worker (the caller
     must run it with ``continue_step`` or give it back); without, the next step is
-    PENDING and notified. Never raises for step failures (they are recorded); database
-    errors propagate.
+    PENDING and notified. Once the step is claimed nothing raises: every error ends
+    the attempt through ``end_attempt``. Database errors before the claim propagate.
     """
     close_old_connections()
     workflow: Workflow | None
@@ -211,96 +216,159 @@ def _run_attempt(
     chain: bool,
 ) -> StepOutcome:
     """Run the claimed ``attempt`` of ``step`` outside any transaction, with its lease
-    kept by the process's heartbeat, then record how it ended. ``checkpoint`` is the
-    ``(id, whole state)`` the step starts from."""
-    step_def = workflow.get(step.name)
-    say(f"ENTER {step.name} (run {run.pk}, attempt {attempt}, worker {worker.worker_id})")
+    kept by the process's heartbeat, then commit it. ``checkpoint`` is the ``(id, whole
+    state)`` the step starts from. Whatever raises between the claim and the commit
+    (the definition lookup, the step, the checks and the commit itself) ends the
+    attempt through ``end_attempt``: nothing leaves a claimed step RUNNING."""
     done = StepOutcome(True, step.pk)
-    if attempt - step.attempt_base > step_def.retry.max_attempts:
-        # Each claim is an attempt, including claims whose worker died; a step that keeps
-        # killing its workers must stop being retried. Attempts before the last human
-        # decision (attempt_base) do not count.
-        _fail_attempt(
-            run,
-            step,
-            attempt,
-            worker,
-            step_def,
-            StepError(
+    step_def = _unknown_step_def(step)
+    try:
+        step_def = _step_def(workflow, step)
+        say(f"ENTER {step.name} (run {run.pk}, attempt {attempt}, worker {worker.worker_id})")
+        if attempt - step.attempt_base > step_def.retry.max_attempts:
+            # Each claim is an attempt, including claims whose worker died; a step that
+            # keeps killing its workers must stop being retried. Attempts before the last
+            # human decision (attempt_base) do not count.
+            raise _AttemptsExhausted(
                 "ATTEMPTS_EXHAUSTED",
                 f"claimed {attempt - step.attempt_base} times, "
                 f"max_attempts={step_def.retry.max_attempts}",
-            ),
-            force_final=True,
+            )
+        ctx = StepContext(
+            run=run,
+            step=step,
+            attempt=attempt,
+            worker_id=worker.worker_id,
+            workflow=workflow,
+            step_def=step_def,
+            state=checkpoint[1],
+            checkpoint_id=checkpoint[0],
         )
+        lease_keeper = heartbeat.keeper()
+        lease_keeper.hold(ctx)
+        # The step now waits on its own code, a model or a tool: no connection is held.
+        release_connection()
+        try:
+            output = step_def.fn(ctx)
+        finally:
+            lease_keeper.release(ctx)
+        if step_def.kind == "approval":
+            approvals.commit_approval_request(ctx, _approval_request(output), worker.worker_id)
+            return done
+        if step_def.kind == "signal":
+            waits.commit_signal_wait(ctx, worker.worker_id)
+            return done
+        claimed_by = worker.worker_id if chain and not worker.stopping.is_set() else None
+        if ctx.sleep_seconds is not None or ctx.wake_at is not None:
+            # A durable timer: the next step is born PENDING with its not_before, not
+            # claimed by this worker.
+            claimed_by = None
+        return _commit_checked(ctx, output, worker, step_def, claimed_by)
+    except Exception as exc:  # noqa: BLE001 - every error after the claim ends the attempt
+        end_attempt(run, step, attempt, worker, workflow, step_def, exc)
         return done
 
-    ctx = StepContext(
-        run=run,
-        step=step,
-        attempt=attempt,
-        worker_id=worker.worker_id,
-        workflow=workflow,
-        step_def=step_def,
-        state=checkpoint[1],
-        checkpoint_id=checkpoint[0],
+
+class _AttemptsExhausted(StepError):
+    """The step was claimed more often than its policy allows: failed for good."""
+
+
+def _step_def(workflow: Workflow, step: Step) -> StepDef:
+    """The declaration of ``step`` in ``workflow``; raises ``StepUnknown`` when the
+    deployed definition has no step of that name."""
+    if workflow.has(step.name):
+        return workflow.get(step.name)
+    raise StepUnknown(
+        f"{workflow.name}@{workflow.version} as deployed here has no step {step.name!r} "
+        f"(it declares: {', '.join(s.name for s in workflow.steps) or 'none'})"
     )
-    lease_keeper = heartbeat.keeper()
-    lease_keeper.hold(ctx)
-    # The step now waits on its own code, a model or a tool: no connection is held.
-    release_connection()
-    try:
-        output = step_def.fn(ctx)
-    except LeaseLost as exc:
-        _record(run.pk, "step.abandoned", {"attempt": attempt, "reason": str(exc)}, step, worker)
-        return done
-    except CancelRequested:
-        _release_for_cancel(run, step, attempt, worker)
-        return done
-    except ArtifactInvalid as exc:
-        pause_for_invalid_artifact(run, step, attempt, worker.worker_id, exc)
-        return done
-    except OutcomeUnknown as exc:
-        unknown_outcomes.pause_unknown(run, step, attempt, worker.worker_id, exc)
-        return done
-    except budget.BudgetExhausted as exc:
-        _budget_exhausted(run, step, attempt, worker, workflow, step_def, exc)
-        return done
-    except StepError as exc:
-        _fail_attempt(run, step, attempt, worker, step_def, exc)
-        return done
-    except Exception as exc:  # noqa: BLE001 - a bug in a step is recorded, not fatal to the worker
-        if db_faults.classify(exc) is not None:
-            _release_after_db_fault(run, step, attempt, worker, exc)
-            return done
-        logger.exception("step %s raised", step.name)
-        _fail_attempt(
-            run,
-            step,
-            attempt,
-            worker,
-            step_def,
-            StepError("INTERNAL", f"{type(exc).__name__}: {exc}"),
+
+
+def _unknown_step_def(step: Step) -> StepDef:
+    """The stand-in declaration of a step the deployed definition does not know: the
+    default number of attempts, retrying only ``STEP_UNKNOWN`` (another worker may run
+    code that knows it), then a takeover."""
+    return StepDef(
+        name=step.name,
+        fn=_unknown_step_fn,
+        retry=replace(DEFAULT_RETRY, retryable=frozenset({"STEP_UNKNOWN"})),
+        on_exhausted="takeover",
+    )
+
+
+def _unknown_step_fn(ctx: StepContext) -> None:
+    raise StepUnknown(f"step {ctx.step.name!r} is not declared")
+
+
+def _approval_request(output: Any) -> dict[str, Any]:
+    """An approval step's return value as the request to store; raises
+    ``InvalidValue``/``StepError("INVALID_OUTPUT")`` when it is not a storable dict."""
+    request = values.storable(output or {}, "approval request")
+    if not isinstance(request, dict):
+        raise StepError(
+            values.INVALID_OUTPUT,
+            "an approval step must return {question, reason, evidence}, "
+            f"not {type(request).__name__}",
         )
-        return done
-    finally:
-        lease_keeper.release(ctx)
-    if step_def.kind == "approval":
-        try:
-            request = values.storable(output or {}, "approval request")
-            approvals.commit_approval_request(ctx, request, worker.worker_id)
-        except values.InvalidValue as exc:
-            _fail_attempt(run, step, attempt, worker, step_def, exc)
-        return done
-    if step_def.kind == "signal":
-        waits.commit_signal_wait(ctx, worker.worker_id)
-        return done
-    claimed_by = worker.worker_id if chain and not worker.stopping.is_set() else None
-    if ctx.sleep_seconds is not None or ctx.wake_at is not None:
-        # A durable timer: the next step is born PENDING with its not_before, not
-        # claimed by this worker.
-        claimed_by = None
-    return _commit_checked(ctx, output, worker, step_def, claimed_by, done)
+    return request
+
+
+def end_attempt(
+    run: Run,
+    step: Step,
+    attempt: int,
+    worker: WorkerIdentity,
+    workflow: Workflow,
+    step_def: StepDef,
+    exc: Exception,
+) -> None:
+    """End the claimed ``attempt`` of ``step`` after ``exc``, raised anywhere between the
+    claim and the commit: the one failure path. Control exceptions steer (lease lost:
+    abandoned; cancel: cancelled; unknown outcome, invalid artifact, exhausted budget:
+    paused for a person), a database fault gives the step back uncounted, a
+    ``StepError`` is a failed attempt under the step's retry policy, and anything else a
+    failed attempt with ``INTERNAL`` (a bug, logged with its traceback). Each is recorded
+    as an event. Never raises: when even the record cannot be written, one warning is
+    logged and the lease decides (the next claim counts as an attempt)."""
+    try:
+        _end_attempt(run, step, attempt, worker, workflow, step_def, exc)
+    except Exception:  # noqa: BLE001 - the lease rules take over from here
+        logger.warning(
+            "step %s attempt %s: recording how it ended failed; its lease will expire",
+            step.pk,
+            attempt,
+            exc_info=True,
+        )
+
+
+def _end_attempt(
+    run: Run,
+    step: Step,
+    attempt: int,
+    worker: WorkerIdentity,
+    workflow: Workflow,
+    step_def: StepDef,
+    exc: Exception,
+) -> None:
+    if isinstance(exc, LeaseLost):
+        _record(run.pk, "step.abandoned", {"attempt": attempt, "reason": str(exc)}, step, worker)
+    elif isinstance(exc, CancelRequested):
+        _release_for_cancel(run, step, attempt, worker)
+    elif isinstance(exc, ArtifactInvalid):
+        pause_for_invalid_artifact(run, step, attempt, worker.worker_id, exc)
+    elif isinstance(exc, OutcomeUnknown):
+        unknown_outcomes.pause_unknown(run, step, attempt, worker.worker_id, exc)
+    elif isinstance(exc, budget.BudgetExhausted):
+        _budget_exhausted(run, step, attempt, worker, workflow, step_def, exc)
+    elif isinstance(exc, StepError):
+        final = isinstance(exc, _AttemptsExhausted)
+        _fail_attempt(run, step, attempt, worker, step_def, exc, force_final=final)
+    elif db_faults.classify(exc) is not None:
+        _release_after_db_fault(run, step, attempt, worker, exc)
+    else:
+        logger.error("step %s raised", step.name, exc_info=exc)
+        error = StepError("INTERNAL", f"{type(exc).__name__}: {exc}")
+        _fail_attempt(run, step, attempt, worker, step_def, error)
 
 
 def _commit_checked(
@@ -309,27 +377,22 @@ def _commit_checked(
     worker: WorkerIdentity,
     step_def: StepDef,
     claimed_by: str | None,
-    done: "StepOutcome",
 ) -> "StepOutcome":
     """Check every value the commit writes (``runs.engine.state.values``), then commit,
     retrying the whole fenced transaction after a lost connection or a lock timeout (the
     fence makes a repeat safe; a lost commit is not a failed attempt). A value that
-    cannot be stored fails the attempt with ``INVALID_OUTPUT``, also when a checked model
-    field finds it inside the commit (the transaction is rolled back first)."""
-    try:
-        output = values.storable(output, "output")
-        ctx.new_messages = [_checked_message(m) for m in ctx.new_messages]
-        return _retrying(
-            ctx.run.pk,
-            ctx.step,
-            ctx.attempt,
-            worker,
-            lambda: _commit_success(ctx, output, worker, claimed_by),
-            "commit",
-        )
-    except values.InvalidValue as exc:
-        _fail_attempt(ctx.run, ctx.step, ctx.attempt, worker, step_def, exc)
-        return done
+    cannot be stored raises ``InvalidValue`` (``INVALID_OUTPUT``), also when a checked
+    model field finds it inside the commit (the transaction is rolled back first)."""
+    output = values.storable(output, "output")
+    ctx.new_messages = [_checked_message(m) for m in ctx.new_messages]
+    return _retrying(
+        ctx.run.pk,
+        ctx.step,
+        ctx.attempt,
+        worker,
+        lambda: _commit_success(ctx, output, worker, claimed_by),
+        "commit",
+    )
 
 
 def _checked_message(message: dict) -> dict:
@@ -702,14 +765,18 @@ def _record_failed_attempt(
         if (step_def.on_exhausted == "takeover" or error.takeover) and not isinstance(
             error, budget.BudgetExhausted
         ):
+            reason = f"{step.name} failed: {error.code} ({decision.reason})"
+            if isinstance(error, StepUnknown):
+                # The code alone does not say which step: the detail names it.
+                reason = f"{step.name} failed: {error.detail[:500]} ({decision.reason})"
             open_takeover(
                 tx,
                 cause=error.takeover_cause,
-                reason=f"{step.name} failed: {error.code} ({decision.reason})",
+                reason=reason,
                 actor=worker.worker_id,
                 step=step,
                 suggested_action=SUGGESTED_ACTIONS.get(
-                    error.takeover_cause, "Check the dependency, then retry the step."
+                    error.takeover_cause, error.suggested_action
                 ),
                 evidence={
                     "error_code": error.code,

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connection
 
 from agentops.db_pool import release_connection
+from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.state import leases
 from runs.models import Run
 from runs.states import RUN_TERMINAL, RunStatus
@@ -94,6 +95,8 @@ class LeaseKeeper:
             hook({c.worker_id for c in held})
 
     def _loop(self) -> None:
+        # The database away for a while fails every beat the same way: one line per period.
+        failures = RepeatedFailureLog(logger, "heartbeat")
         try:
             while True:
                 self._wake.wait(self.interval)
@@ -108,8 +111,9 @@ class LeaseKeeper:
                             return
                 try:
                     self.beat()
-                except Exception:  # noqa: BLE001 - a failed beat must not kill the steps; the lease rules decide
-                    logger.warning("heartbeat failed", exc_info=True)
+                    failures.succeeded()
+                except Exception as exc:  # noqa: BLE001 - a failed beat must not kill the steps; the lease rules decide
+                    failures.failed(exc)
                     connection.close()
                 release_connection()
         finally:

@@ -214,24 +214,29 @@ class StepContext:
         a text reply through the ledger (``runs.engine.effects.model_calls``) and stream
         it into the draft ``message_id`` piece by piece (one ``message.delta`` event
         each, with its character offset). Returns the ``ModelReply``. Raises
-        ``BudgetExhausted``, ``LeaseLost``, ``CancelRequested``, ``StepError``."""
+        ``BudgetExhausted``, ``LeaseLost``, ``CancelRequested``, ``StepError``
+        (``TIMEOUT`` when the whole reply takes longer than the step's ``timeout``:
+        the draft is then abandoned)."""
 
         streamed = {"content": ""}
+
+        def abandon(reason: str) -> None:
+            # Nothing will finish this draft: tell clients to drop it.
+            drafts.abandon(
+                run_id=self.run.pk,
+                step_id=self.step.pk,
+                message_id=message_id,
+                attempt=self.attempt,
+                reason=reason,
+                actor=self.worker_id,
+            )
 
         def on_piece(offset: int, piece: str) -> None:
             streamed["content"] = streamed["content"][:offset] + piece
             try:
                 self.safe_point()
             except CancelRequested:
-                # Nothing will finish this draft: tell clients to drop it.
-                drafts.abandon(
-                    run_id=self.run.pk,
-                    step_id=self.step.pk,
-                    message_id=message_id,
-                    attempt=self.attempt,
-                    reason="cancel requested",
-                    actor=self.worker_id,
-                )
+                abandon("cancel requested")
                 raise
             drafts.delta(
                 run_id=self.run.pk,
@@ -244,7 +249,12 @@ class StepContext:
                 actor=self.worker_id,
             )
 
-        return model_calls.stream_model(self, messages, message_id, model, on_piece)
+        try:
+            return model_calls.stream_model(self, messages, message_id, model, on_piece)
+        except StepError as exc:
+            if exc.code == "TIMEOUT":
+                abandon(f"the reply passed the step's timeout of {self.step_def.timeout}s")
+            raise
 
     def call_model(
         self,
@@ -311,7 +321,9 @@ class StepContext:
         metadata: dict[str, Any] | None = None,
     ):
         """Write artifact ``name`` (file first, then the row) and reference it from the
-        checkpoint this step commits. Returns the ``Artifact``; raises ``LeaseLost``."""
+        checkpoint this step commits. Returns the ``Artifact``; raises ``LeaseLost``, or
+        ``StepError("TIMEOUT")`` when the storage takes longer than the step's
+        ``timeout``."""
         from runs.engine.data.artifacts import write_artifact
 
         self.safe_point()
@@ -323,6 +335,7 @@ class StepContext:
             data=data,
             kind=kind,
             metadata=metadata,
+            timeout=self.step_def.timeout,
         )
         # A new dict, not an in-place append: the checkpoint state read at claim time
         # stays as it was if this attempt never commits.
@@ -332,8 +345,10 @@ class StepContext:
     def read_artifact(self, name: str) -> bytes:
         """The bytes of the newest artifact ``name`` referenced by this run's checkpoint
         (or saved by this attempt), checksum verified. Raises ``ArtifactInvalid`` when the
-        file is missing or changed (the executor pauses the run for a takeover), or
-        ``StepError("ARTIFACT_NOT_FOUND")`` when no such artifact is referenced."""
+        file is missing or changed (the executor pauses the run for a takeover),
+        ``StepError("ARTIFACT_NOT_FOUND")`` when no such artifact is referenced, or
+        ``StepError("TIMEOUT")`` when the storage takes longer than the step's
+        ``timeout``."""
         from runs.engine.data.artifacts import read_artifact
         from runs.models import Artifact
 
@@ -341,7 +356,7 @@ class StepContext:
         artifact = Artifact.objects.filter(pk__in=ids, name=name).order_by("-pk").first()
         if artifact is None:
             raise StepError("ARTIFACT_NOT_FOUND", f"no artifact {name!r} in this run's checkpoint")
-        return read_artifact(artifact)
+        return read_artifact(artifact, timeout=self.step_def.timeout)
 
 
 def perform_call(
@@ -404,7 +419,7 @@ def perform_call(
             op.status in (Operation.Status.INTENT, Operation.Status.UNKNOWN)
             and tool.side_effect == "unsafe"
         ):
-            answer = ledger.verify(tool, op, info)
+            answer = ledger.verify(tool, op, info, timeout=timeout)
             ledger.record_verified(op, answer, step_id=step.pk if step else None, actor=actor)
             if answer.status == "done":
                 ledger.record_result(op, answer.result)

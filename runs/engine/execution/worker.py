@@ -18,13 +18,7 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import (
-    InterfaceError,
-    OperationalError,
-    close_old_connections,
-    connection,
-    connections,
-)
+from django.db import close_old_connections, connection, connections
 from django.db.models import Q
 from django.db.models.functions import Now
 
@@ -34,7 +28,7 @@ from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.execution.identity import WorkerIdentity, new_worker_id, set_current_worker
 from runs.engine.execution.liveness import Liveness
 from runs.engine.execution.slots import Slots
-from runs.engine.state import one_claim
+from runs.engine.state import db_faults, one_claim
 from runs.models import Step, WorkerProcess
 from runs.states import RUN_EXECUTABLE, StepStatus
 from runs.workflows import registry
@@ -77,6 +71,18 @@ def _stop_pubsub(rq_worker) -> None:
     if thread is not None:
         thread.stop()
         thread.join(timeout=1)
+
+
+def _handling_failed(outage: RepeatedFailureLog, exc: Exception) -> None:
+    """A polling round raised ``exc``. A database fault (``db_faults``: restart,
+    failover, read-only, out of connections...) is an outage: one line per period while
+    it lasts, the connection dropped so the next round reconnects; a step cut off
+    mid-way is recovered by its lease. Anything else is logged with its traceback."""
+    if db_faults.classify(exc) is not None:
+        outage.failed(exc)
+    else:
+        logger.exception("handling a step failed; the worker goes on")
+    connection.close()
 
 
 def due_step_ids(limit: int = 10) -> list[int]:
@@ -367,14 +373,8 @@ class Worker:
                     break
                 if not self.slots.threaded:
                     self.maintain()
-            except (OperationalError, InterfaceError) as exc:
-                # The database is away (restart, failover): keep polling until it is
-                # back; a step cut off mid-way is recovered by its lease.
-                outage.failed(exc)
-                connection.close()
-            except Exception:  # noqa: BLE001 - one step's trouble must never end the worker
-                logger.exception("handling a step failed; the worker goes on")
-                connection.close()
+            except Exception as exc:  # noqa: BLE001 - one step's trouble must never end the worker
+                _handling_failed(outage, exc)
             self.identity.stopping.wait(settings.AGENTOPS_POLL_SECONDS)
         return self.identity.executed
 
@@ -454,6 +454,7 @@ class Worker:
         returns the next interval, so an RQ round that fails at once waits longer
         before the next."""
         next_check = time.monotonic() + delay
+        outage = RepeatedFailureLog(logger, "database polling")
         while not self.identity.stopping.is_set():
             if not self._wait_for_slot():
                 continue
@@ -461,11 +462,11 @@ class Worker:
             try:
                 taken = self.handle_one()
                 db_pool.release_connection()
+                outage.succeeded()
                 if taken:
                     continue
-            except Exception:  # noqa: BLE001 - one step's trouble must never end the worker
-                logger.exception("handling a step failed; the worker goes on")
-                connection.close()
+            except Exception as exc:  # noqa: BLE001 - one step's trouble must never end the worker
+                _handling_failed(outage, exc)
             if self.burst and not self.slots.busy():
                 break
             if time.monotonic() >= next_check:

@@ -1,8 +1,11 @@
 """``python manage.py worker [--burst] [--queue NAME] [--mode rq|db] [--concurrency N]``."""
 
+import logging
+
 from django.core.management.base import BaseCommand, CommandError
 
 from agentops.db_session import use_process_kind
+from runs.checks import redis_eviction_problem
 from runs.cli import arguments
 from runs.engine.execution import dispatch
 from runs.engine.execution.slots import MAX_SLOTS
@@ -69,5 +72,8 @@ class Command(BaseCommand):
             f"slots={worker.slots.size}{' burst' if burst else ''}"
         )
         self.stdout.flush()
+        problem = redis_eviction_problem()
+        if problem is not None:
+            logging.getLogger("agentops.worker").warning("%s; %s", *problem)
         executed = worker.run()
         self.stdout.write(f"worker {worker.worker_id} stopped after {executed} step(s)")
