@@ -56,6 +56,8 @@ def test_the_api_delivers_once_per_key_checks_the_payload_and_the_permission(
         url, json={"amount": 5}, headers={"Authorization": f"Bearer {viewer}"}, timeout=30
     )
     assert forbidden.status_code == 403
+    unknown = httpx.post(f"{server.url}/api/v1/runs/{run_id}/signals/x", headers=auth, timeout=30)
+    assert unknown.status_code == 422 and unknown.json()["code"] == "unknown_signal"
     assert received(d, run_id) == 0
 
     key = {**auth, "Idempotency-Key": "pay-77"}
@@ -71,8 +73,6 @@ def test_the_api_delivers_once_per_key_checks_the_payload_and_the_permission(
     d.manage("worker", "--burst", timeout=180, check=True)
     done = httpx.post(url, json={"amount": 5}, headers=auth, timeout=30)
     assert done.status_code == 409 and done.json()["code"] == "run_terminal"
-    unknown = httpx.post(f"{server.url}/api/v1/runs/{run_id}/signals/x", headers=auth, timeout=30)
-    assert unknown.status_code == 422 and unknown.json()["code"] == "unknown_signal"
     server.kill()
 
 

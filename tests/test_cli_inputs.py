@@ -498,6 +498,7 @@ def test_every_json_option_is_parsed_and_checked_as_its_value_is_read():
         "runs resolve --result": "JSON value",
         "approvals decide --arguments": "JSON object",
         "approvals resolve --result": "JSON value",
+        "runs signal --payload": "JSON value",
     }
 
 
@@ -513,6 +514,7 @@ JSON_OPTIONS = {
     "--result": (("runs", "resolve", RUN_ID, "--step", "s", "--outcome", "done",
                   "--evidence", "e"), "invalid_input"),
     "--arguments": (("approvals", "decide", "1", "approve", "--as", "u"), "invalid_arguments"),
+    "--payload": (("runs", "signal", RUN_ID, "payment"), "invalid_input"),
 }  # fmt: skip
 #: (value, objects only, what the one line says about it)
 BAD_JSON = [
@@ -530,7 +532,7 @@ BAD_JSON = [
 def test_blank_null_or_non_object_json_is_a_usage_error_naming_the_option(manage_in_process):
     for option, (argv, refusal) in JSON_OPTIONS.items():
         for value, objects_only, why in BAD_JSON:
-            if objects_only and option == "--result":
+            if objects_only and option in ("--result", "--payload"):
                 continue
             code, out, err = manage_in_process(*argv, option, value)
             assert code == 2, (option, value, err)

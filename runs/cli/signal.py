@@ -27,7 +27,11 @@ def add_arguments(parser):
         help="idempotency key: the same key again delivers nothing new",
     )
     parser.add_argument(
-        "--as", dest="as_user", default=None, help="act as this user (needs runs.operate_run)"
+        "--as",
+        dest="as_user",
+        default=None,
+        type=arguments.required_text,
+        help="act as this user (needs runs.operate_run)",
     )
 
 

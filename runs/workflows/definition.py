@@ -177,7 +177,7 @@ class Workflow:
         function ``fn(ctx)`` runs first (its return value is ignored); then the run waits
         in WAITING_EXTERNAL with no lease held until the signal comes, and the step's
         output is ``{"signal": signal, "payload": {...}, "request_id": str}`` for the
-        next declared step (or ``ctx.goto``-free route) to read. ``schema``: the JSON
+        next declared step to read (``ctx.outputs[name]``). ``schema``: the JSON
         Schema a payload must match (a bad one is refused, nothing changes).
         ``timeout`` (seconds, ``None``: wait forever): then the step ends with
         ``{"signal": signal, "timed_out": True}`` and the run goes to ``on_timeout``

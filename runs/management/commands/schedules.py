@@ -21,19 +21,41 @@ class Command(OperatorCommand):
         listing = sub.add_parser("list", help="every schedule, its next ticks and last runs")
         listing.add_argument("--json", action="store_true", help="print JSON")
         add = sub.add_parser("add", help="a new schedule")
-        add.add_argument("name", type=arguments.column_text("runs.Schedule", "name"))
-        add.add_argument("--workflow", required=True, type=arguments.required_text)
+        add.add_argument(
+            "name", type=arguments.column_text("runs.Schedule", "name"), help="a unique name"
+        )
+        add.add_argument(
+            "--workflow",
+            required=True,
+            type=arguments.required_text,
+            help="a registered workflow (its latest version at each tick)",
+        )
         timing = add.add_mutually_exclusive_group(required=True)
         timing.add_argument("--cron", type=arguments.required_text, help='e.g. "0 9 * * 1"')
         timing.add_argument(
             "--every", type=arguments.integer(1), metavar="SECONDS", help="an interval"
         )
-        add.add_argument("--tz", default=None, help="the cron's time zone (default UTC)")
+        add.add_argument(
+            "--tz",
+            default=None,
+            type=arguments.required_text,
+            help="the cron's time zone (default UTC)",
+        )
         add.add_argument(
             "--input", default="{}", type=arguments.json_object(), help="each run's input"
         )
-        add.add_argument("--overlap", choices=Schedule.Overlap.values, default="skip")
-        add.add_argument("--catchup", choices=Schedule.Catchup.values, default="latest")
+        add.add_argument(
+            "--overlap",
+            choices=Schedule.Overlap.values,
+            default="skip",
+            help="skip a tick while the previous run is open (default), or allow it",
+        )
+        add.add_argument(
+            "--catchup",
+            choices=Schedule.Catchup.values,
+            default="latest",
+            help="missed ticks after downtime: none, the latest (default), or all",
+        )
         add.add_argument(
             "--catchup-window",
             type=arguments.integer(1),
@@ -48,7 +70,7 @@ class Command(OperatorCommand):
             ("delete", "delete the schedule (its runs stay)"),
         ):
             sub.add_parser(action, help=text).add_argument(
-                "name", type=arguments.column_text("runs.Schedule", "name")
+                "name", type=arguments.column_text("runs.Schedule", "name"), help="the schedule"
             )
 
     def handle(self, *args, action: str, **options):
