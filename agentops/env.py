@@ -152,3 +152,36 @@ def env_dotted_path(name: str, default: str) -> str:
     if len(parts) < 2 or not all(p.isidentifier() for p in parts):
         raise ImproperlyConfigured(f"{name}={raw!r} is not a dotted path like package.module.name")
     return raw
+
+
+def signal_hooks(hooks: dict) -> dict:
+    """``AGENTOPS_SIGNAL_HOOKS`` checked: each name maps to an object with non-empty
+    ``secret``, ``signal`` and ``field`` texts, ``by`` ``"thread"`` (default) or ``"run"``,
+    and optional ``payload_field`` / ``request_id_field`` texts. Returns the hooks with
+    ``by`` filled in; raises ``ImproperlyConfigured`` naming the hook and key."""
+    checked = {}
+    for name, config in hooks.items():
+        where = f"AGENTOPS_SIGNAL_HOOKS[{name!r}]"
+        if not isinstance(config, dict):
+            raise ImproperlyConfigured(f"{where} must be an object")
+        for key in ("secret", "signal", "field"):
+            if not isinstance(config.get(key), str) or not config[key].strip():
+                raise ImproperlyConfigured(f"{where}.{key} must be non-empty text")
+        for key in ("payload_field", "request_id_field"):
+            if key in config and (not isinstance(config[key], str) or not config[key].strip()):
+                raise ImproperlyConfigured(f"{where}.{key} must be non-empty text")
+        unknown = set(config) - {
+            "secret",
+            "signal",
+            "field",
+            "by",
+            "payload_field",
+            "request_id_field",
+        }
+        if unknown:
+            raise ImproperlyConfigured(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
+        by = config.get("by", "thread")
+        if by not in ("thread", "run"):
+            raise ImproperlyConfigured(f"{where}.by must be thread or run")
+        checked[name] = {**config, "by": by}
+    return checked

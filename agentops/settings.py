@@ -21,6 +21,7 @@ from agentops.env import (
     env_number,
     env_redis_url,
     env_str,
+    signal_hooks,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -182,6 +183,15 @@ AGENTOPS_SWEEP_SECONDS = env_number("AGENTOPS_SWEEP_SECONDS", 5, minimum=0.1)
 AGENTOPS_RENOTIFY_SECONDS = env_number("AGENTOPS_RENOTIFY_SECONDS", 15, minimum=0.1)
 AGENTOPS_SWEEP_BATCH = int(env_number("AGENTOPS_SWEEP_BATCH", 200, minimum=1))
 AGENTOPS_STUCK_SECONDS = env_number("AGENTOPS_STUCK_SECONDS", 600, minimum=1)
+# Schedules (runs/engine/control/schedules.py): a tick handled later than this after its
+# time counts as missed and follows the schedule's catch-up policy.
+AGENTOPS_SCHEDULE_GRACE_SECONDS = env_number("AGENTOPS_SCHEDULE_GRACE_SECONDS", 5, minimum=0.1)
+# Signal webhooks (docs/waits.md): {"NAME": {"secret": str, "signal": str, "field": str,
+# "by": "thread"|"run", "payload_field"?: str, "request_id_field"?: str}}; calls are
+# signed with HMAC-SHA256 over "<timestamp>.<body>", refused when older than the
+# tolerance (seconds).
+AGENTOPS_SIGNAL_HOOKS = signal_hooks(env_json("AGENTOPS_SIGNAL_HOOKS", {}))
+AGENTOPS_HOOK_TOLERANCE_SECONDS = env_number("AGENTOPS_HOOK_TOLERANCE_SECONDS", 300, minimum=1)
 # Worker liveness (runs/engine/execution/liveness.py): workers learn that a step's owner
 # died from a PostgreSQL session lock (or its pid on SQLite) and re-claim its step within
 # about AGENTOPS_LIVENESS_SECONDS instead of waiting for the lease. Off: the lease decides.
@@ -327,6 +337,7 @@ AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.dim_lights",
     "runs.workflows.book_trip",
     "runs.workflows.weekly_report",
+    "runs.workflows.order_followup",
     # A Pydantic AI agent registered as a workflow (README "Bring your own agent"),
     # declared here and imported on first use (runs/workflows/support_agent.py).
     "runs.workflows.declared",

@@ -1,7 +1,9 @@
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.staticfiles.views import serve as serve_static
+from django.templatetags.static import static
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 
 from agentops.health import healthz, readyz
 from runs.api.app import api
@@ -10,6 +12,8 @@ from runs.api.metrics import metrics_view
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
+    # Browsers ask for /favicon.ico whatever the page links (the admin, the API docs).
+    path("favicon.ico", RedirectView.as_view(url=static("runs/favicon.svg"), permanent=True)),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/v1/", api.urls),

@@ -10,7 +10,7 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html
 
-from runs.engine.control import lifecycle
+from runs.engine.control import lifecycle, schedules
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import ControlError
 from runs.models import (
@@ -21,6 +21,9 @@ from runs.models import (
     Message,
     Operation,
     Run,
+    Schedule,
+    ScheduleTick,
+    Signal,
     Step,
     Summary,
     Thread,
@@ -256,3 +259,75 @@ class WorkerProcessAdmin(ReadOnlyAdmin):
 @admin.register(MaintenanceLease)
 class MaintenanceLeaseAdmin(ReadOnlyAdmin):
     list_display = ("name", "owner", "lease_until")
+
+
+class ScheduleTickInline(ReadOnlyInline):
+    model = ScheduleTick
+    fields = ("tick_at", "outcome", "manual", "run", "detail", "created_at")
+    readonly_fields = fields
+    ordering = ("-tick_at",)
+    max_num = 20
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):
+    """Schedules are created by ``manage.py schedules add`` (or the API), which checks
+    the cron, the zone and the input; here they are seen, paused, resumed, triggered and
+    deleted."""
+
+    list_display = ("name", "workflow", "timing", "overlap", "catchup", "paused", "next_fire_at")
+    list_filter = ("paused", "workflow")
+    search_fields = ("name", "workflow")
+    readonly_fields = (
+        "name",
+        "workflow",
+        "input",
+        "cron",
+        "timezone",
+        "every_seconds",
+        "overlap",
+        "catchup",
+        "catchup_window",
+        "paused",
+        "next_fire_at",
+        "created_at",
+    )
+    inlines = [ScheduleTickInline]
+    actions = ["pause", "resume", "trigger"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.has_perm("runs.operate_run")
+
+    @admin.display(description="when")
+    def timing(self, obj: Schedule) -> str:
+        return schedules.timing_of(obj).describe()
+
+    @admin.action(description="Pause the selected schedules")
+    def pause(self, request, queryset):
+        for schedule in queryset:
+            schedules.set_paused(schedule.name, True)
+        self.message_user(request, f"{queryset.count()} paused.")
+
+    @admin.action(description="Resume the selected schedules (from now)")
+    def resume(self, request, queryset):
+        for schedule in queryset:
+            schedules.set_paused(schedule.name, False)
+        self.message_user(request, f"{queryset.count()} resumed.")
+
+    @admin.action(description="Trigger the selected schedules now")
+    def trigger(self, request, queryset):
+        for schedule in queryset:
+            tick = schedules.trigger_now(schedule.name, f"user:{request.user.get_username()}")
+            level = messages.SUCCESS if tick.run_id else messages.WARNING
+            self.message_user(request, f"{schedule.name}: tick {tick.outcome}", level)
+
+
+@admin.register(Signal)
+class SignalAdmin(ReadOnlyAdmin):
+    list_display = ("name", "run", "request_id", "actor", "created_at", "step", "consumed_at")
+    list_filter = ("name",)
+    search_fields = ("=run__id", "name", "request_id")
+    list_select_related = ("run", "step")

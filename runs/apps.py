@@ -50,9 +50,9 @@ def _check_token_counter() -> None:
 
 def _register_sweep_tasks() -> None:
     """Sweeper tasks beyond leases and notifications: finish cancels whose worker died,
-    expire approvals, flag stuck runs, and release the steps of workers known to be
-    dead."""
-    from runs.engine.control import approvals, cancel
+    expire approvals, flag stuck runs, release the steps of workers known to be dead,
+    time out signal waits and fire schedule ticks."""
+    from runs.engine.control import approvals, cancel, schedules, waits
     from runs.engine.execution import liveness, sweeper, watchdog
 
     sweeper.EXTRA_TASKS.setdefault("cancels_finished", cancel.finish_requested_cancels)
@@ -60,6 +60,12 @@ def _register_sweep_tasks() -> None:
     sweeper.EXTRA_TASKS.setdefault("approvals_expired", approvals.expire_approvals)
     sweeper.EXTRA_TASKS.setdefault("stuck_flagged", watchdog.flag_stuck_runs)
     sweeper.EXTRA_TASKS.setdefault("dead_owners", liveness.release_dead_owners)
+    # Signal waits past their deadline take their timeout route; due schedule ticks
+    # start their runs. The sweeper wakes when either falls due.
+    sweeper.EXTRA_TASKS.setdefault("signal_waits_timed_out", waits.expire_signal_waits)
+    sweeper.EXTRA_TASKS.setdefault("schedule_runs_started", schedules.fire_due_schedules)
+    sweeper.NEXT_DUE.setdefault("signal_deadline", waits.next_deadline)
+    sweeper.NEXT_DUE.setdefault("schedule_tick", schedules.next_fire_at)
 
 
 def _register_status_extras() -> None:

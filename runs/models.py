@@ -202,6 +202,10 @@ class Step(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     not_before = models.DateTimeField(db_default=Now())
     notified_at = models.DateTimeField(null=True, blank=True)
+    #: The signal a WAITING step waits for (empty for any other wait), and until when
+    #: (database clock; null: no timeout).
+    signal_name = CheckedCharField(max_length=100, blank=True, default="", db_default="")
+    wait_until = models.DateTimeField(null=True, blank=True)
     input = CheckedJSONField(default=dict, blank=True)
     output = PayloadJSONField(null=True, blank=True)
     input_artifact = models.ForeignKey(
@@ -593,3 +597,117 @@ class Payload(models.Model):
 
     def __str__(self) -> str:
         return f"{self.digest[:12]} ({self.size} bytes)"
+
+
+class Signal(models.Model):
+    """A named message to a run from outside (CLI, API, console, webhook), with a JSON
+    ``payload``. ``request_id`` is the sender's idempotency key: one row per
+    (run, name, request_id), so a repeated delivery finds the first. A signal that comes
+    before the run waits for it stays unconsumed (``step`` null) until a step waiting for
+    ``name`` takes it, oldest first."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="signals")
+    name = CheckedCharField(max_length=100)
+    request_id = CheckedCharField(max_length=200)
+    payload = CheckedJSONField(default=dict, blank=True)
+    actor = CheckedCharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+    #: The step that consumed it and when (both null while it is kept for a later wait).
+    step = models.ForeignKey(
+        Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="signals"
+    )
+    consumed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Decides which of concurrent deliveries with one request id is the signal.
+            models.UniqueConstraint(
+                fields=["run", "name", "request_id"], name="signal_unique_request"
+            ),
+        ]
+        indexes = [
+            # A wait's look-up of the oldest kept signal of its name.
+            models.Index(
+                fields=["run", "name", "created_at"],
+                condition=Q(consumed_at__isnull=True),
+                name="signal_kept",
+            ),
+        ]
+        ordering = ["run", "created_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.request_id})"
+
+
+class Schedule(models.Model):
+    """Starts runs of ``workflow`` with ``input`` on a cron expression (in ``timezone``)
+    or every ``every_seconds``. ``next_fire_at`` is the next tick not handled yet
+    (database clock); ``overlap`` and ``catchup`` say what a tick does while the
+    previous run is open and after downtime."""
+
+    class Overlap(models.TextChoices):
+        SKIP = "skip"
+        ALLOW = "allow"
+
+    class Catchup(models.TextChoices):
+        NONE = "none"
+        LATEST = "latest"
+        ALL = "all"
+
+    name = CheckedCharField(max_length=100, unique=True)
+    workflow = CheckedCharField(max_length=100)
+    input = CheckedJSONField(default=dict, blank=True)
+    cron = CheckedCharField(max_length=200, blank=True, default="")
+    timezone = CheckedCharField(max_length=64, default="UTC")
+    every_seconds = models.PositiveIntegerField(null=True, blank=True)
+    overlap = CheckedCharField(max_length=8, choices=Overlap.choices, default=Overlap.SKIP)
+    catchup = CheckedCharField(max_length=8, choices=Catchup.choices, default=Catchup.LATEST)
+    #: How far back ``catchup=all`` starts missed ticks, in seconds.
+    catchup_window = models.PositiveIntegerField(default=3600)
+    paused = models.BooleanField(default=False)
+    next_fire_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [
+            # The sweeper's due-schedules query.
+            models.Index(fields=["next_fire_at"], condition=Q(paused=False), name="schedule_due"),
+        ]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ScheduleTick(models.Model):
+    """One tick of a schedule: its nominal time ``tick_at`` is the unique key that makes
+    any number of sweepers and workers handle it once. ``outcome``: ``started`` (``run``
+    set), ``skipped`` (the previous run was open and overlap is skip), ``missed`` (left
+    out by the catch-up policy) or ``failed`` (the run could not start: ``detail``)."""
+
+    class Outcome(models.TextChoices):
+        STARTED = "started"
+        SKIPPED = "skipped"
+        MISSED = "missed"
+        FAILED = "failed"
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="ticks")
+    tick_at = models.DateTimeField()
+    outcome = CheckedCharField(max_length=8, choices=Outcome.choices)
+    #: ``True`` for "trigger now" (an operator), ``False`` for a tick of the timetable.
+    manual = models.BooleanField(default=False)
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="schedule_ticks"
+    )
+    detail = CheckedTextField(blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # One tick, one row, whoever fires it.
+            models.UniqueConstraint(fields=["schedule", "tick_at"], name="schedule_tick_unique"),
+        ]
+        ordering = ["schedule", "-tick_at"]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id}@{self.tick_at:%Y-%m-%dT%H:%M:%S} {self.outcome}"

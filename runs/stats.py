@@ -29,7 +29,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from runs.engine.state.clock import db_now
-from runs.models import Event, Run, Step
+from runs.models import Event, Run, ScheduleTick, Step
 from runs.states import RUN_EXECUTABLE, RUN_STATE_EVENTS, RUN_TERMINAL, RunStatus, StepStatus
 from runs.storage_stats import storage_by_workflow
 
@@ -182,6 +182,9 @@ def overview_stats(now: datetime | None = None, *, storage: bool = True) -> dict
       created in the last day (cost as a decimal string);
     - ``queue_depth``: steps due now and waiting for a worker (PENDING, ``not_before``
       passed, in a run that may execute);
+    - ``signal_waits``, ``signal_wait_oldest_s``, ``timers_sleeping``,
+      ``timer_oldest_s``, ``schedule_missed_ticks`` (``wait_stats``, missed ticks of the
+      last day);
     - ``storage``: ``[{workflow, db_bytes, payload_bytes, artifact_bytes}]``
       (``runs.storage_stats``, cached for a minute); ``None`` with ``storage=False``:
       counting scans every stored row, so the console loads it as a panel of its own
@@ -306,7 +309,41 @@ def overview_stats(now: datetime | None = None, *, storage: bool = True) -> dict
         "queue_depth": Step.objects.filter(
             status=StepStatus.PENDING, not_before__lte=now, run__status__in=RUN_EXECUTABLE
         ).count(),
+        **wait_stats(now, day_ago),
         "storage": storage_by_workflow() if storage else None,
+    }
+
+
+def wait_stats(now: datetime, since: datetime) -> dict[str, Any]:
+    """Runs waiting with no worker: ``signal_waits`` (runs waiting for a signal) and
+    ``signal_wait_oldest_s`` (since the oldest of those waits began), ``timers_sleeping``
+    (steps held back by a durable timer) and ``timer_oldest_s`` (since the oldest was
+    set), and ``schedule_missed_ticks``: ``{schedule name: ticks missed since
+    ``since``}`` of the schedules that missed any."""
+    waits = Event.objects.filter(
+        type="step.waiting",
+        step__status=StepStatus.WAITING,
+        run__status=RunStatus.WAITING_EXTERNAL,
+    ).exclude(step__signal_name="")
+    signal = waits.aggregate(n=Count("step_id", distinct=True), oldest=Min("created_at"))
+    timers = Step.objects.filter(
+        status=StepStatus.PENDING,
+        attempt=0,
+        not_before__gt=now,
+        run__status__in=RUN_EXECUTABLE,
+    ).aggregate(n=Count("id"), oldest=Min("created_at"))
+    missed = dict(
+        ScheduleTick.objects.filter(outcome=ScheduleTick.Outcome.MISSED, created_at__gte=since)
+        .values_list("schedule__name")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return {
+        "signal_waits": signal["n"],
+        "signal_wait_oldest_s": _seconds(now - signal["oldest"]) if signal["oldest"] else None,
+        "timers_sleeping": timers["n"],
+        "timer_oldest_s": _seconds(now - timers["oldest"]) if timers["oldest"] else None,
+        "schedule_missed_ticks": missed,
     }
 
 

@@ -33,6 +33,29 @@ def shell_json(d: Deployment, code: str, *, fresh: bool = False) -> Any:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def attempt_facts(d: Deployment, run_id: str) -> dict:
+    """What the API and the run page's timeline make of the run's attempts:
+    ``{"api": {step name: [attempt document, ...]}, "bars": {step name: [drawn outcome,
+    ...]}}``, computed in the deployment."""
+    return shell_json(
+        d,
+        f"""
+from django.utils import timezone
+from runs.api.documents import step_documents
+from runs.console.charts import run_timeline
+from runs.models import Run, Step
+run = Run.objects.get(pk={run_id!r})
+steps = list(Step.objects.filter(run=run).order_by("seq"))
+timeline = run_timeline(run, timezone.now())
+print(json.dumps({{
+    "api": {{s["name"]: s["attempts"] for s in step_documents(run, steps)}},
+    "bars": {{row["label"].split(". ", 1)[1]: [b["outcome"] for b in row["bars"]]
+              for row in timeline.rows}},
+}}, default=str))
+""",
+    )
+
+
 def make_user(
     d: Deployment, username: str, *, approver: bool = False, operator: bool = False
 ) -> None:

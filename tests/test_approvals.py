@@ -5,7 +5,7 @@ subprocesses on SQLite (database polling) and PostgreSQL + Redis (RQ)."""
 
 import pytest
 
-from tests.control_support import events_of, facts, make_user, status, weekly_input
+from tests.control_support import attempt_facts, events_of, facts, make_user, status, weekly_input
 from tests.support.services import BACKENDS
 
 
@@ -69,6 +69,11 @@ def test_it_waits_with_no_worker_and_a_new_worker_publishes_after_approve(
     assert approved["actor"] == "user:alice" and approved["payload"]["comment"] == "ship it"
     step = next(s for s in info["steps"] if s["name"] == "approve_publication")
     assert step["output"] == {"decision": "approved", "by": "alice", "comment": "ship it"}
+    # The step's one attempt waited for the approval; it is not shown as running.
+    shown = attempt_facts(d, run_id)
+    (waited,) = shown["api"]["approve_publication"]
+    assert (waited["result"], waited["outcome"]) == ("waited", "step.waiting")
+    assert shown["bars"]["approve_publication"] == ["asked"]
 
 
 def test_it_takes_the_reject_path_and_never_publishes(deployment_factory):

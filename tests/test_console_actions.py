@@ -3,6 +3,7 @@ writes an event with actor ``user:<username>``, is refused (403) for the wrong o
 refused when the run changed meanwhile, and needs a CSRF token."""
 
 import json
+import re
 
 import pytest
 from django.test import Client
@@ -11,7 +12,7 @@ from django.urls import reverse
 from approvals.models import Approval, Takeover
 from runs.console.access import form_version
 from runs.engine.control import lifecycle
-from runs.models import Event, Run, Step
+from runs.models import Checkpoint, Event, Run, Step
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import (
     run_worker_in_process,
@@ -410,3 +411,15 @@ def test_the_admin_cancels_only_through_the_engine(clients, pending_run):
     assert events(pending_run, "run.cancel_requested")[0].actor == "user:bob"
     change = clients["bob"].get(reverse("admin:runs_run_change", args=[pending_run.pk]))
     assert change.status_code == 200 and b'name="status"' not in change.content
+
+
+def test_the_resume_preview_offers_checkpoints_in_run_order(clients, waiting_report):
+    url = reverse("console:resume_preview", args=[waiting_report.pk])
+    preview = clients["bob"].get(url, {"checkpoint": "start"})
+    assert preview.status_code == 200
+    saved = list(
+        Checkpoint.objects.filter(run=waiting_report).order_by("pk").values_list("name", flat=True)
+    )
+    offered = re.findall(r'<option value="([^"]+)"', preview.content.decode())
+    assert offered[0] == "start" and offered == [n for n in saved if n in offered]
+    assert len(offered) >= 3 and offered != sorted(offered)

@@ -66,3 +66,38 @@ def test_the_unknown_outcomes_page_and_filter(clients):
         clients["bob"], "/unknowns/", "page", {"thread": step.run.thread.thread_id}
     )
     assert narrowed == [step.pk]
+
+
+def test_the_filters_offer_state_chips_any_for_yes_no_and_datetime_local(clients):
+    from runs.engine.control.lifecycle import start_run
+    from runs.models import Run
+    from tests.support.states import arrange
+
+    old = start_run("room_temperature", thread_id="F1", input={"question": "warm?"})
+    new = start_run("room_temperature", thread_id="F2", input={"question": "warm?"})
+    arrange(Run.objects.filter(pk=old.pk), status="PAUSED", created_at="2026-01-01T08:00Z")
+    arrange(Run.objects.filter(pk=new.pk), created_at="2026-03-01T08:00Z")
+    page = clients["alice"].get("/runs/").content.decode()
+    assert re.search(r'<legend>State</legend>\s*<div id="id_status" class="chips">', page)
+    assert page.count('type="checkbox" name="status"') == 9
+    assert '<option value="unknown" selected>any</option>' in page
+    assert ">Unknown<" not in page
+    assert 'type="datetime-local" name="created_after"' in page
+    assert 'aria-label="Created: to"' in page
+
+    def listed(**params):
+        response = clients["alice"].get("/runs/", params)
+        assert response.status_code == 200
+        return {r.pk for r in response.context["page"].object_list}
+
+    # As a browser sends them: a datetime-local value, ticked chips, "any".
+    assert listed(created_after="2026-02-01T00:00", stuck="unknown") == {new.pk}
+    assert listed(created_before="2026-02-01T00:00") == {old.pk}
+    assert listed(status=["PAUSED", "PENDING"]) == {old.pk, new.pk}
+    assert listed(status=["PAUSED"]) == {old.pk}
+    chosen = clients["alice"].get("/runs/", {"status": "PAUSED"}).content.decode()
+    assert 'value="PAUSED" class="chips" id="id_status_4" checked' in chosen
+    # A date alone still works (links and scripts that used the old date inputs).
+    assert listed(created_after="2026-02-01") == {new.pk}
+    bad = clients["alice"].get("/runs/", {"created_after": "yesterday"})
+    assert bad.status_code in (200, 400) and new.pk.hex not in bad.content.decode()

@@ -69,7 +69,10 @@ def test_it_renders_only_the_fragment_for_htmx_requests(clients, demo):
         assert response.status_code == 200
         assert b"<html" not in response.content, url
     live = clients["alice"].get(reverse("console:run", args=[run.pk]), HTTP_HX_REQUEST="true")
-    assert b'id="run-live"' in live.content and b'hx-trigger="every 2s"' in live.content
+    assert (
+        b'id="run-live"' in live.content
+        and b'hx-trigger="run-moved from:body, every 5s"' in live.content
+    )
 
 
 def test_it_asks_htmx_to_reload_the_page_when_the_run_changed_state(clients, demo):
@@ -93,6 +96,16 @@ def test_it_serves_the_vendored_htmx_and_sends_the_csrf_token_in_hx_headers(clie
     assert 'src="/static/runs/htmx.min.js"' in page
     assert 'hx-headers=\'{"X-CSRFToken": "' in page
     assert "unpkg" not in page and "cdn" not in page.lower()
+
+
+def test_every_page_has_a_favicon_and_favicon_ico_finds_it(client, clients):
+    page = clients["alice"].get(reverse("console:overview")).content.decode()
+    assert 'rel="icon" href="/static/runs/favicon.svg"' in page
+    asked = client.get("/favicon.ico")
+    assert (asked.status_code, asked["Location"]) == (301, "/static/runs/favicon.svg")
+    icon = client.get("/static/runs/favicon.svg")
+    assert icon.status_code == 200 and icon["Content-Type"] == "image/svg+xml"
+    assert b"<svg" in b"".join(icon.streaming_content)
 
 
 def test_it_shows_action_buttons_only_to_roles_that_may_use_them(clients, demo):

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from runs.engine.execution.liveness import LOCK_NAMESPACE
-from tests.control_support import db_rows, events_of, facts, shell_json, wait_until
+from tests.control_support import attempt_facts, db_rows, events_of, facts, shell_json, wait_until
 from tests.support.services import BACKENDS
 
 SIGNAL = {"postgres": "pg", "sqlite": "pid"}
@@ -88,6 +88,18 @@ def test_it_retakes_a_killed_workers_step_on_the_liveness_signal(deployment_fact
     (hold,) = info["steps"]
     assert (hold["status"], hold["attempt"], hold["output"]) == ("SUCCEEDED", 2, {"attempt": 2})
     assert rescuer.poll() is None
+    # The API and the run page say what became of attempt 1: lost with its worker, and
+    # who took over; the timeline no longer draws it running across the whole run.
+    shown = attempt_facts(d, run_id)
+    lost, rescued = shown["api"]["hold"]
+    assert (lost["result"], lost["outcome"]) == ("lost", "lease.owner_dead")
+    assert (lost["worker"], lost["taken_over_by"]) == (
+        released["payload"]["owner"],
+        started[1]["payload"]["worker"],
+    )
+    assert lost["ended_at"] is not None
+    assert (rescued["result"], rescued["outcome"]) == ("succeeded", "step.succeeded")
+    assert shown["bars"]["hold"] == ["interrupted", "succeeded"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -2,6 +2,9 @@
 
 from typing import Any
 
+from django.db.models import Q
+
+from runs.console.attempts import attempts_by_step
 from runs.engine.control.lifecycle import open_step
 from runs.engine.control.preconditions import run_etag
 from runs.engine.effects.budget import shown_usage as budget_usage
@@ -50,27 +53,18 @@ RUN_STEPS_LIMIT = 100
 
 
 def _attempts(run: Run, step_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
-    """``{step_id: [{attempt, worker, outcome, error_code}]}`` from the step events of
-    ``step_ids``."""
-    by_step: dict[int, dict[int, dict[str, Any]]] = {}
+    """``{step_id: [Attempt.document()]}`` from the step and lease events of
+    ``step_ids``, derived as the run page derives them (``runs.console.attempts``)."""
     rows = (
-        Event.objects.filter(run=run, step__in=step_ids, type__startswith="step.")
+        Event.objects.filter(run=run, step__in=step_ids)
+        .filter(Q(type__startswith="step.") | Q(type__startswith="lease."))
         .order_by("seq")
-        .values_list("step_id", "type", "payload")
+        .only("step_id", "type", "payload", "actor", "created_at")
     )
-    for step_id, type_, payload in rows:
-        number = payload.get("attempt") if isinstance(payload, dict) else None
-        if not isinstance(number, int) or number < 1:
-            continue
-        entry = by_step.setdefault(step_id, {}).setdefault(
-            number, {"attempt": number, "worker": None, "outcome": None, "error_code": None}
-        )
-        entry["outcome"] = type_
-        if payload.get("worker"):
-            entry["worker"] = str(payload["worker"])
-        if payload.get("error_code"):
-            entry["error_code"] = str(payload["error_code"])
-    return {step_id: list(attempts.values()) for step_id, attempts in by_step.items()}
+    return {
+        step_id: [attempt.document() for attempt in attempts]
+        for step_id, attempts in attempts_by_step(rows).items()
+    }
 
 
 def step_documents(run: Run, steps: list[Step]) -> list[dict[str, Any]]:

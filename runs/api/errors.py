@@ -28,6 +28,8 @@ CONTROL_STATUS = {
     "unknown_checkpoint": 422,
     "unknown_step": 422,
     "unknown_run": 404,
+    "unknown_signal": 422,
+    "unknown_schedule": 404,
     "not_found": 404,
     "idempotency_key_reused": 422,
     "permission_denied": 403,

@@ -82,7 +82,35 @@ def metric_families(stats: dict) -> list[GaugeMetricFamily]:
             "Age of the oldest pending approval.",
             stats["approval_oldest_s"],
         ),
+        _gauge(
+            "agentops_signal_waits",
+            "Runs waiting for a signal, no worker held.",
+            stats["signal_waits"],
+        ),
+        _gauge(
+            "agentops_signal_wait_oldest_seconds",
+            "Age of the oldest signal wait.",
+            stats["signal_wait_oldest_s"],
+        ),
+        _gauge(
+            "agentops_timers_sleeping",
+            "Steps held back by a durable timer.",
+            stats["timers_sleeping"],
+        ),
+        _gauge(
+            "agentops_timer_oldest_seconds",
+            "Age of the oldest durable timer.",
+            stats["timer_oldest_s"],
+        ),
     ]
+    missed = GaugeMetricFamily(
+        "agentops_schedule_missed_ticks",
+        "Schedule ticks missed (left out by catch-up) in the last day.",
+        labels=["schedule"],
+    )
+    for name, count in sorted(stats["schedule_missed_ticks"].items()):
+        missed.add_metric([name], count)
+    families.append(missed)
     events = GaugeMetricFamily(
         "agentops_window_events",
         "Engine events in the trailing window (step outcomes, retries, lease expiries, "

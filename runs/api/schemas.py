@@ -53,10 +53,23 @@ class RunCreate(Strict):
 
 
 class Attempt(Schema):
-    attempt: int
+    attempt: int = Field(description="the attempt number (its fencing token)")
     worker: str | None
-    outcome: str | None = Field(description="the last event type of this attempt")
+    outcome: str | None = Field(
+        description="the event type that ended this attempt (step.succeeded, "
+        "lease.owner_dead, step.waiting, step.commit_rejected, ...); null while it runs"
+    )
+    result: str = Field(
+        description="how it ended in one word: running, succeeded, failed, lost, waited, "
+        "fenced, unknown, cancelled, budget_exhausted, given_back or superseded"
+    )
     error_code: str | None
+    error_detail: str | None
+    taken_over_by: str | None = Field(
+        description="the worker of the next attempt, when this one was lost"
+    )
+    started_at: datetime | None
+    ended_at: datetime | None
 
 
 class StepOut(Schema):

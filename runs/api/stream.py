@@ -100,14 +100,16 @@ def _poll(run_id: UUID, after: int) -> tuple[list[dict], int, bool]:
         connection.close()
 
 
-def _frame(doc: dict) -> str:
+def _frame(doc: dict, named: bool) -> str:
     data = json.dumps(doc, cls=DjangoJSONEncoder, separators=(",", ":"))
-    return f"id: {doc['seq']}\nevent: {doc['type']}\ndata: {data}\n\n"
+    kind = f"event: {doc['type']}\n" if named else ""
+    return f"id: {doc['seq']}\n{kind}data: {data}\n\n"
 
 
-async def event_frames(run_id: UUID, after: int):
+async def event_frames(run_id: UUID, after: int, *, named: bool = True):
     """Yield SSE frames for the run's events after ``after`` until it is terminal and
-    fully sent; heartbeat comments while idle."""
+    fully sent; heartbeat comments while idle. ``named=False`` leaves out the ``event:``
+    line, so a browser's ``EventSource.onmessage`` sees every event (the console)."""
     poll = settings.AGENTOPS_SSE_POLL_SECONDS
     heartbeat = settings.AGENTOPS_SSE_HEARTBEAT_SECONDS
     yield f"retry: {int(max(poll, 1) * 1000)}\n\n"
@@ -115,7 +117,7 @@ async def event_frames(run_id: UUID, after: int):
     while True:
         docs, last_seq, terminal = await sync_to_async(_poll, thread_sensitive=False)(run_id, after)
         for doc in docs:
-            yield _frame(doc)
+            yield _frame(doc, named)
             after = doc["seq"]
         if docs:
             last_sent = time.monotonic()

@@ -16,4 +16,5 @@ SUBCOMMANDS = {
     "resolve": "runs.cli.resolve",
     "budget": "runs.cli.budget",
     "replay": "runs.cli.replay",
+    "signal": "runs.cli.signal",
 }

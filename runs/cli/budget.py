@@ -15,7 +15,7 @@ help = "raise a run's budget limits (and resume it if it was paused for its budg
 
 
 def add_arguments(parser):
-    parser.add_argument("run_id", help="the run's id (runs list shows them)")
+    parser.add_argument("run_id", help="the run's id or a unique prefix (runs list shows them)")
     parser.add_argument(
         "--add-model-calls",
         type=arguments.integer(0, int(MAX_AMOUNTS["model_calls"])),

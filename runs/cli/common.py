@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterable
 from django.core.management.base import CommandError
 
 from runs.cli import arguments
-from runs.engine.control.lifecycle import ControlError, get_run, latest_run
+from runs.engine.control.lifecycle import ControlError, latest_run
+from runs.engine.control.run_ids import find_run
 from runs.models import Run
 
 
@@ -45,24 +46,30 @@ def write_rows(
 def add_run_arguments(parser) -> None:
     """Let a subcommand name its run the way ``resolve_run`` reads it: a positional
     ``RUN_ID`` or ``--thread THREAD`` (the thread's latest run)."""
-    parser.add_argument("run_id", nargs="?", help="the run's id (or name it by --thread)")
+    parser.add_argument(
+        "run_id",
+        nargs="?",
+        help="the run's id or a unique prefix of it (or name it by --thread)",
+    )
     parser.add_argument(
         "--thread", type=arguments.thread_id, help="act on the latest run of this thread id instead"
     )
 
 
 def resolve_run(options) -> Run:
-    """The run named by a positional ``run_id`` or by ``--thread``; ``CommandError``
-    when no such run, or (a usage error, exit status 2) when neither is given."""
+    """The run named by a positional ``run_id`` (whole or a unique prefix,
+    ``run_ids.find_run``) or by ``--thread``; ``CommandError`` when no such run or the
+    prefix is ambiguous (the candidates listed), or (a usage error, exit status 2) when
+    neither is given."""
     run_id = options.get("run_id")
     thread = options.get("thread")
     try:
         if run_id:
-            return get_run(run_id)
+            return find_run(run_id)
         if thread:
             return latest_run(thread)
     except ControlError as exc:
-        raise CommandError(one_line(exc.message)) from exc
+        raise control_error(exc) from exc
     raise CommandError("name a run: RUN_ID or --thread THREAD", returncode=2)
 
 

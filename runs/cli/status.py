@@ -63,6 +63,12 @@ def handle(command, options):
         f"thread {status['thread']}: {status['status']}"
     )
     out.write(f"next step: {status['next_step'] or '-'}")
+    waiting = status["waiting_on"]
+    if waiting and waiting["for"] == "signal":
+        until = f" until {waiting['until']}" if waiting["until"] else " (no timeout)"
+        out.write(f"waiting for signal {waiting['signal']}{until}")
+    elif waiting:
+        out.write(f"sleeping until {waiting['until']}")
     if status["replay_of"]:
         out.write(
             f"replay of: {status['replay_of']['run']} from {status['replay_of']['checkpoint']}"

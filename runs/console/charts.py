@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from runs.console.attempts import ENDINGS, Attempt, attempts_by_step
 from runs.models import Event, Run, Step
 
 #: Dash patterns and marker shapes, in series order (readable without colour).
@@ -263,26 +264,6 @@ def _num(value: float) -> str:
 
 # -- the run timeline -------------------------------------------------------------------
 
-#: Event types that end an attempt, and how the picture draws the ending.
-ENDS = {
-    "step.succeeded": "succeeded",
-    "step.failed": "failed",
-    "step.retry_scheduled": "failed",
-    "step.unknown": "interrupted",
-    "step.cancelled": "interrupted",
-    "step.budget_exhausted": "interrupted",
-    "step.abandoned": "interrupted",
-    "lease.expired": "interrupted",
-}
-#: The wait that follows an attempt ending this way, before the next attempt.
-WAIT_AFTER = {
-    "step.retry_scheduled": "retry backoff",
-    "lease.expired": "lease expiry",
-    "step.abandoned": "lease expiry",
-    "step.unknown": "takeover",
-    "step.budget_exhausted": "takeover",
-    "step.failed": "takeover",
-}
 #: The text mark after an attempt, by outcome: the picture never relies on colour.
 MARKS = {"succeeded": "✓", "failed": "✕", "interrupted": "!", "asked": "?"}
 DECISIONS = ("approval.approved", "approval.rejected", "approval.expired", "approval.cancelled")
@@ -333,7 +314,7 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
     events = list(
         Event.objects.filter(run=run)
         .order_by("seq")
-        .values_list("type", "step_id", "payload", "created_at")[:TIMELINE_EVENT_LIMIT]
+        .only("type", "step_id", "payload", "created_at", "actor")[:TIMELINE_EVENT_LIMIT]
     )
     steps = list(
         Step.objects.filter(run=run)
@@ -343,7 +324,7 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
     start = run.created_at
     end = run.finished_at or now
     if events:
-        end = max(end, events[-1][3])
+        end = max(end, events[-1].created_at)
     span = max(_seconds(end - start), 1.0)
     table = Table(
         caption=f"Steps, attempts and waits of run {run.pk} (seconds after it was created)",
@@ -356,13 +337,14 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
         offset = min(max(_seconds(moment - start), 0.0), span)
         return round(timeline.left + plot_w * offset / span, 1)
 
-    attempts: dict[int, dict[int, dict[str, Any]]] = {}
+    attempts = attempts_by_step(events)
     waits: dict[int, list[dict[str, Any]]] = {}
     open_wait: dict[int, dict[str, Any]] = {}
     run_waits: list[dict[str, Any]] = []
     takeover_open: datetime | None = None
-    for type_, step_id, payload, at in events:
-        payload = payload if isinstance(payload, dict) else {}
+    for event in events:
+        type_, step_id, at = event.type, event.step_id, event.created_at
+        payload = event.payload if isinstance(event.payload, dict) else {}
         if type_ == "takeover.opened":
             takeover_open = at
         elif type_ == "takeover.resolved" and takeover_open is not None:
@@ -370,28 +352,15 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
             takeover_open = None
         if step_id is None:
             continue
-        number = payload.get("attempt")
         if type_ == "step.waiting":
             # The attempt's work is done: it asked and released its lease; the wait follows.
             open_wait[step_id] = {"start": at, "label": str(payload.get("waiting_for") or "wait")}
-            if isinstance(number, int):
-                asked = attempts.setdefault(step_id, {}).setdefault(number, {"number": number})
-                asked.update(end=at, outcome="asked", ended_by=type_)
             continue
-        if step_id in open_wait and (type_ in DECISIONS or type_ in ENDS):
+        if step_id in open_wait and (type_ in DECISIONS or type_ in ENDINGS):
             wait = open_wait.pop(step_id)
             decided = type_.split(".", 1)[1] if type_ in DECISIONS else ""
             label = f"{wait['label']} ({decided})" if decided else wait["label"]
             waits.setdefault(step_id, []).append({**wait, "label": label, "end": at})
-        if not isinstance(number, int):
-            continue
-        attempt = attempts.setdefault(step_id, {}).setdefault(number, {"number": number})
-        if type_ == "step.started":
-            attempt["start"] = at
-        elif type_ in ENDS and "end" not in attempt:
-            attempt["end"] = at
-            attempt["outcome"] = ENDS[type_]
-            attempt["ended_by"] = type_
     if takeover_open is not None:
         run_waits.append({"start": takeover_open, "end": end, "label": "takeover (open)"})
     for step_id, wait in open_wait.items():
@@ -415,14 +384,14 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
             "bars": [],
             "waits": [],
         }
-        ordered = sorted(attempts.get(step["pk"], {}).values(), key=lambda a: a["number"])
-        previous = None
-        for attempt in ordered:
-            begin = attempt.get("start")
+        previous: Attempt | None = None
+        for attempt in attempts.get(step["pk"], []):
+            begin = attempt.started_at
             if begin is None:
                 continue
-            finish = attempt.get("end") or end
-            outcome = attempt.get("outcome", "running")
+            finish = attempt.ended_at or end
+            ending = ENDINGS.get(attempt.ended_by)
+            outcome = ending.drawn if ending else "running"
             x1, x2 = x_of(begin), x_of(finish)
             lasted = _seconds(finish - begin)
             row["bars"].append(
@@ -432,20 +401,19 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
                     "outcome": outcome,
                     "mark": MARKS.get(outcome, "…"),
                     "mark_x": round(max(x2, x1 + 2.0) + 3, 1),
-                    "title": f"{step['name']} attempt {attempt['number']}: {outcome}, "
+                    "title": f"{step['name']} attempt {attempt.number}: {attempt.outcome}, "
                     f"{_fmt_s(lasted)}",
                 }
             )
             table.rows.append(
-                _table_row(
-                    step["name"], f"attempt {attempt['number']}", begin, finish, start, outcome
-                )
+                _table_row(step["name"], f"attempt {attempt.number}", begin, finish, start, outcome)
             )
-            if previous is not None and previous.get("end") and begin > previous["end"]:
-                cause = WAIT_AFTER.get(previous.get("ended_by", ""), "wait")
-                if any(w["start"] <= begin and w["end"] >= previous["end"] for w in run_waits):
+            if previous is not None and previous.ended_at and begin > previous.ended_at:
+                previous_ending = ENDINGS.get(previous.ended_by)
+                cause = previous_ending.wait_after if previous_ending else "wait"
+                if any(w["start"] <= begin and w["end"] >= previous.ended_at for w in run_waits):
                     cause = "takeover"
-                _add_wait(row, table, step["name"], previous["end"], begin, cause, start, x_of)
+                _add_wait(row, table, step["name"], previous.ended_at, begin, cause, start, x_of)
             previous = attempt
         for wait in waits.get(step["pk"], []):
             _add_wait(

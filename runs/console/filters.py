@@ -1,34 +1,62 @@
 """django-filter filter sets of the console's lists (runs, audit log)."""
 
-import re
-import uuid
-
 import django_filters as df
-from django.db import connection
+from django import forms
 from django.db.models import Exists, OuterRef, Q
 
 from approvals.models import Approval, Takeover
+from runs.engine.control.run_ids import ID_PREFIX, id_prefix_q
 from runs.models import Event, Run, Step
 from runs.states import RunStatus, StepStatus
 from runs.stats import NON_TERMINAL_STATES, stuck_q
 
-_HEX = re.compile(r"^[0-9a-f-]{4,36}$")
+
+class AnyYesNo(forms.NullBooleanSelect):
+    """A yes/no filter's select: "any" (no filter), "yes" or "no"; the values stay
+    ``unknown``/``true``/``false`` as Django's ``NullBooleanSelect`` reads them."""
+
+    def __init__(self, attrs=None):
+        super().__init__(attrs)
+        self.choices = [("unknown", "any"), ("true", "yes"), ("false", "no")]
 
 
-def uuid_prefix_q(field: str, value: str) -> Q:
-    """Match a run id given whole (exact) or as a prefix of its canonical text.
+def status_filter(field_name: str, label: str) -> df.MultipleChoiceFilter:
+    """A filter by run state, shown as one checkbox per state (none ticked: any)."""
+    return df.MultipleChoiceFilter(
+        field_name=field_name,
+        choices=RunStatus.choices,
+        label=label,
+        widget=forms.CheckboxSelectMultiple(attrs={"class": "chips"}),
+    )
 
-    PostgreSQL stores UUIDs natively and compares prefixes against the hyphenated text;
-    SQLite stores 32 hex digits without hyphens.
-    """
-    value = value.strip().lower()
-    try:
-        return Q(**{field: uuid.UUID(value)})
-    except ValueError:
-        pass
-    if not connection.features.has_native_uuid_field:
-        value = value.replace("-", "")
-    return Q(**{f"{field}__istartswith": value})
+
+class TimeRangeWidget(df.widgets.DateRangeWidget):
+    """Two ``datetime-local`` inputs (``_after``, ``_before``), each labelled for
+    screen readers by the filter's label and "from" / "to"."""
+
+    def __init__(self, label: str):
+        super().__init__()
+        self.widgets = [
+            forms.DateTimeInput(
+                attrs={"type": "datetime-local", "aria-label": f"{label}: {end}"},
+                format="%Y-%m-%dT%H:%M",
+            )
+            for end in ("from", "to")
+        ]
+
+
+def time_range_filter(field_name: str, label: str) -> df.DateTimeFromToRangeFilter:
+    """A from/to filter on a time column, with the browser's ``datetime-local`` inputs
+    (read in the server's time zone, UTC); ``?{name}_after=``/``_before=`` take ISO
+    times or dates."""
+    return df.DateTimeFromToRangeFilter(
+        field_name=field_name, label=f"{label} (from, to; UTC)", widget=TimeRangeWidget(label)
+    )
+
+
+def yes_no_filter(**kwargs) -> df.BooleanFilter:
+    """A yes/no filter whose unset value reads "any"."""
+    return df.BooleanFilter(widget=AnyYesNo, **kwargs)
 
 
 def unknown_step_exists():
@@ -59,19 +87,19 @@ class RunFilter(df.FilterSet):
     """Filters of the runs list. ``now`` (database time) decides "stuck"."""
 
     q = df.CharFilter(method="filter_text", label="Run id, thread id or goal")
-    status = df.MultipleChoiceFilter(choices=RunStatus.choices)
+    status = status_filter("status", "State")
     workflow = df.CharFilter()
     workflow_version = df.NumberFilter(label="Version")
     owner = df.CharFilter(field_name="owner__username", label="Owner")
     thread = df.CharFilter(field_name="thread__thread_id", label="Thread id")
-    created = df.DateFromToRangeFilter(field_name="created_at", label="Created (from, to)")
-    updated = df.DateFromToRangeFilter(field_name="updated_at", label="Updated (from, to)")
-    stuck = df.BooleanFilter(method="filter_stuck", label="Stuck")
-    has_unknown = df.BooleanFilter(method="filter_unknown", label="Has unknown outcome")
-    is_replay = df.BooleanFilter(
+    created = time_range_filter("created_at", "Created")
+    updated = time_range_filter("updated_at", "Updated")
+    stuck = yes_no_filter(method="filter_stuck", label="Stuck")
+    has_unknown = yes_no_filter(method="filter_unknown", label="Has unknown outcome")
+    is_replay = yes_no_filter(
         field_name="replay_of", lookup_expr="isnull", exclude=True, label="Is a replay"
     )
-    was_replayed = df.BooleanFilter(method="filter_replayed", label="Was replayed")
+    was_replayed = yes_no_filter(method="filter_replayed", label="Was replayed")
     o = UniqueOrderingFilter(
         fields=(
             ("created_at", "created"),
@@ -96,8 +124,8 @@ class RunFilter(df.FilterSet):
         if not value:
             return queryset
         match = Q(thread__thread_id__icontains=value) | Q(goal__icontains=value)
-        if _HEX.match(value.lower()):
-            match |= uuid_prefix_q("id", value)
+        if ID_PREFIX.match(value.lower()):
+            match |= id_prefix_q("id", value)
         return queryset.filter(match)
 
     def filter_stuck(self, queryset, name, value):
@@ -126,29 +154,27 @@ class RunRelatedFilter(df.FilterSet):
 
     run = df.CharFilter(method="filter_run", label="Run id")
     q = df.CharFilter(method="filter_text", label="Run id, thread id or goal")
-    run_status = df.MultipleChoiceFilter(
-        field_name="run__status", choices=RunStatus.choices, label="Run state"
-    )
+    run_status = status_filter("run__status", "Run state")
     workflow = df.CharFilter(field_name="run__workflow", label="Workflow")
     owner = df.CharFilter(field_name="run__owner__username", label="Owner")
     thread = df.CharFilter(field_name="run__thread__thread_id", label="Thread id")
-    created = df.DateFromToRangeFilter(field_name="created_at", label="Created (from, to)")
+    created = time_range_filter("created_at", "Created")
 
     def filter_run(self, queryset, name, value):
         value = value.strip().lower()
         if not value:
             return queryset
-        if not _HEX.match(value):
+        if not ID_PREFIX.match(value):
             return queryset.none()
-        return queryset.filter(uuid_prefix_q("run__id", value))
+        return queryset.filter(id_prefix_q("run__id", value))
 
     def filter_text(self, queryset, name, value):
         value = value.strip()
         if not value:
             return queryset
         match = Q(run__thread__thread_id__icontains=value) | Q(run__goal__icontains=value)
-        if _HEX.match(value.lower()):
-            match |= uuid_prefix_q("run__id", value)
+        if ID_PREFIX.match(value.lower()):
+            match |= id_prefix_q("run__id", value)
         return queryset.filter(match)
 
 
@@ -199,9 +225,9 @@ class AuditFilter(df.FilterSet):
 
     def filter_run(self, queryset, name, value):
         value = value.strip().lower()
-        if not _HEX.match(value):
+        if not ID_PREFIX.match(value):
             return queryset.none()
-        return queryset.filter(uuid_prefix_q("run__id", value))
+        return queryset.filter(id_prefix_q("run__id", value))
 
 
 __all__ = [

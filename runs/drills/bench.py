@@ -30,7 +30,7 @@ from runs.drills.sandbox import MANAGE_PY, Sandbox, wait_until
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step, Thread
-from runs.states import RunStatus, StepStatus
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.workflows.synthetic import BENCH_STEPS
 
 
@@ -577,12 +577,55 @@ def _console_targets() -> list[tuple[str, str]]:
         Run.objects.filter(status=RunStatus.FAILED).order_by("-created_at", "-pk").first()
         or Run.objects.order_by("-created_at", "-pk").first()
     )
+    long_run = _lengthen(LONG_RUN_EVENTS)
+    events = reverse("console:run_events", kwargs={"run_id": long_run.pk})
     return [
         ("overview", reverse("console:overview")),
         ("storage panel (counted once a minute)", reverse("console:overview_storage")),
         ("runs list (status=FAILED)", reverse("console:runs") + "?status=FAILED"),
         ("run detail", reverse("console:run", kwargs={"run_id": run.pk})),
+        (
+            f"run detail ({LONG_RUN_EVENTS:,} events)",
+            reverse("console:run", kwargs={"run_id": long_run.pk}),
+        ),
+        (
+            "its events: one older chunk (load more)",
+            f"{events}?before={LONG_RUN_EVENTS // 2}",
+        ),
     ]
+
+
+#: Events of the one long run whose page the console part times.
+LONG_RUN_EVENTS = 10_000
+
+
+def _lengthen(total: int) -> Run:
+    """The newest open run (else the newest), its event log padded server-side to
+    ``total`` events, as a long loop leaves it."""
+    run = (
+        Run.objects.exclude(status__in=RUN_TERMINAL).order_by("-created_at", "-pk").first()
+        or Run.objects.order_by("-created_at", "-pk").first()
+    )
+    assert run is not None
+    _insert_select(
+        Event,
+        "FROM generate_series(%s, %s) s",
+        {
+            # Literals, not parameters: _insert_select passes its own parameters first.
+            "run_id": f"'{run.pk}'::uuid",
+            "seq": "s",
+            "type": "(ARRAY['step.scheduled','step.started','step.succeeded',"
+            "'checkpoint.saved'])[1 + mod(s, 4)]",
+            "payload": "jsonb_build_object('attempt', 1, 's', s)",
+            "actor": "'seed'",
+            "created_at": f"now() - make_interval(secs => {int(total)} - s)",
+        },
+        [run.event_seq + 1, total],
+    )
+    with connection.cursor() as cur:
+        cur.execute("UPDATE runs_run SET event_seq = %s WHERE id = %s", [total, run.pk])
+    run.event_seq = total
+    return run
 
 
 def bench_console(runs: int, events_per_run: int, requests: int, say) -> dict:

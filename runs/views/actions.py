@@ -23,9 +23,9 @@ from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.engine.control import lifecycle
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import MAX_REASON_CHARS, ControlError
-from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
+from runs.engine.control.rewind import plan_resume, resumable_names, resume_from_checkpoint
 from runs.engine.effects.budget import raise_budget
-from runs.models import Checkpoint, Run
+from runs.models import Run
 from runs.states import RUN_TERMINAL, RunStatus, command_allows, command_states
 
 #: Most runs one bulk action may touch.
@@ -129,18 +129,7 @@ def resume_preview(request, run_id):
         "checkpoint": checkpoint,
         "patch_text": patch_text,
         "reexecute": reexecute,
-        # The chosen one first: a loop's ``after:think#7`` is not among the plain names.
-        "checkpoints": list(
-            dict.fromkeys(
-                [checkpoint] * bool(checkpoint)
-                + list(
-                    Checkpoint.objects.filter(run=run)
-                    .order_by("name")
-                    .values_list("name", flat=True)
-                    .distinct()
-                )
-            )
-        ),
+        "checkpoints": _checkpoint_choices(run, checkpoint),
         "plan": None,
         "error": "",
     }
@@ -273,3 +262,10 @@ def bulk(request):
                 skipped.append((run, f"{exc.message} [{exc.code}]"))
     context.update({"done": done, "skipped": skipped})
     return render(request, "console/bulk_done.html", context)
+
+
+def _checkpoint_choices(run: Run, chosen: str) -> list[str]:
+    """The resumable checkpoints of ``run`` in run order; a ``chosen`` name that is not
+    among them (``after:think`` of a loop, shown as ``after:think#7``) comes first."""
+    names = resumable_names(run)
+    return names if not chosen or chosen in names else [chosen, *names]

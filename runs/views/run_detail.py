@@ -3,26 +3,29 @@ messages, artifacts, checkpoints and the operation ledger; plus the full event l
 artifact downloads."""
 
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.db.models import F
 from django.http import FileResponse, Http404
-from django.shortcuts import get_object_or_404
+from django.shortcuts import get_object_or_404, render
 from django_htmx.http import HttpResponseClientRefresh
 
 from runs.console import artifacts as artifact_files
-from runs.console.access import DOWNLOAD_PERM, console_view, render_page
+from runs.console.access import DOWNLOAD_PERM, console_view, refusal, render_page
 from runs.console.attempts import step_histories
 from runs.console.charts import run_timeline
+from runs.console.forms import InvalidInput
 from runs.console.sections import section
 from runs.engine.control.cancel import cancel_progress
+from runs.engine.control.lifecycle import open_step, waiting_on
 from runs.engine.control.rewind import checkpoint_labels
 from runs.engine.state.clock import db_now
 from runs.models import Artifact, Checkpoint, Event, Message, Operation, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.views.waits import signal_form
 
-#: Newest events shown on the detail page; the events page pages through all of them.
-TIMELINE_LIMIT = 100
-EVENTS_PAGE_SIZE = 200
+#: Events per chunk of the run's event list (newest first; "load more" asks for the next).
+EVENTS_CHUNK = 50
+#: Most new events one live refresh adds at the top of the list.
+EVENTS_LIVE_LIMIT = 500
 #: Rows per page of each section of the run page (steps, messages, checkpoints, ...).
 SECTION_SIZE = 50
 
@@ -62,8 +65,8 @@ def budget_rows(run: Run) -> list[dict]:
 
 
 def live_context(run: Run, request) -> dict:
-    """What the polled part of the page shows: header, one page of steps (newest first,
-    ``?steps=N``) with their attempts, timeline."""
+    """What the live part of the page shows: header, one page of steps (newest first,
+    ``?steps=N``) with their attempts, the timeline picture."""
     from approvals.models import Takeover
 
     # Outputs are not shown here; deferring them spares loading large payloads.
@@ -75,9 +78,6 @@ def live_context(run: Run, request) -> dict:
     )
     step_events = list(
         Event.objects.filter(run=run, step__in=[s.pk for s in steps.rows]).order_by("seq")
-    )
-    timeline = list(
-        Event.objects.filter(run=run).select_related("step").order_by("-seq")[:TIMELINE_LIMIT]
     )
     return {
         "run": run,
@@ -91,13 +91,13 @@ def live_context(run: Run, request) -> dict:
                 status__in=(StepStatus.FAILED, StepStatus.UNKNOWN),
             ).order_by("seq")
         ),
-        "timeline": timeline,
-        "timeline_limit": TIMELINE_LIMIT,
         "budget": budget_rows(run),
         "open_takeover": Takeover.objects.filter(run=run, status=Takeover.Status.OPEN).first(),
         "replays": list(run.replays.order_by("created_at").only("pk", "status")),
         "picture": run_timeline(run, db_now()),
         "cancel_progress": cancel_progress(run) if run.status == RunStatus.CANCEL_REQUESTED else "",
+        "waiting_on": waiting_on(run, open_step(run)),
+        "signal_form": signal_form(run) if run.status == RunStatus.WAITING_EXTERNAL else None,
     }
 
 
@@ -133,6 +133,9 @@ def run_detail(request, run_id):
         checkpoint.label = labels[checkpoint.pk]
     context.update(
         {
+            "chunk": event_chunk(run),
+            "newest": True,
+            "live": run.status not in RUN_TERMINAL,
             "messages_section": section(
                 request,
                 Message.objects.filter(thread_id=run.thread_id)
@@ -155,19 +158,58 @@ def run_detail(request, run_id):
     return render_page(request, "console/run_detail.html", "partials/run_live.html", context)
 
 
+def event_chunk(run: Run, *, before: int | None = None, after: int | None = None) -> dict:
+    """A chunk of ``run``'s events, newest first: ``{"events": [...], "before": seq to
+    continue from for older ones (None at the oldest), "top": the newest seq shown or
+    known (what a live refresh asks to follow)}``. ``before``: the ``EVENTS_CHUNK``
+    newest events older than that seq; ``after``: the events newer than that seq (at
+    most ``EVENTS_LIVE_LIMIT``); neither: the newest chunk. One indexed query on
+    (run, seq), whatever the run's length."""
+    query = Event.objects.filter(run=run).select_related("step").order_by("-seq")
+    if after is not None:
+        rows = list(query.filter(seq__gt=after)[:EVENTS_LIVE_LIMIT])
+        return {"events": rows, "before": None, "top": rows[0].seq if rows else after}
+    if before is not None:
+        query = query.filter(seq__lt=before)
+    rows = list(query[: EVENTS_CHUNK + 1])
+    older = rows[EVENTS_CHUNK - 1].seq if len(rows) > EVENTS_CHUNK else None
+    rows = rows[:EVENTS_CHUNK]
+    top = rows[0].seq if rows and before is None else run.event_seq
+    return {"events": rows, "before": older, "top": top}
+
+
+def _seq_param(request, name: str) -> int | None:
+    """The event seq in ``request.GET[name]``, or ``None`` when absent; raises
+    ``InvalidInput`` for anything but digits (a stale or hand-edited link)."""
+    value = request.GET.get(name)
+    if value is None:
+        return None
+    if not value.isascii() or not value.isdigit() or len(value) > 10:
+        raise InvalidInput(f"{name} must be an event seq (digits)")
+    return int(value)
+
+
 @console_view
 def run_events(request, run_id):
-    """Every event of the run, oldest first, paginated."""
+    """The run's events newest first, a chunk at a time: the whole page (``?before=N``
+    continues below seq N without JavaScript), or for htmx the rows alone, older ones
+    (``?before=N``, the "load more" row) or newer ones (``?after=N``, the live row)."""
     run = _get_run(run_id)
-    page = Paginator(
-        Event.objects.filter(run=run).select_related("step").order_by("seq"), EVENTS_PAGE_SIZE
-    ).get_page(request.GET.get("page"))
-    return render_page(
-        request,
-        "console/run_events.html",
-        "partials/event_rows.html",
-        {"run": run, "page": page, "events": page.object_list},
-    )
+    try:
+        before, after = _seq_param(request, "before"), _seq_param(request, "after")
+    except InvalidInput as exc:
+        return refusal(request, title="Bad event page", message=str(exc), status=400)
+    chunk = event_chunk(run, before=before, after=after)
+    context = {
+        "run": run,
+        "chunk": chunk,
+        "live": run.status not in RUN_TERMINAL,
+        "newest": before is None,
+    }
+    if request.htmx:
+        name = "partials/event_live.html" if after is not None else "partials/event_chunk.html"
+        return render(request, name, context)
+    return render(request, "console/run_events.html", context)
 
 
 @console_view

@@ -30,16 +30,18 @@ class WorkflowDefinitionError(Exception):
 class StepDef:
     """One declared step.
 
-    ``kind``: ``"task"`` (runs ``fn``) or ``"approval"`` (``fn(ctx)`` returns the request
+    ``kind``: ``"task"`` (runs ``fn``), ``"approval"`` (``fn(ctx)`` returns the request
     ``{"question", "reason", "evidence"}``, then the run waits for a human decision; see
-    ``Workflow.approval``).
+    ``Workflow.approval``) or ``"signal"`` (the run waits for a named signal; see
+    ``Workflow.signal``).
     ``timeout``: seconds a model or tool call in this step may take before TIMEOUT.
     ``on_exhausted``: ``"fail"`` the run or ``"takeover"`` (pause for a human) when the
     retry policy runs out. ``compensate``: ``fn(ctx, output)`` undoing this step's effect
     when the run later fails or is cancelled; ``compensable=False`` flags an action that
     cannot be undone (listed for manual review). ``final``: the run ends after this step
     (unless it calls ``ctx.goto``), for a step declared before an alternative path.
-    ``options``: kind-specific settings (approval routes and expiry).
+    ``options``: kind-specific settings (approval routes and expiry; a signal's name,
+    schema, timeout and timeout route).
     ``model``: the model this step's ``ctx.call_model`` asks (``openai:gpt-4.1-mini``);
     ``None`` means the workflow's, else ``AGENTOPS_MODEL``.
     """
@@ -160,6 +162,64 @@ class Workflow:
             return fn
 
         return decorator
+
+    def signal(
+        self,
+        signal: str,
+        name: str | None = None,
+        *,
+        schema: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        on_timeout: str | None = None,
+        **options: Any,
+    ) -> Callable:
+        """Decorator declaring a step that waits for the signal named ``signal``. The
+        function ``fn(ctx)`` runs first (its return value is ignored); then the run waits
+        in WAITING_EXTERNAL with no lease held until the signal comes, and the step's
+        output is ``{"signal": signal, "payload": {...}, "request_id": str}`` for the
+        next declared step (or ``ctx.goto``-free route) to read. ``schema``: the JSON
+        Schema a payload must match (a bad one is refused, nothing changes).
+        ``timeout`` (seconds, ``None``: wait forever): then the step ends with
+        ``{"signal": signal, "timed_out": True}`` and the run goes to ``on_timeout``
+        (``None``: the run fails with SIGNAL_TIMEOUT). Raises
+        ``WorkflowDefinitionError`` for a schema that is not a valid JSON Schema or a
+        timeout that is not positive.
+        """
+        if schema is not None:
+            import jsonschema_rs
+
+            try:
+                jsonschema_rs.meta.validate(schema)
+            except jsonschema_rs.ValidationError as exc:
+                raise WorkflowDefinitionError(
+                    f"{self.name}: schema of signal {signal!r}: {exc.message}"
+                ) from None
+        if timeout is not None and not timeout > 0:
+            raise WorkflowDefinitionError(f"{self.name}: signal {signal!r} timeout must be > 0")
+        signal_options = {
+            "signal": signal,
+            "schema": schema,
+            "timeout": timeout,
+            "on_timeout": on_timeout,
+        }
+
+        def decorator(fn: Callable) -> Callable:
+            self.add_step(
+                StepDef(
+                    name=name or fn.__name__,
+                    fn=fn,
+                    kind="signal",
+                    options=signal_options,
+                    **options,
+                )
+            )
+            return fn
+
+        return decorator
+
+    def signal_steps(self, signal: str) -> list[StepDef]:
+        """The steps that wait for the signal named ``signal`` (empty if none)."""
+        return [s for s in self.steps if s.kind == "signal" and s.options["signal"] == signal]
 
     def add_step(self, step: StepDef) -> None:
         """Append ``step``; raises ``WorkflowDefinitionError`` on a duplicate name or an

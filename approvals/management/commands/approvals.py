@@ -10,8 +10,6 @@
 Refusals exit non-zero with the engine's code in brackets, e.g. ``[decision_conflict]``.
 """
 
-import uuid
-
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import CommandError
 
@@ -21,6 +19,7 @@ from runs.cli import arguments
 from runs.cli.command import OperatorCommand
 from runs.cli.common import cli_user, control_error, one_line, write_rows
 from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.run_ids import find_run
 
 
 class Command(OperatorCommand):
@@ -174,7 +173,10 @@ class Command(OperatorCommand):
 
 def _add_listing_options(parser) -> None:
     parser.add_argument(
-        "--run", metavar="RUN_ID", type=arguments.required_text, help="only this run's"
+        "--run",
+        metavar="RUN_ID",
+        type=arguments.required_text,
+        help="only this run's (its id or a unique prefix)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON array")
     parser.add_argument(
@@ -183,12 +185,13 @@ def _add_listing_options(parser) -> None:
 
 
 def _listed(query, options):
-    """``query`` newest first, narrowed to ``--run`` (``CommandError`` for a bad id)."""
+    """``query`` newest first, narrowed to ``--run`` (``CommandError`` for an unknown or
+    ambiguous id)."""
     if options["run"]:
         try:
-            query = query.filter(run_id=uuid.UUID(options["run"]))
-        except ValueError:
-            raise CommandError(f"--run {options['run']!r} is not a run id") from None
+            query = query.filter(run=find_run(options["run"]))
+        except ControlError as exc:
+            raise CommandError(f"--run: {one_line(exc.message)} [{exc.code}]") from None
     return query.order_by("-pk")
 
 

@@ -227,14 +227,6 @@ def latest_run(thread_id: str, owner=None) -> Run:
     return run
 
 
-def get_run(run_id: str) -> Run:
-    """The run with this id; raises ``ControlError`` ``unknown_run``."""
-    try:
-        return Run.objects.get(pk=uuid.UUID(str(run_id)))
-    except (ValueError, Run.DoesNotExist):
-        raise ControlError("unknown_run", f"no run {run_id!r}") from None
-
-
 def open_step(run: Run) -> Step | None:
     """The current generation's step that is not finished yet, if any."""
     return (
@@ -244,9 +236,30 @@ def open_step(run: Run) -> Step | None:
     )
 
 
+def waiting_on(run: Run, step: Step | None) -> dict[str, Any] | None:
+    """What the run waits for with no worker holding it, from its open ``step``:
+    ``{"for": "signal", "signal": name, "until": datetime | None}`` (a signal wait and
+    its deadline) or ``{"for": "timer", "until": datetime}`` (a step held back by a
+    durable timer); ``None`` otherwise."""
+    if step is None or run.status in RUN_TERMINAL:
+        return None
+    if step.status == StepStatus.WAITING and step.signal_name:
+        return {"for": "signal", "signal": step.signal_name, "until": step.wait_until}
+    if step.status == StepStatus.PENDING and step.attempt == 0 and step.not_before > db_now():
+        return {"for": "timer", "until": step.not_before}
+    return None
+
+
+def _as_json(waiting: dict[str, Any] | None) -> dict[str, Any] | None:
+    if waiting is None:
+        return None
+    return {**waiting, "until": waiting["until"].isoformat() if waiting["until"] else None}
+
+
 def run_status(run: Run) -> dict[str, Any]:
     """The status document printed by ``runs status --json``:
-    ``{run_id, thread, workflow, version, status, generation, next_step, steps: [{name,
+    ``{run_id, thread, workflow, version, status, generation, next_step, waiting_on
+    (see ``waiting_on``), steps: [{name,
     status, attempt}], messages: [{id, role, content, tool_calls, tool_call_id}],
     budget: {...}, takeover: {...} | None, compensation: {status, reason, steps,
     manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids]}`` plus what
@@ -278,6 +291,7 @@ def run_status(run: Run) -> dict[str, Any]:
         "status": run.status,
         "generation": run.generation,
         "next_step": nxt.name if nxt and run.status not in RUN_TERMINAL else None,
+        "waiting_on": _as_json(waiting_on(run, nxt)),
         "replay_of": (
             {"run": str(run.replay_of_id), "checkpoint": run.replay_checkpoint}
             if run.replay_of_id

@@ -10,7 +10,7 @@ from typing import Any
 from django.apps import apps
 from django.db.models.functions import Now
 
-from runs.engine.control import lifecycle, rewind
+from runs.engine.control import lifecycle, rewind, waits
 from runs.engine.control.approvals import continue_after
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import (
@@ -22,6 +22,7 @@ from runs.engine.control.lifecycle import (
 from runs.engine.control.versions import known_or_migratable
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution import dispatch
+from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, record_event, run_transaction
 from runs.models import Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
@@ -134,6 +135,21 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
             raise ControlError(
                 "nothing_to_resume", "no open step: resume from a checkpoint instead"
             )
+        # A step never attempted yet and held back is asleep on a durable timer: it
+        # keeps its time (the sweeper notifies it when due). A retry's backoff is cut.
+        if step.attempt == 0 and step.not_before > db_now():
+            Step.objects.filter(pk=step.pk).update(notified_at=None)
+            tx.event(
+                "run.resume_requested",
+                {
+                    "step": step.name,
+                    "reason": note["reason"],
+                    "sleeping_until": step.not_before.isoformat(),
+                },
+                step_id=step.pk,
+                actor=actor,
+            )
+            return
         Step.objects.filter(pk=step.pk).update(notified_at=Now(), not_before=Now())
         tx.event(
             "run.resume_requested",
@@ -147,7 +163,8 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
 def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
     """A run paused while it waited (an operator's pause of WAITING_APPROVAL or
     WAITING_EXTERNAL) waits again: for its approval if still PENDING, or on that
-    approval's route if it was decided or expired meanwhile, else for its callback.
+    approval's route if it was decided or expired meanwhile, else for its signal (taking
+    one kept meanwhile).
     Returns False when the run has no WAITING step."""
     Approval = apps.get_model("approvals", "Approval")
     waiting = (
@@ -162,6 +179,9 @@ def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
     approval = Approval.objects.filter(step_id=waiting.pk).order_by("-pk").first()
     if approval is None:
         tx.transition_run(RunStatus.WAITING_EXTERNAL, actor=actor, reason=note["reason"])
+        # A signal kept while the run was paused is taken now; a deadline that passed
+        # meanwhile is the sweeper's (or the next delivery's) to act on.
+        waits.take_kept_signal(tx, actor)
     elif approval.status == Approval.Status.PENDING:
         tx.transition_run(RunStatus.WAITING_APPROVAL, actor=actor, reason=note["reason"])
     else:

@@ -145,6 +145,12 @@ def list_checkpoints(
     ]
 
 
+def resumable_names(run: Run) -> list[str]:
+    """The names of ``run``'s checkpoints a resume can start from, in run order (the
+    order they were saved), each unique (``checkpoint_labels``)."""
+    return [cp["name"] for cp in list_checkpoints(run) if cp["resumable"]]
+
+
 def _usable(cp: Checkpoint) -> bool:
     return cp.step is None or cp.step.status != StepStatus.SUPERSEDED
 
@@ -160,12 +166,7 @@ def find_checkpoint(run: Run, name: str) -> Checkpoint:
     for cp in query.select_related("step").order_by("-pk"):
         if _usable(cp):
             return cp
-    names = (
-        Checkpoint.objects.filter(run=run)
-        .order_by("name")
-        .values_list("name", flat=True)
-        .distinct()[:20]
-    )
+    names = resumable_names(run)[:20]
     raise ControlError(
         "unknown_checkpoint",
         f"run has no usable checkpoint {name!r}",

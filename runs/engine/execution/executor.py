@@ -14,7 +14,7 @@ from django.db import DatabaseError, IntegrityError, close_old_connections, conn
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs.engine.control import approvals, versions
+from runs.engine.control import approvals, versions, waits
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.data import drafts, payloads
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
@@ -274,7 +274,14 @@ def _run_attempt(
         except values.InvalidValue as exc:
             _fail_attempt(run, step, attempt, worker, step_def, exc)
         return done
+    if step_def.kind == "signal":
+        waits.commit_signal_wait(ctx, worker.worker_id)
+        return done
     claimed_by = worker.worker_id if chain and not worker.stopping.is_set() else None
+    if ctx.sleep_seconds is not None or ctx.wake_at is not None:
+        # A durable timer: the next step is born PENDING with its not_before, not
+        # claimed by this worker.
+        claimed_by = None
     return _commit_checked(ctx, output, worker, step_def, claimed_by, done)
 
 
@@ -436,6 +443,8 @@ def _commit_success(
             refresh_usage=False,
             next_seq=tx.next_step_seq(after=step),
             claimed_by=claimed_by,
+            delay=ctx.sleep_seconds or 0.0,
+            at=ctx.wake_at,
         )
     if advanced.step_id is None or advanced.seq is None or next_name is None or claimed_by is None:
         finished = advanced.step_id is None and tx.run.status == RunStatus.SUCCEEDED

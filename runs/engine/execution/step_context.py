@@ -3,6 +3,7 @@ budget, and helpers for model calls, tool calls and safe points."""
 
 import threading
 import time
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -58,6 +59,10 @@ class StepContext:
         self._draft_roles: dict[str, str] = {}
         self.next_step: str | None = None
         self.goto_set = False
+        #: A durable timer for the next step: seconds from the commit (database clock)
+        #: or an aware instant; ``None``: the next step is due at once.
+        self.sleep_seconds: float | None = None
+        self.wake_at: datetime | None = None
         #: Model requests made by this attempt so far (the next request's ordinal).
         self.model_requests = 0
         #: Set by the heartbeat thread; read at safe points.
@@ -75,6 +80,23 @@ class StepContext:
             self.workflow.get(step_name)
         self.next_step = step_name
         self.goto_set = True
+
+    def sleep(self, seconds: float) -> None:
+        """Hold the next step back for ``seconds`` after this step commits (a durable
+        timer: the run keeps no lease and no worker while it sleeps, and survives
+        restarts). Raises ``ValueError`` for a negative or non-finite number."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise ValueError(f"sleep takes seconds as a number, not {seconds!r}")
+        if not 0 <= seconds < float("inf"):
+            raise ValueError(f"sleep takes a finite number of seconds >= 0, not {seconds!r}")
+        self.sleep_seconds, self.wake_at = float(seconds), None
+
+    def sleep_until(self, instant: datetime) -> None:
+        """Hold the next step back until ``instant`` (an aware datetime; a past one
+        means at once). Raises ``ValueError`` for a naive datetime."""
+        if not isinstance(instant, datetime) or instant.tzinfo is None:
+            raise ValueError("sleep_until takes an aware datetime")
+        self.sleep_seconds, self.wake_at = None, instant
 
     def lease_renewed(self) -> None:
         """The heartbeat renewed this attempt's lease (called from its thread)."""

@@ -8,7 +8,7 @@ the periodic one to one process at a time anyway.
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
@@ -17,7 +17,7 @@ from django.db.models.functions import Now
 
 from runs.engine.execution import dispatch
 from runs.engine.state import leases
-from runs.engine.state.clock import now_plus_sql, now_sql, seconds_param
+from runs.engine.state.clock import db_now, now_plus_sql, now_sql, seconds_param
 from runs.engine.state.gateway import run_transaction
 from runs.models import MaintenanceLease, Step
 from runs.states import RUN_EXECUTABLE, StepStatus
@@ -91,6 +91,35 @@ def renotify_due_steps(actor: str, batch: int, *, force: bool = False) -> int:
 
 #: Extra sweep tasks registered by other modules: ``fn(actor, batch) -> int``.
 EXTRA_TASKS: dict[str, Callable[[str, int], int]] = {}
+
+#: When the next timed thing falls due, registered by other modules (a schedule's next
+#: tick, a signal wait's deadline): ``fn() -> aware datetime | None``.
+NEXT_DUE: dict[str, Callable[[], datetime | None]] = {}
+
+
+def seconds_until_due(longest: float) -> float:
+    """Seconds until the earliest of: a PENDING step held back by a timer (with RQ, the
+    sweeper notifies it when due) and what ``NEXT_DUE`` reports; at most ``longest``,
+    at least 0.01. The sweeper sleeps this long, so a timer or a tick is acted on when
+    it falls due, not up to a whole period later."""
+    times = [hook() for hook in NEXT_DUE.values()]
+    if dispatch.mode() == "rq":
+        times.append(
+            Step.objects.filter(
+                status=StepStatus.PENDING,
+                not_before__gt=Now(),
+                notified_at__isnull=True,
+                run__status__in=RUN_EXECUTABLE,
+            )
+            .order_by("not_before")
+            .values_list("not_before", flat=True)
+            .first()
+        )
+    due = [t for t in times if t is not None]
+    if not due:
+        return longest
+    wait = (min(due) - db_now()).total_seconds()
+    return max(0.01, min(longest, wait))
 
 
 def sweep_once(actor: str, *, force: bool = False, batch: int | None = None) -> SweepReport:

@@ -7,12 +7,12 @@ made no progress (no new event) for ``AGENTOPS_STUCK_SECONDS``. The flag is
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
 from runs.engine.state.gateway import run_transaction
 from runs.models import Run
-from runs.states import RunStatus
+from runs.states import RunStatus, StepStatus
 
 #: Statuses in which silence means something is wrong (waiting for people is not stuck).
 WATCHED = (RunStatus.RUNNING, RunStatus.WAITING_EXTERNAL)
@@ -24,6 +24,9 @@ def flag_stuck_runs(actor: str, batch: int) -> int:
     cutoff = Now() - timedelta(seconds=threshold)
     ids = list(
         Run.objects.filter(status__in=WATCHED, stuck_since__isnull=True, last_event_at__lt=cutoff)
+        # A run asleep on a durable timer or waiting for a signal is silent by design.
+        .exclude(current_step__status=StepStatus.PENDING, current_step__not_before__gt=Now())
+        .exclude(Q(current_step__status=StepStatus.WAITING) & ~Q(current_step__signal_name=""))
         .order_by("last_event_at")
         .values_list("pk", flat=True)[:batch]
     )

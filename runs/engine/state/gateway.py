@@ -23,7 +23,7 @@ break a deadlock between a committing worker and an operator's cancel.
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -330,11 +330,14 @@ class RunTx:
         actor: str,
         seq: int | None = None,
         delay: float = 0.0,
+        at: datetime | None = None,
         claimed_by: str | None = None,
     ) -> int:
         """Create step ``name`` in the locked run's current generation; returns its id.
 
-        ``seq`` defaults to ``next_step_seq()``; ``delay`` (seconds) holds it back.
+        ``seq`` defaults to ``next_step_seq()``; ``delay`` (seconds from now on the
+        database clock) or ``at`` (an aware instant) holds it back: a durable timer, the
+        step PENDING with that ``not_before``, notified by the sweeper when it is due.
         Without ``claimed_by`` the step is PENDING and workers are notified after
         commit. With ``claimed_by`` (a worker id) the step is born RUNNING
         at attempt 1 under that worker's lease (``lease_seconds`` from settings), so the
@@ -344,15 +347,21 @@ class RunTx:
         from django.conf import settings
 
         seq = self.next_step_seq() if seq is None else seq
-        now = Now()
-        not_before = (
-            now
-            if not delay
-            else ExpressionWrapper(Now() + timedelta(seconds=delay), output_field=DateTimeField())
-        )
-        # The worker the step is born RUNNING under (a delayed step is born PENDING).
-        claimer = None if delay else claimed_by
-        extra: dict[str, Any] = {"notified_at": Now() if dispatch.mode() == "rq" else None}
+        held = bool(delay) or at is not None
+        not_before: Any = Now()
+        if at is not None:
+            not_before = at
+        elif delay:
+            not_before = ExpressionWrapper(
+                Now() + timedelta(seconds=delay), output_field=DateTimeField()
+            )
+        # The worker the step is born RUNNING under (a held-back step is born PENDING).
+        claimer = None if held else claimed_by
+        # A held-back step is notified when it is due (the sweeper), not now: a worker
+        # would only drop a notification that comes early.
+        extra: dict[str, Any] = {
+            "notified_at": Now() if dispatch.mode() == "rq" and not held else None
+        }
         if claimer is not None:
             extra = {
                 "status": StepStatus.RUNNING,
@@ -375,7 +384,11 @@ class RunTx:
             **extra,
         )
         self.set_run(current_step_id=step.pk)
-        self.event("step.scheduled", {"name": name, "seq": seq}, step_id=step.pk, actor=actor)
+        scheduled: dict[str, Any] = {"name": name, "seq": seq}
+        if held:
+            step.refresh_from_db(fields=["not_before"])
+            scheduled["not_before"] = step.not_before.isoformat()
+        self.event("step.scheduled", scheduled, step_id=step.pk, actor=actor)
         if claimer is not None:
             self.event(
                 "step.started",
@@ -383,7 +396,7 @@ class RunTx:
                 step_id=step.pk,
                 actor=claimer,
             )
-        else:
+        elif not held:
             dispatch.notify_on_commit(self.run.pk, step.pk)
         return step.pk
 
@@ -442,13 +455,15 @@ class RunTx:
         reason: str = "",
         next_seq: int | None = None,
         claimed_by: str | None = None,
+        delay: float = 0.0,
+        at: datetime | None = None,
     ) -> "Advanced":
         """After ``step`` succeeded: save its checkpoint, then schedule ``next_name`` or
         finish the run (SUCCEEDED) when it is ``None``. A waiting or paused run goes
         RUNNING first (``reason``); a cancel-requested run stops after the checkpoint.
-        ``next_seq`` (default ``next_step_seq()``) and ``claimed_by`` go to
-        ``schedule_step``; ``previous``, ``previous_id`` and ``base_state`` go to
-        ``save_checkpoint``.
+        ``next_seq`` (default ``next_step_seq()``), ``claimed_by`` and a timer
+        (``delay`` seconds or ``at`` an instant) go to ``schedule_step``; ``previous``,
+        ``previous_id`` and ``base_state`` go to ``save_checkpoint``.
         Returns ``Advanced``."""
         checkpoint_id, state = self.save_checkpoint(
             step,
@@ -471,7 +486,9 @@ class RunTx:
             )
             return Advanced(None, None, checkpoint_id, state)
         seq = self.next_step_seq() if next_seq is None else next_seq
-        step_id = self.schedule_step(next_name, actor=actor, seq=seq, claimed_by=claimed_by)
+        step_id = self.schedule_step(
+            next_name, actor=actor, seq=seq, claimed_by=claimed_by, delay=delay, at=at
+        )
         return Advanced(step_id, seq, checkpoint_id, state)
 
     def resolve_takeover(

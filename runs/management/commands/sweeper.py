@@ -37,14 +37,17 @@ class Command(BaseCommand):
         failures = RepeatedFailureLog(logger, "sweep")
         while not stop.is_set():
             close_old_connections()
+            pause = settings.AGENTOPS_SWEEP_SECONDS
             try:
                 if sweeper.acquire_maintenance_lease("sweeper", actor, ttl):
                     report = sweeper.sweep_once(actor)
                     if report.total:
                         self.stdout.write(f"swept: {report.counts}")
+                    # Wake when the next timer, deadline or schedule tick falls due.
+                    pause = sweeper.seconds_until_due(pause)
                 failures.succeeded()
             except Exception as exc:  # noqa: BLE001 - the database or Redis is away for a while
                 # A sweep is idempotent: the next round redoes whatever this one lost.
                 failures.failed(exc)
                 connection.close()
-            stop.wait(settings.AGENTOPS_SWEEP_SECONDS)
+            stop.wait(pause)

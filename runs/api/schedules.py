@@ -1,0 +1,138 @@
+"""Schedule endpoints: list, create, pause, resume, trigger now, delete. Schedules belong
+to the deployment, not to one owner: reading needs a staff token with ``runs.view_run``,
+changing one ``runs.operate_run`` (403 ``permission_denied`` otherwise)."""
+
+from typing import Any, Literal
+
+from ninja import Router, Schema, Status
+from pydantic import Field
+
+from runs.api.conditional import conditional_action
+from runs.api.errors import ApiError, error_responses
+from runs.engine.control import schedules
+from runs.models import Schedule, ScheduleTick
+
+router = Router(tags=["schedules"])
+ERRORS = error_responses()
+
+
+class TickOut(Schema):
+    tick_at: str
+    outcome: str
+    run: str | None
+    manual: bool
+
+
+class ScheduleOut(Schema):
+    """A schedule: its timing (``"every 2s"``, ``"0 9 * * 1 (Europe/Paris)"``), policies,
+    the next three tick times (empty while paused) and its last ticks, newest first."""
+
+    name: str
+    workflow: str
+    timing: str
+    input: dict[str, Any]
+    overlap: str
+    catchup: str
+    paused: bool
+    next_fire_times: list[str]
+    last_ticks: list[TickOut]
+
+
+class ScheduleIn(Schema):
+    """Exactly one of ``cron`` (with ``timezone``, default UTC) and ``every`` (seconds)."""
+
+    name: str = Field(min_length=1, max_length=100)
+    workflow: str = Field(min_length=1, max_length=100)
+    cron: str | None = Field(default=None, max_length=200)
+    timezone: str | None = Field(default=None, max_length=64)
+    every: int | None = Field(default=None, ge=1)
+    input: dict[str, Any] = Field(default_factory=dict)
+    overlap: Literal["skip", "allow"] = "skip"
+    catchup: Literal["none", "latest", "all"] = "latest"
+    catchup_window: int = Field(default=3600, ge=1)
+
+
+class TickResult(Schema):
+    """What ``trigger`` did: the tick (``started`` with its run, or ``skipped``)."""
+
+    outcome: str
+    run: str | None
+    detail: str
+
+
+def _require(user, permission: str) -> None:
+    if not (user.is_staff and user.has_perm(permission)):
+        raise ApiError(403, "permission_denied", f"schedules need a staff token with {permission}")
+
+
+def _no_run(kwargs: dict[str, Any]) -> None:
+    return None
+
+
+@router.get("/schedules", response={200: list[ScheduleOut], **ERRORS}, summary="List schedules")
+def list_schedules(request):
+    _require(request.user, "runs.view_run")
+    return [schedules.describe(s) for s in Schedule.objects.order_by("name")]
+
+
+@router.post("/schedules", response={201: ScheduleOut, **ERRORS}, summary="Create a schedule")
+def create_schedule(request, payload: ScheduleIn):
+    """422 ``invalid_input`` (timing, zone, input), ``unknown_workflow``; 409
+    ``schedule_exists``."""
+    _require(request.user, "runs.operate_run")
+    schedule = schedules.create_schedule(
+        payload.name,
+        payload.workflow,
+        cron=payload.cron,
+        timezone=payload.timezone,
+        every=payload.every,
+        input=payload.input,
+        overlap=payload.overlap,
+        catchup=payload.catchup,
+        catchup_window=payload.catchup_window,
+    )
+    return Status(201, schedules.describe(schedule))
+
+
+@router.post(
+    "/schedules/{name}/pause", response={200: ScheduleOut, **ERRORS}, summary="Pause a schedule"
+)
+def pause(request, name: str):
+    """Stop ticking (idempotent). 404 ``unknown_schedule``."""
+    _require(request.user, "runs.operate_run")
+    return schedules.describe(schedules.set_paused(name, True))
+
+
+@router.post(
+    "/schedules/{name}/resume",
+    response={200: ScheduleOut, **ERRORS},
+    summary="Resume a schedule",
+)
+def resume(request, name: str):
+    """Tick again from now: the paused time is not caught up (idempotent). 404
+    ``unknown_schedule``."""
+    _require(request.user, "runs.operate_run")
+    return schedules.describe(schedules.set_paused(name, False))
+
+
+@router.post(
+    "/schedules/{name}/trigger",
+    response={200: TickResult, **ERRORS},
+    summary="Tick a schedule now",
+)
+@conditional_action(_no_run, precondition=False)
+def trigger(request, name: str):
+    """A tick now, outside the timetable; the overlap policy applies (``skipped`` while
+    the previous run is open)."""
+    _require(request.user, "runs.operate_run")
+    tick: ScheduleTick = schedules.trigger_now(name, f"user:{request.user.get_username()}")
+    return {"outcome": tick.outcome, "run": str(tick.run_id) if tick.run_id else None,
+            "detail": tick.detail}  # fmt: skip
+
+
+@router.delete("/schedules/{name}", response={204: None, **ERRORS}, summary="Delete a schedule")
+def delete(request, name: str):
+    """Its runs stay. 404 ``unknown_schedule``."""
+    _require(request.user, "runs.operate_run")
+    schedules.delete_schedule(name)
+    return Status(204, None)
