@@ -451,3 +451,87 @@ def test_an_event_stream_handler_gets_each_response_once_across_a_crash(deployme
     parts = [json.loads(line)["part"] for line in path.read_text().splitlines()]
     assert parts == ["text", "tool-call", "text"]
     assert [run_status(d, r) for r in (run_id, uncrashed)] == ["SUCCEEDED", "SUCCEEDED"]
+
+
+# -- CallDeferred -----------------------------------------------------------------------------
+
+
+def export_brain(body: dict) -> dict:
+    if not tool_results(body):
+        return call("start_export", {"report": "q3"}, "x1")
+    return {"content": "Export result: " + tool_results(body)[-1]}
+
+
+def test_a_deferred_call_waits_for_its_outside_result_delivered_by_the_cli(deployment_factory):
+    with ModelServer(export_brain) as server:
+        d = shapes(deployment_factory, server)
+        run_id = start(d, "shape_deferred", json.dumps({"prompt": "export q3"}))
+        until(d, run_id, "WAITING_EXTERNAL", "FAILED", "PAUSED", "SUCCEEDED")
+        assert run_status(d, run_id) == "WAITING_EXTERNAL"
+        # No lease, no worker while it waits.
+        assert sql(d, "SELECT owner, lease_until FROM runs_step WHERE name = 'deliver'") == [
+            ("", None)
+        ]
+        wrong = d.manage("runs", "deliver", run_id, "--call", "nope", "--result", "1")
+        assert wrong.returncode == 1
+        assert "invalid_input" in wrong.stderr and "x1 (start_export)" in wrong.stderr
+        result = json.dumps({"url": "https://exports.example/q3.csv"})
+        flags = ("--call", "x1", "--result", result, "--request-id", "r1")
+        assert "delivered; run is RUNNING" in d.call("runs", "deliver", run_id, *flags)
+        assert "delivered before" in d.call("runs", "deliver", run_id, *flags)
+        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+    assert run_status(d, run_id) == "SUCCEEDED"
+    (sent,) = tool_results(server.requests[-1])
+    assert json.loads(sent) == {"url": "https://exports.example/q3.csv"}
+    assert status(d, run_id)["messages"][-1]["content"] == f"Export result: {sent}"
+    assert tool_runs(d) == {"start_export": 1}
+    assert server.count == 2
+
+
+def test_a_deferred_call_past_its_timeout_tells_the_model_none_came(deployment_factory):
+    with ModelServer(export_brain) as server:
+        d = shapes(deployment_factory, server)
+        run_id = start(d, "shape_deferred_timeout", json.dumps({"prompt": "export q3"}))
+        until(d, run_id, "WAITING_EXTERNAL", "FAILED", "PAUSED", "SUCCEEDED")
+        moved = sql(
+            d,
+            "UPDATE runs_step SET wait_until = %s WHERE name = 'deliver' AND status = 'WAITING'"
+            " RETURNING id",
+            ("2000-01-01 00:00:00",),
+        )
+        assert len(moved) == 1
+        swept = d.manage("sweeper", "--once", timeout=120, check=True)
+        assert "'signal_waits_timed_out': 1" in swept.stdout
+        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+    assert run_status(d, run_id) == "SUCCEEDED"
+    assert "within 60 s" in tool_results(server.requests[-1])[0]
+
+
+def test_the_api_delivers_a_deferred_calls_result_once_per_key(deployment_factory):
+    import httpx
+
+    from tests.apiserver import Server
+    from tests.apiserver import make_user as api_user
+
+    with ModelServer(export_brain) as server:
+        d = shapes(deployment_factory, server)
+        token = api_user(d, "op", staff=True, perms=("runs.view_run", "runs.operate_run"))
+        run_id = start(d, "shape_deferred", json.dumps({"prompt": "export q3"}))
+        until(d, run_id, "WAITING_EXTERNAL", "FAILED", "PAUSED", "SUCCEEDED")
+        api = Server(d)
+        try:
+            base = f"{api.url}/api/v1/runs/{run_id}/tool-calls"
+            auth = {"Authorization": f"Bearer {token}"}
+            keyed = {**auth, "Idempotency-Key": "exp-1"}
+            with httpx.Client(timeout=30) as http:
+                wrong = http.post(f"{base}/nope/result", json=1, headers=auth)
+                assert wrong.status_code == 422 and wrong.json()["code"] == "invalid_input"
+                first = http.post(f"{base}/x1/result", json={"rows": 3}, headers=keyed)
+                again = http.post(f"{base}/x1/result", json={"rows": 3}, headers=keyed)
+        finally:
+            api.kill()
+        assert first.status_code == again.status_code == 200
+        assert first.json() == again.json()
+        assert (first.json()["consumed"], first.json()["run_status"]) == (True, "RUNNING")
+        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+    assert [json.loads(r) for r in tool_results(server.requests[-1])] == [{"rows": 3}]

@@ -38,6 +38,7 @@ from runs.agents.durability import DEFAULT_REQUEST_RETRY, AgentOpsDurability, Ag
 from runs.agents.errors import classify_agent_error
 from runs.agents.history import thread_history
 from runs.agents.providers import PydanticAIProvider, aclose
+from runs.engine.control.deferred_calls import TOOL_RESULT_SIGNAL
 from runs.engine.effects.model_providers import get_provider
 from runs.engine.effects.retry import RetryPolicy
 from runs.engine.errors import StepError
@@ -46,7 +47,12 @@ from runs.tools import Tool
 from runs.workflows import registry
 from runs.workflows.definition import Workflow, WorkflowDefinitionError
 
-AGENT_STEPS = ("agent", "continue")
+AGENT_STEPS = ("agent", "continue", "resume")
+TOOL_RESULT_SCHEMA = {
+    "type": "object",
+    "required": ["tool_call_id", "result"],
+    "properties": {"tool_call_id": {"type": "string", "minLength": 1}, "result": {}},
+}
 
 
 class AgentWorkflow(Workflow):
@@ -65,6 +71,7 @@ class AgentWorkflow(Workflow):
         run_options=(),
         request_retry: RetryPolicy | None = None,
         event_stream_handler=None,
+        deferred_timeout: float | None = None,
     ):
         super().__init__(
             name,
@@ -108,6 +115,15 @@ class AgentWorkflow(Workflow):
         self.add_step_fn("agent", self._run_agent, final=True)
         self.approval("approve", on_reject="continue")(self._ask_approval)
         self.add_step_fn("continue", self._run_agent, final=True)
+        self.signal(
+            TOOL_RESULT_SIGNAL,
+            "deliver",
+            schema=TOOL_RESULT_SCHEMA,
+            timeout=deferred_timeout,
+            on_timeout="resume" if deferred_timeout else None,
+        )(_await_results)
+        self.add_step_fn("resume", self._run_agent, final=True)
+        self.deferred_timeout = deferred_timeout
 
     def validate_input(self, data) -> dict[str, str]:
         """Field errors of a run's input: the prompt, then ``deps`` and the per-run
@@ -169,6 +185,17 @@ class AgentWorkflow(Workflow):
         if state and any(p not in decisions for p in state.get("pending_ids", [])):
             ctx.goto("approve")
             return {**state, "decisions": decisions, "turn": state["turn"] + 1}
+        # Only "resume" follows "deliver": another step would read an older delivery.
+        fresh = ctx.outputs.get("deliver") if ctx.step.name == "resume" else None
+        delivered = take_delivery(state, fresh)
+        if state and any(c not in delivered for c in state.get("deferred_ids", [])):
+            ctx.goto("deliver")
+            return {
+                **state,
+                "decisions": decisions,
+                "delivered": delivered,
+                "turn": state["turn"] + 1,
+            }
 
         model, ledger_name, cost_per_call = self.run_model(ctx)
         bridge = Bridge()
@@ -184,7 +211,7 @@ class AgentWorkflow(Workflow):
             history = ModelMessagesTypeAdapter.validate_python(state["history"])
         else:
             history = thread_history(ctx)
-        results = deferred_results(decisions) if state else None
+        results = deferred_results(decisions, delivered, self.deferred_timeout) if state else None
         captured: list[list] = []
 
         async def run_agent():
@@ -219,17 +246,11 @@ class AgentWorkflow(Workflow):
         all_messages = ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json")
         output = result.output
         turn = (state or {}).get("turn", 0) + 1
-        deferred = [c.tool_name for c in getattr(output, "calls", None) or []]
-        if deferred:
-            # Not handed back as the run's answer: nothing would ever deliver the results.
-            raise StepError(
-                "CALL_DEFERRED_UNSUPPORTED",
-                f"{', '.join(deferred)} deferred its call (CallDeferred); an agent workflow "
-                "cannot take an outside system's result for a tool call yet",
-            )
         pending = list(getattr(output, "approvals", None) or [])
-        if pending:
-            ctx.goto("approve")
+        deferred = list(getattr(output, "calls", None) or [])
+        if pending or deferred:
+            # Approvals first; then the run waits for the outside results.
+            ctx.goto("approve" if pending else "deliver")
             return {
                 "turn": turn,
                 "history": all_messages,
@@ -239,6 +260,12 @@ class AgentWorkflow(Workflow):
                 ],
                 "pending_ids": [p.tool_call_id for p in pending],
                 "decisions": {},
+                "deferred": [
+                    {"id": c.tool_call_id, "name": c.tool_name, "arguments": c.args_as_dict()}
+                    for c in deferred
+                ],
+                "deferred_ids": [c.tool_call_id for c in deferred],
+                "delivered": {},
             }
         ctx.goto(None)
         answer = output if isinstance(output, str) else json.dumps(_jsonable(output))
@@ -315,9 +342,43 @@ def latest_state(ctx) -> dict[str, Any] | None:
     return max(states, key=lambda s: s.get("turn", 0), default=None)
 
 
-def deferred_results(decisions: dict[str, dict]) -> DeferredToolResults:
-    """Approval decisions as Pydantic AI's deferred tool results: approve (with edited
-    arguments), or deny (with the approver's message or a rejection note)."""
+def take_delivery(state: dict | None, output: dict | None) -> dict[str, Any]:
+    """The outside results delivered so far (``{tool call id: {"result": JSON} or
+    {"timed_out": True}}``), with the ``deliver`` step's latest ``output`` added when it
+    answers a call still waiting (a timeout answers all of them)."""
+    delivered = dict((state or {}).get("delivered") or {})
+    waiting = [c for c in (state or {}).get("deferred_ids", []) if c not in delivered]
+    if not output or not waiting:
+        return delivered
+    if output.get("timed_out"):
+        delivered.update({c: {"timed_out": True} for c in waiting})
+        return delivered
+    payload = output.get("payload") or {}
+    if payload.get("tool_call_id") in waiting:
+        delivered[payload["tool_call_id"]] = {"result": payload.get("result")}
+    return delivered
+
+
+def _await_results(ctx) -> None:
+    """The ``deliver`` step: the run waits (WAITING_EXTERNAL, no lease) for the signal
+    ``tool_result`` carrying one deferred call's result."""
+
+
+def deferred_results(
+    decisions: dict[str, dict],
+    delivered: dict[str, dict] | None = None,
+    timeout: float | None = None,
+) -> DeferredToolResults:
+    """Approval decisions and delivered outside results as Pydantic AI's deferred tool
+    results: approve (with edited arguments), or deny (with the approver's message or a
+    rejection note); a delivered result as the call's return value, a timed-out call as
+    a note that no result came within ``timeout`` seconds."""
+    calls = {
+        call_id: d["result"]
+        if "result" in d
+        else f"No result came from the outside system within {timeout:g} s."
+        for call_id, d in (delivered or {}).items()
+    }
     approvals: dict[str, Any] = {}
     for call_id, d in decisions.items():
         if d.get("decision") == "approved":
@@ -329,7 +390,7 @@ def deferred_results(decisions: dict[str, dict]) -> DeferredToolResults:
                 + (f": {d['comment']}" if d.get("comment") else ".")
             )
             approvals[call_id] = ToolDenied(message)
-    return DeferredToolResults(approvals=approvals)
+    return DeferredToolResults(approvals=approvals, calls=calls)
 
 
 def stage_messages(ctx, messages: list, *, skip_first_prompt: bool) -> None:
@@ -375,6 +436,7 @@ def register_agent(
     run_options: tuple[str, ...] | frozenset[str] = (),
     request_retry: RetryPolicy | None = None,
     event_stream_handler=None,
+    deferred_timeout: float | None = None,
 ) -> AgentWorkflow:
     """Register ``agent`` (a ``pydantic_ai.Agent``) as the workflow ``name@version``;
     start it with ``runs start NAME --input '{"prompt": "..."}'``.
@@ -389,6 +451,9 @@ def register_agent(
     ``RetryPolicy`` of each model request (default: 3 attempts, 1 s doubling to 30 s).
     ``event_stream_handler``: Pydantic AI's ``async fn(ctx, events)``, given each model
     response's events once (a response recorded before a crash is not sent again).
+    ``deferred_timeout``: seconds a tool call deferred with ``CallDeferred`` waits for
+    its outside result (``runs deliver``); past it the model is told none came
+    (default ``None``: wait for good).
     Returns the workflow; raises ``WorkflowDefinitionError`` on a name clash or an
     unknown run option.
     """
@@ -403,6 +468,7 @@ def register_agent(
         run_options=run_options,
         request_retry=request_retry,
         event_stream_handler=event_stream_handler,
+        deferred_timeout=deferred_timeout,
     )
     return registry.register(workflow)
 

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
-from pydantic_ai import Agent, ApprovalRequired, DeferredToolRequests, ModelRetry, RunContext
+from pydantic_ai import (
+    Agent,
+    ApprovalRequired,
+    CallDeferred,
+    DeferredToolRequests,
+    ModelRetry,
+    RunContext,
+)
 
 from runs.agents import register_agent
 from runs.engine.effects.retry import RetryPolicy
@@ -204,4 +211,25 @@ register_agent(
     name="shape_events",
     tools={"again": "read"},
     event_stream_handler=_write_events,
+)
+
+
+# -- CallDeferred: an outside system delivers the result later ---------------------------
+
+exporting = Agent(name="exporting", output_type=[str, DeferredToolRequests])
+
+
+@exporting.tool_plain
+def start_export(report: str) -> str:
+    """Export ``report``; the export service answers later."""
+    count("start_export")
+    raise CallDeferred(metadata={"queue": "exports"})
+
+
+register_agent(exporting, name="shape_deferred", tools={"start_export": "unsafe"})
+register_agent(
+    exporting,
+    name="shape_deferred_timeout",
+    tools={"start_export": "unsafe"},
+    deferred_timeout=60,
 )
