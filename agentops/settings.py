@@ -23,6 +23,7 @@ from agentops.env import (
     env_str,
     signal_hooks,
 )
+from agentops.links import bounded_redis_url, pg_link_options
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("AGENTOPS_VAR_DIR", str(BASE_DIR / "var")))
@@ -123,14 +124,43 @@ else:
             "TEST": {"NAME": str(VAR_DIR / "test-agentops.sqlite3")},
         }
     }
+# A PostgreSQL link cut without a reset (packets dropped) must not hold a call for the
+# minutes of the kernel's TCP timers: keepalives end an idle connection to a vanished
+# peer, tcp_user_timeout one whose data stays unacknowledged, connect_timeout a
+# connection attempt (agentops/links.py; docs/deploy.md gives the server's side).
+PG_LINK_OPTIONS = pg_link_options(
+    keepalive_idle=env_number("AGENTOPS_DB_KEEPALIVE_SECONDS", 5, minimum=1),
+    user_timeout=env_number("AGENTOPS_DB_USER_TIMEOUT", 10, minimum=1),
+    connect_timeout=env_number("AGENTOPS_DB_CONNECT_TIMEOUT", 5, minimum=2),
+)
 for _db in DATABASES.values():
     if _db["ENGINE"] == "django.db.backends.sqlite3":
         _db["OPTIONS"] = {**SQLITE_OPTIONS, **_db.get("OPTIONS", {})}
+    elif _db["ENGINE"] == "django.db.backends.postgresql":
+        _db["OPTIONS"] = {**PG_LINK_OPTIONS, **_db.get("OPTIONS", {})}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_redis_url("REDIS_URL")
+# Every Redis call (RQ's own heartbeat and bookkeeping, notifications, /readyz) gives up
+# after these many seconds: a worker cut off from Redis falls back to database polling
+# instead of waiting for the kernel's TCP timers.
+AGENTOPS_REDIS_TIMEOUT = env_number("AGENTOPS_REDIS_TIMEOUT", 5, minimum=1)
+AGENTOPS_REDIS_CONNECT_TIMEOUT = env_number("AGENTOPS_REDIS_CONNECT_TIMEOUT", 3, minimum=0.5)
+# The partition drill's cuts (seconds): Redis from a worker running a step from RQ, then
+# PostgreSQL from a worker in the middle of a step (docs/drills-and-bench.md).
+AGENTOPS_PARTITION_REDIS_SECONDS = env_number("AGENTOPS_PARTITION_REDIS_SECONDS", 75, minimum=5)
+AGENTOPS_PARTITION_PG_SECONDS = env_number("AGENTOPS_PARTITION_PG_SECONDS", 40, minimum=5)
+
+
 RQ_QUEUES = {
-    "default": {"URL": REDIS_URL or "redis://127.0.0.1:6379/0", "DEFAULT_TIMEOUT": 3600},
+    "default": {
+        "URL": bounded_redis_url(
+            REDIS_URL or "redis://127.0.0.1:6379/0",
+            timeout=AGENTOPS_REDIS_TIMEOUT,
+            connect_timeout=AGENTOPS_REDIS_CONNECT_TIMEOUT,
+        ),
+        "DEFAULT_TIMEOUT": 3600,
+    },
 }
 # Without Redis, dispatch runs from the database: django-rq's admin dashboard would only
 # fail to reach a Redis nobody configured, so it is not registered at all.

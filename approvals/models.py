@@ -65,6 +65,7 @@ class Takeover(models.Model):
         UNKNOWN_WORKFLOW_VERSION = "unknown_workflow_version"
         ARTIFACT_INVALID = "artifact_invalid"
         OPERATOR_REQUEST = "operator_request"
+        NON_DETERMINISM = "non_determinism"
 
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="takeovers")
     step = models.ForeignKey(

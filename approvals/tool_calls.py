@@ -5,7 +5,9 @@ model receives instead of the tool result."""
 
 from typing import Any
 
+from approvals.models import Approval
 from runs.engine.control.lifecycle import ControlError
+from runs.models import Event
 from runs.workflows import registry
 
 
@@ -64,6 +66,73 @@ def decision_terms(
         output["message"] = message
         event["message"] = message
     return output, event
+
+
+def tool_facts(approval) -> dict[str, Any]:
+    """What the approver needs to know of the tool an agent asks to call:
+    ``{"tool", "description", "schema", "arguments"}`` (the model's arguments). The
+    description and schema come from the workflow's code, else from the evidence the
+    worker stored (the schema) or are empty (the description)."""
+    evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
+    tool = str(evidence.get("tool", ""))
+    description, schema = "", evidence.get("schema")
+    try:
+        workflow = registry.get(approval.run.workflow, approval.run.workflow_version)
+    except registry.UnknownWorkflow:
+        workflow = None
+    describe = getattr(workflow, "tool_description", None)
+    code_schema = getattr(workflow, "tool_schema", None)
+    if describe is not None and code_schema is not None:
+        description = describe(tool)
+        schema = code_schema(tool) or schema
+    return {
+        "tool": tool,
+        "description": description,
+        "schema": schema if isinstance(schema, dict) else {},
+        "arguments": evidence.get("arguments"),
+    }
+
+
+def argument_errors(approval, arguments: Any) -> dict[str, str]:
+    """The tool's field errors for edited ``arguments`` (``{"arguments.amount": msg}``),
+    empty when they fit: the check ``decision_terms`` makes, for showing a diff before
+    the approver confirms."""
+    evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
+    return _validate(approval, str(evidence.get("tool", "")), arguments)
+
+
+def edited_calls(*run_ids) -> dict[str, dict[str, Any]]:
+    """The tool calls of the runs ``run_ids`` an approver let run with other arguments:
+    ``{tool_call_id: {"from": model's arguments, "to": arguments used, "by": actor}}``
+    (from the ``approval.approved`` events that record ``edited``; one query, and one
+    more when there are any)."""
+    edits: dict[int, tuple[dict, str]] = {}
+    approved = Event.objects.filter(run_id__in=run_ids, type="approval.approved").order_by("seq")
+    for event in approved:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        if isinstance(payload.get("edited"), dict) and isinstance(payload.get("approval_id"), int):
+            edits[payload["approval_id"]] = (payload["edited"], event.actor)
+    if not edits:
+        return {}
+    call_ids = dict(Approval.objects.filter(pk__in=edits).values_list("pk", "evidence"))
+    return {
+        call_ids[pk]["tool_call_id"]: {"from": edited.get("from"), "to": edited.get("to"), "by": by}
+        for pk, (edited, by) in edits.items()
+        if isinstance(call_ids.get(pk), dict) and call_ids[pk].get("tool_call_id")
+    }
+
+
+def mark_edited_calls(messages) -> None:
+    """Give each tool call (``{"id", "name", "arguments"}``) of ``messages`` (``Message``
+    rows, of one or more runs) that an approver let run with other arguments an
+    ``edited`` entry (``edited_calls``), in memory, for showing both. The same queries
+    whatever the messages hold."""
+    run_ids = {m.run_id for m in messages if m.run_id}
+    edits = edited_calls(*run_ids) if run_ids else {}
+    for message in messages:
+        for call in message.tool_calls if isinstance(message.tool_calls, list) else []:
+            if isinstance(call, dict) and call.get("id") in edits:
+                call["edited"] = edits[call["id"]]
 
 
 def _validate(approval, tool: str, arguments: Any) -> dict[str, str]:

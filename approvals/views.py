@@ -4,13 +4,15 @@ Decisions go through ``approvals.services.decide`` (approver role), takeover cla
 resolutions through ``claim_takeover`` / ``resolve_takeover`` (operator role).
 """
 
-import json
-
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 
+from approvals import argument_form
+from approvals.desk import attach_verify_answers
+from approvals.inbox import EditState, attach_cards
 from approvals.models import Approval, Takeover
 from approvals.services import claim_takeover, decide, resolve_takeover
+from approvals.tool_calls import argument_errors, edited_calls, tool_facts
 from runs.console import artifacts as artifact_files
 from runs.console.access import (
     DECIDE_PERM,
@@ -26,7 +28,8 @@ from runs.console.actions import perform
 from runs.console.filters import ApprovalFilter, TakeoverFilter
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.console.paging import paginate
-from runs.engine.control.lifecycle import MAX_REASON_CHARS
+from runs.engine.control.approvals import with_shown_status
+from runs.engine.control.lifecycle import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS
 from runs.models import Artifact
 
 #: Artifacts previewed per approval.
@@ -69,22 +72,33 @@ def _attach_previews(approvals: list[Approval]) -> None:
         ]
 
 
+def _inbox_context(request, pending, edits=None, status_filter=None) -> dict:
+    attach_cards(list(pending.object_list) if hasattr(pending, "object_list") else pending, edits)
+    return {"filter": status_filter, "pending": pending, "decisions": DECISIONS}
+
+
 @console_view
 def approvals_inbox(request):
-    """Pending approvals (oldest first, filtered like the runs list, paged) with
-    evidence previews; decided ones below, newest first, paged on their own."""
+    """Pending approvals (oldest first, filtered like the runs list, paged), each with
+    evidence previews and, for an agent's tool call, the conversation up to the call,
+    the tool's description and its arguments as a form; decided ones below, newest
+    first, paged on their own, edited arguments marked."""
     approval_filter = ApprovalFilter(
         request.GET or None,
-        queryset=Approval.objects.filter(status=Approval.Status.PENDING)
+        queryset=with_shown_status(Approval.objects.filter(status=Approval.Status.PENDING))
         .select_related("run", "step")
         .order_by("created_at", "pk"),
     )
     pending = paginate(request, approval_filter.qs)
     _attach_previews(list(pending.object_list))
-    for approval in pending.object_list:
-        evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
-        if evidence.get("kind") == "tool_call":
-            approval.tool_arguments = json.dumps(evidence.get("arguments"), indent=1)
+    context = _inbox_context(request, pending, status_filter=approval_filter)
+    context["decided"] = _decided(request)
+    return render_page(request, "console/approvals.html", "partials/approval_rows.html", context)
+
+
+def _decided(request):
+    """The decided approvals' page, each with ``edit`` (``{"from", "to", "by"}``) when
+    the approver let the call run with other arguments."""
     decided = paginate(
         request,
         Approval.objects.exclude(status=Approval.Status.PENDING)
@@ -92,23 +106,62 @@ def approvals_inbox(request):
         .order_by("-decided_at", "-pk"),
         param="decided_page",
     )
+    rows = list(decided.object_list)
+    edits = edited_calls(*{a.run_id for a in rows}) if rows else {}
+    for approval in rows:
+        evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
+        call_id = str(evidence.get("tool_call_id", ""))
+        approved = approval.status == Approval.Status.APPROVED
+        approval.edit = edits.get(call_id) if approved else None
+    return decided
+
+
+def _answer_in_place(request, approval: Approval, edit: EditState, status: int):
+    """The approval's card alone on the inbox page, showing what was posted: the
+    tool's field errors (``status`` 400) or the diff to confirm (200)."""
+    _attach_previews([approval])
+    context = _inbox_context(request, [approval], {approval.pk: edit})
+    context["answering"] = approval
     return render_page(
-        request,
-        "console/approvals.html",
-        "partials/approval_rows.html",
-        {
-            "filter": approval_filter,
-            "pending": pending,
-            "decided": decided,
-            "decisions": DECISIONS,
-        },
+        request, "console/approvals.html", "partials/approval_rows.html", context, status=status
     )
+
+
+def _posted_edit(request, approval: Approval, decision: str) -> EditState:
+    """The posted decision's terms as an ``EditState`` (arguments parsed from the form
+    or the raw JSON; ``error`` when they do not parse)."""
+    facts = tool_facts(approval)
+    edit = EditState(
+        mode="json" if request.POST.get("edit_mode", "json") != "form" else "form",
+        raw=request.POST.get("arguments", "") if request.POST.get("edit_mode") == "json" else "",
+        comment=(request.POST.get("comment") or "").strip(),
+        message=(request.POST.get("message") or "").strip(),
+    )
+    try:
+        edit.arguments = argument_form.posted_arguments(
+            request.POST, facts["schema"], facts["arguments"]
+        )
+    except InvalidInput as exc:
+        edit.error = str(exc)
+        return edit
+    if decision != "approve" or edit.arguments == facts["arguments"]:
+        return edit
+    if edit.arguments is not None:
+        edit.errors = argument_errors(approval, edit.arguments)
+        if not edit.errors:
+            edit.diff = argument_form.diff(facts["arguments"], edit.arguments)
+    return edit
 
 
 @console_action(DECIDE_PERM)
 def decide_view(request, approval_id):
-    """Approve or reject with a comment (``approvals.services.decide``)."""
-    approval = get_object_or_404(Approval.objects.select_related("run"), pk=approval_id)
+    """Approve or reject with a comment (``approvals.services.decide``). On an agent's
+    tool call: approve with edited arguments (from the generated form or the raw JSON)
+    only after the diff was shown and confirmed (``confirm_arguments`` carries the
+    arguments confirmed); an edit the tool's schema refuses is answered on the card
+    with the field's error and the edit kept (400); reject may carry a message for the
+    model. An expired approval is refused by the engine."""
+    approval = get_object_or_404(Approval.objects.select_related("run", "step"), pk=approval_id)
     back = reverse("console:approvals")
     changed = stale_run(request, approval.run, request.POST.get("run_version"), back)
     if changed:
@@ -122,13 +175,19 @@ def decide_view(request, approval_id):
             status=400,
             back=back,
         )
+    evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
+    arguments = None
+    if evidence.get("kind") == "tool_call":
+        edit = _posted_edit(request, approval, decision)
+        if edit.error or edit.errors:
+            return _answer_in_place(request, approval, edit, status=400)
+        confirmed = request.POST.get("confirm_arguments")
+        if edit.diff and confirmed != argument_form.canonical(edit.arguments):
+            return _answer_in_place(request, approval, edit, status=200)
+        if edit.diff:
+            arguments = edit.arguments
 
     def call():
-        # An agent's tool call: the form carries its arguments (editable) and a message.
-        arguments = optional_json(request.POST, "arguments", label="Arguments")
-        evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
-        if decision != "approve" or arguments == evidence.get("arguments"):
-            arguments = None
         return decide(
             approval,
             decision=decision,
@@ -145,14 +204,17 @@ def decide_view(request, approval_id):
 
 @console_view
 def takeover_desk(request):
-    """Open takeovers (oldest first, filtered like the runs list, paged) with their
-    resolutions; resolved ones below, newest first, paged on their own."""
+    """Open takeovers (oldest first, filtered like the runs list, paged) as cards of
+    facts with one form per resolution; resolved ones below, newest first, paged on
+    their own."""
     takeover_filter = TakeoverFilter(
         request.GET or None,
         queryset=Takeover.objects.filter(status=Takeover.Status.OPEN)
         .select_related("run", "step", "claimed_by")
         .order_by("created_at", "pk"),
     )
+    open_page = paginate(request, takeover_filter.qs)
+    attach_verify_answers(list(open_page.object_list))
     resolved = paginate(
         request,
         Takeover.objects.filter(status=Takeover.Status.RESOLVED)
@@ -166,7 +228,7 @@ def takeover_desk(request):
         "partials/takeover_rows.html",
         {
             "filter": takeover_filter,
-            "open": paginate(request, takeover_filter.qs),
+            "open": open_page,
             "resolved": resolved,
             "resolutions": RESOLUTIONS,
         },
@@ -220,9 +282,12 @@ def claim_view(request, takeover_id):
 
 @console_action(OPERATE_PERM)
 def resolve_view(request, takeover_id):
-    """Resolve: resume (from a checkpoint, or where it stopped when none is chosen), retry
-    the step, mark it done with evidence, or cancel the run
-    (``approvals.services.resolve_takeover``)."""
+    """Resolve from one of the desk's four forms (``action``): resume (from a
+    checkpoint, or where it stopped when none is chosen), retry the step, mark it done
+    with evidence (and an optional JSON result), or cancel the run
+    (``approvals.services.resolve_takeover``). Each form's own fields are read, no
+    other's. ``against_verify`` confirms a resolution that contradicts the latest
+    verify answer (refused without it: ``contradicts_verify``)."""
     takeover, back, refused = _open_takeover(request, takeover_id)
     if refused:
         return refused
@@ -232,11 +297,14 @@ def resolve_view(request, takeover_id):
         if action not in RESOLUTIONS:
             raise InvalidInput("Choose a resolution: resume, retry, mark_done or cancel.")
         reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
-        checkpoint = (request.POST.get("checkpoint") or "").strip() or None
-        evidence = (request.POST.get("evidence") or "").strip()
-        if action == "mark_done" and not evidence:
-            raise InvalidInput("Marking done needs evidence.")
-        result = optional_json(request.POST, "result", label="The result")
+        checkpoint, evidence, result = None, "", None
+        if action == "resume":
+            checkpoint = (request.POST.get("checkpoint") or "").strip() or None
+        if action == "mark_done":
+            evidence = required_text(
+                request.POST, "evidence", "Evidence (how you know it is done)", MAX_EVIDENCE_CHARS
+            )
+            result = optional_json(request.POST, "result", label="The result")
         return resolve_takeover(
             takeover,
             action=action,
@@ -245,6 +313,7 @@ def resolve_view(request, takeover_id):
             checkpoint=checkpoint,
             evidence=evidence,
             result=result,
+            against_verify=request.POST.get("against_verify") == "on",
         )
 
     return perform(

@@ -672,9 +672,36 @@ class Seeder:
                 "lamp.set_brightness: outcome unknown",
                 "Check the lamp, then resolve done or not done.",
             )
-        elif scenario in ("failed", "retries_exhausted", "budget"):
-            code = "BUDGET_EXHAUSTED" if scenario == "budget" else "DEPENDENCY_UNAVAILABLE"
-            attempts = 1 if scenario == "budget" else 3
+        elif scenario == "budget":
+            # As budget.pause_exhausted leaves it: the call that would pass the limit was
+            # not made, the step is PENDING again and raising the budget dispatches it.
+            detail = "tool_calls limit 5 reached (used 5)"
+            b.event(
+                "step.budget_exhausted",
+                {"attempt": 1, "limit": "tool_calls", "detail": detail},
+                step_index=i,
+                actor=worker,
+            )
+            step.status, step.error_code, step.error_detail = (
+                StepStatus.PENDING,
+                "BUDGET_EXHAUSTED",
+                detail,
+            )
+            step.owner, step.not_before = "", b.clock
+            transition(
+                RunStatus.PAUSED, reason=f"budget exhausted: {detail}", cause="budget_exhausted"
+            )
+            self._takeover(
+                b,
+                i,
+                "budget_exhausted",
+                f"budget exhausted: {detail}",
+                f"Raise the budget: runs budget {run.pk} --add-tool-calls N "
+                "(the run then resumes).",
+            )
+        elif scenario in ("failed", "retries_exhausted"):
+            code = "DEPENDENCY_UNAVAILABLE"
+            attempts = 3
             for attempt in range(1, attempts):
                 b.event(
                     "step.retry_scheduled",
@@ -693,11 +720,7 @@ class Seeder:
                     step_index=i,
                     actor=worker,
                 )
-            detail = (
-                "tool_calls limit 5 reached (used 5)"
-                if scenario == "budget"
-                else f"503 Service Unavailable {HOSTILE[0]}"
-            )
+            detail = f"503 Service Unavailable {HOSTILE[0]}"
             b.event(
                 "step.failed",
                 {"attempt": attempts, "error_code": code, "error_detail": detail},
@@ -715,16 +738,13 @@ class Seeder:
                 transition(RunStatus.FAILED, reason=f"{name}: {code}")
                 run.finished_at, run.error_code, run.error_detail = b.clock, code, detail
             else:
-                cause = "budget_exhausted" if scenario == "budget" else "retries_exhausted"
-                transition(RunStatus.PAUSED, reason=detail, cause=cause)
+                transition(RunStatus.PAUSED, reason=detail, cause="retries_exhausted")
                 self._takeover(
                     b,
                     i,
-                    cause,
+                    "retries_exhausted",
                     f"{name} failed: {code}",
-                    "Raise the budget, then resume."
-                    if scenario == "budget"
-                    else "Check the dependency, then retry the step.",
+                    "Check the dependency, then retry the step.",
                 )
         elif scenario == "cancelled":
             run.cancel_requested_at = b.tick()
@@ -761,7 +781,14 @@ class Seeder:
                         "reject": "shelve_draft",
                         "expire": "shelve_draft",
                     },
-                    expires_at=created + timedelta(hours=24),
+                    # A pending approval is never past its deadline (the sweeper would
+                    # have expired it): the old ones were asked without one, and are
+                    # overdue in triage by their age.
+                    expires_at=(
+                        created + timedelta(hours=24)
+                        if created + timedelta(hours=24) > self.now
+                        else None
+                    ),
                 ),
             )
         )

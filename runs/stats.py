@@ -28,6 +28,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
+from runs.engine.control.approvals import overdue
 from runs.engine.state.clock import db_now
 from runs.models import Event, Run, ScheduleTick, Step
 from runs.states import RUN_EXECUTABLE, RUN_STATE_EVENTS, RUN_TERMINAL, RunStatus, StepStatus
@@ -224,8 +225,11 @@ def overview_stats(now: datetime | None = None, *, storage: bool = True) -> dict
             }
         )
 
-    pending = Approval.objects.filter(status=Approval.Status.PENDING).aggregate(
-        n=Count("id"), oldest=Min("created_at")
+    # One past its deadline is expired, sweep or not: it waits for nobody.
+    pending = (
+        Approval.objects.filter(status=Approval.Status.PENDING)
+        .exclude(overdue())
+        .aggregate(n=Count("id"), oldest=Min("created_at"))
     )
 
     window_counts = Event.objects.filter(

@@ -2,7 +2,8 @@
 # Install the system packages that `make test` and CI need, if any are missing:
 # make, redis-server, the PostgreSQL server (initdb, pg_ctl, postgres) and client,
 # Debian's headless Chromium (the browser tests drive it through Playwright with
-# executable_path: no browser download) and python3-venv.
+# executable_path: no browser download) and python3-venv; as root also iproute2 and
+# nftables (the partition drill).
 #
 # As root it installs them with apt-get. Otherwise it prints the exact command to run
 # and exits 1. Exit 0 means everything is there. `.ci/run` and `make test` both call it.
@@ -27,6 +28,12 @@ have_pg_server || missing+=(postgresql)
 have psql || missing+=(postgresql-client)
 have chromium || missing+=(chromium)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+# The partition drill (root only: network namespaces and packet filter rules) needs ip
+# and nft or iptables; CI runs as root, so there it must never be skipped for want of them.
+if [ "$(id -u)" -eq 0 ]; then
+    have ip || missing+=(iproute2)
+    have nft || have iptables || missing+=(nftables)
+fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
     exit 0

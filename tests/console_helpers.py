@@ -7,6 +7,7 @@ Named actors after healthchecks' habit: ``alice`` the viewer, ``bob`` the operat
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from runs import demo_seed
 from runs.console.roles import setup_roles
 from runs.engine.control import lifecycle
 from runs.engine.execution.worker import Worker
-from runs.models import Run
+from runs.engine.state.clock import db_now
+from runs.models import Run, Step
 from tests.support.services import manage_argv
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -135,3 +137,30 @@ def run_worker_subprocess(env: dict[str, str], timeout: float = 120) -> subproce
         stdin=subprocess.DEVNULL,
         check=False,
     )
+
+
+def unknown_outcome_run(settings) -> Run:
+    """The origin story, for real: a worker process sets the lamp and dies (exit 75)
+    before saving; after its lease expires, a second worker finds the intent, the lamp
+    cannot be read, and the run pauses with the step UNKNOWN."""
+    env = worker_subprocess_env(settings, AGENTOPS_LEASE_SECONDS=1)
+    run = lifecycle.start_run(
+        "dim_lights",
+        thread_id="L",
+        input={"request": "lower the brightness by 10%"},
+        faults={"crash_after_tool": "set_brightness", "lamp_unreadable": True},
+    )
+    first = run_worker_subprocess(env)
+    assert first.returncode == 75, first.stdout + first.stderr
+    step = Step.objects.get(run=run, name="set_brightness")
+    give_up = time.monotonic() + 60
+    while step.lease_until and step.lease_until >= db_now():
+        assert time.monotonic() < give_up, "the dead worker's lease never expired"
+        time.sleep(0.2)
+        step.refresh_from_db()
+    second = run_worker_subprocess(env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    run.refresh_from_db()
+    assert run.status == "PAUSED", second.stdout
+    assert Step.objects.get(pk=step.pk).status == "UNKNOWN"
+    return run

@@ -2,11 +2,13 @@
 scripted ``FunctionModel``, so the default suite runs it with no network. Decisions on
 its tool call: edited arguments are validated by the tool's own schema."""
 
+import json
 import threading
 
 import pytest
 from django.contrib.auth.models import Permission, User
 
+from approvals.argument_form import canonical
 from approvals.models import Approval
 from approvals.services import DecisionConflict, decide
 from approvals.tool_calls import decision_terms
@@ -143,16 +145,29 @@ def test_the_console_form_edits_arguments_and_refuses_ones_that_do_not_fit(worke
     client.force_login(ann)
     inbox = client.get(reverse("console:approvals")).content.decode()
     assert 'name="arguments"' in inbox and "&quot;amount&quot;: 42.0" in inbox
+    assert 'name="arg-amount"' in inbox and 'value="42.0"' in inbox
 
     url = reverse("console:decide", args=[approval.pk])
     form = {"decision": "approve", "run_version": form_version(Run.objects.get(pk=run.pk))}
     refused = client.post(url, {**form, "arguments": '{"order_id": "A1001", "amount": "x"}'})
     assert refused.status_code == 400
-    assert "arguments.amount" in refused.content.decode()
+    assert "Input should be a valid number" in refused.content.decode()
     approval.refresh_from_db()
     assert approval.status == "PENDING"
 
-    accepted = client.post(url, {**form, "arguments": '{"order_id": "A1001", "amount": 12.5}'})
+    edited = {"order_id": "A1001", "amount": 12.5}
+    shown = client.post(
+        url, {**form, "edit_mode": "form", "arg-order_id": "A1001", "arg-amount": "12.5"}
+    )
+    assert (
+        shown.status_code == 200
+        and "Confirm approve with these arguments" in shown.content.decode()
+    )
+    assert Approval.objects.get(pk=approval.pk).status == "PENDING"
+    accepted = client.post(
+        url,
+        {**form, "arguments": json.dumps(edited), "confirm_arguments": canonical(edited)},
+    )
     assert accepted.status_code == 302
     run = drain(run, worker)
     assert [r["amount"] for r in shop.refunds_for("A1001")] == ["12.50"]

@@ -213,14 +213,18 @@ def test_it_previews_then_resumes_from_a_checkpoint(clients, paused_run):
     not_object = clients["bob"].get(url, {"checkpoint": "start", "input_patch": "[1]"})
     assert not_object.status_code == 400 and b"must be a JSON object" in not_object.content
     generation = paused_run.generation
-    response = post(
-        clients["bob"],
-        url,
-        paused_run,
-        checkpoint="start",
-        reason="try again",
-        input_patch='{"question": "How warm is the attic?"}',
-    )
+    form = {
+        "checkpoint": "start",
+        "reason": "try again",
+        "input_patch": '{"question": "How warm is the attic?"}',
+    }
+    # A confirmation without the plan it confirms shows that plan and asks again.
+    unplanned = post(clients["bob"], url, paused_run, **form)
+    assert unplanned.status_code == 200 and b"confirm again" in unplanned.content
+    paused_run.refresh_from_db()
+    assert paused_run.generation == generation
+    previewed = unplanned.context["previewed"]
+    response = post(clients["bob"], url, paused_run, previewed=previewed, **form)
     assert response.status_code == 302
     paused_run.refresh_from_db()
     assert paused_run.generation == generation + 1
@@ -246,14 +250,13 @@ def test_it_checks_the_outside_world_and_resolves_an_unknown_outcome(clients, de
     assert post(clients["carol"], resolve_url, run, outcome="done", evidence="x").status_code == 403
     missing = post(clients["bob"], resolve_url, run, outcome="done", evidence="")
     assert missing.status_code == 400
-    response = post(
-        clients["bob"],
-        resolve_url,
-        run,
-        outcome="done",
-        evidence="the lamp reads 70%",
-        result='{"brightness": 70}',
-    )
+    done = {"outcome": "done", "evidence": "the lamp reads 70%", "result": '{"brightness": 70}'}
+    if verified.payload["answer"] == "not_done":
+        # Going against the check needs the confirmation the form then offers.
+        refused = post(clients["bob"], resolve_url, run, **done)
+        assert refused.status_code == 409 and b"contradicts_verify" in refused.content
+        done["against_verify"] = "on"
+    response = post(clients["bob"], resolve_url, run, **done)
     assert response.status_code == 302
     run.refresh_from_db()
     assert run.status == "RUNNING"

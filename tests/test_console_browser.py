@@ -1,98 +1,35 @@
 """The console in a real headless Chromium (Debian's ``chromium``, driven by Playwright for
-Python with ``executable_path``; no browser download), against pytest-django's live
-server. Real worker processes make the unknown outcome and finish the run. A screenshot
-of each page visited is saved under ``var/screenshots/``.
+Python with ``executable_path``; no browser download; ``tests.support.browser``), against
+pytest-django's live server. Real worker processes make the unknown outcome and finish
+the run. A screenshot of each page visited is saved under ``test-artifacts/screenshots/``.
 """
 
-import os
 import re
-import shutil
 import subprocess
-import time
-from pathlib import Path
 
 import pytest
 from django.urls import reverse
 
 from approvals.models import Approval
 from runs.engine.control import lifecycle
-from runs.engine.state.clock import db_now
-from runs.models import Event, Run, Step
+from runs.models import Event, Step
 from runs.sim import devices
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import (
-    PASSWORD,
     REPO_ROOT,
     run_worker_in_process,
-    run_worker_subprocess,
     start_room_temperature,
+    unknown_outcome_run,
     worker_subprocess_env,
 )
+from tests.support.browser import *  # noqa: F403 - fixtures (browser, open_as)
 from tests.support.services import manage_argv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-CHROMIUM = os.environ.get("AGENTOPS_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-SCREENSHOTS = REPO_ROOT / "var" / "screenshots"
 #: Upper bound for things the page should show "soon" (polling every 2 s); not a timing
 #: assertion, only how long to wait before giving up.
 PATIENCE_MS = 60_000
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """One headless Chromium for the module."""
-    if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
-    # Playwright's sync API runs an event loop in this thread; the ORM calls the tests
-    # make between browser steps are ordinary synchronous ones.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-
-
-@pytest.fixture
-def open_as(browser, live_server, actors, request):
-    """``open_as(username) -> page`` logged in through the real login form."""
-    contexts = []
-
-    def login(username: str):
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        contexts.append(context)
-        page = context.new_page()
-        page.set_default_timeout(PATIENCE_MS)
-        page.goto(live_server.url + reverse("login"))
-        page.fill("input[name=username]", username)
-        page.fill("input[name=password]", PASSWORD)
-        page.click("#login-form button[type=submit]")
-        page.wait_for_url(live_server.url + "/")
-        page.base = live_server.url
-        page.shot = lambda name: _screenshot(page, f"{request.node.name}-{name}")
-        return page
-
-    yield login
-    for context in contexts:
-        context.close()
-
-
-def _screenshot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
 def _visit(page, url: str, name: str) -> None:
@@ -101,35 +38,8 @@ def _visit(page, url: str, name: str) -> None:
     page.shot(name)
 
 
-def _unknown_outcome_run(settings) -> Run:
-    """The origin story, for real: a worker process sets the lamp and dies (exit 75)
-    before saving; after its lease expires, a second worker finds the intent, the lamp
-    cannot be read, and the run pauses with the step UNKNOWN."""
-    env = worker_subprocess_env(settings, AGENTOPS_LEASE_SECONDS=1)
-    run = lifecycle.start_run(
-        "dim_lights",
-        thread_id="L",
-        input={"request": "lower the brightness by 10%"},
-        faults={"crash_after_tool": "set_brightness", "lamp_unreadable": True},
-    )
-    first = run_worker_subprocess(env)
-    assert first.returncode == 75, first.stdout + first.stderr
-    step = Step.objects.get(run=run, name="set_brightness")
-    give_up = time.monotonic() + 60
-    while step.lease_until and step.lease_until >= db_now():
-        assert time.monotonic() < give_up, "the dead worker's lease never expired"
-        time.sleep(0.2)
-        step.refresh_from_db()
-    second = run_worker_subprocess(env)
-    assert second.returncode == 0, second.stdout + second.stderr
-    run.refresh_from_db()
-    assert run.status == "PAUSED", second.stdout
-    assert Step.objects.get(pk=step.pk).status == "UNKNOWN"
-    return run
-
-
 def test_an_operator_resolves_an_unknown_outcome_and_sees_the_run_finish(open_as, settings):
-    run = _unknown_outcome_run(settings)
+    run = unknown_outcome_run(settings)
     page = open_as("bob")
     page.shot("overview")
     page.click("text=Triage")
@@ -250,11 +160,10 @@ def test_an_operator_resumes_from_a_checkpoint_through_the_preview(open_as):
         "reply",
     ]
     page.fill("textarea[name=input_patch]", '{"question": "How warm is the attic?"}')
-    page.click("#resume-preview-form button[type=submit]")
-    page.locator("#resume-plan", has_text="How warm is the attic?").wait_for()
+    page.locator("#resume-plan", has_text="How warm is the attic?").wait_for()  # inline
     page.shot("resume-preview")
-    page.fill("#resume-confirm input[name=reason]", "budget fixed, start over for the attic")
-    page.click("#resume-confirm button[type=submit]")
+    page.fill("#resume-form input[name=reason]", "budget fixed, start over for the attic")
+    page.click("#resume-confirm")
     page.wait_for_url(re.compile(rf".*/runs/{run.pk}/$"))
     page.locator(".messages", has_text="resumed").wait_for()
     run.refresh_from_db()

@@ -6,12 +6,16 @@ alone."""
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db.models import Q
 
-from approvals.models import Takeover
-from approvals.services import resolve_takeover
+from approvals.models import Approval, Takeover
+from approvals.services import decide, resolve_takeover
 from runs import demo_seed
+from runs.console.roles import setup_roles
+from runs.drills.soak import stranded_runs
 from runs.engine.control.cancel import request_cancel
+from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.budget import raise_budget
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution.sweeper import sweep_once
@@ -128,3 +132,43 @@ def test_the_lamp_tutorial_still_comes_out_as_documented_after_seeding(deploymen
     assert status["status"] == "SUCCEEDED"
     assert status["devices"] == {"lamp.brightness": 70}
     assert status["calls"] == {"lamp.get_brightness": 2, "lamp.set_brightness": 1}
+
+
+def test_every_open_seeded_run_goes_on_by_a_worker_or_the_action_offered_for_it():
+    _seed()
+    approver = get_user_model().objects.create_user("seed-approver")
+    approver.groups.add(setup_roles()["approver"])
+    all_runs = list(Run.objects.values_list("pk", flat=True))
+    budget_runs = list(
+        Run.objects.filter(takeovers__cause="budget_exhausted").values_list("pk", flat=True)
+    )
+    assert budget_runs
+    for takeover in Takeover.objects.filter(status=Takeover.Status.OPEN).select_related("run"):
+        run = takeover.run
+        if takeover.cause == "unknown_outcome":
+            resolve_unknown(
+                run, "set_brightness", outcome="done", evidence="panel shows 70%", actor="cli"
+            )
+        elif takeover.cause == "budget_exhausted":
+            raise_budget(run, actor="cli", add_tool_calls=5, add_model_calls=5, reason="demo")
+        elif takeover.cause == "retries_exhausted":
+            resolve_takeover(takeover, action="retry", actor="cli", reason="dependency back")
+        else:
+            with pytest.raises(ControlError) as refused:
+                resolve_takeover(takeover, action="resume", actor="cli", reason="go on")
+            assert refused.value.code == "unknown_workflow_version"
+        assert stranded_runs(all_runs) == [], (takeover.cause, run.workflow)
+    for approval in Approval.objects.filter(status=Approval.Status.PENDING):
+        assert decide(approval, decision="approve", user=approver).status == "APPROVED"
+        assert stranded_runs(all_runs) == []
+    _drain()
+    assert stranded_runs(all_runs) == []
+    assert _broken_steps() == []
+    # Raised, they went on: to their end, or to the next person (a report's approval).
+    assert set(Run.objects.filter(pk__in=budget_runs).values_list("status", flat=True)) <= {
+        RunStatus.SUCCEEDED,
+        RunStatus.WAITING_APPROVAL,
+    }
+    left = set(Run.objects.exclude(status__in=RUN_TERMINAL).values_list("status", flat=True))
+    # Only what needs a person: a version this code lacks, a callback, a new approval.
+    assert left <= {RunStatus.PAUSED, RunStatus.WAITING_EXTERNAL, RunStatus.WAITING_APPROVAL}, left

@@ -205,3 +205,66 @@ def test_a_full_redis_neither_stops_runs_nor_spins_the_worker(private_redis, dep
         assert worker.wait(timeout=60) == 0
     finally:
         client.close()
+
+
+def test_a_worker_whose_redis_stops_answering_works_from_the_database_within_the_bound(
+    private_redis, deployment_factory
+):
+    # A frozen redis-server (SIGSTOP) keeps its connections open and answers nothing, as
+    # a partition does: without timeouts RQ's bookkeeping after the step would wait for
+    # minutes. Each Redis call gives up after AGENTOPS_REDIS_TIMEOUT.
+    bound = 2
+    d = deployment_factory(
+        "postgres", {**FAST, "REDIS_URL": private_redis.url(), "AGENTOPS_REDIS_TIMEOUT": bound}
+    )
+    question = '{"question": "How warm is the living room?"}'
+    first = d.manage(
+        "runs",
+        "start",
+        "weekly_report",
+        "--thread",
+        "Z",
+        "--input",
+        weekly_input(delays={"analyze": 2}),
+        check=True,
+    ).stdout.strip()
+    worker = d.popen("worker", "--mode", "rq")
+    wait_until(lambda: step_status(d, first, "analyze") == "RUNNING", what="analyze to run")
+    private_redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        frozen_at = time.monotonic()
+        # Created while Redis is frozen: their notifications are lost (each `runs
+        # start` gives up on Redis after the bound), the worker finds them in the
+        # database.
+        during = [
+            d.manage(
+                "runs",
+                "start",
+                "room_temperature",
+                "--thread",
+                f"Z{i}",
+                "--input",
+                question,
+                check=True,
+            ).stdout.strip()
+            for i in range(2)
+        ]
+        wait_until(
+            lambda: all(run_status(d, r) == "SUCCEEDED" for r in during),
+            timeout=60,
+            what="runs created while Redis is frozen to finish",
+        )
+        finished_after = time.monotonic() - frozen_at
+        assert run_status(d, first) == "WAITING_APPROVAL"
+        assert "working from the database" in d.logs(worker)[1]
+        assert worker.poll() is None, d.logs(worker)
+    finally:
+        private_redis.proc.send_signal(signal.SIGCONT)
+    healed_at = time.monotonic()
+    wait_until(lambda: "back to RQ dispatch" in d.logs(worker)[1], timeout=30, what="RQ again")
+    back_after = time.monotonic() - healed_at
+    # Two `runs start` commands each waited one bound on the frozen server.
+    assert finished_after < 60, finished_after
+    assert back_after < 4 * bound, back_after
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, d.logs(worker)

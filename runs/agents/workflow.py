@@ -302,6 +302,11 @@ class AgentWorkflow(Workflow):
         tool = self._tool(name)
         return tool.tool_def.parameters_json_schema if tool is not None else {}
 
+    def tool_description(self, name: str) -> str:
+        """What tool ``name`` does, as its docstring tells the model ("" when unknown)."""
+        tool = self._tool(name)
+        return (tool.tool_def.description or "") if tool is not None else ""
+
     def validate_tool_arguments(self, name: str, arguments: Any) -> dict[str, str]:
         """Field errors (``{"arguments.<field>": message}``) of edited ``arguments`` for
         tool ``name``, validated by the tool's own schema; empty when valid. Strictly, as

@@ -11,6 +11,7 @@ from runs.api.conditional import conditional_action
 from runs.api.documents import etag_header
 from runs.api.errors import error_responses, not_found
 from runs.api.schemas import ApprovalOut, DecideIn
+from runs.engine.control.approvals import with_shown_status
 
 router = Router(tags=["approvals"])
 ERRORS = error_responses()
@@ -24,7 +25,8 @@ def _document(a: Approval) -> dict:
         "question": a.question,
         "reason": a.reason,
         "evidence": a.evidence if isinstance(a.evidence, dict) else {},
-        "status": a.status,
+        # Past its deadline but not swept yet: EXPIRED, it can no longer be decided.
+        "status": getattr(a, "shown_status", a.status),
         "decided_by": a.decided_by.get_username() if a.decided_by else None,
         "decided_at": a.decided_at,
         "comment": a.comment,
@@ -43,8 +45,10 @@ def _run_of_approval(kwargs) -> object | None:
 
 
 def _visible(user):
-    return Approval.objects.select_related("step", "decided_by").filter(
-        run__in=access.visible_runs(user).values("pk")
+    return with_shown_status(
+        Approval.objects.select_related("step", "decided_by").filter(
+            run__in=access.visible_runs(user).values("pk")
+        )
     )
 
 
@@ -58,7 +62,7 @@ def list_approvals(
 ):
     rows = _visible(request.user).order_by("created_at", "pk")
     if status:
-        rows = rows.filter(status=status)
+        rows = rows.filter(shown_status=status)
     return [_document(a) for a in rows[:limit]]
 
 
@@ -82,7 +86,9 @@ def run_approvals(request, run_id: UUID):
 def decide_approval(request, payload: DecideIn, approval_id: int = Path(..., ge=1, le=2**62)):
     """Needs the ``approvals.decide_approval`` permission (403 ``permission_denied``);
     ``If-Match`` is the ETag of the approval's run. The same decision again is a no-op,
-    a different second one a 409 ``decision_conflict``."""
+    a different second one a 409 ``decision_conflict``, one past the approval's
+    deadline a 409 ``approval_expired`` (the approval is then EXPIRED and its run on
+    the expiry route)."""
     approval = _visible(request.user).filter(pk=approval_id).first()
     if approval is None:
         raise not_found("approval")
@@ -94,4 +100,4 @@ def decide_approval(request, payload: DecideIn, approval_id: int = Path(..., ge=
         arguments=payload.arguments,
         message=payload.message,
     )
-    return _document(Approval.objects.select_related("step", "decided_by").get(pk=approval.pk))
+    return _document(_visible(request.user).get(pk=approval.pk))

@@ -377,6 +377,7 @@ def resolve_step(request, run_id: UUID, step_name: str, payload: ResolveIn):
         evidence=payload.evidence,
         actor=access.actor(request.user),
         result=payload.result,
+        against_verify=payload.against_verify,
     )
     return run_document(run)
 
@@ -392,7 +393,12 @@ def retry_run(request, run_id: UUID, payload: RetryIn):
     """A new attempt row of the PAUSED run's failed step (an UNKNOWN step counts as "not
     done"); the run goes RUNNING. 409 ``not_allowed_in_state`` or ``nothing_to_retry``."""
     run = access.get_run_to_operate(request.user, run_id)
-    retry_step(run, actor=access.actor(request.user), reason=payload.reason)
+    retry_step(
+        run,
+        actor=access.actor(request.user),
+        reason=payload.reason,
+        against_verify=payload.against_verify,
+    )
     return run_document(run)
 
 

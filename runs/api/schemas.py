@@ -302,6 +302,8 @@ class BulkReplayOut(Schema):
 
 class RetryIn(Strict):
     reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_CHARS)
+    #: Retry an unknown outcome although the latest verify answer says it happened.
+    against_verify: StrictBool = False
 
 
 class BudgetRaiseIn(Strict):
@@ -324,6 +326,8 @@ class ResolveIn(Strict):
     outcome: Literal["done", "not-done"]
     evidence: StrictStr = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS)
     result: Any = None
+    #: Resolve although the latest verify answer says the opposite (recorded).
+    against_verify: StrictBool = False
 
 
 class ApprovalOut(Schema):

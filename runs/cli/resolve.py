@@ -1,5 +1,5 @@
 """``runs resolve RUN_ID --step NAME --outcome done|not-done --evidence TEXT
-[--result JSON] [--as USER]``: decide an unknown outcome; the run continues."""
+[--result JSON] [--against-verify] [--as USER]``: decide an unknown outcome; the run continues."""
 
 from runs.cli import arguments
 from runs.cli.common import cli_actor, control_error, resolve_run
@@ -26,6 +26,11 @@ def add_arguments(parser):
         help="with done: the call's result as JSON (what the tool returned)",
     )
     parser.add_argument(
+        "--against-verify",
+        action="store_true",
+        help="resolve although the latest verify answer says the opposite (recorded)",
+    )
+    parser.add_argument(
         "--as",
         dest="as_user",
         default=None,
@@ -45,6 +50,7 @@ def handle(command, options):
             evidence=options["evidence"],
             actor=actor,
             result=options["result"],
+            against_verify=options["against_verify"],
         )
     except ControlError as exc:
         raise control_error(exc) from exc

@@ -4,10 +4,9 @@ the call in JSON)."""
 
 import json
 
-from approvals.models import Approval
+from approvals.tool_calls import edited_calls
 from runs.cli.common import add_run_arguments, resolve_run
 from runs.engine.control.lifecycle import run_status
-from runs.models import Event
 
 help = "show a run's status, steps, next step and messages"
 
@@ -15,25 +14,6 @@ help = "show a run's status, steps, next step and messages"
 def add_arguments(parser):
     add_run_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def edited_calls(run_id) -> dict[str, dict]:
-    """The tool calls of run ``run_id`` an approver let run with other arguments:
-    ``{tool_call_id: {"from": model's arguments, "to": arguments used, "by": actor}}``
-    (from the ``approval.approved`` events that record ``edited``)."""
-    edits = {}
-    for event in Event.objects.filter(run_id=run_id, type="approval.approved").order_by("seq"):
-        payload = event.payload if isinstance(event.payload, dict) else {}
-        if isinstance(payload.get("edited"), dict):
-            edits[payload.get("approval_id")] = (payload["edited"], event.actor)
-    if not edits:
-        return {}
-    call_ids = dict(Approval.objects.filter(pk__in=edits).values_list("pk", "evidence"))
-    return {
-        call_ids[pk]["tool_call_id"]: {"from": edited.get("from"), "to": edited.get("to"), "by": by}
-        for pk, (edited, by) in edits.items()
-        if isinstance(call_ids.get(pk), dict) and call_ids[pk].get("tool_call_id")
-    }
 
 
 def _call(call: dict, edits: dict[str, dict]) -> str:

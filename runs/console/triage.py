@@ -74,10 +74,17 @@ def _overdue_approvals(now: datetime) -> TriageGroup:
                 "since": approval.created_at,
                 "title": approval.question,
                 "detail": approval.reason,
-                "suggested": "Approve or reject it (approver role).",
+                "suggested": (
+                    "Expired: it can no longer be decided; the sweeper takes its expiry "
+                    "route (is the sweeper running?)."
+                    if approval.expires_at is not None and approval.expires_at < now
+                    else "Approve or reject it (approver role)."
+                ),
                 "url": reverse("console:approvals")
                 + f"?run={approval.run_id}#approval-{approval.pk}",
-                "action": "Decide",
+                "action": "Open"
+                if approval.expires_at is not None and approval.expires_at < now
+                else "Decide",
             }
         )
     return group
@@ -185,8 +192,8 @@ def triage_groups(now: datetime) -> list[TriageGroup]:
         ),
         _takeovers(
             "other_takeover",
-            "Other takeovers (artifact invalid, operator request)",
+            "Other takeovers (artifact invalid, non-determinism, operator request)",
             "Read the evidence and resolve.",
-            [cause.ARTIFACT_INVALID, cause.OPERATOR_REQUEST],
+            [cause.ARTIFACT_INVALID, cause.NON_DETERMINISM, cause.OPERATOR_REQUEST],
         ),
     ]

@@ -13,7 +13,9 @@ not estimated:
   as their own round trips);
 - CPU seconds (user + system) of the whole process (``cpu_s``) and from the start of
   its first step chain to its exit (``cpu_s_working``: without Django's start-up and
-  the worker's registration and recovery).
+  the worker's registration and recovery);
+- the longest time one thread spent in one Redis connect, send or reply read
+  (``redis_max_wait_s``, any thread, RQ's own calls included).
 """
 
 import atexit
@@ -22,8 +24,10 @@ import os
 import resource
 import sys
 import threading
+import time
 
 COUNTS = {"statements": 0, "explicit_commits": 0, "autocommit_statements": 0}
+REDIS_WAITS = {"max_s": 0.0}
 _lock = threading.Lock()
 #: Process CPU seconds when the first step chain began (``None`` before).
 _cpu_at_first_chain: list[float] = []
@@ -69,6 +73,26 @@ def _install() -> None:
         return original_chain(*args, **kwargs)
 
     executor.run_chain = run_chain
+    _time_redis_calls()
+
+
+def _time_redis_calls() -> None:
+    from redis.connection import AbstractConnection
+
+    def timed(method):
+        def wrapper(*args, **kwargs):
+            started = time.monotonic()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                waited = time.monotonic() - started
+                with _lock:
+                    REDIS_WAITS["max_s"] = max(REDIS_WAITS["max_s"], waited)
+
+        return wrapper
+
+    for name in ("connect", "send_packed_command", "read_response"):
+        setattr(AbstractConnection, name, timed(getattr(AbstractConnection, name)))
 
 
 def report() -> dict:
@@ -85,6 +109,7 @@ def report() -> dict:
         "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "cpu_s": round(cpu, 3),
         "cpu_s_working": round(cpu - _cpu_at_first_chain[0], 3) if _cpu_at_first_chain else 0.0,
+        "redis_max_wait_s": round(REDIS_WAITS["max_s"], 3),
     }
 
 

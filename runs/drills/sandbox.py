@@ -32,6 +32,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from django.conf import settings
 from django.db import connections
 
+from agentops.links import bounded_redis_url
 from runs.drills.base import DrillSkipped
 
 MANAGE_PY = Path(settings.BASE_DIR) / "manage.py"
@@ -167,14 +168,22 @@ class Sandbox:
     """A scratch database + Redis db + device dir + worker processes (module docstring).
 
     ``env``: extra environment for every worker (e.g. ``{"AGENTOPS_LEASE_SECONDS": "3"}``);
-    ``server``: connection parameters of another PostgreSQL server (``PgCluster.server``).
+    ``server``: connection parameters of another PostgreSQL server (``PgCluster.server``);
+    ``redis_url``: another Redis database (default: ``scratch_redis_url()``).
     Use as a context manager; ``workers`` lists the processes started.
     """
 
-    def __init__(self, label: str, *, env: dict | None = None, server: dict | None = None):
+    def __init__(
+        self,
+        label: str,
+        *,
+        env: dict | None = None,
+        server: dict | None = None,
+        redis_url: str | None = None,
+    ):
         self.label = label
         self.server = server or server_from_settings()
-        self.redis_url = scratch_redis_url()
+        self.redis_url = redis_url or scratch_redis_url()
         self.extra_env = {k: str(v) for k, v in (env or {}).items()}
         self.root = Path(tempfile.mkdtemp(prefix=f"agentops-{label}-"))
         self.db_name = f"agentops_scratch_{label}_{os.getpid()}_{secrets.token_hex(3)}"
@@ -244,7 +253,7 @@ class Sandbox:
                 "PASSWORD": self.server["password"],
             }
         )
-        rq["URL"] = self.redis_url
+        rq["URL"] = bounded_redis_url(self.redis_url)
         settings.REDIS_URL = self.redis_url
         settings.AGENTOPS_DEVICE_DIR = self.root / "devices"
         settings.MEDIA_ROOT = self.root / "artifacts"
@@ -296,18 +305,25 @@ class Sandbox:
         return proc
 
     def start_worker(
-        self, *, mode: str = "rq", extra_env: dict | None = None, probe_file: Path | None = None
+        self,
+        *,
+        mode: str = "rq",
+        extra_env: dict | None = None,
+        probe_file: Path | None = None,
+        prefix: list[str] | None = None,
     ):
         """Start ``manage.py worker --mode MODE``; with ``probe_file`` the worker counts
-        its queries and commits and writes them there at exit (``runs.drills.probe``).
-        The worker skips Django's system checks: the command that starts it (drill, soak,
-        bench) runs them at its own start, with the same code and settings, and they are
-        half of a worker's start-up CPU."""
+        its queries and commits and writes them there at exit (``runs.drills.probe``);
+        ``prefix`` runs it through another command that ends by exec-ing it (``ip netns
+        exec NAME``: the pid stays the worker's). The worker skips Django's system
+        checks: the command that starts it (drill, soak, bench) runs them at its own
+        start, with the same code and settings, and they are half of a worker's start-up
+        CPU."""
         if probe_file is not None:
             argv = [sys.executable, "-m", "runs.drills.probe", str(probe_file), "worker"]
         else:
             argv = [sys.executable, str(MANAGE_PY), "worker"]
-        argv += ["--skip-checks", "--mode", mode]
+        argv = [*(prefix or []), *argv, "--skip-checks", "--mode", mode]
         return self.popen(argv, extra_env=extra_env, label="worker")
 
     def start_sweeper(self):
@@ -409,10 +425,18 @@ class PgCluster:
     Finds the server binaries with ``find_pg_server_bin``; when we are root the server
     runs as ``_run_as_user()`` (PostgreSQL refuses root). Raises ``PgUnavailable`` (the
     drill is skipped with that reason) when either is missing. ``server`` gives the
-    connection parameters for ``Sandbox(server=...)``.
+    connection parameters for ``Sandbox(server=...)``. ``listen``: the addresses it
+    listens on (loopback by default); ``conf``: more ``postgresql.conf`` settings;
+    ``clients``: more client addresses it trusts (besides loopback's 127.0.0.1).
     """
 
-    def __init__(self):
+    def __init__(
+        self,
+        *,
+        listen: tuple[str, ...] = ("127.0.0.1",),
+        conf: dict | None = None,
+        clients: tuple[str, ...] = (),
+    ):
         bin_dir = find_pg_server_bin()
         if bin_dir is None:
             raise PgUnavailable(
@@ -430,6 +454,9 @@ class PgCluster:
         self.data = self.root / "data"
         self.log = self.root / "postgres.log"
         self.port = free_port()
+        self.listen = listen
+        self.conf = dict(conf or {})
+        self.clients = clients
         self.user = self.run_as or os.environ.get("USER") or "postgres"
         self.server = {
             "host": "127.0.0.1",
@@ -470,9 +497,12 @@ class PgCluster:
             raise SandboxError(f"initdb failed: {proc.stderr[-1000:]}")
         with open(self.data / "postgresql.conf", "a", encoding="utf-8") as fh:
             fh.write(
-                f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n"
+                f"\nlisten_addresses = '{', '.join(self.listen)}'\nport = {self.port}\n"
                 "unix_socket_directories = ''\nmax_connections = 100\nfsync = on\n"
             )
+            fh.writelines(f"{name} = '{value}'\n" for name, value in self.conf.items())
+        with open(self.data / "pg_hba.conf", "a", encoding="utf-8") as fh:
+            fh.writelines(f"host all all {address}/32 trust\n" for address in self.clients)
         self.start()
         return self
 

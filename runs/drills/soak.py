@@ -17,14 +17,14 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from django.db.models import Count, Max, Min
+from django.db.models import Count, Exists, Max, Min, OuterRef
 
 from runs.drills.sandbox import Sandbox
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.execution import dispatch
 from runs.models import Event, Run, Step
 from runs.sim import devices, services
-from runs.states import RUN_TERMINAL, RunStatus
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
 SOAK_ENV = {
     "AGENTOPS_LEASE_SECONDS": "3",
@@ -107,6 +107,8 @@ class Soak:
         self.run_ids: list = []
         self.stopped: dict = {}  # proc -> monotonic time to SIGCONT
         self.workers_started = 0
+        #: RUNNING runs seen without a due or running step (sampled during the soak).
+        self.stranded: dict[str, str] = {}
 
     def run(self) -> SoakReport:
         started = time.monotonic()
@@ -125,6 +127,7 @@ class Soak:
                     next_fault += self.kill_every
                 self._wake_due(now)
                 self._decide_approvals()
+                self._look_for_stranded()
                 time.sleep(0.2)
             self._start_due_runs(WORKFLOW_MIX, started, started, time.monotonic())
             self.say(f"faults stopped after {self.duration:.0f}s; draining")
@@ -136,9 +139,11 @@ class Soak:
             drain_until = time.monotonic() + 90
             while time.monotonic() < drain_until and not self._settled():
                 self._decide_approvals()
+                self._look_for_stranded()
                 time.sleep(0.5)
             box.stop_workers(timeout=20)
-            invariants = check_invariants(self.run_ids)
+            self._look_for_stranded()
+            invariants = check_invariants(self.run_ids, stranded=self.stranded)
             statuses = Counter(
                 Run.objects.filter(pk__in=self.run_ids).values_list("status", flat=True)
             )
@@ -230,6 +235,10 @@ class Soak:
                 except DecisionConflict:
                     pass
 
+    def _look_for_stranded(self) -> None:
+        for run_id, workflow in stranded_runs(self.run_ids):
+            self.stranded.setdefault(str(run_id), workflow)
+
     def _settled(self) -> bool:
         from approvals.models import Takeover
 
@@ -259,12 +268,43 @@ def _inv(name: str, checked: int, violations: list[str]) -> Invariant:
     return Invariant(name, not violations, checked, violations[:10])
 
 
-def check_invariants(run_ids: list) -> list[Invariant]:
-    """The soak's invariants over ``run_ids`` (see docs/drills-and-bench.md)."""
+def stranded_runs(run_ids: list) -> list[tuple]:
+    """``[(run id, workflow)]`` of the RUNNING runs among ``run_ids`` with no PENDING or
+    RUNNING step in their generation: nothing would ever move them. One statement, so
+    it reads one snapshot (a run finishing meanwhile is not caught half-way)."""
+    has_step = Step.objects.filter(
+        run_id=OuterRef("pk"),
+        generation=OuterRef("generation"),
+        status__in=[StepStatus.PENDING, StepStatus.RUNNING],
+    )
+    return list(
+        Run.objects.filter(pk__in=run_ids, status=RunStatus.RUNNING)
+        .exclude(Exists(has_step))
+        .values_list("pk", "workflow")
+    )
+
+
+def check_invariants(run_ids: list, *, stranded: dict[str, str] | None = None) -> list[Invariant]:
+    """The soak's invariants over ``run_ids`` (see docs/drills-and-bench.md);
+    ``stranded``: ``{run id: workflow}`` of RUNNING runs seen without a due or running
+    step while the soak ran (``stranded_runs``), added to those found now."""
     from approvals.models import Approval, Takeover
 
     runs = {r.pk: r for r in Run.objects.filter(pk__in=run_ids)}
     out = []
+
+    seen = dict(stranded or {})
+    seen.update((str(run_id), workflow) for run_id, workflow in stranded_runs(run_ids))
+    out.append(
+        _inv(
+            "a RUNNING run has a due or running step",
+            len(runs),
+            [
+                f"{workflow} {run_id} was RUNNING with no step to run"
+                for run_id, workflow in seen.items()
+            ],
+        )
+    )
 
     bad = []
     open_takeovers = dict(

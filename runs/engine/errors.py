@@ -10,8 +10,12 @@ class StepError(Exception):
     string) or ``None``; the next attempt starts no sooner, within the step's deadline
     (``runs.engine.effects.retry``). ``takeover``: when the step gives up, pause the run
     for a human whatever the step's ``on_exhausted`` says (the failure needs a person to
-    look, e.g. a malformed model response).
+    look, e.g. a malformed model response). ``takeover_cause`` and ``evidence``: what
+    that takeover names (``Takeover.cause``, a JSON dict for its evidence).
     """
+
+    takeover_cause = "retries_exhausted"
+    evidence: dict | None = None
 
     def __init__(
         self,
@@ -26,6 +30,33 @@ class StepError(Exception):
         self.detail = detail
         self.retry_after = retry_after
         self.takeover = takeover
+
+
+class NonDeterminism(StepError):
+    """A step executed again asked a recorded call (``key``) with another tool or other
+    arguments than the ones recorded: the recorded result answers a different request.
+
+    Never retried: the run pauses with a ``non_determinism`` takeover whose evidence
+    names the call (``idempotency_key``, ``action``) and both requests (``recorded`` and
+    ``now``: ``{"tool", "arguments"}`` each).
+    """
+
+    takeover_cause = "non_determinism"
+
+    def __init__(self, key: str, *, action: str, recorded: dict, now: dict):
+        super().__init__(
+            "NON_DETERMINISM",
+            f"call {action} ({key}) was recorded as {recorded['tool']} with other arguments "
+            f"than this execution asks: recorded {recorded['arguments']!r}, "
+            f"now {now['tool']} {now['arguments']!r}"[:4000],
+            takeover=True,
+        )
+        self.evidence = {
+            "idempotency_key": key,
+            "action": action,
+            "recorded": recorded,
+            "now": now,
+        }
 
 
 class LeaseLost(Exception):

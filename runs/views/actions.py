@@ -6,6 +6,8 @@ version at submit time, and calls exactly one engine function with the actor
 ``user:<username>``; the engine writes the event.
 """
 
+import json
+
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -80,7 +82,12 @@ def retry(request, run_id):
 
     def call():
         reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
-        return lifecycle.retry_step(run, actor=actor_of(request), reason=reason)
+        return lifecycle.retry_step(
+            run,
+            actor=actor_of(request),
+            reason=reason,
+            against_verify=request.POST.get("against_verify") == "on",
+        )
 
     return perform(
         request, call, back=back, success=lambda s: f"Step {s.name} of run {run.pk} queued again."
@@ -114,30 +121,52 @@ def budget(request, run_id):
 
 @console_view
 def resume_preview(request, run_id):
-    """GET: what resuming from ``checkpoint`` (with an optional input patch) would re-run
-    and which side effects it could repeat, with the confirm form. POST: confirm."""
+    """One form: what resuming from ``checkpoint`` (with an optional input patch, and
+    re-executing recorded side effects or not) would re-run and which side effects it
+    could repeat, and the confirmation. GET (a link's ``?checkpoint=``) and POST with
+    ``preview`` show the plan (htmx refreshes it inline as the form changes); a POST
+    without it resumes with exactly the values posted, provided they are the ones the
+    plan shown was made for (``previewed``), else the plan is shown again for them."""
     if not request.user.has_perm(OPERATE_PERM):
         raise PermissionDenied("resuming needs runs.operate_run")
-    if request.method == "POST":
+    data = request.POST if request.method == "POST" else request.GET
+    if request.method == "POST" and not data.get("preview"):
         return _resume_confirm(request, run_id)
+    return _resume_plan(request, run_id, data)
+
+
+def _resume_values(data) -> tuple[str, str, bool]:
+    return (
+        (data.get("checkpoint") or "").strip(),
+        data.get("input_patch", ""),
+        data.get("reexecute") == "on",
+    )
+
+
+def _previewed(checkpoint: str, patch, reexecute: bool) -> str:
+    """What a plan was made for, as the form carries it back to confirm."""
+    return json.dumps([checkpoint, patch, reexecute], sort_keys=True)
+
+
+def _resume_plan(request, run_id, data, notice: str = ""):
     run = get_object_or_404(Run.objects.select_related("thread"), pk=run_id)
-    checkpoint = request.GET.get("checkpoint", "")
-    patch_text = request.GET.get("input_patch", "")
-    reexecute = request.GET.get("reexecute") == "on"
+    checkpoint, patch_text, reexecute = _resume_values(data)
     context = {
         "run": run,
         "checkpoint": checkpoint,
         "patch_text": patch_text,
         "reexecute": reexecute,
+        "reason": data.get("reason", ""),
+        "notice": notice,
         "checkpoints": _checkpoint_choices(run, checkpoint),
         "plan": None,
         "error": "",
+        "previewed": "",
     }
     try:
-        patch = optional_json(
-            request.GET, "input_patch", label="The input patch", must_be_object=True
-        )
+        patch = optional_json(data, "input_patch", label="The input patch", must_be_object=True)
         context["plan"] = plan_resume(run, checkpoint, patch, reexecute=reexecute)
+        context["previewed"] = _previewed(checkpoint, patch, reexecute)
     except InvalidInput as exc:
         context["error"] = str(exc)
     except ControlError as exc:
@@ -148,23 +177,36 @@ def resume_preview(request, run_id):
 
 
 def _resume_confirm(request, run_id):
+    checkpoint, _, reexecute = _resume_values(request.POST)
+    try:
+        patch = optional_json(
+            request.POST, "input_patch", label="The input patch", must_be_object=True
+        )
+    except InvalidInput:
+        return _resume_plan(request, run_id, request.POST)
+    if request.POST.get("previewed") != _previewed(checkpoint, patch, reexecute):
+        # Confirming what was not previewed: show the plan for what is posted, keep it all.
+        return _resume_plan(
+            request,
+            run_id,
+            request.POST,
+            notice="The checkpoint, input patch or re-execution changed since the plan "
+            "shown: here is the plan for them. Nothing was done yet; confirm again.",
+        )
     run, back, changed = _run_for_action(request, run_id)
     if changed:
         return changed
 
     def call():
-        checkpoint = required_text(request.POST, "checkpoint", "A checkpoint")
+        required_text(request.POST, "checkpoint", "A checkpoint")
         reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
-        patch = optional_json(
-            request.POST, "input_patch", label="The input patch", must_be_object=True
-        )
         return resume_from_checkpoint(
             run,
             checkpoint,
             actor=actor_of(request),
             input_patch=patch,
             reason=reason,
-            reexecute=request.POST.get("reexecute") == "on",
+            reexecute=reexecute,
         )
 
     return perform(

@@ -8,6 +8,7 @@ from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404, render
 from django_htmx.http import HttpResponseClientRefresh
 
+from approvals.tool_calls import mark_edited_calls
 from runs.console import artifacts as artifact_files
 from runs.console.access import DOWNLOAD_PERM, console_view, refusal, render_page
 from runs.console.attempts import step_histories
@@ -131,20 +132,22 @@ def run_detail(request, run_id):
     labels = checkpoint_labels(run, checkpoints.rows)
     for checkpoint in checkpoints.rows:
         checkpoint.label = labels[checkpoint.pk]
+    messages_section = section(
+        request,
+        Message.objects.filter(thread_id=run.thread_id)
+        .exclude(status=Message.Status.SUPERSEDED)
+        # Queued messages have no seq until their run starts: they are newest.
+        .order_by(F("seq").desc(nulls_first=True), "-pk"),
+        param="messages",
+        size=SECTION_SIZE,
+    )
+    mark_edited_calls(messages_section.rows)
     context.update(
         {
             "chunk": event_chunk(run),
             "newest": True,
             "live": run.status not in RUN_TERMINAL,
-            "messages_section": section(
-                request,
-                Message.objects.filter(thread_id=run.thread_id)
-                .exclude(status=Message.Status.SUPERSEDED)
-                # Queued messages have no seq until their run starts: they are newest.
-                .order_by(F("seq").desc(nulls_first=True), "-pk"),
-                param="messages",
-                size=SECTION_SIZE,
-            ),
+            "messages_section": messages_section,
             "artifacts": artifacts,
             "checkpoints": checkpoints,
             "operations": section(

@@ -7,6 +7,7 @@ import json
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 
+from approvals.desk import verify_answers
 from runs.console.access import (
     OPERATE_PERM,
     actor_of,
@@ -37,7 +38,8 @@ def unknown_steps():
 
 
 def unknown_rows(steps: list[Step]) -> list[dict]:
-    """``[{step, run, operation, worker}]`` for ``steps``; two queries whatever the count."""
+    """``[{step, run, operation, worker, verify}]`` for ``steps`` (``verify``: the latest
+    verify answer a resolution could go against); three queries whatever the count."""
     ids = [s.pk for s in steps]
     operations: dict[int, Operation] = {}
     for op in Operation.objects.filter(step_id__in=ids).order_by("pk"):
@@ -53,12 +55,14 @@ def unknown_rows(steps: list[Step]) -> list[dict]:
         .values_list("step_id", "payload", "actor")
     ):
         workers[step_id] = str((payload or {}).get("worker") or actor)
+    answers = verify_answers(steps)
     return [
         {
             "step": s,
             "run": s.run,
             "operation": operations.get(s.pk),
             "worker": s.owner or workers.get(s.pk, ""),
+            "verify": answers.get(s.pk),
         }
         for s in steps
     ]
@@ -108,13 +112,21 @@ def verify(request, step_id):
         request,
         "console/verify_answer.html",
         "partials/verify_answer.html",
-        {"step": step, "run": step.run, "answer": answer, "back": back, "result_text": result_text},
+        {
+            "step": step,
+            "run": step.run,
+            "answer": answer,
+            "back": back,
+            "result_text": result_text,
+            "verify": verify_answers([step]).get(step.pk),
+        },
     )
 
 
 @console_action(OPERATE_PERM)
 def resolve(request, step_id):
-    """Resolve: ``done`` (evidence, optional JSON result) or ``not-done`` (execute it)."""
+    """Resolve: ``done`` (evidence, optional JSON result) or ``not-done`` (execute it);
+    ``against_verify`` confirms going against the latest verify answer."""
     step = _unknown_step(step_id)
     back = reverse("console:unknowns")
     changed = stale_run(request, step.run, request.POST.get("run_version"), back)
@@ -134,6 +146,7 @@ def resolve(request, step_id):
             evidence=evidence,
             actor=actor_of(request),
             result=result,
+            against_verify=request.POST.get("against_verify") == "on",
         )
 
     return perform(

@@ -44,6 +44,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from agentops.links import bounded_redis_url
 from scripts import with_services
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -110,7 +111,7 @@ def isolate_xdist_worker(worker_id: str | None, settings) -> None:
         url = urlunsplit(parts._replace(path=f"/{number + 1}"))
         os.environ["REDIS_URL"] = url
         settings.REDIS_URL = url
-        settings.RQ_QUEUES["default"]["URL"] = url
+        settings.RQ_QUEUES["default"]["URL"] = bounded_redis_url(url)
     scratch = 1 + MAX_XDIST_WORKERS + number
     os.environ["AGENTOPS_SCRATCH_REDIS_DB"] = str(scratch)
     settings.AGENTOPS_SCRATCH_REDIS_DB = scratch

@@ -1,23 +1,28 @@
 """``python manage.py approvals``: the approvals inbox and takeovers from the shell.
 
-- ``approvals list [--all] [--json]``: pending approvals (``--all``: every status);
+- ``approvals list [--all] [--json]``: pending approvals, those past their deadline
+  shown EXPIRED (``--all``: every status);
 - ``approvals decide ID approve|reject --comment TEXT --as USERNAME``;
 - ``approvals takeovers [--all] [--json]``: open takeovers;
 - ``approvals claim ID --as USERNAME``;
 - ``approvals resolve ID resume|retry|mark_done|cancel --reason TEXT [--checkpoint NAME]
-  [--evidence TEXT] [--result JSON] [--as USERNAME]``.
+  [--evidence TEXT] [--result JSON] [--against-verify] [--as USERNAME]``.
 
 Refusals exit non-zero with the engine's code in brackets, e.g. ``[decision_conflict]``.
 """
+
+import json
 
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import CommandError
 
 from approvals import services
 from approvals.models import Approval, Takeover
+from approvals.tool_calls import edited_calls
 from runs.cli import arguments
 from runs.cli.command import OperatorCommand
 from runs.cli.common import cli_user, control_error, one_line, write_rows
+from runs.engine.control.approvals import with_shown_status
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.run_ids import find_run
 
@@ -98,6 +103,11 @@ class Command(OperatorCommand):
             help="with mark_done: the step's output as JSON",
         )
         p.add_argument(
+            "--against-verify",
+            action="store_true",
+            help="resolve although the latest verify answer says the opposite (recorded)",
+        )
+        p.add_argument(
             "--as",
             dest="username",
             default=None,
@@ -115,7 +125,7 @@ class Command(OperatorCommand):
 
     # -- approvals ------------------------------------------------------------------
     def do_list(self, options):
-        query = Approval.objects.select_related("run", "step", "decided_by")
+        query = with_shown_status(Approval.objects.select_related("run", "step", "decided_by"))
         if not options["all"]:
             query = query.filter(status=Approval.Status.PENDING)
         rows = [_approval_row(a) for a in _listed(query, options)]
@@ -163,6 +173,7 @@ class Command(OperatorCommand):
             checkpoint=options["checkpoint"],
             evidence=options["evidence"],
             result=options["result"],
+            against_verify=options["against_verify"],
         )
         takeover.run.refresh_from_db()
         self.stdout.write(
@@ -216,11 +227,12 @@ def _get(model, pk: int, what: str):
 
 
 def _approval_row(a: Approval) -> dict:
-    return {
+    row = {
         "id": a.pk,
         "run_id": str(a.run_id),
         "step": a.step.name,
-        "status": a.status,
+        # Past its deadline but not swept yet: EXPIRED, it can no longer be decided.
+        "status": getattr(a, "shown_status", a.status),
         "question": a.question,
         "reason": a.reason,
         "evidence": a.evidence,
@@ -228,11 +240,31 @@ def _approval_row(a: Approval) -> dict:
         "comment": a.comment,
         "expires_at": a.expires_at.isoformat() if a.expires_at else None,
     }
+    evidence = a.evidence if isinstance(a.evidence, dict) else {}
+    if evidence.get("kind") == "tool_call":
+        # What the model asked and, once approved, what ran (the approver's edit, if any).
+        edit = None
+        if a.status == Approval.Status.APPROVED:
+            edit = edited_calls(a.run_id).get(str(evidence.get("tool_call_id")))
+        row["arguments_asked"] = evidence.get("arguments")
+        row["arguments_ran"] = (
+            (edit["to"] if edit else evidence.get("arguments"))
+            if a.status == Approval.Status.APPROVED
+            else None
+        )
+        row["arguments_edited"] = edit is not None
+    return row
 
 
 def _approval_lines(r: dict) -> list[str]:
     by = f" (by {r['decided_by']})" if r["decided_by"] else ""
-    return [f"#{r['id']} {r['status']:<9} run {r['run_id']} step {r['step']}: {r['question']}{by}"]
+    lines = [f"#{r['id']} {r['status']:<9} run {r['run_id']} step {r['step']}: {r['question']}{by}"]
+    if r.get("arguments_edited"):
+        lines.append(
+            f"    arguments edited: ran {json.dumps(r['arguments_ran'])}; "
+            f"the model asked {json.dumps(r['arguments_asked'])}"
+        )
+    return lines
 
 
 def _takeover_row(t: Takeover) -> dict:

@@ -11,7 +11,16 @@ from typing import Any
 
 from django.apps import apps
 from django.conf import settings
-from django.db.models import DateTimeField, ExpressionWrapper, Q
+from django.db.models import (
+    Case,
+    CharField,
+    DateTimeField,
+    ExpressionWrapper,
+    F,
+    Q,
+    Value,
+    When,
+)
 from django.db.models.functions import Now
 
 from runs.engine.control.lifecycle import ControlError
@@ -40,6 +49,40 @@ class DecisionConflict(ControlError):
             ),
         )
         self.approval = approval
+
+
+class ApprovalExpired(DecisionConflict):
+    """A decision on an approval past its ``expires_at`` (database clock): refused with
+    code ``approval_expired``. The approval is EXPIRED and its run on the expiry route,
+    as the sweeper would have left them. ``approval`` is the row as expired."""
+
+    def __init__(self, approval):
+        ControlError.__init__(
+            self,
+            "approval_expired",
+            f"approval {approval.pk} expired at {approval.expires_at:%Y-%m-%d %H:%M:%S %Z}; "
+            "it can no longer be decided",
+        )
+        self.approval = approval
+
+
+def overdue() -> Q:
+    """The rule of expiry: a PENDING approval whose ``expires_at`` has passed on the
+    database clock. The sweeper, a decision and every list apply this one condition."""
+    return Q(status="PENDING", expires_at__lt=Now())
+
+
+def with_shown_status(queryset):
+    """``queryset`` of approvals annotated with ``shown_status``: ``EXPIRED`` for one
+    past its deadline (``overdue``) that no sweep has moved yet, else its ``status``.
+    Lists show and filter by it, so nothing past its deadline looks decidable."""
+    return queryset.annotate(
+        shown_status=Case(
+            When(overdue(), then=Value("EXPIRED")),
+            default=F("status"),
+            output_field=CharField(),
+        )
+    )
 
 
 #: The parts of a decision's event that change what the run does next (an agent's
@@ -158,77 +201,114 @@ def decide(
 
     Idempotent: the same decision again, with the same terms (``DECISION_TERMS``),
     returns the approval unchanged (one decision, one event). Raises
-    ``DecisionConflict`` for a different decision after the first, for the same one
-    with other edited arguments or another message, or on an expired or cancelled
-    approval; ``ControlError("not_allowed_in_state")`` when the run does not wait for it.
+    ``ApprovalExpired`` (``approval_expired``) on an approval past its deadline: one
+    still PENDING is expired first, committed with its expiry route as the sweeper
+    would (``expire_one``). Raises ``DecisionConflict`` for a different decision after
+    the first, for the same one with other edited arguments or another message, or on
+    a cancelled approval; ``ControlError("not_allowed_in_state")`` when the run does
+    not wait for it.
     """
     Approval = _approval_model()
     run_id = Approval.objects.values_list("run_id", flat=True).get(pk=approval_id)
     with run_transaction(run_id) as tx:
         current = Approval.objects.select_for_update().get(pk=approval_id)
-        if current.status == target:
-            if _other_terms(current, target, extra_event):
-                wanted = "approve" if target == "APPROVED" else "reject"
-                raise DecisionConflict(current, wanted, other_terms=True)
-            return current
-        if current.status != Approval.Status.PENDING:
-            raise DecisionConflict(current, "approve" if target == "APPROVED" else "reject")
-        if not command_allows("decide_approval", tx.run.status):
-            raise ControlError(
-                "not_allowed_in_state",
-                f"run is {tx.run.status}; approvals are decided on "
-                f"{command_states('decide_approval')} runs",
-            )
-        tx.decide_approval(
-            current.pk,
-            target,
-            actor=actor,
-            payload={
-                "approval_id": current.pk,
-                "comment": comment,
-                "reason": comment,
-                **(extra_event or {}),
-            },
-            step_id=current.step_id,
-            decided_by=user,
-            decided_at=Now(),
-            comment=comment,
+        expired = current.status == Approval.Status.EXPIRED or (
+            current.status == Approval.Status.PENDING
+            and expire_one(tx, current.pk, current.step_id, actor=actor, at_decision=True)
         )
-        route = "approve" if target == Approval.Status.APPROVED else "reject"
-        output = {"decision": target.lower(), "comment": comment}
-        if user is not None:
-            output = {"decision": target.lower(), "by": user.get_username(), "comment": comment}
-        continue_after(tx, current, route, actor, {**output, **(extra_output or {})})
+        if not expired:
+            _decide_pending(tx, current, target, actor, user, comment, extra_output, extra_event)
     current.refresh_from_db()
+    if expired:
+        # Raised after the commit: the expiry stands though the decision is refused.
+        raise ApprovalExpired(current)
     return current
 
 
+def _decide_pending(
+    tx: RunTx,
+    current,
+    target: str,
+    actor: str,
+    user,
+    comment: str,
+    extra_output: dict[str, Any] | None,
+    extra_event: dict[str, Any] | None,
+) -> None:
+    """The body of ``decide`` for an approval not past its deadline, on the locked run."""
+    Approval = _approval_model()
+    if current.status == target:
+        if _other_terms(current, target, extra_event):
+            wanted = "approve" if target == "APPROVED" else "reject"
+            raise DecisionConflict(current, wanted, other_terms=True)
+        return
+    if current.status != Approval.Status.PENDING:
+        raise DecisionConflict(current, "approve" if target == "APPROVED" else "reject")
+    if not command_allows("decide_approval", tx.run.status):
+        raise ControlError(
+            "not_allowed_in_state",
+            f"run is {tx.run.status}; approvals are decided on "
+            f"{command_states('decide_approval')} runs",
+        )
+    tx.decide_approval(
+        current.pk,
+        target,
+        actor=actor,
+        payload={
+            "approval_id": current.pk,
+            "comment": comment,
+            "reason": comment,
+            **(extra_event or {}),
+        },
+        step_id=current.step_id,
+        decided_by=user,
+        decided_at=Now(),
+        comment=comment,
+    )
+    route = "approve" if target == Approval.Status.APPROVED else "reject"
+    output = {"decision": target.lower(), "comment": comment}
+    if user is not None:
+        output = {"decision": target.lower(), "by": user.get_username(), "comment": comment}
+    continue_after(tx, current, route, actor, {**output, **(extra_output or {})})
+
+
+def expire_one(tx: RunTx, approval_id: int, step_id: int, *, actor: str, at_decision=False) -> bool:
+    """On the locked run ``tx``: move the approval to EXPIRED if it is past its deadline
+    (``overdue``, database clock) and, when its run waits for it, continue on the expiry
+    route. ``at_decision``: found by someone deciding it (the event says so), not by a
+    sweep. Returns whether it expired now."""
+    Approval = _approval_model()
+    reason = "decided after expires_at" if at_decision else "no decision before expires_at"
+    if not tx.decide_approval(
+        approval_id,
+        Approval.Status.EXPIRED,
+        actor=actor,
+        payload={"approval_id": approval_id, "reason": reason},
+        step_id=step_id,
+        only_if=overdue(),
+        decided_at=Now(),
+    ):
+        return False
+    if tx.run.status == RunStatus.WAITING_APPROVAL:
+        approval = Approval.objects.get(pk=approval_id)
+        continue_after(tx, approval, "expire", actor, {"decision": "expired"})
+    return True
+
+
 def expire_approvals(actor: str, batch: int) -> int:
-    """Sweeper task: PENDING approvals past ``expires_at`` become EXPIRED and their run
-    takes the expiry route. Returns how many expired."""
+    """Sweeper task: PENDING approvals past ``expires_at`` that nobody touched become
+    EXPIRED and their run takes the expiry route (``expire_one``). Returns how many
+    expired."""
     Approval = _approval_model()
     due = list(
-        Approval.objects.filter(status=Approval.Status.PENDING, expires_at__lt=Now())
+        Approval.objects.filter(overdue())
         .order_by("expires_at")
         .values_list("pk", "run_id", "step_id")[:batch]
     )
     done = 0
     for approval_id, run_id, step_id in due:
         with run_transaction(run_id) as tx:
-            if not tx.decide_approval(
-                approval_id,
-                Approval.Status.EXPIRED,
-                actor=actor,
-                payload={"approval_id": approval_id, "reason": "no decision before expires_at"},
-                step_id=step_id,
-                only_if=Q(expires_at__lt=Now()),
-                decided_at=Now(),
-            ):
-                continue
-            if tx.run.status == RunStatus.WAITING_APPROVAL:
-                approval = Approval.objects.get(pk=approval_id)
-                continue_after(tx, approval, "expire", actor, {"decision": "expired"})
-            done += 1
+            done += expire_one(tx, approval_id, step_id, actor=actor)
     return done
 
 

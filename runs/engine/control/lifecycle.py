@@ -393,7 +393,13 @@ def redispatch(run: Run, *, actor: str, wait_seconds: float | None = None, on_wa
 
 
 def retry_step(
-    run: Run, *, actor: str, reason: str, takeover=None, note: dict | None = None
+    run: Run,
+    *,
+    actor: str,
+    reason: str,
+    takeover=None,
+    note: dict | None = None,
+    against_verify: bool = False,
 ) -> Step:
     """Re-queue the failed (or unknown-outcome) step of a PAUSED run: a new PENDING row
     of the same step in the same generation, so the failed attempts stay visible and the
@@ -402,8 +408,9 @@ def retry_step(
     (action ``retry``). Returns the new step. Raises ``ControlError``
     (``not_allowed_in_state``, ``nothing_to_retry``). An UNKNOWN step is handed to
     ``unknown.resolve_unknown`` with outcome ``not-done`` instead (the ledger row and the
-    step are requeued), with ``reason`` as the evidence. A blank ``reason`` is refused
-    (``reason_required``).
+    step are requeued), with ``reason`` as the evidence; after the verify hook answered
+    ``done`` that goes against it, refused (``contradicts_verify``) unless
+    ``against_verify``. A blank ``reason`` is refused (``reason_required``).
     """
     require_reason(reason, "retry")
     with run_transaction(run.pk) as tx:
@@ -427,7 +434,14 @@ def retry_step(
         # Retrying an unknown outcome is the operator's "it did not happen".
         from runs.engine.effects.unknown_outcomes import resolve_unknown
 
-        resolve_unknown(run, failed.name, outcome="not-done", evidence=reason, actor=actor)
+        resolve_unknown(
+            run,
+            failed.name,
+            outcome="not-done",
+            evidence=reason,
+            actor=actor,
+            against_verify=against_verify,
+        )
         if note:
             record_event(
                 run.pk,

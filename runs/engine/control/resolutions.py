@@ -11,7 +11,7 @@ from django.apps import apps
 from django.db.models.functions import Now
 
 from runs.engine.control import lifecycle, rewind, waits
-from runs.engine.control.approvals import continue_after
+from runs.engine.control.approvals import continue_after, expire_one
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import (
     MAX_EVIDENCE_CHARS,
@@ -20,7 +20,7 @@ from runs.engine.control.lifecycle import (
     require_reason,
 )
 from runs.engine.control.versions import known_or_migratable
-from runs.engine.effects.unknown_outcomes import resolve_unknown
+from runs.engine.effects.unknown_outcomes import check_against_verify, resolve_unknown
 from runs.engine.execution import dispatch
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, record_event, run_transaction
@@ -40,6 +40,7 @@ def resolve_takeover(
     checkpoint: str | None = None,
     evidence: str = "",
     result=None,
+    against_verify: bool = False,
 ):
     """Resolve an OPEN takeover (an ``approvals.models.Takeover``) with one of
     ``RESOLUTIONS``:
@@ -51,6 +52,11 @@ def resolve_takeover(
     - ``mark_done``: record the step as done with ``evidence`` (and ``result`` as its
       output) and continue with the next step;
     - ``cancel``: ``cancel.request_cancel``.
+
+    A resolution of an unknown outcome that contradicts the latest verify answer
+    (``mark_done`` after it said ``not_done``; ``retry`` or ``resume`` in place after it
+    said ``done``) is refused (``contradicts_verify``) unless ``against_verify``; then
+    the events record the answer gone against.
 
     ``reason`` is required. The takeover becomes RESOLVED with a ``takeover.resolved``
     event (actor, reason, evidence) in the same transaction as the run's change, except
@@ -72,7 +78,20 @@ def resolve_takeover(
     if takeover.status != Takeover.Status.OPEN:
         raise ControlError("takeover_resolved", f"takeover {takeover.pk} is already resolved")
     run = Run.objects.get(pk=takeover.run_id)
-    note = {"action": action, "reason": reason, "evidence": evidence, "checkpoint": checkpoint}
+    note: dict[str, Any] = {
+        "action": action,
+        "reason": reason,
+        "evidence": evidence,
+        "checkpoint": checkpoint,
+    }
+    unknown = _unknown_step(run)
+    in_place = action in ("mark_done", "retry") or (action == "resume" and not checkpoint)
+    if unknown is not None and in_place:
+        contradicted = check_against_verify(
+            unknown.pk, done=action == "mark_done", confirmed=against_verify
+        )
+        if contradicted:
+            note["against_verify"] = contradicted
     if action == "cancel":
         _mark_resolved(takeover, actor, note)
         request_cancel(run, actor=actor, reason=reason)
@@ -83,7 +102,14 @@ def resolve_takeover(
     elif action == "resume":
         _continue_in_place(run, takeover, actor, note)
     elif action == "retry":
-        lifecycle.retry_step(run, actor=actor, reason=reason, takeover=takeover, note=note)
+        lifecycle.retry_step(
+            run,
+            actor=actor,
+            reason=reason,
+            takeover=takeover,
+            note=note,
+            against_verify="against_verify" in note,
+        )
     elif _unknown_step(run) is not None:
         _mark_unknown_done(run, takeover, actor, note, result)
     else:
@@ -118,7 +144,14 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
         .first()
     )
     if step is not None and step.status != StepStatus.PENDING:
-        lifecycle.retry_step(run, actor=actor, reason=note["reason"], takeover=takeover, note=note)
+        lifecycle.retry_step(
+            run,
+            actor=actor,
+            reason=note["reason"],
+            takeover=takeover,
+            note=note,
+            against_verify="against_verify" in note,
+        )
         return
     with run_transaction(run.pk) as tx:
         if not command_allows("resolve_takeover", tx.run.status):
@@ -163,8 +196,8 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
 def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
     """A run paused while it waited (an operator's pause of WAITING_APPROVAL or
     WAITING_EXTERNAL) waits again: for its approval if still PENDING, or on that
-    approval's route if it was decided or expired meanwhile, else for its signal (taking
-    one kept meanwhile).
+    approval's route if it was decided or expired meanwhile (or its deadline passed),
+    else for its signal (taking one kept meanwhile).
     Returns False when the run has no WAITING step."""
     Approval = apps.get_model("approvals", "Approval")
     waiting = (
@@ -179,11 +212,20 @@ def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
     approval = Approval.objects.filter(step_id=waiting.pk).order_by("-pk").first()
     if approval is None:
         tx.transition_run(RunStatus.WAITING_EXTERNAL, actor=actor, reason=note["reason"])
-        # A signal kept while the run was paused is taken now; a deadline that passed
-        # meanwhile is the sweeper's (or the next delivery's) to act on.
-        waits.take_kept_signal(tx, actor)
+        # A signal kept while the run was paused is taken now; else a deadline that
+        # passed meanwhile takes the timeout route now, not at a sweep.
+        if not waits.take_kept_signal(tx, actor) and (
+            Step.objects.filter(pk=waiting.pk, wait_until__lt=Now())
+            .exclude(signal_name="")
+            .exists()
+        ):
+            waits.time_out(
+                tx, waiting, registry.get(tx.run.workflow, tx.run.workflow_version), actor
+            )
     elif approval.status == Approval.Status.PENDING:
         tx.transition_run(RunStatus.WAITING_APPROVAL, actor=actor, reason=note["reason"])
+        # Its deadline passed during the pause: the expiry route now, not at a sweep.
+        expire_one(tx, approval.pk, waiting.pk, actor=actor)
     else:
         route: dict[str, str] = {
             Approval.Status.APPROVED: "approve",
@@ -215,7 +257,13 @@ def _mark_unknown_done(run: Run, takeover, actor: str, note: dict[str, Any], res
     if step is None:
         raise ControlError("nothing_unknown", "the run has no step with an unknown outcome")
     resolve_unknown(
-        run, step.name, outcome="done", evidence=note["evidence"], actor=actor, result=result
+        run,
+        step.name,
+        outcome="done",
+        evidence=note["evidence"],
+        actor=actor,
+        result=result,
+        against_verify="against_verify" in note,
     )
     record_event(
         run.pk,

@@ -6,7 +6,8 @@ operation recorded SUCCEEDED by the steps after the checkpoint is carried over i
 new keys, so the step that asks for the same business action (same step, same action
 name: the idempotency key without its run and generation) gets the recorded result and
 the outside world is not called again. A copy answers only the same arguments: asked
-with others, the ledger drops it and the call is made (``ledger.decline_reuse``).
+with others (or by another tool), the ledger drops it and the call is made
+(``ledger.decline_reuse``).
 Re-executing them all is an explicit choice with a reason (``reexecute=True``),
 recorded on the event that starts the work.
 

@@ -277,15 +277,17 @@ def raise_budget(
     reason: str = "",
 ) -> Run:
     """Raise the run's limits by the given amounts (counts, USD) and, if the run is
-    PAUSED for ``budget_exhausted``, resolve that takeover and resume the paused step.
-    Records ``budget.raised`` with the actor.
+    PAUSED for ``budget_exhausted``, resolve that takeover and resume the step that ran
+    out: a PENDING one is dispatched again, a FAILED one gets a new row (as a retry), so
+    the RUNNING run always has a due step. Records ``budget.raised`` with the actor.
 
     Amounts are checked by ``parse_additions`` (whole counts, USD, 0 to
     ``MAX_AMOUNTS``). Raises ``ControlError``: ``invalid_budget`` (an amount not a
     number, negative, over its maximum, all zero, or a resulting limit over
     ``MAX_AMOUNTS``), ``limit_not_set`` (adding to a limit the run does not have: it is
     unlimited there already; nothing changes), ``run_terminal``, ``reason_required`` (a
-    blank ``reason``).
+    blank ``reason``), ``nothing_to_resume`` (paused for the budget with no step to go
+    on with; nothing changes).
     """
     from runs.engine.control.lifecycle import ControlError, require_reason
     from runs.engine.execution import dispatch
@@ -345,16 +347,44 @@ def raise_budget(
             else None
         )
         if takeover is not None:
+            step = _exhausted_step(tx.run, takeover.step_id)
+            if step is None:
+                # Rolls the whole raise back: a RUNNING run needs a step to run.
+                raise ControlError(
+                    "nothing_to_resume",
+                    "the run has no step that ran out of budget to go on with; "
+                    "resume it from a checkpoint instead",
+                )
             tx.transition_run(RunStatus.RUNNING, actor=actor, reason="budget raised")
-            step = (
-                Step.objects.filter(pk=takeover.step_id, status=StepStatus.PENDING).first()
-                if takeover.step_id is not None
-                else None
-            )
-            if step is not None:
+            if step.status == StepStatus.PENDING:
                 Step.objects.filter(pk=step.pk).update(
                     not_before=Now(), notified_at=Now(), attempt_base=step.attempt
                 )
                 dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
+            else:
+                # Failed for the budget: a new row of the step, as a retry makes.
+                tx.event(
+                    "step.retry_requested",
+                    {"step": step.name, "reason": reason, "failed_step_id": step.pk},
+                    step_id=step.pk,
+                    actor=actor,
+                )
+                tx.schedule_step(step.name, actor=actor)
     run.refresh_from_db()
     return run
+
+
+def _exhausted_step(run: Run, step_id: int | None):
+    """The step a ``budget_exhausted`` takeover waits on, in the run's generation: the
+    takeover's own step if it is PENDING (the call was refused before it was made) or
+    FAILED, else the run's latest PENDING or FAILED step; ``None`` when there is none."""
+    from runs.models import Step
+    from runs.states import StepStatus
+
+    open_steps = Step.objects.filter(
+        run_id=run.pk,
+        generation=run.generation,
+        status__in=[StepStatus.PENDING, StepStatus.FAILED],
+    )
+    own = open_steps.filter(pk=step_id).first() if step_id is not None else None
+    return own or open_steps.order_by("-seq").first()

@@ -67,11 +67,13 @@ class CompensationContext:
         self.actor = actor
         self.input = run.input
         self.output = step.output
+        self.call_positions = ledger.CallPositions()
 
     def call_tool(self, tool: Tool, arguments: dict[str, Any], *, action: str | None = None):
-        """Call ``tool`` once per compensation action (default action: the tool name)."""
+        """Call ``tool`` once per compensation action (default action: the tool name)
+        and position among this compensation's calls of that action."""
         action = action or tool.name
-        key = compensation_key(self.run.pk, self.step, action)
+        key = self.call_positions.key_for(compensation_key(self.run.pk, self.step, action))
         return perform_call(
             run=self.run,
             step=self.step,

@@ -1,10 +1,16 @@
 """The operation ledger: side effects recorded as intent before the call and result
 after it (DESIGN sections 1.2, 1.5, 5.4).
 
-Idempotency keys are ``<run id>:g<generation>:<step>:<action>``: stable across attempts
-and lease reclaims of one business action, distinct across runs and across resumed
-generations (a resume from an earlier checkpoint is a new decision to act again).
-Compensations use ``<key of the step>:compensate:<action>``.
+Idempotency keys are ``<run id>:g<generation>:<step>:<action>``, with ``#<n>`` appended
+for the call at position ``n`` (0-based) among the step's calls of that action, so the
+first call keeps the key older versions gave every call: stable across attempts and
+lease reclaims of one business action, distinct for each call of a step, across runs
+and across resumed generations (a resume from an earlier checkpoint is a new decision
+to act again). Compensations use ``<key of the step>:compensate:<action>``.
+
+A recorded row answers only the request it recorded: before its result is reused (or an
+unsettled call verified), the tool and the arguments are compared with it
+(``check_same_request``).
 
 Operation statuses: INTENT (the call may be in flight, or its caller died: unknown until
 verified), SUCCEEDED (result recorded), FAILED (known not to have taken effect: the tool
@@ -13,13 +19,12 @@ attempt may re-intend it under the same key), UNKNOWN (verify could not tell; a 
 decides), COMPENSATED (undone by a compensation).
 """
 
-import json
 from typing import Any, Protocol
 
 from django.db import transaction
 
 from runs.engine.data import payloads
-from runs.engine.errors import LeaseLost, StepError
+from runs.engine.errors import LeaseLost, NonDeterminism, StepError
 from runs.engine.state.gateway import (
     attempt_holds,
     record_event,
@@ -54,9 +59,61 @@ def key_prefix(run_id, generation: int) -> str:
     return f"{run_id}:g{generation}:"
 
 
-def idempotency_key(run_id, generation: int, step_name: str, action: str) -> str:
-    """The ledger key of one business action (see the module docstring)."""
-    return f"{key_prefix(run_id, generation)}{step_name}:{action}"
+def idempotency_key(run_id, generation: int, step_name: str, action: str, position: int = 0) -> str:
+    """The ledger key of one business action: call ``position`` (0-based) of ``action``
+    within the step (see the module docstring)."""
+    return positioned(f"{key_prefix(run_id, generation)}{step_name}:{action}", position)
+
+
+def positioned(key: str, position: int) -> str:
+    """``key`` for the call at ``position`` (0-based) among the calls made under it by
+    one execution of a step: ``key`` itself for the first, ``key#<n>`` after it."""
+    return key if position == 0 else f"{key}#{position}"
+
+
+class CallPositions:
+    """Counts the calls one execution of a step (or one compensation) makes under each
+    base key, so that each gets its own key (``positioned``) and a re-execution that
+    makes the same calls in the same order finds each one's record."""
+
+    def __init__(self) -> None:
+        self._taken: dict[str, int] = {}
+
+    def key_for(self, base: str) -> str:
+        """The key of the next call under ``base``."""
+        position = self._taken.get(base, 0)
+        self._taken[base] = position + 1
+        return positioned(base, position)
+
+
+def same_request(op: Operation, tool_name: str, arguments: dict, *, ignore=()) -> bool:
+    """Whether ``op`` recorded a call of ``tool_name`` with ``arguments`` (compared as
+    stored: JSON, NUL escaped), leaving out the top-level keys in ``ignore``."""
+    try:
+        now = storable(arguments, "tool arguments")
+    except InvalidValue:
+        return False
+    recorded = op.arguments if isinstance(op.arguments, dict) else {}
+    return op.tool == tool_name and _without(now, ignore) == _without(recorded, ignore)
+
+
+def _without(arguments: dict, ignore) -> dict:
+    return {k: v for k, v in arguments.items() if k not in ignore}
+
+
+def check_same_request(
+    op: Operation, tool_name: str, arguments: dict, *, action: str, ignore=()
+) -> None:
+    """Raise ``NonDeterminism`` (naming the call and both requests) unless ``op``
+    recorded this request (``same_request``)."""
+    if same_request(op, tool_name, arguments, ignore=ignore):
+        return
+    raise NonDeterminism(
+        op.idempotency_key,
+        action=action,
+        recorded={"tool": op.tool, "arguments": op.arguments},
+        now={"tool": tool_name, "arguments": arguments},
+    )
 
 
 def find(key: str) -> Operation | None:
@@ -132,15 +189,15 @@ def record_reused(ops: list[Operation], *, run_id, generation: int) -> list[Oper
     return Operation.objects.bulk_create(rows)
 
 
-def decline_reuse(op: Operation, arguments: dict) -> bool:
-    """For a row carried over by ``record_reused``, asked for again with ``arguments``
-    that differ from the recorded ones (as JSON): remove the copy, so this call records
-    its own intent and acts, and return True. The recorded result answered other
-    arguments; reusing it would silently skip what the step now asks for. False (row
-    kept) for a row of this run's own making or the same arguments."""
+def decline_reuse(op: Operation, tool_name: str, arguments: dict) -> bool:
+    """For a row carried over by ``record_reused``, asked for again by another tool or
+    with ``arguments`` that differ from the recorded ones (``same_request``): remove the
+    copy, so this call records its own intent and acts, and return True. The recorded
+    result answered another request; reusing it would silently skip what the step now
+    asks for. False (row kept) for a row of this run's own making or the same request."""
     if op.reused_from_id is None or op.status != Operation.Status.SUCCEEDED:
         return False
-    if json.loads(json.dumps(arguments, sort_keys=True, default=str)) == op.arguments:
+    if same_request(op, tool_name, arguments):
         return False
     Operation.objects.filter(pk=op.pk, reused_from__isnull=False).delete()
     return True

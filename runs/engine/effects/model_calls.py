@@ -91,14 +91,17 @@ def request(
     is recorded as the operation's arguments. ``cost_per_call_usd``: a price the provider
     knows in advance, charged with the call.
 
-    Raises ``BudgetExhausted`` (nothing asked), ``LeaseLost`` (the intent's fence),
+    A recorded reply is reused only for the same model and ``summary``; another one
+    raises ``NonDeterminism``. Raises ``BudgetExhausted`` (nothing asked), ``LeaseLost``
+    (the intent's fence),
     ``StepError`` from ``call`` (the operation is FAILED: a retry asks again) or
     ``StepError("TIMEOUT")`` past ``timeout`` seconds.
     """
     key = model_key(run.pk, step, ordinal)
+    arguments = {"model": model_name, "ordinal": ordinal, **summary}
     op = ledger.find(key)
     if op is not None and op.status == Operation.Status.SUCCEEDED:
-        return ModelReply.from_record(op.result or {}), True
+        return _reuse(op, model_name, arguments), True
     budget_mod.charge(
         run.pk, run.budget, model_calls=1, cost_usd=cost_per_call_usd or "0", check_usage=True
     )
@@ -108,10 +111,10 @@ def request(
         attempt=attempt,
         key=key,
         tool=LedgerTarget(model_name),
-        arguments={"model": model_name, "ordinal": ordinal, **summary},
+        arguments=arguments,
     )
     if op.status == Operation.Status.SUCCEEDED:
-        return ModelReply.from_record(op.result or {}), True
+        return _reuse(op, model_name, arguments), True
     try:
         reply = call_with_timeout(call, timeout)
     except CallTimedOut as exc:
@@ -139,6 +142,20 @@ def request(
         budget_mod.add_usage(run.pk, tokens=tokens, cost_usd=charged_after)
     faults.after_model_response(run, step)
     return reply, False
+
+
+#: Request fields that name this attempt's draft, not the request: a re-execution
+#: streams into a new draft.
+_NOT_COMPARED = ("message_id",)
+
+
+def _reuse(op: Operation, model_name: str, arguments: dict) -> ModelReply:
+    """The reply recorded in ``op``, if ``op`` recorded this request (same model, same
+    summary); raises ``NonDeterminism`` otherwise."""
+    ledger.check_same_request(
+        op, model_name, arguments, action=f"model.{arguments['ordinal']}", ignore=_NOT_COMPARED
+    )
+    return ModelReply.from_record(op.result or {})
 
 
 # -- the StepContext helpers --------------------------------------------------------

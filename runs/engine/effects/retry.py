@@ -23,6 +23,9 @@ NON_RETRYABLE_CODES = frozenset(
         "ATTEMPTS_EXHAUSTED",
         "UNKNOWN_OUTCOME",
         "INVALID_OUTPUT",
+        # A re-executed step asked a recorded call differently: the code or its inputs
+        # changed under the run, and only a person can say which request is right.
+        "NON_DETERMINISM",
         # A model provider refused the request itself or its credentials.
         "MODEL_REQUEST_INVALID",
         "MODEL_AUTH",

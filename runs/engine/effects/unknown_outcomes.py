@@ -18,7 +18,7 @@ from runs.engine.effects import ledger
 from runs.engine.errors import OutcomeUnknown
 from runs.engine.execution import dispatch
 from runs.engine.state.gateway import run_transaction, transition_operations
-from runs.models import Operation, Run, Step
+from runs.models import Event, Operation, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.tools import ToolCall, VerifyAnswer, get_tool
 from runs.workflows import registry
@@ -83,14 +83,22 @@ def verify_now(step: Step, *, actor: str) -> VerifyAnswer:
     """Ask the ``verify`` hook again about the step's unknown operation (for example
     after the operator brought the device back) and record the answer as an event.
 
-    Changes no status: the operator resolves with the answer as evidence. Raises
-    ``ControlError`` (``no_unknown_operation``) when the step has no unknown operation.
+    Changes no status: the operator resolves with the answer as evidence. When the
+    call's own result arrived after the pause, the ledger knows: the answer is ``done``
+    with that result, without asking the hook. Raises ``ControlError``
+    (``no_unknown_operation``) when the step has no operation it is unknown about.
     """
     from runs.engine.control.lifecycle import ControlError
 
     op = _unknown_operation(step)
-    if op is None or op.status == Operation.Status.SUCCEEDED:
+    if op is None:
         raise ControlError("no_unknown_operation", f"step {step.name} has no unknown operation")
+    if op.status == Operation.Status.SUCCEEDED:
+        answer = VerifyAnswer(
+            "done", op.result, evidence="the call's own result arrived after the pause"
+        )
+        ledger.record_verified(op, answer, step_id=step.pk, actor=actor, requested_by=actor)
+        return answer
     run = step.run
     try:
         # Loads a lazily declared workflow, whose module registers its tools.
@@ -115,8 +123,69 @@ def verify_now(step: Step, *, actor: str) -> VerifyAnswer:
     return answer
 
 
+def latest_verify_answers(step_ids) -> dict[int, dict[str, Any]]:
+    """The newest answer of the outside world about each of ``step_ids`` (their newest
+    ``operation.verified`` events), in one query: ``{step_id: {"answer", "evidence",
+    "event_seq"}}``; a step never asked is absent."""
+    found: dict[int, dict[str, Any]] = {}
+    rows = (
+        Event.objects.filter(step_id__in=list(step_ids), type="operation.verified")
+        .order_by("step_id", "-seq")
+        .values_list("step_id", "seq", "payload")
+    )
+    for step_id, seq, payload in rows:
+        if step_id in found or not isinstance(payload, dict):
+            continue
+        found[step_id] = {
+            "answer": payload.get("answer"),
+            "evidence": payload.get("evidence", ""),
+            "event_seq": seq,
+        }
+    return found
+
+
+def contradicts(answer: dict[str, Any] | None, *, done: bool) -> bool:
+    """The rule: resolving a step as ``done`` (True: it happened; False: do it again)
+    goes against ``answer`` (``latest_verify_answers``) when the answer says the
+    opposite; ``cannot_tell`` and no answer contradict nothing."""
+    return answer is not None and answer.get("answer") == ("not_done" if done else "done")
+
+
+def verify_contradiction(step_id: int, *, done: bool) -> dict[str, Any] | None:
+    """The latest verify answer about step ``step_id`` when resolving it as ``done``
+    contradicts it (``contradicts``), else ``None``."""
+    answer = latest_verify_answers([step_id]).get(step_id)
+    return answer if contradicts(answer, done=done) else None
+
+
+def check_against_verify(step_id: int, *, done: bool, confirmed: bool) -> dict[str, Any] | None:
+    """The rule for a resolution that contradicts the latest verify answer: refused
+    unless the person ``confirmed`` it (``ControlError("contradicts_verify")``); once
+    confirmed, returns the contradicted answer (``verify_contradiction``) for the event
+    to record. ``None`` when there is no contradiction."""
+    from runs.engine.control.lifecycle import ControlError
+
+    answer = verify_contradiction(step_id, done=done)
+    if answer is not None and not confirmed:
+        said = "did not happen" if answer["answer"] == "not_done" else "happened"
+        raise ControlError(
+            "contradicts_verify",
+            f"the latest check of the outside world says the call {said} "
+            f"({answer['evidence'] or answer['answer']}); confirm to resolve against it",
+            {"against_verify": f"verify said {answer['answer']}: confirm to go against it"},
+        )
+    return answer
+
+
 def resolve_unknown(
-    run: Run, step_name: str, *, outcome: str, evidence: str, actor: str, result: Any = None
+    run: Run,
+    step_name: str,
+    *,
+    outcome: str,
+    evidence: str,
+    actor: str,
+    result: Any = None,
+    against_verify: bool = False,
 ) -> Run:
     """A human's decision on an UNKNOWN step of a PAUSED run; the run then continues.
 
@@ -129,7 +198,9 @@ def resolve_unknown(
     Raises ``ControlError``: ``invalid_outcome``, ``evidence_required``,
     ``invalid_input`` (evidence over ``MAX_EVIDENCE_CHARS``), ``run_terminal``,
     ``not_allowed_in_state``, ``unknown_step``, ``step_not_unknown``, ``outcome_known``
-    (a late result arrived: it cannot be "not-done").
+    (a late result arrived: it cannot be "not-done"), ``contradicts_verify`` (the latest
+    verify answer says the opposite and ``against_verify`` was not given; with it, the
+    event records the answer gone against as ``against_verify``).
     """
     from runs.engine.control.lifecycle import MAX_EVIDENCE_CHARS, ControlError, check_length
 
@@ -162,6 +233,9 @@ def resolve_unknown(
             raise ControlError(
                 "step_not_unknown", f"step {step_name} is {step.status}, not UNKNOWN"
             )
+        contradicted = check_against_verify(
+            step.pk, done=outcome == "done", confirmed=against_verify
+        )
         op = _unknown_operation(step)
         if op is not None:
             if outcome == "done":
@@ -219,6 +293,7 @@ def resolve_unknown(
                 "operation": ledger.describe(op) if op else None,
                 "result": op.result if op and outcome == "done" else None,
                 "takeover_id": takeover.pk if takeover else None,
+                **({"against_verify": contradicted} if contradicted else {}),
             },
             step_id=step.pk,
             actor=actor,

@@ -714,12 +714,18 @@ def _record_failed_attempt(
         ):
             open_takeover(
                 tx,
-                cause="retries_exhausted",
+                cause=error.takeover_cause,
                 reason=f"{step.name} failed: {error.code} ({decision.reason})",
                 actor=worker.worker_id,
                 step=step,
-                suggested_action="Check the dependency, then retry the step.",
-                evidence={"error_code": error.code, "error_detail": error.detail[:2000]},
+                suggested_action=SUGGESTED_ACTIONS.get(
+                    error.takeover_cause, "Check the dependency, then retry the step."
+                ),
+                evidence={
+                    "error_code": error.code,
+                    "error_detail": error.detail[:2000],
+                    **(error.evidence or {}),
+                },
             )
         else:
             _insert_messages(tx, run, step.pk, _storable_messages(messages), worker)
@@ -734,6 +740,16 @@ def _record_failed_attempt(
             compensation.schedule(
                 tx, actor=worker.worker_id, reason=f"run failed at {step.name}: {error.code}"
             )
+
+
+#: What a takeover opened by a failed step suggests, by cause (default: retry).
+SUGGESTED_ACTIONS = {
+    "non_determinism": (
+        "The step asked a recorded call differently than before. Make the step ask it "
+        "as recorded (deploy the code it ran with) and retry, or resume from an earlier "
+        "checkpoint to decide afresh."
+    ),
+}
 
 
 def _budget_exhausted(
@@ -767,7 +783,7 @@ def _release_after_db_fault(
 
     def release() -> None:
         with run_transaction(run.pk) as tx:
-            tx.transition_step(
+            released = tx.transition_step(
                 step.pk,
                 StepStatus.PENDING,
                 expected=StepStatus.RUNNING,
@@ -782,7 +798,18 @@ def _release_after_db_fault(
                 # Not a failed attempt: it does not count against max_attempts.
                 attempt_base=F("attempt_base") + 1,
             )
-            dispatch.notify_on_commit(run.pk, step.pk)
+            if released:
+                dispatch.notify_on_commit(run.pk, step.pk)
+            else:
+                # Another worker took the step while this one was cut off: its late
+                # write is fenced, and said so like any other.
+                tx.reject_commit(
+                    step,
+                    attempt,
+                    tx.commit_rejection(step, attempt),
+                    worker=worker.worker_id,
+                    during="release",
+                )
 
     try:
         _retrying(run.pk, step, attempt, worker, release, "release")

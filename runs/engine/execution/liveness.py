@@ -16,11 +16,26 @@ after it expires. Liveness shortens that to about ``AGENTOPS_LIVENESS_SECONDS``:
   zombie).
 - Otherwise (``""``): no signal; the lease decides.
 
+What the lock shows, and what it cannot:
+
+- **A dead process** (SIGKILL, OOM kill, crash): its kernel closes its sockets, the
+  server ends the session and releases the lock at once; peers retake its steps within
+  ``AGENTOPS_LIVENESS_SECONDS``.
+- **A cut link** (a partition: packets dropped, no reset): the server cannot tell a
+  silent client from a slow one. It ends the session, and releases the lock, only when
+  its own TCP keepalives or ``tcp_user_timeout`` give up on the client (about 10 s with
+  the server settings docs/deploy.md gives; with PostgreSQL's defaults, up to hours).
+  Until then the cut worker counts as alive and its steps wait; after it, they are
+  retaken even though the worker lives. The cut worker's own connections end on the
+  client-side bounds (``DATABASES`` OPTIONS: keepalives, ``tcp_user_timeout``), its
+  steps stop at their next safe point, and on reconnecting it takes its lock again.
+- **A stopped or hung process** (SIGSTOP, a deadlock, a host frozen while its kernel
+  still answers TCP): the kernel keeps acknowledging, so the session and the lock
+  live on; the lease (``AGENTOPS_LEASE_SECONDS``) is the fallback for it.
+
 Safety does not rest on the signal: the release is a conditional UPDATE fenced on the
 attempt and owner seen, and a worker that is alive but was cut off from the database
-finds its later writes rejected by the attempt fence. A worker that hangs while its
-connection stays open (SIGSTOP, a deadlock) keeps its lock, so the lease stays the
-fallback for it.
+finds its later writes rejected by the attempt fence (``step.commit_rejected``).
 
 Session locks need a session. Behind a transaction-pooling proxy (PgBouncer in
 transaction mode) consecutive statements may run on different server sessions, and a
@@ -114,7 +129,10 @@ class LockKeeper:
         for key in ("cursor_factory", "context", "prepare_threshold", "client_encoding"):
             params.pop(key, None)
         params["application_name"] = f"agentops-liveness {self.worker_id}"[:63]
-        return psycopg.connect(**params, autocommit=True, connect_timeout=10)
+        # The link bounds (keepalives, tcp_user_timeout, connect_timeout) come with
+        # the settings' OPTIONS: a cut link ends this session, and the lock, in seconds.
+        params.setdefault("connect_timeout", 10)
+        return psycopg.connect(**params, autocommit=True)
 
     def _verified(self, conn) -> bool:
         """Take the lock and check, twice, that ``pg_locks`` shows it held by exactly the

@@ -65,6 +65,8 @@ class StepContext:
         self.wake_at: datetime | None = None
         #: Model requests made by this attempt so far (the next request's ordinal).
         self.model_requests = 0
+        #: Tool calls made by this attempt so far, by base key.
+        self.call_positions = ledger.CallPositions()
         #: Set by the heartbeat thread; read at safe points.
         self.lease_lost = threading.Event()
         self.cancel_requested = threading.Event()
@@ -261,11 +263,14 @@ class StepContext:
     def call_tool(self, tool: Tool, arguments: dict[str, Any], *, action: str | None = None):
         """Call ``tool`` through the operation ledger; returns its result.
 
-        ``action`` names the business action within the step (default: the tool name),
-        which makes the idempotency key. A result already recorded as SUCCEEDED is reused
+        ``action`` names the business action within the step (default: the tool name);
+        with the call's position among the step's calls of that action it makes the
+        idempotency key, so calling one tool three times makes three operations. A
+        result already recorded as SUCCEEDED for the same tool and arguments is reused
         without calling the tool; an earlier attempt's unfinished unsafe call is verified
         first (see ``perform_call``). Raises ``LeaseLost``, ``BudgetExhausted``,
-        ``StepError`` (``TIMEOUT`` past the timeout) and ``OutcomeUnknown``.
+        ``StepError`` (``TIMEOUT`` past the timeout), ``NonDeterminism`` (the call was
+        recorded with another tool or other arguments) and ``OutcomeUnknown``.
         """
         action = action or tool.name
         key = ledger.idempotency_key(self.run.pk, self.step.generation, self.step.name, action)
@@ -276,10 +281,13 @@ class StepContext:
     def call_tool_keyed(
         self, tool: Tool, arguments: dict[str, Any], *, key: str, action: str, timeout
     ):
-        """``call_tool`` under an idempotency ``key`` the caller made (an agent's tool
-        call is keyed by its tool-call id), after a safe point; ``timeout`` in seconds or
-        ``None``. Returns the result; raises what ``call_tool`` raises."""
+        """``call_tool`` under a base idempotency ``key`` the caller made (an agent's
+        tool call is keyed by its tool-call id), after a safe point; the call's position
+        among this execution's calls under ``key`` is appended (``ledger.positioned``).
+        ``timeout`` in seconds or ``None``. Returns the result; raises what
+        ``call_tool`` raises."""
         self.safe_point()
+        key = self.call_positions.key_for(key)
         return perform_call(
             run=self.run,
             step=self.step,
@@ -351,9 +359,12 @@ def perform_call(
 ):
     """One outside call through the ledger (DESIGN section 5.4), in this order:
 
-    1. A SUCCEEDED row for ``key``: return its result, no call (unless it was carried
-       over from before a resume or a replay for other arguments: then it is dropped,
-       ``operation.reuse_declined``, and the call is made).
+    0. A row for ``key`` that may have taken effect (any status but FAILED) answers
+       only the request it recorded: another tool or other arguments raise
+       ``NonDeterminism`` (the step asks differently than when it made the call), unless
+       the row was carried over from before a resume or a replay: then it is dropped,
+       ``operation.reuse_declined``, and the call is made.
+    1. A SUCCEEDED row for ``key``: return its result, no call.
     2. An INTENT/UNKNOWN row left by an earlier attempt of an ``unsafe`` tool: ask
        ``verify``. Done: record and return its result. Cannot tell: raise
        ``OutcomeUnknown``. Not done: go on. (``read`` and ``idempotent`` tools simply
@@ -363,14 +374,16 @@ def perform_call(
        call with ``timeout``, record the result.
 
     A ``StepError`` from the tool means the effect did not happen: the row becomes
-    FAILED and the error propagates. A timeout of an ``unsafe`` call raises
-    ``OutcomeUnknown`` (it may still land); of other tools, ``StepError("TIMEOUT")``.
+    FAILED and the error propagates. A timeout, or any other exception, of an ``unsafe``
+    call asks ``verify`` (``_settle_after_send``): done is the result, not done a
+    retryable failure (an ``OutcomeUnknown`` after a timeout: the call may still land),
+    cannot tell an ``OutcomeUnknown``; a timeout of other tools is ``StepError("TIMEOUT")``.
     """
     info = ToolCall(
         run_id=str(run.pk), idempotency_key=key, attempt=attempt or 0, faults=dict(run.faults or {})
     )
     op = ledger.find(key)
-    if op is not None and ledger.decline_reuse(op, arguments):
+    if op is not None and ledger.decline_reuse(op, tool.name, arguments):
         # A result carried over from before a resume or a replay, for other arguments.
         record_event(
             run.pk,
@@ -380,6 +393,8 @@ def perform_call(
             actor=actor,
         )
         op = None
+    if op is not None and op.status != Operation.Status.FAILED:
+        ledger.check_same_request(op, tool.name, arguments, action=action)
     if op is not None:
         if op.status == Operation.Status.SUCCEEDED:
             return op.result
@@ -416,6 +431,8 @@ def perform_call(
         arguments=arguments,
     )
     if op.status == Operation.Status.SUCCEEDED:
+        # Recorded by a concurrent attempt between the look-up and the intent.
+        ledger.check_same_request(op, tool.name, arguments, action=action)
         return op.result
     fault = faults.take_after_tool(run, step.pk if step else None, tool, action)
     try:
@@ -426,11 +443,7 @@ def perform_call(
         )
     except CallTimedOut as exc:
         if tool.side_effect == "unsafe":
-            raise OutcomeUnknown(
-                op.pk,
-                f"{tool.name} exceeded its timeout of {exc.timeout}s and may still take effect",
-                str(exc),
-            ) from exc
+            return _settle_after_send(run, step, actor, tool, op, info, exc, in_flight=True)
         raise StepError("TIMEOUT", f"{tool.name}: {exc}") from exc
     except StepError as exc:
         ledger.record_failure(op, exc)
@@ -442,12 +455,25 @@ def perform_call(
     return result
 
 
-def _settle_after_send(run: Run, step: Step | None, actor: str, tool: Tool, op, info, exc):
+def _settle_after_send(
+    run: Run,
+    step: Step | None,
+    actor: str,
+    tool: Tool,
+    op,
+    info,
+    exc: Exception,
+    *,
+    in_flight: bool = False,
+):
     """The request may have reached the outside world, then the call failed without a
     definite "not done" (an HTTP 500 after the effect, an unreadable 200, a dropped
-    connection). For an ``unsafe`` tool that is an unknown outcome, settled the way a
-    crash is: ``verify`` now; done: the result, recorded; not done: the row FAILED and a
-    retryable ``StepError``; cannot tell: ``OutcomeUnknown`` (a human decides). Read and
+    connection, or a timeout: ``in_flight``, the abandoned call may still land). For an
+    ``unsafe`` tool that is an unknown outcome, settled the way a crash is: ``verify``
+    now (an ``operation.verified`` event with ``after``: the failure); done: the result,
+    recorded; not done: the row FAILED and a retryable ``StepError``, except while the
+    call is in flight (it may still act: ``OutcomeUnknown``, and a late result is
+    recorded when it comes); cannot tell: ``OutcomeUnknown`` (a human decides). Read and
     idempotent tools are simply retried under the same key (``DEPENDENCY_UNAVAILABLE``)."""
     cause = f"{tool.name}: {type(exc).__name__}: {exc}"[:2000]
     if tool.side_effect != "unsafe":
@@ -457,6 +483,13 @@ def _settle_after_send(run: Run, step: Step | None, actor: str, tool: Tool, op, 
     if answer.status == "done":
         ledger.record_result(op, answer.result)
         return answer.result
+    if answer.status == "not_done" and in_flight:
+        raise OutcomeUnknown(
+            op.pk,
+            f"{cause}; verify finds no effect yet, but the call is still in flight and may "
+            "still take effect",
+            answer.evidence,
+        ) from exc
     if answer.status == "not_done":
         ledger.record_result(
             op,

@@ -26,7 +26,7 @@ from django.db import (
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from runs.engine.execution import dispatch, executor, sweeper
+from runs.engine.execution import dispatch, executor, redis_link, sweeper
 from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.execution.identity import WorkerIdentity, new_worker_id, set_current_worker
 from runs.engine.execution.liveness import Liveness
@@ -41,13 +41,27 @@ logger = logging.getLogger("agentops.worker")
 REDIS_RETRY_SECONDS = (1.0, 30.0)
 
 
-def _redis_writable(conn, key: str) -> str | None:
-    """``None`` when Redis accepts a write (a short-lived probe key), else why not."""
+def _redis_refusal(conn, key: str) -> Exception | None:
+    """``None`` when Redis accepts a write (a short-lived probe key), else the error."""
     try:
         conn.set(key, "1", ex=60)
     except Exception as exc:  # noqa: BLE001 - any failure means "not yet"
-        return f"{type(exc).__name__}: {exc}"
+        return exc
     return None
+
+
+def _next_probe_delay(delay: float, refusal: Exception) -> float:
+    """Seconds until Redis is asked again after ``refusal``. One that does not answer
+    (timeout, connection lost or refused) is asked again after the shortest interval:
+    a probe waits at most the Redis timeout, so this cannot spin, and RQ dispatch
+    resumes within seconds of its return. One that answers but refuses writes (full)
+    is asked at doubling intervals up to ``REDIS_RETRY_SECONDS[1]``: RQ would fail on
+    it at once."""
+    import redis
+
+    if isinstance(refusal, redis.ConnectionError | redis.TimeoutError):
+        return REDIS_RETRY_SECONDS[0]
+    return min(delay * 2, REDIS_RETRY_SECONDS[1])
 
 
 def _stop_pubsub(rq_worker) -> None:
@@ -89,6 +103,28 @@ def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False):
     base = ForkingWorker if fork else SimpleWorker
 
     class EngineRQWorker(base):  # type: ignore[valid-type,misc]  # base picked at run time
+        # RQ blocks in BLPOP for worker_ttl - 15 s (405 s) and raises the connection's
+        # read timeout above that; here no Redis call may outlast AGENTOPS_REDIS_TIMEOUT,
+        # so the blocking dequeue waits half of it and the timeout stays as configured.
+        @property
+        def dequeue_timeout(self) -> float:
+            return max(0.5, settings.AGENTOPS_REDIS_TIMEOUT / 2)
+
+        @property
+        def connection_timeout(self) -> float:
+            return settings.AGENTOPS_REDIS_TIMEOUT
+
+        def heartbeat(self, *args, **kwargs):
+            import redis
+
+            try:
+                return super().heartbeat(*args, **kwargs)
+            except redis.ConnectionError as exc:
+                # RQ's dequeue loop would sleep and retry a lost connection for as
+                # long as it lasts; RQ's work loop ends on a timeout instead, and the
+                # engine works from the database until Redis is back.
+                raise redis.TimeoutError(f"{type(exc).__name__}: {exc}") from exc
+
         def request_stop(self, signum, frame):
             identity.stopping.set()
             super().request_stop(signum, frame)
@@ -247,9 +283,11 @@ class Worker:
                 rq_worker = None
                 started = time.monotonic()
                 cause = "RQ stopped"
+                link = redis_link.fail_fast_client(queue.connection)
                 try:
                     # RQ's constructor talks to Redis already (CLIENT SETNAME, CLIENT LIST).
-                    rq_worker = worker_class([queue], connection=queue.connection, name=name)
+                    rq_queue = django_rq.get_queue(self.queue, connection=link)
+                    rq_worker = worker_class([rq_queue], connection=rq_queue.connection, name=name)
                     rq_worker.work(burst=self.burst, with_scheduler=False, logging_level="WARNING")
                 except Exception as exc:  # noqa: BLE001 - Redis errors escape RQ's start/teardown
                     cause = f"{type(exc).__name__}: {exc}"
@@ -257,7 +295,8 @@ class Worker:
                         _stop_pubsub(rq_worker)
                 if identity.stopping.is_set():
                     break
-                refused = _redis_writable(queue.connection, probe_key)
+                # A link RQ gave up on is known dead: no probe needs to wait to say so.
+                refused = redis_link.given_up(link) or _redis_refusal(queue.connection, probe_key)
                 if self.burst and refused is None:
                     break
                 # A round that lasted was a working RQ: the next outage starts afresh.
@@ -270,10 +309,10 @@ class Worker:
                 # fail at once, ~75 times a second.
                 logger.warning(
                     "Redis unavailable or refusing writes (%s); working from the database",
-                    refused or cause,
+                    f"{type(refused).__name__}: {refused}" if refused else cause,
                 )
                 delay = self._work_from_db_until(
-                    lambda: _redis_writable(queue.connection, probe_key) is None, delay
+                    lambda: _redis_refusal(queue.connection, probe_key), delay
                 )
                 if self.burst or identity.stopping.is_set():
                     break
@@ -284,11 +323,12 @@ class Worker:
                 maintenance.join(timeout=5)
         return identity.executed
 
-    def _work_from_db_until(self, redis_back, delay: float) -> float:
-        """Database polling until ``redis_back()`` is true, the worker is stopping, or
-        (burst) nothing is due. ``redis_back`` is asked after ``delay`` seconds, then
-        at doubling intervals up to ``REDIS_RETRY_SECONDS[1]``; returns the next
-        interval, so an RQ round that fails at once waits longer before the next."""
+    def _work_from_db_until(self, redis_refusal, delay: float) -> float:
+        """Database polling until ``redis_refusal()`` is ``None`` (Redis takes writes),
+        the worker is stopping, or (burst) nothing is due. ``redis_refusal`` is asked
+        after ``delay`` seconds, then at the intervals ``_next_probe_delay`` gives;
+        returns the next interval, so an RQ round that fails at once waits longer
+        before the next."""
         next_check = time.monotonic() + delay
         while not self.identity.stopping.is_set():
             close_old_connections()
@@ -301,9 +341,11 @@ class Worker:
             if self.burst:
                 break
             if time.monotonic() >= next_check:
-                delay = min(delay * 2, REDIS_RETRY_SECONDS[1])
-                if redis_back():
+                refusal = redis_refusal()
+                if refusal is None:
+                    delay = min(delay * 2, REDIS_RETRY_SECONDS[1])
                     break
+                delay = _next_probe_delay(delay, refusal)
                 next_check = time.monotonic() + delay
             self.identity.stopping.wait(settings.AGENTOPS_POLL_SECONDS)
         return delay
@@ -317,6 +359,8 @@ class Worker:
                     failures.succeeded()
                 except Exception as exc:  # noqa: BLE001 - keep sweeping after a transient DB/Redis error
                     failures.failed(exc)
+                    # A connection cut under it stays broken: the next tick connects anew.
+                    connection.close()
         finally:
             connection.close()
 

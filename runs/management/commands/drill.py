@@ -5,6 +5,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 import runs.drills.catalog  # noqa: F401 - registers the drills
+import runs.drills.partition  # noqa: F401 - registers the partition drill
 from runs.cli.common import one_line
 from runs.drills.base import DRILLS, format_table, run_drill
 from runs.drills.interrupt import Interrupted, stop_on_signals

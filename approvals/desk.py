@@ -1,0 +1,37 @@
+"""What the desk shows of an unknown step besides its stored facts: the latest answer
+of the outside world, and which resolutions would go against it (those forms then ask
+for an explicit confirmation, as the engine's rule requires)."""
+
+from typing import Any
+
+from approvals.models import Takeover
+from runs.engine.effects.unknown_outcomes import contradicts, latest_verify_answers
+from runs.states import StepStatus
+
+
+def verify_answers(steps) -> dict[int, dict[str, Any]]:
+    """For the UNKNOWN ones of ``steps``, in one query: ``{step_id: {"answer",
+    "evidence", "against_done", "against_not_done"}}``, the latest verify answer and
+    whether resolving the step as done / not done would go against it; steps with no
+    answer that contradicts either way are absent."""
+    unknown = [s.pk for s in steps if s is not None and s.status == StepStatus.UNKNOWN]
+    shown = {}
+    for step_id, answer in latest_verify_answers(unknown).items() if unknown else ():
+        against_done = contradicts(answer, done=True)
+        against_not_done = contradicts(answer, done=False)
+        if against_done or against_not_done:
+            shown[step_id] = {
+                **answer,
+                "against_done": against_done,
+                "against_not_done": against_not_done,
+            }
+    return shown
+
+
+def attach_verify_answers(takeovers: list[Takeover]) -> None:
+    """Give each takeover ``verify`` (its step's entry of ``verify_answers`` or
+    ``None``), view-only."""
+    answers = verify_answers([t.step for t in takeovers])
+    for takeover in takeovers:
+        step_id = takeover.step_id
+        takeover.verify = answers.get(step_id) if step_id else None  # type: ignore[attr-defined]
