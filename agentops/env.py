@@ -12,6 +12,8 @@ from typing import overload
 
 from django.core.exceptions import ImproperlyConfigured
 
+from runs.engine.names import name_problem
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -46,9 +48,11 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false)")
 
 
-def env_number(name: str, default: float, *, minimum: float | None = None) -> float:
+def env_number(
+    name: str, default: float, *, minimum: float | None = None, maximum: float | None = None
+) -> float:
     """Return a number (int when integral); raises ``ImproperlyConfigured`` if not a number
-    or below ``minimum``."""
+    or outside ``minimum``..``maximum``."""
     raw = env_str(name)
     if raw is None:
         return default
@@ -60,6 +64,8 @@ def env_number(name: str, default: float, *, minimum: float | None = None) -> fl
         raise ImproperlyConfigured(f"{name}={raw!r} is not a finite number")
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={raw!r} must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be <= {maximum}")
     return int(value) if value.is_integer() else value
 
 
@@ -162,6 +168,9 @@ def signal_hooks(hooks: dict) -> dict:
     checked = {}
     for name, config in hooks.items():
         where = f"AGENTOPS_SIGNAL_HOOKS[{name!r}]"
+        reason = name_problem(name)
+        if reason is not None:
+            raise ImproperlyConfigured(f"{where}: a hook name {reason}")
         if not isinstance(config, dict):
             raise ImproperlyConfigured(f"{where} must be an object")
         for key in ("secret", "signal", "field"):

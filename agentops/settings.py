@@ -24,6 +24,7 @@ from agentops.env import (
     signal_hooks,
 )
 from agentops.links import bounded_redis_url, pg_link_options
+from runs.engine import durations
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("AGENTOPS_VAR_DIR", str(BASE_DIR / "var")))
@@ -257,7 +258,9 @@ AGENTOPS_APPROVAL_OVERDUE_SECONDS = env_number("AGENTOPS_APPROVAL_OVERDUE_SECOND
 AGENTOPS_SERVE_STATIC = env_bool("AGENTOPS_SERVE_STATIC", True)
 #: Default lifetime of an approval request; 0 means approvals never expire. An approval
 #: step's ``expires_after`` overrides it.
-AGENTOPS_APPROVAL_EXPIRY_SECONDS = env_number("AGENTOPS_APPROVAL_EXPIRY_SECONDS", 0, minimum=0)
+AGENTOPS_APPROVAL_EXPIRY_SECONDS = env_number(
+    "AGENTOPS_APPROVAL_EXPIRY_SECONDS", 0, minimum=0, maximum=durations.MAX_SECONDS
+)
 #: Approval policy (approvals/policy.py): workflows whose runs their own starter may
 #: approve (comma-separated names; empty: none, the four-eyes default), and whether a
 #: superuser may decide without holding the approver role.

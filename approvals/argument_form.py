@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runs.console.forms import InvalidInput, optional_json
+from runs.engine.state.values import InvalidJson, parse_json
 
 #: The field name prefix of one argument's input (``arg-amount``).
 PREFIX = "arg-"
@@ -114,9 +115,9 @@ def _parsed(kind: str, label: str, text: str) -> Any:
             return stripped
         return number if number == number and abs(number) != float("inf") else stripped
     try:
-        return json.loads(stripped)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{label} is not valid JSON: {exc.msg}.") from exc
+        return parse_json(stripped)
+    except InvalidJson as exc:
+        raise InvalidInput(f"{label} is not valid JSON: {exc}.") from exc
 
 
 def posted_arguments(post, schema: Any, asked: Any) -> Any:

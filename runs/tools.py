@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from runs.engine.durations import duration_problem
+
 SIDE_EFFECTS = ("read", "idempotent", "unsafe")
 
 #: Answers a ``verify`` hook may give.
@@ -72,6 +74,8 @@ class Tool:
     def __post_init__(self) -> None:
         if self.side_effect not in SIDE_EFFECTS:
             raise ValueError(f"tool {self.name}: side_effect must be one of {SIDE_EFFECTS}")
+        if self.timeout is not None and (reason := duration_problem(self.timeout)):
+            raise ValueError(f"tool {self.name}: timeout {reason}")
         _tools[self.name] = self
 
 

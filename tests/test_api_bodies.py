@@ -275,3 +275,60 @@ def test_the_engine_refuses_a_lone_surrogate_when_a_run_starts_from_any_caller(
         start_run(workflow, thread_id="t1", input=data)
     assert refused.value.code == "invalid_input" and field in refused.value.errors
     assert written() == (0, 0, 0, 0)
+
+
+#: JSON nested far deeper than ``values.MAX_DEPTH``: Python's own parser would recurse
+#: out of its stack on it.
+DEEP = "[" * 5000 + "]" * 5000
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/runs",
+        "/api/v1/runs/{run}/signals/payment",
+        "/api/v1/runs/{run}/tool-calls/call-1/result",
+        "/api/v1/runs/{run}/cancel",
+        "/api/v1/schedules",
+        "/api/v1/hooks/payments",
+    ],
+)
+def test_it_refuses_json_nested_too_deep_in_every_body_as_invalid_json(client, run, settings, path):
+    from runs.api.signals import SIGNATURE_HEADER, sign
+
+    settings.AGENTOPS_SIGNAL_HOOKS = {
+        "payments": {"secret": "s", "signal": "payment", "field": "order", "by": "thread"}
+    }
+    before = written()
+    response = raw_post(
+        client,
+        path.format(run=run.pk),
+        DEEP,
+        HTTP_IDEMPOTENCY_KEY="deep",
+        HTTP_IF_MATCH=run_etag(run),
+        **{f"HTTP_{SIGNATURE_HEADER.upper().replace('-', '_')}": sign("s", DEEP.encode())},
+    )
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "invalid_json"
+    assert written() == before
+
+
+def test_the_engine_refuses_nul_in_a_signal_payload_from_any_caller(alice):
+    from runs.engine.control.waits import deliver_signal
+    from runs.models import Signal
+
+    order = start_run(
+        "order_followup", thread_id="o1", input={"order": "o1", "delay_s": 0}, owner=alice
+    )
+    with pytest.raises(ControlError) as refused:
+        deliver_signal(order.pk, "payment", {"amount": 1, "x": "a\x00"}, actor="cli")
+    assert refused.value.code == "invalid_input" and "payload.x" in refused.value.errors
+    assert Signal.objects.count() == 0
+
+
+@pytest.mark.parametrize("delay", [99999999999999999999999, 315_360_001, -1])
+def test_the_engine_refuses_an_order_delay_that_no_timer_can_hold(delay):
+    with pytest.raises(ControlError) as refused:
+        start_run("order_followup", thread_id="o1", input={"order": "o1", "delay_s": delay})
+    assert refused.value.code == "invalid_input" and "input.delay_s" in refused.value.errors
+    assert written() == (0, 0, 0, 0)

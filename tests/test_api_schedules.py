@@ -70,3 +70,41 @@ def test_it_creates_lists_pauses_triggers_and_deletes(api):
     missing = post(api["desk"], "/api/v1/schedules/weekly/pause")
     assert missing.status_code == 404 and missing.json()["code"] == "unknown_schedule"
     assert Run.objects.count() == 1
+
+
+EVERY = {"name": "tick", "workflow": "bench_noop", "every": 60}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"every": 999999999999999999999999}, "every"),
+        ({"every": 315_360_001}, "every"),
+        ({"every": 0}, "every"),
+        ({"every": "60"}, "every"),
+        ({"every": 60.0}, "every"),
+        ({"every": True}, "every"),
+        ({"catchup_window": 10**30}, "catchup_window"),
+        ({"catchup_window": "60"}, "catchup_window"),
+        ({"name": "a/b?c"}, "name"),
+        ({"name": "ctl\x01name"}, "name"),
+        ({"name": "new\nline"}, "name"),
+        ({"name": " "}, "name"),
+        ({"every": None, "cron": "0 9 * * 1", "timezone": ""}, "timezone"),
+        ({"workflow": "order_followup", "input": {"order": "o", "delay_s": 10**23}}, "delay_s"),
+    ],
+)
+def test_it_refuses_every_bad_schedule_field_with_one_rule_and_writes_nothing(api, change, field):
+    refused = post(api["desk"], "/api/v1/schedules", {**EVERY, **change})
+    assert refused.status_code == 422, refused.content
+    # A wrong JSON type is the schema's refusal (invalid_request), a value the engine's.
+    assert refused.json()["code"] in ("invalid_input", "invalid_request")
+    assert any(field in key for key in refused.json()["errors"]), refused.json()
+    assert Schedule.objects.count() == 0
+
+
+def test_a_schedule_named_by_the_rule_is_reachable_by_the_api(api):
+    created = post(api["desk"], "/api/v1/schedules", {**EVERY, "name": "night.v2_a-b"})
+    assert created.status_code == 201, created.content
+    assert post(api["desk"], "/api/v1/schedules/night.v2_a-b/pause").status_code == 200
+    assert Schedule.objects.get(name="night.v2_a-b").paused

@@ -57,6 +57,35 @@ def test_it_fails_the_attempt_once_with_invalid_output(worker, case, path, type_
 
 
 @pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("sleep_huge", "sleep must be a number of seconds from 0 to 315360000"),
+        ("sleep_past_bound", "sleep must be a number of seconds from 0 to 315360000"),
+        ("sleep_nan", "sleep must be a number of seconds from 0 to 315360000"),
+        ("sleep_text", "sleep must be a number of seconds, not str"),
+        ("sleep_until_far", "sleep_until must be at most 315360000 seconds"),
+    ],
+)
+def test_a_timer_no_database_time_can_hold_fails_the_attempt_once_with_its_cause(
+    worker, case, said
+):
+    run = _start(case)
+    outcome = executor.execute_step(_first_step(run).pk, worker)
+    assert outcome.claimed
+    step = _first_step(run)
+    run.refresh_from_db()
+    assert (step.status, step.attempt, step.error_code) == (
+        StepStatus.FAILED,
+        1,
+        "INVALID_DURATION",
+    )
+    assert said in step.error_detail, step.error_detail
+    assert run.status == RunStatus.FAILED and run.error_code == "INVALID_DURATION"
+    assert not Event.objects.filter(run=run, type="step.retry_scheduled").exists()
+    assert not Step.objects.filter(run=run, name="after").exists()
+
+
+@pytest.mark.parametrize(
     ("case", "where", "type_name"),
     [
         ("tool_arguments", "tool arguments at $.score", "float"),

@@ -228,6 +228,32 @@ REFUSED = [
     (("runs", "list", "--updated-before", " "), 2,
      "argument --updated-before: must not be empty"),
     (("workflows", ""), 2, "argument name: must not be empty"),
+    (("schedules", "add", "ctl\x01name", "--workflow", "bench_noop", "--every", "60"), 2,
+     "argument name: 'ctl\\x01name': must be 1..100 characters of letters, digits"),
+    (("schedules", "add", "new\nline", "--workflow", "bench_noop", "--every", "60"), 2,
+     "argument name: 'new\\nline': must be 1..100 characters"),
+    (("schedules", "add", "a/b?c", "--workflow", "bench_noop", "--every", "60"), 2,
+     "argument name: 'a/b?c': must be 1..100 characters"),
+    (("schedules", "add", "", "--workflow", "bench_noop", "--every", "60"), 2,
+     "argument name: '': must be 1..100 characters"),
+    (("schedules", "pause", "a/b"), 2, "argument name: 'a/b': must be 1..100 characters"),
+    (("schedules", "add", "s", "--workflow", "bench_noop", "--every", "315360001"), 2,
+     "argument --every: 315360001 is not between 1 and 315360000"),
+    (("schedules", "add", "s", "--workflow", "bench_noop", "--every", "60",
+      "--catchup-window", "999999999999"), 2,
+     "argument --catchup-window: 999999999999 is not between 1 and 315360000"),
+    (("schedules", "add", "s", "--workflow", "bench_noop", "--cron", "0 9 * * 1", "--tz", ""),
+     2, "argument --tz: must not be empty"),
+    (("schedules", "add", "ovf", "--workflow", "order_followup", "--every", "60", "--input",
+      '{"order": "o", "delay_s": 99999999999999999999999}'), 1,
+     "CommandError: input is not valid for order_followup [invalid_input]; input.delay_s: "
+     "must be from 0 to 315360000"),
+    (("runs", "signal", "00000000-0000-0000-0000-000000000000", "a b"), 2,
+     "argument name: 'a b': must be 1..100 characters"),
+    (("runs", "status", "--", "----"), 1,
+     "CommandError: no run '----': a run id or a prefix of one has at least 4 hex digits"),
+    (("runs", "status", "0"), 1,
+     "CommandError: no run '0': a run id or a prefix of one has at least 4 hex digits"),
     (("runs", "status"), 2, "name a run: RUN_ID or --thread THREAD"),
     (("runs", "resume"), 2, "name a run: RUN_ID or --thread THREAD"),
     (("runs", "start", "room_temperature", "--thread", "T", "--input", "{}"), 1,
@@ -526,6 +552,8 @@ BAD_JSON = [
     ("[]", True, "must be a JSON object {...}, not [] [CODE]"),
     ("5", True, "must be a JSON object {...}, not 5 [CODE]"),
     ('"x"', True, 'must be a JSON object {...}, not "x" [CODE]'),
+    ("[" * 5000 + "]" * 5000, False, "not valid JSON: nested deeper than 200 levels [CODE]"),
+    ('{"x": "a\\u0000"}', False, "at $.x: must not contain NUL (\\u0000) characters [CODE]"),
 ]
 
 
@@ -594,3 +622,18 @@ def test_revoking_an_unknown_token_prefix_names_the_active_ones_and_revokes_noth
     with pytest.raises(CommandError, match=r"2 active tokens have prefix .* \[ambiguous_token\]"):
         call_command("api_token", "revoke", kept.prefix)
     assert ApiToken.objects.filter(revoked_at__isnull=True).count() == 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("schedules", "add", "s", "--workflow", "nosuch", "--every", "60"),
+        ("runs", "start", "nosuch", "--thread", "T"),
+    ],
+)
+def test_an_unknown_workflow_lists_the_workflows_once(manage_in_process, argv):
+    code, out, err = manage_in_process(*argv)
+    assert code == 1 and out == ""
+    [line] = err.splitlines()
+    assert "[unknown_workflow]" in line and line.count("order_followup") == 1, line

@@ -1,5 +1,5 @@
-"""A run is named by its whole id or by a unique prefix of it (the 8 characters shown
-everywhere), by every CLI command that takes a run id and by the console's search; an
+"""A run is named by its whole id or by a unique prefix of it with at least 4 hex digits
+(the console shows 8), by every CLI command that takes a run id and by the console's search; an
 ambiguous prefix is answered with the candidates, on both databases' id storage."""
 
 import argparse
@@ -60,6 +60,8 @@ def _walk(parser, path):
         if isinstance(action, argparse._SubParsersAction):
             continue
         value = action.choices[0] if action.choices else "x"
+        if getattr(action.type, "__name__", "").startswith("JSON"):
+            value = '"x"'  # a JSON option takes JSON text
         # Other positionals follow the run id (``runs signal RUN NAME``).
         rest += [action.option_strings[0], value] if action.option_strings else [value]
     if "run_id" in dests:
@@ -110,3 +112,25 @@ def test_the_console_search_finds_a_run_by_its_shown_prefix(clients, runs):
     assert LONER in page and TWINS[0] not in page
     page = alice.get("/runs/", {"q": "54196b65"}).content.decode()
     assert TWINS[0] in page and TWINS[1] in page and LONER not in page
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("text", ["----", "-", "0", "a0b", "a0-b"])
+def test_a_prefix_needs_four_hex_digits_and_says_so(runs, text):
+    with pytest.raises(CommandError) as caught:
+        call_command("runs", "status", "--", text)
+    message = str(caught.value)
+    assert "[unknown_run]" in message and "at least 4 hex digits" in message, message
+    assert "ambiguous_run" not in message
+
+
+@pytest.mark.django_db
+def test_hyphens_alone_never_select_the_only_run():
+    start_run("room_temperature", thread_id="solo", input={"question": "warm?"})
+    with pytest.raises(CommandError, match="unknown_run"):
+        call_command("runs", "status", "--", "----")
+
+
+def test_the_console_search_finds_nothing_by_hyphens_alone(clients, runs):
+    page = clients["alice"].get("/runs/", {"q": "----"}).content.decode()
+    assert not any(run_id in page for run_id in [*TWINS, LONER])

@@ -9,7 +9,6 @@ so a retry never hides behind a step's lease and every request is in the ledger.
 """
 
 import asyncio
-import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from runs.agents.errors import classify, invalid_tool_call
 from runs.engine.effects.model_providers import ModelReply, register_provider
+from runs.engine.state import values
 from runs.sim import model as sim_model
 
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
@@ -252,8 +252,8 @@ def reply_from_response(response, names: dict[str, str]) -> ModelReply:
         arguments = part.args
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except ValueError:
+                arguments = values.parse_json(arguments) if arguments.strip() else {}
+            except values.InvalidJson:
                 arguments = None
         if not isinstance(arguments, dict):
             raise invalid_tool_call(part.tool_name, part.args, raw)

@@ -17,7 +17,6 @@ Successful responses carry the run's new ``ETag``.
 """
 
 import inspect
-import json
 import re
 from collections.abc import Callable
 from functools import wraps
@@ -32,6 +31,7 @@ from pydantic_core import to_jsonable_python
 from runs.api.errors import ApiError, from_control
 from runs.engine.control import idempotency, preconditions
 from runs.engine.control.lifecycle import ControlError
+from runs.engine.state import values
 from runs.models import Run
 
 #: Printable ASCII without spaces: what a client puts in a header.
@@ -174,8 +174,8 @@ def response_body(result: Any) -> Any:
 
 def _claim(request, key: str):
     try:
-        body = json.loads(request.body or b"null")
-    except ValueError:
+        body = values.parse_json(request.body or b"null")
+    except values.InvalidJson:
         body = request.body.decode(errors="replace")
     fingerprint = idempotency.fingerprint(
         {"method": request.method, "path": request.path, "body": body}

@@ -2,7 +2,6 @@
 for a tool call an agent deferred (``CallDeferred``). The body is the result (any
 JSON); idempotent with ``Idempotency-Key``, which is also the delivery's request id."""
 
-import json
 from typing import Any
 from uuid import UUID
 
@@ -13,6 +12,7 @@ from runs.api.conditional import conditional_action
 from runs.api.errors import ApiError, error_responses
 from runs.api.signals import SignalOut
 from runs.engine.control.deferred_calls import deliver_tool_result
+from runs.engine.state import values
 from runs.models import Run
 
 router = Router(tags=["signals"])
@@ -20,9 +20,9 @@ router = Router(tags=["signals"])
 
 def _result(request) -> Any:
     try:
-        return json.loads(request.body)
-    except ValueError:
-        raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
+        return values.parse_json(request.body)
+    except values.InvalidJson as exc:
+        raise ApiError(400, exc.code, f"the request body is not valid JSON: {exc}") from None
 
 
 @router.post(

@@ -1,8 +1,6 @@
 """Request limits for the API that must apply before any view parses the body, and
 JSON bodies for every error under /api/."""
 
-import json
-
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings
 from django.http import JsonResponse
@@ -89,8 +87,8 @@ def body_problem(body: bytes) -> tuple[str, str] | None:
     if not body.strip():
         return None
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
+        data = values.parse_json(body)
+    except values.InvalidJson:
         return None
     stack: list[tuple[str, object]] = [("", data)]
     while stack:

@@ -5,7 +5,7 @@ changing one ``runs.operate_run`` (403 ``permission_denied`` otherwise)."""
 from typing import Any, Literal
 
 from ninja import Router, Schema, Status
-from pydantic import Field
+from pydantic import Field, StrictInt
 
 from runs.api.conditional import conditional_action
 from runs.api.errors import ApiError, error_responses
@@ -39,17 +39,19 @@ class ScheduleOut(Schema):
 
 
 class ScheduleIn(Schema):
-    """Exactly one of ``cron`` (with ``timezone``, default UTC) and ``every`` (seconds)."""
+    """Exactly one of ``cron`` (with ``timezone``, default UTC) and ``every`` (whole
+    seconds, 1 to 315,360,000: ten years; a JSON number, not text). The engine checks
+    every field (``schedules.create_schedule``)."""
 
     name: str = Field(min_length=1, max_length=100)
     workflow: str = Field(min_length=1, max_length=100)
     cron: str | None = Field(default=None, max_length=200)
     timezone: str | None = Field(default=None, max_length=64)
-    every: int | None = Field(default=None, ge=1)
+    every: StrictInt | None = None
     input: dict[str, Any] = Field(default_factory=dict)
     overlap: Literal["skip", "allow"] = "skip"
     catchup: Literal["none", "latest", "all"] = "latest"
-    catchup_window: int = Field(default=3600, ge=1)
+    catchup_window: StrictInt = 3600
 
 
 class TickResult(Schema):

@@ -7,7 +7,6 @@ An unsigned, badly signed or stale call is 401 and recorded as a refused action.
 
 import hashlib
 import hmac
-import json
 import logging
 import time
 from typing import Any
@@ -22,6 +21,7 @@ from runs.api.conditional import conditional_action
 from runs.api.errors import ApiError, error_responses, from_control
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.waits import deliver_signal
+from runs.engine.state import values
 from runs.models import RefusedAction, Run
 
 logger = logging.getLogger("agentops.api")
@@ -51,9 +51,9 @@ def _body_json(request) -> Any:
     if not request.body.strip():
         return {}
     try:
-        return json.loads(request.body)
-    except ValueError:
-        raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
+        return values.parse_json(request.body)
+    except values.InvalidJson as exc:
+        raise ApiError(400, exc.code, f"the request body is not valid JSON: {exc}") from None
 
 
 def _answer(run_id, delivery) -> dict[str, Any]:

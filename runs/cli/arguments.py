@@ -162,6 +162,26 @@ def thread_id(value: str) -> str:
     return value
 
 
+def name(value: str) -> str:
+    """An argparse ``type`` for a schedule, signal or hook name (``runs.engine.names``:
+    letters, digits, ``.``, ``_``, ``-``, 1..100 characters); anything else raises
+    ``argparse.ArgumentTypeError`` (a usage error, exit 2)."""
+    from runs.engine.names import name_problem
+
+    reason = name_problem(value)
+    if reason is not None:
+        raise argparse.ArgumentTypeError(f"{value!r}: {reason}")
+    return value
+
+
+def seconds(low: int = 1) -> Callable[[str], int]:
+    """An argparse ``type`` for a whole number of seconds from ``low`` to
+    ``runs.engine.durations.MAX_SECONDS`` (ten years), the bound the engine keeps."""
+    from runs.engine.durations import MAX_SECONDS
+
+    return integer(low, MAX_SECONDS)
+
+
 def required_text(value: str) -> str:
     """An argparse ``type`` for a value that must be given (``worker --queue``,
     ``serve --host``, ``approvals list --run``): blank text raises
@@ -216,19 +236,19 @@ def json_value(code: str = "invalid_input") -> Callable[[str], Any]:
     never silently means "none"."""
 
     def parse(value: str) -> Any:
-        from runs.engine.state.values import problem
+        from runs.engine.state.values import InvalidJson, outside_problem, parse_json
 
         if not value.strip():
             raise argparse.ArgumentTypeError("must not be empty (leave the option out instead)")
         try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError as exc:
+            parsed = parse_json(value)
+        except InvalidJson as exc:
             raise argparse.ArgumentTypeError(f"not valid JSON: {exc} [{code}]") from None
         if parsed is None:
             raise argparse.ArgumentTypeError(
                 f"must not be null (leave the option out instead) [{code}]"
             )
-        found = problem(parsed)
+        found = outside_problem(parsed)
         if found:
             path, _type_name, reason = found
             raise argparse.ArgumentTypeError(f"at {path}: {reason} [{code}]")

@@ -5,7 +5,7 @@ from django import forms
 from django.db.models import Exists, OuterRef, Q
 
 from approvals.models import Approval, Takeover
-from runs.engine.control.run_ids import ID_PREFIX, id_prefix_q
+from runs.engine.control.run_ids import id_prefix_q, is_id_prefix
 from runs.models import Event, Run, Step
 from runs.states import RunStatus, StepStatus
 from runs.stats import NON_TERMINAL_STATES, stuck_q
@@ -124,7 +124,7 @@ class RunFilter(df.FilterSet):
         if not value:
             return queryset
         match = Q(thread__thread_id__icontains=value) | Q(goal__icontains=value)
-        if ID_PREFIX.match(value.lower()):
+        if is_id_prefix(value):
             match |= id_prefix_q("id", value)
         return queryset.filter(match)
 
@@ -164,7 +164,7 @@ class RunRelatedFilter(df.FilterSet):
         value = value.strip().lower()
         if not value:
             return queryset
-        if not ID_PREFIX.match(value):
+        if not is_id_prefix(value):
             return queryset.none()
         return queryset.filter(id_prefix_q("run__id", value))
 
@@ -173,7 +173,7 @@ class RunRelatedFilter(df.FilterSet):
         if not value:
             return queryset
         match = Q(run__thread__thread_id__icontains=value) | Q(run__goal__icontains=value)
-        if ID_PREFIX.match(value.lower()):
+        if is_id_prefix(value):
             match |= id_prefix_q("run__id", value)
         return queryset.filter(match)
 
@@ -225,7 +225,7 @@ class AuditFilter(df.FilterSet):
 
     def filter_run(self, queryset, name, value):
         value = value.strip().lower()
-        if not ID_PREFIX.match(value):
+        if not is_id_prefix(value):
             return queryset.none()
         return queryset.filter(id_prefix_q("run__id", value))
 

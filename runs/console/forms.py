@@ -1,7 +1,5 @@
 """Small form helpers shared by the console's pages and actions."""
 
-import json
-
 from django.http import QueryDict
 
 from runs.engine.state import values
@@ -32,16 +30,6 @@ def unstorable_field(data: QueryDict) -> str | None:
     return None
 
 
-def _unstorable_json(value) -> bool:
-    if isinstance(value, str):
-        return unstorable_text(value)
-    if isinstance(value, dict):
-        return any(_unstorable_json(k) or _unstorable_json(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_unstorable_json(v) for v in value)
-    return False
-
-
 def required_text(post, name: str, label: str, limit: int = 4000) -> str:
     """A required, stripped text field of at most ``limit`` characters; raises
     ``InvalidInput`` if blank or longer (a long value is refused whole, never cut)."""
@@ -62,18 +50,12 @@ def optional_json(post, name: str, *, label: str, must_be_object: bool = False):
     if not raw:
         return None
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(
-            f"{label} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
-        ) from exc
-    if _unstorable_json(value):
-        raise InvalidInput(
-            f"{label} contains a NUL character or a lone surrogate, which cannot be stored."
-        )
+        value = values.parse_json(raw)
+    except values.InvalidJson as exc:
+        raise InvalidInput(f"{label} is not valid JSON: {exc}.") from exc
     if must_be_object and not isinstance(value, dict):
         raise InvalidInput(f'{label} must be a JSON object, e.g. {{"week": "2026-W48"}}.')
-    found = values.problem(value)
+    found = values.outside_problem(value)
     if found is not None:
         path, type_name, reason = found
         raise InvalidInput(f"{label} cannot be stored: at {path}, {reason} ({type_name}).")

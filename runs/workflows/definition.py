@@ -19,7 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from runs.engine.durations import MAX_SECONDS, duration_problem
 from runs.engine.effects.retry import DEFAULT_RETRY, RetryPolicy
+from runs.engine.names import name_problem
 
 
 class WorkflowDefinitionError(Exception):
@@ -69,6 +71,8 @@ class Workflow:
     ``model``: the model its steps ask (``None``: ``AGENTOPS_MODEL``).
     ``internal``: a fixture of the benchmark or drills, left out of the ``workflows``
     listing unless ``--all`` (it still runs like any other).
+    ``input_ranges``: ``{key: (low, high)}`` inclusive bounds of numeric input fields
+    (an input that becomes a duration is bounded, e.g. by ``durations.MAX_SECONDS``).
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class Workflow:
         description: str = "",
         migrate_from: dict[int, Callable[[dict], dict]] | None = None,
         input_fields: dict[str, type] | None = None,
+        input_ranges: dict[str, tuple[float, float]] | None = None,
         message_field: str | None = None,
         on_budget_exhausted: str = "takeover",
         model: str | None = None,
@@ -94,6 +99,8 @@ class Workflow:
         self.migrate_from = dict(migrate_from or {})
         #: Required input keys and their types, checked by ``validate_input``.
         self.input_fields = dict(input_fields or {})
+        #: Inclusive bounds of numeric input keys, checked by ``validate_input``.
+        self.input_ranges = dict(input_ranges or {})
         #: Input key whose text becomes the run's first user message (and its goal).
         self.message_field = message_field
         self.steps: list[StepDef] = []
@@ -116,6 +123,10 @@ class Workflow:
                     if kind is str
                     else f"must be {kind.__name__}"
                 )
+        for key, (low, high) in self.input_ranges.items():
+            value = data.get(key)
+            if key not in errors and isinstance(value, int | float) and not low <= value <= high:
+                errors[key] = f"must be from {low} to {high}"
         return errors
 
     def step(self, name: str | None = None, **options: Any) -> Callable:
@@ -141,8 +152,12 @@ class Workflow:
         WAITING_APPROVAL with no lease held. Approve continues with the next declared step;
         reject goes to ``on_reject`` (``None``: the run fails with APPROVAL_REJECTED);
         expiry after ``expires_after`` seconds (default ``AGENTOPS_APPROVAL_EXPIRY_SECONDS``,
-        0 = never) goes to ``on_expire`` (default: the reject path).
+        0 = never) goes to ``on_expire`` (default: the reject path). Raises
+        ``WorkflowDefinitionError`` for an ``expires_after`` that is not a number of
+        seconds from 0 to ``durations.MAX_SECONDS``.
         """
+        if expires_after is not None and (reason := duration_problem(expires_after)):
+            raise WorkflowDefinitionError(f"{self.name}: expires_after {reason}")
         approval_options = {
             "on_reject": on_reject,
             "on_expire": on_expire,
@@ -182,9 +197,13 @@ class Workflow:
         ``timeout`` (seconds, ``None``: wait forever): then the step ends with
         ``{"signal": signal, "timed_out": True}`` and the run goes to ``on_timeout``
         (``None``: the run fails with SIGNAL_TIMEOUT). Raises
-        ``WorkflowDefinitionError`` for a schema that is not a valid JSON Schema or a
-        timeout that is not positive.
+        ``WorkflowDefinitionError`` for a signal name outside ``runs.engine.names``, a
+        schema that is not a valid JSON Schema or a timeout that is not a number of
+        seconds above 0 and at most ``durations.MAX_SECONDS``.
         """
+        reason = name_problem(signal)
+        if reason is not None:
+            raise WorkflowDefinitionError(f"{self.name}: signal name {signal!r} {reason}")
         if schema is not None:
             import jsonschema_rs
 
@@ -194,8 +213,11 @@ class Workflow:
                 raise WorkflowDefinitionError(
                     f"{self.name}: schema of signal {signal!r}: {exc.message}"
                 ) from None
-        if timeout is not None and not timeout > 0:
-            raise WorkflowDefinitionError(f"{self.name}: signal {signal!r} timeout must be > 0")
+        if timeout is not None and (duration_problem(timeout) is not None or not timeout > 0):
+            raise WorkflowDefinitionError(
+                f"{self.name}: signal {signal!r} timeout must be seconds above 0 "
+                f"and at most {MAX_SECONDS}"
+            )
         signal_options = {
             "signal": signal,
             "schema": schema,
@@ -222,8 +244,11 @@ class Workflow:
         return [s for s in self.steps if s.kind == "signal" and s.options["signal"] == signal]
 
     def add_step(self, step: StepDef) -> None:
-        """Append ``step``; raises ``WorkflowDefinitionError`` on a duplicate name or an
-        ``on_exhausted`` other than ``fail``/``takeover``."""
+        """Append ``step``; raises ``WorkflowDefinitionError`` on a duplicate name, an
+        ``on_exhausted`` other than ``fail``/``takeover`` or a ``timeout`` that is not a
+        number of seconds from 0 to ``durations.MAX_SECONDS``."""
+        if step.timeout is not None and (reason := duration_problem(step.timeout)):
+            raise WorkflowDefinitionError(f"{self.name}: step {step.name!r} timeout {reason}")
         if step.on_exhausted not in ("fail", "takeover"):
             raise WorkflowDefinitionError(
                 f"{self.name}: step {step.name!r} on_exhausted must be fail or takeover"

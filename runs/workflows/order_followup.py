@@ -9,6 +9,7 @@ without payment closes the order. No worker or lease is held while the run waits
 sleeps.
 """
 
+from runs.engine.durations import MAX_SECONDS
 from runs.workflows import registry
 from runs.workflows.definition import Workflow
 
@@ -26,6 +27,7 @@ workflow = Workflow(
     version=1,
     description="Wait for the payment signal, sleep delay_s seconds (a durable timer), reply.",
     input_fields={"order": str, "delay_s": int},
+    input_ranges={"delay_s": (0, MAX_SECONDS)},
 )
 
 

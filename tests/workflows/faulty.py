@@ -67,6 +67,14 @@ def _echo(arguments: dict, call) -> dict:
 echo = Tool("test.echo", _echo, side_effect="read")
 
 CASES = {
+    # Durations and instants no timer holds: each is a step error, never a crash.
+    "sleep_huge": lambda ctx: ctx.sleep(99999999999999999999999) or {"fine": True},
+    "sleep_past_bound": lambda ctx: ctx.sleep(315_360_001) or {"fine": True},
+    "sleep_nan": lambda ctx: ctx.sleep(float("nan")) or {"fine": True},
+    "sleep_text": lambda ctx: ctx.sleep("60") or {"fine": True},
+    "sleep_until_far": lambda ctx: (
+        ctx.sleep_until(datetime(9999, 12, 31, tzinfo=UTC)) or {"fine": True}
+    ),
     "nan": lambda ctx: {"score": float("nan")},
     "datetime": lambda ctx: {"at": datetime(2026, 1, 1, tzinfo=UTC)},
     "int_key": lambda ctx: {"by_id": {1: "a"}},

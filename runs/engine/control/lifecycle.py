@@ -100,12 +100,10 @@ def start_run(
     try:
         wf = registry.get(workflow, version)
     except registry.UnknownWorkflow as exc:
-        raise ControlError("unknown_workflow", str(exc), {"workflow": str(exc)}) from exc
+        raise ControlError("unknown_workflow", str(exc), {"workflow": "unknown"}) from exc
     check_thread_id(thread_id)
     errors = wf.validate_input(input)
-    if not errors and _has_nul(input):
-        errors = {"input": "must not contain NUL (\\u0000) characters"}
-    if not errors and (found := values.problem(input)) is not None:
+    if not errors and (found := values.outside_problem(input)) is not None:
         path, type_name, reason = found
         # NaN and Infinity get here: Python's JSON reader accepts them.
         errors = {
@@ -201,18 +199,6 @@ def validate_budget(budget) -> dict[str, str]:
     See ``runs.engine.effects.budget.limit_errors`` (the one budget check of every
     channel)."""
     return limit_errors(budget)
-
-
-def _has_nul(value) -> bool:
-    """True if any string in a JSON value contains NUL, which PostgreSQL cannot store
-    (refused on every backend so both behave the same)."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
 
 
 def latest_run(thread_id: str, owner=None) -> Run:

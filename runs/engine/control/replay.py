@@ -296,7 +296,7 @@ def bulk_candidates(
         try:
             registry.get(workflow)
         except registry.UnknownWorkflow as exc:
-            raise ControlError("unknown_workflow", str(exc), {"workflow": str(exc)}) from exc
+            raise ControlError("unknown_workflow", str(exc), {"workflow": "unknown"}) from exc
     statuses = {status} if isinstance(status, str) else set(status)
     if not statuses or not statuses <= RUN_TERMINAL:
         raise ControlError(

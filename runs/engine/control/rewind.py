@@ -192,7 +192,7 @@ def plan_resume(
             "input patch must be a JSON object",
             {"input_patch": "must be a JSON object"},
         )
-    found = values.problem(input_patch)
+    found = values.outside_problem(input_patch)
     if found is not None:
         path, type_name, reason = found
         raise ControlError(

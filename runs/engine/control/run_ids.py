@@ -1,6 +1,7 @@
-"""Naming a run by its id: whole, or by a unique prefix of it (the 8 characters the
-console, the CLI listings and the logs show). The one rule every command that takes a
-run id and the console's search follow."""
+"""Naming a run by its id: whole, or by a unique prefix of it with at least
+``MIN_HEX_DIGITS`` hex digits (the console shows 8 characters, ``runs list`` and the
+logs the whole id). The one rule every command that takes a run id and the console's
+search follow."""
 
 import re
 import uuid
@@ -11,10 +12,20 @@ from django.db.models import Q
 from runs.engine.control.lifecycle import ControlError
 from runs.models import Run
 
-#: What can be a run id or a prefix of one: hex digits and hyphens, at least 4.
-ID_PREFIX = re.compile(r"^[0-9a-f-]{4,36}$")
+#: Fewest hex digits a prefix needs (hyphens do not count: ``----`` names nothing).
+MIN_HEX_DIGITS = 4
+#: What can be a run id or a prefix of one: hex digits and hyphens.
+ID_PREFIX = re.compile(r"^[0-9a-f-]{1,36}$")
 #: Candidates named when a prefix matches several runs.
 CANDIDATES_SHOWN = 10
+
+
+def is_id_prefix(value: str) -> bool:
+    """True when ``value`` (any case, surrounding blanks ignored) can name a run: hex
+    digits and hyphens, at most 36 characters, with at least ``MIN_HEX_DIGITS`` hex
+    digits."""
+    value = value.strip().lower()
+    return bool(ID_PREFIX.match(value)) and len(value.replace("-", "")) >= MIN_HEX_DIGITS
 
 
 def id_prefix_q(field: str, value: str) -> Q:
@@ -35,15 +46,21 @@ def id_prefix_q(field: str, value: str) -> Q:
 
 
 def find_run(text: str) -> Run:
-    """The run whose id is ``text`` or starts with it (at least 4 hex digits).
+    """The run whose id is ``text`` or starts with it (at least ``MIN_HEX_DIGITS`` hex
+    digits).
 
-    Raises ``ControlError`` ``unknown_run`` when none matches (or ``text`` cannot be
-    an id), and ``ambiguous_run`` naming the candidates (newest first, at most
-    ``CANDIDATES_SHOWN``) when a prefix matches more than one run.
+    Raises ``ControlError`` ``unknown_run`` when none matches or ``text`` cannot be an
+    id (the message says a prefix needs at least 4 hex digits), and ``ambiguous_run``
+    naming the candidates (newest first, at most ``CANDIDATES_SHOWN``) when a prefix
+    matches more than one run.
     """
     value = str(text).strip().lower()
-    if not ID_PREFIX.match(value):
-        raise ControlError("unknown_run", f"no run {text!r}")
+    if not is_id_prefix(value):
+        raise ControlError(
+            "unknown_run",
+            f"no run {text!r}: a run id or a prefix of one has at least {MIN_HEX_DIGITS} "
+            "hex digits (0-9, a-f)",
+        )
     matches = list(
         Run.objects.filter(id_prefix_q("pk", value))
         .order_by("-created_at", "-pk")

@@ -23,6 +23,9 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from runs.engine.control.lifecycle import ControlError, start_run
+from runs.engine.durations import duration_problem
+from runs.engine.names import name_problem
+from runs.engine.state import values
 from runs.engine.state.clock import db_now
 from runs.models import Schedule, ScheduleTick
 from runs.states import RUN_TERMINAL
@@ -33,7 +36,6 @@ logger = logging.getLogger("agentops.schedules")
 #: The most ticks one sweep walks for one schedule (a schedule every second left for a
 #: day has 86,400 missed ticks; the rest are walked by the next sweeps).
 MAX_TICKS_PER_SWEEP = 1000
-MAX_NAME_CHARS = 100
 
 
 @dataclass(frozen=True)
@@ -64,17 +66,22 @@ def timing_of(schedule: Schedule) -> Timing:
 
 
 def check_timing(cron: str | None, timezone: str | None, every: int | None) -> Timing:
-    """The ``Timing`` of exactly one of ``cron`` (with ``timezone``, default UTC) and
-    ``every`` (seconds >= 1). Raises ``ControlError("invalid_input")`` naming the field."""
+    """The ``Timing`` of exactly one of ``cron`` (with ``timezone``, default UTC; a
+    blank zone is refused, not taken as UTC) and ``every`` (a whole number of seconds
+    from 1 to ``durations.MAX_SECONDS``; text such as ``"60"`` is refused). Raises
+    ``ControlError("invalid_input")`` naming the field."""
     if (cron is None) == (every is None):
         raise ControlError(
             "invalid_input", "give exactly one of cron and every", {"cron": "cron or every"}
         )
+    if timezone is not None and (not isinstance(timezone, str) or not timezone.strip()):
+        raise ControlError(
+            "invalid_input", "time zone must be non-blank text", {"timezone": "blank"}
+        )
     if every is not None:
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ControlError(
-                "invalid_input", "every must be a whole number of seconds >= 1", {"every": ">= 1"}
-            )
+        reason = duration_problem(every, low=1, whole=True)
+        if reason is not None:
+            raise ControlError("invalid_input", f"every {reason}", {"every": reason})
         if timezone not in (None, "UTC"):
             raise ControlError(
                 "invalid_input", "a time zone applies to cron only", {"timezone": "cron only"}
@@ -112,18 +119,19 @@ def create_schedule(
     each tick) with ``input`` (default ``{}``); the first tick is the first after now.
     Raises ``ControlError``: ``invalid_input`` (name, timing, input, policies),
     ``unknown_workflow``, ``schedule_exists``."""
-    name = (name or "").strip() if isinstance(name, str) else ""
-    if not name or len(name) > MAX_NAME_CHARS or "\x00" in name:
-        raise ControlError(
-            "invalid_input", f"name must be 1..{MAX_NAME_CHARS} characters", {"name": "invalid"}
-        )
+    reason = name_problem(name)
+    if reason is not None:
+        raise ControlError("invalid_input", f"schedule name {reason}", {"name": reason})
     timing = check_timing(cron, timezone, every)
     input = {} if input is None else input
     try:
         wf = registry.get(workflow)
     except registry.UnknownWorkflow as exc:
-        raise ControlError("unknown_workflow", str(exc), {"workflow": str(exc)}) from exc
+        raise ControlError("unknown_workflow", str(exc), {"workflow": "unknown"}) from exc
     errors = wf.validate_input(input)
+    if not errors and (found := values.outside_problem(input)) is not None:
+        path, type_name, reason = found
+        errors = {path[2:] if path.startswith("$.") else path[1:] or "input": reason}
     if errors:
         raise ControlError(
             "invalid_input",
@@ -136,14 +144,9 @@ def create_schedule(
         raise ControlError(
             "invalid_input", "catchup must be none, latest or all", {"catchup": "invalid"}
         )
-    if (
-        isinstance(catchup_window, bool)
-        or not isinstance(catchup_window, int)
-        or catchup_window < 1
-    ):
-        raise ControlError(
-            "invalid_input", "catchup window must be >= 1 second", {"catchup_window": ">= 1"}
-        )
+    reason = duration_problem(catchup_window, low=1, whole=True)
+    if reason is not None:
+        raise ControlError("invalid_input", f"catchup window {reason}", {"catchup_window": reason})
     try:
         with transaction.atomic():
             return Schedule.objects.create(

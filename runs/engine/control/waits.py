@@ -20,6 +20,7 @@ from django.db.models.functions import Now
 from jsonschema_rs import Draft202012Validator
 
 from runs.engine.control.lifecycle import ControlError
+from runs.engine.names import name_problem
 from runs.engine.state import values
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, run_transaction
@@ -28,8 +29,8 @@ from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.workflows import registry
 from runs.workflows.definition import StepDef, Workflow
 
-#: The longest signal name and request id, in characters (the columns' sizes).
-MAX_NAME_CHARS = 100
+#: The longest request id, in characters (the column's size; names follow
+#: ``runs.engine.names``).
 MAX_REQUEST_ID_CHARS = 200
 
 
@@ -58,7 +59,7 @@ class Delivery:
 def payload_errors(schema: dict | None, payload: Any) -> dict[str, str]:
     """Field errors of ``payload`` against the JSON Schema ``schema`` as
     ``{"payload.<path>": message}`` (empty when valid or when there is no schema)."""
-    problem = values.problem(payload)
+    problem = values.outside_problem(payload)
     if problem is not None:
         path, type_name, reason = problem
         return {"payload" + path[1:]: f"{reason} ({type_name})"}
@@ -175,7 +176,9 @@ def deliver_signal(
     ``Run.DoesNotExist`` for an unknown run.
     """
     payload = {} if payload is None else payload
-    name = _checked_text(name, "name", MAX_NAME_CHARS)
+    reason = name_problem(name)
+    if reason is not None:
+        raise ControlError("invalid_input", f"signal name {reason}", {"name": reason})
     request_id = (
         uuid.uuid4().hex
         if request_id is None

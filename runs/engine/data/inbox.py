@@ -182,7 +182,7 @@ def _workflow_for(thread: Thread, name: str | None):
     try:
         wf = registry.get(name)
     except registry.UnknownWorkflow as exc:
-        raise ControlError("unknown_workflow", str(exc), {"workflow": str(exc)}) from exc
+        raise ControlError("unknown_workflow", str(exc), {"workflow": "unknown"}) from exc
     if not wf.message_field:
         raise ControlError(
             "unknown_workflow", f"{wf.name} takes no message", {"workflow": "takes no message"}

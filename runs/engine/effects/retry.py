@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
+from runs.engine.durations import duration_problem
+
 RETRYABLE_CODES = frozenset({"RATE_LIMITED", "DEPENDENCY_UNAVAILABLE", "TIMEOUT", "LEASE_LOST"})
 #: Never retried, whatever a policy lists (a retry cannot fix a bad request, and an
 #: exhausted budget or an unknown outcome needs a human, not another attempt).
@@ -23,6 +25,7 @@ NON_RETRYABLE_CODES = frozenset(
         "ATTEMPTS_EXHAUSTED",
         "UNKNOWN_OUTCOME",
         "INVALID_OUTPUT",
+        "INVALID_DURATION",
         # A re-executed step asked a recorded call differently: the code or its inputs
         # changed under the run, and only a person can say which request is right.
         "NON_DETERMINISM",
@@ -100,18 +103,30 @@ class RetryPolicy:
             raise ValueError("jitter must be in [0, 1)")
         if self.deadline is not None and self.deadline <= 0:
             raise ValueError("deadline must be > 0 seconds (or None)")
+        for what in ("initial_delay", "max_delay", "max_retry_after", "deadline"):
+            value = getattr(self, what)
+            if value is not None and duration_problem(value) is not None:
+                raise ValueError(f"{what} {duration_problem(value)}")
         bad = self.retryable & NON_RETRYABLE_CODES
         if bad:
             raise ValueError(f"never retryable: {', '.join(sorted(bad))}")
 
+    def _base(self, attempt: int) -> float:
+        try:
+            grown = self.initial_delay * self.multiplier ** max(0, attempt - 1)
+        except OverflowError:
+            # A late attempt's exponential outgrows a float; the cap applies all the same.
+            grown = math.inf
+        return min(self.max_delay, grown)
+
     def bounds(self, attempt: int) -> tuple[float, float]:
         """``(lowest, highest)`` delay in seconds after attempt ``attempt`` fails."""
-        base = min(self.max_delay, self.initial_delay * self.multiplier ** max(0, attempt - 1))
+        base = self._base(attempt)
         return base * (1.0 - self.jitter), base
 
     def delay_for(self, attempt: int, rng: random.Random | None = None) -> float:
         """Backoff in seconds before the attempt after ``attempt`` (1-based)."""
-        base = min(self.max_delay, self.initial_delay * self.multiplier ** max(0, attempt - 1))
+        base = self._base(attempt)
         factor = 1.0 - self.jitter * (rng or random).random()
         return base * factor
 

@@ -3,11 +3,12 @@ budget, and helpers for model calls, tool calls and safe points."""
 
 import threading
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
 
+from runs.engine import durations
 from runs.engine.data import drafts
 from runs.engine.effects import budget as budget_mod
 from runs.engine.effects import ledger, model_calls
@@ -86,19 +87,17 @@ class StepContext:
     def sleep(self, seconds: float) -> None:
         """Hold the next step back for ``seconds`` after this step commits (a durable
         timer: the run keeps no lease and no worker while it sleeps, and survives
-        restarts). Raises ``ValueError`` for a negative or non-finite number."""
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-            raise ValueError(f"sleep takes seconds as a number, not {seconds!r}")
-        if not 0 <= seconds < float("inf"):
-            raise ValueError(f"sleep takes a finite number of seconds >= 0, not {seconds!r}")
-        self.sleep_seconds, self.wake_at = float(seconds), None
+        restarts). Raises ``InvalidDuration`` (a ``StepError``, never retried) unless
+        ``seconds`` is a number from 0 to ``durations.MAX_SECONDS``."""
+        self.sleep_seconds = durations.check_seconds(seconds, "sleep")
+        self.wake_at = None
 
     def sleep_until(self, instant: datetime) -> None:
         """Hold the next step back until ``instant`` (an aware datetime; a past one
-        means at once). Raises ``ValueError`` for a naive datetime."""
-        if not isinstance(instant, datetime) or instant.tzinfo is None:
-            raise ValueError("sleep_until takes an aware datetime")
-        self.sleep_seconds, self.wake_at = None, instant
+        means at once). Raises ``InvalidDuration`` (a ``StepError``, never retried) for a
+        naive datetime or one more than ``durations.MAX_SECONDS`` ahead."""
+        self.wake_at = durations.check_instant(instant, "sleep_until", datetime.now(UTC))
+        self.sleep_seconds = None
 
     def lease_renewed(self) -> None:
         """The heartbeat renewed this attempt's lease (called from its thread)."""

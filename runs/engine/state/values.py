@@ -21,6 +21,7 @@ it, ``storable`` and ``storable_text`` replace it with the six characters ``\\u0
 (``NUL_ESCAPE``) on both backends, so the console shows it escaped.
 """
 
+import json
 import math
 from typing import Any
 
@@ -81,6 +82,60 @@ def storable_error(error: StepError) -> StepError:
     return error
 
 
+class InvalidJson(ValueError):
+    """Outside text that is not JSON the engine will read: malformed, or nested deeper
+    than ``MAX_DEPTH``. ``code`` is ``invalid_json`` on every channel."""
+
+    code = "invalid_json"
+
+
+def parse_json(text: str | bytes) -> Any:
+    """The one parser for JSON from outside (API bodies, webhooks, CLI options, console
+    forms): the parsed value. Nesting is counted before parsing, so a deep document is
+    refused instead of exhausting Python's recursion. Raises ``InvalidJson`` for text
+    that is not JSON (with the parser's reason) or nests deeper than ``MAX_DEPTH``."""
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidJson("not UTF-8 text") from None
+    depth = _nesting(text)
+    if depth > MAX_DEPTH:
+        raise InvalidJson(f"nested deeper than {MAX_DEPTH} levels")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidJson(f"{exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    except RecursionError:
+        # Only reachable below MAX_DEPTH if the interpreter's limit is set very low.
+        raise InvalidJson(f"nested deeper than {MAX_DEPTH} levels") from None
+
+
+def _nesting(text: str) -> int:
+    """Deepest ``[``/``{`` nesting of ``text`` outside strings (linear, no recursion)."""
+    deepest = depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    return deepest
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def storable(value: Any, where: str = "output") -> Any:
     """Return ``value`` as it will be stored (a copy with NUL escaped in every string
     and key; the value itself when it has none). Raises ``InvalidValue`` naming the
@@ -95,6 +150,30 @@ def problem(value: Any) -> tuple[str, str, str] | None:
         storable(value)
     except InvalidValue as exc:
         return exc.path, exc.type_name, exc.reason
+    return None
+
+
+def outside_problem(value: Any) -> tuple[str, str, str] | None:
+    """``(path, type_name, reason)`` of the first part of ``value`` that the engine
+    refuses from outside (signal payloads, run and schedule inputs, deliver results,
+    input patches, edited arguments), or ``None``: what ``problem`` finds, and NUL in
+    any string or key. Unlike an agent's output, outside input is refused rather than
+    escaped, so the sender reads back exactly what it sent."""
+    found = problem(value)
+    if found is not None:
+        return found
+    stack: list[tuple[str, Any]] = [("$", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str) and "\x00" in item:
+            return path, "str", "must not contain NUL (\\u0000) characters"
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if "\x00" in key:
+                    return path, "str", "a key must not contain NUL (\\u0000) characters"
+                stack.append((_child(path, key), child))
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{i}]", child) for i, child in enumerate(item))
     return None
 
 

@@ -21,9 +21,7 @@ class Command(OperatorCommand):
         listing = sub.add_parser("list", help="every schedule, its next ticks and last runs")
         listing.add_argument("--json", action="store_true", help="print JSON")
         add = sub.add_parser("add", help="a new schedule")
-        add.add_argument(
-            "name", type=arguments.column_text("runs.Schedule", "name"), help="a unique name"
-        )
+        add.add_argument("name", type=arguments.name, help="a unique name (letters, digits, . _ -)")
         add.add_argument(
             "--workflow",
             required=True,
@@ -33,7 +31,7 @@ class Command(OperatorCommand):
         timing = add.add_mutually_exclusive_group(required=True)
         timing.add_argument("--cron", type=arguments.required_text, help='e.g. "0 9 * * 1"')
         timing.add_argument(
-            "--every", type=arguments.integer(1), metavar="SECONDS", help="an interval"
+            "--every", type=arguments.seconds(), metavar="SECONDS", help="an interval"
         )
         add.add_argument(
             "--tz",
@@ -58,7 +56,7 @@ class Command(OperatorCommand):
         )
         add.add_argument(
             "--catchup-window",
-            type=arguments.integer(1),
+            type=arguments.seconds(),
             default=3600,
             metavar="SECONDS",
             help="how far back --catchup all goes",
@@ -70,7 +68,7 @@ class Command(OperatorCommand):
             ("delete", "delete the schedule (its runs stay)"),
         ):
             sub.add_parser(action, help=text).add_argument(
-                "name", type=arguments.column_text("runs.Schedule", "name"), help="the schedule"
+                "name", type=arguments.name, help="the schedule"
             )
 
     def handle(self, *args, action: str, **options):
