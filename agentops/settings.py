@@ -227,6 +227,9 @@ AGENTOPS_SCHEDULE_GRACE_SECONDS = env_number("AGENTOPS_SCHEDULE_GRACE_SECONDS", 
 # tolerance (seconds).
 AGENTOPS_SIGNAL_HOOKS = signal_hooks(env_json("AGENTOPS_SIGNAL_HOOKS", {}))
 AGENTOPS_HOOK_TOLERANCE_SECONDS = env_number("AGENTOPS_HOOK_TOLERANCE_SECONDS", 300, minimum=1)
+# An operator's "check the outside world now" waits at most this long (seconds) on a
+# tool's verify hook (its own timeout when shorter): no step deadline bounds it.
+AGENTOPS_VERIFY_SECONDS = env_number("AGENTOPS_VERIFY_SECONDS", 30, minimum=0.1)
 # Worker liveness (runs/engine/execution/liveness.py): workers learn that a step's owner
 # died from a PostgreSQL session lock (or its pid on SQLite) and re-claim its step within
 # about AGENTOPS_LIVENESS_SECONDS instead of waiting for the lease. Off: the lease decides.

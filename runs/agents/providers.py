@@ -31,7 +31,9 @@ class SimProvider:
     name = "sim"
     cost_per_call_usd = sim_model.COST_PER_CALL_USD
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[Any]) -> ModelReply:
+    def complete(
+        self, messages: list[dict[str, Any]], tools: list[Any], *, timeout: float | None = None
+    ) -> ModelReply:
         names = [getattr(t, "name", t) for t in tools]
         reply = sim_model.complete(messages, names)
         return ModelReply(
@@ -41,7 +43,9 @@ class SimProvider:
             model="sim",
         )
 
-    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ModelReply]:
+    def stream(
+        self, messages: list[dict[str, Any]], *, timeout: float | None = None
+    ) -> Iterator[str | ModelReply]:
         content = ""
         for piece in sim_model.stream(messages):
             content += piece
@@ -109,10 +113,15 @@ class PydanticAIProvider:
         except (UserError, ImportError, ValueError) as exc:
             raise ImproperlyConfigured(f"{self.setting}={self.name!r}: {exc}") from exc
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[Any]) -> ModelReply:
-        return asyncio.run(self._complete(messages, tools))
+    def complete(
+        self, messages: list[dict[str, Any]], tools: list[Any], *, timeout: float | None = None
+    ) -> ModelReply:
+        """One request; ``timeout`` (seconds) is the HTTP client's limit for it."""
+        return asyncio.run(self._complete(messages, tools, timeout))
 
-    async def _complete(self, messages: list[dict[str, Any]], tools: list[Any]) -> ModelReply:
+    async def _complete(
+        self, messages: list[dict[str, Any]], tools: list[Any], timeout: float | None
+    ) -> ModelReply:
         from pydantic_ai.direct import model_request
         from pydantic_ai.models import ModelRequestParameters
 
@@ -122,6 +131,7 @@ class PydanticAIProvider:
             response = await model_request(
                 model,
                 to_pydantic_messages(messages),
+                model_settings=request_settings(timeout),
                 model_request_parameters=ModelRequestParameters(function_tools=definitions),
             )
         except Exception as exc:  # noqa: BLE001 - every provider failure gets a code
@@ -130,12 +140,15 @@ class PydanticAIProvider:
             await aclose(model)
         return reply_from_response(response, names)
 
-    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ModelReply]:
+    def stream(
+        self, messages: list[dict[str, Any]], *, timeout: float | None = None
+    ) -> Iterator[str | ModelReply]:
         """Text pieces as the provider streams them, then the final reply. The stream is
-        consumed on its own event loop in this thread, piece by piece."""
+        consumed on its own event loop in this thread, piece by piece. ``timeout``
+        (seconds) is the HTTP client's limit for the request."""
         loop = asyncio.new_event_loop()
         model = self.model()
-        agen = self._stream(model, messages)
+        agen = self._stream(model, messages, timeout)
         try:
             while True:
                 try:
@@ -148,12 +161,14 @@ class PydanticAIProvider:
             loop.run_until_complete(aclose(model))
             loop.close()
 
-    async def _stream(self, model, messages: list[dict[str, Any]]):
+    async def _stream(self, model, messages: list[dict[str, Any]], timeout: float | None):
         from pydantic_ai.direct import model_request_stream
         from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
 
         try:
-            async with model_request_stream(model, to_pydantic_messages(messages)) as stream:
+            async with model_request_stream(
+                model, to_pydantic_messages(messages), model_settings=request_settings(timeout)
+            ) as stream:
                 async for event in stream:
                     if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
                         if event.part.content:
@@ -167,6 +182,16 @@ class PydanticAIProvider:
         except Exception as exc:  # noqa: BLE001 - every provider failure gets a code
             raise classify(exc) from exc
         yield reply_from_response(response, {})
+
+
+def request_settings(timeout: float | None, base: Any = None) -> Any:
+    """Pydantic AI ``ModelSettings`` for one request: ``base`` (a mapping or ``None``)
+    with ``timeout`` (seconds) as the HTTP client's limit, per request, so a client
+    shared by many requests keeps its own default for the others. ``None`` for
+    ``timeout``: ``base`` unchanged."""
+    if timeout is None:
+        return base
+    return {**(base or {}), "timeout": float(timeout)}
 
 
 async def aclose(model) -> None:
