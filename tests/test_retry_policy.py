@@ -106,3 +106,26 @@ def test_it_waits_at_least_as_long_as_retry_after_asks_within_the_deadline():
 def test_it_never_retries_a_value_that_cannot_be_stored():
     decision = POLICY.decide(1, "INVALID_OUTPUT")
     assert not decision.retry and "not retryable" in decision.reason
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**400), "9" * 400, float("inf")])
+def test_a_retry_after_no_float_holds_is_unreadable_not_a_crash(value):
+    assert retry_after_seconds(value, now=0) is None
+
+
+def test_a_backoff_that_outgrows_a_float_stays_at_its_cap():
+    policy = RetryPolicy(max_attempts=5000, initial_delay=1, max_delay=60, jitter=0)
+    assert policy.delay_for(4000) == 60 and policy.bounds(4000) == (60, 60)
+
+
+@pytest.mark.parametrize(
+    ("field", "given"),
+    [
+        ("initial_delay", {"initial_delay": 10**12, "max_delay": 10**12}),
+        ("max_delay", {"max_delay": 10**12}),
+        ("deadline", {"deadline": 10**12}),
+    ],
+)
+def test_a_retry_delay_past_the_duration_bound_is_refused(field, given):
+    with pytest.raises(ValueError, match=f"{field} must be a number of seconds from 0 to"):
+        RetryPolicy(**given)

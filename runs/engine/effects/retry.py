@@ -47,6 +47,9 @@ def retry_after_seconds(value: float | str | None, now: float | None = None) -> 
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int | float):
+        # An int past a float's range (10**400) is as unreadable as NaN: no conversion.
+        if isinstance(value, int) and abs(value) > 10**300:
+            return None
         return max(0.0, float(value)) if math.isfinite(value) else None
     text = str(value).strip()
     try:
