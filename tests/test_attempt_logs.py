@@ -1,17 +1,22 @@
 """Each attempt's log: what a step's code logs and prints (through ``logging``, stdout,
 stderr and the tools it calls) is stored with its attempt by real worker subprocesses,
 kept apart between steps that run at once in one process's slots, holds a failed
-attempt's traceback and keeps the newest ``AGENTOPS_ATTEMPT_LOG_BYTES``."""
+attempt's traceback, keeps the newest ``AGENTOPS_ATTEMPT_LOG_BYTES``, and is shown
+escaped on the console and by the API."""
 
 import signal
 import subprocess
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 import tests.workflows.chatty  # noqa: F401 - registers the chatty workflow here too
+from apitokens.services import create_token
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution.attempt_logs import AttemptLogBuffer
 from runs.models import AttemptLog, Run, Step
+from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import REPO_ROOT, run_worker_subprocess, worker_subprocess_env
 from tests.control_support import wait_until
 from tests.support.services import manage_argv
@@ -135,3 +140,51 @@ def test_the_bound_cuts_at_a_whole_character_and_keeps_storable_text():
     assert len(text.encode()) <= 1024
     assert text.endswith("lone \\ud800 surrogate and \x00 NUL\n")
     assert text.startswith("é")
+
+
+def test_the_log_is_one_click_away_and_escaped(settings, clients):
+    run = _chatty("logs-html", tag="<script>alert(1)</script>")
+    done = run_worker_subprocess(worker_subprocess_env(settings, **CHATTY))
+    assert done.returncode == 0, done.stdout + done.stderr
+    step = Step.objects.get(run=run)
+
+    url = reverse("console:attempt_log", args=[run.pk, step.pk, 1])
+    page = clients["alice"].get(reverse("console:run", args=[run.pk])).content.decode()
+    assert f'href="{url}"' in page
+
+    shown = clients["alice"].get(url)
+    assert shown.status_code == 200
+    body = shown.content.decode()
+    assert "printed &lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert "<script>alert(1)</script>" not in body
+
+    fragment = clients["alice"].get(url, HTTP_HX_REQUEST="true").content.decode()
+    assert fragment.lstrip().startswith('<div class="attempt-log"')
+    assert "&lt;script&gt;" in fragment
+
+    missing = clients["alice"].get(reverse("console:attempt_log", args=[run.pk, step.pk, 2]))
+    assert missing.status_code == 200
+    assert "No log stored for this attempt" in missing.content.decode()
+
+
+def test_the_api_serves_an_attempts_log(settings, actors):
+    run = _chatty("logs-api", tag="api")
+    done = run_worker_subprocess(worker_subprocess_env(settings, **CHATTY))
+    assert done.returncode == 0, done.stdout + done.stderr
+    step = Step.objects.get(run=run)
+    _, raw = create_token(actors["bob"])
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+
+    base = f"/api/v1/runs/{run.pk}/steps/{step.pk}/attempts"
+    answer = api.get(f"{base}/1/log")
+    assert answer.status_code == 200, answer.content
+    document = answer.json()
+    assert document["step_id"] == step.pk and document["attempt"] == 1
+    assert "printed api" in document["text"]
+    assert document["truncated"] is False
+    # Every byte written is kept; the one NUL is stored as its 6-character escape.
+    assert document["total_bytes"] == len(document["text"].encode()) - 5
+
+    missing = api.get(f"{base}/2/log")
+    assert missing.status_code == 404
+    assert missing.json()["code"] == "not_found"
