@@ -4,6 +4,7 @@ kept apart between steps that run at once in one process's slots, holds a failed
 attempt's traceback, keeps the newest ``AGENTOPS_ATTEMPT_LOG_BYTES``, and is shown
 escaped on the console and by the API."""
 
+import logging
 import signal
 import subprocess
 
@@ -14,7 +15,8 @@ from django.urls import reverse
 import tests.workflows.chatty  # noqa: F401 - registers the chatty workflow here too
 from apitokens.services import create_token
 from runs.engine.control.lifecycle import start_run
-from runs.engine.execution.attempt_logs import AttemptLogBuffer
+from runs.engine.execution import aio
+from runs.engine.execution.attempt_logs import AttemptLogBuffer, capturing
 from runs.models import AttemptLog, Run, Step
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import REPO_ROOT, run_worker_subprocess, worker_subprocess_env
@@ -140,6 +142,18 @@ def test_the_bound_cuts_at_a_whole_character_and_keeps_storable_text():
     assert len(text.encode()) <= 1024
     assert text.endswith("lone \\ud800 surrogate and \x00 NUL\n")
     assert text.startswith("é")
+
+
+def test_async_code_on_the_process_loop_writes_to_its_attempts_log():
+    async def speak():
+        logging.getLogger("chatty.async").warning("said on the shared loop")
+
+    with capturing() as log:
+        aio.run(speak(), timeout=30)
+    with capturing() as other:
+        pass
+    assert "said on the shared loop" in log.text()
+    assert other.text() == ""
 
 
 def test_the_log_is_one_click_away_and_escaped(settings, clients):
