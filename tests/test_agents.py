@@ -224,14 +224,33 @@ def test_it_waits_as_long_as_retry_after_says(deployment_factory):
         d = deployment(deployment_factory, server)
         run_id = start(d, "support_agent", PROMPT)
         waiting(d, run_id)
+    # The request retried itself, within the step's attempt.
+    assert events(d, run_id, "step.retry_scheduled") == []
+    (retry,) = events(d, run_id, "model.request_retry")
+    assert (retry["payload"]["ordinal"], retry["payload"]["error_code"]) == (0, "RATE_LIMITED")
+    assert retry["payload"]["delay_s"] >= 2
+    assert server.times[1] - server.times[0] >= 2
+    assert server.count == 3
+
+
+def test_a_retry_after_longer_than_a_request_waits_goes_to_the_steps_policy(deployment_factory):
+    answers = iter([{"status": 429, "headers": {"Retry-After": "31"}, "error": "slow down"}])
+
+    def brain(body):
+        return next(answers, None) or support_brain(body)
+
+    with ModelServer(brain) as server:
+        d = deployment(deployment_factory, server)
+        run_id = start(d, "support_agent", PROMPT)
+        d.manage("worker", "--burst", check=True, timeout=120)
+    # No worker waits 31 s: the step's attempt ends and its retry is scheduled that late.
     (retry,) = events(d, run_id, "step.retry_scheduled")
     assert retry["payload"]["error_code"] == "RATE_LIMITED"
     wait = datetime.fromisoformat(retry["payload"]["not_before"]) - datetime.fromisoformat(
         retry["payload"]["failed_at"]
     )
-    assert wait.total_seconds() >= 2
-    assert server.times[1] - server.times[0] >= 2
-    assert server.count == 3
+    assert wait.total_seconds() >= 31
+    assert server.count == 1
 
 
 def test_it_fails_at_once_on_401_without_retry(deployment_factory):

@@ -496,6 +496,7 @@ def test_every_json_option_is_parsed_and_checked_as_its_value_is_read():
         "runs start --budget": "JSON object",
         "runs resume --input-patch": "JSON object",
         "runs resolve --result": "JSON value",
+        "runs deliver --result": "JSON value",
         "approvals decide --arguments": "JSON object",
         "approvals resolve --result": "JSON value",
         "runs signal --payload": "JSON value",

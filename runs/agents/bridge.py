@@ -1,7 +1,8 @@
 """The step thread owns the database; the agent's event loop runs beside it and asks.
 
-A ``pydantic_ai.Agent`` runs its loop on an event loop of its own (in a helper thread),
-while every ledger read and write happens on the step's thread, with the step's
+A ``pydantic_ai.Agent`` runs on the process's event loop (``runs.engine.execution.aio``,
+shared by every run so async clients and MCP sessions outlive one run), while every
+ledger read and write happens on the step's thread, with the step's
 database connection, lease and safe points. ``Bridge.ask(fn)`` (from the agent loop)
 queues ``fn`` for the step thread and awaits its result; ``fn`` may in turn run a
 coroutine back on the agent loop (``run_on_agent_loop``), which is free meanwhile, to
@@ -17,11 +18,11 @@ it does not wait forever.
 import asyncio
 import concurrent.futures
 import queue
-import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
+from runs.engine.execution import aio
 
 CONTROL_EXCEPTIONS = (StepError, LeaseLost, CancelRequested, OutcomeUnknown)
 
@@ -55,46 +56,36 @@ class Bridge:
         finally:
             self._waiting.discard(future)
 
-    def run(self, target: Callable[[], Any]) -> Any:
-        """Run ``target()`` (the agent run) in a helper thread while serving its requests
-        on this thread; returns its result. Re-raises the kept control exception first,
-        else what ``target`` raised."""
-        box: dict[str, Any] = {}
-
-        def main() -> None:
-            try:
-                box["result"] = target()
-            except BaseException as exc:  # noqa: BLE001 - handed to the step thread
-                box["error"] = exc
-
-        thread = threading.Thread(target=main, name="agent-loop", daemon=True)
-        thread.start()
-        while thread.is_alive() or not self._requests.empty():
-            try:
-                fn, loop, future = self._requests.get(timeout=0.05)
-            except queue.Empty:
-                continue
+    def run(self, coro: Coroutine) -> Any:
+        """Run ``coro`` (the agent run) on the process's event loop (``aio``) while
+        serving its requests on this thread; returns its result. Re-raises the kept
+        control exception first, else what ``coro`` raised."""
+        done = object()
+        self.loop = aio.loop()
+        future = aio.submit(coro)
+        future.add_done_callback(lambda _: self._requests.put(done))
+        while True:
+            request = self._requests.get()
+            if request is done:
+                break
+            fn, loop, waiter = request
             try:
                 result = fn()
             except BaseException as exc:  # noqa: BLE001 - handed to the agent loop
                 if self.failure is None and isinstance(exc, CONTROL_EXCEPTIONS):
                     self.failure = exc
                     # The run is over: calls still waiting on the agent loop (one
-                    # abandoned at its timeout) are cancelled while the loop still runs,
-                    # so none is left pending when it stops.
+                    # abandoned at its timeout) are cancelled, so the agent run ends.
                     for waiting in list(self._waiting):
-                        waiting.cancel()
-                loop.call_soon_threadsafe(_settle, future, None, exc)
+                        loop.call_soon_threadsafe(waiting.cancel)
+                loop.call_soon_threadsafe(_settle, waiter, None, exc)
             else:
-                loop.call_soon_threadsafe(_settle, future, result, None)
-        thread.join()
-        for future in list(self._waiting):
-            future.cancel()
+                loop.call_soon_threadsafe(_settle, waiter, result, None)
+        for waiting in list(self._waiting):
+            self.loop.call_soon_threadsafe(waiting.cancel)
         if self.failure is not None:
             raise self.failure
-        if "error" in box:
-            raise box["error"]
-        return box.get("result")
+        return future.result()
 
 
 def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:

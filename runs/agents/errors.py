@@ -64,3 +64,35 @@ def invalid_tool_call(tool_name: str, arguments: Any, response: Any) -> StepErro
         f"the model called {tool_name} with arguments that are not a JSON object: {shown[:500]!r}",
         takeover=True,
     )
+
+
+def classify_agent_error(exc: BaseException) -> StepError:
+    """The ``StepError`` for an error a Pydantic AI agent run raised outside any one
+    model request or tool call (those are classified where they happen):
+
+    - ``UsageLimitExceeded``: ``USAGE_LIMIT_EXCEEDED`` (the run's ``usage_limits``, or
+      Pydantic AI's default request limit, stopped a looping agent);
+    - ``UnexpectedModelBehavior`` (the model's output failed validation more often than
+      the agent retries it, a tool's retries ran out, an empty answer):
+      ``MODEL_RESPONSE_INVALID``;
+    - ``UserError`` (the agent is built wrong, e.g. a tool raises ``ApprovalRequired``
+      but the output type has no ``DeferredToolRequests``): ``AGENT_DEFINITION_INVALID``;
+    - a provider's error: as ``classify`` says;
+    - anything else (an ``AgentRunError``, or an exception from the agent's own code
+      such as an output function): ``AGENT_RUN_FAILED``, naming the exception.
+
+    None is retried: the recorded conversation would end the same way again. The run
+    fails and keeps the messages made so far.
+    """
+    from pydantic_ai import exceptions as e
+
+    detail = f"{type(exc).__name__}: {exc}"[:2000]
+    if isinstance(exc, e.UsageLimitExceeded):
+        return StepError("USAGE_LIMIT_EXCEEDED", detail)
+    if isinstance(exc, e.UnexpectedModelBehavior):
+        return StepError("MODEL_RESPONSE_INVALID", detail)
+    if isinstance(exc, e.UserError):
+        return StepError("AGENT_DEFINITION_INVALID", detail)
+    if isinstance(exc, e.ModelAPIError | OSError | TimeoutError):
+        return classify(exc)
+    return StepError("AGENT_RUN_FAILED", detail)

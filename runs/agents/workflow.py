@@ -18,8 +18,10 @@ to step in the checkpoint (the step's output, ``history`` as Pydantic AI JSON).
 import json
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from pydantic import ValidationError
-from pydantic_ai import DeferredToolResults, ToolApproved, ToolDenied
+from pydantic_ai import DeferredToolResults, ToolApproved, ToolDenied, capture_run_messages
 from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -29,25 +31,48 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.usage import UsageLimits
 
-from runs.agents.bridge import Bridge
-from runs.agents.durability import AgentOpsDurability, AgentTool, LedgerRun
-from runs.agents.providers import PydanticAIProvider
-from runs.engine.effects.model_calls import model_name_for
+from runs.agents import inputs
+from runs.agents.bridge import CONTROL_EXCEPTIONS, Bridge
+from runs.agents.durability import DEFAULT_REQUEST_RETRY, AgentOpsDurability, AgentTool, LedgerRun
+from runs.agents.errors import classify_agent_error
+from runs.agents.history import thread_history
+from runs.agents.providers import PydanticAIProvider, aclose
+from runs.engine.control.deferred_calls import TOOL_RESULT_SIGNAL
+from runs.engine.effects.model_providers import get_provider
+from runs.engine.effects.retry import RetryPolicy
 from runs.engine.errors import StepError
+from runs.engine.execution import aio
 from runs.tools import Tool
 from runs.workflows import registry
-from runs.workflows.definition import Workflow
+from runs.workflows.definition import Workflow, WorkflowDefinitionError
 
-AGENT_STEPS = ("agent", "continue")
+AGENT_STEPS = ("agent", "continue", "resume")
+TOOL_RESULT_SCHEMA = {
+    "type": "object",
+    "required": ["tool_call_id", "result"],
+    "properties": {"tool_call_id": {"type": "string", "minLength": 1}, "result": {}},
+}
 
 
 class AgentWorkflow(Workflow):
     """A workflow running a ``pydantic_ai.Agent`` (see the module docstring)."""
 
     def __init__(
-        self, agent, *, name, version, description, tools, model, offline_model, timeout=None
+        self,
+        agent,
+        *,
+        name,
+        version,
+        description,
+        tools,
+        model,
+        offline_model,
+        run_options=(),
+        request_retry: RetryPolicy | None = None,
+        event_stream_handler=None,
+        deferred_timeout: float | None = None,
+        timeout: float | None = None,
     ):
         super().__init__(
             name,
@@ -58,6 +83,14 @@ class AgentWorkflow(Workflow):
             model=model,
         )
         self.agent = agent
+        unknown = set(run_options) - inputs.RUN_OPTIONS
+        if unknown:
+            raise WorkflowDefinitionError(
+                f"{name}: run_options may name {sorted(inputs.RUN_OPTIONS)}, not {sorted(unknown)}"
+            )
+        self.run_options = frozenset(run_options)
+        self.request_retry = request_retry or DEFAULT_REQUEST_RETRY
+        self.event_stream_handler = event_stream_handler
         self.tools = {
             tool: spec if isinstance(spec, AgentTool) else AgentTool(side_effect=spec)
             for tool, spec in (tools or {}).items()
@@ -83,11 +116,46 @@ class AgentWorkflow(Workflow):
         self.add_step_fn("agent", self._run_agent, final=True, timeout=timeout)
         self.approval("approve", on_reject="continue")(self._ask_approval)
         self.add_step_fn("continue", self._run_agent, final=True, timeout=timeout)
+        self.signal(
+            TOOL_RESULT_SIGNAL,
+            "deliver",
+            schema=TOOL_RESULT_SCHEMA,
+            timeout=deferred_timeout,
+            on_timeout="resume" if deferred_timeout else None,
+        )(_await_results)
+        self.add_step_fn("resume", self._run_agent, final=True, timeout=timeout)
+        self.deferred_timeout = deferred_timeout
+
+    def validate_input(self, data) -> dict[str, str]:
+        """Field errors of a run's input: the prompt, then ``deps`` and the per-run
+        options (``runs.agents.inputs``)."""
+        errors = super().validate_input(data)
+        if isinstance(data, dict):
+            errors.update(inputs.input_errors(self.agent, data, self.run_options))
+        return errors
 
     def add_step_fn(self, name: str, fn, **options) -> None:
         self.step(name, **options)(fn)
 
     # -- the model ---------------------------------------------------------------------
+
+    def run_model(self, ctx) -> tuple[Any, str, str | None]:
+        """``(Pydantic AI model, name recorded in the ledger, price per call in USD or
+        None)`` for the run ``ctx`` executes: the input's ``model`` (where allowed), else
+        the workflow's, else the agent's own, else ``AGENTOPS_MODEL``. Raises
+        ``StepError("MODEL_REQUEST_INVALID")`` for a name the deployment cannot use."""
+        name = ctx.input.get("model") if "model" in self.run_options else None
+        name = name or self.model
+        own = self.agent.model
+        if not name and own is not None and not isinstance(own, str):
+            return own, model_label(own), None
+        name = name or own or settings.AGENTOPS_MODEL
+        try:
+            model, _ = self.pydantic_model(name)
+            provider = get_provider(name)
+        except ImproperlyConfigured as exc:
+            raise StepError("MODEL_REQUEST_INVALID", str(exc)) from exc
+        return model, name, getattr(provider, "cost_per_call_usd", None)
 
     def pydantic_model(self, name: str):
         """The Pydantic AI model for ``name``: ``sim`` is the offline model given at
@@ -118,34 +186,72 @@ class AgentWorkflow(Workflow):
         if state and any(p not in decisions for p in state.get("pending_ids", [])):
             ctx.goto("approve")
             return {**state, "decisions": decisions, "turn": state["turn"] + 1}
+        # Only "resume" follows "deliver": another step would read an older delivery.
+        fresh = ctx.outputs.get("deliver") if ctx.step.name == "resume" else None
+        delivered = take_delivery(state, fresh)
+        if state and any(c not in delivered for c in state.get("deferred_ids", [])):
+            ctx.goto("deliver")
+            return {
+                **state,
+                "decisions": decisions,
+                "delivered": delivered,
+                "turn": state["turn"] + 1,
+            }
 
-        name = model_name_for(self, ctx.step_def)
-        model, _ = self.pydantic_model(name)
+        model, ledger_name, cost_per_call = self.run_model(ctx)
         bridge = Bridge()
-        ledger_run = LedgerRun(ctx, bridge, name, self.tools)
-        history = ModelMessagesTypeAdapter.validate_python(state["history"]) if state else None
-        results = deferred_results(decisions) if state else None
+        ledger_run = LedgerRun(
+            ctx,
+            bridge,
+            ledger_name,
+            self.tools,
+            cost_per_call_usd=cost_per_call,
+            request_retry=self.request_retry,
+        )
+        if state:
+            history = ModelMessagesTypeAdapter.validate_python(state["history"])
+        else:
+            history = thread_history(ctx)
+        results = deferred_results(decisions, delivered, self.deferred_timeout) if state else None
+        captured: list[list] = []
 
-        def run_agent():
-            return self.agent.run_sync(
-                None if state else ctx.input["prompt"],
-                message_history=history,
-                deferred_tool_results=results,
-                model=model,
-                capabilities=[AgentOpsDurability(ledger_run)],
-                # AgentOps's budget is the limit; Pydantic AI's own default cap is off.
-                usage_limits=UsageLimits(request_limit=None),
-            )
+        async def run_agent():
+            with capture_run_messages() as messages:
+                captured.append(messages)
+                return await self.agent.run(
+                    None if state else ctx.input["prompt"],
+                    message_history=history or None,
+                    deferred_tool_results=results,
+                    model=model,
+                    capabilities=[AgentOpsDurability(ledger_run)],
+                    event_stream_handler=self.event_stream_handler,
+                    **inputs.run_arguments(self.agent, ctx.input),
+                )
 
-        result = bridge.run(run_agent)
+        try:
+            result = bridge.run(run_agent())
+        except BaseException as exc:
+            # What the agent said and did so far stays with the step: written to the
+            # thread when the run fails for good, made again when the step re-executes.
+            made = captured[0][len(history) :] if captured else []
+            stage_messages(ctx, made, skip_first_prompt=state is None)
+            if isinstance(exc, CONTROL_EXCEPTIONS) or not isinstance(exc, Exception):
+                raise
+            raise classify_agent_error(exc) from exc
+        finally:
+            if model is not self.agent.model and model is not self.offline_model:
+                # Built for this run by a provider: its HTTP client goes with it.
+                aio.run(aclose(model))
         new = result.new_messages()
         stage_messages(ctx, new, skip_first_prompt=state is None)
         all_messages = ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json")
         output = result.output
         turn = (state or {}).get("turn", 0) + 1
         pending = list(getattr(output, "approvals", None) or [])
-        if pending:
-            ctx.goto("approve")
+        deferred = list(getattr(output, "calls", None) or [])
+        if pending or deferred:
+            # Approvals first; then the run waits for the outside results.
+            ctx.goto("approve" if pending else "deliver")
             return {
                 "turn": turn,
                 "history": all_messages,
@@ -155,6 +261,12 @@ class AgentWorkflow(Workflow):
                 ],
                 "pending_ids": [p.tool_call_id for p in pending],
                 "decisions": {},
+                "deferred": [
+                    {"id": c.tool_call_id, "name": c.tool_name, "arguments": c.args_as_dict()}
+                    for c in deferred
+                ],
+                "deferred_ids": [c.tool_call_id for c in deferred],
+                "delivered": {},
             }
         ctx.goto(None)
         answer = output if isinstance(output, str) else json.dumps(_jsonable(output))
@@ -218,6 +330,13 @@ class AgentWorkflow(Workflow):
         return {}
 
 
+def model_label(model) -> str:
+    """The ledger name of a Pydantic AI model object: ``provider:model`` (a
+    ``FallbackModel`` is ``fallback:a,b``)."""
+    name = model.model_name
+    return name if ":" in name else f"{model.system}:{name}"
+
+
 def _only_in_agent_runs(arguments: dict, call) -> None:
     raise StepError("INTERNAL", "an agent's tool is called by its agent run only")
 
@@ -229,9 +348,43 @@ def latest_state(ctx) -> dict[str, Any] | None:
     return max(states, key=lambda s: s.get("turn", 0), default=None)
 
 
-def deferred_results(decisions: dict[str, dict]) -> DeferredToolResults:
-    """Approval decisions as Pydantic AI's deferred tool results: approve (with edited
-    arguments), or deny (with the approver's message or a rejection note)."""
+def take_delivery(state: dict | None, output: dict | None) -> dict[str, Any]:
+    """The outside results delivered so far (``{tool call id: {"result": JSON} or
+    {"timed_out": True}}``), with the ``deliver`` step's latest ``output`` added when it
+    answers a call still waiting (a timeout answers all of them)."""
+    delivered = dict((state or {}).get("delivered") or {})
+    waiting = [c for c in (state or {}).get("deferred_ids", []) if c not in delivered]
+    if not output or not waiting:
+        return delivered
+    if output.get("timed_out"):
+        delivered.update({c: {"timed_out": True} for c in waiting})
+        return delivered
+    payload = output.get("payload") or {}
+    if payload.get("tool_call_id") in waiting:
+        delivered[payload["tool_call_id"]] = {"result": payload.get("result")}
+    return delivered
+
+
+def _await_results(ctx) -> None:
+    """The ``deliver`` step: the run waits (WAITING_EXTERNAL, no lease) for the signal
+    ``tool_result`` carrying one deferred call's result."""
+
+
+def deferred_results(
+    decisions: dict[str, dict],
+    delivered: dict[str, dict] | None = None,
+    timeout: float | None = None,
+) -> DeferredToolResults:
+    """Approval decisions and delivered outside results as Pydantic AI's deferred tool
+    results: approve (with edited arguments), or deny (with the approver's message or a
+    rejection note); a delivered result as the call's return value, a timed-out call as
+    a note that no result came within ``timeout`` seconds."""
+    calls = {
+        call_id: d["result"]
+        if "result" in d
+        else f"No result came from the outside system within {timeout:g} s."
+        for call_id, d in (delivered or {}).items()
+    }
     approvals: dict[str, Any] = {}
     for call_id, d in decisions.items():
         if d.get("decision") == "approved":
@@ -243,7 +396,7 @@ def deferred_results(decisions: dict[str, dict]) -> DeferredToolResults:
                 + (f": {d['comment']}" if d.get("comment") else ".")
             )
             approvals[call_id] = ToolDenied(message)
-    return DeferredToolResults(approvals=approvals)
+    return DeferredToolResults(approvals=approvals, calls=calls)
 
 
 def stage_messages(ctx, messages: list, *, skip_first_prompt: bool) -> None:
@@ -286,6 +439,10 @@ def register_agent(
     tools: dict[str, AgentTool | str] | None = None,
     model: str | None = None,
     offline_model=None,
+    run_options: tuple[str, ...] | frozenset[str] = (),
+    request_retry: RetryPolicy | None = None,
+    event_stream_handler=None,
+    deferred_timeout: float | None = None,
     timeout: float | None = None,
 ) -> AgentWorkflow:
     """Register ``agent`` (a ``pydantic_ai.Agent``) as the workflow ``name@version``;
@@ -294,11 +451,20 @@ def register_agent(
     ``tools``: ``{tool name: AgentTool(side_effect, verify) or "read"/"idempotent"/
     "unsafe"}``; an undeclared tool counts as ``unsafe`` with no verify hook (an
     interrupted call then goes to a human). ``model``: the model this workflow asks
-    (default ``AGENTOPS_MODEL``). ``offline_model``: the Pydantic AI model used when the
-    model is ``sim`` (e.g. a ``FunctionModel``; default: the agent's own model).
+    (default: the agent's own model, else ``AGENTOPS_MODEL``). ``offline_model``: the
+    Pydantic AI model used when the model is ``sim`` (e.g. a ``FunctionModel``; default:
+    the agent's own model). ``run_options``: which of ``model``, ``model_settings``,
+    ``usage_limits`` and ``metadata`` a run's input may set. ``request_retry``: the
+    ``RetryPolicy`` of each model request (default: 3 attempts, 1 s doubling to 30 s).
+    ``event_stream_handler``: Pydantic AI's ``async fn(ctx, events)``, given each model
+    response's events once (a response recorded before a crash is not sent again).
+    ``deferred_timeout``: seconds a tool call deferred with ``CallDeferred`` waits for
+    its outside result (``runs deliver``); past it the model is told none came
+    (default ``None``: wait for good).
     ``timeout``: seconds each model request and each tool call of the agent may take
     (a tool's own ``AgentTool.timeout`` first) before ``TIMEOUT``; ``None``: no limit.
-    Returns the workflow; raises ``WorkflowDefinitionError`` on a name clash.
+    Returns the workflow; raises ``WorkflowDefinitionError`` on a name clash or an
+    unknown run option.
     """
     workflow = AgentWorkflow(
         agent,
@@ -308,6 +474,10 @@ def register_agent(
         tools=tools,
         model=model,
         offline_model=offline_model,
+        run_options=run_options,
+        request_retry=request_retry,
+        event_stream_handler=event_stream_handler,
+        deferred_timeout=deferred_timeout,
         timeout=timeout,
     )
     return registry.register(workflow)

@@ -10,7 +10,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from apitokens import services as tokens
-from runs.api import approvals, replays, runs, schedules, signals, stream
+from runs.api import approvals, deferred_calls, replays, runs, schedules, signals, stream
 from runs.api.errors import ApiError, from_control
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.state.values import InvalidValue
@@ -119,4 +119,5 @@ api.add_router("/", approvals.router)
 api.add_router("/", stream.router)
 api.add_router("/", signals.router)
 api.add_router("/", signals.hooks_router)
+api.add_router("/", deferred_calls.router)
 api.add_router("/", schedules.router)

@@ -17,4 +17,5 @@ SUBCOMMANDS = {
     "budget": "runs.cli.budget",
     "replay": "runs.cli.replay",
     "signal": "runs.cli.signal",
+    "deliver": "runs.cli.deliver",
 }

@@ -6,3 +6,5 @@ it never pays for it."""
 from runs.workflows import registry
 
 registry.register_lazy("support_agent", 1, "runs.workflows.support_agent")
+registry.register_lazy("capital_agent", 1, "runs.workflows.capital_agent")
+registry.register_lazy("export_agent", 1, "runs.workflows.export_agent")

@@ -130,7 +130,10 @@ def request(
         charged_after: Decimal | None = Decimal(0)
         reply.cost_usd = str(cost_per_call_usd)
     else:
-        cost = price_usd(model_name, reply.usage)
+        # Priced as the model that answered when it has a price of its own (a fallback
+        # model's member), else as the model asked.
+        answered = reply.model if reply.model in settings.AGENTOPS_MODEL_PRICES else model_name
+        cost = price_usd(answered, reply.usage)
         reply.cost_usd = None if cost is None else str(cost)
         charged_after = cost
     tokens = int(reply.usage.get("input_tokens") or 0) + int(reply.usage.get("output_tokens") or 0)

@@ -222,6 +222,7 @@ def _run_attempt(
     attempt through ``end_attempt``: nothing leaves a claimed step RUNNING."""
     done = StepOutcome(True, step.pk)
     step_def = _unknown_step_def(step)
+    ctx: StepContext | None = None
     try:
         step_def = _step_def(workflow, step)
         say(f"ENTER {step.name} (run {run.pk}, attempt {attempt}, worker {worker.worker_id})")
@@ -265,7 +266,8 @@ def _run_attempt(
             claimed_by = None
         return _commit_checked(ctx, output, worker, step_def, claimed_by)
     except Exception as exc:  # noqa: BLE001 - every error after the claim ends the attempt
-        end_attempt(run, step, attempt, worker, workflow, step_def, exc)
+        messages = ctx.new_messages if ctx is not None else None
+        end_attempt(run, step, attempt, worker, workflow, step_def, exc, messages=messages)
         return done
 
 
@@ -321,6 +323,7 @@ def end_attempt(
     workflow: Workflow,
     step_def: StepDef,
     exc: Exception,
+    messages: list[dict] | None = None,
 ) -> None:
     """End the claimed ``attempt`` of ``step`` after ``exc``, raised anywhere between the
     claim and the commit: the one failure path. Control exceptions steer (lease lost:
@@ -328,10 +331,11 @@ def end_attempt(
     paused for a person), a database fault gives the step back uncounted, a
     ``StepError`` is a failed attempt under the step's retry policy, and anything else a
     failed attempt with ``INTERNAL`` (a bug, logged with its traceback). Each is recorded
-    as an event. Never raises: when even the record cannot be written, one warning is
+    as an event; ``messages``, what the step staged so far, are kept in the thread when
+    the run fails for good. Never raises: when even the record cannot be written, one warning is
     logged and the lease decides (the next claim counts as an attempt)."""
     try:
-        _end_attempt(run, step, attempt, worker, workflow, step_def, exc)
+        _end_attempt(run, step, attempt, worker, workflow, step_def, exc, messages)
     except Exception:  # noqa: BLE001 - the lease rules take over from here
         logger.warning(
             "step %s attempt %s: recording how it ended failed; its lease will expire",
@@ -349,6 +353,7 @@ def _end_attempt(
     workflow: Workflow,
     step_def: StepDef,
     exc: Exception,
+    messages: list[dict] | None,
 ) -> None:
     if isinstance(exc, LeaseLost):
         _record(run.pk, "step.abandoned", {"attempt": attempt, "reason": str(exc)}, step, worker)
@@ -362,7 +367,9 @@ def _end_attempt(
         _budget_exhausted(run, step, attempt, worker, workflow, step_def, exc)
     elif isinstance(exc, StepError):
         final = isinstance(exc, _AttemptsExhausted)
-        _fail_attempt(run, step, attempt, worker, step_def, exc, force_final=final)
+        _fail_attempt(
+            run, step, attempt, worker, step_def, exc, force_final=final, messages=messages
+        )
     elif db_faults.classify(exc) is not None:
         _release_after_db_fault(run, step, attempt, worker, exc)
     else:
@@ -401,6 +408,20 @@ def _checked_message(message: dict) -> dict:
         "content": values.storable(message["content"], "message content"),
         "tool_calls": values.storable(message["tool_calls"], "message tool calls"),
     }
+
+
+def _storable_messages(messages: list[dict]) -> list[dict]:
+    """The staged, non-draft ``messages`` a failure record can write: one that cannot be
+    stored is left out, so recording the failure itself never fails on it."""
+    out = []
+    for m in messages:
+        if m.get("draft"):
+            continue
+        try:
+            out.append(_checked_message(m))
+        except values.InvalidValue:
+            continue
+    return out
 
 
 def _retrying(run_id, step: Step, attempt: int, worker: WorkerIdentity, fn, what: str):
@@ -618,18 +639,26 @@ _STEP_DEFAULTS = {f.attname: f.get_default() for f in Step._meta.concrete_fields
 def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:
     """Insert the step's staged messages with gap-free thread seqs; returns the thread's
     last message seq after the insert."""
-    thread_id = ctx.run.thread_id
     # Streamed drafts already hold a seq: they only become final here.
     for m in ctx.new_messages:
         if m.get("draft"):
             drafts.finalize(tx, step_id=ctx.step.pk, message=m, actor=worker.worker_id)
     staged = [m for m in ctx.new_messages if not m.get("draft")]
+    return _insert_messages(tx, ctx.run, ctx.step.pk, staged, worker)
+
+
+def _insert_messages(
+    tx: RunTx, run: Run, step_id: int, staged: list[dict], worker: WorkerIdentity
+) -> int:
+    """Insert ``staged`` messages of step ``step_id`` with gap-free thread seqs and their
+    ``message.created`` events; returns the thread's last message seq after the insert."""
+    thread_id = run.thread_id
     first, last = allocate_message_seqs(thread_id, len(staged))
     rows = [
         Message(
             thread_id=thread_id,
-            run_id=ctx.run.pk,
-            step_id=ctx.step.pk,
+            run_id=run.pk,
+            step_id=step_id,
             seq=first + i,
             message_id=m["id"],
             role=m["role"],
@@ -644,7 +673,7 @@ def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:
         tx.event(
             "message.created",
             {"message_id": row.message_id, "role": row.role, "seq": row.seq},
-            step_id=ctx.step.pk,
+            step_id=step_id,
             actor=worker.worker_id,
         )
     return last
@@ -684,16 +713,21 @@ def _fail_attempt(
     step_def: StepDef,
     error: StepError,
     force_final: bool = False,
+    messages: list[dict] | None = None,
 ) -> None:
     """Record a failed attempt: schedule a retry with backoff, or give up as the step's
     policy says (fail the run and compensate, or pause it for a takeover). Retried
-    after a lost connection like a commit."""
+    after a lost connection like a commit. ``messages``: what the step staged so far
+    (``StepContext.new_messages``), kept in the thread when the run fails for good; a
+    retried or taken-over step makes them again when it re-executes."""
     _retrying(
         run.pk,
         step,
         attempt,
         worker,
-        lambda: _record_failed_attempt(run, step, attempt, worker, step_def, error, force_final),
+        lambda: _record_failed_attempt(
+            run, step, attempt, worker, step_def, error, force_final, messages or []
+        ),
         "failure record",
     )
 
@@ -706,6 +740,7 @@ def _record_failed_attempt(
     step_def: StepDef,
     error: StepError,
     force_final: bool,
+    messages: list[dict],
 ) -> None:
     """The body of ``_fail_attempt``: read the clock, decide, write (one transaction)."""
     # Exception text is untrusted: NUL, lone surrogates, a code too long or not text
@@ -785,6 +820,7 @@ def _record_failed_attempt(
                 },
             )
         else:
+            _insert_messages(tx, run, step.pk, _storable_messages(messages), worker)
             tx.transition_run(
                 RunStatus.FAILED,
                 actor=worker.worker_id,

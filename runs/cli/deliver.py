@@ -1,0 +1,56 @@
+"""``runs deliver (RUN_ID | --thread T) --call TOOL_CALL_ID --result JSON [--request-id KEY]
+[--as USER]``: deliver an outside system's result for a tool call an agent deferred
+(``CallDeferred``); actor ``cli`` or ``user:USER``."""
+
+from runs.cli import arguments
+from runs.cli.common import add_run_arguments, cli_actor, control_error, resolve_run
+from runs.engine.control.deferred_calls import deliver_tool_result
+from runs.engine.control.lifecycle import ControlError
+
+help = "deliver the outside result of a tool call an agent deferred (CallDeferred)"
+
+
+def add_arguments(parser):
+    add_run_arguments(parser)
+    parser.add_argument(
+        "--call",
+        required=True,
+        type=arguments.required_text,
+        help="the deferred tool call's id (runs status shows it)",
+    )
+    parser.add_argument(
+        "--result", required=True, type=arguments.json_value(), help="the call's result as JSON"
+    )
+    parser.add_argument(
+        "--request-id",
+        default=None,
+        type=arguments.column_text("runs.Signal", "request_id"),
+        help="idempotency key: the same key again delivers nothing new",
+    )
+    parser.add_argument(
+        "--as",
+        dest="as_user",
+        default=None,
+        type=arguments.username,
+        help="act as this user (needs runs.operate_run)",
+    )
+
+
+def handle(command, options):
+    run = resolve_run(options)
+    actor = cli_actor(options["as_user"])
+    try:
+        delivery = deliver_tool_result(
+            run.pk,
+            options["call"],
+            options["result"],
+            request_id=options["request_id"],
+            actor=actor,
+        )
+    except ControlError as exc:
+        raise control_error(exc) from exc
+    run.refresh_from_db()
+    again = " (delivered before with this request id)" if delivery.duplicate else ""
+    command.stdout.write(
+        f"run {run.pk}: result of {options['call']} delivered{again}; run is {run.status}"
+    )
