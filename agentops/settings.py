@@ -214,6 +214,9 @@ AGENTOPS_POLL_SECONDS = env_number("AGENTOPS_POLL_SECONDS", 0.5, minimum=0.01)
 # PostgreSQL, the connection pool those slots share (runs/engine/execution/slots.py).
 AGENTOPS_WORKER_CONCURRENCY = int(env_number("AGENTOPS_WORKER_CONCURRENCY", 1, minimum=1))
 AGENTOPS_WORKER_POOL_SIZE = int(env_number("AGENTOPS_WORKER_POOL_SIZE", 4, minimum=1))
+# The newest bytes of each attempt's captured log (logging records, stdout, stderr) kept
+# with the attempt (runs/engine/execution/attempt_logs.py).
+AGENTOPS_ATTEMPT_LOG_BYTES = int(env_number("AGENTOPS_ATTEMPT_LOG_BYTES", 65536, minimum=1024))
 AGENTOPS_SWEEP_SECONDS = env_number("AGENTOPS_SWEEP_SECONDS", 5, minimum=0.1)
 AGENTOPS_RENOTIFY_SECONDS = env_number("AGENTOPS_RENOTIFY_SECONDS", 15, minimum=0.1)
 AGENTOPS_SWEEP_BATCH = int(env_number("AGENTOPS_SWEEP_BATCH", 200, minimum=1))

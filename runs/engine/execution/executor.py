@@ -4,7 +4,6 @@ one short transaction fenced by the attempt."""
 
 import logging
 import os
-import sys
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, NamedTuple
@@ -22,7 +21,7 @@ from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifa
 from runs.engine.effects import budget, compensation, unknown_outcomes
 from runs.engine.effects.retry import DEFAULT_RETRY
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError, StepUnknown
-from runs.engine.execution import dispatch, heartbeat
+from runs.engine.execution import attempt_logs, dispatch, heartbeat
 from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.step_context import StepContext
 from runs.engine.state import (
@@ -54,9 +53,10 @@ STEP_EXITED = "STEP_EXITED"
 def say(line: str) -> None:
     """Progress line on the worker's stdout (``ENTER <step>``), flushed at once. Best
     effort: a stdout whose reader went away must not fail the step it announces."""
+    stdout = attempt_logs.real_stdout()
     try:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+        stdout.write(line + "\n")
+        stdout.flush()
     except (OSError, ValueError):
         pass
 
@@ -223,7 +223,25 @@ def _run_attempt(
     reads, the step, the checks and the commit itself) ends the attempt through
     ``end_attempt``: nothing leaves a claimed step RUNNING. A ``SystemExit`` or
     ``KeyboardInterrupt`` raised by the step's code (``sys.exit()``) is a failed attempt
-    (``STEP_EXITED``), never the end of the worker and its other slots."""
+    (``STEP_EXITED``), never the end of the worker and its other slots. What the step's
+    code logs and prints meanwhile is stored as the attempt's log right after."""
+    with attempt_logs.capturing() as log:
+        outcome = _run_captured(run, step, attempt, workflow, checkpoint, worker, chain, log)
+    attempt_logs.store(run.pk, step.pk, attempt, log)
+    return outcome
+
+
+def _run_captured(
+    run: Run,
+    step: Step,
+    attempt: int,
+    workflow: Workflow | None,
+    checkpoint: tuple[int | None, dict[str, Any]] | None,
+    worker: WorkerIdentity,
+    chain: bool,
+    log: attempt_logs.AttemptLogBuffer,
+) -> StepOutcome:
+    """The body of ``_run_attempt``, its output going to ``log``."""
     done = StepOutcome(True, step.pk)
     step_def = _unknown_step_def(step)
     ctx: StepContext | None = None
@@ -279,6 +297,7 @@ def _run_attempt(
             claimed_by = None
         return _commit_checked(ctx, output, worker, step_def, claimed_by)
     except Exception as exc:  # noqa: BLE001 - every error after the claim ends the attempt
+        attempt_logs.write_exception(log, exc)
         messages = ctx.new_messages if ctx is not None else None
         end_attempt(run, step, attempt, worker, workflow, step_def, exc, messages=messages)
         return done
