@@ -213,6 +213,9 @@ AGENTOPS_POLL_SECONDS = env_number("AGENTOPS_POLL_SECONDS", 0.5, minimum=0.01)
 # PostgreSQL, the connection pool those slots share (runs/engine/execution/slots.py).
 AGENTOPS_WORKER_CONCURRENCY = int(env_number("AGENTOPS_WORKER_CONCURRENCY", 1, minimum=1))
 AGENTOPS_WORKER_POOL_SIZE = int(env_number("AGENTOPS_WORKER_POOL_SIZE", 4, minimum=1))
+# The newest bytes of each attempt's captured log (logging records, stdout, stderr) kept
+# with the attempt (runs/engine/execution/attempt_logs.py).
+AGENTOPS_ATTEMPT_LOG_BYTES = int(env_number("AGENTOPS_ATTEMPT_LOG_BYTES", 65536, minimum=1024))
 AGENTOPS_SWEEP_SECONDS = env_number("AGENTOPS_SWEEP_SECONDS", 5, minimum=0.1)
 AGENTOPS_RENOTIFY_SECONDS = env_number("AGENTOPS_RENOTIFY_SECONDS", 15, minimum=0.1)
 AGENTOPS_SWEEP_BATCH = int(env_number("AGENTOPS_SWEEP_BATCH", 200, minimum=1))
@@ -226,6 +229,9 @@ AGENTOPS_SCHEDULE_GRACE_SECONDS = env_number("AGENTOPS_SCHEDULE_GRACE_SECONDS", 
 # tolerance (seconds).
 AGENTOPS_SIGNAL_HOOKS = signal_hooks(env_json("AGENTOPS_SIGNAL_HOOKS", {}))
 AGENTOPS_HOOK_TOLERANCE_SECONDS = env_number("AGENTOPS_HOOK_TOLERANCE_SECONDS", 300, minimum=1)
+# An operator's "check the outside world now" waits at most this long (seconds) on a
+# tool's verify hook (its own timeout when shorter): no step deadline bounds it.
+AGENTOPS_VERIFY_SECONDS = env_number("AGENTOPS_VERIFY_SECONDS", 30, minimum=0.1)
 # Worker liveness (runs/engine/execution/liveness.py): workers learn that a step's owner
 # died from a PostgreSQL session lock (or its pid on SQLite) and re-claim its step within
 # about AGENTOPS_LIVENESS_SECONDS instead of waiting for the lease. Off: the lease decides.

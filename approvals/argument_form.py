@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from approvals.plain_text import plain_text
 from runs.console.forms import InvalidInput, optional_json
 
 #: The field name prefix of one argument's input (``arg-amount``).
@@ -86,7 +87,9 @@ def fields_for(
                 kind=kind,
                 value=_shown(kind, values.get(name)),
                 required=name in required,
-                description=str(spec.get("description", "")) if isinstance(spec, dict) else "",
+                description=(
+                    plain_text(str(spec.get("description", ""))) if isinstance(spec, dict) else ""
+                ),
                 error=errors.get(f"arguments.{name}", ""),
                 changed=name in values and values.get(name) != asked.get(name),
                 options=["true", "false"] if kind == "boolean" else [],

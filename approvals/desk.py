@@ -5,6 +5,7 @@ for an explicit confirmation, as the engine's rule requires)."""
 from typing import Any
 
 from approvals.models import Takeover
+from runs.engine.control.rewind import resumable_names
 from runs.engine.effects.unknown_outcomes import contradicts, latest_verify_answers
 from runs.states import StepStatus
 
@@ -35,3 +36,18 @@ def attach_verify_answers(takeovers: list[Takeover]) -> None:
     for takeover in takeovers:
         step_id = takeover.step_id
         takeover.verify = answers.get(step_id) if step_id else None  # type: ignore[attr-defined]
+
+
+def entry_points(takeover: Takeover) -> list[str]:
+    """The checkpoint names an open ``takeover``'s run can resume from, in run order and
+    as a resume names them (``resumable_names``: a loop's ``after:think#7``); a
+    resolved takeover keeps the names stored when it opened."""
+    if takeover.status != Takeover.Status.OPEN:
+        return list(takeover.checkpoints)
+    return resumable_names(takeover.run)
+
+
+def attach_entry_points(takeovers: list[Takeover]) -> None:
+    """Give each takeover ``entry_points`` (``entry_points``), view-only."""
+    for takeover in takeovers:
+        takeover.entry_points = entry_points(takeover)  # type: ignore[attr-defined]

@@ -6,6 +6,7 @@ model receives instead of the tool result."""
 from typing import Any
 
 from approvals.models import Approval
+from approvals.plain_text import plain_text
 from runs.engine.control.lifecycle import ControlError
 from runs.models import Event
 from runs.workflows import registry
@@ -72,7 +73,8 @@ def tool_facts(approval) -> dict[str, Any]:
     """What the approver needs to know of the tool an agent asks to call:
     ``{"tool", "description", "schema", "arguments"}`` (the model's arguments). The
     description and schema come from the workflow's code, else from the evidence the
-    worker stored (the schema) or are empty (the description)."""
+    worker stored (the schema) or are empty (the description); the description is plain
+    text (``plain_text``: a docstring's inline markup removed, still to be escaped)."""
     evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
     tool = str(evidence.get("tool", ""))
     description, schema = "", evidence.get("schema")
@@ -83,7 +85,7 @@ def tool_facts(approval) -> dict[str, Any]:
     describe = getattr(workflow, "tool_description", None)
     code_schema = getattr(workflow, "tool_schema", None)
     if describe is not None and code_schema is not None:
-        description = describe(tool)
+        description = plain_text(describe(tool))
         schema = code_schema(tool) or schema
     return {
         "tool": tool,

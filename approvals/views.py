@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import reverse
 
 from approvals import argument_form
-from approvals.desk import attach_verify_answers
+from approvals.desk import attach_entry_points, attach_verify_answers
 from approvals.inbox import EditState, attach_cards
 from approvals.models import Approval, Takeover
 from approvals.services import claim_takeover, decide, resolve_takeover
@@ -215,6 +215,7 @@ def takeover_desk(request):
     )
     open_page = paginate(request, takeover_filter.qs)
     attach_verify_answers(list(open_page.object_list))
+    attach_entry_points(list(open_page.object_list))
     resolved = paginate(
         request,
         Takeover.objects.filter(status=Takeover.Status.RESOLVED)

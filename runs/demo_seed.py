@@ -3,6 +3,11 @@
 Builds a realistic mix of runs in every state, with their steps, attempts, events,
 messages, checkpoints, operations, artifacts, approvals and takeovers, as the engine would
 have left them, and writes everything with ``bulk_create`` (thousands of runs in seconds).
+Where a scenario ends with a move of the engine, that move is then made by the engine's
+own function on the written run: the unknown-version pause a worker makes
+(``versions.pause_unknown_version``), the budget pause of the attempt holding the step
+(``budget.pause_exhausted``) and an operator's cancel of a running step
+(``cancel.request_cancel``).
 Rows are consistent with the engine's rules: event seqs are gap-free per run, message seqs
 per thread, at most one open takeover per run, terminal runs have finished steps.
 
@@ -24,6 +29,9 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 
 from runs.console.roles import setup_roles
+from runs.engine.control import versions
+from runs.engine.control.cancel import request_cancel
+from runs.engine.effects.budget import BudgetExhausted, pause_exhausted
 from runs.engine.state.clock import db_now
 from runs.models import (
     Artifact,
@@ -37,6 +45,7 @@ from runs.models import (
     WorkerProcess,
 )
 from runs.states import RunStatus, StepStatus
+from runs.workflows.order_followup import PAYMENT_TIMEOUT_S
 
 #: Demo users, one per role: ``{username: (role, password)}``.
 DEMO_USERS = {
@@ -56,12 +65,20 @@ WORKFLOW_STEPS = {
         "publish",
     ],
     "dim_lights": ["read_lamp", "plan", "set_brightness", "reply"],
+    "order_followup": ["ask_payment", "await_payment", "schedule_followup", "reply"],
 }
+#: The workflows drawn for a run whose scenario names none.
+DRAWN_WORKFLOWS = ["room_temperature", "weekly_report", "dim_lights"]
 GOALS = {
     "room_temperature": "How warm is the living room?",
     "weekly_report": "Weekly report for 2026-W40",
     "dim_lights": "lower the brightness by 10%",
+    "order_followup": "Follow up on the order once it is paid",
 }
+#: What a seeded ``waiting_external`` run waits for, and a payload that continues it:
+#: ``runs signal RUN payment --payload '{"amount": 42.5}'`` (or the console's API).
+DEMO_SIGNAL = "payment"
+DEMO_SIGNAL_PAYLOAD = {"amount": 42.5}
 #: The week of seeded weekly reports: not the tutorials' 2026-W48, so a seeded run that
 #: a worker continues never holds the slot a tutorial run reserves.
 DEMO_WEEK = "2026-W40"
@@ -104,8 +121,11 @@ class SeedReport:
     scenarios: dict[str, list] = field(default_factory=dict)
 
 
-def _input(workflow: str, goal: str) -> dict:
+def _input(workflow: str, goal: str, index: int) -> dict:
     """The run input the real workflow requires (``Workflow.input_fields``)."""
+    if workflow == "order_followup":
+        # No sleep after the payment: a delivered signal takes the run to its reply.
+        return {"order": f"order-{index}", "delay_s": 0}
     if workflow == "weekly_report":
         return {"week": DEMO_WEEK}
     if workflow == "dim_lights":
@@ -263,11 +283,13 @@ class Seeder:
                 )
                 builders.append(self._build(scenario, index, self.rng.choice(owners)))
             self._write(builders)
+            for builder in builders:
+                self._engine_moves(builder)
         report.runs = len(builders)
         for builder in builders:
             report.scenarios.setdefault(builder.scenario, []).append(builder.run.pk)
             report.by_status[builder.run.status] = report.by_status.get(builder.run.status, 0) + 1
-        report.events = len(self.rows["events"])
+        report.events = sum(b.run.event_seq for b in builders)
         return report
 
     # -- users ----------------------------------------------------------------------
@@ -292,12 +314,13 @@ class Seeder:
             "unknown": "dim_lights",
             "long_history": "room_temperature",
             "looping": "room_temperature",
-        }.get(scenario, rng.choice(list(WORKFLOW_STEPS)))
+            "waiting_external": "order_followup",
+        }.get(scenario, rng.choice(DRAWN_WORKFLOWS))
         if scenario in SELF_CONTINUING and workflow == "dim_lights":
             workflow = "room_temperature"
         names = WORKFLOW_STEPS[workflow]
         age, pace = timedelta(minutes=rng.uniform(60, 3 * 24 * 60)), 1.0
-        if scenario in ("running", "pending", "cancel_requested", "looping"):
+        if scenario in ("running", "pending", "cancel_requested", "looping", "waiting_external"):
             # At most ~40 events of at most 8 s * pace each: they end before now.
             age, pace = timedelta(seconds=rng.uniform(90, 300)), 0.2
         created = self.now - age
@@ -311,7 +334,7 @@ class Seeder:
             workflow=workflow,
             workflow_version=99 if scenario == "version" else 1,
             status=RunStatus.PENDING,
-            input=_input(workflow, goal),
+            input=_input(workflow, goal, index),
             goal=goal,
             budget={"model_calls": 10, "tool_calls": 5, "cost_usd": "0.50"},
             created_at=created,
@@ -333,6 +356,8 @@ class Seeder:
             stop_at = names.index("approve_publication")
         if scenario == "unknown":
             stop_at = names.index("set_brightness")
+        if scenario == "waiting_external":
+            stop_at = names.index("await_payment")
         if scenario in ("pending", "version"):
             stop_at = 0
         worker = rng.choice(self.workers)
@@ -436,6 +461,11 @@ class Seeder:
                 text += " The page said: " + HOSTILE[0] + HOSTILE[1]
             messages.append(("assistant", text, [], ""))
             return {"answer": text, "message_id": f"msg_{run.pk.hex[:8]}_{len(messages)}"}
+        if run.workflow == "order_followup":
+            # ask_payment, the only step of an order a seeded run has finished.
+            order = run.input["order"]
+            messages.append(("assistant", f"Order {order}: waiting for the payment.", [], ""))
+            return {"order": order}
         if run.workflow == "dim_lights":
             if name == "read_lamp":
                 calls = [{"id": call_id, "name": "lamp.get_brightness", "arguments": {}}]
@@ -586,20 +616,7 @@ class Seeder:
         if scenario in ("pending", "version"):
             i = b.step(names[0], generation=1)
             b.event("step.scheduled", {"name": names[0], "seq": 1}, step_index=i, actor="api")
-            if scenario == "version":
-                b.steps[i].status = StepStatus.PENDING
-                transition(
-                    RunStatus.PAUSED,
-                    reason=f"this code has no workflow {run.workflow}@{run.workflow_version}",
-                    cause="unknown_workflow_version",
-                )
-                self._takeover(
-                    b,
-                    i,
-                    "unknown_workflow_version",
-                    f"this code has no workflow {run.workflow}@{run.workflow_version}",
-                    "Deploy code that registers this version, then resolve the takeover.",
-                )
+            # A "version" run is paused by the engine's own opener once written (seed).
             return
         i = b.step(name, generation=1)
         step = b.steps[i]
@@ -611,16 +628,26 @@ class Seeder:
             step.status = StepStatus.RUNNING
             step.lease_until = self.now + timedelta(seconds=rng.uniform(5, 30))
             step.heartbeat_at = self.now
-            if scenario == "cancel_requested":
-                run.cancel_requested_at = b.tick()
-                transition(
-                    RunStatus.CANCEL_REQUESTED,
-                    actor="user:operator",
-                    reason="customer withdrew the request",
+            # A cancel_requested run's cancel is asked through the engine once written.
+            if scenario == "waiting_external":
+                # As commit_signal_wait leaves it: the step waits for the signal with its
+                # lease released, the run WAITING_EXTERNAL until the wait's deadline.
+                b.event(
+                    "step.waiting",
+                    {
+                        "attempt": 1,
+                        "waiting_for": "signal",
+                        "signal": DEMO_SIGNAL,
+                        "timeout_s": PAYMENT_TIMEOUT_S,
+                    },
+                    step_index=i,
+                    actor=worker,
                 )
-            elif scenario == "waiting_external":
-                step.status, step.lease_until = StepStatus.WAITING, None
-                transition(RunStatus.WAITING_EXTERNAL, reason="waiting for the publisher callback")
+                step.status, step.owner = StepStatus.WAITING, ""
+                step.lease_until, step.heartbeat_at = None, None
+                step.signal_name = DEMO_SIGNAL
+                step.wait_until = b.clock + timedelta(seconds=PAYMENT_TIMEOUT_S)
+                transition(RunStatus.WAITING_EXTERNAL, reason=f"waiting for signal {DEMO_SIGNAL}")
         elif scenario in ("stuck", "lease_expired"):
             step.status = StepStatus.RUNNING
             step.lease_until = b.clock + timedelta(seconds=30)
@@ -673,32 +700,11 @@ class Seeder:
                 "Check the lamp, then resolve done or not done.",
             )
         elif scenario == "budget":
-            # As budget.pause_exhausted leaves it: the call that would pass the limit was
-            # not made, the step is PENDING again and raising the budget dispatches it.
-            detail = "tool_calls limit 5 reached (used 5)"
-            b.event(
-                "step.budget_exhausted",
-                {"attempt": 1, "limit": "tool_calls", "detail": detail},
-                step_index=i,
-                actor=worker,
-            )
-            step.status, step.error_code, step.error_detail = (
-                StepStatus.PENDING,
-                "BUDGET_EXHAUSTED",
-                detail,
-            )
-            step.owner, step.not_before = "", b.clock
-            transition(
-                RunStatus.PAUSED, reason=f"budget exhausted: {detail}", cause="budget_exhausted"
-            )
-            self._takeover(
-                b,
-                i,
-                "budget_exhausted",
-                f"budget exhausted: {detail}",
-                f"Raise the budget: runs budget {run.pk} --add-tool-calls N "
-                "(the run then resumes).",
-            )
+            # Its attempt holds the step until the engine pauses it (seed): the call
+            # that would pass the limit is not made, the step goes PENDING again.
+            step.status, step.owner = StepStatus.RUNNING, worker
+            step.lease_until = self.now + timedelta(minutes=10)
+            step.heartbeat_at = b.clock
         elif scenario in ("failed", "retries_exhausted"):
             code = "DEPENDENCY_UNAVAILABLE"
             attempts = 3
@@ -758,6 +764,25 @@ class Seeder:
             step.status, step.finished_at, step.owner = StepStatus.CANCELLED, b.clock, ""
             transition(RunStatus.CANCELLED)
             run.finished_at = b.clock
+
+    def _engine_moves(self, b: _RunBuilder) -> None:
+        """The last move of a written run, made by the engine's own function where the
+        scenario ends with one: the unknown-version pause a worker makes on reaching a
+        version this code lacks, the budget pause of the attempt holding the step, an
+        operator's cancel of a running step."""
+        run, step = b.run, (b.steps[-1] if b.steps else None)
+        if b.scenario == "version" and step is not None:
+            versions.pause_unknown_version(run, step, self.workers[0])
+        elif b.scenario == "budget" and step is not None:
+            exhausted = BudgetExhausted("tool_calls", "tool_calls limit 5 reached (used 5)")
+            pause_exhausted(run, step, step.attempt, step.owner, exhausted)
+        elif b.scenario == "cancel_requested":
+            request_cancel(run, actor="user:operator", reason="customer withdrew the request")
+        else:
+            return
+        run.refresh_from_db(
+            fields=["status", "version", "event_seq", "updated_at", "cancel_requested_at"]
+        )
 
     def _approval(self, b: _RunBuilder, i: int) -> None:
         from approvals.models import Approval

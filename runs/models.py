@@ -240,6 +240,29 @@ class Step(models.Model):
         return f"{self.name}#{self.seq} ({self.status}, attempt {self.attempt})"
 
 
+class AttemptLog(models.Model):
+    """What one attempt of a step wrote while its code ran: its ``logging`` records and
+    its stdout/stderr, the newest ``AGENTOPS_ATTEMPT_LOG_BYTES`` bytes of it (UTF-8) in
+    ``text``; ``truncated`` when older output was cut and ``total_bytes`` how much was
+    written in all. Untrusted text: agent and tool output."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempt_logs")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="attempt_logs")
+    attempt = models.PositiveIntegerField()
+    text = models.TextField(blank=True, default="")
+    truncated = models.BooleanField(default=False)
+    total_bytes = models.PositiveBigIntegerField(default=0)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["step", "attempt"], name="attempt_log_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"log of step {self.step_id} attempt {self.attempt} ({self.total_bytes} bytes)"
+
+
 class Message(models.Model):
     """A structured chat record of a thread, in ``seq`` order.
 

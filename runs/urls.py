@@ -5,6 +5,7 @@ from django.urls import path
 from approvals import views as approval_views
 from runs.views import (
     actions,
+    attempt_log,
     audit,
     overview,
     replay,
@@ -30,6 +31,11 @@ urlpatterns = [
     path("runs/<uuid:run_id>/", run_detail.run_detail, name="run"),
     path("runs/<uuid:run_id>/events/", run_detail.run_events, name="run_events"),
     path("runs/<uuid:run_id>/stream/", run_stream.run_stream, name="run_stream"),
+    path(
+        "runs/<uuid:run_id>/steps/<int:step_id>/attempts/<int:attempt>/log/",
+        attempt_log.attempt_log,
+        name="attempt_log",
+    ),
     path("runs/<uuid:run_id>/values/<str:kind>/<int:pk>/", values.full_value, name="value"),
     path("runs/<uuid:run_id>/cancel/", actions.cancel, name="cancel"),
     path("runs/<uuid:run_id>/redispatch/", actions.redispatch, name="redispatch"),

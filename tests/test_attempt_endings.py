@@ -9,12 +9,14 @@ import io
 import sys
 
 import pytest
+from django.db import OperationalError
 from django.db.models.functions import Now
 
 import tests.workflows.faulty  # noqa: F401 - registers the workflow
 from approvals.models import Takeover
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import executor
+from runs.engine.state import checkpoints, one_claim
 from runs.models import Event, Message, Run, Step, Summary
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
@@ -37,6 +39,18 @@ def done(ctx):
 
 
 registry.register(asks_oddly)
+
+exits = Workflow("exits", version=1, input_fields={"case": str})
+
+
+@exits.step()
+def leave(ctx):
+    if ctx.input["case"] == "interrupt":
+        raise KeyboardInterrupt
+    sys.exit(3)
+
+
+registry.register(exits)
 
 
 def _types(run: Run) -> list[str]:
@@ -107,3 +121,43 @@ def test_a_stdout_that_went_away_does_not_fail_the_step(worker, monkeypatch):
     executor.run_chain(_produce(run).pk, worker)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    ("case", "detail"), [("exit", "sys.exit(3)"), ("interrupt", "KeyboardInterrupt")]
+)
+def test_a_steps_sys_exit_fails_the_attempt_not_the_worker(worker, case, detail):
+    run = start_run("exits", thread_id="t-exit", input={"case": case})
+    step = Step.objects.get(run=run, name="leave")
+    # Raised out of the executor, either would end this test (a worker's process, or
+    # the slot thread running it).
+    assert executor.execute_step(step.pk, worker).claimed
+    step.refresh_from_db()
+    assert (step.status, step.attempt, step.error_code) == (
+        StepStatus.FAILED,
+        1,
+        executor.STEP_EXITED,
+    )
+    assert detail in step.error_detail
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert _types(run).count("step.failed") == 1
+
+
+def test_a_checkpoint_read_that_loses_the_database_after_a_batch_claim_gives_the_step_back(
+    worker, monkeypatch
+):
+    run = start_run("faulty", thread_id="t-batch-fault", input={"case": "ok"})
+    [claimed] = one_claim.claim_due(worker.worker_id, 30, 5, known=registry.loaded_keys())
+    assert claimed.pk == _produce(run).pk
+
+    def lost(run):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(checkpoints, "latest", lost)
+    assert executor.execute_claimed(claimed, worker).claimed
+    step = _produce(run)
+    # Given back uncounted, at once, instead of left RUNNING until its lease expires.
+    assert (step.status, step.owner, step.attempt_base) == (StepStatus.PENDING, "", 1)
+    released = Event.objects.get(run=run, type="step.released")
+    assert released.payload["reason"] == "database fault"

@@ -15,7 +15,10 @@ from django.core.files.storage import FileSystemStorage
 import tests.workflows.faulty as faulty
 import tests.workflows.streaming  # noqa: F401 - registers streamed_reply
 from runs.engine.control.lifecycle import start_run
+from runs.engine.effects import calls
 from runs.engine.effects.compensation import compensate_run
+from runs.engine.effects.retry import RetryPolicy
+from runs.engine.effects.unknown_outcomes import verify_now
 from runs.engine.errors import StepError
 from runs.engine.execution import executor
 from runs.models import Artifact, Event, Operation, Step
@@ -73,6 +76,71 @@ def test_a_streamed_reply_that_stalls_ends_the_attempt_at_the_steps_timeout(work
             hold.set()
     _timed_out_once(run)
     assert server.count == 1
+
+
+def _no_outside_call_running() -> bool:
+    return not any(t.name == calls.THREAD_NAME for t in threading.enumerate())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_abandoned_stream_is_closed_by_the_model_client(worker, settings):
+    """The step's timeout goes to the HTTP client as the request's: the request the
+    step gave up on does not run on for the SDK's own 600 s."""
+    _import_the_model_client()
+    hold = threading.Event()
+    answer = {"content": STALLED_REPLY, "hold": hold, "hold_after": 2}
+    with ModelServer(lambda body: answer) as server:
+        settings.OPENAI_BASE_URL = server.base_url
+        settings.OPENAI_API_KEY = "unused"
+        run = start_run(
+            "streamed_reply",
+            thread_id="t-stall-closed",
+            input={"question": "How warm is it?", "model": "openai:test-model"},
+        )
+        try:
+            executor.execute_step(Step.objects.get(run=run).pk, worker)
+            wait_until(_no_outside_call_running, timeout=60, what="the abandoned stream ended")
+            assert not hold.is_set()
+        finally:
+            hold.set()
+    _timed_out_once(run)
+
+
+asks_once = Workflow(
+    "asks_once", version=1, input_fields={"question": str}, message_field="question"
+)
+
+
+@asks_once.step(timeout=2, retry=RetryPolicy(max_attempts=2, initial_delay=30, max_delay=30))
+def ask(ctx):
+    return {"answer": ctx.call_model(ctx.messages(), model=ctx.input.get("model")).content}
+
+
+registry.register(asks_once)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_abandoned_model_request_is_closed_by_the_model_client(worker, settings):
+    _import_the_model_client()
+    hold = threading.Event()
+    with ModelServer(lambda body: {"content": "late", "hold": hold}) as server:
+        settings.OPENAI_BASE_URL = server.base_url
+        settings.OPENAI_API_KEY = "unused"
+        run = start_run(
+            "asks_once",
+            thread_id="t-request-closed",
+            input={"question": "How warm is it?", "model": "openai:test-model"},
+        )
+        try:
+            executor.execute_step(Step.objects.get(run=run).pk, worker)
+            step = Step.objects.get(run=run)
+            assert (step.status, step.error_code) == (StepStatus.PENDING, "TIMEOUT")
+            wait_until(_no_outside_call_running, timeout=60, what="the abandoned request ended")
+            assert not hold.is_set()
+        finally:
+            hold.set()
+    [op] = Operation.objects.filter(run=run, side_effect="model")
+    assert op.status == "FAILED" and op.result["error_code"] == "TIMEOUT"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -180,6 +248,66 @@ def test_a_verify_hook_that_hangs_is_cannot_tell_at_the_timeout(worker):
         assert run.status == "PAUSED" and step.status == StepStatus.UNKNOWN
         evidence = Event.objects.get(run=run, type="operation.verified").payload["evidence"]
         assert "verify call exceeded its timeout of 1" in evidence
+    finally:
+        faulty.VERIFY_RELEASE.set()
+
+
+#: A post on a step with a 1 s timeout, through a tool without a timeout of its own
+#: whose verify hangs (until ``faulty.VERIFY_RELEASE``, at most a minute).
+post_unbounded = Tool(
+    "test.post_unbounded",
+    faulty._post,
+    side_effect="unsafe",
+    verify=faulty._verify_hanging,
+)
+verifies_slowly = Workflow("verifies_slowly", version=1, input_fields={"text": str})
+
+
+@verifies_slowly.step(timeout=1)
+def post(ctx):
+    return ctx.call_tool(post_unbounded, {"text": ctx.input["text"]})
+
+
+registry.register(verifies_slowly)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_verify_after_a_failed_send_is_held_to_the_steps_timeout(worker):
+    """A tool without a timeout of its own: the verify asked after its call failed is
+    held to the step's timeout, as the call was."""
+    faulty.VERIFY_RELEASE.clear()
+    try:
+        run = start_run("verifies_slowly", thread_id="t-step-verify", input={"text": "hello"})
+        step = Step.objects.get(run=run, name="post")
+        executor.execute_step(step.pk, worker)
+        step.refresh_from_db()
+        run.refresh_from_db()
+        assert run.status == "PAUSED" and step.status == StepStatus.UNKNOWN
+        [verified] = Event.objects.filter(run=run, type="operation.verified")
+        assert "verify call exceeded its timeout of 1" in verified.payload["evidence"]
+        assert "HTTP 500" in verified.payload["after"]
+    finally:
+        faulty.VERIFY_RELEASE.set()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_operators_verify_is_held_to_the_verify_setting(worker, settings):
+    """An operator's check has no step deadline: ``AGENTOPS_VERIFY_SECONDS`` bounds it."""
+    faulty.VERIFY_RELEASE.clear()
+    try:
+        run = start_run("verifies_slowly", thread_id="t-operator-verify", input={"text": "hi"})
+        step = Step.objects.get(run=run, name="post")
+        executor.execute_step(step.pk, worker)
+        step.refresh_from_db()
+        assert step.status == StepStatus.UNKNOWN
+        settings.AGENTOPS_VERIFY_SECONDS = 1
+        answer = verify_now(step, actor="user:bob")
+        assert answer.status == "cannot_tell"
+        assert "exceeded its timeout of 1" in answer.evidence
+        asked = Event.objects.filter(run=run, type="operation.verified").order_by("seq")
+        assert [e.payload.get("requested_by") for e in asked] == [None, "user:bob"]
+        step.refresh_from_db()
+        assert step.status == StepStatus.UNKNOWN
     finally:
         faulty.VERIFY_RELEASE.set()
 

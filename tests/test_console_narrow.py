@@ -8,7 +8,13 @@ from django.urls import reverse
 
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.support.browser import *  # noqa: F403 - fixtures (browser, open_as)
-from tests.support.browser import WIDTHS, axe_violations, horizontal_overflow, save_screenshot
+from tests.support.browser import (
+    PATIENCE_MS,
+    WIDTHS,
+    axe_violations,
+    horizontal_overflow,
+    save_screenshot,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,6 +35,12 @@ def test_every_console_page_fits_the_width_and_is_clean_under_axe(open_as, demo,
         "takeovers": reverse("console:takeovers"),
         "workers": reverse("console:workers"),
         "audit": reverse("console:audit"),
+        "storage": reverse("console:overview_storage"),
+        "schedules": reverse("console:schedules"),
+        "tokens": reverse("apitokens:tokens"),
+        "resume": reverse("console:resume_preview", args=[demo["budget"].pk]) + "?checkpoint=start",
+        "replay": reverse("console:replay", args=[demo["failed"].pk]),
+        "replay-bulk": reverse("console:bulk_replay") + "?status=FAILED",
     }
     wide, violations = {}, {}
     for name, url in pages.items():
@@ -42,3 +54,18 @@ def test_every_console_page_fits_the_width_and_is_clean_under_axe(open_as, demo,
             violations[name] = found
     assert wide == {}, f"pages wider than {width} px: {wide}"
     assert violations == {}, violations
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_login_page_fits_the_width_and_is_clean_under_axe(browser, live_server, width):
+    context = browser.new_context(viewport={"width": width, "height": 1000})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(PATIENCE_MS)
+        assert page.goto(live_server.url + reverse("login")).status == 200
+        save_screenshot(page, f"console-login-{width}")
+        overflow = horizontal_overflow(page)
+        assert overflow["excess"] <= 0, overflow
+        assert axe_violations(page) == []
+    finally:
+        context.close()

@@ -309,3 +309,9 @@ def test_each_sqlstate_of_an_outage_is_classified_and_no_other(sqlstate, kind):
     disk) are classified by their SQLSTATE the same way."""
     error = psycopg.errors.lookup(sqlstate)("from the server")
     assert db_faults.classify(error) == kind
+
+
+def test_djangos_connection_already_closed_is_a_lost_connection():
+    from django.db import InterfaceError
+
+    assert db_faults.classify(InterfaceError("connection already closed")) == db_faults.LOST

@@ -16,6 +16,7 @@ from runs.console.roles import setup_roles
 from runs.drills.soak import stranded_runs
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.waits import deliver_signal, waiting_step
 from runs.engine.effects.budget import raise_budget
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution.sweeper import sweep_once
@@ -161,6 +162,14 @@ def test_every_open_seeded_run_goes_on_by_a_worker_or_the_action_offered_for_it(
     for approval in Approval.objects.filter(status=Approval.Status.PENDING):
         assert decide(approval, decision="approve", user=approver).status == "APPROVED"
         assert stranded_runs(all_runs) == []
+    waiting = list(Run.objects.filter(status=RunStatus.WAITING_EXTERNAL))
+    assert waiting
+    for run in waiting:
+        delivery = deliver_signal(
+            run.pk, demo_seed.DEMO_SIGNAL, demo_seed.DEMO_SIGNAL_PAYLOAD, actor="cli"
+        )
+        assert delivery.consumed and not delivery.duplicate
+        assert stranded_runs(all_runs) == []
     _drain()
     assert stranded_runs(all_runs) == []
     assert _broken_steps() == []
@@ -170,5 +179,49 @@ def test_every_open_seeded_run_goes_on_by_a_worker_or_the_action_offered_for_it(
         RunStatus.WAITING_APPROVAL,
     }
     left = set(Run.objects.exclude(status__in=RUN_TERMINAL).values_list("status", flat=True))
-    # Only what needs a person: a version this code lacks, a callback, a new approval.
-    assert left <= {RunStatus.PAUSED, RunStatus.WAITING_EXTERNAL, RunStatus.WAITING_APPROVAL}, left
+    # Paid, every waiting order went on to its reply.
+    assert {r.status for r in Run.objects.filter(pk__in=[r.pk for r in waiting])} == {
+        RunStatus.SUCCEEDED
+    }
+    # Only what needs a person: a version this code lacks, a new approval.
+    assert left <= {RunStatus.PAUSED, RunStatus.WAITING_APPROVAL}, left
+
+
+def test_seeded_waiting_external_runs_wait_for_a_real_signal_until_a_deadline_ahead():
+    _seed()
+    waiting = list(Run.objects.filter(status=RunStatus.WAITING_EXTERNAL))
+    assert waiting
+    now = db_now()
+    for run in waiting:
+        step = waiting_step(run.pk, 1, demo_seed.DEMO_SIGNAL)
+        assert step is not None and step.name == "await_payment"
+        assert step.lease_until is None and step.owner == ""
+        # Not yet past its deadline, so the sweeper leaves it waiting.
+        assert step.wait_until is not None and step.wait_until > now
+        assert run.current_step_id == step.pk
+    sweep_once("test-sweeper", force=True)
+    assert set(
+        Run.objects.filter(pk__in=[r.pk for r in waiting]).values_list("status", flat=True)
+    ) == {RunStatus.WAITING_EXTERNAL}
+
+
+def test_seeded_unknown_version_runs_are_paused_as_a_worker_pauses_them():
+    _seed()
+    takeovers = list(
+        Takeover.objects.filter(cause="unknown_workflow_version").select_related("run")
+    )
+    assert takeovers
+    for takeover in takeovers:
+        run = takeover.run
+        assert run.status == RunStatus.PAUSED and run.started_at is None
+        assert takeover.reason == f"this code has no workflow {run.workflow}@99"
+        assert takeover.evidence["version"] == 99 and takeover.evidence["step"]
+        assert "resume" in takeover.suggested_action
+        types = list(Event.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
+        assert types == ["run.created", "step.scheduled", "run.paused", "takeover.opened"]
+        assert run.event_seq == len(types)
+    _drain()
+    # A worker leaves them as they are: one takeover each, still waiting for a deploy.
+    for takeover in takeovers:
+        assert Takeover.objects.filter(run=takeover.run).count() == 1
+        assert Run.objects.get(pk=takeover.run.pk).status == RunStatus.PAUSED

@@ -61,7 +61,9 @@ def test_an_approver_edits_the_refund_in_the_form_confirms_the_diff_and_the_run_
     text = card.inner_text()
     assert "arrived broken" in text  # the customer's words, from the conversation
     assert "lookup_order" in text  # the call the model made before
-    assert "USD (more than 0) of order" in text  # the tool's own description
+    # The tool's own description, its docstring's markup removed (``amount`` -> amount).
+    assert "Refund amount USD (more than 0) of order order_id to the customer." in text
+    assert "``" not in text
     amount = card.get_by_label(re.compile(r"^amount"))
     assert amount.input_value() == "42.0"
     _check_page(page, "inbox")

@@ -59,7 +59,7 @@ def test_an_operator_resumes_with_an_input_patch_in_one_step_from_the_desk(open_
     assert card.locator("form.decision-form").count() == 4  # one small form per decision
     _check_page(page, "takeovers")
 
-    card.get_by_role("link", name=re.compile("Resume from a checkpoint with changed input")).click()
+    card.get_by_role("link", name=re.compile("Resume with an input patch")).click()
     page.locator("#resume-plan h2").wait_for()
     page.get_by_label(re.compile("Checkpoint")).select_option("start")
     page.locator("#resume-plan", has_text="Resuming from start").wait_for()

@@ -79,3 +79,30 @@ def test_a_resolution_that_agrees_with_the_verify_answer_needs_no_confirmation(a
     )  # fmt: skip
     [resolved] = Event.objects.filter(run=run, type="unknown.resolved")
     assert "against_verify" not in resolved.payload
+
+
+def test_the_run_page_retry_offers_the_confirmation_after_a_done_answer(clients, settings):
+    run = unknown_outcome_run(settings)
+    step = Step.objects.get(run=run, status="UNKNOWN")
+    with devices.lamp.locked() as lamp:
+        lamp["state"]["unreadable"] = False
+    assert verify_now(step, actor="user:bob").status == "done"
+
+    page = clients["bob"].get(reverse("console:run", args=[run.pk])).content.decode()
+    retry_form = page[page.index('class="action retry-form"') :]
+    retry_form = retry_form[: retry_form.index("</form>")]
+    assert "answered <strong>done</strong>" in retry_form
+    assert 'name="against_verify"' in retry_form
+
+    url = reverse("console:retry", args=[run.pk])
+    refused = clients["bob"].post(url, {"run_version": form_version(run), "reason": "retry it"})
+    assert refused.status_code == 409 and "contradicts_verify" in refused.content.decode()
+    assert Step.objects.get(pk=step.pk).status == "UNKNOWN"
+
+    confirmed = clients["bob"].post(
+        url, {"run_version": form_version(run), "reason": "retry it", "against_verify": "on"}
+    )
+    assert confirmed.status_code == 302
+    [resolved] = Event.objects.filter(run=run, type="unknown.resolved")
+    assert resolved.payload["against_verify"]["answer"] == "done"
+    assert resolved.payload["outcome"] == "not-done"

@@ -28,7 +28,7 @@ from pydantic_core import to_jsonable_python
 from runs.agents import outcomes
 from runs.agents.bridge import Bridge
 from runs.agents.errors import classify
-from runs.agents.providers import reply_from_response
+from runs.agents.providers import reply_from_response, request_settings
 from runs.engine.effects import ledger, model_calls
 from runs.engine.effects.budget import BudgetExhausted
 from runs.engine.effects.retry import RetryPolicy
@@ -81,7 +81,9 @@ class LedgerModel(WrapperModel):
         async def ask_model() -> Any:
             try:
                 response = await self.wrapped.request(
-                    messages, model_settings, model_request_parameters
+                    messages,
+                    request_settings(run.ctx.step_def.timeout, model_settings),
+                    model_request_parameters,
                 )
             except Exception as exc:  # noqa: BLE001 - every provider failure gets a code
                 raise classify(exc) from exc

@@ -42,7 +42,9 @@ class SimProvider:
     name = "sim"
     cost_per_call_usd = sim_model.COST_PER_CALL_USD
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[Any]) -> ModelReply:
+    def complete(
+        self, messages: list[dict[str, Any]], tools: list[Any], *, timeout: float | None = None
+    ) -> ModelReply:
         names = [getattr(t, "name", t) for t in tools]
         reply = sim_model.complete(messages, names)
         return ModelReply(
@@ -52,7 +54,9 @@ class SimProvider:
             model="sim",
         )
 
-    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ModelReply]:
+    def stream(
+        self, messages: list[dict[str, Any]], *, timeout: float | None = None
+    ) -> Iterator[str | ModelReply]:
         content = ""
         for piece in sim_model.stream(messages):
             content += piece
@@ -158,10 +162,15 @@ class PydanticAIProvider:
         except (UserError, ImportError, ValueError) as exc:
             raise ImproperlyConfigured(f"{self.setting}={self.name!r}: {exc}") from exc
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[Any]) -> ModelReply:
-        return aio.run(self._complete(messages, tools))
+    def complete(
+        self, messages: list[dict[str, Any]], tools: list[Any], *, timeout: float | None = None
+    ) -> ModelReply:
+        """One request; ``timeout`` (seconds) is the HTTP client's limit for it."""
+        return aio.run(self._complete(messages, tools, timeout))
 
-    async def _complete(self, messages: list[dict[str, Any]], tools: list[Any]) -> ModelReply:
+    async def _complete(
+        self, messages: list[dict[str, Any]], tools: list[Any], timeout: float | None
+    ) -> ModelReply:
         from pydantic_ai.direct import model_request
         from pydantic_ai.models import ModelRequestParameters
 
@@ -171,6 +180,7 @@ class PydanticAIProvider:
             response = await model_request(
                 model,
                 to_pydantic_messages(messages),
+                model_settings=request_settings(timeout),
                 model_request_parameters=ModelRequestParameters(function_tools=definitions),
             )
         except Exception as exc:  # noqa: BLE001 - every provider failure gets a code
@@ -179,11 +189,14 @@ class PydanticAIProvider:
             await aclose(model)
         return reply_from_response(response, names)
 
-    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ModelReply]:
+    def stream(
+        self, messages: list[dict[str, Any]], *, timeout: float | None = None
+    ) -> Iterator[str | ModelReply]:
         """Text pieces as the provider streams them, then the final reply. The stream is
-        read on the process's event loop, piece by piece as this thread asks for them."""
+        read on the process's event loop, piece by piece as this thread asks for them.
+        ``timeout`` (seconds) is the HTTP client's limit for the request."""
         model = self.model()
-        agen = self._stream(model, messages)
+        agen = self._stream(model, messages, timeout)
         try:
             while True:
                 try:
@@ -195,12 +208,14 @@ class PydanticAIProvider:
             aio.run(agen.aclose())
             aio.run(aclose(model))
 
-    async def _stream(self, model, messages: list[dict[str, Any]]):
+    async def _stream(self, model, messages: list[dict[str, Any]], timeout: float | None):
         from pydantic_ai.direct import model_request_stream
         from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
 
         try:
-            async with model_request_stream(model, to_pydantic_messages(messages)) as stream:
+            async with model_request_stream(
+                model, to_pydantic_messages(messages), model_settings=request_settings(timeout)
+            ) as stream:
                 async for event in stream:
                     if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
                         if event.part.content:
@@ -218,6 +233,16 @@ class PydanticAIProvider:
 
 async def _next(agen):
     return await agen.__anext__()
+
+
+def request_settings(timeout: float | None, base: Any = None) -> Any:
+    """Pydantic AI ``ModelSettings`` for one request: ``base`` (a mapping or ``None``)
+    with ``timeout`` (seconds) as the HTTP client's limit, per request, so a client
+    shared by many requests keeps its own default for the others. ``None`` for
+    ``timeout``: ``base`` unchanged."""
+    if timeout is None:
+        return base
+    return {**(base or {}), "timeout": float(timeout)}
 
 
 async def aclose(model) -> None:

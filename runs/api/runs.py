@@ -24,6 +24,7 @@ from runs.api.documents import (
 )
 from runs.api.errors import ApiError, error_responses, not_found
 from runs.api.schemas import (
+    AttemptLogOut,
     BudgetRaiseIn,
     CancelIn,
     CheckpointOut,
@@ -46,7 +47,7 @@ from runs.engine.control.rewind import list_checkpoints, plan_resume, resume_fro
 from runs.engine.effects.budget import raise_budget
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.state.clock import db_now
-from runs.models import Event, Message, Run, Step, Thread
+from runs.models import AttemptLog, Event, Message, Run, Step, Thread
 from runs.states import RunStatus
 
 router = Router(tags=["runs"])
@@ -318,6 +319,29 @@ def list_steps(
     return {
         "items": step_documents(run, steps),
         "next_after_seq": steps[-1].seq if len(steps) == limit else None,
+    }
+
+
+@router.get(
+    "/runs/{run_id}/steps/{step_id}/attempts/{attempt}/log",
+    response={200: AttemptLogOut, **ERRORS},
+    summary="What one attempt of a step logged and printed (its newest bytes)",
+)
+def attempt_log(request, run_id: UUID, step_id: int, attempt: int):
+    """The stored log of ``attempt`` of the step with id ``step_id`` (the ``id`` of the
+    run's step documents); 404 ``not_found`` when the run has no such step or the
+    attempt no stored log (still running, or its worker died)."""
+    run = access.get_run(request.user, run_id)
+    log = AttemptLog.objects.filter(run=run, step_id=step_id, attempt=attempt).first()
+    if log is None:
+        raise not_found("attempt log")
+    return {
+        "step_id": log.step_id,
+        "attempt": log.attempt,
+        "text": log.text,
+        "truncated": log.truncated,
+        "total_bytes": log.total_bytes,
+        "created_at": log.created_at,
     }
 
 

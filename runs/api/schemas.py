@@ -86,6 +86,15 @@ class StepOut(Schema):
     attempts: list[Attempt]
 
 
+class AttemptLogOut(Schema):
+    step_id: int
+    attempt: int
+    text: str = Field(description="the newest bytes the attempt logged and printed (UTF-8)")
+    truncated: bool = Field(description="older output was cut")
+    total_bytes: int = Field(description="bytes the attempt wrote in all")
+    created_at: datetime
+
+
 class Usage(Schema):
     model_calls: int
     tool_calls: int

@@ -8,6 +8,7 @@ from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404, render
 from django_htmx.http import HttpResponseClientRefresh
 
+from approvals.desk import verify_answers
 from approvals.tool_calls import mark_edited_calls
 from runs.console import artifacts as artifact_files
 from runs.console.access import DOWNLOAD_PERM, console_view, refusal, render_page
@@ -30,6 +31,27 @@ EVENTS_CHUNK = 50
 EVENTS_LIVE_LIMIT = 500
 #: Rows per page of each section of the run page (steps, messages, checkpoints, ...).
 SECTION_SIZE = 50
+
+
+def retryable_steps(run: Run) -> list[dict]:
+    """``[{"step", "verify"}]``: the failed and unknown steps of the run's generation in
+    run order, each with the latest verify answer a retry (the call runs again) would go
+    against, or ``None``; two queries whatever the count."""
+    steps = list(
+        Step.objects.filter(
+            run=run,
+            generation=run.generation,
+            status__in=(StepStatus.FAILED, StepStatus.UNKNOWN),
+        ).order_by("seq")
+    )
+    answers = verify_answers(steps)
+    return [
+        {
+            "step": s,
+            "verify": answers[s.pk] if answers.get(s.pk, {}).get("against_not_done") else None,
+        }
+        for s in steps
+    ]
 
 
 def _get_run(run_id) -> Run:
@@ -86,13 +108,7 @@ def live_context(run: Run, request) -> dict:
         "terminal": run.status in RUN_TERMINAL,
         "histories": step_histories(steps.rows, step_events),
         "steps_pager": steps,
-        "retryable_steps": list(
-            Step.objects.filter(
-                run=run,
-                generation=run.generation,
-                status__in=(StepStatus.FAILED, StepStatus.UNKNOWN),
-            ).order_by("seq")
-        ),
+        "retryable_steps": retryable_steps(run),
         "budget": budget_rows(run),
         "open_takeover": Takeover.objects.filter(run=run, status=Takeover.Status.OPEN).first(),
         "replays": list(run.replays.order_by("created_at").only("pk", "status")),

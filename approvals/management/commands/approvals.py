@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.management.base import CommandError
 
 from approvals import services
+from approvals.desk import entry_points
 from approvals.models import Approval, Takeover
 from approvals.tool_calls import edited_calls
 from runs.cli import arguments
@@ -278,7 +279,7 @@ def _takeover_row(t: Takeover) -> dict:
         "suggested_action": t.suggested_action,
         "evidence": t.evidence,
         "done": t.done_summary,
-        "checkpoints": t.checkpoints,
+        "checkpoints": entry_points(t),
         "resolution": t.resolution,
         "resolved_by": t.resolved_by,
     }

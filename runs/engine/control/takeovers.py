@@ -5,7 +5,7 @@ from django.apps import apps
 from django.db.models.functions import Now
 
 from runs.engine.state.gateway import RunTx
-from runs.models import Artifact, Checkpoint, Step
+from runs.models import Artifact, Step
 from runs.states import RunStatus, StepStatus
 
 
@@ -42,9 +42,9 @@ def open_takeover(
         {"id": a.pk, "name": a.name, "size": a.size, "checksum": a.checksum}
         for a in Artifact.objects.filter(run_id=run.pk).order_by("pk")
     ]
-    checkpoints = list(
-        Checkpoint.objects.filter(run_id=run.pk).order_by("pk").values_list("name", flat=True)
-    )
+    # The rule the resume preview offers: run order, named as a resume names them.
+    from runs.engine.control.rewind import resumable_names
+
     fields = {
         "step": step,
         "cause": cause,
@@ -53,7 +53,7 @@ def open_takeover(
         "failed_at": step.name if step else "",
         "suggested_action": suggested_action,
         "evidence": evidence or {},
-        "checkpoints": list(dict.fromkeys(checkpoints)),
+        "checkpoints": resumable_names(run),
     }
     takeover = Takeover.objects.filter(run_id=run.pk, status=Takeover.Status.OPEN).first()
     if takeover is None:

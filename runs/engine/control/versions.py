@@ -45,7 +45,7 @@ def workflow_for(run: Run, step: Step, worker_id: str) -> Workflow | None:
     target = migration_target(run.workflow, run.workflow_version)
     if target is not None and target.has(step.name):
         return _migrate(run, target, worker_id)
-    _pause_unknown_version(
+    pause_unknown_version(
         run,
         step,
         worker_id,
@@ -87,7 +87,10 @@ def _migrate(run: Run, target: Workflow, worker_id: str) -> Workflow | None:
     return target
 
 
-def _pause_unknown_version(run: Run, step: Step, worker_id: str, detail: str = "") -> None:
+def pause_unknown_version(run: Run, step: Step, worker_id: str, detail: str = "") -> None:
+    """Pause ``run`` (PENDING or RUNNING) with an ``unknown_workflow_version`` takeover at
+    ``step``, as the worker ``worker_id`` that reached it; ``detail`` is added to the
+    reason. Does nothing when the run is no longer executable."""
     known = sorted(wf.version for wf in registry.all_workflows() if wf.name == run.workflow)
     with run_transaction(run.pk) as tx:
         if tx.run.status not in RUN_EXECUTABLE:

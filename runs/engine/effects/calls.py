@@ -6,6 +6,7 @@ runs on in a daemon thread and, if it finishes later, ``on_late(result)`` record
 did (a fact about the outside world worth keeping).
 """
 
+import contextvars
 import queue
 import threading
 import time
@@ -59,7 +60,10 @@ def call_with_timeout(
             finally:
                 connection.close()
 
-    thread = threading.Thread(target=target, name=THREAD_NAME, daemon=True)
+    # The caller's context (its attempt's log) goes along to the thread.
+    thread = threading.Thread(
+        target=contextvars.copy_context().run, args=(target,), name=THREAD_NAME, daemon=True
+    )
     thread.start()
     finished.wait(timeout)
     with lock:
@@ -106,7 +110,10 @@ def iterate_with_timeout(source: Callable[[], Iterator[T]], timeout: float | Non
         finally:
             connection.close()
 
-    thread = threading.Thread(target=read, name=THREAD_NAME, daemon=True)
+    # The caller's context (its attempt's log) goes along to the thread.
+    thread = threading.Thread(
+        target=contextvars.copy_context().run, args=(read,), name=THREAD_NAME, daemon=True
+    )
     deadline = time.monotonic() + timeout
     thread.start()
     try:

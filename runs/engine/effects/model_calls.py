@@ -211,7 +211,7 @@ def call_model(ctx, messages: list[dict[str, Any]], tools: list | None, model: s
         ctx,
         model=model,
         summary={"messages": len(messages), "tools": [getattr(t, "name", t) for t in tools]},
-        ask=lambda provider: provider.complete(messages, tools),
+        ask=lambda provider: provider.complete(messages, tools, timeout=ctx.step_def.timeout),
         timeout=ctx.step_def.timeout,
     )
     return reply
@@ -234,7 +234,7 @@ def stream_model(
         content = ""
         final = None
         pieces: Iterator[str | ModelReply] = iterate_with_timeout(
-            lambda: provider.stream(messages), timeout
+            lambda: provider.stream(messages, timeout=timeout), timeout
         )
         for piece in pieces:
             if isinstance(piece, ModelReply):

@@ -64,14 +64,22 @@ class ModelProvider(Protocol):
 
     name: str
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[Any]) -> ModelReply:
+    def complete(
+        self, messages: list[dict[str, Any]], tools: list[Any], *, timeout: float | None = None
+    ) -> ModelReply:
         """Answer ``messages`` (``[{"role", "content", "tool_calls", "tool_call_id"}]``);
-        ``tools`` are ``runs.tools.Tool`` objects or tool names the model may call."""
+        ``tools`` are ``runs.tools.Tool`` objects or tool names the model may call.
+        ``timeout``: seconds the request may take (``None``: the client's default); a
+        provider that talks to a server gives it to its HTTP client, so a request the
+        engine abandoned does not run on."""
         ...
 
-    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ModelReply]:
+    def stream(
+        self, messages: list[dict[str, Any]], *, timeout: float | None = None
+    ) -> Iterator[str | ModelReply]:
         """Answer ``messages`` with text only: yield text pieces as they arrive (they join
-        to the whole reply), then the final ``ModelReply`` (with usage) last."""
+        to the whole reply), then the final ``ModelReply`` (with usage) last.
+        ``timeout`` as for ``complete``."""
         ...
 
 

@@ -11,6 +11,7 @@ more. ``verify_now`` asks the hook again, for an operator who fixed the device.
 import json
 from typing import Any
 
+from django.conf import settings
 from django.db.models.functions import Now
 
 from runs.engine.control.takeovers import open_takeover
@@ -79,13 +80,22 @@ def pause_unknown(run: Run, step: Step, attempt: int, actor: str, exc: OutcomeUn
     return True
 
 
+def operator_verify_timeout(tool) -> float:
+    """Seconds an operator's check (``verify_now``) may wait on ``tool``'s ``verify``: the
+    tool's own ``timeout`` when it is shorter, else ``AGENTOPS_VERIFY_SECONDS``. The
+    check runs in the operator's request, which no step deadline bounds."""
+    limit = float(settings.AGENTOPS_VERIFY_SECONDS)
+    return min(tool.timeout, limit) if tool.timeout else limit
+
+
 def verify_now(step: Step, *, actor: str) -> VerifyAnswer:
     """Ask the ``verify`` hook again about the step's unknown operation (for example
     after the operator brought the device back) and record the answer as an event.
 
-    Changes no status: the operator resolves with the answer as evidence. When the
-    call's own result arrived after the pause, the ledger knows: the answer is ``done``
-    with that result, without asking the hook. Raises ``ControlError``
+    Changes no status: the operator resolves with the answer as evidence. The hook may
+    take ``operator_verify_timeout`` seconds; past that the answer is ``cannot_tell``.
+    When the call's own result arrived after the pause, the ledger knows: the answer is
+    ``done`` with that result, without asking the hook. Raises ``ControlError``
     (``no_unknown_operation``) when the step has no operation it is unknown about.
     """
     from runs.engine.control.lifecycle import ControlError
@@ -118,6 +128,7 @@ def verify_now(step: Step, *, actor: str) -> VerifyAnswer:
                 attempt=op.attempt,
                 faults=dict(run.faults),
             ),
+            timeout=operator_verify_timeout(tool),
         )
     ledger.record_verified(op, answer, step_id=step.pk, actor=actor, requested_by=actor)
     return answer

@@ -13,6 +13,7 @@ this loop itself, which would wait for itself.
 
 import asyncio
 import concurrent.futures
+import contextvars
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -49,7 +50,16 @@ def submit(coro: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":
     if _on_loop(target):
         coro.close()
         raise RuntimeError("aio.submit called from its own event loop: await the coroutine")
-    return asyncio.run_coroutine_threadsafe(coro, target)
+    # The coroutine runs as a task of the loop's thread; it takes the caller's context
+    # along (its attempt's log among it), as a thread of the caller's own would.
+    return asyncio.run_coroutine_threadsafe(_in_context(coro, contextvars.copy_context()), target)
+
+
+async def _in_context(coro: Coroutine[Any, Any, T], context: contextvars.Context) -> T:
+    """Await ``coro`` with the values of ``context`` set in this task's own context."""
+    for var, value in context.items():
+        var.set(value)
+    return await coro
 
 
 def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:

@@ -4,7 +4,6 @@ one short transaction fenced by the attempt."""
 
 import logging
 import os
-import sys
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, NamedTuple
@@ -22,7 +21,7 @@ from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifa
 from runs.engine.effects import budget, compensation, unknown_outcomes
 from runs.engine.effects.retry import DEFAULT_RETRY
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError, StepUnknown
-from runs.engine.execution import dispatch, heartbeat
+from runs.engine.execution import attempt_logs, dispatch, heartbeat
 from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.step_context import StepContext
 from runs.engine.state import (
@@ -46,13 +45,18 @@ logger = logging.getLogger("agentops.executor")
 #: Exit code of an injected crash (``runs start --crash-before``), as in the demo.
 CRASH_EXIT_CODE = 75
 
+#: Error code of an attempt whose step's code raised ``SystemExit`` (``sys.exit()``) or
+#: ``KeyboardInterrupt``.
+STEP_EXITED = "STEP_EXITED"
+
 
 def say(line: str) -> None:
     """Progress line on the worker's stdout (``ENTER <step>``), flushed at once. Best
     effort: a stdout whose reader went away must not fail the step it announces."""
+    stdout = attempt_logs.real_stdout()
     try:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+        stdout.write(line + "\n")
+        stdout.flush()
     except (OSError, ValueError):
         pass
 
@@ -158,9 +162,8 @@ def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -
             return NOT_CLAIMED
         run, step = claim.run, claim.step
         if claim.outcome == one_claim.CLAIMED and run is not None and step is not None:
-            workflow = registry.get(run.workflow, run.workflow_version)
             checkpoint = (claim.checkpoint_id, claim.state or {})
-            return _run_attempt(run, step, step.attempt, workflow, checkpoint, worker, chain)
+            return _run_attempt(run, step, step.attempt, None, checkpoint, worker, chain)
     step = Step.objects.select_related("run").filter(pk=step_id).first()
     if step is None:
         return NOT_CLAIMED
@@ -183,12 +186,10 @@ def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -
 
 def execute_claimed(step: Step, worker: WorkerIdentity) -> StepOutcome:
     """Run ``step``, claimed for this worker by ``one_claim.claim_due`` (``step.run`` as after
-    that claim, ``step.attempt`` its fencing token), as the start of a chain."""
-    run = step.run
-    workflow = registry.get(run.workflow, run.workflow_version)
-    return _run_attempt(
-        run, step, step.attempt, workflow, checkpoints.latest(run), worker, chain=True
-    )
+    that claim, ``step.attempt`` its fencing token), as the start of a chain. The
+    definition and the checkpoint are read inside the attempt: an error reading them
+    ends the attempt like any other."""
+    return _run_attempt(step.run, step, step.attempt, None, None, worker, chain=True)
 
 
 def continue_step(link: Continuation, worker: WorkerIdentity) -> StepOutcome:
@@ -210,20 +211,45 @@ def _run_attempt(
     run: Run,
     step: Step,
     attempt: int,
-    workflow: Workflow,
-    checkpoint: tuple[int | None, dict[str, Any]],
+    workflow: Workflow | None,
+    checkpoint: tuple[int | None, dict[str, Any]] | None,
     worker: WorkerIdentity,
     chain: bool,
 ) -> StepOutcome:
     """Run the claimed ``attempt`` of ``step`` outside any transaction, with its lease
     kept by the process's heartbeat, then commit it. ``checkpoint`` is the ``(id, whole
-    state)`` the step starts from. Whatever raises between the claim and the commit
-    (the definition lookup, the step, the checks and the commit itself) ends the
-    attempt through ``end_attempt``: nothing leaves a claimed step RUNNING."""
+    state)`` the step starts from; ``None`` for either it or ``workflow``: read here.
+    Whatever raises between the claim and the commit (the definition and checkpoint
+    reads, the step, the checks and the commit itself) ends the attempt through
+    ``end_attempt``: nothing leaves a claimed step RUNNING. A ``SystemExit`` or
+    ``KeyboardInterrupt`` raised by the step's code (``sys.exit()``) is a failed attempt
+    (``STEP_EXITED``), never the end of the worker and its other slots. What the step's
+    code logs and prints meanwhile is stored as the attempt's log right after."""
+    with attempt_logs.capturing() as log:
+        outcome = _run_captured(run, step, attempt, workflow, checkpoint, worker, chain, log)
+    attempt_logs.store(run.pk, step.pk, attempt, log)
+    return outcome
+
+
+def _run_captured(
+    run: Run,
+    step: Step,
+    attempt: int,
+    workflow: Workflow | None,
+    checkpoint: tuple[int | None, dict[str, Any]] | None,
+    worker: WorkerIdentity,
+    chain: bool,
+    log: attempt_logs.AttemptLogBuffer,
+) -> StepOutcome:
+    """The body of ``_run_attempt``, its output going to ``log``."""
     done = StepOutcome(True, step.pk)
     step_def = _unknown_step_def(step)
     ctx: StepContext | None = None
     try:
+        if workflow is None:
+            workflow = registry.get(run.workflow, run.workflow_version)
+        if checkpoint is None:
+            checkpoint = checkpoints.latest(run)
         step_def = _step_def(workflow, step)
         say(f"ENTER {step.name} (run {run.pk}, attempt {attempt}, worker {worker.worker_id})")
         if attempt - step.attempt_base > step_def.retry.max_attempts:
@@ -251,6 +277,11 @@ def _run_attempt(
         release_connection()
         try:
             output = step_def.fn(ctx)
+        except SystemExit as exc:
+            raise StepError(STEP_EXITED, f"the step's code called sys.exit({exc.code!r})") from exc
+        except KeyboardInterrupt as exc:
+            # A worker turns SIGINT into a graceful stop: only the step's code raises it.
+            raise StepError(STEP_EXITED, "the step's code raised KeyboardInterrupt") from exc
         finally:
             lease_keeper.release(ctx)
         if step_def.kind == "approval":
@@ -266,6 +297,7 @@ def _run_attempt(
             claimed_by = None
         return _commit_checked(ctx, output, worker, step_def, claimed_by)
     except Exception as exc:  # noqa: BLE001 - every error after the claim ends the attempt
+        attempt_logs.write_exception(log, exc)
         messages = ctx.new_messages if ctx is not None else None
         end_attempt(run, step, attempt, worker, workflow, step_def, exc, messages=messages)
         return done
@@ -320,7 +352,7 @@ def end_attempt(
     step: Step,
     attempt: int,
     worker: WorkerIdentity,
-    workflow: Workflow,
+    workflow: Workflow | None,
     step_def: StepDef,
     exc: Exception,
     messages: list[dict] | None = None,
@@ -350,7 +382,7 @@ def _end_attempt(
     step: Step,
     attempt: int,
     worker: WorkerIdentity,
-    workflow: Workflow,
+    workflow: Workflow | None,
     step_def: StepDef,
     exc: Exception,
     messages: list[dict] | None,
@@ -363,7 +395,7 @@ def _end_attempt(
         pause_for_invalid_artifact(run, step, attempt, worker.worker_id, exc)
     elif isinstance(exc, OutcomeUnknown):
         unknown_outcomes.pause_unknown(run, step, attempt, worker.worker_id, exc)
-    elif isinstance(exc, budget.BudgetExhausted):
+    elif isinstance(exc, budget.BudgetExhausted) and workflow is not None:
         _budget_exhausted(run, step, attempt, worker, workflow, step_def, exc)
     elif isinstance(exc, StepError):
         final = isinstance(exc, _AttemptsExhausted)

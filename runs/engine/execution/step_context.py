@@ -458,13 +458,15 @@ def perform_call(
         )
     except CallTimedOut as exc:
         if tool.side_effect == "unsafe":
-            return _settle_after_send(run, step, actor, tool, op, info, exc, in_flight=True)
+            return _settle_after_send(
+                run, step, actor, tool, op, info, exc, timeout=timeout, in_flight=True
+            )
         raise StepError("TIMEOUT", f"{tool.name}: {exc}") from exc
     except StepError as exc:
         ledger.record_failure(op, exc)
         raise
     except Exception as exc:  # noqa: BLE001 - sent, then no definite "not done": settle it
-        return _settle_after_send(run, step, actor, tool, op, info, exc)
+        return _settle_after_send(run, step, actor, tool, op, info, exc, timeout=timeout)
     faults.act(fault, tool)
     ledger.record_result(op, result)
     return result
@@ -479,6 +481,7 @@ def _settle_after_send(
     info,
     exc: Exception,
     *,
+    timeout: float | None,
     in_flight: bool = False,
 ):
     """The request may have reached the outside world, then the call failed without a
@@ -489,11 +492,12 @@ def _settle_after_send(
     recorded; not done: the row FAILED and a retryable ``StepError``, except while the
     call is in flight (it may still act: ``OutcomeUnknown``, and a late result is
     recorded when it comes); cannot tell: ``OutcomeUnknown`` (a human decides). Read and
-    idempotent tools are simply retried under the same key (``DEPENDENCY_UNAVAILABLE``)."""
+    idempotent tools are simply retried under the same key (``DEPENDENCY_UNAVAILABLE``).
+    ``verify`` is held to ``timeout`` seconds, the call's own (past it: cannot tell)."""
     cause = f"{tool.name}: {type(exc).__name__}: {exc}"[:2000]
     if tool.side_effect != "unsafe":
         raise StepError("DEPENDENCY_UNAVAILABLE", cause) from exc
-    answer = ledger.verify(tool, op, info)
+    answer = ledger.verify(tool, op, info, timeout=timeout)
     ledger.record_verified(op, answer, step_id=step.pk if step else None, actor=actor, after=cause)
     if answer.status == "done":
         ledger.record_result(op, answer.result)

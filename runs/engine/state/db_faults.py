@@ -61,9 +61,13 @@ def classify(exc: BaseException) -> str | None:
     # command's start-up), and an error cannot come from a driver that was never loaded.
     psycopg = sys.modules.get("psycopg")
     pg_errors = (psycopg.Error,) if psycopg else ()
-    if not isinstance(exc, (DatabaseError, sqlite3.Error, *pg_errors)):
+    # Django's InterfaceError ("connection already closed") is a sibling of
+    # DatabaseError, not a subclass.
+    if not isinstance(exc, (DatabaseError, InterfaceError, sqlite3.Error, *pg_errors)):
         return None
-    cause = exc.__cause__ if isinstance(exc, DatabaseError) and exc.__cause__ else exc
+    cause = (
+        exc.__cause__ if isinstance(exc, DatabaseError | InterfaceError) and exc.__cause__ else exc
+    )
     if psycopg and isinstance(cause, psycopg.Error):
         sqlstate = getattr(cause, "sqlstate", None)
         if sqlstate in _BUSY_SQLSTATES:
