@@ -5,6 +5,7 @@ policy's Retry-After, the run page's usage, and an engine workflow's ``call_mode
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,10 @@ from django.urls import reverse
 
 from runs.engine.effects.retry import RetryPolicy
 from runs.models import Run
+from runs.workflows.synthetic import WAIT_STEPS
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import start_room_temperature
+from tests.control_support import db_rows, shell_json, wait_until
 from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer, conversation
 from tests.test_side_effects import burst_until, events, run_status, start, status
 
@@ -111,3 +114,48 @@ def test_it_runs_an_engine_workflow_through_the_openai_client(deployment_factory
     used = s["budget"]["used"]
     assert (used["model_calls"], used["tokens"]) == (2, 2 * (PROMPT_TOKENS + COMPLETION_TOKENS))
     assert used["cost_usd"] is None
+
+
+def test_concurrent_model_calls_of_a_workers_slots_share_one_client(deployment_factory):
+    """Twenty slots ask the model at once (each answer is held until all twenty have
+    arrived), then again for two more steps each: one shared client keeps its twenty
+    connections for all sixty requests, where a client per call opens one per request."""
+    slots, runs = 20, 20
+    everyone_asked = threading.Event()
+
+    def answer(body: dict) -> dict:
+        if server.count >= slots:
+            everyone_asked.set()
+        return {"content": "ok", "hold": everyone_asked}
+
+    with ModelServer(answer, keep_alive=True) as server:
+        d = deployment_factory(
+            "postgres",
+            {
+                "AGENTOPS_MODEL": "openai:test-model",
+                "OPENAI_BASE_URL": server.base_url,
+                "OPENAI_API_KEY": "test-key",
+            },
+        )
+        shell_json(
+            d,
+            f"""
+from runs.engine.control.lifecycle import start_run
+for i in range({runs}):
+    start_run("bench_agent", thread_id=f"shared-{{i}}", input={{}}, actor="test")
+print(json.dumps(None))
+""",
+        )
+        worker = d.popen("worker", "--mode", "db", "--concurrency", slots)
+        try:
+            wait_until(
+                lambda: {r[0] for r in db_rows(d, "SELECT status FROM runs_run")} == {"SUCCEEDED"},
+                timeout=180,
+                what="every run to succeed",
+            )
+        finally:
+            worker.kill()
+            worker.wait(30)
+        assert everyone_asked.is_set()
+        assert server.count == runs * WAIT_STEPS
+        assert server.connections <= slots

@@ -6,10 +6,15 @@ through ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` (or ``OPENAI_API_KEY_FILE``).
 The SDK's own retries are off (``max_retries=0``): a failed request is a failed attempt
 of the step, retried by the step's policy with the provider's ``Retry-After`` honoured,
 so a retry never hides behind a step's lease and every request is in the ledger.
+
+Every request runs on the process's event loop (``aio``) through one long-lived OpenAI
+client per base URL and key (``openai_client``), whose connections are kept between
+requests: a worker's slots share it, so a request costs neither a new loop, nor a new
+client, nor a new connection.
 """
 
-import asyncio
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,10 +23,16 @@ from django.core.exceptions import ImproperlyConfigured
 
 from runs.agents.errors import classify, invalid_tool_call
 from runs.engine.effects.model_providers import ModelReply, register_provider
+from runs.engine.execution import aio
+from runs.engine.execution.slots import MAX_SLOTS
 from runs.engine.state import values
 from runs.sim import model as sim_model
 
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+
+#: The shared OpenAI clients, by (event loop, base URL, API key).
+_clients: dict[tuple, Any] = {}
+_clients_lock = threading.Lock()
 
 
 class SimProvider:
@@ -64,10 +75,53 @@ def _counted_usage(messages: list[dict[str, Any]], reply: str) -> dict[str, int]
     }
 
 
+def openai_client(base_url: str | None, api_key: str):
+    """The process's ``openai.AsyncOpenAI`` for ``base_url`` (``None``: OpenAI's) and
+    ``api_key``, created on first use on the process's event loop (``aio``) and used
+    only there. Safe to call from many threads at once, and from that loop.
+
+    Its connection pool has no cap on connections (a slot has one request in flight at
+    a time, so the slots bound them) and keeps up to ``MAX_SLOTS`` idle ones, so a
+    worker's slots reuse their connections instead of opening one per request. No
+    timeout is set on the client: each request passes its own."""
+    key = (aio.loop(), base_url, api_key)
+    client = _clients.get(key)
+    if client is not None:
+        return client
+    if aio.on_loop():
+        return _get_or_create(key)
+
+    async def on_the_loop():
+        return _get_or_create(key)
+
+    return aio.run(on_the_loop())
+
+
+def _get_or_create(key: tuple):
+    """The client for ``key``, created if missing. Runs on the loop's one thread, so no
+    two callers create one for the same key."""
+    if key not in _clients:
+        import httpx
+        from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+
+        _, base_url, api_key = key
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=MAX_SLOTS)
+        client = AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=0,
+            http_client=DefaultAsyncHttpxClient(limits=limits),
+        )
+        with _clients_lock:
+            _clients[key] = client
+    return _clients[key]
+
+
 class PydanticAIProvider:
-    """Any model Pydantic AI supports, asked through ``pydantic_ai.direct``. ``model()``
-    builds a fresh ``pydantic_ai`` model (and client) for one event loop; close it with
-    ``aclose(model)``."""
+    """Any model Pydantic AI supports, asked through ``pydantic_ai.direct`` on the
+    process's event loop. ``model()`` builds a ``pydantic_ai`` model; an ``openai:``
+    one uses the shared client (``openai_client``), anything else gets its own: close
+    it with ``aclose(model)`` (which leaves a shared client open)."""
 
     def __init__(self, model_name: str, setting: str):
         self.name = model_name
@@ -96,15 +150,10 @@ class PydanticAIProvider:
         from pydantic_ai.models import infer_model
 
         if self.name.startswith("openai:"):
-            from openai import AsyncOpenAI
             from pydantic_ai.models.openai import OpenAIChatModel
             from pydantic_ai.providers.openai import OpenAIProvider
 
-            client = AsyncOpenAI(
-                base_url=settings.OPENAI_BASE_URL,
-                api_key=settings.OPENAI_API_KEY,
-                max_retries=0,
-            )
+            client = openai_client(settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY)
             return OpenAIChatModel(
                 self.name.split(":", 1)[1], provider=OpenAIProvider(openai_client=client)
             )
@@ -117,7 +166,7 @@ class PydanticAIProvider:
         self, messages: list[dict[str, Any]], tools: list[Any], *, timeout: float | None = None
     ) -> ModelReply:
         """One request; ``timeout`` (seconds) is the HTTP client's limit for it."""
-        return asyncio.run(self._complete(messages, tools, timeout))
+        return aio.run(self._complete(messages, tools, timeout))
 
     async def _complete(
         self, messages: list[dict[str, Any]], tools: list[Any], timeout: float | None
@@ -144,22 +193,20 @@ class PydanticAIProvider:
         self, messages: list[dict[str, Any]], *, timeout: float | None = None
     ) -> Iterator[str | ModelReply]:
         """Text pieces as the provider streams them, then the final reply. The stream is
-        consumed on its own event loop in this thread, piece by piece. ``timeout``
-        (seconds) is the HTTP client's limit for the request."""
-        loop = asyncio.new_event_loop()
+        read on the process's event loop, piece by piece as this thread asks for them.
+        ``timeout`` (seconds) is the HTTP client's limit for the request."""
         model = self.model()
         agen = self._stream(model, messages, timeout)
         try:
             while True:
                 try:
-                    piece = loop.run_until_complete(agen.__anext__())
+                    piece = aio.run(_next(agen))
                 except StopAsyncIteration:
                     return
                 yield piece
         finally:
-            loop.run_until_complete(agen.aclose())
-            loop.run_until_complete(aclose(model))
-            loop.close()
+            aio.run(agen.aclose())
+            aio.run(aclose(model))
 
     async def _stream(self, model, messages: list[dict[str, Any]], timeout: float | None):
         from pydantic_ai.direct import model_request_stream
@@ -184,6 +231,10 @@ class PydanticAIProvider:
         yield reply_from_response(response, {})
 
 
+async def _next(agen):
+    return await agen.__anext__()
+
+
 def request_settings(timeout: float | None, base: Any = None) -> Any:
     """Pydantic AI ``ModelSettings`` for one request: ``base`` (a mapping or ``None``)
     with ``timeout`` (seconds) as the HTTP client's limit, per request, so a client
@@ -195,8 +246,12 @@ def request_settings(timeout: float | None, base: Any = None) -> Any:
 
 
 async def aclose(model) -> None:
-    """Close the HTTP client of a model built by ``PydanticAIProvider.model``."""
+    """Close the HTTP client of a model built by ``PydanticAIProvider.model``, unless it
+    is a shared one (``openai_client``), which lives as long as the process."""
     client = getattr(getattr(model, "provider", None), "client", None)
+    with _clients_lock:
+        if any(client is shared for shared in _clients.values()):
+            return
     close = getattr(client, "close", None)
     if close is not None:
         await close()

@@ -11,6 +11,9 @@ as server-sent chunks (text word by word, usage last). ``{"hold": threading.Even
 "hold_after": N}`` stalls the answer until the event is set (at most two minutes): a
 stream after its first N words (default 1), any other answer before it is sent.
 ``requests`` keeps every request body with its arrival time (``time.monotonic()``).
+With ``keep_alive=True`` the server speaks HTTP/1.1 and keeps each connection open for
+the client's next request (a stream still closes its own), and ``connections`` counts
+the connections clients opened.
 """
 
 import json
@@ -30,8 +33,10 @@ COMPLETION_TOKENS = 7
 class ModelServer:
     """``with ModelServer(handler) as server:`` serves on ``server.base_url`` (``/v1``)."""
 
-    def __init__(self, handler: Callable[[dict], dict]):
+    def __init__(self, handler: Callable[[dict], dict], *, keep_alive: bool = False):
         self.handler = handler
+        self.keep_alive = keep_alive
+        self._connections = 0
         self.requests: list[dict[str, Any]] = []
         self.times: list[float] = []
         self._lock = threading.Lock()
@@ -53,10 +58,24 @@ class ModelServer:
         with self._lock:
             return len(self.requests)
 
+    @property
+    def connections(self) -> int:
+        """How many connections clients have opened so far."""
+        with self._lock:
+            return self._connections
+
     def _make_handler(self):
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if self.keep_alive else "HTTP/1.0"
+
+            def setup(self) -> None:
+                # One handler per connection, whatever number of requests it carries.
+                super().setup()
+                with server._lock:
+                    server._connections += 1
+
             def log_message(self, *args) -> None:
                 pass
 
@@ -114,6 +133,9 @@ class ModelServer:
             def _stream(self, body: dict, message: dict, answer: dict) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
+                # No length is known ahead: the end of the connection ends the stream.
+                self.send_header("Connection", "close")
+                self.close_connection = True
                 self.end_headers()
                 base = {
                     "id": "chatcmpl-stream",

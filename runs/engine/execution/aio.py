@@ -74,6 +74,11 @@ def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         raise TimeoutError(f"no result within {timeout}s") from None
 
 
+def on_loop() -> bool:
+    """True when called from a coroutine (or callback) running on the process's loop."""
+    return _loop is not None and _on_loop(_loop)
+
+
 def _on_loop(target: asyncio.AbstractEventLoop) -> bool:
     try:
         return asyncio.get_running_loop() is target
