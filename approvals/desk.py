@@ -5,8 +5,8 @@ for an explicit confirmation, as the engine's rule requires)."""
 from typing import Any
 
 from approvals.models import Takeover
-from runs.engine.control.rewind import resumable_names
 from runs.engine.effects.unknown_outcomes import contradicts, latest_verify_answers
+from runs.models import Checkpoint
 from runs.states import StepStatus
 
 
@@ -39,15 +39,30 @@ def attach_verify_answers(takeovers: list[Takeover]) -> None:
 
 
 def entry_points(takeover: Takeover) -> list[str]:
-    """The checkpoint names an open ``takeover``'s run can resume from, in run order and
-    as a resume names them (``resumable_names``: a loop's ``after:think#7``); a
-    resolved takeover keeps the names stored when it opened."""
-    if takeover.status != Takeover.Status.OPEN:
-        return list(takeover.checkpoints)
-    return resumable_names(takeover.run)
+    """``takeover``'s checkpoint names in run order (``attach_entry_points``)."""
+    attach_entry_points([takeover])
+    return takeover.entry_points  # type: ignore[attr-defined]
 
 
 def attach_entry_points(takeovers: list[Takeover]) -> None:
-    """Give each takeover ``entry_points`` (``entry_points``), view-only."""
+    """Give each takeover ``entry_points``, view-only: the checkpoint names it stored
+    when it opened (as a resume names them: a loop's ``after:think#7``), in run order
+    (the order the checkpoints were saved) whatever order an older row stored them in.
+    One query for the whole page."""
+    run_ids = {t.run_id for t in takeovers}
+    position: dict[tuple[Any, str], int] = {}
+    for index, (run_id, name, seq) in enumerate(
+        Checkpoint.objects.filter(run_id__in=run_ids)
+        .order_by("pk")
+        .values_list("run_id", "name", "step__seq")
+    ):
+        position.setdefault((run_id, name), index)
+        position.setdefault((run_id, f"{name}#{seq}"), index)
+    unplaced = len(position)
     for takeover in takeovers:
-        takeover.entry_points = entry_points(takeover)  # type: ignore[attr-defined]
+        run_id = takeover.run_id
+
+        def place(name: str, run_id: Any = run_id) -> int:
+            return position.get((run_id, name), unplaced)
+
+        takeover.entry_points = sorted(takeover.checkpoints, key=place)  # type: ignore[attr-defined]

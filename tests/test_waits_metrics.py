@@ -50,7 +50,8 @@ def test_it_counts_signal_waits_timers_and_missed_ticks(metrics_on, clients):
     assert samples[("agentops_timers_sleeping", ())] == 1
     assert samples[("agentops_signal_wait_oldest_seconds", ())] >= 0
     assert samples[("agentops_timer_oldest_seconds", ())] >= 0
-    assert samples[("agentops_schedule_missed_ticks", (("schedule", "late"),))] >= 14
+    # 30 s behind on a 2 s grid is 14 or 15 ticks by the second's parity; one is fired.
+    assert samples[("agentops_schedule_missed_ticks", (("schedule", "late"),))] >= 13
     stats = overview_stats(storage=False)
     assert stats["signal_waits"] == 1 and stats["timers_sleeping"] == 1
     page = clients["alice"].get("/", HTTP_HX_REQUEST="true").content.decode()

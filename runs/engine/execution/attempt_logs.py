@@ -149,21 +149,28 @@ def write_exception(buffer: AttemptLogBuffer, exc: BaseException) -> None:
 
 def store(run_id: Any, step_id: int, attempt: int, buffer: AttemptLogBuffer) -> None:
     """Store ``buffer`` as the log of ``attempt`` of ``step_id`` (replacing one stored
-    before for the same attempt). Best effort: a database error is logged, never raised,
-    since the attempt's outcome is already recorded."""
+    before for the same attempt); an attempt that wrote nothing stores no row. Best
+    effort: a database error is logged, never raised, since the attempt's outcome is
+    already recorded."""
     from runs.models import AttemptLog
 
-    text = values.storable_text(buffer.text())
+    if buffer.total_bytes == 0:
+        return  # nothing written: no row, and no statement on the hot path
+    log = AttemptLog(
+        run_id=run_id,
+        step_id=step_id,
+        attempt=attempt,
+        text=values.storable_text(buffer.text()),
+        truncated=buffer.truncated,
+        total_bytes=buffer.total_bytes,
+    )
     try:
-        AttemptLog.objects.update_or_create(
-            step_id=step_id,
-            attempt=attempt,
-            defaults={
-                "run_id": run_id,
-                "text": text,
-                "truncated": buffer.truncated,
-                "total_bytes": buffer.total_bytes,
-            },
+        # One statement: insert, or replace the log stored before for this attempt.
+        AttemptLog.objects.bulk_create(
+            [log],
+            update_conflicts=True,
+            unique_fields=["step", "attempt"],
+            update_fields=["text", "truncated", "total_bytes"],
         )
     except DatabaseError as exc:
         logger.warning("step %s attempt %s: storing its log failed: %s", step_id, attempt, exc)
