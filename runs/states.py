@@ -4,7 +4,7 @@ The mermaid diagram and the command table in README ("State machine") are genera
 from these tables (``python manage.py states --write-readme``; a test compares them), a
 test walks every pair of states against them, and every operator command checks its
 run's state against ``RUN_COMMANDS``, so the picture, the tables and the code cannot
-drift. Terminal states (DESIGN section 1.3) have no outgoing edges.
+drift. Terminal states have no outgoing edges.
 """
 
 from django.db import models

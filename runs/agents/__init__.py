@@ -1,4 +1,4 @@
-"""Model providers and Pydantic AI agents as AgentOps workflows (DESIGN section 12).
+"""Model providers and Pydantic AI agents as AgentOps workflows.
 
 ``register_agent``, ``AgentTool`` and ``current_call`` are loaded on first use, so a
 process that only uses the simulator does not import Pydantic AI.

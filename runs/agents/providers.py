@@ -1,4 +1,4 @@
-"""Model providers (DESIGN section 12): ``sim``, the offline simulator and the default,
+"""Model providers: ``sim``, the offline simulator and the default,
 and every model Pydantic AI supports, named its way (``openai:gpt-4.1-mini``,
 ``anthropic:...``). An OpenAI-compatible server (vLLM, Ollama, LM Studio) is reached
 through ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` (or ``OPENAI_API_KEY_FILE``).
