@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import redis
 
 from runs.engine.execution.slots import Slots
 from tests.control_support import db_rows, shell_json, wait_until
@@ -75,6 +76,13 @@ def test_it_runs_fifty_waiting_steps_at_once_and_commits_each_once(
         timeout=120,
     )
     assert len({owner for _, _, owner in running}) == 1
+    if mode == "rq":
+        # Each run was notified at its start and again by the worker's start-up
+        # recovery. The first notification taken claimed every due step for the free
+        # slots in one batch, and no notification is taken while no slot is free: the
+        # others wait in the queue, not needed.
+        queued = redis.Redis.from_url(d.env["REDIS_URL"]).llen("rq:queue:default")
+        assert queued > IN_FLIGHT, queued
     gate.touch()
     wait_until(lambda: _all_succeeded(d, IN_FLIGHT), what="every run to succeed", timeout=120)
 
