@@ -76,6 +76,7 @@ def test_it_keeps_workflows_and_examples_to_the_authoring_module():
     sources = workflow_sources()
     assert "runs/workflows/room_temperature.py" in sources
     assert "tests/workflows/faulty.py" in sources
+    assert any(where.startswith("docs/first-workflow.md:") for where in sources)
     wrong = {where: names for where, tree in sources.items() if (names := forbidden(tree))}
     assert wrong == {}
     # The checker sees imports inside functions and the ``from package import module`` form.
@@ -123,6 +124,7 @@ def test_it_documents_every_stable_name_and_the_ctx_protocols_match_the_engine()
         and not inspect.getdoc(value)
     ]
     assert undocumented == []
+    assert authoring.__doc__ and "docs/first-workflow.md" in authoring.__doc__
     assert authoring.__doc__ and "docs/first-workflow.md" in authoring.__doc__
     for protocol, engine in (
         (authoring.StepContext, StepContext),
