@@ -1,0 +1,278 @@
+"""The API's documents as typed, frozen dataclasses, built from the JSON bodies.
+
+Each class mirrors one response shape of ``/api/v1`` (its OpenAPI schema): times are
+timezone-aware ``datetime``, ids of runs are the UUID strings the API writes, amounts
+of money are the decimal strings it writes (``"0.10"``). Fields the server adds later
+are ignored, so an older client keeps working against a newer server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+#: The run states in which nothing happens any more.
+TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+
+
+def build(cls: type[T], data: Any) -> T:
+    """An instance of the dataclass ``cls`` from the JSON object ``data``, converting
+    nested documents, lists of them and ISO times by the field types; keys ``cls`` does
+    not know are ignored. Raises ``TypeError``/``ValueError`` when ``data`` does not fit
+    (a field missing, a time that is not ISO 8601)."""
+    if not isinstance(data, dict):
+        raise TypeError(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for item in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if not item.init or item.name not in data:
+            continue
+        values[item.name] = _convert(hints[item.name], data[item.name])
+    return cls(**values)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _convert(options[0], value) if len(options) == 1 else value
+    if origin is list:
+        (inner,) = typing.get_args(hint)
+        return [_convert(inner, v) for v in value]
+    if hint is datetime:
+        return datetime.fromisoformat(value)
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return build(hint, value)
+    return value
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a step: its number (the fencing token), the worker that ran it,
+    the event type that ended it (``outcome``, ``None`` while it runs) and ``result`` in
+    one word (``succeeded``, ``failed``, ``lost``, ``waited``, ``fenced``, ...)."""
+
+    attempt: int
+    worker: str | None
+    outcome: str | None
+    result: str
+    error_code: str | None
+    error_detail: str | None
+    taken_over_by: str | None
+    started_at: datetime | None
+    ended_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step of a run; ``attempt`` is the number of attempts claimed so far."""
+
+    id: int
+    name: str
+    seq: int
+    generation: int
+    status: str
+    attempt: int
+    error_code: str | None
+    error_detail: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    attempts: list[Attempt]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a run used: calls, tokens, and USD as decimal strings (``cost_usd`` is
+    ``None`` while a model call had no known price)."""
+
+    model_calls: int
+    tool_calls: int
+    tokens: int
+    cost_usd: str | None
+    cost_usd_priced: str
+    unpriced_model_calls: int
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A run's limits (``{"model_calls": 5, "cost_usd": "0.10"}``; an absent limit is
+    none) and what it used."""
+
+    limits: dict[str, Any]
+    used: Usage
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A run as ``GET /runs`` lists it. ``etag`` is the run's entity tag: the client
+    sends it as ``If-Match`` when it acts on a run it was given as this object."""
+
+    id: str
+    etag: str
+    thread_id: str
+    workflow: str
+    workflow_version: int
+    status: str
+    generation: int
+    goal: str
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested_at: datetime | None
+    error_code: str | None
+    last_event_seq: int
+    replay_of: str | None
+    replay_checkpoint: str | None
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the run has finished (SUCCEEDED, FAILED or CANCELLED)."""
+        return self.status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True)
+class Run(RunSummary):
+    """A run as ``GET /runs/{id}`` answers it: the summary plus its input as started,
+    the input it works with now (``effective_input``), next and current step, budget,
+    the newest 100 steps (``steps_total`` counts all) and the runs replaying it.
+
+    ``replayed`` is true when the answer was a replay of an earlier response to the
+    same idempotency key (the header ``Idempotent-Replayed``); it is not part of the
+    run and not compared."""
+
+    input: dict[str, Any]
+    effective_input: dict[str, Any]
+    next_step: str | None
+    current_step: str | None
+    budget: Budget
+    steps: list[Step]
+    steps_total: int
+    replays: list[str]
+    replayed: bool = field(default=False, compare=False)
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """One page of ``GET /runs``: the runs, newest first, and the ``count`` of all that
+    match the filters."""
+
+    items: list[RunSummary]
+    count: int
+    limit: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class StepPage:
+    """One page of a run's steps; pass ``next_after_seq`` on for the next (``None`` on
+    the last page)."""
+
+    items: list[Step]
+    next_after_seq: int | None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a run's log: ``seq`` is gap-free from 1 in the run (the stream's
+    ``id:``), ``type`` e.g. ``step.succeeded``, ``actor`` e.g. ``user:alice``."""
+
+    seq: int
+    type: str
+    step: str | None
+    step_id: int | None
+    actor: str
+    payload: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class EventPage:
+    """Events after a seq, the run's status and its ``last_seq`` to poll on from."""
+
+    items: list[Event]
+    run_status: str
+    last_seq: int
+
+
+@dataclass(frozen=True)
+class Message:
+    """A thread's message; ``status`` is ``draft`` while it is streamed, then
+    ``final`` (or ``superseded`` when a later attempt replaced the draft)."""
+
+    id: str
+    seq: int
+    role: str
+    content: str
+    tool_calls: list[Any]
+    tool_call_id: str | None
+    status: str
+    run_id: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint of a run; a ``resumable`` one can be named in ``Client.resume``."""
+
+    id: int
+    name: str
+    generation: int
+    step: str | None
+    next_step: str | None
+    resumable: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A question to a person before a step goes on; ``status`` is ``PENDING``,
+    ``APPROVED``, ``REJECTED`` or ``EXPIRED``."""
+
+    id: int
+    run_id: str
+    step: str
+    question: str
+    reason: str
+    evidence: dict[str, Any]
+    status: str
+    decided_by: str | None
+    decided_at: datetime | None
+    comment: str
+    expires_at: datetime | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What delivering a signal or a deferred tool result did: ``consumed`` when the
+    waiting step took it (else it is kept for the run's next wait), ``duplicate`` when
+    this request id delivered it before, and the run's status after it. ``replayed`` as
+    for ``Run``."""
+
+    signal: str
+    request_id: str
+    run_id: str
+    consumed: bool
+    duplicate: bool
+    step: int | None
+    run_status: str
+    replayed: bool = field(default=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The answer to a replay: the ``preview`` (steps to run, side effects reused or
+    that may repeat) and the new run (``None`` for a dry run)."""
+
+    dry_run: bool
+    preview: dict[str, Any]
+    replay: Run | None
