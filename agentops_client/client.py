@@ -498,7 +498,7 @@ class Client:
             has_body=True,
             headers=_action_headers(self._etag(run, if_match), idempotency_key),
         )
-        return build(Replay, response.json())
+        return build(Replay, {**response.json(), "replayed": _replayed(response)})
 
     # -- approvals ------------------------------------------------------------------
 

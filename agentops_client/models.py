@@ -270,9 +270,11 @@ class Delivery:
 
 @dataclass(frozen=True)
 class Replay:
-    """The answer to a replay: the ``preview`` (steps to run, side effects reused or
-    that may repeat) and the new run (``None`` for a dry run)."""
+    """The answer to a replay: the ``preview`` (``checkpoint``, ``steps_to_run``, side
+    effects reused or that may repeat) and the new run (``None`` for a dry run).
+    ``replayed`` as for ``Run``."""
 
     dry_run: bool
     preview: dict[str, Any]
     replay: Run | None
+    replayed: bool = field(default=False, compare=False)
