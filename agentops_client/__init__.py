@@ -29,8 +29,11 @@ from agentops_client.models import (
     Run,
     RunPage,
     RunSummary,
+    Schedule,
     Step,
     StepPage,
+    Tick,
+    TickResult,
     Usage,
 )
 
@@ -51,9 +54,12 @@ __all__ = [
     "Run",
     "RunPage",
     "RunSummary",
+    "Schedule",
     "Step",
     "StepPage",
     "StreamError",
+    "Tick",
+    "TickResult",
     "Usage",
     "WaitTimeout",
 ]

@@ -38,7 +38,9 @@ from agentops_client.models import (
     Run,
     RunPage,
     RunSummary,
+    Schedule,
     StepPage,
+    TickResult,
     build,
 )
 
@@ -626,6 +628,69 @@ class Client:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
         response = self._send("POST", path, body=body, has_body=True, headers=headers)
         return build(Delivery, {**response.json(), "replayed": _replayed(response)})
+
+    # -- schedules (staff tokens: runs.view_run to read, runs.operate_run to change) --
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule of the deployment, by name. 403 ``permission_denied`` without
+        a staff token with ``runs.view_run``."""
+        return self._get_list(Schedule, "/schedules")
+
+    def create_schedule(
+        self,
+        name: str,
+        workflow: str,
+        *,
+        cron: str | None = None,
+        timezone: str | None = None,
+        every: int | None = None,
+        input: dict[str, Any] | None = None,
+        overlap: str = "skip",
+        catchup: str = "latest",
+        catchup_window: int = 3600,
+    ) -> Schedule:
+        """A schedule starting ``workflow`` with ``input``: exactly one of ``cron`` (in
+        ``timezone``, default UTC) and ``every`` (whole seconds); ``overlap`` ``skip``
+        or ``allow``; ``catchup`` ``none``, ``latest`` or ``all`` within
+        ``catchup_window`` seconds. 422 ``invalid_input`` naming the field,
+        ``unknown_workflow``; 409 ``schedule_exists``."""
+        body: dict[str, Any] = {
+            "name": name,
+            "workflow": workflow,
+            "input": input or {},
+            "overlap": overlap,
+            "catchup": catchup,
+            "catchup_window": catchup_window,
+        }
+        for key, value in (("cron", cron), ("timezone", timezone), ("every", every)):
+            if value is not None:
+                body[key] = value
+        response = self._send("POST", "/schedules", body=body, has_body=True)
+        return build(Schedule, response.json())
+
+    def pause_schedule(self, name: str) -> Schedule:
+        """Stop the schedule ticking (a paused one stays paused). 404 ``unknown_schedule``."""
+        return self._schedule_action(name, "pause")
+
+    def resume_schedule(self, name: str) -> Schedule:
+        """Tick again from now; the paused time is not caught up. 404 ``unknown_schedule``."""
+        return self._schedule_action(name, "resume")
+
+    def trigger_schedule(self, name: str, *, idempotency_key: str | None = None) -> TickResult:
+        """A tick now, outside the timetable (the overlap policy applies)."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+        response = self._send(
+            "POST", f"/schedules/{_path(name)}/trigger", body={}, has_body=True, headers=headers
+        )
+        return build(TickResult, {**response.json(), "replayed": _replayed(response)})
+
+    def delete_schedule(self, name: str) -> None:
+        """Delete the schedule; its runs stay. 404 ``unknown_schedule``."""
+        self._send("DELETE", f"/schedules/{_path(name)}")
+
+    def _schedule_action(self, name: str, action: str) -> Schedule:
+        response = self._send("POST", f"/schedules/{_path(name)}/{action}", body={}, has_body=True)
+        return build(Schedule, response.json())
 
     # -- the event stream ---------------------------------------------------------
 

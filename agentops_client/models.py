@@ -278,3 +278,42 @@ class Replay:
     preview: dict[str, Any]
     replay: Run | None
     replayed: bool = field(default=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One tick of a schedule: when, its ``outcome`` (``started``, ``skipped``, ...),
+    the run it started, and whether a person triggered it."""
+
+    tick_at: str
+    outcome: str
+    run: str | None
+    manual: bool
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule of the deployment: its ``timing`` as text (``"every 60s"``, ``"0 9 * *
+    1 (Asia/Tokyo)"``), the input of its runs, overlap and catch-up policies, the next
+    three tick times (ISO text; empty while paused) and its last ticks, newest first."""
+
+    name: str
+    workflow: str
+    timing: str
+    input: dict[str, Any]
+    overlap: str
+    catchup: str
+    paused: bool
+    next_fire_times: list[str]
+    last_ticks: list[Tick]
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """What triggering a schedule did: ``outcome`` ``started`` (with its ``run``) or
+    ``skipped`` (the previous run is still open), and why. ``replayed`` as for ``Run``."""
+
+    outcome: str
+    run: str | None
+    detail: str
+    replayed: bool = field(default=False, compare=False)
