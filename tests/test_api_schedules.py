@@ -61,8 +61,9 @@ def test_it_creates_lists_pauses_triggers_and_deletes(api, clients):
     assert not Schedule.objects.exists()
 
     desk, viewer = clients["desk"], clients["viewer"]
-    created = desk.create_schedule("weekly", "bench_noop", cron="0 9 * * 1", timezone="Asia/Tokyo")
-    assert created.timing == "0 9 * * 1 (Asia/Tokyo)"
+    created = post(api["desk"], "/api/v1/schedules", body)
+    assert created.status_code == 201
+    assert created.json()["timing"] == "0 9 * * 1 (Asia/Tokyo)"
     with pytest.raises(ApiError) as exists:
         desk.create_schedule("weekly", "bench_noop", cron="0 9 * * 1", timezone="Asia/Tokyo")
     assert exists.value.code == "schedule_exists"
