@@ -4,6 +4,8 @@ deadline is ``WaitTimeout``, and a response lost on the way back is asked for ag
 only when the request is safe to repeat. (Following a stream across a server crash:
 tests/test_api_stream.py.)"""
 
+import subprocess
+import sys
 import uuid
 
 import httpx
@@ -13,6 +15,23 @@ from agentops_client import ApiError, Client, WaitTimeout
 from tests.apiserver import Server, make_user
 
 QUESTION = {"question": "How warm is the living room?"}
+#: What a client application does not have: the server's packages and Django.
+SERVER_PACKAGES = ("django", "ninja", "agentops", "runs", "approvals", "apitokens")
+
+
+def test_the_client_imports_nothing_of_the_server():
+    # A None entry in sys.modules makes importing that package fail.
+    code = (
+        "import sys\n"
+        f"for name in {SERVER_PACKAGES!r}:\n"
+        "    sys.modules[name] = None\n"
+        "import agentops_client, agentops_client.client\n"
+        "print(sorted({n.split('.')[0] for n, m in sys.modules.items() if m is not None}\n"
+        f"             & set({SERVER_PACKAGES!r})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 class LosesResponses(httpx.BaseTransport):
