@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -28,29 +29,46 @@ def build(cls: type[T], data: Any) -> T:
     (a field missing, a time that is not ISO 8601)."""
     if not isinstance(data, dict):
         raise TypeError(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for item in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if not item.init or item.name not in data:
-            continue
-        values[item.name] = _convert(hints[item.name], data[item.name])
-    return cls(**values)
+    return cls(**{name: convert(data[name]) for name, convert in _converters(cls) if name in data})
 
 
-def _convert(hint: Any, value: Any) -> Any:
-    if value is None:
-        return None
+Converter = Callable[[Any], Any]
+_CONVERTERS: dict[type, tuple[tuple[str, Converter], ...]] = {}
+
+
+def _converters(cls: type) -> tuple[tuple[str, Converter], ...]:
+    """``(name, converter)`` of the dataclass's ``__init__`` fields, made once per class:
+    resolving the annotations costs far more than building an instance."""
+    found = _CONVERTERS.get(cls)
+    if found is None:
+        hints = typing.get_type_hints(cls)
+        fields = dataclasses.fields(cls)
+        found = tuple((f.name, _converter(hints[f.name])) for f in fields if f.init)
+        _CONVERTERS[cls] = found
+    return found
+
+
+def _converter(hint: Any) -> Converter:
+    """The function turning a JSON value into ``hint``'s type (``None`` stays ``None``)."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _convert(options[0], value) if len(options) == 1 else value
+        return _converter(options[0]) if len(options) == 1 else _same
     if origin is list:
         (inner,) = typing.get_args(hint)
-        return [_convert(inner, v) for v in value]
+        item = _converter(inner)
+        if item is _same:
+            return _same
+        return lambda value: None if value is None else [item(v) for v in value]
     if hint is datetime:
-        return datetime.fromisoformat(value)
+        return lambda value: None if value is None else datetime.fromisoformat(value)
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
-        return build(hint, value)
+        nested = hint
+        return lambda value: None if value is None else build(nested, value)
+    return _same
+
+
+def _same(value: Any) -> Any:
     return value
 
 
