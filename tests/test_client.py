@@ -36,15 +36,22 @@ def test_the_client_imports_nothing_of_the_server():
 
 class LosesResponses(httpx.BaseTransport):
     """The network, except that the next ``losses`` responses are read and then lost,
-    as when a connection drops after the server acted and before its answer arrived.
-    ``sent`` counts the requests that reached the server."""
+    as when a connection drops after the server acted and before its answer arrived,
+    and the next ``busy`` requests are answered 503 ``database_busy`` (as the server
+    answers when its database is busy) without reaching the server. ``sent`` counts the
+    requests that reached the server."""
 
     def __init__(self) -> None:
         self.network = httpx.HTTPTransport()
         self.losses = 0
+        self.busy = 0
         self.sent = 0
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.busy:
+            self.busy -= 1
+            body = {"code": "database_busy", "message": "busy", "errors": {}}
+            return httpx.Response(503, json=body, headers={"Retry-After": "0"})
         response = self.network.handle_request(request)
         self.sent += 1
         if self.losses:
@@ -111,6 +118,13 @@ def test_the_client_starts_once_raises_typed_errors_waits_and_retries_what_is_sa
         api.start_run("room_temperature", thread_id="t5", input=QUESTION)
     assert network.sent == 1
     assert [api.list_runs(thread_id=t).count for t in ("t4", "t5")] == [1, 1]
+    # A busy database answers 503: a GET asks again, a start without a key does not.
+    network.busy, network.sent = 1, 0
+    assert api.get_run(keyed).id == keyed.id and network.sent == 1
+    network.busy, network.sent = 1, 0
+    with pytest.raises(ApiError) as busy:
+        api.start_run("room_temperature", thread_id="t6", input=QUESTION)
+    assert (busy.value.status, busy.value.code, network.sent) == (503, "database_busy", 0)
 
     deployment.manage("worker", "--burst", timeout=180, check=True)
     done = api.wait(first, timeout=60)
