@@ -29,6 +29,7 @@ from agentops_client.errors import ApiError, StreamError, WaitTimeout
 from agentops_client.models import (
     TERMINAL_STATUSES,
     Approval,
+    AttemptLog,
     Checkpoint,
     Delivery,
     Event,
@@ -275,6 +276,12 @@ class Client:
     def steps(self, run: RunRef, *, after_seq: int = 0, limit: int = 100) -> StepPage:
         """Up to ``limit`` of the run's steps with ``seq > after_seq``, with attempts."""
         return self._get(StepPage, f"/runs/{_run_id(run)}/steps", after_seq=after_seq, limit=limit)
+
+    def attempt_log(self, run: RunRef, step_id: int, attempt: int) -> AttemptLog:
+        """What ``attempt`` of the step with id ``step_id`` (a ``Step.id``) logged and
+        printed. 404 ``not_found`` while it runs, when its worker died before storing
+        it, or for another run's step."""
+        return self._get(AttemptLog, f"/runs/{_run_id(run)}/steps/{step_id}/attempts/{attempt}/log")
 
     def messages(
         self,

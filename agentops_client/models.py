@@ -107,6 +107,19 @@ class Step:
 
 
 @dataclass(frozen=True)
+class AttemptLog:
+    """What one attempt of a step logged and printed: ``text``, the newest bytes of it
+    (UTF-8), ``truncated`` when older output was cut, ``total_bytes`` written in all."""
+
+    step_id: int
+    attempt: int
+    text: str
+    truncated: bool
+    total_bytes: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
 class Usage:
     """What a run used: calls, tokens, and USD as decimal strings (``cost_usd`` is
     ``None`` while a model call had no known price)."""
