@@ -92,7 +92,11 @@ class CompensationContext:
 
 def compensation_key(run_id, step: Step, action: str) -> str:
     """The ledger key of one compensating action of ``step``."""
-    return ledger.idempotency_key(run_id, step.generation, step.name, "compensate") + ":" + action
+    return (
+        ledger.idempotency_key(run_id, step.generation, ledger.step_scope(step), "compensate")
+        + ":"
+        + action
+    )
 
 
 def needs_compensation(run: Run) -> bool:

@@ -1,0 +1,62 @@
+"""``branchy`` and ``branchy_partial``: a map step for the branch tests.
+
+``prepare`` -> ``work`` (one branch per ``input["items"]`` entry) -> ``join``. Each
+branch waits until the file ``input["gate"]`` exists (at a safe point every 20 ms, so a
+cancel stops it; without a gate it does not wait), then calls ``test.touch``, the
+outside fake, which appends ``<item>`` to the file ``input["log"]``: the test counts the
+effects there. An item listed in ``input["fail"]`` (checked before the gate) raises
+``DEPENDENCY_UNAVAILABLE`` (retried) on every attempt, so its branch fails after its 2
+attempts. ``branchy`` fails the run then; ``branchy_partial`` joins with the other
+results. Registered through ``AGENTOPS_EXTRA_WORKFLOW_MODULES``."""
+
+import os
+import time
+
+from runs.engine.effects.retry import RetryPolicy
+from runs.engine.errors import StepError
+from runs.tools import Tool
+from runs.workflows import registry
+from runs.workflows.definition import Workflow
+
+
+def _touch(arguments: dict, call) -> dict:
+    with open(arguments["log"], "a") as log:
+        log.write(f"{arguments['item']}\n")
+    return {"done": arguments["item"]}
+
+
+touch = Tool("test.touch", _touch, side_effect="read", timeout=30)
+RETRY = RetryPolicy(max_attempts=2, initial_delay=0.1, max_delay=0.2)
+
+
+def _branch(ctx):
+    if ctx.item in ctx.input.get("fail", []):
+        raise StepError("DEPENDENCY_UNAVAILABLE", f"item {ctx.item} fails every time")
+    gate = ctx.input.get("gate")
+    while gate and not os.path.exists(gate):
+        ctx.safe_point()
+        time.sleep(0.02)
+    ctx.call_tool(touch, {"item": ctx.item, "log": ctx.input["log"]})
+    return {"item": ctx.item, "double": ctx.item * 2}
+
+
+def _build(name: str, on_failure: str) -> Workflow:
+    workflow = Workflow(name, version=1, description="A map step (branch tests).")
+
+    @workflow.step()
+    def prepare(ctx):
+        return {"count": len(ctx.input["items"])}
+
+    workflow.map("work", over=lambda ctx: ctx.input["items"], on_failure=on_failure, retry=RETRY)(
+        _branch
+    )
+
+    @workflow.step()
+    def join(ctx):
+        return {"joined": ctx.outputs["work"], "prepared": ctx.outputs["prepare"]}
+
+    return registry.register(workflow)
+
+
+branchy = _build("branchy", "fail")
+branchy_partial = _build("branchy_partial", "partial")
