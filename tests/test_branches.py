@@ -54,9 +54,10 @@ def _lines(path: Path) -> list[str]:
 def test_branches_join_in_input_order_fail_or_join_partially_and_stop_on_cancel(
     deployment_factory, tmp_path
 ):
-    # A 3-second lease: the heartbeat (every second) brings the cancel to the branches.
-    d = deployment_factory("postgres", {**BRANCHY, "AGENTOPS_LEASE_SECONDS": 3})
-    workers = [d.popen("worker", "--concurrency", 16) for _ in range(2)]
+    # A 12-second lease: the heartbeat (every 4 s) brings the cancel to the branches
+    # soon, and 128 busy slots on a loaded machine still renew every lease in time.
+    d = deployment_factory("postgres", {**BRANCHY, "AGENTOPS_LEASE_SECONDS": 12})
+    workers = [d.popen("worker", "--concurrency", 64) for _ in range(2)]
     log = tmp_path / "effects"
     items = [7, 3, 9, 1, 5, 8, 2, 6]
     ok = _start(d, "branchy", "ok", items=items, log=str(log))
@@ -83,6 +84,19 @@ def test_branches_join_in_input_order_fail_or_join_partially_and_stop_on_cancel(
         "after:work",
         "after:join",
     ]
+
+    # A replay from before the fan-out fans out again and reuses every recorded call.
+    d.call("runs", "replay", ok, "--from", "after:prepare", "--reason", "again")
+    replay = wait_until(
+        lambda: db_rows(d, "SELECT id FROM runs_run WHERE replay_of_id = %s", (ok,)),
+        what="the replay run",
+    )[0][0]
+    wait_until(lambda: _ended(d, str(replay)), what="the replay to end", timeout=120)
+    again = facts(d, str(replay))
+    assert again["run"]["status"] == "SUCCEEDED"
+    join = next(s for s in again["steps"] if s["name"] == "join")
+    assert join["output"]["joined"] == [{"item": i, "double": 2 * i} for i in items]
+    assert sorted(_lines(log), key=int) == [str(i) for i in sorted(items)]
 
     # A branch failing after its retries fails the run and cancels its open siblings
     # (the others wait for a gate that never opens); partial joins without it.
@@ -141,6 +155,19 @@ def test_branches_join_in_input_order_fail_or_join_partially_and_stop_on_cancel(
         (cancelled,),
     )
     assert statuses == [("prepare", "SUCCEEDED"), ("work", "CANCELLED")]
+
+    # The demo's shape: 100 branches waiting 1 s each on two workers of 64 slots (its
+    # wall time is measured by `bench --only branches`, not here).
+    demo = _start(d, "fanout_demo", "demo", items=100, delay_s=1)
+    wait_until(lambda: _ended(d, demo), what="the demo run to end", timeout=180)
+    info = facts(d, demo)
+    assert info["run"]["status"] == "SUCCEEDED"
+    combine = next(s for s in info["steps"] if s["name"] == "combine")
+    assert combine["output"] == {"items": 100, "sum": sum(i * i for i in range(1, 101))}
+    assert _branches(d, demo) == [(p, "SUCCEEDED", 1) for p in range(100)]
+    assert len(info["operations"]) == 100
+    branch_ids = {s["pk"] for s in info["steps"] if s["name"] == "fetch" and s["seq"] > 1}
+    assert _count(info["events"], "step.started", branch_ids) == 100
     for worker in workers:
         assert worker.poll() is None, d.logs(worker)
 
@@ -188,3 +215,39 @@ def test_a_sigkilled_worker_holding_branches_has_each_retaken_and_applied_once(
     assert _count(info["events"], "step.joined") == 1
     assert join["output"]["joined"] == [{"item": i, "double": 2 * i} for i in items]
     assert rescuer.poll() is None, d.logs(rescuer)
+
+
+def test_a_resume_from_before_the_fan_out_fans_out_again_reusing_recorded_calls(
+    deployment_factory, tmp_path
+):
+    d = deployment_factory("postgres", BRANCHY)
+    worker = d.popen("worker", "--concurrency", 8)
+    log = tmp_path / "effects"
+    run_id = _start(d, "branchy_takeover", "resume", items=[1, 2, 3, 4], fail=[3], log=str(log))
+    # Item 3 fails after its retries: the run is paused for a person, its siblings finish
+    # and nothing joins while a branch waits for that decision.
+    wait_until(
+        lambda: _run_status(d, run_id) == "PAUSED"
+        and [s for _, s, _ in _branches(d, run_id)]
+        == ["SUCCEEDED", "SUCCEEDED", "FAILED", "SUCCEEDED"],
+        what="the run paused with three branches done",
+        timeout=120,
+    )
+    assert sorted(_lines(log)) == ["1", "2", "4"]
+    d.call(
+        "runs", "resume", run_id, "--from", "after:prepare",
+        "--input-patch", '{"fail": []}', "--reason", "item 3 is fixed",
+    )  # fmt: skip
+    wait_until(lambda: _ended(d, run_id), what="the resumed run to end", timeout=120)
+
+    info = facts(d, run_id)
+    assert (info["run"]["status"], info["run"]["generation"]) == ("SUCCEEDED", 2)
+    gen1 = [s["status"] for s in info["steps"] if s["name"] == "work" and s["generation"] == 1]
+    assert gen1 == ["SUPERSEDED"] * 5
+    join = next(s for s in info["steps"] if s["name"] == "join")
+    assert join["output"]["joined"] == [{"item": i, "double": 2 * i} for i in [1, 2, 3, 4]]
+    # The new generation's branches reused the recorded calls of 1, 2 and 4 by their
+    # step and position; only item 3 made its call.
+    assert sorted(_lines(log)) == ["1", "2", "3", "4"]
+
+    assert worker.poll() is None, d.logs(worker)

@@ -4,8 +4,7 @@ branches it has in each state, counted by one grouped query whatever their numbe
 
 from typing import Any
 
-from django.db.models import Count
-
+from runs.engine.control.branches import branch_counts
 from runs.models import Run, Step
 from runs.states import StepStatus
 
@@ -15,14 +14,7 @@ def fan_outs(run: Run) -> list[dict[str, Any]]:
     [(status, n), ...]}]``: the run's map steps that fanned out, in run order, each with
     its branches counted by state (in ``StepStatus`` order, states with none left
     out). Two queries: the counts, then the fanned-out steps they belong to."""
-    counted: dict[int, dict[str, int]] = {}
-    for parent_id, status, n in (
-        Step.objects.filter(run=run, branch_of__isnull=False)
-        .values_list("branch_of_id", "status")
-        .annotate(n=Count("pk"))
-        .order_by()
-    ):
-        counted.setdefault(parent_id, {})[status] = n
+    counted = branch_counts(run.pk)
     if not counted:
         return []
     parents = Step.objects.filter(pk__in=counted).order_by("seq")

@@ -7,7 +7,7 @@ outside fake, which appends ``<item>`` to the file ``input["log"]``: the test co
 effects there. An item listed in ``input["fail"]`` (checked before the gate) raises
 ``DEPENDENCY_UNAVAILABLE`` (retried) on every attempt, so its branch fails after its 2
 attempts. ``branchy`` fails the run then; ``branchy_partial`` joins with the other
-results. Registered through ``AGENTOPS_EXTRA_WORKFLOW_MODULES``."""
+results; ``branchy_takeover`` pauses the run for a person. Registered through ``AGENTOPS_EXTRA_WORKFLOW_MODULES``."""
 
 import os
 import time
@@ -25,7 +25,7 @@ def _touch(arguments: dict, call) -> dict:
     return {"done": arguments["item"]}
 
 
-touch = Tool("test.touch", _touch, side_effect="read", timeout=30)
+touch = Tool("test.touch", _touch, side_effect="idempotent", timeout=30)
 RETRY = RetryPolicy(max_attempts=2, initial_delay=0.1, max_delay=0.2)
 
 
@@ -40,16 +40,20 @@ def _branch(ctx):
     return {"item": ctx.item, "double": ctx.item * 2}
 
 
-def _build(name: str, on_failure: str) -> Workflow:
+def _build(name: str, on_failure: str, on_exhausted: str = "fail") -> Workflow:
     workflow = Workflow(name, version=1, description="A map step (branch tests).")
 
     @workflow.step()
     def prepare(ctx):
         return {"count": len(ctx.input["items"])}
 
-    workflow.map("work", over=lambda ctx: ctx.input["items"], on_failure=on_failure, retry=RETRY)(
-        _branch
-    )
+    workflow.map(
+        "work",
+        over=lambda ctx: ctx.input["items"],
+        on_failure=on_failure,
+        on_exhausted=on_exhausted,
+        retry=RETRY,
+    )(_branch)
 
     @workflow.step()
     def join(ctx):
@@ -60,3 +64,4 @@ def _build(name: str, on_failure: str) -> Workflow:
 
 branchy = _build("branchy", "fail")
 branchy_partial = _build("branchy_partial", "partial")
+branchy_takeover = _build("branchy_takeover", "fail", on_exhausted="takeover")

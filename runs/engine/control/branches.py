@@ -16,6 +16,7 @@ siblings are cancelled, the map step FAILED) or counts as finished
 
 from typing import Any
 
+from django.db.models import Count
 from django.db.models.functions import Now
 
 from runs.engine.data import payloads
@@ -31,6 +32,20 @@ from runs.workflows.definition import MAX_BRANCHES, StepDef, Workflow
 INVALID_ITEMS = "INVALID_ITEMS"
 #: Error code of a map step whose ``over(ctx)`` returned more than ``MAX_BRANCHES`` items.
 TOO_MANY_BRANCHES = "TOO_MANY_BRANCHES"
+
+
+def branch_counts(run_id) -> dict[int, dict[str, int]]:
+    """``{map step row id: {status: branches}}`` for every step of the run that fanned
+    out, counted in one grouped query whatever the number of branches."""
+    counted: dict[int, dict[str, int]] = {}
+    for parent_id, status, n in (
+        Step.objects.filter(run_id=run_id, branch_of__isnull=False)
+        .values_list("branch_of_id", "status")
+        .annotate(n=Count("pk"))
+        .order_by()
+    ):
+        counted.setdefault(parent_id, {})[status] = n
+    return counted
 
 
 def is_branch(step: Step) -> bool:
@@ -109,11 +124,22 @@ def join_when_done(tx: RunTx, parent_id: int, *, workflow: Workflow, actor: str)
     the map step SUCCEEDED with its output (the results in input order; with
     ``on_failure="partial"`` ``{"results", "failed"}``), its checkpoint saved and the
     next declared step scheduled or the run finished. Returns the next step's id, or
-    ``None`` (branches still open, already joined, or the run ended or stopped)."""
+    ``None`` (branches still open, a failed one waiting for a person's retry under
+    ``on_failure="fail"``, already joined, or the run not RUNNING or PENDING)."""
+    if tx.run.status not in (RunStatus.RUNNING, RunStatus.PENDING):
+        # Paused or stopping: a paused run's branches are retried (and join) after the
+        # person decided; a stopping one joins nothing.
+        return None
     if Step.objects.filter(branch_of_id=parent_id, status__in=STEP_OPEN).exists():
         return None
     parent = Step.objects.get(pk=parent_id)
     step_def = workflow.get(parent.name)
+    if (
+        step_def.options.get("on_failure") != "partial"
+        and Step.objects.filter(branch_of_id=parent_id, status=StepStatus.FAILED).exists()
+    ):
+        # A failed branch waits for a person's retry (its takeover): no join without it.
+        return None
     output = _joined_output(parent, step_def)
     if not tx.transition_step(
         parent.pk,
@@ -125,8 +151,6 @@ def join_when_done(tx: RunTx, parent_id: int, *, workflow: Workflow, actor: str)
         output=payloads.externalize(tx.run.pk, output),
         finished_at=Now(),
     ):
-        return None
-    if tx.run.status not in (RunStatus.RUNNING, RunStatus.PENDING):
         return None
     advanced = tx.advance(
         parent, output=output, next_name=workflow.next_after(parent.name), actor=actor
@@ -179,9 +203,8 @@ def branch_failed(
     parent_id = branch.branch_of_id
     assert parent_id is not None, "branch_failed is called for branches only"
     if step_def.options.get("on_failure") == "partial":
-        if tx.run.status in (RunStatus.RUNNING, RunStatus.PENDING):
-            workflow = registry.get(tx.run.workflow, tx.run.workflow_version)
-            join_when_done(tx, parent_id, workflow=workflow, actor=actor)
+        workflow = registry.get(tx.run.workflow, tx.run.workflow_version)
+        join_when_done(tx, parent_id, workflow=workflow, actor=actor)
         return True
     if step_def.on_exhausted == "takeover":
         # A person decides about this branch; its siblings go on meanwhile.
