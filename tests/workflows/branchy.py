@@ -7,7 +7,8 @@ outside fake, which appends ``<item>`` to the file ``input["log"]``: the test co
 effects there. An item listed in ``input["fail"]`` (checked before the gate) raises
 ``DEPENDENCY_UNAVAILABLE`` (retried) on every attempt, so its branch fails after its 2
 attempts. ``branchy`` fails the run then; ``branchy_partial`` joins with the other
-results; ``branchy_takeover`` pauses the run for a person. Registered through ``AGENTOPS_EXTRA_WORKFLOW_MODULES``."""
+results; ``branchy_takeover`` pauses the run for a person. Registered through
+``AGENTOPS_EXTRA_WORKFLOW_MODULES``."""
 
 import os
 import time
