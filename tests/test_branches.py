@@ -136,18 +136,25 @@ def test_branches_join_in_input_order_fail_or_join_partially_and_stop_on_cancel(
         (2, 3, "DEPENDENCY_UNAVAILABLE")
     ]
 
-    # A cancel during the fan-out stops the running branches and cancels the rest.
-    gate = tmp_path / "gate"
-    cancelled = _start(d, "branchy", "cancel", items=list(range(20)), gate=str(gate), log=str(log))
+    # A cancel during the fan-out stops the running branches, cancels the rest and
+    # undoes each finished branch once (its own compensation, not the map step's).
+    gate, log = tmp_path / "gate", tmp_path / "cancel-effects"
+    cancelled = _start(
+        d, "branchy", "cancel", items=list(range(20)), hold=list(range(10, 20)),
+        gate=str(gate), log=str(log),
+    )  # fmt: skip
     wait_until(
-        lambda: sum(1 for _, s, _ in _branches(d, cancelled) if s == "RUNNING") >= 4,
-        what="branches in flight",
+        lambda: [s for _, s, _ in _branches(d, cancelled)][:10] == ["SUCCEEDED"] * 10
+        and sum(1 for _, s, _ in _branches(d, cancelled) if s == "RUNNING") >= 4,
+        what="ten branches done and others in flight",
         timeout=120,
     )
     d.call("runs", "cancel", cancelled, "--reason", "enough")
     wait_until(lambda: _ended(d, cancelled), what="the cancel to finish", timeout=120)
     assert _run_status(d, cancelled) == "CANCELLED"
-    assert {s for _, s, _ in _branches(d, cancelled)} == {"CANCELLED"}
+    assert [s for _, s, _ in _branches(d, cancelled)] == ["SUCCEEDED"] * 10 + ["CANCELLED"] * 10
+    undone = [str(i) for i in range(10)] + [f"undo{i}" for i in range(10)]
+    assert sorted(_lines(log)) == sorted(undone)
     statuses = db_rows(
         d,
         "SELECT name, status FROM runs_step WHERE run_id = %s AND branch_of_id IS NULL "

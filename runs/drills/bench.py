@@ -891,6 +891,11 @@ def format_table(result: dict) -> str:
             ),
             (
                 "",
+                "last branch claimed s after the fan-out; avg in flight",
+                f"{br['claim_spread_s']}; {br['avg_in_flight']}",
+            ),
+            (
+                "",
                 "join ms after the last branch: start / run end",
                 f"{br['join_start_ms']} / {br['join_end_ms']}",
             ),

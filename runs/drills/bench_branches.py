@@ -5,8 +5,9 @@ K execution slots (RQ, PostgreSQL).
 Reported: the run's wall time (created to finished), branch throughput (branches over
 the span from the fan-out's commit to the last branch's commit) against the ideal
 ``min(W x K, N) / S``, the join's latency (the last branch's commit to the join step's
-start, and to the run's end), and how often each branch ran (attempts and recorded
-calls: one each when nothing failed). Nothing asserts on time.
+start, and to the run's end), how long the last branch waited for its first claim
+after the fan-out, the average branches in flight, and how often each branch ran
+(attempts and recorded calls: one each when nothing failed). Nothing asserts on time.
 """
 
 from typing import NamedTuple
@@ -85,6 +86,8 @@ def branches_figures(run: Run, shape: BranchesShape, **about) -> dict:
     ideal = min(shape.workers * shape.slots, shape.items) / shape.delay_s if shape.delay_s else None
     per_s = len(finished) / span if span else None
     calls = Operation.objects.filter(run=run).count()
+    started = [s for _, s, _, _ in branches if s is not None]
+    busy = sum((f - s).total_seconds() for _, s, f, _ in branches if s and f)
     return {
         **shape._asdict(),
         **about,
@@ -102,9 +105,15 @@ def branches_figures(run: Run, shape: BranchesShape, **about) -> dict:
         "join_end_ms": round((run.finished_at - last_branch).total_seconds() * 1000, 1)
         if run.finished_at and last_branch
         else None,
+        "claim_spread_s": round((max(started) - fanned).total_seconds(), 3)
+        if started and fanned
+        else None,
+        "avg_in_flight": round(busy / span, 1) if span else None,
         "max_attempts": max((a for a, _, _, _ in branches), default=None),
         "recorded_calls": calls,
         "notes": "throughput over the fan-out's commit to the last branch's commit; "
+        "claim spread: the fan-out's commit to the last branch's first start; in flight: "
+        "the branches' summed claim-to-commit time over that span; "
         "ideal = min(workers x slots, items) / delay; join latency from the last "
         "branch's commit (which schedules the join) to the join's start and to the "
         "run's end.",

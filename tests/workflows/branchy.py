@@ -2,12 +2,14 @@
 
 ``prepare`` -> ``work`` (one branch per ``input["items"]`` entry) -> ``join``. Each
 branch waits until the file ``input["gate"]`` exists (at a safe point every 20 ms, so a
-cancel stops it; without a gate it does not wait), then calls ``test.touch``, the
+cancel stops it; without a gate, or for an item not in ``input["hold"]`` when that is
+given, it does not wait), then calls ``test.touch``, the
 outside fake, which appends ``<item>`` to the file ``input["log"]``: the test counts the
 effects there. An item listed in ``input["fail"]`` (checked before the gate) raises
 ``DEPENDENCY_UNAVAILABLE`` (retried) on every attempt, so its branch fails after its 2
 attempts. ``branchy`` fails the run then; ``branchy_partial`` joins with the other
-results; ``branchy_takeover`` pauses the run for a person. Registered through
+results; ``branchy_takeover`` pauses the run for a person. A branch's compensation
+appends ``undo<item>`` to the log. Registered through
 ``AGENTOPS_EXTRA_WORKFLOW_MODULES``."""
 
 import os
@@ -34,11 +36,18 @@ def _branch(ctx):
     if ctx.item in ctx.input.get("fail", []):
         raise StepError("DEPENDENCY_UNAVAILABLE", f"item {ctx.item} fails every time")
     gate = ctx.input.get("gate")
+    if ctx.item not in ctx.input.get("hold", [ctx.item]):
+        gate = None
     while gate and not os.path.exists(gate):
         ctx.safe_point()
         time.sleep(0.02)
     ctx.call_tool(touch, {"item": ctx.item, "log": ctx.input["log"]})
     return {"item": ctx.item, "double": ctx.item * 2}
+
+
+def _undo(ctx, output) -> None:
+    with open(ctx.run.input["log"], "a") as log:
+        log.write(f"undo{output['item']}\n")
 
 
 def _build(name: str, on_failure: str, on_exhausted: str = "fail") -> Workflow:
@@ -54,6 +63,7 @@ def _build(name: str, on_failure: str, on_exhausted: str = "fail") -> Workflow:
         on_failure=on_failure,
         on_exhausted=on_exhausted,
         retry=RETRY,
+        compensate=_undo,
     )(_branch)
 
     @workflow.step()
