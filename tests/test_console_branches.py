@@ -25,7 +25,10 @@ def _fanned_out_run(owner, branches: int):
     """A ``fanout_demo`` run whose ``fetch`` step fanned out into ``branches`` rows:
     every fourth FAILED, the rest SUCCEEDED but the last one RUNNING."""
     run = start_run(
-        "fanout_demo", thread_id=f"fan-{branches}", input={"items": branches}, owner=owner
+        "fanout_demo",
+        thread_id=f"fan-{branches}",
+        input={"items": branches, "delay_s": 0},
+        owner=owner,
     )
     parent = Step.objects.get(run=run)
     arrange(Step.objects.filter(pk=parent.pk), status=StepStatus.WAITING)
@@ -78,7 +81,7 @@ def test_it_counts_ten_thousand_branches_with_the_queries_of_three(clients, acto
 
 @pytest.mark.django_db(transaction=True)
 def test_the_timeline_shows_the_map_steps_wait_for_its_branches_until_the_join(clients):  # noqa: F405
-    run = start_run("fanout_demo", thread_id="fan-timeline", input={"items": 3})
+    run = start_run("fanout_demo", thread_id="fan-timeline", input={"items": 3, "delay_s": 0})
     while run_worker_in_process():
         pass
     run.refresh_from_db()

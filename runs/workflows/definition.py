@@ -66,6 +66,10 @@ class StepDef:
     model: str | None = None
 
 
+def _types(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
 class Workflow:
     """A named, versioned sequence of steps, registered with ``runs.workflows.registry``.
 
@@ -86,7 +90,7 @@ class Workflow:
         version: int,
         description: str = "",
         migrate_from: dict[int, Callable[[dict], dict]] | None = None,
-        input_fields: dict[str, type] | None = None,
+        input_fields: dict[str, type | tuple[type, ...]] | None = None,
         input_ranges: dict[str, tuple[float, float]] | None = None,
         message_field: str | None = None,
         on_budget_exhausted: str = "takeover",
@@ -102,7 +106,8 @@ class Workflow:
         self.version = version
         self.description = description
         self.migrate_from = dict(migrate_from or {})
-        #: Required input keys and their types, checked by ``validate_input``.
+        #: Required input keys and their types (a tuple: any of them), checked by
+        #: ``validate_input``.
         self.input_fields = dict(input_fields or {})
         #: Inclusive bounds of numeric input keys, checked by ``validate_input``.
         self.input_ranges = dict(input_ranges or {})
@@ -126,7 +131,7 @@ class Workflow:
                 errors[key] = (
                     f"must be a non-empty {kind.__name__}"
                     if kind is str
-                    else f"must be {kind.__name__}"
+                    else f"must be {' or '.join(k.__name__ for k in _types(kind))}"
                 )
         for key, (low, high) in self.input_ranges.items():
             value = data.get(key)

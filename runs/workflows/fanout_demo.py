@@ -4,7 +4,7 @@ keyed by the branch's position) and returning the item's square; ``combine`` (th
 join) returns their sum once every branch has finished.
 
 Input ``{"items": N, "delay_s": S}``: the items are 1..N (N from 0 to
-``MAX_BRANCHES``), S from 0 to 60 seconds (default 0).
+``MAX_BRANCHES``), S from 0 to 60 seconds; anything else is refused at start.
 """
 
 import time
@@ -26,15 +26,14 @@ workflow = Workflow(
     "fanout_demo",
     version=1,
     description="Fan out over N items in parallel branches (each waits S seconds), then sum",
-    input_fields={"items": int},
+    input_fields={"items": int, "delay_s": (int, float)},
     input_ranges={"items": (0, MAX_BRANCHES), "delay_s": (0, 60)},
 )
 
 
 @workflow.map(over=lambda ctx: list(range(1, ctx.input["items"] + 1)))
 def fetch(ctx):
-    delay = float(ctx.input.get("delay_s") or 0)
-    return ctx.call_tool(square, {"item": ctx.item, "delay_s": delay})["square"]
+    return ctx.call_tool(square, {"item": ctx.item, "delay_s": ctx.input["delay_s"]})["square"]
 
 
 @workflow.step()
