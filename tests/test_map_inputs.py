@@ -4,10 +4,10 @@ are not a list (or too many) fail the step for good with a machine-readable code
 
 import pytest
 
+from agentops.authoring import MAX_BRANCHES, Workflow, WorkflowDefinitionError, register
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.models import Run, Step
 from runs.workflows import registry
-from runs.workflows.definition import MAX_BRANCHES, Workflow, WorkflowDefinitionError
 from tests.console_helpers import run_worker_in_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,7 +50,7 @@ def odd_maps():
         workflow = Workflow(name, version=1)
         workflow.map("work", over=over)(lambda ctx: ctx.item)
         workflow.step("join")(lambda ctx: ctx.outputs["work"])
-        registry.register(workflow)
+        register(workflow)
         names.append(name)
     yield names
     for name in names:

@@ -9,9 +9,7 @@ Input ``{"items": N, "delay_s": S}``: the items are 1..N (N from 0 to
 
 import time
 
-from runs.tools import Tool
-from runs.workflows import registry
-from runs.workflows.definition import MAX_BRANCHES, Workflow
+from agentops.authoring import MAX_BRANCHES, Tool, Workflow, register
 
 
 def _square(args: dict, call) -> dict:
@@ -42,4 +40,4 @@ def combine(ctx):
     return {"items": len(squares), "sum": sum(squares)}
 
 
-registry.register(workflow)
+register(workflow)

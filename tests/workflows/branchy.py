@@ -15,11 +15,7 @@ appends ``undo<item>`` to the log. Registered through
 import os
 import time
 
-from runs.engine.effects.retry import RetryPolicy
-from runs.engine.errors import StepError
-from runs.tools import Tool
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
+from agentops.authoring import RetryPolicy, StepError, Tool, Workflow, register
 
 
 def _touch(arguments: dict, call) -> dict:
@@ -70,7 +66,7 @@ def _build(name: str, on_failure: str, on_exhausted: str = "fail") -> Workflow:
     def join(ctx):
         return {"joined": ctx.outputs["work"], "prepared": ctx.outputs["prepare"]}
 
-    return registry.register(workflow)
+    return register(workflow)
 
 
 branchy = _build("branchy", "fail")
