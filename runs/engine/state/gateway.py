@@ -436,13 +436,18 @@ class RunTx:
             dispatch.notify_many_on_commit(self.run.pk, [row.pk for row in rows])
         return len(rows)
 
-    def cancel_branches(self, parent_id: int, *, actor: str, reason: str) -> int:
-        """Cancel every open branch of the map step row ``parent_id`` (PENDING, RUNNING,
-        WAITING or UNKNOWN; a running branch's late commit is then refused by its
-        fence) in one UPDATE, with one ``step.branches_cancelled`` event on the parent.
-        Returns how many were cancelled."""
+    def cancel_branches(
+        self, parent_id: int, *, actor: str, reason: str, statuses: Iterable[str] = STEP_OPEN
+    ) -> int:
+        """Cancel the branches of the map step row ``parent_id`` in ``statuses`` (by
+        default every open one: PENDING, RUNNING, WAITING or UNKNOWN; a running branch's
+        late commit is then refused by its fence) in one UPDATE, with one
+        ``step.branches_cancelled`` event on the parent. Returns how many were
+        cancelled."""
         cancelled = write_state(
-            Step.objects.filter(run_id=self.run.pk, branch_of_id=parent_id, status__in=STEP_OPEN),
+            Step.objects.filter(
+                run_id=self.run.pk, branch_of_id=parent_id, status__in=list(statuses)
+            ),
             status=StepStatus.CANCELLED,
             owner="",
             lease_until=None,
