@@ -11,10 +11,16 @@ import pytest
 
 import tests.workflows.limited  # noqa: F401 - registers the workflows here too
 from runs.engine.control.lifecycle import ControlError, start_run
+from runs.engine.control.replay import replay_run
+from runs.engine.data.inbox import post_message
 from runs.models import Run
+from runs.states import RunStatus
 from runs.workflows.definition import Workflow, WorkflowDefinitionError
+from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.control_support import db_rows, shell_json, wait_until
 from tests.support.openai_server import ModelServer
+from tests.support.states import arrange
+from tests.test_metrics import TOKEN, scrape
 
 MODULE = "tests.workflows.limited"
 
@@ -199,3 +205,31 @@ def test_a_concurrency_declaration_and_a_run_without_its_key_are_refused():
     assert refused.value.code == "invalid_input"
     assert "input.customer" in refused.value.errors
     assert not Run.objects.exists()
+    # A message posted to a thread starts a run from the message alone: refused too.
+    with pytest.raises(ControlError) as refused:
+        post_message("T", "Hello", workflow="keyed_chat")
+    assert refused.value.code == "invalid_input"
+    assert not Run.objects.exists()
+    # A replay keeps its original's key and limit.
+    original = start_run("per_customer", thread_id="T", input={"customer": "A"})
+    arrange(Run.objects.filter(pk=original.pk), status=RunStatus.SUCCEEDED)
+    again = replay_run(original, actor="test", reason="check", checkpoint="start")
+    assert (again.concurrency_key, again.concurrency_limit) == ("per_customer:A", 1)
+
+
+@pytest.mark.django_db
+def test_the_overview_and_metrics_show_what_waits_on_each_limit(settings, clients):
+    settings.AGENTOPS_METRICS_TOKEN = TOKEN
+    settings.AGENTOPS_RATE_LIMITS = {"crm": {"requests": 1, "tokens": None, "window_seconds": 60.0}}
+    a1, a2, a3 = (
+        start_run("per_customer", thread_id=t, input={"customer": c})
+        for t, c in (("a1", "A"), ("a2", "A"), ("b1", "B"))
+    )
+    arrange(Run.objects.filter(pk=a1.pk), status=RunStatus.RUNNING)
+    samples = scrape()
+    waiting = "agentops_limit_waiting"
+    assert samples[(waiting, (("kind", "concurrency"), ("limit", "per_customer")))] == 1
+    assert samples[(waiting, (("kind", "rate"), ("limit", "crm")))] == 0
+    page = clients["alice"].get("/", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="stat-limit-waits"><div class="n">1 / 0<' in page
+    assert "per_customer: 1 runs" in page

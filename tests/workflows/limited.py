@@ -5,6 +5,8 @@
   waits until the file ``input["gate"]`` exists (when given; the simulated outside
   work), then takes ``input["seconds"]`` (default 0).
 - ``asks_model``: one step that asks the model ``input["model"]`` once.
+- ``keyed_chat``: a message workflow keyed by ``input["customer"]``, which a message
+  posted to a thread does not give.
 - ``limited_step``: one step declared ``rate_limit="steps"``; its output is the
   ``time.monotonic()`` at which its code ran.
 """
@@ -53,6 +55,22 @@ def limited(ctx):
     return {"at": time.monotonic()}
 
 
+keyed_chat = Workflow(
+    "keyed_chat",
+    version=1,
+    input_fields={"text": str},
+    message_field="text",
+    concurrency_key="customer",
+    internal=True,
+)
+
+
+@keyed_chat.step()
+def answer(ctx):
+    return {"text": ctx.input["text"]}
+
+
 registry.register(per_customer)
+registry.register(keyed_chat)
 registry.register(asks_model)
 registry.register(limited_step)
