@@ -57,30 +57,8 @@ def may_start(run: Run) -> bool:
     return held + older.values("pk")[: limit - held].count() < limit
 
 
-def _held_places() -> Subquery:
-    """Per row of a Step queryset: the runs of its run's key in flight."""
-    return Subquery(
-        Run.objects.filter(concurrency_key=OuterRef("run__concurrency_key"), status__in=IN_FLIGHT)
-        .order_by()
-        .values("concurrency_key")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
-
-
-def startable(steps: QuerySet) -> QuerySet:
-    """``steps`` (a Step queryset) without those of PENDING runs whose key has every
-    place taken. A hint for who to try: ``may_start`` decides."""
-    return steps.annotate(places_held=Coalesce(_held_places(), 0)).exclude(
-        Q(run__status=RunStatus.PENDING)
-        & ~Q(run__concurrency_key="")
-        & Q(places_held__gte=F("run__concurrency_limit"))
-    )
-
-
-def waiting_by_workflow() -> dict[str, int]:
-    """``{workflow: runs}``: PENDING runs waiting because every place of their key is
-    taken, per workflow (for the overview and ``/metrics``)."""
+def _blocked_runs() -> QuerySet:
+    """The PENDING runs with a key whose places are all taken (their ids)."""
     held = Subquery(
         Run.objects.filter(concurrency_key=OuterRef("concurrency_key"), status__in=IN_FLIGHT)
         .order_by()
@@ -88,13 +66,22 @@ def waiting_by_workflow() -> dict[str, int]:
         .annotate(n=Count("pk"))
         .values("n")
     )
-    rows = (
+    return (
         Run.objects.filter(status=RunStatus.PENDING)
         .exclude(concurrency_key="")
         .annotate(places_held=Coalesce(held, 0))
         .filter(places_held__gte=F("concurrency_limit"))
-        .order_by()
-        .values("workflow")
-        .annotate(n=Count("pk"))
     )
+
+
+def startable(steps: QuerySet) -> QuerySet:
+    """``steps`` (a Step queryset) without those of PENDING runs whose key has every
+    place taken. A hint for who to try: ``may_start`` decides."""
+    return steps.exclude(run__in=_blocked_runs().values("pk"))
+
+
+def waiting_by_workflow() -> dict[str, int]:
+    """``{workflow: runs}``: PENDING runs waiting because every place of their key is
+    taken, per workflow (for the overview and ``/metrics``)."""
+    rows = _blocked_runs().order_by().values("workflow").annotate(n=Count("pk"))
     return {row["workflow"]: row["n"] for row in rows}
