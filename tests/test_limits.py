@@ -3,9 +3,10 @@ customer apart and in order while another customer's run proceeds; a rate limit 
 four workers to its calls per window, counted where the calls arrive (the loopback
 model server), with no failure or retry; a provider's 429 with Retry-After holds back
 the other calls to it. Real PostgreSQL and worker subprocesses; the model server is the
-outside world."""
+outside world. The concurrency limit is also shown on SQLite, the embedded default."""
 
 import json
+from datetime import datetime
 
 import pytest
 
@@ -38,13 +39,20 @@ print(json.dumps(ids))
 
 
 def _runs(d, ids: list[str]) -> dict[str, tuple]:
-    """``{id: (status, started_at, finished_at)}`` of the runs ``ids``."""
-    rows = db_rows(
+    """``{id: (status, started_at, finished_at)}`` of the runs ``ids`` (times as
+    datetimes, ``None`` when unset)."""
+    rows = shell_json(
         d,
-        "SELECT id::text, status, started_at, finished_at FROM runs_run WHERE id::text = ANY(%s)",
-        (ids,),
+        f"""
+from runs.models import Run
+print(json.dumps([[str(r.pk), r.status, r.started_at, r.finished_at]
+    for r in Run.objects.filter(pk__in={ids!r})], default=str))
+""",
     )
-    return {row[0]: row[1:] for row in rows}
+    return {
+        pk: (status, *(datetime.fromisoformat(t) if t else None for t in times))
+        for pk, status, *times in rows
+    }
 
 
 def _max_in_window(times: list[float], window: float) -> int:
@@ -57,15 +65,22 @@ def _max_in_window(times: list[float], window: float) -> int:
 
 
 def _attempts(d, ids: list[str]) -> set[int]:
-    rows = db_rows(d, "SELECT attempt FROM runs_step WHERE run_id::text = ANY(%s)", (ids,))
-    return {row[0] for row in rows}
+    return set(
+        shell_json(
+            d,
+            "from runs.models import Step\n"
+            f"print(json.dumps(list(Step.objects.filter(run_id__in={ids!r})"
+            ".values_list('attempt', flat=True))))",
+        )
+    )
 
 
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
 def test_it_keeps_one_customers_runs_apart_and_in_order_while_another_proceeds(
-    deployment_factory, tmp_path
+    deployment_factory, tmp_path, backend
 ):
     d = deployment_factory(
-        "postgres", {"AGENTOPS_EXTRA_WORKFLOW_MODULES": MODULE, "AGENTOPS_POLL_SECONDS": "0.1"}
+        backend, {"AGENTOPS_EXTRA_WORKFLOW_MODULES": MODULE, "AGENTOPS_POLL_SECONDS": "0.1"}
     )
     gate = tmp_path / "gate"
     a1, a2, a3, b1 = _start(

@@ -51,8 +51,10 @@ def may_start(run: Run) -> bool:
     held = Run.objects.filter(concurrency_key=key, status__in=IN_FLIGHT).count()
     if held >= limit:
         return False
+    # The run's own stored time, not the Python value: SQLite compares them as text.
+    created = Subquery(Run.objects.filter(pk=run.pk).values("created_at")[:1])
     older = Run.objects.filter(concurrency_key=key, status=RunStatus.PENDING).filter(
-        Q(created_at__lt=run.created_at) | Q(created_at=run.created_at, pk__lt=run.pk)
+        Q(created_at__lt=created) | Q(created_at=created, pk__lt=run.pk)
     )
     return held + older.values("pk")[: limit - held].count() < limit
 
