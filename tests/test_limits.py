@@ -11,12 +11,12 @@ from datetime import datetime
 import pytest
 
 import tests.workflows.limited  # noqa: F401 - registers the workflows here too
+from agentops.authoring import Workflow, WorkflowDefinitionError
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.control.replay import replay_run
 from runs.engine.data.inbox import post_message
 from runs.models import Run
 from runs.states import RunStatus
-from runs.workflows.definition import Workflow, WorkflowDefinitionError
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.control_support import db_rows, shell_json, wait_until
 from tests.support.openai_server import ModelServer

@@ -14,8 +14,7 @@
 import os
 import time
 
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
+from agentops.authoring import Workflow, register
 
 per_customer = Workflow(
     "per_customer",
@@ -70,7 +69,7 @@ def answer(ctx):
     return {"text": ctx.input["text"]}
 
 
-registry.register(per_customer)
-registry.register(keyed_chat)
-registry.register(asks_model)
-registry.register(limited_step)
+register(per_customer)
+register(keyed_chat)
+register(asks_model)
+register(limited_step)
