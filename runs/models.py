@@ -747,6 +747,37 @@ class ScheduleTick(models.Model):
         return f"{self.schedule_id}@{self.tick_at:%Y-%m-%dT%H:%M:%S} {self.outcome}"
 
 
+class RateLimit(models.Model):
+    """A named rate limit set in the admin (``runs.engine.effects.rate_limits``): at most
+    ``requests`` calls and ``tokens`` tokens (empty: no bound, at least one is set) in
+    any ``window_seconds``. A row overrides ``AGENTOPS_RATE_LIMITS``' limit of its name
+    and takes effect at the next call, on every worker."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    requests = models.PositiveIntegerField(null=True, blank=True)
+    tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    window_seconds = models.FloatField(default=60.0)
+
+    def __str__(self) -> str:
+        bounds = f"{self.requests} requests, {self.tokens} tokens"
+        return f"{self.name}: {bounds} per {self.window_seconds} s"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        errors = {}
+        if self.requests is None and self.tokens is None:
+            errors["requests"] = "Set requests, tokens or both."
+        if self.requests == 0:
+            errors["requests"] = "Must be at least 1 (leave empty for no bound)."
+        if self.tokens == 0:
+            errors["tokens"] = "Must be at least 1 (leave empty for no bound)."
+        if not 0 < self.window_seconds <= 86400:
+            errors["window_seconds"] = "Must be seconds above 0, at most 86400."
+        if errors:
+            raise ValidationError(errors)
+
+
 class RateLimitCall(models.Model):
     """One call counted against the rate limit ``name`` (``runs.engine.effects.rate_limits``).
 

@@ -189,7 +189,8 @@ def overview_stats(now: datetime | None = None, *, storage: bool = True) -> dict
       ``timer_oldest_s``, ``schedule_missed_ticks`` (``wait_stats``, missed ticks of the
       last day);
     - ``limit_waits``: ``{"concurrency": {workflow: runs}, "rate": {limit: calls}}``
-      waiting on a concurrency or rate limit now (``limit_waits``);
+      waiting on a concurrency or rate limit now (``limit_waits``); ``rate_limits``: the
+      names of the rate limits in force (setting and admin);
     - ``storage``: ``[{workflow, db_bytes, payload_bytes, artifact_bytes}]``
       (``runs.storage_stats``, cached for a minute); ``None`` with ``storage=False``:
       counting scans every stored row, so the console loads it as a panel of its own
@@ -319,6 +320,7 @@ def overview_stats(now: datetime | None = None, *, storage: bool = True) -> dict
         ).count(),
         **wait_stats(now, day_ago),
         "limit_waits": limit_waits(),
+        "rate_limits": sorted(rate_limits.configured()),
         "storage": storage_by_workflow() if storage else None,
     }
 

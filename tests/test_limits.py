@@ -9,13 +9,16 @@ import json
 from datetime import datetime
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
 
 import tests.workflows.limited  # noqa: F401 - registers the workflows here too
 from agentops.authoring import Workflow, WorkflowDefinitionError
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.control.replay import replay_run
 from runs.engine.data.inbox import post_message
-from runs.models import Run
+from runs.engine.effects import rate_limits
+from runs.models import RateLimit, Run
 from runs.states import RunStatus
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.control_support import db_rows, shell_json, wait_until
@@ -44,7 +47,8 @@ def _runs(d, ids: list[str]) -> dict[str, tuple]:
     rows = shell_json(
         d,
         f"""
-from runs.models import Run
+from runs.engine.effects import rate_limits
+from runs.models import RateLimit, Run
 print(json.dumps([[str(r.pk), r.status, r.started_at, r.finished_at]
     for r in Run.objects.filter(pk__in={ids!r})], default=str))
 """,
@@ -248,3 +252,20 @@ def test_the_overview_and_metrics_show_what_waits_on_each_limit(settings, client
     page = clients["alice"].get("/", HTTP_HX_REQUEST="true").content.decode()
     assert 'id="stat-limit-waits"><div class="n">1 / 0<' in page
     assert "per_customer: 1 runs" in page
+
+    # The admin sets limits too: a row overrides the setting of its name; a limit
+    # without a bound is refused and nothing is written.
+    admin = Client()
+    admin.force_login(get_user_model().objects.create_superuser("root", password="pw"))
+    add = "/admin/runs/ratelimit/add/"
+    empty = admin.post(
+        add, {"name": "search", "requests": "", "tokens": "", "window_seconds": "60"}
+    )
+    assert empty.status_code == 200 and "Set requests, tokens or both." in empty.content.decode()
+    assert not RateLimit.objects.exists()
+    for name, requests in (("search", "30"), ("crm", "5")):
+        form = {"name": name, "requests": requests, "tokens": "", "window_seconds": "60"}
+        assert admin.post(add, form).status_code == 302
+    assert rate_limits.configured()["crm"].requests == 5
+    samples = scrape()
+    assert samples[(waiting, (("kind", "rate"), ("limit", "search")))] == 0

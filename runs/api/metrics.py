@@ -164,7 +164,7 @@ def metric_families(stats: dict) -> list[GaugeMetricFamily]:
     for kind, waiting in stats["limit_waits"].items():
         for limit, count in sorted(waiting.items()):
             limit_waits.add_metric([kind, limit], count)
-    for limit in sorted(set(settings.AGENTOPS_RATE_LIMITS) - set(stats["limit_waits"]["rate"])):
+    for limit in sorted(set(stats["rate_limits"]) - set(stats["limit_waits"]["rate"])):
         limit_waits.add_metric(["rate", limit], 0)
     families.append(limit_waits)
     per_run = stats["per_run"]

@@ -1,7 +1,8 @@
 """Rate limits by name, counted in the database across all workers.
 
 A limit (``AGENTOPS_RATE_LIMITS``: ``{"openai": {"requests_per_minute": 500,
-"tokens_per_minute": 200000}}``, or ``requests`` / ``tokens`` per ``window_seconds``)
+"tokens_per_minute": 200000}}``, or ``requests`` / ``tokens`` per ``window_seconds``;
+or a ``RateLimit`` row set in the admin, which wins over the setting of its name)
 applies to model requests whose model is that name or whose provider is (``openai``
 covers ``openai:gpt-4.1-mini``), and to every attempt of a step that declares
 ``rate_limit="name"``.
@@ -36,7 +37,7 @@ from django.db.models.functions import Now
 
 from agentops.db_pool import release_connection
 from runs.engine.state.clock import db_now
-from runs.models import RateLimitCall, RateLimitHold, Step
+from runs.models import RateLimit, RateLimitCall, RateLimitHold, Step
 from runs.states import StepStatus
 
 #: First key of the per-name transaction advisory lock, apart from the other engine locks.
@@ -69,12 +70,22 @@ class Limit:
     window_seconds: float
 
 
-def configured() -> dict[str, Limit]:
-    """The limits of ``AGENTOPS_RATE_LIMITS`` (checked at start-up), by name."""
-    return {
+def configured(names: Iterable[str] | None = None) -> dict[str, Limit]:
+    """The limits by name (only ``names`` when given): ``AGENTOPS_RATE_LIMITS`` (checked
+    at start-up), each overridden by the admin's ``RateLimit`` row of its name, plus
+    the admin's other rows. One query; database errors propagate."""
+    limits = {
         name: Limit(name, spec["requests"], spec["tokens"], spec["window_seconds"])
         for name, spec in settings.AGENTOPS_RATE_LIMITS.items()
     }
+    rows = RateLimit.objects.all()
+    if names is not None:
+        names = set(names)
+        limits = {name: limit for name, limit in limits.items() if name in names}
+        rows = rows.filter(name__in=names)
+    for row in rows:
+        limits[row.name] = Limit(row.name, row.requests, row.tokens, row.window_seconds)
+    return limits
 
 
 def model_scopes(model_name: str) -> list[str]:
@@ -93,7 +104,7 @@ def acquire(
     ``CancelRequested``). Returns the ids of the grants to ``settle`` after the call
     (empty when no limit applies). Database errors propagate."""
     names = sorted(set(scopes))
-    limits = [limit for name, limit in configured().items() if name in names]
+    limits = list(configured(names).values())
     while True:
         check()
         granted, wait = _try(names, limits, step, attempt)
