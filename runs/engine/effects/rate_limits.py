@@ -32,7 +32,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, F, Max, Min, Q, Sum
+from django.db.models import Count, F, Min, Q, Sum
 from django.db.models.functions import Now
 
 from agentops.db_pool import release_connection
@@ -123,7 +123,7 @@ def _try(
     if not limits and not holds.exists():
         return [], 0.0
     with transaction.atomic():
-        hold = holds.aggregate(until=Max("until"))["until"]
+        held = dict(holds.values_list("name", "until"))
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 for name in names:
@@ -131,8 +131,8 @@ def _try(
                         "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [LOCK_NAMESPACE, name]
                     )
         now = db_now()
-        wait = (hold - now).total_seconds() if hold is not None else 0.0
-        blocked = set(names) if wait > 0 else set()
+        wait = max([(until - now).total_seconds() for until in held.values()], default=0.0)
+        blocked = {name for name, until in held.items() if until > now}
         for limit in limits:
             window = timedelta(seconds=limit.window_seconds)
             calls = RateLimitCall.objects.filter(name=limit.name, waiting=False)
