@@ -29,7 +29,7 @@ from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.execution.identity import WorkerIdentity, new_worker_id, set_current_worker
 from runs.engine.execution.liveness import Liveness
 from runs.engine.execution.slots import Slots
-from runs.engine.state import db_faults, one_claim
+from runs.engine.state import concurrency, db_faults, one_claim
 from runs.models import Step, WorkerProcess
 from runs.states import RUN_EXECUTABLE, StepStatus
 from runs.workflows import registry
@@ -105,12 +105,15 @@ def _handling_failed(outage: RepeatedFailureLog, exc: Exception) -> None:
 
 def due_step_ids(limit: int = 10) -> list[int]:
     """Ids of steps a worker could claim now: PENDING and due, or RUNNING with an
-    expired lease, in runs that may execute. Oldest ``not_before`` first."""
+    expired lease, in runs that may execute (a run waiting for a place of its
+    concurrency key is left out). Oldest ``not_before`` first."""
     return list(
-        Step.objects.filter(
-            Q(status=StepStatus.PENDING, not_before__lte=Now())
-            | Q(status=StepStatus.RUNNING, lease_until__lt=Now()),
-            run__status__in=RUN_EXECUTABLE,
+        concurrency.startable(
+            Step.objects.filter(
+                Q(status=StepStatus.PENDING, not_before__lte=Now())
+                | Q(status=StepStatus.RUNNING, lease_until__lt=Now()),
+                run__status__in=RUN_EXECUTABLE,
+            )
         )
         .order_by("not_before")
         .values_list("pk", flat=True)[:limit]
