@@ -381,6 +381,8 @@ AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.book_trip",
     "runs.workflows.weekly_report",
     "runs.workflows.order_followup",
+    # Child runs: a triage agent hands each ticket to a sub-agent (docs/parallel.md).
+    "runs.workflows.triage_demo",
     # A Pydantic AI agent registered as a workflow (README "Bring your own agent"),
     # declared here and imported on first use (runs/workflows/support_agent.py).
     "runs.workflows.declared",

@@ -90,10 +90,15 @@ def start_run(
     faults: dict | None = None,
     version: int | None = None,
     actor: str = "cli",
+    parent_step: Step | None = None,
+    child_position: int | None = None,
+    detached: bool = False,
 ) -> Run:
     """Create a run of ``workflow`` (latest version unless ``version``) on the thread
     ``thread_id``, with its first user message, ``start`` checkpoint and first step,
-    all in one transaction; the first step is notified after commit.
+    all in one transaction; the first step is notified after commit. ``parent_step``,
+    ``child_position`` and ``detached`` make it a child run of that step's run
+    (``runs.engine.control.children`` starts those).
 
     Raises ``ControlError`` (``unknown_workflow``, ``invalid_input``, ``invalid_thread``).
     """
@@ -134,13 +139,19 @@ def start_run(
             budget=budget or {},
             faults=faults or {},
             request_id=request_id or "",
+            parent_run_id=parent_step.run_id if parent_step is not None else None,
+            parent_step=parent_step,
+            child_position=child_position,
+            detached=detached,
         )
+        created: dict[str, Any] = {"workflow": wf.name, "version": wf.version, "thread": thread_id}
+        if parent_step is not None:
+            created.update(
+                parent_run=str(parent_step.run_id), parent_step=parent_step.name,
+                position=child_position, detached=detached,
+            )  # fmt: skip
         with run_transaction(run.pk) as tx:
-            tx.event(
-                "run.created",
-                {"workflow": wf.name, "version": wf.version, "thread": thread_id},
-                actor=actor,
-            )
+            tx.event("run.created", created, actor=actor)
             seq = allocate_message_seqs(thread.pk, 1 if wf.message_field else 0)[1]
             if wf.message_field:
                 message = Message.objects.create(

@@ -14,7 +14,7 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from agentops.db_pool import release_connection
-from runs.engine.control import approvals, versions, waits
+from runs.engine.control import approvals, children, versions, waits
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.data import drafts, payloads
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
@@ -289,6 +289,9 @@ def _run_captured(
             return done
         if step_def.kind == "signal":
             waits.commit_signal_wait(ctx, worker.worker_id)
+            return done
+        if step_def.kind == "child":
+            children.commit_child_wait(ctx, output, worker.worker_id)
             return done
         claimed_by = worker.worker_id if chain and not worker.stopping.is_set() else None
         if ctx.sleep_seconds is not None or ctx.wake_at is not None:

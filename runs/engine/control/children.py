@@ -1,0 +1,341 @@
+"""Child runs: a step starts runs of another workflow and waits for them without a lease.
+
+A child step's function returns the children's inputs. ``commit_child_wait`` first
+starts the missing children in a transaction fenced by the step's attempt, each keyed by
+the parent step and its position (a unique constraint), so an attempt that runs again
+after a crash finds the children it started and starts none twice. Then it ends the
+attempt: the step goes WAITING with its lease released and the run WAITING_EXTERNAL,
+unless the children are finished already. A child's terminal move wakes its parent
+(``on_run_finished``, after that commit): once every child succeeded the step succeeds
+with their results and the run goes on; a child that failed or was cancelled fails the
+step and the run with the child's error code. A parent that ends while attached
+children are open cancels them. The sweeper repeats both for a process that died
+between a commit and its hook (``settle_children``).
+"""
+
+import logging
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q
+from django.db.models.functions import Now
+
+from runs.engine.control.cancel import request_cancel
+from runs.engine.control.lifecycle import ControlError, start_run
+from runs.engine.effects import compensation
+from runs.engine.errors import LeaseLost, StepError
+from runs.engine.execution import faults
+from runs.engine.state.gateway import RunTx, attempt_holds, run_transaction
+from runs.models import Run, Step
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+from runs.workflows import registry
+from runs.workflows.definition import Workflow
+
+logger = logging.getLogger("agentops.children")
+
+#: Error code of a child step whose function returned no valid inputs for its children
+#: (never retried: the same code returns the same inputs).
+CHILD_INPUT_INVALID = "CHILD_INPUT_INVALID"
+#: Error code of a child step whose child was cancelled (or failed without a code).
+CHILD_CANCELLED = "CHILD_CANCELLED"
+CHILD_FAILED = "CHILD_FAILED"
+#: Most children one step may start.
+MAX_CHILDREN = 10_000
+
+
+def commit_child_wait(ctx, output: Any, worker_id: str) -> None:
+    """Called by the executor when a child step's function returned ``output`` (the
+    child's input dict; with ``many`` a list of them): start the children that are not
+    started yet, then, fenced by the attempt, put the step in WAITING (lease released,
+    run WAITING_EXTERNAL) or, when every child has finished already, settle it. A
+    detached step succeeds at once with ``{"children": [run ids]}``. A cancel requested
+    meanwhile cancels the step instead. Raises ``StepError`` (``CHILD_INPUT_INVALID``)
+    for inputs the child workflow refuses (nothing is started) and ``LeaseLost`` when
+    the attempt no longer holds the step."""
+    run, step, attempt, options = ctx.run, ctx.step, ctx.attempt, ctx.step_def.options
+    inputs = _inputs(output, options["many"])
+    children = _start_children(ctx, inputs, worker_id)
+    # A crash here leaves children started and the wait unrecorded: the next attempt
+    # finds them by their key.
+    faults.crash_point(run, step, "child_started")
+    with run_transaction(run.pk) as tx:
+        if tx.run.status == RunStatus.CANCEL_REQUESTED:
+            tx.finish_attempt(
+                step,
+                attempt,
+                StepStatus.CANCELLED,
+                actor=worker_id,
+                payload={"reason": "cancel requested before the child wait"},
+                owner="",
+                lease_until=None,
+                finished_at=Now(),
+            )
+            return
+        ids = [str(pk) for pk in children]
+        if options["detached"]:
+            result = {"children": ids}
+            if tx.finish_attempt(
+                step,
+                attempt,
+                StepStatus.SUCCEEDED,
+                actor=worker_id,
+                payload={"attempt": attempt, "children": ids, "detached": True},
+                output=result,
+                owner="",
+                lease_until=None,
+                finished_at=Now(),
+            ):
+                tx.advance(
+                    step,
+                    output=result,
+                    next_name=ctx.workflow.next_after(step.name),
+                    actor=worker_id,
+                    reason="detached children started",
+                )
+            return
+        if not tx.finish_attempt(
+            step,
+            attempt,
+            StepStatus.WAITING,
+            actor=worker_id,
+            event_type="step.waiting",
+            payload={"attempt": attempt, "waiting_for": "children", "children": ids},
+            owner="",
+            lease_until=None,
+        ):
+            return
+        tx.transition_run(
+            RunStatus.WAITING_EXTERNAL,
+            actor=worker_id,
+            reason=f"waiting for {len(ids)} child run(s)",
+            current_step=step.pk,
+        )
+        settle(tx, step, ctx.workflow, worker_id)
+
+
+def _inputs(output: Any, many: bool) -> list[dict]:
+    """The children's inputs from the step function's return value."""
+    inputs = output if many else [output]
+    if not isinstance(inputs, list) or not all(isinstance(i, dict) for i in inputs):
+        shape = "a list of JSON objects" if many else "a JSON object"
+        raise StepError(CHILD_INPUT_INVALID, f"a child step returns the children's inputs: {shape}")
+    if len(inputs) > MAX_CHILDREN:
+        raise StepError(CHILD_INPUT_INVALID, f"at most {MAX_CHILDREN} children per step")
+    return inputs
+
+
+def _start_children(ctx, inputs: list[dict], worker_id: str) -> list[Any]:
+    """Start the children at the positions not started yet, in one transaction that
+    holds the step at this attempt; returns every child's run id by position."""
+    run, step, options = ctx.run, ctx.step, ctx.step_def.options
+    with run_transaction(run.pk) as tx:
+        if not attempt_holds(step.pk, ctx.attempt):
+            raise LeaseLost(f"attempt {ctx.attempt} no longer holds {step.name}")
+        started: dict[int, Any] = {
+            position: pk
+            for position, pk in Run.objects.filter(parent_step_id=step.pk).values_list(
+                "child_position", "pk"
+            )
+            if position is not None
+        }
+        for position, child_input in enumerate(inputs):
+            if position in started:
+                continue
+            thread_id = (
+                tx.run.thread.thread_id
+                if options["thread"] == "parent"
+                else f"{run.pk}/{step.name}/{position}"
+            )
+            try:
+                child = start_run(
+                    options["workflow"],
+                    thread_id=thread_id,
+                    input=child_input,
+                    owner=tx.run.owner,
+                    actor=worker_id,
+                    parent_step=step,
+                    child_position=position,
+                    detached=options["detached"],
+                )
+            except ControlError as exc:
+                # Rolls back the children started in this transaction too.
+                raise StepError(
+                    CHILD_INPUT_INVALID,
+                    f"child {position} of {step.name}: {exc.message} {exc.errors or ''}".strip(),
+                ) from exc
+            started[position] = child.pk
+            tx.event(
+                "child.started",
+                {"run_id": str(child.pk), "workflow": child.workflow, "position": position},
+                step_id=step.pk,
+                actor=worker_id,
+            )
+    return [started[p] for p in sorted(started)]
+
+
+def settle(tx: RunTx, step: Step, workflow: Workflow, actor: str) -> bool:
+    """Inside the transaction of the parent run (WAITING_EXTERNAL, ``step`` WAITING for
+    its children): when every child succeeded, the step succeeds with their results
+    (with ``many`` a list by position, else the one child's) and the run goes on; when
+    a child failed or was cancelled, the step and the run fail with its error code
+    (``CHILD_FAILED``/``CHILD_CANCELLED`` when it has none) and the run's compensation
+    is scheduled. Returns ``True`` when the step was settled, ``False`` while a child is
+    still open."""
+    children = list(
+        Run.objects.filter(parent_step_id=step.pk, detached=False).order_by("child_position")
+    )
+    failed = next(
+        (c for c in children if c.status in (RunStatus.FAILED, RunStatus.CANCELLED)), None
+    )
+    if failed is None and any(c.status not in RUN_TERMINAL for c in children):
+        return False
+    if failed is not None:
+        code = failed.error_code or (
+            CHILD_CANCELLED if failed.status == RunStatus.CANCELLED else CHILD_FAILED
+        )
+        detail = (
+            f"child run {failed.pk} ({failed.workflow}, position {failed.child_position}) "
+            f"{failed.status.lower()}: {failed.error_detail or failed.cancel_reason}"
+        )[:4000]
+        if not tx.transition_step(
+            step.pk,
+            StepStatus.FAILED,
+            expected=StepStatus.WAITING,
+            actor=actor,
+            payload={"child": str(failed.pk), "error_code": code, "error_detail": detail[:500]},
+            error_code=code,
+            error_detail=detail,
+            finished_at=Now(),
+        ):
+            return False
+        tx.transition_run(
+            RunStatus.FAILED,
+            actor=actor,
+            reason=f"{step.name}: {code}",
+            finished_at=Now(),
+            current_step=None,
+            error_code=code,
+            error_detail=detail,
+        )
+        compensation.schedule(tx, actor=actor, reason=f"run failed at {step.name}: {code}")
+        return True
+    results = [child_result(c) for c in children]
+    output = results if workflow.get(step.name).options["many"] else results[0]
+    if not tx.transition_step(
+        step.pk,
+        StepStatus.SUCCEEDED,
+        expected=StepStatus.WAITING,
+        actor=actor,
+        payload={"children": [str(c.pk) for c in children]},
+        output=output,
+        finished_at=Now(),
+    ):
+        return False
+    tx.advance(
+        step,
+        output=output,
+        next_name=workflow.next_after(step.name),
+        actor=actor,
+        reason="child runs finished",
+    )
+    return True
+
+
+def child_result(run: Run) -> Any:
+    """A finished run's result: the output of the step that finished it (its current
+    generation's last succeeded step), ``None`` when it has none."""
+    return (
+        Step.objects.filter(run_id=run.pk, generation=run.generation, status=StepStatus.SUCCEEDED)
+        .order_by("-seq")
+        .values_list("output", flat=True)
+        .first()
+    )
+
+
+def wake_parent(parent_run_id, step_id: int, actor: str) -> bool:
+    """A child of ``step_id`` finished: settle that step if its run still waits for it
+    (a paused or cancel-requested parent is left alone; the sweeper settles it once it
+    waits again). Returns ``True`` when the step was settled."""
+    with run_transaction(parent_run_id) as tx:
+        if tx.run.status != RunStatus.WAITING_EXTERNAL:
+            return False
+        step = Step.objects.filter(
+            pk=step_id, status=StepStatus.WAITING, generation=tx.run.generation
+        ).first()
+        if step is None:
+            return False
+        workflow = registry.get(tx.run.workflow, tx.run.workflow_version)
+        return settle(tx, step, workflow, actor)
+
+
+def cancel_orphan(run_id, parent_run_id, parent_status: str, actor: str) -> None:
+    """Cancel the attached child ``run_id`` of a parent that ended (with compensation
+    where the child's workflow defines it); a child that ended meanwhile is left as
+    it is."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or run.status in RUN_TERMINAL:
+        return
+    try:
+        request_cancel(run, actor=actor, reason=f"parent run {parent_run_id} is {parent_status}")
+    except ControlError as exc:
+        if exc.code != "run_terminal":
+            raise
+
+
+def on_run_finished(run_id, thread_id: int, status: str, thread_locked: bool) -> None:
+    """Run-finished hook (after the commit that ended ``run_id``): wake the parent step
+    waiting for this run, and cancel this run's open attached children. One query when
+    the run has neither."""
+    related = Run.objects.filter(
+        Q(pk=run_id, parent_step__isnull=False, detached=False)
+        | (Q(parent_run_id=run_id, detached=False) & ~Q(status__in=RUN_TERMINAL))
+    ).values_list("pk", "parent_run_id", "parent_step_id")
+    for pk, parent_run_id, parent_step_id in list(related):
+        if pk == run_id:
+            wake_parent(parent_run_id, parent_step_id, actor="children")
+        else:
+            cancel_orphan(pk, run_id, status, actor="children")
+
+
+def settle_children(actor: str, batch: int) -> int:
+    """Sweeper task for a process that died between a run's end and its hook: settle
+    the child waits whose children are all finished (or one failed), and cancel the
+    open attached children of ended parents. Returns how many it moved."""
+    children = Run.objects.filter(parent_step=OuterRef("pk"), detached=False)
+    due = list(
+        Step.objects.filter(status=StepStatus.WAITING, run__status=RunStatus.WAITING_EXTERNAL)
+        .filter(Exists(children))
+        .filter(
+            Exists(children.filter(status__in=(RunStatus.FAILED, RunStatus.CANCELLED)))
+            | ~Exists(children.exclude(status__in=RUN_TERMINAL))
+        )
+        .values_list("run_id", "pk")[:batch]
+    )
+    moved = sum(1 for run_id, step_id in due if wake_parent(run_id, step_id, actor))
+    orphans = list(
+        Run.objects.filter(detached=False, parent_run__status__in=RUN_TERMINAL)
+        .exclude(status__in=(*RUN_TERMINAL, RunStatus.CANCEL_REQUESTED))
+        .values_list("pk", "parent_run_id", "parent_run__status")[:batch]
+    )
+    for pk, parent_run_id, parent_status in orphans:
+        cancel_orphan(pk, parent_run_id, parent_status, actor)
+    return moved + len(orphans)
+
+
+def open_children(step: Step) -> tuple[int, int]:
+    """``(open, total)`` attached children of ``step``."""
+    children = Run.objects.filter(parent_step_id=step.pk, detached=False)
+    return children.exclude(status__in=RUN_TERMINAL).count(), children.count()
+
+
+__all__ = [
+    "CHILD_CANCELLED",
+    "CHILD_FAILED",
+    "CHILD_INPUT_INVALID",
+    "child_result",
+    "commit_child_wait",
+    "on_run_finished",
+    "open_children",
+    "settle",
+    "settle_children",
+    "wake_parent",
+]
