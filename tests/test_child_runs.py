@@ -6,8 +6,11 @@ a detached child outlives its parent; the sweeper cancels the attached children 
 parent whose end hook never ran."""
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 import tests.workflows.children  # noqa: F401 - registers the test workflows here too
+from apitokens.services import create_token
 from runs.engine.control import children
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import start_run
@@ -15,6 +18,7 @@ from runs.engine.control.waits import deliver_signal
 from runs.engine.state import gateway
 from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step
+from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_subprocess, worker_subprocess_env
 from tests.control_support import wait_until
 
@@ -107,7 +111,9 @@ def test_a_crash_between_starting_the_children_and_recording_the_wait_starts_eac
     assert _output(run, "combine") == {"tickets": 3, "priority_total": 6}
 
 
-def test_cancelling_the_parent_cancels_its_three_open_children_with_compensation(settings):
+def test_cancelling_the_parent_cancels_its_three_open_children_with_compensation(
+    settings, actors, clients
+):
     parent = start_run("triage_demo", thread_id="cancel", input={"tickets": 3, "hold_s": 3600})
     _burst(settings)
     parent.refresh_from_db()
@@ -115,15 +121,16 @@ def test_cancelling_the_parent_cancels_its_three_open_children_with_compensation
     triage = Step.objects.get(run=parent, name="triage")
     # The parent waits with no worker and no lease.
     assert (triage.status, triage.owner, triage.lease_until) == ("WAITING", "", None)
-    kids = Run.objects.filter(parent_run=parent)
+    kids = Run.objects.filter(parent_run=parent).order_by("child_position")
     # Each child claimed its ticket and holds on a durable timer.
     assert list(kids.values_list("status", flat=True)) == ["RUNNING"] * 3
+    _shows_the_family(parent, list(kids), actors, clients["bob"])
 
     request_cancel(parent, actor="alice", reason="customer withdrew")
 
     parent.refresh_from_db()
     assert parent.status == "CANCELLED"
-    for kid in kids:
+    for kid in Run.objects.filter(parent_run=parent):
         assert kid.status == "CANCELLED"
         assert kid.cancel_reason == f"parent run {parent.pk} is CANCELLED"
         assert kid.compensation_status == "DONE"
@@ -164,3 +171,37 @@ def test_a_detached_child_outlives_its_parent_and_the_sweeper_cancels_orphans(
     _burst(settings)
     free.refresh_from_db()
     assert free.status == "SUCCEEDED"
+
+
+def _shows_the_family(parent: Run, kids: list[Run], actors, console: Client) -> None:
+    """The API's run documents and list filter, and the console's run pages and runs
+    list, link the parent and its children."""
+    _, raw = create_token(actors["bob"])
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    doc = api.get(f"/api/v1/runs/{parent.pk}").json()
+    assert doc["parent"] is None and doc["children_total"] == 3
+    assert [(c["id"], c["step"], c["position"]) for c in doc["children"]] == [
+        (str(k.pk), "triage", n) for n, k in enumerate(kids)
+    ]
+    kid = api.get(f"/api/v1/runs/{kids[1].pk}").json()
+    assert kid["parent_run"] == str(parent.pk)
+    assert kid["parent"] == {
+        "run": str(parent.pk), "step": "triage", "position": 1, "detached": False
+    }  # fmt: skip
+    listed = api.get("/api/v1/runs", {"parent": str(parent.pk)[:8]}).json()
+    assert listed["count"] == 3
+    assert {item["id"] for item in listed["items"]} == {str(k.pk) for k in kids}
+    refused = api.get("/api/v1/runs", {"parent": "f" * 37})
+    assert refused.status_code == 422, refused.content
+
+    page = console.get(reverse("console:run", args=[parent.pk])).content.decode()
+    assert "waiting for child runs: 3 of 3 open" in page
+    assert f"?parent={parent.pk}" in page
+    for k in kids:
+        assert reverse("console:run", args=[k.pk]) in page
+    page = console.get(reverse("console:run", args=[kids[0].pk])).content.decode()
+    assert 'id="child-of"' in page and reverse("console:run", args=[parent.pk]) in page
+    listing = console.get(reverse("console:runs"), {"parent": str(parent.pk)}).content.decode()
+    for k in kids:
+        assert reverse("console:run", args=[k.pk]) in listing
+    assert reverse("console:run", args=[parent.pk]) not in listing

@@ -236,12 +236,19 @@ def open_step(run: Run) -> Step | None:
 def waiting_on(run: Run, step: Step | None) -> dict[str, Any] | None:
     """What the run waits for with no worker holding it, from its open ``step``:
     ``{"for": "signal", "signal": name, "until": datetime | None}`` (a signal wait and
-    its deadline) or ``{"for": "timer", "until": datetime}`` (a step held back by a
-    durable timer); ``None`` otherwise."""
+    its deadline), ``{"for": "children", "open": int, "total": int, "until": None}``
+    (a step waiting for its child runs) or ``{"for": "timer", "until": datetime}`` (a
+    step held back by a durable timer); ``None`` otherwise."""
     if step is None or run.status in RUN_TERMINAL:
         return None
     if step.status == StepStatus.WAITING and step.signal_name:
         return {"for": "signal", "signal": step.signal_name, "until": step.wait_until}
+    if step.status == StepStatus.WAITING and run.status == RunStatus.WAITING_EXTERNAL:
+        children = Run.objects.filter(parent_step_id=step.pk, detached=False)
+        total = children.count()
+        if total:
+            open_ = children.exclude(status__in=RUN_TERMINAL).count()
+            return {"for": "children", "open": open_, "total": total, "until": None}
     if step.status == StepStatus.PENDING and step.attempt == 0 and step.not_before > db_now():
         return {"for": "timer", "until": step.not_before}
     return None
@@ -259,7 +266,8 @@ def run_status(run: Run) -> dict[str, Any]:
     (see ``waiting_on``), steps: [{name,
     status, attempt}], messages: [{id, role, content, tool_calls, tool_call_id}],
     budget: {...}, takeover: {...} | None, compensation: {status, reason, steps,
-    manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids]}`` plus what
+    manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids], parent,
+    children (see ``family``)}`` plus what
     ``STATUS_EXTRAS`` add (the simulator: ``calls: {device.op: count}, devices:
     {...}``)."""
     run.refresh_from_db()
@@ -297,6 +305,7 @@ def run_status(run: Run) -> dict[str, Any]:
         "replays": [
             str(pk) for pk in run.replays.order_by("created_at").values_list("pk", flat=True)
         ],
+        **family(run),
         "steps": steps,
         "messages": messages,
         **{key: extra(run) for key, extra in STATUS_EXTRAS.items()},
@@ -306,6 +315,25 @@ def run_status(run: Run) -> dict[str, Any]:
         "compensation": {"status": run.compensation_status or None, **(run.compensation or {})},
     }
     return doc
+
+
+def family(run: Run) -> dict[str, Any]:
+    """``{"parent": {run, step, position, detached} | None, "children": {"total": int,
+    "open": int}}``: the run whose step started ``run``, and the child runs it
+    started."""
+    parent = None
+    if run.parent_run_id is not None:
+        step_name = Step.objects.filter(child_runs=run).values_list("name", flat=True).first()
+        parent = {
+            "run": str(run.parent_run_id),
+            "step": step_name,
+            "position": run.child_position,
+            "detached": run.detached,
+        }
+    children = Run.objects.filter(parent_run_id=run.pk)
+    total = children.count()
+    open_ = children.exclude(status__in=RUN_TERMINAL).count() if total else 0
+    return {"parent": parent, "children": {"total": total, "open": open_}}
 
 
 def _open_takeover(run: Run) -> dict[str, Any] | None:
