@@ -3,7 +3,7 @@ no lease held and gets their results; a child's failure is the parent step's fai
 with its code; a crash between starting the children and recording the wait starts each
 child once; cancelling the parent cancels its open children with their compensation;
 a detached child outlives its parent; the sweeper cancels the attached children of a
-parent whose end hook never ran."""
+parent whose end hook never ran and of a parent step a resume superseded."""
 
 import pytest
 from django.test import Client
@@ -13,14 +13,14 @@ import tests.workflows.children  # noqa: F401 - registers the test workflows her
 from apitokens.services import create_token
 from runs.engine.control import children
 from runs.engine.control.cancel import request_cancel
-from runs.engine.control.lifecycle import start_run
+from runs.engine.control.lifecycle import redispatch, start_run
+from runs.engine.control.rewind import resume_from_checkpoint
 from runs.engine.control.waits import deliver_signal
+from runs.engine.execution import watchdog
 from runs.engine.state import gateway
-from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_subprocess, worker_subprocess_env
-from tests.control_support import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,19 +87,16 @@ def test_a_crash_between_starting_the_children_and_recording_the_wait_starts_eac
         input={"tickets": 3, "hold_s": 0},
         faults={"crash_at": "child_started"},
     )
-    env = worker_subprocess_env(settings, AGENTOPS_LEASE_SECONDS=1, **CHILDREN)
-    first = run_worker_subprocess(env)
+    first = run_worker_subprocess(worker_subprocess_env(settings, **CHILDREN))
     assert first.returncode == -9, first.stdout + first.stderr
     assert "CRASH at child_started" in first.stdout
     step = Step.objects.get(run=run, name="triage")
-    assert step.status == "RUNNING" and step.attempt == 1
+    assert (step.status, step.attempt) == ("RUNNING", 1), first.stdout
     assert Run.objects.filter(parent_run=run).count() == 3
-    wait_until(
-        lambda: Step.objects.get(pk=step.pk).lease_until < db_now(),
-        what="the dead worker's lease to run out",
-    )
+    # As ``runs resume`` does: liveness knows the worker is dead and hands the step back.
+    redispatch(run, actor="test")
 
-    _burst(settings, AGENTOPS_LEASE_SECONDS=1)
+    _burst(settings)
     run.refresh_from_db()
     assert run.status == "SUCCEEDED"
     step.refresh_from_db()
@@ -125,6 +122,9 @@ def test_cancelling_the_parent_cancels_its_three_open_children_with_compensation
     # Each child claimed its ticket and holds on a durable timer.
     assert list(kids.values_list("status", flat=True)) == ["RUNNING"] * 3
     _shows_the_family(parent, list(kids), actors, clients["bob"])
+    # Waiting for children is silent by design: the watchdog flags nobody.
+    settings.AGENTOPS_STUCK_SECONDS = 0
+    assert watchdog.flag_stuck_runs("watchdog", 100) == 0
 
     request_cancel(parent, actor="alice", reason="customer withdrew")
 
@@ -155,16 +155,28 @@ def test_a_detached_child_outlives_its_parent_and_the_sweeper_cancels_orphans(
     assert attaching.status == "WAITING_EXTERNAL" and not held.detached
     assert {free.status, held.status} == {"WAITING_EXTERNAL"}
 
+    # A resume from before the child step supersedes it: nobody waits for its child,
+    # which the sweeper cancels; the step of the new generation starts a new child.
+    resume_from_checkpoint(attaching, "start", actor="alice", reason="start over")
+    assert children.settle_children("sweeper", 100) == 1
+    held.refresh_from_db()
+    assert held.status == "CANCELLED"
+    _burst(settings)
+    again = Run.objects.filter(parent_run=attaching).exclude(pk=held.pk).get()
+    assert again.status == "WAITING_EXTERNAL"
+    assert again.parent_step.generation == 2
+
     # The process that ends the parent dies before its hook: the sweeper finishes the job.
     monkeypatch.setattr(gateway, "RUN_FINISHED_HOOKS", [])
     request_cancel(attaching, actor="alice", reason="stop")
-    held.refresh_from_db()
-    assert held.status == "WAITING_EXTERNAL"
+    again.refresh_from_db()
+    assert again.status == "WAITING_EXTERNAL"
     monkeypatch.undo()
     assert children.settle_children("sweeper", 100) == 1
-    held.refresh_from_db()
+    again.refresh_from_db()
     free.refresh_from_db()
-    assert held.status == "CANCELLED"
+    assert again.status == "CANCELLED"
+    assert again.cancel_reason == f"parent run {attaching.pk} is CANCELLED"
     assert free.status == "WAITING_EXTERNAL"
 
     deliver_signal(free.pk, "go", {}, actor="test")

@@ -299,7 +299,9 @@ def on_run_finished(run_id, thread_id: int, status: str, thread_locked: bool) ->
 def settle_children(actor: str, batch: int) -> int:
     """Sweeper task for a process that died between a run's end and its hook: settle
     the child waits whose children are all finished (or one failed), and cancel the
-    open attached children of ended parents. Returns how many it moved."""
+    open attached children of ended parents and of parent steps nobody waits on any
+    more (superseded by a resume from an earlier checkpoint, or cancelled). Returns how
+    many it moved."""
     children = Run.objects.filter(parent_step=OuterRef("pk"), detached=False)
     due = list(
         Step.objects.filter(status=StepStatus.WAITING, run__status=RunStatus.WAITING_EXTERNAL)
@@ -312,12 +314,19 @@ def settle_children(actor: str, batch: int) -> int:
     )
     moved = sum(1 for run_id, step_id in due if wake_parent(run_id, step_id, actor))
     orphans = list(
-        Run.objects.filter(detached=False, parent_run__status__in=RUN_TERMINAL)
+        Run.objects.filter(detached=False)
+        .filter(
+            Q(parent_run__status__in=RUN_TERMINAL)
+            | Q(parent_step__status__in=(StepStatus.SUPERSEDED, StepStatus.CANCELLED))
+        )
         .exclude(status__in=(*RUN_TERMINAL, RunStatus.CANCEL_REQUESTED))
-        .values_list("pk", "parent_run_id", "parent_run__status")[:batch]
+        .values_list("pk", "parent_run_id", "parent_run__status", "parent_step__status")[:batch]
     )
-    for pk, parent_run_id, parent_status in orphans:
-        cancel_orphan(pk, parent_run_id, parent_status, actor)
+    for pk, parent_run_id, run_status, step_status in orphans:
+        ended = (
+            run_status if run_status in RUN_TERMINAL else f"{run_status} (its step {step_status})"
+        )
+        cancel_orphan(pk, parent_run_id, ended, actor)
     return moved + len(orphans)
 
 
