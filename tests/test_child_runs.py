@@ -41,7 +41,10 @@ def test_a_parent_waits_for_its_children_and_a_child_failure_is_its_failure(sett
     triage = start_run("triage_demo", thread_id="tri", input={"tickets": 3, "hold_s": 0})
     good = start_run("one_kid", thread_id="good", input={"n": 4})
     bad = start_run("one_kid", thread_id="bad", input={"n": 5, "fail": "TICKET_REJECTED"})
-    _burst(settings)
+    refused = start_run("one_kid", thread_id="refused", input={"n": 1000})
+    none = start_run("triage_demo", thread_id="none", input={"tickets": 0, "hold_s": 0})
+    # Two slots: a burst must not end while a slot commits the children it started.
+    _burst(settings, AGENTOPS_WORKER_CONCURRENCY=2)
 
     triage.refresh_from_db()
     assert triage.status == "SUCCEEDED"
@@ -76,6 +79,15 @@ def test_a_parent_waits_for_its_children_and_a_child_failure_is_its_failure(sett
     assert ask.status == "FAILED" and ask.error_code == "TICKET_REJECTED"
     assert str(child.pk) in ask.error_detail
     assert not Step.objects.filter(run=bad, name="report").exists()
+
+    # An input the child workflow refuses starts no child and fails the step for good.
+    refused.refresh_from_db()
+    assert (refused.status, refused.error_code) == ("FAILED", "CHILD_INPUT_INVALID")
+    assert "input.n" in refused.error_detail
+    assert not Run.objects.filter(parent_run=refused).exists()
+    none.refresh_from_db()
+    assert none.status == "SUCCEEDED"
+    assert _output(none, "combine") == {"tickets": 0, "priority_total": 0}
 
 
 def test_a_crash_between_starting_the_children_and_recording_the_wait_starts_each_once(

@@ -7,7 +7,7 @@ from runs.engine.errors import StepError
 from runs.workflows import registry
 from runs.workflows.definition import Workflow
 
-kid = Workflow("kid", version=1, input_fields={"n": int})
+kid = Workflow("kid", version=1, input_fields={"n": int}, input_ranges={"n": (0, 100)})
 
 
 @kid.step()

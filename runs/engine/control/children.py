@@ -1,10 +1,10 @@
 """Child runs: a step starts runs of another workflow and waits for them without a lease.
 
-A child step's function returns the children's inputs. ``commit_child_wait`` first
-starts the missing children in a transaction fenced by the step's attempt, each keyed by
-the parent step and its position (a unique constraint), so an attempt that runs again
-after a crash finds the children it started and starts none twice. Then it ends the
-attempt: the step goes WAITING with its lease released and the run WAITING_EXTERNAL,
+A child step's function returns the children's inputs. ``start_children`` starts the
+missing ones in transactions fenced by the step's attempt, each keyed by the parent
+step and its position (a unique constraint), so an attempt that runs again after a
+crash finds the children it started and starts none twice. ``commit_child_wait`` then
+ends the attempt: the step goes WAITING with its lease released and the run WAITING_EXTERNAL,
 unless the children are finished already. A child's terminal move wakes its parent
 (``on_run_finished``, after that commit): once every child succeeded the step succeeds
 with their results and the run goes on; a child that failed or was cancelled fails the
@@ -39,24 +39,37 @@ CHILD_INPUT_INVALID = "CHILD_INPUT_INVALID"
 CHILD_CANCELLED = "CHILD_CANCELLED"
 CHILD_FAILED = "CHILD_FAILED"
 #: Most children one step may start.
-MAX_CHILDREN = 10_000
+MAX_CHILDREN = 1000
+#: Children started in one transaction (the parent's row is locked meanwhile).
+CHILDREN_PER_TRANSACTION = 50
 
 
-def commit_child_wait(ctx, output: Any, worker_id: str) -> None:
-    """Called by the executor when a child step's function returned ``output`` (the
-    child's input dict; with ``many`` a list of them): start the children that are not
-    started yet, then, fenced by the attempt, put the step in WAITING (lease released,
-    run WAITING_EXTERNAL) or, when every child has finished already, settle it. A
-    detached step succeeds at once with ``{"children": [run ids]}``. A cancel requested
-    meanwhile cancels the step instead. Raises ``StepError`` (``CHILD_INPUT_INVALID``)
-    for inputs the child workflow refuses (nothing is started) and ``LeaseLost`` when
-    the attempt no longer holds the step."""
-    run, step, attempt, options = ctx.run, ctx.step, ctx.attempt, ctx.step_def.options
-    inputs = _inputs(output, options["many"])
-    children = _start_children(ctx, inputs, worker_id)
+def start_children(ctx, output: Any, worker_id: str) -> list[Any]:
+    """Called by the executor, while the step's heartbeat keeps its lease, when a child
+    step's function returned ``output`` (the child's input dict; with ``many`` a list of
+    them): start the children not started yet, ``CHILDREN_PER_TRANSACTION`` at a time,
+    each transaction holding the step at this attempt. Returns every child's run id by
+    position. Raises ``StepError`` (``CHILD_INPUT_INVALID``) for inputs that are not
+    JSON objects, too many of them, or inputs the child workflow refuses (that batch is
+    not started) and ``LeaseLost`` when the attempt no longer holds the step."""
+    inputs = _inputs(output, ctx.step_def.options["many"])
+    started: dict[int, Any] = {}
+    for first in range(0, max(len(inputs), 1), CHILDREN_PER_TRANSACTION):
+        batch = inputs[first : first + CHILDREN_PER_TRANSACTION]
+        started.update(_start_batch(ctx, first, batch, worker_id))
     # A crash here leaves children started and the wait unrecorded: the next attempt
     # finds them by their key.
-    faults.crash_point(run, step, "child_started")
+    faults.crash_point(ctx.run, ctx.step, "child_started")
+    return [started[p] for p in sorted(started)]
+
+
+def commit_child_wait(ctx, children: list[Any], worker_id: str) -> None:
+    """Called by the executor after ``start_children`` returned the run ids
+    ``children``: fenced by the attempt, put the step in WAITING (lease released, run
+    WAITING_EXTERNAL) or, when every child has finished already, settle it. A detached
+    step succeeds at once with ``{"children": [run ids]}``. A cancel requested
+    meanwhile cancels the step instead."""
+    run, step, attempt, options = ctx.run, ctx.step, ctx.attempt, ctx.step_def.options
     with run_transaction(run.pk) as tx:
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             tx.finish_attempt(
@@ -123,21 +136,24 @@ def _inputs(output: Any, many: bool) -> list[dict]:
     return inputs
 
 
-def _start_children(ctx, inputs: list[dict], worker_id: str) -> list[Any]:
-    """Start the children at the positions not started yet, in one transaction that
-    holds the step at this attempt; returns every child's run id by position."""
+def _start_batch(ctx, first: int, inputs: list[dict], worker_id: str) -> dict[int, Any]:
+    """Start the children at positions ``first``, ``first + 1``, ... that are not
+    started yet, in one transaction that holds the step at this attempt; returns
+    ``{position: run id}`` of the batch."""
     run, step, options = ctx.run, ctx.step, ctx.step_def.options
     with run_transaction(run.pk) as tx:
         if not attempt_holds(step.pk, ctx.attempt):
             raise LeaseLost(f"attempt {ctx.attempt} no longer holds {step.name}")
         started: dict[int, Any] = {
             position: pk
-            for position, pk in Run.objects.filter(parent_step_id=step.pk).values_list(
-                "child_position", "pk"
-            )
+            for position, pk in Run.objects.filter(
+                parent_step_id=step.pk,
+                child_position__gte=first,
+                child_position__lt=first + len(inputs),
+            ).values_list("child_position", "pk")
             if position is not None
         }
-        for position, child_input in enumerate(inputs):
+        for position, child_input in enumerate(inputs, start=first):
             if position in started:
                 continue
             thread_id = (
@@ -169,7 +185,7 @@ def _start_children(ctx, inputs: list[dict], worker_id: str) -> list[Any]:
                 step_id=step.pk,
                 actor=worker_id,
             )
-    return [started[p] for p in sorted(started)]
+    return started
 
 
 def settle(tx: RunTx, step: Step, workflow: Workflow, actor: str) -> bool:
@@ -342,6 +358,7 @@ __all__ = [
     "CHILD_INPUT_INVALID",
     "child_result",
     "commit_child_wait",
+    "start_children",
     "on_run_finished",
     "open_children",
     "settle",

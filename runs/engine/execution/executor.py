@@ -275,8 +275,12 @@ def _run_captured(
         lease_keeper.hold(ctx)
         # The step now waits on its own code, a model or a tool: no connection is held.
         release_connection()
+        started: list = []
         try:
             output = step_def.fn(ctx)
+            if step_def.kind == "child":
+                # Under the heartbeat: starting many children takes a while.
+                started = children.start_children(ctx, output, worker.worker_id)
         except SystemExit as exc:
             raise StepError(STEP_EXITED, f"the step's code called sys.exit({exc.code!r})") from exc
         except KeyboardInterrupt as exc:
@@ -291,7 +295,7 @@ def _run_captured(
             waits.commit_signal_wait(ctx, worker.worker_id)
             return done
         if step_def.kind == "child":
-            children.commit_child_wait(ctx, output, worker.worker_id)
+            children.commit_child_wait(ctx, started, worker.worker_id)
             return done
         claimed_by = worker.worker_id if chain and not worker.stopping.is_set() else None
         if ctx.sleep_seconds is not None or ctx.wake_at is not None:
