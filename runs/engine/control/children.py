@@ -16,7 +16,7 @@ between a commit and its hook (``settle_children``).
 import logging
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, Subquery
 from django.db.models.functions import Now
 
 from runs.engine.control.cancel import request_cancel
@@ -111,7 +111,7 @@ def commit_child_wait(ctx, children: list[Any], worker_id: str) -> None:
             StepStatus.WAITING,
             actor=worker_id,
             event_type="step.waiting",
-            payload={"attempt": attempt, "waiting_for": "children", "children": ids},
+            payload={"attempt": attempt, "waiting_for": "children", "children": len(ids)},
             owner="",
             lease_until=None,
         ):
@@ -196,13 +196,15 @@ def settle(tx: RunTx, step: Step, workflow: Workflow, actor: str) -> bool:
     (``CHILD_FAILED``/``CHILD_CANCELLED`` when it has none) and the run's compensation
     is scheduled. Returns ``True`` when the step was settled, ``False`` while a child is
     still open."""
-    children = list(
-        Run.objects.filter(parent_step_id=step.pk, detached=False).order_by("child_position")
+    # Called once per child's end: two index probes until the last one, so K children
+    # cost O(K) reads in all, not O(K^2).
+    children = Run.objects.filter(parent_step_id=step.pk, detached=False)
+    failed = (
+        children.filter(status__in=(RunStatus.FAILED, RunStatus.CANCELLED))
+        .order_by("child_position")
+        .first()
     )
-    failed = next(
-        (c for c in children if c.status in (RunStatus.FAILED, RunStatus.CANCELLED)), None
-    )
-    if failed is None and any(c.status not in RUN_TERMINAL for c in children):
+    if failed is None and children.exclude(status__in=RUN_TERMINAL).exists():
         return False
     if failed is not None:
         code = failed.error_code or (
@@ -234,14 +236,18 @@ def settle(tx: RunTx, step: Step, workflow: Workflow, actor: str) -> bool:
         )
         compensation.schedule(tx, actor=actor, reason=f"run failed at {step.name}: {code}")
         return True
-    results = [child_result(c) for c in children]
+    results = list(
+        children.order_by("child_position")
+        .annotate(result=Subquery(_result_query(), output_field=Step._meta.get_field("output")))
+        .values_list("result", flat=True)
+    )
     output = results if workflow.get(step.name).options["many"] else results[0]
     if not tx.transition_step(
         step.pk,
         StepStatus.SUCCEEDED,
         expected=StepStatus.WAITING,
         actor=actor,
-        payload={"children": [str(c.pk) for c in children]},
+        payload={"children": len(results)},
         output=output,
         finished_at=Now(),
     ):
@@ -256,14 +262,15 @@ def settle(tx: RunTx, step: Step, workflow: Workflow, actor: str) -> bool:
     return True
 
 
-def child_result(run: Run) -> Any:
-    """A finished run's result: the output of the step that finished it (its current
-    generation's last succeeded step), ``None`` when it has none."""
+def _result_query():
+    """A finished run's result, as a subquery of its row: the output of the step that
+    finished it (its current generation's last succeeded step), NULL when none."""
     return (
-        Step.objects.filter(run_id=run.pk, generation=run.generation, status=StepStatus.SUCCEEDED)
+        Step.objects.filter(
+            run_id=OuterRef("pk"), generation=OuterRef("generation"), status=StepStatus.SUCCEEDED
+        )
         .order_by("-seq")
-        .values_list("output", flat=True)
-        .first()
+        .values("output")[:1]
     )
 
 
@@ -356,7 +363,6 @@ __all__ = [
     "CHILD_CANCELLED",
     "CHILD_FAILED",
     "CHILD_INPUT_INVALID",
-    "child_result",
     "commit_child_wait",
     "start_children",
     "on_run_finished",
