@@ -181,7 +181,7 @@ def slow_tool_agent():
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import FunctionModel
 
-    from runs.agents import AgentTool, register_agent
+    from agentops.authoring import AgentTool, register_agent
     from runs.workflows import registry
 
     release = threading.Event()
