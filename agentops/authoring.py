@@ -13,8 +13,8 @@ are re-cut as it grows; these names stay)::
 docs/first-workflow.md walks through a whole workflow, from an empty file to a run in
 the console. The names, by concern:
 
-- **Definition and registration**: ``Workflow`` (its decorators ``step``, ``approval``
-  and ``signal`` declare steps in order), ``register`` (makes a definition runnable:
+- **Definition and registration**: ``Workflow`` (its decorators ``step``, ``approval``,
+  ``signal`` and ``child`` declare steps in order), ``register`` (makes a definition runnable:
   call it once at import time of a module listed in ``AGENTOPS_EXTRA_WORKFLOW_MODULES``),
   ``register_lazy`` (declare a name and version whose module is imported on first use),
   ``WorkflowDefinitionError`` (a malformed definition, raised at import time).
@@ -33,7 +33,8 @@ the console. The names, by concern:
   ``CompensationContext`` (what a ``compensate(ctx, output)`` function receives). Both
   are typing protocols: the engine builds the objects; annotate with them.
 
-Waits: an approval is ``@workflow.approval``, a signal ``@workflow.signal``, a timer
+Waits: an approval is ``@workflow.approval``, a signal ``@workflow.signal``, child runs
+of another workflow ``@workflow.child`` (docs/parallel.md), a timer
 ``ctx.sleep(seconds)`` or ``ctx.sleep_until(instant)`` (the run holds no lease and no
 worker while it waits, and the wait survives restarts).
 """

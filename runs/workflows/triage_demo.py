@@ -10,8 +10,7 @@ sets a durable timer of S seconds (the sub-agent thinking) -> ``answer`` returns
 ticket's priority. Cancelling the parent cancels the children that are still open.
 """
 
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
+from agentops.authoring import Workflow, register
 
 #: Most tickets one run triages.
 MAX_TICKETS = 1000
@@ -69,5 +68,5 @@ def combine(ctx):
     return {"tickets": len(answers), "priority_total": sum(a["priority"] for a in answers)}
 
 
-registry.register(ticket)
-registry.register(workflow)
+register(ticket)
+register(workflow)

@@ -3,9 +3,7 @@
 so), ``attaching`` and ``detaching`` start a child that waits for the signal ``go``,
 attached and detached."""
 
-from runs.engine.errors import StepError
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
+from agentops.authoring import StepError, Workflow, register
 
 kid = Workflow("kid", version=1, input_fields={"n": int}, input_ranges={"n": (0, 100)})
 
@@ -70,4 +68,4 @@ def done(ctx):
 
 
 for _workflow in (kid, waiting_kid, one_kid, attaching, detaching):
-    registry.register(_workflow)
+    register(_workflow)
