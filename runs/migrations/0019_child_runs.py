@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0017_attempt_logs'),
+        ('runs', '0018_step_branches'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
