@@ -168,3 +168,41 @@ def test_an_agents_answer_streams_into_its_draft_and_is_recorded_once(deployment
     assert (final["role"], final["content"]) == ("assistant", "Hello from a streaming agent")
     recorded = sql(d, "SELECT status FROM runs_operation WHERE side_effect = 'model'")
     assert recorded == [("SUCCEEDED",)]
+
+
+def test_a_long_thread_reaches_the_agent_summarised(deployment_factory):
+    """Past ``AGENTOPS_CONTEXT_SUMMARY_TOKENS`` the agent gets the thread's summary and
+    its recent messages, not the whole thread."""
+    with ModelServer(lambda body: {"content": "noted, " + "and so on " * 10}) as server:
+        d = deployment(
+            deployment_factory,
+            server,
+            **SHAPES,
+            AGENTOPS_CONTEXT_SUMMARY_TOKENS=30,
+            AGENTOPS_CONTEXT_RECENT_MESSAGES=2,
+        )
+        runs = []
+        for turn in range(3):
+            prompt = f"question {turn}: " + "tell me more " * 5
+            runs.append(
+                d.call(
+                    "runs",
+                    "start",
+                    "shape_own_model",
+                    "--thread",
+                    "L",
+                    "--input",
+                    json.dumps({"prompt": prompt}),
+                ).strip()
+            )
+            until(d, runs[-1], "SUCCEEDED", "FAILED", "PAUSED")
+    assert [run_status(d, r) for r in runs] == ["SUCCEEDED"] * 3
+    last = server.requests[-1]["messages"]
+    assert last[0]["role"] == "system"
+    assert last[0]["content"].startswith("Summary of the conversation so far (messages 1..")
+    # The summary, then the 2 recent messages in full, then the run's own prompt.
+    assert [m["role"] for m in last[1:]] == ["user", "assistant", "user"]
+    assert last[-1]["content"].startswith("question 2:")
+    assert "question 0" not in json.dumps(last[1:])
+    (summaries,) = sql(d, "SELECT count(*) FROM runs_summary")
+    assert summaries[0] >= 1

@@ -454,7 +454,7 @@ def test_two_runs_of_an_mcp_agent_work_in_one_worker(deployment_factory):
     assert server.count == 4
 
 
-def test_an_event_stream_handler_gets_each_response_once_across_a_crash(deployment_factory):
+def test_an_event_stream_handler_gets_each_response_live_once_across_a_crash(deployment_factory):
     def brain(body):
         if not tool_results(body):
             return call("again", {}, "e1")
@@ -469,14 +469,14 @@ def test_an_event_stream_handler_gets_each_response_once_across_a_crash(deployme
         until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
         path = Path(d.env["AGENTOPS_DEVICE_DIR"]) / "stream_events.jsonl"
         parts = [json.loads(line)["part"] for line in path.read_text().splitlines()]
-        # The worker died as the first response was recorded, before the agent went on;
-        # the re-executed step reuses it without sending its events again.
-        assert parts == ["text"]
+        # The first response reached the handler live; the worker died as it was
+        # recorded, and the re-executed step reuses it without sending its events again.
+        assert parts == ["tool-call", "text"]
         assert server.count == 2
         uncrashed = start(d, "shape_events", json.dumps({"prompt": "go"}))
         until(d, uncrashed, "SUCCEEDED", "FAILED", "PAUSED")
     parts = [json.loads(line)["part"] for line in path.read_text().splitlines()]
-    assert parts == ["text", "tool-call", "text"]
+    assert parts == ["tool-call", "text"] * 2
     assert [run_status(d, r) for r in (run_id, uncrashed)] == ["SUCCEEDED", "SUCCEEDED"]
 
 

@@ -133,6 +133,8 @@ class LedgerModel(WrapperModel):
         relay.recorded = asyncio.ensure_future(
             run.bridge.ask(lambda: run.streamed_request(ordinal, summary, relay, messages))
         )
+        # Read even when the agent stops before it (the bridge re-raises what matters).
+        relay.recorded.add_done_callback(lambda f: f.cancelled() or f.exception())
         live = LiveResponse(model_request_parameters, relay, self.model_name)
         yield live
         # A consumer that stopped early still waits for the response to be recorded.
@@ -330,7 +332,6 @@ class LedgerRun:
         self.response_drafts: list[str] = []
         #: The drafts of tool results and retry prompts, by tool-call id, in order.
         self.tool_drafts: dict[str, list[str]] = {}
-        self._drafted: set[int] = set()
         #: Whether to note which events replay recorded work (for an event handler).
         self.watch_replays = False
         #: Tool calls of reused responses, and calls whose result was recorded before.
@@ -393,18 +394,21 @@ class LedgerRun:
 
     def _draft_tool_messages(self, messages: list) -> None:
         """Begin a draft for each tool result (and retry prompt) of this step in
-        ``messages`` not drafted yet."""
+        ``messages`` not drafted yet, counted by tool-call id (each request gets the
+        conversation anew, its parts possibly copies)."""
+        seen: dict[str, int] = {}
         for message in messages[self.history_len :]:
             if not isinstance(message, ModelRequest):
                 continue
             for part in message.parts:
                 if not isinstance(part, ToolReturnPart | RetryPromptPart):
                     continue
-                if id(part) in self._drafted or not part.tool_call_id:
+                if not part.tool_call_id:
                     continue
-                self._drafted.add(id(part))
-                message_id = self.ctx.begin_message("tool")
-                self.tool_drafts.setdefault(part.tool_call_id, []).append(message_id)
+                seen[part.tool_call_id] = seen.get(part.tool_call_id, 0) + 1
+                drafted = self.tool_drafts.setdefault(part.tool_call_id, [])
+                if len(drafted) < seen[part.tool_call_id]:
+                    drafted.append(self.ctx.begin_message("tool"))
 
     def model_request(self, ordinal: int, summary: dict, call) -> tuple[Any, bool]:
         """On the step thread: model request ``ordinal`` through the ledger, tried again

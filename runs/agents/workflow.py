@@ -1,4 +1,4 @@
-"""``register_agent``: a ``pydantic_ai.Agent`` as an AgentOps workflow (DESIGN section 12).
+"""``register_agent``: a ``pydantic_ai.Agent`` as an AgentOps workflow.
 
 The workflow has three steps:
 
@@ -11,6 +11,7 @@ The workflow has three steps:
 
 Every model request and tool call goes through the ledger (``runs.agents.durability``),
 so a step re-executed after a crash replays recorded responses and results in order.
+Model requests stream into draft messages; the tool calls of one response run at once.
 The agent's messages become the run's Messages. The conversation is carried from step
 to step in the checkpoint (the step's output, ``history`` as Pydantic AI JSON).
 """
@@ -519,8 +520,9 @@ def register_agent(
     the agent's own model). ``run_options``: which of ``model``, ``model_settings``,
     ``usage_limits`` and ``metadata`` a run's input may set. ``request_retry``: the
     ``RetryPolicy`` of each model request (default: 3 attempts, 1 s doubling to 30 s).
-    ``event_stream_handler``: Pydantic AI's ``async fn(ctx, events)``, given each model
-    response's events once (a response recorded before a crash is not sent again).
+    ``event_stream_handler``: Pydantic AI's ``async fn(ctx, events)``, given the model's
+    events live as it streams, and the tool events, each once (a response, a tool call
+    or a result recorded before a crash is not sent again).
     ``deferred_timeout``: seconds a tool call deferred with ``CallDeferred`` waits for
     its outside result (``runs deliver``); past it the model is told none came
     (default ``None``: wait for good).
