@@ -54,6 +54,10 @@ class StepContext:
         self.state = dict(state)
         self.input: dict[str, Any] = state.get("input", run.input)
         self.outputs: dict[str, Any] = dict(state.get("outputs", {}))
+        #: A branch of a map step: its position (0-based) in the fanned-out list and
+        #: its item; ``None`` for both in every other step.
+        self.position: int | None = step.position
+        self.item: Any = step.input.get("item") if step.position is not None else None
         self.new_messages: list[dict[str, Any]] = []
         self.new_summaries: list[dict[str, Any]] = []
         #: Drafts begun by this attempt: ``{message_id: role}``.
@@ -133,10 +137,21 @@ class StepContext:
 
         return assemble_context(self.run, step=self.step.name)
 
+    def summary_due(self):
+        """The summary (``SummaryPlan``) this run should make before calling the model,
+        or ``None`` (``model_input.summary_due``)."""
+        from runs.engine.data.model_input import summary_due
+
+        return summary_due(self.run)
+
     def add_summary(self, plan, content: str) -> None:
         """Stage a Summary for ``plan`` (``context_assembly.SummaryPlan``), committed with
-        the step's result; a re-run of the step after a crash stages it again."""
+        the step's result; a re-run of the step after a crash stages it again. The
+        ``summary_ready`` crash point (``runs start --crash-at``) is here: the summary is
+        computed, not yet committed."""
         from runs.engine.data.model_input import token_counter
+
+        faults.crash_point(self.run, self.step, "summary_ready")
 
         self.new_summaries.append(
             {
@@ -290,7 +305,9 @@ class StepContext:
         recorded with another tool or other arguments) and ``OutcomeUnknown``.
         """
         action = action or tool.name
-        key = ledger.idempotency_key(self.run.pk, self.step.generation, self.step.name, action)
+        key = ledger.idempotency_key(
+            self.run.pk, self.step.generation, ledger.step_scope(self.step), action
+        )
         return self.call_tool_keyed(
             tool, arguments, key=key, action=action, timeout=tool.timeout or self.step_def.timeout
         )
