@@ -56,7 +56,7 @@ from runs.engine.effects import ledger, model_calls
 from runs.engine.effects.budget import BudgetExhausted
 from runs.engine.effects.calls import CallTimedOut
 from runs.engine.effects.retry import RetryPolicy
-from runs.engine.errors import CancelRequested, LeaseLost, StepError
+from runs.engine.errors import StepError
 from runs.engine.state.gateway import record_event
 from runs.models import Operation
 from runs.tools import SIDE_EFFECTS, Tool, ToolCall
@@ -269,9 +269,7 @@ class _Draft:
         self.text = ""
 
     def add(self, piece: str) -> None:
-        # The write is fenced by the attempt in the database: only a lease known lost
-        # or a cancel stops it here.
-        _stopped(self.ctx)
+        self.ctx.check_stopped()
         drafts.delta(
             run_id=self.ctx.run.pk,
             step=self.ctx.step,
@@ -283,17 +281,6 @@ class _Draft:
             actor=self.ctx.worker_id,
         )
         self.text += piece
-
-
-def _stopped(ctx) -> None:
-    """Raise ``LeaseLost`` / ``CancelRequested`` when the heartbeat found the lease gone
-    or the run cancel-requested. Unlike ``safe_point`` it does not treat a late renewal
-    as a lost lease: waiting for a model's stream makes no side effect, and a worker
-    busy opening a client must not lose the step for it."""
-    if ctx.lease_lost.is_set():
-        raise LeaseLost(f"step {ctx.step.name} attempt {ctx.attempt} lost its lease")
-    if ctx.cancel_requested.is_set():
-        raise CancelRequested(f"run {ctx.run.pk} cancel requested")
 
 
 def _text_piece(event) -> str:
@@ -390,7 +377,7 @@ class LedgerRun:
             try:
                 kind, value = relay.to_step.get(timeout=0.25)
             except queue.Empty:
-                _stopped(self.ctx)
+                self.ctx.check_stopped()
                 if timeout and deadline is not None and time.monotonic() > deadline:
                     raise CallTimedOut(timeout) from None
                 continue
