@@ -520,6 +520,22 @@ def _wait(ctx, seconds: float) -> None:
     ctx.safe_point()
 
 
+class FreshEvents(AbstractCapability):
+    """The agent run's event stream without the events that replay work recorded before
+    this attempt (``LedgerRun.is_replayed``). Added after the agent's own capabilities,
+    so it filters the stream before they wrap it: every handler (the run's
+    ``event_stream_handler``, an agent's ``ProcessEventStream``) gets each event once."""
+
+    def __init__(self, ledger_run: LedgerRun):
+        super().__init__()
+        self.ledger_run = ledger_run
+
+    async def wrap_run_event_stream(self, ctx, *, stream):
+        async for event in stream:
+            if not self.ledger_run.is_replayed(event):
+                yield event
+
+
 class AgentOpsDurability(AbstractCapability):
     """The capability an agent workflow passes to each agent run."""
 
