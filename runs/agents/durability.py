@@ -143,12 +143,19 @@ class LedgerModel(WrapperModel):
 
 
 def _streams(model) -> bool:
-    """Whether ``model`` can stream (a ``FunctionModel`` only with a stream function)."""
+    """Whether ``model`` can stream: a ``FunctionModel`` only with a stream function, a
+    model made of others (``FallbackModel``, a ``WrapperModel``) only when each of them
+    can, for it streams through whichever answers."""
     from pydantic_ai.models import Model
+    from pydantic_ai.models.fallback import FallbackModel
     from pydantic_ai.models.function import FunctionModel
 
     if isinstance(model, FunctionModel):
         return model.stream_function is not None
+    if isinstance(model, FallbackModel):
+        return all(_streams(member) for member in model.models)
+    if isinstance(model, WrapperModel):
+        return _streams(model.wrapped)
     return type(model).request_stream is not Model.request_stream
 
 
