@@ -2,16 +2,21 @@
 answers the same run, refusals are ``ApiError`` with the API's code, a wait past its
 deadline is ``WaitTimeout``, and a response lost on the way back is asked for again
 only when the request is safe to repeat; a family of runs, a map step's branches and a
-bulk replay come back typed. (Following a stream across a server crash:
+bulk replay come back typed; every field an endpoint answers has a place in the
+client's documents. (Following a stream across a server crash:
 tests/test_api_stream.py.)"""
 
+import dataclasses
 import subprocess
 import sys
+import typing
 import uuid
+from typing import Any
 
 import httpx
 import pytest
 
+import agentops_client
 from agentops_client import ApiError, Child, Client, Parent, WaitTimeout
 from tests.apiserver import Server, make_user
 
@@ -33,6 +38,68 @@ def test_the_client_imports_nothing_of_the_server():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+#: The client's document of each response schema an endpoint answers; ``dict``: the
+#: client hands the JSON object on as it is.
+CLIENT_DOCUMENTS: dict[str, type] = {
+    "ApprovalOut": agentops_client.Approval,
+    "AttemptLogOut": agentops_client.AttemptLog,
+    "BulkReplayOut": agentops_client.BulkReplay,
+    "CheckpointOut": agentops_client.Checkpoint,
+    "EventPage": agentops_client.EventPage,
+    "MessageOut": agentops_client.Message,
+    "ReplayOut": agentops_client.Replay,
+    "ResumePreview": dict,
+    "RunOut": agentops_client.Run,
+    "RunPage": agentops_client.RunPage,
+    "ScheduleOut": agentops_client.Schedule,
+    "SignalOut": agentops_client.Delivery,
+    "StepPage": agentops_client.StepPage,
+    "TickResult": agentops_client.TickResult,
+}
+
+
+def test_every_field_the_api_answers_has_a_place_in_the_clients_documents():
+    from runs.api.app import api
+
+    schemas = api.get_openapi_schema()["components"]["schemas"]
+    answered = set()
+    for operations in api.get_openapi_schema()["paths"].values():
+        for operation in operations.values():
+            for status, response in operation["responses"].items():
+                body = response.get("content", {}).get("application/json", {}).get("schema", {})
+                if str(status).startswith("2") and _ref(body):
+                    answered.add(_ref(body))
+    assert answered == set(CLIENT_DOCUMENTS), "a response the client has no document for"
+    missing = []
+    for name in sorted(answered):
+        missing += _missing_fields(schemas, name, CLIENT_DOCUMENTS[name])
+    assert missing == []
+
+
+def _ref(schema: dict[str, Any]) -> str | None:
+    """The component a property's schema names, also as a list's items or an option."""
+    for part in (schema, schema.get("items", {}), *schema.get("anyOf", ())):
+        if "$ref" in part:
+            return str(part["$ref"]).rsplit("/", 1)[1]
+    return None
+
+
+def _missing_fields(schemas: dict[str, Any], name: str, cls: type) -> list[str]:
+    """``Schema.field`` of every property of the component ``name`` (and the documents
+    nested in it) that the dataclass ``cls`` has no field for."""
+    if not dataclasses.is_dataclass(cls):
+        return []
+    hints = typing.get_type_hints(cls)
+    missing = []
+    for field, schema in schemas[name]["properties"].items():
+        if field not in hints:
+            missing.append(f"{name}.{field}")
+        elif (nested := _ref(schema)) is not None:
+            inner = [a for a in typing.get_args(hints[field]) if a is not type(None)]
+            missing += _missing_fields(schemas, nested, inner[0] if inner else hints[field])
+    return missing
 
 
 class Refuses(httpx.BaseTransport):
