@@ -19,7 +19,6 @@ import time
 
 from django.conf import settings
 from django.db import close_old_connections, connection, connections
-from django.db.models import Q
 from django.db.models.functions import Now
 
 from agentops import db_pool
@@ -28,9 +27,10 @@ from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.execution.identity import WorkerIdentity, new_worker_id, set_current_worker
 from runs.engine.execution.liveness import Liveness
 from runs.engine.execution.slots import Slots
-from runs.engine.state import db_faults, one_claim
+from runs.engine.state import db_faults
+from runs.engine.state.leases import due_step_ids
+from runs.engine.state.store import store
 from runs.models import Step, WorkerProcess
-from runs.states import RUN_EXECUTABLE, StepStatus
 from runs.workflows import registry
 
 logger = logging.getLogger("agentops.worker")
@@ -83,20 +83,6 @@ def _handling_failed(outage: RepeatedFailureLog, exc: Exception) -> None:
     else:
         logger.exception("handling a step failed; the worker goes on")
     connection.close()
-
-
-def due_step_ids(limit: int = 10) -> list[int]:
-    """Ids of steps a worker could claim now: PENDING and due, or RUNNING with an
-    expired lease, in runs that may execute. Oldest ``not_before`` first."""
-    return list(
-        Step.objects.filter(
-            Q(status=StepStatus.PENDING, not_before__lte=Now())
-            | Q(status=StepStatus.RUNNING, lease_until__lt=Now()),
-            run__status__in=RUN_EXECUTABLE,
-        )
-        .order_by("not_before")
-        .values_list("pk", flat=True)[:limit]
-    )
 
 
 def _notified_step(job) -> int | None:
@@ -331,11 +317,9 @@ class Worker:
         return taken
 
     def _claim_batch(self, free: int) -> int:
-        """PostgreSQL: claim up to ``free`` due steps in one statement and hand each to a
-        slot; returns how many (0 elsewhere)."""
-        if not one_claim.available():
-            return 0
-        claimed = one_claim.claim_due(
+        """Claim up to ``free`` due steps at once and hand each to a slot; returns how
+        many."""
+        claimed = store().claim_due(
             self.worker_id, settings.AGENTOPS_LEASE_SECONDS, free, known=registry.loaded_keys()
         )
         for step in claimed:
