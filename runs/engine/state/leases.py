@@ -132,11 +132,6 @@ def release_lease(tx, step_id: int, attempt: int, *, actor: str, reason: str) ->
     return released
 
 
-def is_claimable_now(step: Step) -> bool:
-    """A cheap pre-check on a row already read; the claim's row count is what decides."""
-    return step.status in (StepStatus.PENDING, StepStatus.RUNNING)
-
-
 def release_expired_lease(tx, step_id: int, attempt: int, owner: str, *, actor: str) -> bool:
     """Move a RUNNING step whose lease has passed back to PENDING, fenced on the
     ``attempt`` seen and on ``lease_until < now()``, with a ``lease.expired`` event, in the
