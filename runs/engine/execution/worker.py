@@ -303,7 +303,7 @@ class Worker:
         if taken == free:
             return taken
         # What the batch leaves (a workflow version not imported yet, an armed
-        # crash fault) goes through the general path, one claim per slot.
+        # crash fault) goes to a slot's own claim, which prepares the process first.
         free -= taken
         pending = set(self.slots.pending)
         for step_id in due_step_ids(limit=free + len(pending)):
