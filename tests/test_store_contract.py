@@ -101,12 +101,15 @@ def scenario_claim() -> dict[str, Any]:
 
 
 def scenario_claim_due() -> dict[str, Any]:
-    """Claim k due steps when more, fewer and none are due."""
+    """Claim k due steps when more, fewer and none are due; leave a step that needs the
+    process to prepare."""
     # The database holds no other due step (the SQLite probe runs every scenario on one
     # database).
     arrange(Step.objects.filter(leases.due()), status=StepStatus.CANCELLED)
     runs = [_start(f"contract-due-{i}")[0] for i in range(3)]
-    known = [f"{runs[0].workflow}@{runs[0].workflow_version}"]
+    # A step with a crash armed before it needs the process to prepare: left unclaimed.
+    armed, armed_step, known = _start("contract-due-armed")
+    Run.objects.filter(pk=armed.pk).update(faults={"crash_before": armed_step.name})
     seen = [_seq(r) for r in runs]
     batches = [store().claim_due("w1", 30, limit, known=known) for limit in (2, 5, 5)]
     steps = Step.objects.filter(run__in=runs)
@@ -116,6 +119,7 @@ def scenario_claim_due() -> dict[str, Any]:
         "distinct": len({s.pk for b in batches for s in b}),
         "rows": sorted(list(r) for r in steps.values_list("status", "attempt", "owner")),
         "events": [_events(r, after) for r, after in zip(runs, seen, strict=True)],
+        "armed": _row(armed_step.pk),
     }
 
 
@@ -331,6 +335,7 @@ def test_claim_due(observe):
         ["step.started", {"attempt": 1, "worker": "w1"}],
     ]
     assert out["events"] == [started] * 3
+    assert out["armed"] == ["PENDING", 0, ""]
 
 
 def test_heartbeat(observe):
