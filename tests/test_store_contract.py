@@ -405,3 +405,23 @@ def test_fenced_commit(observe):
             {"attempt": 1, "reason": "the lease of attempt 1 ran out", "worker": "w1"},
         ]
     ]
+
+
+def test_only_the_postgresql_store_reaches_its_statements():
+    """No caller picks a path: the one-statement claim and commit are reached only
+    through the PostgreSQL store, and the execution path imports no backend."""
+    from tests.test_engine_boundaries import MODULES, _imported_names
+
+    statements = {"runs.engine.state.one_claim", "runs.engine.state.one_statement"}
+    backends = {"runs.engine.state.store_orm", "runs.engine.state.store_postgres"}
+    importers = {
+        name: _imported_names(name, path) & (statements | backends)
+        for name, path in MODULES.items()
+    }
+    assert {n for n, found in importers.items() if found & statements} == {
+        "runs.engine.state.store_postgres"
+    }
+    assert {n for n, found in importers.items() if found & backends} == {
+        "runs.engine.state.store",
+        "runs.engine.state.store_postgres",
+    }
