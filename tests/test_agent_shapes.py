@@ -510,6 +510,7 @@ def test_a_deferred_call_past_its_timeout_tells_the_model_none_came(deployment_f
 def test_the_api_delivers_a_deferred_calls_result_once_per_key(deployment_factory):
     import httpx
 
+    from agentops_client import Client
     from tests.apiserver import Server
     from tests.apiserver import make_user as api_user
 
@@ -522,16 +523,19 @@ def test_the_api_delivers_a_deferred_calls_result_once_per_key(deployment_factor
         try:
             base = f"{api.url}/api/v1/runs/{run_id}/tool-calls"
             auth = {"Authorization": f"Bearer {token}"}
-            keyed = {**auth, "Idempotency-Key": "exp-1"}
             with httpx.Client(timeout=30) as http:
                 wrong = http.post(f"{base}/nope/result", json=1, headers=auth)
                 assert wrong.status_code == 422 and wrong.json()["code"] == "invalid_input"
-                first = http.post(f"{base}/x1/result", json={"rows": 3}, headers=keyed)
-                again = http.post(f"{base}/x1/result", json={"rows": 3}, headers=keyed)
+            with Client(api.url, token) as client:
+                first = client.deliver_tool_result(
+                    run_id, "x1", {"rows": 3}, idempotency_key="exp-1"
+                )
+                again = client.deliver_tool_result(
+                    run_id, "x1", {"rows": 3}, idempotency_key="exp-1"
+                )
         finally:
             api.kill()
-        assert first.status_code == again.status_code == 200
-        assert first.json() == again.json()
-        assert (first.json()["consumed"], first.json()["run_status"]) == (True, "RUNNING")
+        assert first == again and (first.replayed, again.replayed) == (False, True)
+        assert (first.consumed, first.run_status) == (True, "RUNNING")
         until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     assert [json.loads(r) for r in tool_results(server.requests[-1])] == [{"rows": 3}]

@@ -181,7 +181,7 @@ def slow_tool_agent():
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import FunctionModel
 
-    from runs.agents import AgentTool, register_agent
+    from agentops.authoring import AgentTool, register_agent
     from runs.workflows import registry
 
     release = threading.Event()
@@ -249,3 +249,35 @@ def test_it_names_the_field_that_goes_with_the_other_decision(worker, ann):
     assert (refused.value.code, set(refused.value.errors)) == ("invalid_decision", {"arguments"})
     approval.refresh_from_db()
     assert approval.status == "PENDING"
+
+
+def test_an_api_client_approves_with_edited_arguments_and_rejects_with_a_message(worker, ann):
+    from agentops_client import ApiError
+    from apitokens.services import create_token
+    from tests.support.api_client import in_process_client
+
+    ann.is_staff = True  # a staff token sees the runs started without an owner
+    ann.save()
+    api = in_process_client(create_token(ann)[1])
+    edited = drain(start_run("support_agent", thread_id="t-api-edit", input=PROMPT), worker)
+    answered = drain(start_run("support_agent", thread_id="t-api-no", input=PROMPT), worker)
+    [approval] = api.run_approvals(str(edited.pk))
+    assert approval.evidence["arguments"] == {"order_id": "A1001", "amount": 42.0}
+
+    with pytest.raises(ApiError) as refused:
+        api.approve(approval, arguments={"order_id": "A1001", "amount": "x"})
+    assert (refused.value.status, refused.value.code) == (422, "invalid_arguments")
+    assert refused.value.errors == {"arguments.amount": "Input should be a valid number"}
+    decided = api.approve(approval, arguments={"order_id": "A1001", "amount": 12.5})
+    assert (decided.status, decided.decided_by) == ("APPROVED", "ann")
+    assert drain(edited, worker).status == "SUCCEEDED"
+    assert [r["amount"] for r in shop.refunds_for("A1001")] == ["12.50"]
+
+    [question] = api.run_approvals(str(answered.pk))
+    assert api.reject(question, message="Refunds above 20 USD need a manager.").status == (
+        "REJECTED"
+    )
+    assert drain(answered, worker).status == "SUCCEEDED"
+    assert [r["amount"] for r in shop.refunds_for("A1001")] == ["12.50"]
+    last = Message.objects.filter(run=answered).order_by("-seq").first()
+    assert last.content == "I did not issue the refund: Refunds above 20 USD need a manager."

@@ -4,7 +4,6 @@ input, limits and throttling. Real database (PostgreSQL under `make test`)."""
 import hashlib
 import json
 from io import StringIO
-from urllib.parse import quote
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -12,6 +11,9 @@ from django.core.management import call_command
 from django.test import Client
 from schemathesis.specs.openapi.adapter.validators import validate_v3
 
+import agentops_client
+from agentops_client import ApiError, Budget, Usage
+from agentops_client.models import build
 from apitokens.models import ApiToken
 from apitokens.services import create_token
 from approvals.models import Approval
@@ -19,16 +21,25 @@ from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import start_run
 from runs.engine.control.preconditions import run_etag
 from runs.models import Message, Run, Step, Thread
+from tests.support.api_client import in_process_client
 
 pytestmark = pytest.mark.django_db
 
 QUESTION = {"question": "How warm is the living room?"}
 BODY = {"workflow": "room_temperature", "thread_id": "t1", "input": QUESTION}
+#: ``BODY`` as ``agentops_client.Client.start_run`` arguments.
+START = {"workflow": "room_temperature", "thread_id": "t1", "input": QUESTION}
 
 
 def client_for(user) -> Client:
     _, raw = create_token(user)
     return Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+
+
+def api_for(user):
+    """``agentops_client.Client`` with a new token of ``user``, served in-process."""
+    _, raw = create_token(user)
+    return in_process_client(raw)
 
 
 def post(client: Client, path: str, body, **headers):
@@ -81,12 +92,10 @@ def test_it_refuses_requests_without_a_valid_token(alice):
 
 
 def test_it_creates_a_run_once_per_idempotency_key(alice):
-    client = client_for(alice)
-    first = post(client, "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k1")
-    again = post(client, "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k1")
-    assert (first.status_code, again.status_code) == (201, 200)
-    assert first.json() == again.json()
-    assert again["Idempotent-Replayed"] == "true"
+    first = post(client_for(alice), "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k1")
+    again = api_for(alice).start_run(**START, idempotency_key="k1")
+    assert (first.status_code, again.replayed) == (201, True)
+    assert again == build(agentops_client.Run, first.json())
     assert first["Location"] == f"/api/v1/runs/{first.json()['id']}"
     assert Run.objects.filter(owner=alice).count() == 1
     run = Run.objects.get()
@@ -117,58 +126,52 @@ def test_it_refuses_a_reused_key_with_a_different_body(alice):
 
 
 def test_it_scopes_idempotency_keys_to_their_owner(alice, bob):
-    a = post(client_for(alice), "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k1")
-    b = post(client_for(bob), "/api/v1/runs", BODY, HTTP_IDEMPOTENCY_KEY="k1")
-    assert (a.status_code, b.status_code) == (201, 201)
-    assert a.json()["id"] != b.json()["id"]
+    a = api_for(alice).start_run(**START, idempotency_key="k1")
+    b = api_for(bob).start_run(**START, idempotency_key="k1")
+    assert (a.replayed, b.replayed) == (False, False)
+    assert a.id != b.id
 
 
 def test_it_reads_lists_and_reports_a_run(alice):
-    client = client_for(alice)
-    created = post(
-        client, "/api/v1/runs", {**BODY, "budget": {"model_calls": 5, "cost_usd": "0.10"}}
-    ).json()
-    run = client.get(f"/api/v1/runs/{created['id']}").json()
-    assert run["status"] == "PENDING" and run["next_step"] == "plan"
-    assert run["budget"] == {
-        "limits": {"model_calls": 5, "cost_usd": "0.10"},
-        "used": {
-            "model_calls": 0,
-            "tool_calls": 0,
-            "tokens": 0,
-            "cost_usd": "0.000000",
-            "cost_usd_priced": "0.000000",
-            "unpriced_model_calls": 0,
-        },
-    }
-    assert [s["name"] for s in run["steps"]] == ["plan"]
-    with_null = post(client, "/api/v1/runs", {**BODY, "input": {**QUESTION, "note": None}})
-    assert with_null.json()["input"] == {**QUESTION, "note": None}
-    listing = client.get("/api/v1/runs", {"status": "PENDING", "thread_id": "t1"}).json()
-    assert created["id"] in {r["id"] for r in listing["items"]} and listing["count"] == 2
-    assert client.get("/api/v1/runs", {"status": "FAILED"}).json()["count"] == 0
-    assert client.get("/api/v1/runs", {"q": "warm"}).json()["count"] == 2
-    assert client.get("/api/v1/runs", {"q": created["id"][:8]}).json()["count"] == 1
-    assert client.get("/api/v1/runs", {"stuck": "true"}).json()["count"] == 0
-    assert client.get("/api/v1/runs", {"has_unknown": "false"}).json()["count"] == 2
-    events = client.get(f"/api/v1/runs/{created['id']}/events", {"after": 1}).json()
-    assert [e["seq"] for e in events["items"]] == [2, 3] and events["last_seq"] == 3
-    messages = client.get("/api/v1/threads/t1/messages").json()
-    assert [(m["role"], m["content"], m["status"]) for m in messages] == [
+    api = api_for(alice)
+    created = api.start_run(**START, budget={"model_calls": 5, "cost_usd": "0.10"})
+    run = api.get_run(created.id)
+    assert run.status == "PENDING" and run.next_step == "plan"
+    assert run.budget == Budget(
+        limits={"model_calls": 5, "cost_usd": "0.10"},
+        used=Usage(
+            model_calls=0,
+            tool_calls=0,
+            tokens=0,
+            cost_usd="0.000000",
+            cost_usd_priced="0.000000",
+            unpriced_model_calls=0,
+        ),
+    )
+    assert [s.name for s in run.steps] == ["plan"]
+    with_null = api.start_run(**{**START, "input": {**QUESTION, "note": None}})
+    assert with_null.input == {**QUESTION, "note": None}
+    listing = api.list_runs(status="PENDING", thread_id="t1")
+    assert created.id in {r.id for r in listing.items} and listing.count == 2
+    assert api.list_runs(status="FAILED").count == 0
+    assert api.list_runs(q="warm").count == 2
+    assert api.list_runs(q=created.id[:8]).count == 1
+    assert api.list_runs(stuck=True).count == 0
+    assert api.list_runs(has_unknown=False).count == 2
+    events = api.events(created, after=1)
+    assert [e.seq for e in events.items] == [2, 3] and events.last_seq == 3
+    messages = api.messages("t1")
+    assert [(m.role, m.content, m.status) for m in messages] == [
         ("user", QUESTION["question"], "final")
     ] * 2
-    checkpoints = client.get(f"/api/v1/runs/{created['id']}/checkpoints").json()
-    assert [c["name"] for c in checkpoints] == ["start"]
+    assert [c.name for c in api.checkpoints(created)] == ["start"]
 
 
 @pytest.mark.parametrize("thread_id", ["a/b", "a b", "q?x=1#f", "ümlaut", "%2F"])
 def test_a_threads_messages_are_read_back_whatever_the_thread_id_holds(alice, thread_id):
-    client = client_for(alice)
-    created = post(client, "/api/v1/runs", {**BODY, "thread_id": thread_id})
-    assert created.status_code == 201, created.content
-    response = client.get(f"/api/v1/threads/{quote(thread_id, safe='')}/messages")
-    assert response.status_code == 200, response.content
-    assert [m["content"] for m in response.json()] == [QUESTION["question"]]
+    api = api_for(alice)
+    api.start_run(**{**START, "thread_id": thread_id})
+    assert [m.content for m in api.messages(thread_id)] == [QUESTION["question"]]
 
 
 BAD_BODIES = [
@@ -274,18 +277,22 @@ def test_it_answers_404_for_another_owners_run_on_every_endpoint(alice, bobs_run
 
 def test_it_lets_the_owner_and_staff_viewers_read_the_run(bob, bobs_run):
     run, approval = bobs_run
-    assert client_for(bob).get(f"/api/v1/runs/{run.pk}").status_code == 200
-    assert [a["id"] for a in client_for(bob).get("/api/v1/approvals").json()] == [approval.pk]
+    assert api_for(bob).get_run(str(run.pk)).id == str(run.pk)
+    assert [a.id for a in api_for(bob).approvals()] == [approval.pk]
     view = Permission.objects.get(content_type__app_label="runs", codename="view_run")
     viewer = User.objects.create_user("vic")
     viewer.user_permissions.add(view)
-    assert client_for(viewer).get(f"/api/v1/runs/{run.pk}").status_code == 404
+    with pytest.raises(ApiError) as hidden:
+        api_for(viewer).get_run(str(run.pk))
+    assert hidden.value.status == 404
     staff = User.objects.create_user("sam", is_staff=True)
     staff.user_permissions.add(view)
-    assert client_for(staff).get(f"/api/v1/runs/{run.pk}").status_code == 200
+    staff_api = api_for(staff)
+    assert staff_api.get_run(str(run.pk)).status == "PENDING"
     # Seeing is not acting: without runs.operate_run a staff viewer may not cancel.
-    response = act(client_for(staff), f"/api/v1/runs/{run.pk}/cancel", {"reason": "x"}, run)
-    assert response.status_code == 403 and response.json()["code"] == "permission_denied"
+    with pytest.raises(ApiError) as refused:
+        staff_api.cancel(str(run.pk), reason="x")
+    assert (refused.value.status, refused.value.code) == (403, "permission_denied")
 
 
 def test_it_creates_lists_and_revokes_tokens_with_the_command(alice):
@@ -310,30 +317,27 @@ def test_it_creates_lists_and_revokes_tokens_with_the_command(alice):
 @pytest.mark.django_db(transaction=True)
 def test_it_lets_the_owner_act_through_the_engine(bob, bobs_run):
     run, approval = bobs_run
-    client = client_for(bob)
-    preview = client.get(f"/api/v1/runs/{run.pk}/resume-preview", {"checkpoint": "start"})
-    assert preview.status_code == 200 and preview.json()["steps_to_rerun"][0] == "plan"
-    unknown = client.get(f"/api/v1/runs/{run.pk}/resume-preview", {"checkpoint": "nope"})
-    assert (unknown.status_code, unknown.json()["code"]) == (422, "unknown_checkpoint")
+    api, run_id = api_for(bob), str(run.pk)
+    assert api.resume_preview(run_id, "start")["steps_to_rerun"][0] == "plan"
+    with pytest.raises(ApiError) as unknown:
+        api.resume_preview(run_id, "nope")
+    assert (unknown.value.status, unknown.value.code) == (422, "unknown_checkpoint")
     # Deciding needs the approver permission, whoever owns the run.
-    refused = act(client, f"/api/v1/approvals/{approval.pk}/decide", {"decision": "approve"}, run)
-    assert (refused.status_code, refused.json()["code"]) == (403, "permission_denied")
-    not_unknown = act(
-        client,
-        f"/api/v1/runs/{run.pk}/steps/plan/resolve",
-        {"outcome": "done", "evidence": "checked"},
-        run,
-    )
-    assert 400 <= not_unknown.status_code < 500 and not_unknown.json()["code"]
-    cancelled = act(client, f"/api/v1/runs/{run.pk}/cancel", {"reason": "changed my mind"}, run)
-    assert cancelled.status_code == 200
-    assert cancelled.json()["status"] in ("CANCEL_REQUESTED", "CANCELLED")
-    events = client.get(f"/api/v1/runs/{run.pk}/events").json()["items"]
-    assert any(e["actor"] == "user:bob" and e["type"].startswith("run.cancel") for e in events)
-    again = act(
-        client, f"/api/v1/runs/{run.pk}/resume", {"checkpoint": "start", "reason": "r"}, run
-    )
-    assert again.status_code in (409, 422) and again.json()["code"]
+    [pending] = api.run_approvals(run_id)
+    assert pending.id == approval.pk and pending.status == "PENDING"
+    with pytest.raises(ApiError) as refused:
+        api.approve(pending)
+    assert (refused.value.status, refused.value.code) == (403, "permission_denied")
+    with pytest.raises(ApiError) as not_unknown:
+        api.resolve(run_id, "plan", outcome="done", evidence="checked")
+    assert 400 <= not_unknown.value.status < 500 and not_unknown.value.code
+    cancelled = api.cancel(run_id, reason="changed my mind")
+    assert cancelled.status in ("CANCEL_REQUESTED", "CANCELLED")
+    events = api.events(run_id).items
+    assert any(e.actor == "user:bob" and e.type.startswith("run.cancel") for e in events)
+    with pytest.raises(ApiError) as again:
+        api.resume(run_id, checkpoint="start", reason="r")
+    assert again.value.status in (409, 422) and again.value.code
 
 
 def test_it_manages_tokens_in_the_console(alice, bob):

@@ -14,6 +14,7 @@ from runs.console.roles import setup_roles
 from runs.engine.control.preconditions import run_etag
 from runs.models import ActionRequest, Event, Run
 from tests.console_helpers import *  # noqa: F403
+from tests.support.api_client import in_process_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,6 +41,13 @@ def actors(db):
 def api(actors):
     _, raw = create_token(actors["desk"])
     return Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+
+
+@pytest.fixture
+def desk_client(actors):
+    """``agentops_client.Client`` as ``desk``, served in-process."""
+    _, raw = create_token(actors["desk"])
+    return in_process_client(raw)
 
 
 def post(client, path, body, **headers):
@@ -130,12 +138,10 @@ def test_it_replays_the_first_response_byte_for_byte(api, demo):
     assert budget_events(run) == 1
 
 
-def test_it_retries_a_paused_runs_failed_step(api, demo):
+def test_it_retries_a_paused_runs_failed_step(desk_client, demo):
     run = demo["retries_exhausted"]
-    path = f"/api/v1/runs/{run.pk}/retry"
-    response = post(api, path, {"reason": "dependency is back"}, HTTP_IF_MATCH=run_etag(run))
-    assert response.status_code == 200, response.content
-    assert response.json()["status"] == "RUNNING"
+    retried = desk_client.retry(str(run.pk), reason="dependency is back", if_match=run_etag(run))
+    assert retried.status == "RUNNING"
     [event] = Event.objects.filter(run=run, type="step.retry_requested")
     assert event.actor == "user:desk" and event.payload["reason"] == "dependency is back"
 
@@ -177,7 +183,7 @@ def test_it_answers_a_new_run_with_its_etag_header(api):
     assert again.headers["ETag"] == first.headers["ETag"] == first.json()["etag"]
 
 
-def test_budget_amounts_have_the_engines_bounds_and_limits(api, demo):
+def test_budget_amounts_have_the_engines_bounds_and_limits(api, desk_client, demo):
     """The API takes what the engine takes (``MAX_AMOUNTS``), no more and no less, and
     refuses like the CLI and the console: an addition to a limit the run does not have
     (``limit_not_set``) or one that would pass the maximum changes nothing."""
@@ -202,15 +208,10 @@ def test_budget_amounts_have_the_engines_bounds_and_limits(api, demo):
     assert set(nothing.json()["errors"]) == fields
     run.refresh_from_db()
     assert run.budget == limits and budget_events(run) == 0
-    created = post(
-        api,
-        "/api/v1/runs",
-        {
-            "workflow": "room_temperature",
-            "thread_id": "t-max",
-            "input": {"question": "How warm is it?"},
-            "budget": {"cost_usd": "1000000", "tokens": 10**12},
-        },
+    created = desk_client.start_run(
+        "room_temperature",
+        thread_id="t-max",
+        input={"question": "How warm is it?"},
+        budget={"cost_usd": "1000000", "tokens": 10**12},
     )
-    assert created.status_code == 201, created.content
-    assert created.json()["budget"]["limits"] == {"cost_usd": "1000000", "tokens": 10**12}
+    assert created.budget.limits == {"cost_usd": "1000000", "tokens": 10**12}

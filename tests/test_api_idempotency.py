@@ -4,11 +4,12 @@ moment against PostgreSQL through a real uvicorn server create exactly one run."
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
+import pytest
 
+from agentops_client import ApiError, Client
 from tests.apiserver import Server, make_user
 
-BODY = {
+START = {
     "workflow": "room_temperature",
     "thread_id": "t1",
     "input": {"question": "How warm is the living room?"},
@@ -20,35 +21,27 @@ def test_it_creates_one_run_for_20_concurrent_requests_with_one_key(deployment_f
     deployment = deployment_factory("postgres")
     token = make_user(deployment, "alice")
     server = Server(deployment)
-    headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": "same-key"}
     barrier = threading.Barrier(CLIENTS)
 
     def create(_):
-        with httpx.Client(base_url=server.url, headers=headers, timeout=120) as client:
-            client.get("/api/v1/runs")  # connect (and authenticate) before the barrier
+        # No retries: each of the 20 requests is answered once, as sent.
+        with Client(server.url, token, timeout=120, retries=0) as client:
+            client.list_runs()  # connect (and authenticate) before the barrier
             barrier.wait(timeout=120)
-            return client.post("/api/v1/runs", json=BODY)
+            return client.start_run(**START, idempotency_key="same-key")
 
     with ThreadPoolExecutor(CLIENTS) as pool:
-        responses = list(pool.map(create, range(CLIENTS)))
+        runs = list(pool.map(create, range(CLIENTS)))
 
-    assert sorted(r.status_code for r in responses) == [200] * (CLIENTS - 1) + [201], [
-        r.text for r in responses if r.status_code not in (200, 201)
-    ]
-    ids = {r.json()["id"] for r in responses}
+    assert sorted(r.replayed for r in runs) == [False] + [True] * (CLIENTS - 1)
+    ids = {r.id for r in runs}
     assert len(ids) == 1
-    with httpx.Client(
-        base_url=server.url, headers={"Authorization": headers["Authorization"]}
-    ) as c:
-        listing = c.get("/api/v1/runs").json()
-        assert listing["count"] == 1 and listing["items"][0]["id"] in ids
+    with Client(server.url, token) as client:
+        listing = client.list_runs()
+        assert listing.count == 1 and listing.items[0].id in ids
         # The same key with another body is refused, and creates nothing.
-        other = c.post(
-            "/api/v1/runs",
-            json={**BODY, "thread_id": "t2"},
-            headers={"Idempotency-Key": "same-key"},
-        )
-        assert (other.status_code, other.json()["code"]) == (422, "idempotency_key_reused")
-        assert c.get("/api/v1/runs").json()["count"] == 1
-        messages = c.get("/api/v1/threads/t1/messages").json()
-        assert [m["role"] for m in messages] == ["user"]
+        with pytest.raises(ApiError) as other:
+            client.start_run(**{**START, "thread_id": "t2"}, idempotency_key="same-key")
+        assert (other.value.status, other.value.code) == (422, "idempotency_key_reused")
+        assert client.list_runs().count == 1
+        assert [m.role for m in client.messages("t1")] == ["user"]

@@ -14,6 +14,7 @@ from runs.models import Event, Run
 from runs.sim import devices
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process
+from tests.support.api_client import in_process_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,6 +30,13 @@ def api(actors):
     viewer = User.objects.create_user("vera", is_staff=True)
     viewer.groups.add(actors["alice"].groups.get())
     return {"bob": token_client(actors["bob"]), "viewer": token_client(viewer)}
+
+
+@pytest.fixture
+def bob_client(actors):
+    """``agentops_client.Client`` as ``bob`` the operator, served in-process."""
+    _, raw = create_token(actors["bob"])
+    return in_process_client(raw)
 
 
 def post(client, path, body, **headers):
@@ -49,54 +57,37 @@ def failed_runs(n: int) -> list[Run]:
     return runs
 
 
-def test_it_replays_one_run_and_links_both_ways(api):
+def test_it_replays_one_run_and_links_both_ways(api, bob_client):
     [run] = failed_runs(1)
-    path = f"/api/v1/runs/{run.pk}/replay"
-    response = post(
-        api["bob"],
-        path,
-        {"reason": "lamp fixed"},
-        HTTP_IF_MATCH=run_etag(run),
-        HTTP_IDEMPOTENCY_KEY="k-1",
+    answer = bob_client.replay(
+        str(run.pk), reason="lamp fixed", if_match=run_etag(run), idempotency_key="k-1"
     )
-    assert response.status_code == 200, response.content
-    body = response.json()
-    new_id = body["replay"]["id"]
-    assert body["preview"]["checkpoint"]["name"] == "start"
-    assert body["replay"]["replay_of"] == str(run.pk)
-    assert body["replay"]["replay_checkpoint"] == "start"
-    assert api["bob"].get(f"/api/v1/runs/{run.pk}").json()["replays"] == [new_id]
-    replays = api["bob"].get("/api/v1/runs", {"is_replay": "true"}).json()["items"]
-    assert [r["id"] for r in replays] == [new_id]
-    replayed = api["bob"].get("/api/v1/runs", {"was_replayed": "true"}).json()["items"]
-    assert [r["id"] for r in replayed] == [str(run.pk)]
+    assert answer.replay is not None and not answer.replayed
+    new_id = answer.replay.id
+    assert answer.preview["checkpoint"]["name"] == "start"
+    assert answer.replay.replay_of == str(run.pk)
+    assert answer.replay.replay_checkpoint == "start"
+    assert bob_client.get_run(str(run.pk)).replays == [new_id]
+    assert [r.id for r in bob_client.list_runs(is_replay=True).items] == [new_id]
+    assert [r.id for r in bob_client.list_runs(was_replayed=True).items] == [str(run.pk)]
     # The same request again: the first answer, no second run.
-    again = post(
-        api["bob"],
-        path,
-        {"reason": "lamp fixed"},
-        HTTP_IF_MATCH=run_etag(run),
-        HTTP_IDEMPOTENCY_KEY="k-1",
+    again = bob_client.replay(
+        str(run.pk), reason="lamp fixed", if_match=run_etag(run), idempotency_key="k-1"
     )
-    assert again.status_code == 200 and again.headers["Idempotent-Replayed"] == "true"
-    assert again.json()["replay"]["id"] == new_id
+    assert again.replayed and again.replay is not None and again.replay.id == new_id
     assert run.replays.count() == 1
     # Without the key it is a second replay, refused unless asked for.
+    path = f"/api/v1/runs/{run.pk}/replay"
     second = post(api["bob"], path, {"reason": "x"}, HTTP_IF_MATCH=run_etag(run))
     assert (second.status_code, second.json()["code"]) == (409, "already_replayed")
 
 
-def test_it_previews_without_changing_anything(api):
+def test_it_previews_without_changing_anything(bob_client):
     [run] = failed_runs(1)
     before = (Run.objects.count(), Event.objects.count())
-    response = post(
-        api["bob"],
-        f"/api/v1/runs/{run.pk}/replay",
-        {"reason": "look", "dry_run": True},
-        HTTP_IF_MATCH=run_etag(run),
-    )
-    assert response.status_code == 200 and response.json()["replay"] is None
-    assert response.json()["preview"]["steps_to_run"][0] == "read_lamp"
+    answer = bob_client.replay(str(run.pk), reason="look", dry_run=True, if_match=run_etag(run))
+    assert answer.dry_run and answer.replay is None
+    assert answer.preview["steps_to_run"][0] == "read_lamp"
     assert (Run.objects.count(), Event.objects.count()) == before
 
 

@@ -7,9 +7,11 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from agentops_client import ApiError
 from apitokens.services import create_token
 from runs.console.roles import setup_roles
 from runs.models import Run, Schedule, ScheduleTick
+from tests.support.api_client import in_process_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,11 +32,18 @@ def api():
     return {"desk": client_for(desk), "viewer": client_for(viewer), "plain": client_for(plain)}
 
 
+@pytest.fixture
+def clients(api):
+    """``agentops_client.Client`` as ``desk`` (operator) and ``viewer``, in-process."""
+    users = User.objects.filter(username__in=["desk", "viewer"])
+    return {u.username: in_process_client(create_token(u)[1]) for u in users}
+
+
 def post(client, path, body=None, **headers):
     return client.post(path, json.dumps(body or {}), content_type="application/json", **headers)
 
 
-def test_it_creates_lists_pauses_triggers_and_deletes(api):
+def test_it_creates_lists_pauses_triggers_and_deletes(api, clients):
     body = {
         "name": "weekly",
         "workflow": "bench_noop",
@@ -51,24 +60,27 @@ def test_it_creates_lists_pauses_triggers_and_deletes(api):
     assert post(api["viewer"], "/api/v1/schedules", body).status_code == 403
     assert not Schedule.objects.exists()
 
+    desk, viewer = clients["desk"], clients["viewer"]
     created = post(api["desk"], "/api/v1/schedules", body)
     assert created.status_code == 201
     assert created.json()["timing"] == "0 9 * * 1 (Asia/Tokyo)"
-    assert post(api["desk"], "/api/v1/schedules", body).json()["code"] == "schedule_exists"
-    (listed,) = api["viewer"].get("/api/v1/schedules").json()
-    assert len(listed["next_fire_times"]) == 3
+    with pytest.raises(ApiError) as exists:
+        desk.create_schedule("weekly", "bench_noop", cron="0 9 * * 1", timezone="Asia/Tokyo")
+    assert exists.value.code == "schedule_exists"
+    (listed,) = viewer.schedules()
+    assert len(listed.next_fire_times) == 3
     assert api["plain"].get("/api/v1/schedules").status_code == 403
 
-    assert post(api["desk"], "/api/v1/schedules/weekly/pause").json()["paused"] is True
-    key = {"HTTP_IDEMPOTENCY_KEY": "t-1"}
-    first = post(api["desk"], "/api/v1/schedules/weekly/trigger", **key)
-    again = post(api["desk"], "/api/v1/schedules/weekly/trigger", **key)
-    assert first.json() == again.json() and first.json()["outcome"] == "started"
+    assert desk.pause_schedule("weekly").paused is True
+    first = desk.trigger_schedule("weekly", idempotency_key="t-1")
+    again = desk.trigger_schedule("weekly", idempotency_key="t-1")
+    assert first == again and first.outcome == "started" and again.replayed
     assert ScheduleTick.objects.count() == 1 and Run.objects.count() == 1
-    assert post(api["desk"], "/api/v1/schedules/weekly/resume").json()["paused"] is False
-    assert api["desk"].delete("/api/v1/schedules/weekly").status_code == 204
-    missing = post(api["desk"], "/api/v1/schedules/weekly/pause")
-    assert missing.status_code == 404 and missing.json()["code"] == "unknown_schedule"
+    assert desk.resume_schedule("weekly").paused is False
+    desk.delete_schedule("weekly")
+    with pytest.raises(ApiError) as missing:
+        desk.pause_schedule("weekly")
+    assert (missing.value.status, missing.value.code) == (404, "unknown_schedule")
     assert Run.objects.count() == 1
 
 
@@ -103,8 +115,7 @@ def test_it_refuses_every_bad_schedule_field_with_one_rule_and_writes_nothing(ap
     assert Schedule.objects.count() == 0
 
 
-def test_a_schedule_named_by_the_rule_is_reachable_by_the_api(api):
-    created = post(api["desk"], "/api/v1/schedules", {**EVERY, "name": "night.v2_a-b"})
-    assert created.status_code == 201, created.content
-    assert post(api["desk"], "/api/v1/schedules/night.v2_a-b/pause").status_code == 200
+def test_a_schedule_named_by_the_rule_is_reachable_by_the_api(clients):
+    clients["desk"].create_schedule("night.v2_a-b", "bench_noop", every=60)
+    assert clients["desk"].pause_schedule("night.v2_a-b").paused
     assert Schedule.objects.get(name="night.v2_a-b").paused

@@ -8,6 +8,7 @@ import time
 
 import httpx
 
+from agentops_client import Client
 from runs.api.signals import SIGNATURE_HEADER, sign
 from tests.apiserver import Server, make_user
 from tests.control_support import db_rows, wait_until
@@ -60,14 +61,12 @@ def test_the_api_delivers_once_per_key_checks_the_payload_and_the_permission(
     assert unknown.status_code == 422 and unknown.json()["code"] == "unknown_signal"
     assert received(d, run_id) == 0
 
-    key = {**auth, "Idempotency-Key": "pay-77"}
-    first = httpx.post(url, json={"amount": 5}, headers=key, timeout=30)
-    again = httpx.post(url, json={"amount": 5}, headers=key, timeout=30)
-    assert first.status_code == again.status_code == 200
-    assert first.json() == again.json()
-    assert again.headers["Idempotent-Replayed"] == "true"
-    assert first.json()["consumed"] is True and first.json()["request_id"] == "pay-77"
-    assert first.json()["run_status"] == "RUNNING"
+    api = Client(server.url, operator)
+    first = api.signal(run_id, "payment", {"amount": 5}, idempotency_key="pay-77")
+    again = api.signal(run_id, "payment", {"amount": 5}, idempotency_key="pay-77")
+    assert first == again and (first.replayed, again.replayed) == (False, True)
+    assert first.consumed is True and first.request_id == "pay-77"
+    assert first.run_status == "RUNNING"
     assert received(d, run_id) == 1
 
     d.manage("worker", "--burst", timeout=180, check=True)

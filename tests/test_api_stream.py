@@ -1,6 +1,7 @@
 """The SSE stream served by a real uvicorn process: replay after Last-Event-ID (header
 and query parameter), live follow, heartbeats, the end at a terminal state, and no
-event lost or repeated across reconnects and a server restart."""
+event lost or repeated across reconnects and a server crash (``agentops_client``'s
+``stream_events`` reconnecting by itself)."""
 
 import contextlib
 import time
@@ -8,7 +9,8 @@ import time
 import httpx
 import psycopg
 
-from tests.apiserver import Server, make_user, sse_events
+from agentops_client import Client
+from tests.apiserver import START_TIMEOUT, Server, make_user, sse_events
 
 BODY = {
     "workflow": "room_temperature",
@@ -54,8 +56,11 @@ def test_it_replays_and_follows_without_gaps_or_repeats_across_a_server_restart(
     server = Server(deployment)
     auth = {"Authorization": f"Bearer {token}"}
     client = httpx.Client(base_url=server.url, headers=auth, timeout=60)
-    run_id = client.post("/api/v1/runs", json=BODY, headers={"Idempotency-Key": "k1"}).json()["id"]
-    stream = f"/api/v1/runs/{run_id}/stream"
+    api = Client(server.url, token, retry_backoff=0.2)
+    run = api.start_run(
+        BODY["workflow"], thread_id=BODY["thread_id"], input=BODY["input"], idempotency_key="k1"
+    )
+    stream = f"/api/v1/runs/{run.id}/stream"
 
     # No worker yet: the first events are replayed, then the idle stream sends heartbeats.
     first, heartbeat = read(client, stream, until_heartbeat=True)
@@ -70,34 +75,34 @@ def test_it_replays_and_follows_without_gaps_or_repeats_across_a_server_restart(
         and first[0]["data"]["payload"]["workflow"] == "room_temperature"
     )
 
-    # "Last-Event-ID: 3 starts at event 4", live, while a worker moves the run.
+    # "Last-Event-ID: 3 starts at event 4", live, while a worker moves the run. The
+    # server crashes mid-stream and comes back on its port while the run moves on; the
+    # client reconnects with its last id and goes on.
     deployment.popen("worker", extra_env={"AGENTOPS_SIM_WORD_SECONDS": 0.2})
-    second, _ = read(client, stream, count=4, **{"Last-Event-ID": "3"})
-    assert int(second[0]["id"]) == 4
+    followed, crashed_after = [], 0
+    for event in api.stream_events(run, last_event_id=3, reconnect_timeout=START_TIMEOUT + 30):
+        followed.append(event)
+        if len(followed) == 4:
+            crashed_after = event.seq
+            server.kill()
+            server = Server(deployment, port=server.port)
+    assert followed[0].seq == 4
+    assert crashed_after and followed[-1].seq > crashed_after
 
-    # Disconnected while the run moves on.
-    after = int(second[-1]["id"])
-    deadline = time.monotonic() + 120
-    while client.get(f"/api/v1/runs/{run_id}/events").json()["last_seq"] < after + 5:
-        assert time.monotonic() < deadline, "the run made no progress"
-        time.sleep(0.1)
+    received = [int(e["id"]) for e in first] + [e.seq for e in followed]
+    log = api.events(run, limit=1000)
+    assert log.run_status == "SUCCEEDED"
+    assert received == [e.seq for e in log.items] == list(range(1, log.last_seq + 1))
+    assert [e["event"] for e in first] + [e.type for e in followed] == [e.type for e in log.items]
+    assert followed[-1].type == "run.succeeded"
 
-    # The server crashes and comes back; the client resumes from its last id (query form).
-    server.kill()
-    server = Server(deployment)
+    # A reconnect after the end replays the rest and ends at once (header or query form).
     client = httpx.Client(base_url=server.url, headers=auth, timeout=60)
-    third, _ = read(client, f"{stream}?last_event_id={after}")
-
-    received = [int(e["id"]) for e in first + second + third]
-    log = client.get(f"/api/v1/runs/{run_id}/events", params={"limit": 1000}).json()
-    assert log["run_status"] == "SUCCEEDED"
-    assert received == [e["seq"] for e in log["items"]] == list(range(1, log["last_seq"] + 1))
-    assert [e["event"] for e in first + second + third] == [e["type"] for e in log["items"]]
-    assert third[-1]["event"] == "run.succeeded"
-
-    # A reconnect after the end replays the rest and ends at once.
-    tail, _ = read(client, stream, **{"Last-Event-ID": str(log["last_seq"] - 1)})
-    assert [int(e["id"]) for e in tail] == [log["last_seq"]]
+    tail, _ = read(client, stream, **{"Last-Event-ID": str(log.last_seq - 1)})
+    assert [int(e["id"]) for e in tail] == [log.last_seq]
+    tail, _ = read(client, f"{stream}?last_event_id={log.last_seq - 2}")
+    assert [int(e["id"]) for e in tail] == [log.last_seq - 1, log.last_seq]
+    assert [e.seq for e in api.stream_events(run, last_event_id=log.last_seq - 1)] == [log.last_seq]
 
 
 def test_it_refuses_the_stream_without_a_token_or_for_another_owner(deployment_factory):

@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
+from agentops.authoring import Workflow, register
 from apitokens.services import create_token
 from approvals.models import Approval
 from approvals.services import decide, resolve_takeover
@@ -25,7 +26,6 @@ from runs.engine.execution import executor
 from runs.models import Event, Run, Step
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
-from runs.workflows.definition import Workflow
 from tests.console_helpers import *  # noqa: F403
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -48,7 +48,7 @@ def gated():
     def shelve(ctx):
         return {"shelved": True}
 
-    registry.register(workflow)
+    register(workflow)
     yield workflow
     registry.unregister("gated_ship", 1)
 

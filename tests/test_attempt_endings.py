@@ -13,6 +13,7 @@ from django.db import OperationalError
 from django.db.models.functions import Now
 
 import tests.workflows.faulty  # noqa: F401 - registers the workflow
+from agentops.authoring import Workflow, register
 from approvals.models import Takeover
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import executor
@@ -21,7 +22,6 @@ from runs.engine.state.store import store
 from runs.models import Event, Message, Run, Step, Summary
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
-from runs.workflows.definition import Workflow
 from tests.support.states import arrange
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -39,7 +39,7 @@ def done(ctx):
     return {"ok": True}
 
 
-registry.register(asks_oddly)
+register(asks_oddly)
 
 exits = Workflow("exits", version=1, input_fields={"case": str})
 
@@ -51,7 +51,7 @@ def leave(ctx):
     sys.exit(3)
 
 
-registry.register(exits)
+register(exits)
 
 
 def _types(run: Run) -> list[str]:

@@ -9,10 +9,10 @@ import signal
 import subprocess
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 import tests.workflows.chatty  # noqa: F401 - registers the chatty workflow here too
+from agentops_client import ApiError
 from apitokens.services import create_token
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import aio
@@ -21,6 +21,7 @@ from runs.models import AttemptLog, Run, Step
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import REPO_ROOT, run_worker_subprocess, worker_subprocess_env
 from tests.control_support import wait_until
+from tests.support.api_client import in_process_client
 from tests.support.services import manage_argv
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -186,19 +187,15 @@ def test_the_api_serves_an_attempts_log(settings, actors):
     done = run_worker_subprocess(worker_subprocess_env(settings, **CHATTY))
     assert done.returncode == 0, done.stdout + done.stderr
     step = Step.objects.get(run=run)
-    _, raw = create_token(actors["bob"])
-    api = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    api = in_process_client(create_token(actors["bob"])[1])
 
-    base = f"/api/v1/runs/{run.pk}/steps/{step.pk}/attempts"
-    answer = api.get(f"{base}/1/log")
-    assert answer.status_code == 200, answer.content
-    document = answer.json()
-    assert document["step_id"] == step.pk and document["attempt"] == 1
-    assert "printed api" in document["text"]
-    assert document["truncated"] is False
+    log = api.attempt_log(str(run.pk), step.pk, 1)
+    assert log.step_id == step.pk and log.attempt == 1
+    assert "printed api" in log.text
+    assert log.truncated is False
     # Every byte written is kept; the one NUL is stored as its 6-character escape.
-    assert document["total_bytes"] == len(document["text"].encode()) - 5
+    assert log.total_bytes == len(log.text.encode()) - 5
 
-    missing = api.get(f"{base}/2/log")
-    assert missing.status_code == 404
-    assert missing.json()["code"] == "not_found"
+    with pytest.raises(ApiError) as missing:
+        api.attempt_log(str(run.pk), step.pk, 2)
+    assert (missing.value.status, missing.value.code) == (404, "not_found")

@@ -10,19 +10,18 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from agentops.authoring import AgentTool, RetryPolicy, Workflow, register
 from approvals.models import Takeover
-from runs.agents.durability import AgentTool, LedgerRun
+from runs.agents.durability import LedgerRun
 from runs.engine.control.lifecycle import start_run
 from runs.engine.effects import ledger
 from runs.engine.effects.compensation import CompensationContext, compensation_key
-from runs.engine.effects.retry import RetryPolicy
 from runs.engine.errors import LeaseLost, NonDeterminism
 from runs.engine.execution import executor
 from runs.models import Event, Operation, Run, Step
 from runs.sim import devices, services
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
-from runs.workflows.definition import Workflow
 from runs.workflows.synthetic import mailer_send
 from tests.support.states import arrange
 
@@ -58,7 +57,7 @@ def email_three(plan):
                 raise LeaseLost("worker died after the call")
         return receipts
 
-    registry.register(workflow)
+    register(workflow)
     yield workflow
     registry.unregister("email_three", 1)
 
@@ -156,7 +155,7 @@ def ask_twice(model_plan):
             raise LeaseLost("worker died after the request")
         return {"first": first.content, "second": ctx.call_model(messages).content}
 
-    registry.register(workflow)
+    register(workflow)
     yield workflow
     registry.unregister("ask_model_twice", 1)
 
@@ -206,7 +205,7 @@ def agent_calls():
 
         return [ledger_run.tool_call("call_0", "notify", {"to": to}, run_tool) for to in RECIPIENTS]
 
-    registry.register(workflow)
+    register(workflow)
     yield sent
     registry.unregister("agent_same_call_id", 1)
 

@@ -14,18 +14,15 @@ from django.core.files.storage import FileSystemStorage
 
 import tests.workflows.faulty as faulty
 import tests.workflows.streaming  # noqa: F401 - registers streamed_reply
+from agentops.authoring import RetryPolicy, StepError, Tool, Workflow, register
 from runs.engine.control.lifecycle import start_run
 from runs.engine.effects import calls
 from runs.engine.effects.compensation import compensate_run
-from runs.engine.effects.retry import RetryPolicy
 from runs.engine.effects.unknown_outcomes import verify_now
-from runs.engine.errors import StepError
 from runs.engine.execution import executor
 from runs.models import Artifact, Event, Operation, Step
 from runs.states import StepStatus
-from runs.tools import Tool
 from runs.workflows import registry
-from runs.workflows.definition import Workflow
 from tests.control_support import db_rows, wait_until
 from tests.support.openai_server import ModelServer
 
@@ -116,7 +113,7 @@ def ask(ctx):
     return {"answer": ctx.call_model(ctx.messages(), model=ctx.input.get("model")).content}
 
 
-registry.register(asks_once)
+register(asks_once)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -197,8 +194,7 @@ def slow_model_agent():
     from pydantic_ai.messages import ModelResponse, TextPart
     from pydantic_ai.models.function import FunctionModel
 
-    from runs.agents import register_agent
-    from runs.workflows import registry
+    from agentops.authoring import register_agent
 
     cancelled = threading.Event()
 
@@ -268,7 +264,7 @@ def post(ctx):
     return ctx.call_tool(post_unbounded, {"text": ctx.input["text"]})
 
 
-registry.register(verifies_slowly)
+register(verifies_slowly)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -334,7 +330,7 @@ def write_notes(ctx):
     return {"saved": True}
 
 
-registry.register(slow_storage)
+register(slow_storage)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -387,7 +383,7 @@ def refuse(ctx):
     raise StepError("INVALID_ARGUMENT", "no such destination")
 
 
-registry.register(undone_slowly)
+register(undone_slowly)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -10,18 +10,16 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from agentops.authoring import RetryPolicy, StepError, Workflow, register
 from approvals.models import Approval
 from approvals.services import decide
 from runs.console.charts import overview_charts, run_timeline, workers_chart
 from runs.engine.control import lifecycle
-from runs.engine.effects.retry import RetryPolicy
-from runs.engine.errors import StepError
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import run_transaction
 from runs.models import Run
 from runs.stats import open_runs_series, step_outcome_series, worker_steps_series
 from runs.workflows import registry
-from runs.workflows.definition import Workflow
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process
 from tests.test_console_browser import browser, open_as  # noqa: F401 - fixtures
@@ -49,7 +47,7 @@ def flaky_workflow():
     def finish(ctx):
         return {"done": True}
 
-    registry.register(workflow)
+    register(workflow)
     yield workflow
     registry.unregister("pictures_flaky", 1)
 

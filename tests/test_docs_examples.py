@@ -6,7 +6,9 @@ every fenced block whose info string is ``sh`` is run; other fences (````text``,
 ````python``, ````ini``, plain ``````) are illustrations and are not. A block is skipped
 when the line before its fence is ``<!-- docs-test: skip: REASON -->`` (the reason is
 required and shown by pytest), and a single line is left out when it ends with
-``# docs-test: skip`` (a server that runs until Ctrl-C).
+``# docs-test: skip`` (a server that runs until Ctrl-C). A fenced block of any kind
+whose line before is ``<!-- docs-file: PATH -->`` is a file the reader saves: it is
+written to PATH (relative to the repository) when the walk reaches it.
 
 Each page starts on a fresh copy of the repository's tracked files (its own ``var/``,
 the SQLite default, no DATABASE_URL or REDIS_URL, offline) with ``.venv`` linked to
@@ -39,6 +41,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SKIP_BLOCK = re.compile(r"<!--\s*docs-test:\s*skip:\s*(?P<reason>.+?)\s*-->")
 SKIP_LINE = "# docs-test: skip"
+DOCS_FILE = re.compile(r"<!--\s*docs-file:\s*(?P<path>[\w./-]+?)\s*-->")
 BLOCK_TIMEOUT = 600  # seconds; generous for a loaded machine, not a timing assertion
 
 
@@ -48,6 +51,8 @@ class Block:
     line: int
     code: str
     skip: str = ""
+    #: Where a file block is written (relative to the repository); "" for a command block.
+    path: str = ""
 
 
 def pages() -> list[str]:
@@ -63,11 +68,21 @@ def pages() -> list[str]:
 
 
 def blocks(page: str) -> list[Block]:
-    """The ``sh`` blocks of ``page`` in order, with their skip reasons."""
+    """The ``sh`` blocks and the file blocks of ``page`` in order, with their skip
+    reasons."""
     lines = (REPO / page).read_text(encoding="utf-8").splitlines()
     found, i = [], 0
     while i < len(lines):
-        if lines[i].strip() == "```sh":
+        before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+        if lines[i].startswith("```") and (target := DOCS_FILE.search(before)):
+            start = i
+            i += 1
+            body = []
+            while i < len(lines) and lines[i].strip() != "```":
+                body.append(lines[i])
+                i += 1
+            found.append(Block(page, start + 1, "\n".join(body) + "\n", path=target["path"]))
+        elif lines[i].strip() == "```sh":
             start = i
             i += 1
             body = []
@@ -157,7 +172,9 @@ def test_every_example_of_the_page_runs(page, clone, tmp_path):
     sessions: list[int] = []
     try:
         for block in todo:
-            if not block.skip:
+            if block.path:
+                _write_file(block, clone)
+            elif not block.skip:
                 _run_block(block, clone, env, state, port, sessions)
     finally:
         _stop_sessions(sessions)
@@ -177,6 +194,14 @@ def _runnable_runs(var: Path, env: dict, state: Path) -> list[str]:
     )  # fmt: skip
     rows = json.loads(listed.stdout)["runs"]
     return [f"{r['workflow']} {r['run_id']} {r['status']}" for r in rows]
+
+
+def _write_file(block: Block, clone: Path) -> None:
+    """Save a file block where the page says, inside the clone only."""
+    target = (clone / block.path).resolve()
+    assert target.is_relative_to(clone.resolve()), f"{block.page}:{block.line} {block.path}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(block.code, encoding="utf-8")
 
 
 def _run_block(block: Block, clone: Path, env: dict, state: Path, port: str, sessions: list):

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from agentops.authoring import Workflow, register
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import executor
 from runs.engine.state import checkpoints
@@ -14,7 +15,6 @@ from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Event, Run, Step
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
-from runs.workflows.definition import Workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,14 +48,14 @@ def answer(ctx):
 
 @pytest.fixture
 def chatty_workflow():
-    registry.register(chatty)
+    register(chatty)
     yield chatty
     registry.unregister("hot_path_messages_test", 1)
 
 
 @pytest.fixture
 def loop_workflow():
-    registry.register(looping)
+    register(looping)
     yield looping
     registry.unregister("checkpoint_loop_test", 1)
 

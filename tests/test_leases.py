@@ -8,6 +8,7 @@ import time
 import pytest
 from django.db import connection
 
+from agentops.authoring import Workflow, register
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import executor, jobs
 from runs.engine.execution.identity import set_current_worker
@@ -15,7 +16,6 @@ from runs.models import Event, Message, Run, Step
 from runs.sim.devices import device_calls
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
-from runs.workflows.definition import Workflow
 
 CONTENDER = """
 import json, time
@@ -86,7 +86,7 @@ def work(ctx):
 
 @pytest.fixture
 def blocking_workflow():
-    registry.register(blocking)
+    register(blocking)
     gate["release"].clear()
     gate["entered"].clear()
     yield blocking

@@ -6,18 +6,16 @@ import time
 
 import pytest
 
+from agentops.authoring import RetryPolicy, Tool, VerifyAnswer, Workflow, register
 from approvals.models import Takeover
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.effects import ledger
-from runs.engine.effects.retry import RetryPolicy
 from runs.engine.effects.unknown_outcomes import resolve_unknown, verify_now
 from runs.engine.execution import executor
 from runs.engine.execution.slots import Slots
 from runs.models import Event, Operation, Run, Step
 from runs.states import RunStatus, StepStatus
-from runs.tools import Tool, VerifyAnswer
 from runs.workflows import registry
-from runs.workflows.definition import Workflow
 
 
 @pytest.fixture
@@ -63,7 +61,7 @@ def drill(outside):
     def look(ctx):
         return ctx.call_tool(outside["read"], {})
 
-    registry.register(workflow)
+    register(workflow)
     yield workflow
     outside["release"].set()
     registry.unregister("ledger_drill", 1)

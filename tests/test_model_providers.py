@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from runs.engine.effects.retry import RetryPolicy
+from agentops.authoring import RetryPolicy
 from runs.models import Run
 from runs.workflows.synthetic import WAIT_STEPS
 from tests.console_helpers import *  # noqa: F403 - fixtures

@@ -12,14 +12,13 @@ from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentops.authoring import Tool, Workflow, register
 from runs.engine.control.lifecycle import start_run
 from runs.engine.data import payloads
 from runs.models import Checkpoint, Event, Message, Operation, Payload, Run, Step
 from runs.payload_field import INLINE_LIMIT
 from runs.storage_stats import storage_by_workflow
-from runs.tools import Tool
 from runs.workflows import registry
-from runs.workflows.definition import Workflow
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process
 
@@ -49,7 +48,7 @@ def loop_workflow():
             ctx.goto("turn")
         return {"n": n, "text": result["text"]}
 
-    registry.register(workflow)
+    register(workflow)
     yield workflow
     registry.unregister("storage_loop", 1)
 

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from agentops.authoring import register
 from runs.engine.control import lifecycle
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.replay import bulk_candidates, bulk_replay, plan_replay, replay_run
@@ -220,8 +221,8 @@ def test_a_succeeded_run_forks_from_start_asking_the_model_again(actors):
 @pytest.fixture
 def looping_workflow():
     """``think`` runs three times (a ``goto`` loop), then ``answer``."""
+    from agentops.authoring import Workflow
     from runs.workflows import registry
-    from runs.workflows.definition import Workflow
 
     workflow = Workflow("replay_loop", version=1, input_fields={"n": int})
 
@@ -235,7 +236,7 @@ def looping_workflow():
     def answer(ctx):
         return {"rounds": ctx.outputs["think"]["round"]}
 
-    registry.register(workflow)
+    register(workflow)
     yield workflow
     registry.unregister("replay_loop", 1)
 
@@ -287,9 +288,8 @@ def test_a_fork_after_the_draft_reuses_the_publication(actors):
 def test_the_replay_stores_a_large_checkpoint_value_once_by_reference(actors):
     from django.db import connection
 
-    from runs.engine.errors import StepError
+    from agentops.authoring import StepError, Workflow
     from runs.workflows import registry
-    from runs.workflows.definition import Workflow
 
     workflow = Workflow("replay_big", version=1, input_fields={"n": int})
 
@@ -301,7 +301,7 @@ def test_the_replay_stores_a_large_checkpoint_value_once_by_reference(actors):
     def check(ctx):
         raise StepError("INVALID_ARGUMENT", "not yet")
 
-    registry.register(workflow)
+    register(workflow)
     try:
         original = finish(lifecycle.start_run("replay_big", thread_id="BIG", input={"n": 1}))
         assert original.status == "FAILED"

@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from agentops.authoring import RetryPolicy
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout
-from runs.engine.effects.retry import RetryPolicy, retry_after_seconds
+from runs.engine.effects.retry import retry_after_seconds
 
 POLICY = RetryPolicy(
     max_attempts=4, initial_delay=1.0, max_delay=3.0, multiplier=2.0, jitter=0.2, deadline=30.0

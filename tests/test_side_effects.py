@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.engine.effects.retry import RetryPolicy
+from agentops.authoring import RetryPolicy
 from tests.control_support import make_user, status
 from tests.support.services import BACKENDS, Deployment
 

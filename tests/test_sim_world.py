@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 
 import runs.sim
-from runs.engine.errors import StepError
+from agentops.authoring import StepError
 from runs.sim import devices, faults
 from runs.sim.shop import issue_refund, lookup_order, refunds_for
 

@@ -6,9 +6,9 @@ operator may then do follows what the ledger knows."""
 
 import pytest
 
+from agentops.authoring import RetryPolicy, Workflow, register
 from approvals.models import Takeover
 from runs.engine.control.lifecycle import ControlError, start_run
-from runs.engine.effects.retry import RetryPolicy
 from runs.engine.effects.unknown_outcomes import resolve_unknown, verify_now
 from runs.engine.execution import executor
 from runs.models import Event, Operation, Run, Step
@@ -16,7 +16,6 @@ from runs.sim import devices, services
 from runs.sim import faults as sim_faults
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
-from runs.workflows.definition import Workflow
 from runs.workflows.synthetic import mailer_send
 from tests.control_support import wait_until
 
@@ -32,7 +31,7 @@ def mail_once():
     def send(ctx):
         return ctx.call_tool(mailer_send, {"to": "alice", "subject": "status"})
 
-    registry.register(workflow)
+    register(workflow)
     yield workflow
     registry.unregister("mail_once", 1)
     sim_faults.clear()

@@ -7,7 +7,7 @@ already; nothing is changed). Prints the limits before and after as JSON."""
 import json
 
 from runs.cli import arguments
-from runs.cli.common import cli_actor, control_error, resolve_run
+from runs.cli.common import add_actor_argument, cli_actor, control_error, resolve_run
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.budget import MAX_AMOUNTS, raise_budget
 
@@ -44,13 +44,7 @@ def add_arguments(parser):
         help="raise the cost limit by this many US dollars, e.g. 0.05",
     )
     parser.add_argument("--reason", default="", help="why (required; recorded in the audit log)")
-    parser.add_argument(
-        "--as",
-        dest="as_user",
-        default=None,
-        type=arguments.required_text,
-        help="record the change as user:USER (default actor: cli)",
-    )
+    add_actor_argument(parser)
 
 
 #: The engine's name of an addition -> the option that gives it.

@@ -103,6 +103,30 @@ def cli_user(username: str, permission: str | None = None):
     return user
 
 
+def add_actor_argument(parser, dest: str = "as_user") -> None:
+    """Add ``--as USERNAME``: act, and be recorded, as ``user:USERNAME`` (default actor
+    ``cli``). ``cli_actor`` checks that the user exists and may act."""
+    parser.add_argument(
+        "--as",
+        dest=dest,
+        default=None,
+        type=arguments.required_text,
+        metavar="USERNAME",
+        help="act and be recorded as user:USERNAME (default actor: cli)",
+    )
+
+
+def add_request_id_argument(parser) -> None:
+    """Add ``--request-id KEY``, the idempotency key of a delivery: the same key again
+    delivers nothing new. Longer than the column holds is refused by argparse."""
+    parser.add_argument(
+        "--request-id",
+        default=None,
+        type=arguments.column_text("runs.Signal", "request_id"),
+        help="idempotency key: the same key again delivers nothing new",
+    )
+
+
 def cli_actor(username: str | None, permission: str = "runs.operate_run") -> str:
     """The event actor for a CLI action: ``"cli"`` without ``--as``, else
     ``"user:<username>"`` after checking that the user exists and holds ``permission``.

@@ -3,7 +3,14 @@
 (``CallDeferred``); actor ``cli`` or ``user:USER``."""
 
 from runs.cli import arguments
-from runs.cli.common import add_run_arguments, cli_actor, control_error, resolve_run
+from runs.cli.common import (
+    add_actor_argument,
+    add_request_id_argument,
+    add_run_arguments,
+    cli_actor,
+    control_error,
+    resolve_run,
+)
 from runs.engine.control.deferred_calls import deliver_tool_result
 from runs.engine.control.lifecycle import ControlError
 
@@ -21,19 +28,8 @@ def add_arguments(parser):
     parser.add_argument(
         "--result", required=True, type=arguments.json_value(), help="the call's result as JSON"
     )
-    parser.add_argument(
-        "--request-id",
-        default=None,
-        type=arguments.column_text("runs.Signal", "request_id"),
-        help="idempotency key: the same key again delivers nothing new",
-    )
-    parser.add_argument(
-        "--as",
-        dest="as_user",
-        default=None,
-        type=arguments.username,
-        help="act as this user (needs runs.operate_run)",
-    )
+    add_request_id_argument(parser)
+    add_actor_argument(parser)
 
 
 def handle(command, options):

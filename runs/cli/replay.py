@@ -16,7 +16,7 @@ import time
 from django.core.management.base import CommandError
 
 from runs.cli import arguments
-from runs.cli.common import cli_actor, control_error, resolve_run
+from runs.cli.common import add_actor_argument, cli_actor, control_error, resolve_run
 from runs.cli.previews import write_side_effects
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.replay import (
@@ -82,9 +82,7 @@ def add_arguments(parser):
     )
     parser.add_argument("--dry-run", action="store_true", help="show what would happen only")
     parser.add_argument("--reason", default="", help="why (required; recorded in the audit log)")
-    parser.add_argument(
-        "--as", dest="as_user", default=None, type=arguments.required_text, help="act as this user"
-    )
+    add_actor_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

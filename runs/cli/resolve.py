@@ -2,7 +2,7 @@
 [--result JSON] [--against-verify] [--as USER]``: decide an unknown outcome; the run continues."""
 
 from runs.cli import arguments
-from runs.cli.common import cli_actor, control_error, resolve_run
+from runs.cli.common import add_actor_argument, cli_actor, control_error, resolve_run
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.unknown_outcomes import OUTCOMES, resolve_unknown
 
@@ -30,13 +30,7 @@ def add_arguments(parser):
         action="store_true",
         help="resolve although the latest verify answer says the opposite (recorded)",
     )
-    parser.add_argument(
-        "--as",
-        dest="as_user",
-        default=None,
-        type=arguments.required_text,
-        help="record the decision as user:USER (default actor: cli)",
-    )
+    add_actor_argument(parser)
 
 
 def handle(command, options):

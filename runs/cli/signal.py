@@ -2,7 +2,14 @@
 deliver a signal to a run (actor ``cli`` or ``user:USER``)."""
 
 from runs.cli import arguments
-from runs.cli.common import add_run_arguments, cli_actor, control_error, resolve_run
+from runs.cli.common import (
+    add_actor_argument,
+    add_request_id_argument,
+    add_run_arguments,
+    cli_actor,
+    control_error,
+    resolve_run,
+)
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.waits import deliver_signal
 
@@ -18,19 +25,8 @@ def add_arguments(parser):
         type=arguments.json_value(),
         help="the payload as JSON (default {}), checked against the waiting step's schema",
     )
-    parser.add_argument(
-        "--request-id",
-        default=None,
-        type=arguments.column_text("runs.Signal", "request_id"),
-        help="idempotency key: the same key again delivers nothing new",
-    )
-    parser.add_argument(
-        "--as",
-        dest="as_user",
-        default=None,
-        type=arguments.required_text,
-        help="act as this user (needs runs.operate_run)",
-    )
+    add_request_id_argument(parser)
+    add_actor_argument(parser)
 
 
 def handle(command, options):

@@ -7,11 +7,8 @@ manual review. Holds are ``idempotent`` (the booking service dedupes by key); a 
 is ``unsafe`` with a ``verify`` hook that looks the hold up.
 """
 
-from runs.engine.effects.retry import RetryPolicy
+from agentops.authoring import RetryPolicy, Tool, VerifyAnswer, Workflow, register
 from runs.sim import devices
-from runs.tools import Tool, VerifyAnswer
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
 
 
 def _verify_release(args: dict, call) -> VerifyAnswer:
@@ -99,4 +96,4 @@ def confirm(ctx):
     return {"confirmed": True}
 
 
-registry.register(workflow)
+register(workflow)

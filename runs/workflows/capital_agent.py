@@ -27,7 +27,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from runs.agents import register_agent
+from agentops.authoring import register_agent
 
 CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Mexico": "Mexico City", "Peru": "Lima"}
 

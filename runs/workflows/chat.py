@@ -17,11 +17,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from runs.engine.data.model_input import summary_due
-from runs.engine.execution import faults
+from agentops.authoring import Workflow, register
 from runs.sim import model as sim_model
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
 from runs.workflows.room_temperature import thermostat_read
 
 SYSTEM = "You are the AgentOps home assistant. Answer from tool results; never guess a reading."
@@ -49,12 +46,11 @@ def open_gate(name: str) -> None:
 
 @workflow.step()
 def summarize(ctx):
-    plan = summary_due(ctx.run)
+    plan = ctx.summary_due()
     if plan is None:
         return {"summary": None}
     previous = plan.previous.content if plan.previous else ""
     content = sim_model.summarize(previous, plan.new_messages)
-    faults.crash_point(ctx.run, ctx.step, "summary_ready")
     ctx.add_summary(plan, content)
     return {"summary": {"covers": [1, plan.last_seq]}}
 
@@ -87,4 +83,4 @@ def reply(ctx):
     return {"answer": answer.content, "artifact": artifact.uri}
 
 
-registry.register(workflow)
+register(workflow)

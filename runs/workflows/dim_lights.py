@@ -14,11 +14,8 @@ previous brightness if the run later fails or is cancelled.
 
 import json
 
-from runs.engine.effects.retry import RetryPolicy
+from agentops.authoring import RetryPolicy, Tool, VerifyAnswer, Workflow, register
 from runs.sim import devices
-from runs.tools import Tool, VerifyAnswer
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
 
 
 def _verify_set(args: dict, call) -> VerifyAnswer:
@@ -132,4 +129,4 @@ def reply(ctx):
     return {"answer": answer.content}
 
 
-registry.register(workflow)
+register(workflow)

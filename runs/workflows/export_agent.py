@@ -11,7 +11,7 @@ from pydantic_ai import Agent, CallDeferred, DeferredToolRequests
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from runs.agents import register_agent
+from agentops.authoring import register_agent
 
 agent = Agent(name="export", output_type=[str, DeferredToolRequests])
 

@@ -9,9 +9,7 @@ without payment closes the order. No worker or lease is held while the run waits
 sleeps.
 """
 
-from runs.engine.durations import MAX_SECONDS
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
+from agentops.authoring import MAX_SECONDS, Workflow, register
 
 #: What a payment signal carries.
 PAYMENT_SCHEMA = {
@@ -69,4 +67,4 @@ def remind(ctx):
     return {"reminded": True}
 
 
-registry.register(workflow)
+register(workflow)

@@ -7,10 +7,8 @@ answers from the reading, streamed word by word into a draft message).
 
 import json
 
+from agentops.authoring import Tool, Workflow, register
 from runs.sim import devices
-from runs.tools import Tool
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
 
 thermostat_read = Tool(
     "thermostat.read",
@@ -55,4 +53,4 @@ def reply(ctx):
     return {"answer": answer.content, "message_id": message_id}
 
 
-registry.register(workflow)
+register(workflow)

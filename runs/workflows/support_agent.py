@@ -18,9 +18,8 @@ from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from runs.agents import AgentTool, current_call, register_agent
+from agentops.authoring import AgentTool, ToolCall, VerifyAnswer, current_call, register_agent
 from runs.sim import shop
-from runs.tools import ToolCall, VerifyAnswer
 
 INSTRUCTIONS = (
     "You are a support agent for a small shop. Look the order up before acting. "
@@ -92,7 +91,7 @@ def next_action(prompt: str, results: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _offline(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     """The offline model: ``next_action`` over the conversation so far."""
-    from runs.agents.messages import prompt_and_results
+    from agentops.authoring import prompt_and_results
 
     prompt, results = prompt_and_results(messages)
     action = next_action(prompt, results)

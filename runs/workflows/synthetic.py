@@ -14,12 +14,9 @@
 import os
 import time
 
-from runs.engine.effects.retry import RetryPolicy
+from agentops.authoring import RetryPolicy, Tool, VerifyAnswer, Workflow, register
 from runs.sim import model as sim_model
 from runs.sim import services
-from runs.tools import Tool, VerifyAnswer
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
 
 #: Steps per ``bench_noop`` run.
 BENCH_STEPS = 10
@@ -196,4 +193,4 @@ def done(ctx):
 
 
 for _wf in (bench_noop, bench_hold, bench_wait, bench_agent, synthetic_order):
-    registry.register(_wf)
+    register(_wf)

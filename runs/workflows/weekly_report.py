@@ -18,10 +18,8 @@ point before each, for drills).
 import json
 import time
 
+from agentops.authoring import Tool, Workflow, register
 from runs.sim import devices
-from runs.tools import Tool
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
 
 fetch_news = Tool(
     "newsfeed.fetch",
@@ -166,4 +164,4 @@ def shelve_draft(ctx):
     return {"published": False, "decision": decision.get("decision"), "slot": released}
 
 
-registry.register(workflow)
+register(workflow)

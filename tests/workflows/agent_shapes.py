@@ -21,8 +21,7 @@ from pydantic_ai import (
     RunContext,
 )
 
-from runs.agents import register_agent
-from runs.engine.effects.retry import RetryPolicy
+from agentops.authoring import RetryPolicy, register_agent
 
 #: Fast per-request retries for the tests (the default waits 1 s, doubling).
 QUICK_RETRY = RetryPolicy(max_attempts=3, initial_delay=0.05, max_delay=5.0, jitter=0.0)

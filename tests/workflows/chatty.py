@@ -10,9 +10,7 @@ import os
 import sys
 import time
 
-from runs.tools import Tool
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
+from agentops.authoring import Tool, Workflow, register
 
 logger = logging.getLogger("chatty.step")
 
@@ -56,4 +54,4 @@ def speak(ctx):
     return {"said": tag}
 
 
-registry.register(workflow)
+register(workflow)

@@ -8,10 +8,7 @@ import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
-from runs.engine.errors import StepError
-from runs.tools import Tool, VerifyAnswer
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
+from agentops.authoring import StepError, Tool, VerifyAnswer, Workflow, register
 
 #: The simulated outside system of ``post_once``: idempotency key -> times applied.
 APPLIED: dict[str, int] = {}
@@ -131,4 +128,4 @@ def after(ctx):
     return {"seen": ctx.outputs["produce"]}
 
 
-registry.register(workflow)
+register(workflow)

@@ -5,8 +5,7 @@ text holding NUL in an approval's question. Registered on import."""
 
 from datetime import UTC, datetime
 
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
+from agentops.authoring import Workflow, register
 
 #: name -> (value, path inside it, type name in the error).
 BAD = {
@@ -46,5 +45,5 @@ def shipped(ctx):
     return {"shipped": True}
 
 
-registry.register(artifact_workflow)
-registry.register(approval_workflow)
+register(artifact_workflow)
+register(approval_workflow)

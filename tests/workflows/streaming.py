@@ -3,9 +3,7 @@ with a 2 s step timeout and a retry only 30 s later (so a test sees the first at
 end). ``input["model"]`` names the model (default ``AGENTOPS_MODEL``). Registered by
 tests through ``AGENTOPS_EXTRA_WORKFLOW_MODULES`` or by importing it."""
 
-from runs.engine.effects.retry import RetryPolicy
-from runs.workflows import registry
-from runs.workflows.definition import Workflow
+from agentops.authoring import RetryPolicy, Workflow, register
 
 workflow = Workflow(
     "streamed_reply", version=1, input_fields={"question": str}, message_field="question"
@@ -20,4 +18,4 @@ def reply(ctx):
     return {"answer": answer.content}
 
 
-registry.register(workflow)
+register(workflow)

@@ -1,7 +1,7 @@
 """A three-step workflow whose versions tests register one module at a time, playing old
 and new code side by side (``AGENTOPS_EXTRA_WORKFLOW_MODULES``)."""
 
-from runs.workflows.definition import Workflow
+from agentops.authoring import Workflow
 
 
 def build(version: int, migrate_from=None) -> Workflow:

@@ -1,6 +1,6 @@
 """Code that knows ``versioned@2`` only, with a migration from version 1 checkpoints."""
 
-from runs.workflows import registry
+from agentops.authoring import register
 from tests.workflows.versioned import build
 
 
@@ -12,4 +12,4 @@ def from_v1(state: dict) -> dict:
     return {**state, "outputs": outputs}
 
 
-registry.register(build(2, migrate_from={1: from_v1}))
+register(build(2, migrate_from={1: from_v1}))

@@ -1,6 +1,6 @@
 """Code that knows ``versioned@3`` (no migrations)."""
 
-from runs.workflows import registry
+from agentops.authoring import register
 from tests.workflows.versioned import build
 
-registry.register(build(3))
+register(build(3))

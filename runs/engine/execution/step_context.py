@@ -133,10 +133,21 @@ class StepContext:
 
         return assemble_context(self.run, step=self.step.name)
 
+    def summary_due(self):
+        """The summary (``SummaryPlan``) this run should make before calling the model,
+        or ``None`` (``model_input.summary_due``)."""
+        from runs.engine.data.model_input import summary_due
+
+        return summary_due(self.run)
+
     def add_summary(self, plan, content: str) -> None:
         """Stage a Summary for ``plan`` (``context_assembly.SummaryPlan``), committed with
-        the step's result; a re-run of the step after a crash stages it again."""
+        the step's result; a re-run of the step after a crash stages it again. The
+        ``summary_ready`` crash point (``runs start --crash-at``) is here: the summary is
+        computed, not yet committed."""
         from runs.engine.data.model_input import token_counter
+
+        faults.crash_point(self.run, self.step, "summary_ready")
 
         self.new_summaries.append(
             {

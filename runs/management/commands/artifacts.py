@@ -4,7 +4,7 @@ import json
 
 from runs.cli import arguments
 from runs.cli.command import OperatorCommand
-from runs.cli.common import cli_actor
+from runs.cli.common import add_actor_argument, cli_actor
 from runs.engine.data.artifact_integrity import check_artifacts
 
 
@@ -29,14 +29,7 @@ class Command(OperatorCommand):
             help="orphan grace period (default AGENTOPS_ORPHAN_GRACE_SECONDS)",
         )
         check.add_argument("--json", action="store_true", help="print one JSON object")
-        check.add_argument(
-            "--as",
-            dest="actor",
-            default=None,
-            type=arguments.required_text,
-            metavar="USERNAME",
-            help="record actions as user:USERNAME (default: cli)",
-        )
+        add_actor_argument(check, dest="actor")
 
     def handle(self, *args, action: str, **options):
         actor = cli_actor(options["actor"])

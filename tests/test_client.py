@@ -1,0 +1,134 @@
+"""``agentops_client.Client`` against a real ``serve`` process: an idempotent start
+answers the same run, refusals are ``ApiError`` with the API's code, a wait past its
+deadline is ``WaitTimeout``, and a response lost on the way back is asked for again
+only when the request is safe to repeat. (Following a stream across a server crash:
+tests/test_api_stream.py.)"""
+
+import subprocess
+import sys
+import uuid
+
+import httpx
+import pytest
+
+from agentops_client import ApiError, Client, WaitTimeout
+from tests.apiserver import Server, make_user
+
+QUESTION = {"question": "How warm is the living room?"}
+#: What a client application does not have: the server's packages and Django.
+SERVER_PACKAGES = ("django", "ninja", "agentops", "runs", "approvals", "apitokens")
+
+
+def test_the_client_imports_nothing_of_the_server():
+    # A None entry in sys.modules makes importing that package fail.
+    code = (
+        "import sys\n"
+        f"for name in {SERVER_PACKAGES!r}:\n"
+        "    sys.modules[name] = None\n"
+        "import agentops_client, agentops_client.client\n"
+        "print(sorted({n.split('.')[0] for n, m in sys.modules.items() if m is not None}\n"
+        f"             & set({SERVER_PACKAGES!r})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+class LosesResponses(httpx.BaseTransport):
+    """The network, except that the next ``losses`` responses are read and then lost,
+    as when a connection drops after the server acted and before its answer arrived,
+    and the next ``busy`` requests are answered 503 ``database_busy`` (as the server
+    answers when its database is busy) without reaching the server. ``sent`` counts the
+    requests that reached the server."""
+
+    def __init__(self) -> None:
+        self.network = httpx.HTTPTransport()
+        self.losses = 0
+        self.busy = 0
+        self.sent = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.busy:
+            self.busy -= 1
+            body = {"code": "database_busy", "message": "busy", "errors": {}}
+            return httpx.Response(503, json=body, headers={"Retry-After": "0"})
+        response = self.network.handle_request(request)
+        self.sent += 1
+        if self.losses:
+            self.losses -= 1
+            response.read()
+            response.close()
+            raise httpx.ReadError("connection reset by peer", request=request)
+        return response
+
+    def close(self) -> None:
+        self.network.close()
+
+
+def test_the_client_starts_once_raises_typed_errors_waits_and_retries_what_is_safe(
+    deployment_factory,
+):
+    deployment = deployment_factory("sqlite")
+    token = make_user(deployment, "alice")
+    server = Server(deployment)
+    network = LosesResponses()
+    api = Client(server.url, token, transport=network, retry_backoff=0.01)
+
+    first = api.start_run("room_temperature", thread_id="t1", input=QUESTION, idempotency_key="k1")
+    again = api.start_run("room_temperature", thread_id="t1", input=QUESTION, idempotency_key="k1")
+    assert (first.replayed, again.replayed) == (False, True)
+    assert again == first and first.status == "PENDING" and first.next_step == "plan"
+    assert api.list_runs(thread_id="t1").count == 1
+
+    with pytest.raises(ApiError) as reused:
+        api.start_run("room_temperature", thread_id="t2", input=QUESTION, idempotency_key="k1")
+    assert (reused.value.status, reused.value.code) == (422, "idempotency_key_reused")
+    with pytest.raises(ApiError) as unknown:
+        api.start_run("no_such_workflow", thread_id="t1", input=QUESTION)
+    assert (unknown.value.status, unknown.value.code) == (422, "unknown_workflow")
+    assert "workflow" in unknown.value.errors
+    with pytest.raises(ApiError) as missing:
+        api.get_run(str(uuid.uuid4()))
+    assert (missing.value.status, missing.value.code) == (404, "not_found")
+    with pytest.raises(ApiError) as unauthorized:
+        Client(server.url, "ao_nope").list_runs()
+    assert (unauthorized.value.status, unauthorized.value.code) == (401, "unauthorized")
+
+    # An action sent with the ETag of a run that has moved on since changes nothing.
+    cancelled = api.cancel(api.start_run("room_temperature", thread_id="t3", input=QUESTION),
+                           reason="closed the tab")  # fmt: skip
+    with pytest.raises(ApiError) as stale:
+        api.cancel(first, reason="again", if_match=cancelled.etag)
+    assert (stale.value.status, stale.value.code) == (409, "run_changed")
+
+    with pytest.raises(WaitTimeout) as late:
+        api.wait(first, {"SUCCEEDED"}, timeout=0.3, poll_interval=0.1)
+    assert late.value.run is not None and late.value.run.status == "PENDING"
+
+    # A lost answer to a keyed start is asked for again: the server replays it.
+    network.losses, network.sent = 1, 0
+    keyed = api.start_run("room_temperature", thread_id="t4", input=QUESTION, idempotency_key="k4")
+    assert network.sent == 2 and keyed.replayed
+    # A lost answer to a GET is asked for again too.
+    network.losses, network.sent = 1, 0
+    assert api.get_run(keyed).id == keyed.id and network.sent == 2
+    # Without a key nobody can tell whether the start was applied: it is not sent again.
+    network.losses, network.sent = 1, 0
+    with pytest.raises(httpx.ReadError):
+        api.start_run("room_temperature", thread_id="t5", input=QUESTION)
+    assert network.sent == 1
+    assert [api.list_runs(thread_id=t).count for t in ("t4", "t5")] == [1, 1]
+    # A busy database answers 503: a GET asks again, a start without a key does not.
+    network.busy, network.sent = 1, 0
+    assert api.get_run(keyed).id == keyed.id and network.sent == 1
+    network.busy, network.sent = 1, 0
+    with pytest.raises(ApiError) as busy:
+        api.start_run("room_temperature", thread_id="t6", input=QUESTION)
+    assert (busy.value.status, busy.value.code, network.sent) == (503, "database_busy", 0)
+
+    deployment.manage("worker", "--burst", timeout=180, check=True)
+    done = api.wait(first, timeout=60)
+    assert done.status == "SUCCEEDED" and done.terminal
+    assert [m.role for m in api.messages("t1")][-1] == "assistant"
+    api.close()
+    server.kill()
