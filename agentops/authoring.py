@@ -13,9 +13,11 @@ are re-cut as it grows; these names stay)::
 docs/first-workflow.md walks through a whole workflow, from an empty file to a run in
 the console. The names, by concern:
 
-- **Definition and registration**: ``Workflow`` (its decorators ``step``, ``approval``
-  and ``signal`` declare steps in order), ``register`` (makes a definition runnable:
-  call it once at import time of a module listed in ``AGENTOPS_EXTRA_WORKFLOW_MODULES``),
+- **Definition and registration**: ``Workflow`` (its decorators ``step``, ``approval``,
+  ``signal`` and ``map`` declare steps in order; a map step fans out into parallel
+  branches, at most ``MAX_BRANCHES``, and the next step joins them: docs/parallel.md),
+  ``register`` (makes a definition runnable: call it once at import time of a module
+  listed in ``AGENTOPS_EXTRA_WORKFLOW_MODULES``),
   ``register_lazy`` (declare a name and version whose module is imported on first use),
   ``WorkflowDefinitionError`` (a malformed definition, raised at import time).
 - **Tools**: ``Tool`` with its side-effect class (``SIDE_EFFECTS``: ``read``,
@@ -46,7 +48,7 @@ from runs.engine.durations import MAX_SECONDS
 from runs.engine.effects.retry import DEFAULT_RETRY, RETRYABLE_CODES, RetryPolicy
 from runs.engine.errors import StepError
 from runs.tools import SIDE_EFFECTS, Tool, ToolCall, VerifyAnswer
-from runs.workflows.definition import Workflow, WorkflowDefinitionError
+from runs.workflows.definition import MAX_BRANCHES, Workflow, WorkflowDefinitionError
 from runs.workflows.registry import register, register_lazy
 
 if TYPE_CHECKING:
@@ -54,8 +56,8 @@ if TYPE_CHECKING:
     from runs.agents.messages import prompt_and_results
     from runs.agents.workflow import register_agent
 
-# Branches and child runs: their decorators and ctx methods are added to this module and
-# to ``StepContext`` below as they land.
+# Child runs: their decorators and ctx methods are added to this module and to
+# ``StepContext`` below as they land.
 
 
 class StepContext(Protocol):
@@ -64,7 +66,8 @@ class StepContext(Protocol):
     ``input``: the run's input dict. ``outputs``: ``{step name: output}`` of the steps
     completed before this one. ``state``: the latest checkpoint's state dict. ``run``
     and ``step``: the stored run and step (read them; the engine writes them).
-    ``attempt``: this attempt's number, from 1.
+    ``attempt``: this attempt's number, from 1. ``item`` and ``position``: in a branch
+    of a map step, its item and its 0-based place in the list (``None`` elsewhere).
     """
 
     input: dict[str, Any]
@@ -73,6 +76,8 @@ class StepContext(Protocol):
     run: Any
     step: Any
     attempt: int
+    item: Any
+    position: int | None
 
     def goto(self, step_name: str | None) -> None:
         """Continue with ``step_name`` after this step (``None`` ends the run); raises
@@ -185,6 +190,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEFAULT_RETRY",
+    "MAX_BRANCHES",
     "MAX_SECONDS",
     "RETRYABLE_CODES",
     "SIDE_EFFECTS",

@@ -381,6 +381,8 @@ AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.book_trip",
     "runs.workflows.weekly_report",
     "runs.workflows.order_followup",
+    # Parallel branches: a map step and its join (docs/parallel.md).
+    "runs.workflows.fanout_demo",
     # A Pydantic AI agent registered as a workflow (README "Bring your own agent"),
     # declared here and imported on first use (runs/workflows/support_agent.py).
     "runs.workflows.declared",

@@ -219,11 +219,25 @@ class Step(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    #: A branch of a map step: the map step's row that fanned out (WAITING until its
+    #: branches finish) and this branch's position in its list of items (0-based; the
+    #: item is ``input["item"]``). Both null for every other step.
+    branch_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="branches"
+    )
+    position = models.PositiveIntegerField(null=True, blank=True)
     objects = StateGuardedQuerySet.as_manager()
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["run", "seq"], name="step_unique_seq_per_run"),
+            # One branch per position of a fan-out; the join reads the results in this
+            # order.
+            models.UniqueConstraint(
+                fields=["branch_of", "position"],
+                condition=Q(branch_of__isnull=False),
+                name="step_unique_branch_position",
+            ),
         ]
         indexes = [
             # Database-polling dispatch and the sweeper's lost-notification query:
@@ -233,6 +247,13 @@ class Step(models.Model):
             models.Index(fields=["status", "lease_until"], name="step_status_lease"),
             # Overview step durations: steps that succeeded in the last day, newest first.
             models.Index(fields=["status", "-finished_at"], name="step_status_finished"),
+            # A branch's commit asks whether a sibling is still open, and the run page
+            # counts a fan-out's branches by status.
+            models.Index(
+                fields=["branch_of", "status"],
+                condition=Q(branch_of__isnull=False),
+                name="step_branch_status",
+            ),
         ]
         ordering = ["run", "seq"]
 

@@ -21,6 +21,8 @@ SMALL_BENCH = (
     "0",
     "--agent-runs",
     "0",
+    "--branch-items",
+    "0",
 )
 
 
@@ -60,7 +62,7 @@ def test_it_skips_the_parts_an_option_of_0_turns_off(deployment_factory):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "--console-runs 0" in out and "--kills 0" in out and "--pg-seconds 0" in out
-    assert "--stops 0" in out and "--agent-runs 0" in out
+    assert "--stops 0" in out and "--agent-runs 0" in out and "--branch-items 0" in out
     assert "steps/s (10 no-op steps, 1 workers)" in out
 
 

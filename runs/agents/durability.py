@@ -222,7 +222,7 @@ class LedgerRun:
         key = ledger.idempotency_key(
             ctx.run.pk,
             ctx.step.generation,
-            f"{ctx.step.name}.{ctx.step.seq}",
+            f"{ledger.step_scope(ctx.step)}.{ctx.step.seq}",
             f"tool.{call_id}.approved" if approved else f"tool.{call_id}",
         )
         return ctx.call_tool_keyed(tool, arguments, key=key, action=name, timeout=tool.timeout)

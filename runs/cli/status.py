@@ -56,7 +56,10 @@ def handle(command, options):
     if status["replays"]:
         out.write(f"replayed as: {', '.join(status['replays'])}")
     for s in status["steps"]:
-        out.write(f"  step {s['name']:<20} {s['status']:<10} attempt {s['attempt']}")
+        line = f"  step {s['name']:<20} {s['status']:<10} attempt {s['attempt']}"
+        if "branches" in s:
+            line += " branches: " + ", ".join(f"{k} {n}" for k, n in s["branches"].items())
+        out.write(line)
     out.write(f"messages ({len(status['messages'])}):")
     for m in status["messages"]:
         calls = ", ".join(_call(c, edits) for c in m["tool_calls"])

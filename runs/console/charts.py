@@ -266,7 +266,15 @@ def _num(value: float) -> str:
 
 #: The text mark after an attempt, by outcome: the picture never relies on colour.
 MARKS = {"succeeded": "✓", "failed": "✕", "interrupted": "!", "asked": "?"}
-DECISIONS = ("approval.approved", "approval.rejected", "approval.expired", "approval.cancelled")
+#: Events that end a step's wait, named in the wait's label: an approval's decision, or
+#: a map step's join once every branch finished.
+DECISIONS = (
+    "approval.approved",
+    "approval.rejected",
+    "approval.expired",
+    "approval.cancelled",
+    "step.joined",
+)
 #: Most events and steps of one run the timeline reads and draws (a very long run, a
 #: loop of thousands of iterations, shows its beginning; the page stays small and fast).
 TIMELINE_EVENT_LIMIT = 2000

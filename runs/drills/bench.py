@@ -28,6 +28,7 @@ from django.db.models import NOT_PROVIDED
 from runs.drills import raw
 from runs.drills.base import owner_pid
 from runs.drills.bench_agents import bench_agents, bench_agents_sqlite
+from runs.drills.bench_branches import DEFAULT_BRANCHES, BranchesShape, bench_branches
 from runs.drills.sandbox import MANAGE_PY, Sandbox, wait_until
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state.clock import db_now
@@ -689,6 +690,7 @@ PARTS = (
     "console",
     "agents",
     "agents_sqlite",
+    "branches",
 )
 
 
@@ -703,13 +705,14 @@ def run_bench(
     events_per_run: int = 10,
     console_requests: int = 20,
     agents: AgentsShape = DEFAULT_AGENTS,
+    branches: BranchesShape = DEFAULT_BRANCHES,
     only: tuple[str, ...] = PARTS,
     say=print,
 ) -> dict:
     """Run the parts named in ``only`` (all by default); returns ``{"machine", "engine",
     "raw_rq", "raw_postgres", "engine_1", "sqlite", "recovery", "lease_fallback",
-    "console", "agents", "ratios"}`` with the parts that ran (see
-    docs/drills-and-bench.md); ``agents`` is the shape of the agents part.
+    "console", "agents", "branches", "ratios"}`` with the parts that ran (see
+    docs/drills-and-bench.md); ``agents`` and ``branches`` are the shapes of those parts.
     ``engine`` includes raw RQ and raw PostgreSQL, run right after it in the same
     sandbox so the ratios compare like with like."""
     result: dict = {}
@@ -771,6 +774,11 @@ def run_bench(
             )
         else:
             result["agents_sqlite"] = {"skipped": "--agent-runs 0"}
+    if "branches" in only:
+        if branches.items > 0:
+            result["branches"] = bench_branches(branches, say)
+        else:
+            result["branches"] = {"skipped": "--branch-items 0"}
     return result
 
 
@@ -866,6 +874,36 @@ def format_table(result: dict) -> str:
             ("", "peak PostgreSQL connections", ag.get("peak_pg_connections", "-")),
             ("", "worker CPU ms per step", ag.get("cpu_ms_per_step")),
             ("", "model requests / steps", f"{ag['model_requests']} / {ag['steps']}"),
+        ]
+    if "branches" in result:
+        br = result["branches"]
+        rows += _skipped("branches", br) or [
+            (
+                "branches",
+                f"wall s ({br['items']} branches waiting {br['delay_s']} s, "
+                f"{br['workers']} x {br['slots']} slots)",
+                br["wall_s"],
+            ),
+            (
+                "",
+                "branches/s; ratio to ideal (min(W x N, items) / wait)",
+                f"{br['branches_per_s']}; {br['ratio_to_ideal']}",
+            ),
+            (
+                "",
+                "last branch claimed s after the fan-out; avg in flight",
+                f"{br['claim_spread_s']}; {br['avg_in_flight']}",
+            ),
+            (
+                "",
+                "join ms after the last branch: start / run end",
+                f"{br['join_start_ms']} / {br['join_end_ms']}",
+            ),
+            (
+                "",
+                "most attempts of a branch; recorded calls",
+                f"{br['max_attempts']}; {br['recorded_calls']}",
+            ),
         ]
     con = result.get("console", {})
     rows += _skipped("console", con)

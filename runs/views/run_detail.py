@@ -13,6 +13,7 @@ from approvals.tool_calls import mark_edited_calls
 from runs.console import artifacts as artifact_files
 from runs.console.access import DOWNLOAD_PERM, console_view, refusal, render_page
 from runs.console.attempts import step_histories
+from runs.console.branches import fan_outs
 from runs.console.charts import run_timeline
 from runs.console.conversation import chat
 from runs.console.forms import InvalidInput
@@ -90,7 +91,8 @@ def budget_rows(run: Run) -> list[dict]:
 
 def live_context(run: Run, request) -> dict:
     """What the live part of the page shows: header, one page of steps (newest first,
-    ``?steps=N``) with their attempts, the timeline picture."""
+    ``?steps=N``) with their attempts, the map steps' branches counted by state, the
+    timeline picture."""
     from approvals.models import Takeover
 
     # Outputs are not shown here; deferring them spares loading large payloads.
@@ -107,6 +109,7 @@ def live_context(run: Run, request) -> dict:
         "run": run,
         "terminal": run.status in RUN_TERMINAL,
         "histories": step_histories(steps.rows, step_events),
+        "fan_outs": fan_outs(run),
         "steps_pager": steps,
         "retryable_steps": retryable_steps(run),
         "budget": budget_rows(run),

@@ -23,6 +23,10 @@ from runs.engine.durations import MAX_SECONDS, duration_problem
 from runs.engine.effects.retry import DEFAULT_RETRY, RetryPolicy
 from runs.engine.names import name_problem
 
+#: Most items one map step may fan out into (a longer list fails the step with
+#: ``TOO_MANY_BRANCHES``).
+MAX_BRANCHES = 10_000
+
 
 class WorkflowDefinitionError(Exception):
     """Raised for a malformed workflow definition (duplicate or unknown step names)."""
@@ -35,7 +39,8 @@ class StepDef:
     ``kind``: ``"task"`` (runs ``fn``), ``"approval"`` (``fn(ctx)`` returns the request
     ``{"question", "reason", "evidence"}``, then the run waits for a human decision; see
     ``Workflow.approval``) or ``"signal"`` (the run waits for a named signal; see
-    ``Workflow.signal``).
+    ``Workflow.signal``) or ``"map"`` (fans out into one branch per item; see
+    ``Workflow.map``).
     ``timeout``: seconds a model or tool call in this step may take before TIMEOUT.
     ``on_exhausted``: ``"fail"`` the run or ``"takeover"`` (pause for a human) when the
     retry policy runs out. ``compensate``: ``fn(ctx, output)`` undoing this step's effect
@@ -61,6 +66,10 @@ class StepDef:
     model: str | None = None
 
 
+def _types(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
 class Workflow:
     """A named, versioned sequence of steps, registered with ``runs.workflows.registry``.
 
@@ -81,7 +90,7 @@ class Workflow:
         version: int,
         description: str = "",
         migrate_from: dict[int, Callable[[dict], dict]] | None = None,
-        input_fields: dict[str, type] | None = None,
+        input_fields: dict[str, type | tuple[type, ...]] | None = None,
         input_ranges: dict[str, tuple[float, float]] | None = None,
         message_field: str | None = None,
         on_budget_exhausted: str = "takeover",
@@ -97,7 +106,8 @@ class Workflow:
         self.version = version
         self.description = description
         self.migrate_from = dict(migrate_from or {})
-        #: Required input keys and their types, checked by ``validate_input``.
+        #: Required input keys and their types (a tuple: any of them), checked by
+        #: ``validate_input``.
         self.input_fields = dict(input_fields or {})
         #: Inclusive bounds of numeric input keys, checked by ``validate_input``.
         self.input_ranges = dict(input_ranges or {})
@@ -121,7 +131,7 @@ class Workflow:
                 errors[key] = (
                     f"must be a non-empty {kind.__name__}"
                     if kind is str
-                    else f"must be {kind.__name__}"
+                    else f"must be {' or '.join(k.__name__ for k in _types(kind))}"
                 )
         for key, (low, high) in self.input_ranges.items():
             value = data.get(key)
@@ -232,6 +242,46 @@ class Workflow:
                     fn=fn,
                     kind="signal",
                     options=signal_options,
+                    **options,
+                )
+            )
+            return fn
+
+        return decorator
+
+    def map(
+        self,
+        name: str | None = None,
+        *,
+        over: Callable[[Any], Any],
+        on_failure: str = "fail",
+        **options: Any,
+    ) -> Callable:
+        """Decorator declaring a map step: ``over(ctx)`` returns the list of items (JSON
+        values; at most ``MAX_BRANCHES``), then the step fans out into one branch per
+        item, each a step row of its own (attempts, retries under this step's policy,
+        ledger keys from the step and its position) running ``fn(ctx)`` with
+        ``ctx.item`` and ``ctx.position`` on any worker and slot. Once every branch has
+        finished, the step's output is the list of the branches' results in input
+        order and the run goes on with the next declared step (the join), which reads
+        it as ``ctx.outputs[name]``. ``on_failure``: ``"fail"`` (a branch failing after
+        its retries fails the run, the open branches are cancelled) or ``"partial"``
+        (the output becomes ``{"results": [...], "failed": [{"position", "item",
+        "error_code", "error_detail"}]}`` with ``None`` at a failed item's position).
+        Raises ``WorkflowDefinitionError`` for an ``over`` that is not callable or
+        another ``on_failure``."""
+        if not callable(over):
+            raise WorkflowDefinitionError(f"{self.name}: map step over= must be callable")
+        if on_failure not in ("fail", "partial"):
+            raise WorkflowDefinitionError(f"{self.name}: map on_failure must be fail or partial")
+
+        def decorator(fn: Callable) -> Callable:
+            self.add_step(
+                StepDef(
+                    name=name or fn.__name__,
+                    fn=fn,
+                    kind="map",
+                    options={"over": over, "on_failure": on_failure},
                     **options,
                 )
             )

@@ -50,6 +50,15 @@ def request_cancel(run: Run, *, actor: str, reason: str) -> Run:
                 cancel_reason=reason,
                 updated_at=Now(),
             )
+            # A fan-out's idle branches (up to 10,000) go in one UPDATE per map step.
+            for parent_id in (
+                Step.objects.filter(
+                    run_id=run.pk, branch_of__isnull=False, status__in=STEP_IDLE_OPEN
+                )
+                .values_list("branch_of_id", flat=True)
+                .distinct()
+            ):
+                tx.cancel_branches(parent_id, actor=actor, reason=reason, statuses=STEP_IDLE_OPEN)
             for step_id, status in Step.objects.filter(
                 run_id=run.pk, status__in=STEP_IDLE_OPEN
             ).values_list("pk", "status"):

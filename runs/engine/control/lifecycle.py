@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
+from runs.engine.control.branches import branch_counts
 from runs.engine.effects.budget import limit_errors
 from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.engine.execution import dispatch, liveness
@@ -246,13 +247,17 @@ def run_status(run: Run) -> dict[str, Any]:
     """The status document printed by ``runs status --json``:
     ``{run_id, thread, workflow, version, status, generation, next_step, waiting_on
     (see ``waiting_on``), steps: [{name,
-    status, attempt}], messages: [{id, role, content, tool_calls, tool_call_id}],
+    status, attempt, generation, error_code}] (a map step's branches not listed but
+    counted on it: ``branches: {status: n}``), messages: [{id, role, content,
+    tool_calls, tool_call_id}],
     budget: {...}, takeover: {...} | None, compensation: {status, reason, steps,
     manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids]}`` plus what
     ``STATUS_EXTRAS`` add (the simulator: ``calls: {device.op: count}, devices:
     {...}``)."""
     run.refresh_from_db()
     nxt = open_step(run)
+    # A map step's branches are counted on it, not listed: there may be 10,000.
+    branches = branch_counts(run.pk)
     steps = [
         {
             "name": s.name,
@@ -260,8 +265,9 @@ def run_status(run: Run) -> dict[str, Any]:
             "attempt": s.attempt,
             "generation": s.generation,
             "error_code": s.error_code or None,
+            **({"branches": branches[s.pk]} if s.pk in branches else {}),
         }
-        for s in Step.objects.filter(run=run).order_by("seq")
+        for s in Step.objects.filter(run=run, branch_of__isnull=True).order_by("seq")
     ]
     messages = [
         m.as_dict()

@@ -92,7 +92,11 @@ class CompensationContext:
 
 def compensation_key(run_id, step: Step, action: str) -> str:
     """The ledger key of one compensating action of ``step``."""
-    return ledger.idempotency_key(run_id, step.generation, step.name, "compensate") + ":" + action
+    return (
+        ledger.idempotency_key(run_id, step.generation, ledger.step_scope(step), "compensate")
+        + ":"
+        + action
+    )
 
 
 def needs_compensation(run: Run) -> bool:
@@ -189,6 +193,9 @@ def _pass(
             report.steps.append(done_before[step.seq])
             continue
         step_def = workflow.get(step.name) if workflow and workflow.has(step.name) else None
+        if step_def is not None and step_def.kind == "map" and step.position is None:
+            # A map step's row holds its branches' results: each branch is undone itself.
+            continue
         effects = _effects(step)
         if step_def is None or step_def.compensate is None:
             if step_def is not None and step_def.compensable and not effects:

@@ -6,7 +6,8 @@ for the call at position ``n`` (0-based) among the step's calls of that action, 
 first call keeps the key older versions gave every call: stable across attempts and
 lease reclaims of one business action, distinct for each call of a step, across runs
 and across resumed generations (a resume from an earlier checkpoint is a new decision
-to act again). Compensations use ``<key of the step>:compensate:<action>``.
+to act again). A branch of a map step names its step with its position
+(``ledger.step_scope``: ``fetch[3]``). Compensations use ``<key of the step>:compensate:<action>``.
 
 A recorded row answers only the request it recorded: before its result is reused (or an
 unsettled call verified), the tool and the arguments are compared with it
@@ -33,7 +34,7 @@ from runs.engine.state.gateway import (
     transition_operations,
 )
 from runs.engine.state.values import InvalidValue, storable, storable_text
-from runs.models import Operation
+from runs.models import Operation, Step
 from runs.tools import Tool, ToolCall, VerifyAnswer
 
 
@@ -58,6 +59,15 @@ REINTENDABLE = (Operation.Status.INTENT, Operation.Status.FAILED, Operation.Stat
 def key_prefix(run_id, generation: int) -> str:
     """The part of every key that names the run and its generation."""
     return f"{run_id}:g{generation}:"
+
+
+def step_scope(step: Step) -> str:
+    """The step part of the keys of ``step``'s calls: its name, and for a branch of a
+    map step also its position (``fetch[3]``), so each branch keys its calls apart from
+    its siblings' and the same way in every attempt."""
+    if step.position is None:
+        return step.name
+    return f"{step.name}[{step.position}]"
 
 
 def idempotency_key(run_id, generation: int, step_name: str, action: str, position: int = 0) -> str:

@@ -46,7 +46,7 @@ class LedgerTarget:
 def model_key(run_id, step: Step, ordinal: int) -> str:
     """The idempotency key of request ``ordinal`` (0-based) of one execution of ``step``."""
     return ledger.idempotency_key(
-        run_id, step.generation, f"{step.name}.{step.seq}", f"model.{ordinal}"
+        run_id, step.generation, f"{ledger.step_scope(step)}.{step.seq}", f"model.{ordinal}"
     )
 
 

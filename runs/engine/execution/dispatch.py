@@ -8,6 +8,7 @@ taken and is dropped.
 """
 
 import logging
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -80,3 +81,43 @@ def notify_on_commit(run_id, step_id: int, attempt: int = 0, queue: str = "defau
             )
 
     transaction.on_commit(send)
+
+
+def notify_many_on_commit(run_id, step_ids: list[int], queue: str = "default") -> None:
+    """``notify_on_commit`` for many steps of one run (a map step's branches): enqueued
+    in batches through one Redis pipeline each after the commit. A Redis failure is
+    logged, not raised: the sweeper re-notifies the steps it left out."""
+    if mode() != "rq" or not step_ids:
+        return
+
+    def send() -> None:
+        rq_queue: Any = get_queue(queue)
+        timeout = settings.RQ_QUEUES["default"]["DEFAULT_TIMEOUT"]
+        try:
+            for start in range(0, len(step_ids), _BATCH):
+                rq_queue.enqueue_many(
+                    [
+                        rq_queue.prepare_data(
+                            JOB_FUNC,
+                            (str(run_id), step_id, 0),
+                            result_ttl=0,
+                            failure_ttl=3600,
+                            timeout=timeout,
+                        )
+                        for step_id in step_ids[start : start + _BATCH]
+                    ]
+                )
+        except Exception as exc:  # noqa: BLE001 - any Redis failure leaves recovery to the sweeper
+            logger.warning(
+                "notifications for %s steps of run %s not sent (%s: %s); the sweeper will retry",
+                len(step_ids),
+                run_id,
+                type(exc).__name__,
+                exc,
+            )
+
+    transaction.on_commit(send)
+
+
+#: Notifications per Redis pipeline of ``notify_many_on_commit``.
+_BATCH = 500

@@ -14,10 +14,10 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from agentops.db_pool import release_connection
-from runs.engine.control import approvals, versions, waits
+from runs.engine.control import approvals, branches, versions, waits
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
-from runs.engine.effects import budget, compensation, unknown_outcomes
+from runs.engine.effects import budget, compensation, ledger, unknown_outcomes
 from runs.engine.effects.retry import DEFAULT_RETRY
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError, StepUnknown
 from runs.engine.execution import attempt_logs, dispatch, heartbeat
@@ -258,7 +258,10 @@ def _run_captured(
         # The step now waits on its own code, a model or a tool: no connection is held.
         release_connection()
         try:
-            output = step_def.fn(ctx)
+            if step_def.kind == "map" and not branches.is_branch(step):
+                output = branches.items_of(ctx)
+            else:
+                output = step_def.fn(ctx)
         except SystemExit as exc:
             raise StepError(STEP_EXITED, f"the step's code called sys.exit({exc.code!r})") from exc
         except KeyboardInterrupt as exc:
@@ -272,6 +275,8 @@ def _run_captured(
         if step_def.kind == "signal":
             waits.commit_signal_wait(ctx, worker.worker_id)
             return done
+        if step_def.kind == "map":
+            return _commit_map(ctx, output, worker)
         claimed_by = worker.worker_id if chain and not worker.stopping.is_set() else None
         if ctx.sleep_seconds is not None or ctx.wake_at is not None:
             # A durable timer: the next step is born PENDING with its not_before, not
@@ -414,6 +419,36 @@ def _commit_checked(
         lambda: _commit_success(ctx, output, worker, claimed_by),
         "commit",
     )
+
+
+def _commit_map(ctx: StepContext, output: Any, worker: WorkerIdentity) -> "StepOutcome":
+    """Commit a map step's fan-out (``output``: its items) or one branch's result,
+    retried after a lost connection like any commit; the branch that joins returns the
+    next step for the chain to run."""
+    step = ctx.step
+    if not branches.is_branch(step):
+        _retrying(
+            ctx.run.pk,
+            step,
+            ctx.attempt,
+            worker,
+            lambda: branches.commit_fan_out(ctx, output, worker.worker_id),
+            "commit",
+        )
+        return StepOutcome(True, step.pk)
+    output = values.storable(output, "output")
+    ctx.new_messages = [_checked_message(m) for m in ctx.new_messages]
+    next_step_id = _retrying(
+        ctx.run.pk,
+        step,
+        ctx.attempt,
+        worker,
+        lambda: branches.commit_branch(
+            ctx, output, worker.worker_id, lambda tx: _write_messages(tx, ctx, worker)
+        ),
+        "commit",
+    )
+    return StepOutcome(True, step.pk, next_step_id)
 
 
 def _checked_message(message: dict) -> dict:
@@ -602,6 +637,15 @@ def _record_failed_attempt(
             return
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return
+        if branches.is_branch(step) and branches.branch_failed(
+            tx,
+            step,
+            step_def,
+            error_code=error.code,
+            actor=worker.worker_id,
+            reason=f"{ledger.step_scope(step)}: {error.code}",
+        ):
+            return
         if (step_def.on_exhausted == "takeover" or error.takeover) and not isinstance(
             error, budget.BudgetExhausted
         ):
@@ -629,7 +673,7 @@ def _record_failed_attempt(
             tx.transition_run(
                 RunStatus.FAILED,
                 actor=worker.worker_id,
-                reason=f"{step.name}: {error.code}",
+                reason=f"{ledger.step_scope(step)}: {error.code}",
                 finished_at=Now(),
                 error_code=error.code,
                 error_detail=error.detail[:4000],

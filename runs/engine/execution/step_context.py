@@ -54,6 +54,10 @@ class StepContext:
         self.state = dict(state)
         self.input: dict[str, Any] = state.get("input", run.input)
         self.outputs: dict[str, Any] = dict(state.get("outputs", {}))
+        #: A branch of a map step: its position (0-based) in the fanned-out list and
+        #: its item; ``None`` for both in every other step.
+        self.position: int | None = step.position
+        self.item: Any = step.input.get("item") if step.position is not None else None
         self.new_messages: list[dict[str, Any]] = []
         self.new_summaries: list[dict[str, Any]] = []
         #: Drafts begun by this attempt: ``{message_id: role}``.
@@ -293,7 +297,9 @@ class StepContext:
         recorded with another tool or other arguments) and ``OutcomeUnknown``.
         """
         action = action or tool.name
-        key = ledger.idempotency_key(self.run.pk, self.step.generation, self.step.name, action)
+        key = ledger.idempotency_key(
+            self.run.pk, self.step.generation, ledger.step_scope(self.step), action
+        )
         return self.call_tool_keyed(
             tool, arguments, key=key, action=action, timeout=tool.timeout or self.step_def.timeout
         )

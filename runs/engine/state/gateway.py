@@ -10,7 +10,8 @@ The gateway owns the moves built from those transitions, not only the transition
 feature calls a move and never re-implements one. ``RunTx`` has them: finish an attempt
 behind its fence (``finish_attempt``, recording ``step.commit_rejected`` when the fence
 refuses), save a checkpoint, ``advance`` (checkpoint, then schedule the next step or
-finish the run), ``schedule_step``, ``next_step_seq``, ``resolve_takeover``,
+finish the run), ``schedule_step``, ``schedule_branches`` (a map step's fan-out),
+``cancel_branches``, ``next_step_seq``, ``resolve_takeover``,
 ``decide_approval``, ``set_compensation`` and ``start_generation``; message seqs come
 from ``allocate_message_seqs`` and ledger rows move with ``transition_operation``. The
 state columns of the models refuse any other ``update()`` (``runs.state_fields``).
@@ -38,6 +39,7 @@ from runs.models import Event, Operation, Run, Step
 from runs.state_fields import write_state
 from runs.states import (
     RUN_TERMINAL,
+    STEP_OPEN,
     IllegalTransition,
     RunStatus,
     StepStatus,
@@ -399,6 +401,66 @@ class RunTx:
         elif not held:
             dispatch.notify_on_commit(self.run.pk, step.pk)
         return step.pk
+
+    def schedule_branches(self, parent: Step, items: list[Any], *, actor: str) -> int:
+        """Insert one PENDING branch row of the map step ``parent`` per item (its
+        position, ``input`` ``{"item": item}``, seqs after every step of the run), with
+        one ``step.fanned_out`` event on ``parent`` and the workers notified after
+        commit. Returns how many were inserted. The caller has moved ``parent`` to
+        WAITING behind its fence in this transaction."""
+        first = self.next_step_seq()
+        rq = dispatch.mode() == "rq"
+        rows = Step.objects.bulk_create(
+            [
+                Step(
+                    run_id=self.run.pk,
+                    name=parent.name,
+                    seq=first + position,
+                    generation=self.run.generation,
+                    branch_of_id=parent.pk,
+                    position=position,
+                    input={"item": item},
+                    notified_at=Now() if rq else None,
+                )
+                for position, item in enumerate(items)
+            ],
+            batch_size=1000,
+        )
+        self.event(
+            "step.fanned_out",
+            {"branches": len(rows), "first_seq": first, "last_seq": first + len(rows) - 1},
+            step_id=parent.pk,
+            actor=actor,
+        )
+        if rq:
+            dispatch.notify_many_on_commit(self.run.pk, [row.pk for row in rows])
+        return len(rows)
+
+    def cancel_branches(
+        self, parent_id: int, *, actor: str, reason: str, statuses: Iterable[str] = STEP_OPEN
+    ) -> int:
+        """Cancel the branches of the map step row ``parent_id`` in ``statuses`` (by
+        default every open one: PENDING, RUNNING, WAITING or UNKNOWN; a running branch's
+        late commit is then refused by its fence) in one UPDATE, with one
+        ``step.branches_cancelled`` event on the parent. Returns how many were
+        cancelled."""
+        cancelled = write_state(
+            Step.objects.filter(
+                run_id=self.run.pk, branch_of_id=parent_id, status__in=list(statuses)
+            ),
+            status=StepStatus.CANCELLED,
+            owner="",
+            lease_until=None,
+            finished_at=Now(),
+        )
+        if cancelled:
+            self.event(
+                "step.branches_cancelled",
+                {"count": cancelled, "reason": reason},
+                step_id=parent_id,
+                actor=actor,
+            )
+        return cancelled
 
     def save_checkpoint(
         self,

@@ -7,9 +7,11 @@ from django.core.management.base import BaseCommand, CommandError
 from runs.cli import arguments
 from runs.cli.common import one_line
 from runs.drills.bench import DEFAULT_AGENTS, PARTS, AgentsShape, format_table, run_bench
+from runs.drills.bench_branches import DEFAULT_BRANCHES, BranchesShape
 from runs.drills.interrupt import Interrupted, stop_on_signals
 from runs.drills.sandbox import SandboxError
 from runs.engine.execution.slots import MAX_SLOTS
+from runs.workflows.definition import MAX_BRANCHES
 
 
 class Command(BaseCommand):
@@ -87,6 +89,24 @@ class Command(BaseCommand):
             help="agents part: execution slots per worker (default 200)",
         )
         parser.add_argument(
+            "--branch-items",
+            type=arguments.integer(0, MAX_BRANCHES),
+            default=DEFAULT_BRANCHES.items,
+            help="branches part: items the fanout_demo run fans out over (0: skip that part)",
+        )
+        parser.add_argument(
+            "--branch-delay",
+            type=arguments.number(0, 60),
+            default=DEFAULT_BRANCHES.delay_s,
+            help="branches part: seconds each branch's outside call takes (default 1)",
+        )
+        parser.add_argument(
+            "--branch-slots",
+            type=arguments.integer(1, MAX_SLOTS),
+            default=DEFAULT_BRANCHES.slots,
+            help="branches part: execution slots of each of its 2 workers (default 64)",
+        )
+        parser.add_argument(
             "--pg-seconds",
             type=arguments.number(),
             default=5.0,
@@ -118,6 +138,9 @@ class Command(BaseCommand):
                         opts["agent_wait"],
                         opts["agent_workers"],
                         opts["agent_slots"],
+                    ),
+                    branches=BranchesShape(
+                        opts["branch_items"], opts["branch_delay"], 2, opts["branch_slots"]
                     ),
                     say=say,
                 )

@@ -20,7 +20,10 @@ def describe(workflow) -> dict:
         "name": workflow.name,
         "version": workflow.version,
         "description": workflow.description,
-        "input": {k: t.__name__ for k, t in workflow.input_fields.items()},
+        "input": {
+            k: " or ".join(x.__name__ for x in (t if isinstance(t, tuple) else (t,)))
+            for k, t in workflow.input_fields.items()
+        },
         "steps": [
             {
                 "name": s.name,
