@@ -26,7 +26,7 @@ from runs.engine.execution.step_context import StepContext
 from runs.engine.state import checkpoints, db_faults, leases, reconnect, values
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import run_transaction
-from runs.engine.state.step_writes import insert_messages
+from runs.engine.state.step_writes import insert_messages, write_messages
 from runs.engine.state.store import CLAIMED, PREPARE, Claim, StepCommit, store
 from runs.models import Run, Step
 from runs.states import RunStatus, StepStatus
@@ -444,7 +444,10 @@ def _commit_map(ctx: StepContext, output: Any, worker: WorkerIdentity) -> "StepO
         ctx.attempt,
         worker,
         lambda: branches.commit_branch(
-            ctx, output, worker.worker_id, lambda tx: _write_messages(tx, ctx, worker)
+            ctx,
+            output,
+            worker.worker_id,
+            lambda tx: write_messages(tx, step.pk, ctx.new_messages, worker.worker_id),
         ),
         "commit",
     )

@@ -102,11 +102,12 @@ class Store(Protocol):
         ...
 
     def claim_due(self, worker_id: str, ttl: float, limit: int, *, known: list[str]) -> list[Step]:
-        """Claim up to ``limit`` due steps (oldest ``not_before`` first, at most one per
-        run) for ``worker_id`` as ``claim`` claims one, without reading checkpoints;
-        steps that need ``PREPARE`` are left unclaimed. Two workers claiming at once take
-        different steps. Returns the claimed steps as after the claim, each with its
-        ``run`` (``step.attempt`` the fencing token)."""
+        """Claim up to ``limit`` due steps (oldest ``not_before`` first) for
+        ``worker_id`` as ``claim`` claims one, without reading checkpoints; steps that
+        need ``PREPARE`` are left unclaimed, and a backend may take fewer than are due
+        (PostgreSQL's statement takes at most one step per run in one call). Two workers
+        claiming at once take different steps. Returns the claimed steps as after the
+        claim, each with its ``run`` (``step.attempt`` the fencing token)."""
         ...
 
     def heartbeat(self, held: list[tuple[int, int]], ttl: float) -> set[int]:
