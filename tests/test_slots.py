@@ -2,7 +2,8 @@
 with RQ and with database polling, and every fault stays per step: each step commits
 once, a SIGKILL of a process holding 50 steps is recovered by liveness, SIGTERM drains
 every slot, a cancel stops only its own step, and the process keeps to its pool of
-connections. Real PostgreSQL, Redis and worker subprocesses throughout; ``bench_wait``
+connections; on SQLite (the embedded default) fifty slots commit each step once and
+drain on SIGTERM. Real PostgreSQL, SQLite, Redis and worker subprocesses throughout; ``bench_wait``
 steps wait for a gate file, so "in flight" is a fact the test waits for, not a bet."""
 
 import re
@@ -11,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import redis
 
 from runs.engine.execution.slots import Slots
 from tests.control_support import db_rows, shell_json, wait_until
@@ -74,6 +76,13 @@ def test_it_runs_fifty_waiting_steps_at_once_and_commits_each_once(
         timeout=120,
     )
     assert len({owner for _, _, owner in running}) == 1
+    if mode == "rq":
+        # Each run was notified at its start and again by the worker's start-up
+        # recovery. The first notification taken claimed every due step for the free
+        # slots in one batch, and no notification is taken while no slot is free: the
+        # others wait in the queue, not needed.
+        queued = redis.Redis.from_url(d.env["REDIS_URL"]).llen("rq:queue:default")
+        assert queued > IN_FLIGHT, queued
     gate.touch()
     wait_until(lambda: _all_succeeded(d, IN_FLIGHT), what="every run to succeed", timeout=120)
 
@@ -245,3 +254,35 @@ def test_an_error_in_one_slot_leaves_the_others_running():
     assert slots.drain(timeout=30)
     slots.shutdown()
     assert sorted(done) == [1, 3] and slots.free() == 3
+
+
+def test_fifty_slots_on_sqlite_commit_each_step_once_and_drain_on_sigterm(
+    deployment_factory, tmp_path
+):
+    # The embedded default: one SQLite file (one writer at a time), database polling.
+    d = deployment_factory("sqlite", {"AGENTOPS_POLL_SECONDS": 0.2})
+    gate = tmp_path / "gate"
+    _start_waiting_runs(d, IN_FLIGHT, gate)
+    first = d.popen("worker", "--concurrency", IN_FLIGHT)
+    running = wait_until(
+        lambda: len(r := _running_first_steps(d)) == IN_FLIGHT and r,
+        what="all 50 first steps in flight in one SQLite process",
+        timeout=120,
+    )
+    assert len({owner for _, _, owner in running}) == 1
+    first.send_signal(signal.SIGTERM)
+    wait_until(lambda: "stopping: 50 slot(s) busy" in d.logs(first)[0], what="the stop")
+    gate.touch()
+    assert first.wait(timeout=120) == 0, d.logs(first)
+    # Every slot finished and saved its step; the chained next steps were handed back.
+    assert _event_counts(d, "step.succeeded") == {"w1": IN_FLIGHT}
+    w2 = db_rows(d, "SELECT status, lease_until FROM runs_step WHERE name = 'w2'")
+    assert w2 == [("PENDING", None)] * IN_FLIGHT
+
+    second = d.popen("worker", "--concurrency", IN_FLIGHT)
+    wait_until(lambda: _all_succeeded(d, IN_FLIGHT), what="every run to succeed", timeout=120)
+    assert _event_counts(d, "step.succeeded") == {"w1": IN_FLIGHT, "w2": IN_FLIGHT, "w3": 50}
+    assert _event_counts(d, "step.started") == {"w1": IN_FLIGHT, "w2": IN_FLIGHT, "w3": 50}
+    assert {r[0] for r in db_rows(d, "SELECT attempt FROM runs_step")} == {1}
+    assert not _event_counts(d, "step.commit_rejected")
+    assert second.poll() is None, d.logs(second)

@@ -33,6 +33,8 @@ _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 #: The shared OpenAI clients, by (event loop, base URL, API key).
 _clients: dict[tuple, Any] = {}
 _clients_lock = threading.Lock()
+#: The shared ``OpenAIChatModel`` objects, by (id of their client, model name).
+_models: dict[tuple, Any] = {}
 
 
 class SimProvider:
@@ -117,6 +119,25 @@ def _get_or_create(key: tuple):
     return _clients[key]
 
 
+def _openai_model(model_name: str):
+    """The process's ``OpenAIChatModel`` for ``model_name`` on the shared client
+    (``openai_client``) of the configured base URL and key. Built once: building one
+    looks the model's profile up in Pydantic AI's price tables, a few milliseconds of
+    CPU that every request of every slot would otherwise pay. It keeps no state per
+    request, so the slots' requests share it."""
+    client = openai_client(settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY)
+    key = (id(client), model_name)
+    model = _models.get(key)
+    if model is None or model.client is not client:
+        from pydantic_ai.models.openai import OpenAIChatModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+
+        model = OpenAIChatModel(model_name, provider=OpenAIProvider(openai_client=client))
+        with _clients_lock:
+            _models[key] = model
+    return model
+
+
 class PydanticAIProvider:
     """Any model Pydantic AI supports, asked through ``pydantic_ai.direct`` on the
     process's event loop. ``model()`` builds a ``pydantic_ai`` model; an ``openai:``
@@ -150,13 +171,7 @@ class PydanticAIProvider:
         from pydantic_ai.models import infer_model
 
         if self.name.startswith("openai:"):
-            from pydantic_ai.models.openai import OpenAIChatModel
-            from pydantic_ai.providers.openai import OpenAIProvider
-
-            client = openai_client(settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY)
-            return OpenAIChatModel(
-                self.name.split(":", 1)[1], provider=OpenAIProvider(openai_client=client)
-            )
+            return _openai_model(self.name.split(":", 1)[1])
         try:
             return infer_model(self.name)
         except (UserError, ImportError, ValueError) as exc:

@@ -873,6 +873,7 @@ def format_table(result: dict) -> str:
             ("", "peak worker RSS MB", ag.get("peak_worker_rss_mb")),
             ("", "peak PostgreSQL connections", ag.get("peak_pg_connections", "-")),
             ("", "worker CPU ms per step", ag.get("cpu_ms_per_step")),
+            ("", "DB round trips per step", ag.get("db_round_trips_per_step")),
             ("", "model requests / steps", f"{ag['model_requests']} / {ag['steps']}"),
         ]
     if "branches" in result:

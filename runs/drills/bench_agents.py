@@ -185,6 +185,9 @@ def agents_figures(spans: list[tuple], counts: list[dict], **about) -> dict:
         "peak_worker_rss_mb": (
             round(max(c["max_rss_kb"] for c in counts) / 1024, 1) if counts else None
         ),
+        "db_round_trips_per_step": (
+            round(sum(c["round_trips"] for c in counts) / executed, 2) if counts else None
+        ),
         "cpu_ms_per_step": (
             round(1000 * sum(c["cpu_s_working"] for c in counts) / executed, 2)
             if counts and all("cpu_s_working" in c for c in counts)

@@ -20,9 +20,10 @@ attempt may re-intend it under the same key), UNKNOWN (verify could not tell; a 
 decides), COMPENSATED (undone by a compensation).
 """
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from runs.engine.data import payloads
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout
@@ -140,35 +141,50 @@ def record_intent(
     key: str,
     tool: LedgerTool,
     arguments: dict,
+    before_write: Callable[[], None] | None = None,
 ) -> Operation:
     """Create the INTENT row for ``key``, or turn an earlier INTENT/FAILED/UNKNOWN row
     back into an INTENT of this attempt, fenced by ``attempt``.
 
     ``attempt=None`` skips the fence (compensations run under their own lease, not a
     step's). Returns the row as stored; a row already SUCCEEDED or COMPENSATED is
-    returned unchanged so the caller reuses it. Raises ``LeaseLost`` if ``attempt`` no
-    longer holds the step, ``InvalidValue`` (before any call) if ``arguments`` cannot be
-    stored faithfully.
+    returned unchanged so the caller reuses it. ``before_write()`` runs in the same
+    transaction right before the INTENT is written, never for a row returned unchanged
+    (a model request's budget charge: a reused reply is not charged); what it raises
+    propagates and nothing is written. Raises ``LeaseLost`` if ``attempt`` no longer
+    holds the step, ``InvalidValue`` (before any call) if ``arguments`` cannot be stored
+    faithfully.
     """
     arguments = storable(arguments, "tool arguments")
     with transaction.atomic():
         if attempt is not None and (step_id is None or not attempt_holds(step_id, attempt)):
             raise LeaseLost(f"step {step_id} attempt {attempt} no longer holds the lease")
-        op, created = Operation.objects.get_or_create(
-            idempotency_key=key,
-            defaults={
-                "run_id": run_id,
-                "step_id": step_id,
-                "tool": tool.name,
-                "side_effect": tool.side_effect,
-                "arguments": arguments,
-                "attempt": attempt or 0,
-            },
-        )
-        if not created and op.status in REINTENDABLE:
-            transition_operation(
-                op, Operation.Status.INTENT, attempt=attempt or 0, arguments=arguments
-            )
+        op = find(key)
+        if op is not None and op.status not in REINTENDABLE:
+            return op
+        if before_write is not None:
+            before_write()
+        if op is None:
+            try:
+                # A savepoint: a concurrent insert of the same key must not abort the
+                # whole transaction (the row is read back below).
+                with transaction.atomic():
+                    return Operation.objects.create(
+                        idempotency_key=key,
+                        run_id=run_id,
+                        step_id=step_id,
+                        tool=tool.name,
+                        side_effect=tool.side_effect,
+                        arguments=arguments,
+                        attempt=attempt or 0,
+                    )
+            except IntegrityError:
+                op = find(key)
+                if op is None:
+                    raise  # another constraint than the key's
+                if op.status not in REINTENDABLE:
+                    return op
+        transition_operation(op, Operation.Status.INTENT, attempt=attempt or 0, arguments=arguments)
         return op
 
 

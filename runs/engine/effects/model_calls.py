@@ -99,12 +99,8 @@ def request(
     """
     key = model_key(run.pk, step, ordinal)
     arguments = {"model": model_name, "ordinal": ordinal, **summary}
-    op = ledger.find(key)
-    if op is not None and op.status == Operation.Status.SUCCEEDED:
-        return _reuse(op, model_name, arguments), True
-    budget_mod.charge(
-        run.pk, run.budget, model_calls=1, cost_usd=cost_per_call_usd or "0", check_usage=True
-    )
+    # One transaction reads the ledger, charges the call (a recorded reply is reused
+    # uncharged) and writes the intent.
     op = ledger.record_intent(
         run_id=run.pk,
         step_id=step.pk,
@@ -112,6 +108,9 @@ def request(
         key=key,
         tool=LedgerTarget(model_name),
         arguments=arguments,
+        before_write=lambda: budget_mod.charge(
+            run.pk, run.budget, model_calls=1, cost_usd=cost_per_call_usd or "0", check_usage=True
+        ),
     )
     if op.status == Operation.Status.SUCCEEDED:
         return _reuse(op, model_name, arguments), True

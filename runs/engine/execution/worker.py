@@ -16,6 +16,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import close_old_connections, connection, connections
@@ -96,7 +97,25 @@ def _notified_step(job) -> int | None:
         return None
 
 
-def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False, slots: Slots | None = None):
+def _claim_for_free_slots(claim_batch: Callable[[int], int], slots: Slots) -> None:
+    """Fill ``slots``' free slots through ``claim_batch``. A failure (the database away)
+    is logged and leaves the work to the notified step's own claim and the sweeper."""
+    try:
+        claim_batch(slots.free())
+    except Exception as exc:  # noqa: BLE001 - the batch is a shortcut, never the only way
+        logger.warning("batch claim on a notification failed: %s: %s", type(exc).__name__, exc)
+        connection.close()
+    finally:
+        db_pool.release_connection()
+
+
+def rq_worker_class(
+    identity: WorkerIdentity,
+    *,
+    fork: bool = False,
+    slots: Slots | None = None,
+    claim_batch: Callable[[int], int] | None = None,
+):
     """The RQ worker class for this process.
 
     Default: a non-forking ``SimpleWorker`` (DESIGN section 11: forking per job costs
@@ -107,7 +126,11 @@ def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False, slots: Slot
     handlers stops RQ before its first dequeue.
 
     With threaded ``slots`` RQ stays the notifier: a notification is dequeued only while
-    a slot is free, and its step is handed to that slot (the slot's claim decides).
+    a slot is free. ``claim_batch(free)`` (claim up to ``free`` due steps at once with
+    ``Store.claim_due`` and hand them to slots, returning how many) fills the free slots
+    with the oldest due steps first, the notified one among them or not; the notified step then goes to a
+    slot still free, whose own claim decides. The database is the truth: a due step the
+    batch left is claimed by the next notification's batch or re-notified by the sweeper.
     """
     from rq import SimpleWorker
     from rq import Worker as ForkingWorker
@@ -182,7 +205,11 @@ def rq_worker_class(identity: WorkerIdentity, *, fork: bool = False, slots: Slot
                 # A notification carries ids only and is done once a slot has it: the
                 # database is the truth, the slot's claim decides.
                 job.delete(remove_from_queue=False)
-                if step_id not in slots.pending and not identity.stopping.is_set():
+                if identity.stopping.is_set():
+                    return
+                if claim_batch is not None:
+                    _claim_for_free_slots(claim_batch, slots)
+                if step_id not in slots.pending and slots.free():
                     slots.submit(step_id)
             finally:
                 self._handing_over = False
@@ -318,7 +345,9 @@ class Worker:
 
     def _claim_batch(self, free: int) -> int:
         """Claim up to ``free`` due steps at once and hand each to a slot; returns how
-        many."""
+        many (0 when no slot is free or the worker is stopping)."""
+        if free < 1 or self.identity.stopping.is_set():
+            return 0
         claimed = store().claim_due(
             self.worker_id, settings.AGENTOPS_LEASE_SECONDS, free, known=registry.loaded_keys()
         )
@@ -375,7 +404,9 @@ class Worker:
         import django_rq
 
         queue = django_rq.get_queue(self.queue)
-        worker_class = rq_worker_class(self.identity, fork=self.fork, slots=self.slots)
+        worker_class = rq_worker_class(
+            self.identity, fork=self.fork, slots=self.slots, claim_batch=self._claim_batch
+        )
         identity = self.identity
         maintenance = None
         if not self.burst:
