@@ -129,8 +129,9 @@ def rq_worker_class(
     a slot is free. ``claim_batch(free)`` (claim up to ``free`` due steps at once with
     ``Store.claim_due`` and hand them to slots, returning how many) fills the free slots
     with the oldest due steps first, the notified one among them or not; the notified
-    step then goes to a slot still free, whose own claim decides. The database is the truth: a due step the
-    batch left is claimed by the next notification's batch or re-notified by the sweeper.
+    step then goes to a slot still free, whose own claim decides. The database is the
+    truth: a due step the batch left is claimed by the next notification's batch or
+    re-notified by the sweeper.
     """
     from rq import SimpleWorker
     from rq import Worker as ForkingWorker
