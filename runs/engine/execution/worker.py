@@ -37,6 +37,23 @@ from runs.workflows import registry
 logger = logging.getLogger("agentops.worker")
 
 
+class _RQTimeoutWording(logging.Filter):
+    """RQ ends its work loop on a Redis timeout with the ERROR "Redis connection timeout,
+    quitting...". This process does not quit: it works from the database until Redis is
+    back, so the line is reworded and kept a warning (operators alert on ERROR)."""
+
+    QUITTING = "Worker %s: Redis connection timeout, quitting..."
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == self.QUITTING:
+            record.msg = "Worker %s: Redis connection timeout; RQ dispatch pauses"
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+logging.getLogger("rq.worker").addFilter(_RQTimeoutWording())
+
+
 #: Seconds between checks whether Redis takes writes again, doubling up to the maximum
 #: while it does not (a full Redis answers PING but refuses every write RQ needs).
 REDIS_RETRY_SECONDS = (1.0, 30.0)
