@@ -178,6 +178,7 @@ class LedgerRun:
                     call=call,
                     timeout=ctx.step_def.timeout,
                     cost_per_call_usd=self.cost_per_call_usd,
+                    check=ctx.safe_point,
                 )
             except BudgetExhausted:
                 raise

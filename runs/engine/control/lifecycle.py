@@ -110,6 +110,10 @@ def start_run(
         errors = {
             path[2:] if path.startswith("$.") else path[1:] or "input": f"{reason} ({type_name})"
         }
+    concurrency = None if errors else wf.concurrency_of(input)
+    if concurrency is None and not errors:
+        path = wf.concurrency_key if isinstance(wf.concurrency_key, str) else "input"
+        errors = {path: "must give the concurrency key (non-empty text or an integer)"}
     if errors:
         raise ControlError(
             "invalid_input",
@@ -135,6 +139,8 @@ def start_run(
             budget=budget or {},
             faults=faults or {},
             request_id=request_id or "",
+            concurrency_key=concurrency[0] if concurrency else "",
+            concurrency_limit=concurrency[1] if concurrency else None,
         )
         with run_transaction(run.pk) as tx:
             tx.event(

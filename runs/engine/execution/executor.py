@@ -17,7 +17,7 @@ from agentops.db_pool import release_connection
 from runs.engine.control import approvals, branches, versions, waits
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
-from runs.engine.effects import budget, compensation, ledger, unknown_outcomes
+from runs.engine.effects import budget, compensation, ledger, rate_limits, unknown_outcomes
 from runs.engine.effects.retry import DEFAULT_RETRY
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError, StepUnknown
 from runs.engine.execution import attempt_logs, dispatch, heartbeat
@@ -261,7 +261,7 @@ def _run_captured(
             if step_def.kind == "map" and not branches.is_branch(step):
                 output = branches.items_of(ctx)
             else:
-                output = step_def.fn(ctx)
+                output = _run_step_code(step_def, ctx)
         except SystemExit as exc:
             raise StepError(STEP_EXITED, f"the step's code called sys.exit({exc.code!r})") from exc
         except KeyboardInterrupt as exc:
@@ -500,6 +500,22 @@ def _retrying(run_id, step: Step, attempt: int, worker: WorkerIdentity, fn, what
             worker,
         )
     return result
+
+
+def _run_step_code(step_def: StepDef, ctx: StepContext) -> Any:
+    """``step_def.fn(ctx)``, after a place in the step's rate limit when it declares
+    one (waiting keeps the lease and counts no retry; the place counts until the code
+    ends)."""
+    if step_def.rate_limit is None:
+        return step_def.fn(ctx)
+    grants = rate_limits.acquire(
+        [step_def.rate_limit], step=ctx.step, attempt=ctx.attempt, check=ctx.safe_point
+    )
+    release_connection()
+    try:
+        return step_def.fn(ctx)
+    finally:
+        rate_limits.settle(grants)
 
 
 # -- commit ----------------------------------------------------------------------------

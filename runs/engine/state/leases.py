@@ -23,10 +23,13 @@ def due() -> Q:
 
 
 def due_step_ids(limit: int = 10) -> list[int]:
-    """Ids of up to ``limit`` due steps (``due``) in runs that may execute, oldest
-    ``not_before`` first."""
+    """Ids of up to ``limit`` due steps (``due``) in runs that may execute (a run
+    waiting for a place of its concurrency key is left out), oldest ``not_before``
+    first."""
+    from runs.engine.state import concurrency
+
     return list(
-        Step.objects.filter(due(), run__status__in=RUN_EXECUTABLE)
+        concurrency.startable(Step.objects.filter(due(), run__status__in=RUN_EXECUTABLE))
         .order_by("not_before")
         .values_list("pk", flat=True)[:limit]
     )

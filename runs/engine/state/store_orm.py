@@ -11,7 +11,7 @@ from typing import Any
 from django.db.models.functions import Now
 
 from runs.engine.data import payloads
-from runs.engine.state import checkpoints, leases
+from runs.engine.state import checkpoints, concurrency, leases
 from runs.engine.state.gateway import run_transaction
 from runs.engine.state.step_writes import write_messages, write_summaries
 from runs.engine.state.store import CLAIMED, NOT_CLAIMABLE, PREPARE, Claim, Committed, StepCommit
@@ -58,6 +58,10 @@ class OrmStore:
             if key not in known or run.faults.get("crash_before") == step.name:
                 step.run = run
                 return Claim(PREPARE, run, step)
+            if not concurrency.may_start(run):
+                # Due for a notification again once a place frees (the sweeper sends it).
+                Step.objects.filter(pk=step.pk).update(notified_at=None)
+                return Claim(NOT_CLAIMABLE)
             attempt = leases.claim_step(step.pk, worker_id, ttl)
             if attempt is None:
                 return Claim(NOT_CLAIMABLE)
