@@ -387,6 +387,8 @@ AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.order_followup",
     # Parallel branches: a map step and its join (docs/parallel.md).
     "runs.workflows.fanout_demo",
+    # Child runs: a triage agent hands each ticket to a sub-agent (docs/parallel.md).
+    "runs.workflows.triage_demo",
     # A Pydantic AI agent registered as a workflow (README "Bring your own agent"),
     # declared here and imported on first use (runs/workflows/support_agent.py).
     "runs.workflows.declared",

@@ -134,6 +134,17 @@ class Run(models.Model):
     #: (``runs.engine.state.concurrency``); set at creation, never changed.
     concurrency_key = CheckedCharField(max_length=300, blank=True, default="")
     concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    #: A child run (``runs.engine.control.children``): the run and the step that started
+    #: it, its position among that step's children (with the step, its idempotency key),
+    #: and ``detached`` when it may outlive its parent (the step did not wait for it).
+    parent_run = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    parent_step = models.ForeignKey(
+        "Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="child_runs"
+    )
+    child_position = models.PositiveIntegerField(null=True, blank=True)
+    detached = models.BooleanField(default=False)
     objects = StateGuardedQuerySet.as_manager()
 
     class Meta:
@@ -147,6 +158,12 @@ class Run(models.Model):
                 fields=["owner", "request_id"],
                 condition=~Q(request_id=""),
                 name="run_request_id_unique_per_owner",
+            ),
+            # A step starts its child at a position once, whatever crashes in between.
+            models.UniqueConstraint(
+                fields=["parent_step", "child_position"],
+                condition=Q(parent_step__isnull=False),
+                name="run_child_unique_per_step_position",
             ),
         ]
         indexes = [

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0018_step_branches'),
+        ('runs', '0019_child_runs'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -38,9 +38,10 @@ class StepDef:
 
     ``kind``: ``"task"`` (runs ``fn``), ``"approval"`` (``fn(ctx)`` returns the request
     ``{"question", "reason", "evidence"}``, then the run waits for a human decision; see
-    ``Workflow.approval``) or ``"signal"`` (the run waits for a named signal; see
-    ``Workflow.signal``) or ``"map"`` (fans out into one branch per item; see
-    ``Workflow.map``).
+    ``Workflow.approval``), ``"signal"`` (the run waits for a named signal; see
+    ``Workflow.signal``), ``"map"`` (fans out into one branch per item; see
+    ``Workflow.map``) or ``"child"`` (starts child runs and waits for them; see
+    ``Workflow.child``).
     ``timeout``: seconds a model or tool call in this step may take before TIMEOUT.
     ``on_exhausted``: ``"fail"`` the run or ``"takeover"`` (pause for a human) when the
     retry policy runs out. ``compensate``: ``fn(ctx, output)`` undoing this step's effect
@@ -48,7 +49,8 @@ class StepDef:
     cannot be undone (listed for manual review). ``final``: the run ends after this step
     (unless it calls ``ctx.goto``), for a step declared before an alternative path.
     ``options``: kind-specific settings (approval routes and expiry; a signal's name,
-    schema, timeout and timeout route).
+    schema, timeout and timeout route; a child step's workflow, ``many``, ``thread``
+    and ``detached``).
     ``model``: the model this step's ``ctx.call_model`` asks (``openai:gpt-4.1-mini``);
     ``None`` means the workflow's, else ``AGENTOPS_MODEL``.
     ``rate_limit``: the name of a limit in ``AGENTOPS_RATE_LIMITS``; each attempt of the
@@ -284,6 +286,51 @@ class Workflow:
                     kind="signal",
                     options=signal_options,
                     **options,
+                )
+            )
+            return fn
+
+        return decorator
+
+    def child(
+        self,
+        workflow: str,
+        name: str | None = None,
+        *,
+        many: bool = False,
+        thread: str = "own",
+        detached: bool = False,
+        **options: Any,
+    ) -> Callable:
+        """Decorator declaring a step that starts child runs of the registered workflow
+        ``workflow`` (latest version). The function ``fn(ctx)`` returns the child's
+        input (a dict), or with ``many`` a list of inputs, one child each (position 0,
+        1, ...). The run then waits in WAITING_EXTERNAL with no lease held until every
+        child is finished; the step's output is the child's result (the output of the
+        step that finished it), with ``many`` their list in position order. A child
+        that fails or is cancelled fails the step and the run with the child's error
+        code. ``thread``: ``"own"`` (a thread per child, ``<run id>/<step>/<position>``)
+        or ``"parent"`` (the parent run's thread). ``detached``: the step does not wait
+        (its output is ``{"children": [run ids]}``) and the children outlive the
+        parent; otherwise they are cancelled when the parent ends first. Raises
+        ``WorkflowDefinitionError`` for a bad workflow name or ``thread``.
+        """
+        reason = name_problem(workflow)
+        if reason is not None:
+            raise WorkflowDefinitionError(f"{self.name}: child workflow {workflow!r} {reason}")
+        if thread not in ("own", "parent"):
+            raise WorkflowDefinitionError(f"{self.name}: child thread must be own or parent")
+        child_options = {
+            "workflow": workflow,
+            "many": many,
+            "thread": thread,
+            "detached": detached,
+        }
+
+        def decorator(fn: Callable) -> Callable:
+            self.add_step(
+                StepDef(
+                    name=name or fn.__name__, fn=fn, kind="child", options=child_options, **options
                 )
             )
             return fn

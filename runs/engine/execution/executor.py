@@ -14,7 +14,7 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from agentops.db_pool import release_connection
-from runs.engine.control import approvals, branches, versions, waits
+from runs.engine.control import approvals, branches, children, versions, waits
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.effects import budget, compensation, ledger, rate_limits, unknown_outcomes
@@ -257,11 +257,15 @@ def _run_captured(
         lease_keeper.hold(ctx)
         # The step now waits on its own code, a model or a tool: no connection is held.
         release_connection()
+        started: list = []
         try:
             if step_def.kind == "map" and not branches.is_branch(step):
                 output = branches.items_of(ctx)
             else:
                 output = _run_step_code(step_def, ctx)
+            if step_def.kind == "child":
+                # Under the heartbeat: starting many children takes a while.
+                started = children.start_children(ctx, output, worker.worker_id)
         except SystemExit as exc:
             raise StepError(STEP_EXITED, f"the step's code called sys.exit({exc.code!r})") from exc
         except KeyboardInterrupt as exc:
@@ -277,6 +281,9 @@ def _run_captured(
             return done
         if step_def.kind == "map":
             return _commit_map(ctx, output, worker)
+        if step_def.kind == "child":
+            children.commit_child_wait(ctx, started, worker.worker_id)
+            return done
         claimed_by = worker.worker_id if chain and not worker.stopping.is_set() else None
         if ctx.sleep_seconds is not None or ctx.wake_at is not None:
             # A durable timer: the next step is born PENDING with its not_before, not

@@ -393,6 +393,10 @@ class Worker:
                 continue
             close_old_connections()
             try:
+                # A slot that ends while this poll looks may commit work for another run
+                # (a child run, a thread's queued message) after the poll: a burst ends
+                # only after a poll that began with every slot idle.
+                was_busy = self.slots.busy()
                 taken = self.handle_one()
                 outage.succeeded()
                 if self.slots.threaded:
@@ -400,7 +404,7 @@ class Worker:
                     db_pool.release_connection()
                 if taken:
                     continue
-                if self.burst and not self.slots.busy():
+                if self.burst and not was_busy and not self.slots.busy():
                     break
                 if not self.slots.threaded:
                     self.maintain()
@@ -492,6 +496,7 @@ class Worker:
             if not self._wait_for_slot():
                 continue
             close_old_connections()
+            was_busy = self.slots.busy()
             try:
                 taken = self.handle_one()
                 db_pool.release_connection()
@@ -500,7 +505,8 @@ class Worker:
                     continue
             except Exception as exc:  # noqa: BLE001 - one step's trouble must never end the worker
                 _handling_failed(outage, exc)
-            if self.burst and not self.slots.busy():
+            # As in ``_run_db``: only a poll that began with every slot idle ends a burst.
+            if self.burst and not was_busy and not self.slots.busy():
                 break
             if time.monotonic() >= next_check:
                 refusal = redis_refusal()
