@@ -22,7 +22,7 @@ from django.db import connection
 
 from agentops.db_pool import release_connection
 from runs.engine.execution.failure_log import RepeatedFailureLog
-from runs.engine.state import leases
+from runs.engine.state.store import store
 from runs.models import Run
 from runs.states import RUN_TERMINAL, RunStatus
 
@@ -78,7 +78,7 @@ class LeaseKeeper:
             held = list(self._held.values())
         if not held:
             return
-        kept = leases.renew_leases([(c.step.pk, c.attempt) for c in held], self.ttl)
+        kept = store().heartbeat([(c.step.pk, c.attempt) for c in held], self.ttl)
         for ctx in held:
             if ctx.step.pk not in kept:
                 ctx.lease_lost.set()
