@@ -1,4 +1,4 @@
-"""Executing one step (DESIGN section 5): read, claim, run outside any transaction with
+"""Executing one step: read, claim, run outside any transaction with
 a heartbeat, then commit the result, messages, checkpoint, events and the next step in
 one short transaction fenced by the attempt."""
 
@@ -60,10 +60,9 @@ def run_chain(step_id: int | None, worker: WorkerIdentity, claimed: Step | None 
     ``claimed``: the step already claimed for this worker (``Store.claim_due``), run without
     a claim of its own.
 
-    The commit of step k inserts step k+1 already claimed by this worker (DESIGN
-    section 11), so the chain continues without a claim and without a queue
-    notification; a worker that stops with such a step gives its lease back and
-    notifies (``leases.release_lease``).
+    The commit of step k inserts step k+1 already claimed by this worker, so the chain
+    continues without a claim and without a queue notification; a worker that stops with
+    such a step gives its lease back and notifies (``leases.release_lease``).
     """
     executed = 0
     if claimed is not None:

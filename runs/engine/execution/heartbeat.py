@@ -1,4 +1,4 @@
-"""One heartbeat thread per worker process (DESIGN section 5.3), off the hot path.
+"""One heartbeat thread per worker process, off the hot path.
 
 Every step this process runs is registered with the process's ``LeaseKeeper`` while
 it runs. One daemon thread renews all of their leases every third of the lease length

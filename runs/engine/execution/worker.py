@@ -1,5 +1,5 @@
 """The worker process: database polling or RQ, the same ``execute_step`` path either
-way (DESIGN section 6), on up to ``concurrency`` execution slots (``slots.Slots``).
+way, on up to ``concurrency`` execution slots (``slots.Slots``).
 
 Shape after healthchecks' ``sendalerts``: a loop around small ``handle_one()`` calls that
 return whether they found work, sleeping only when they did not, with a stop flag set by
@@ -135,8 +135,8 @@ def rq_worker_class(
 ):
     """The RQ worker class for this process.
 
-    Default: a non-forking ``SimpleWorker`` (DESIGN section 11: forking per job costs
-    about 15x throughput). ``fork=True``: RQ's forking ``Worker``, where a work horse that
+    Default: a non-forking ``SimpleWorker`` (forking per job costs about 15x
+    throughput, measured). ``fork=True``: RQ's forking ``Worker``, where a work horse that
     exits with the injected-crash code takes the whole worker process down with the same
     code, as a real crash of the worker would. Either way a stop request (SIGTERM) also
     stops the engine's step chaining, and one that came before RQ installed its signal

@@ -1,4 +1,4 @@
-"""Leases with fencing tokens (DESIGN sections 1.4, 5).
+"""Leases with fencing tokens.
 
 Claiming a step is one conditional UPDATE that increments ``attempt``; the new attempt
 is the fencing token that every later write of the claimer must present. All times are
