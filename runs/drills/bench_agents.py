@@ -21,12 +21,13 @@ import tempfile
 import threading
 import time
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from django.conf import settings
 from django.db import connection
 
+from runs.drills.loopback import LoopbackHTTPServer
 from runs.drills.sandbox import MANAGE_PY, Sandbox, wait_until
 from runs.engine.control.lifecycle import start_run
 from runs.models import Run, Step
@@ -43,10 +44,7 @@ class WaitingModelServer:
         self.delay = delay
         self.count = 0
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
-        # Hundreds of slots connect at once: keep them all in the accept queue.
-        self._httpd.request_queue_size = 1024
+        self._httpd = LoopbackHTTPServer(("127.0.0.1", 0), self._handler())
         self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
