@@ -14,8 +14,9 @@ docs/first-workflow.md walks through a whole workflow, from an empty file to a r
 the console. The names, by concern:
 
 - **Definition and registration**: ``Workflow`` (its decorators ``step``, ``approval``,
-  ``signal`` and ``map`` declare steps in order; a map step fans out into parallel
-  branches, at most ``MAX_BRANCHES``, and the next step joins them: docs/parallel.md),
+  ``signal``, ``map`` and ``child`` declare steps in order; a map step fans out into
+  parallel branches, at most ``MAX_BRANCHES``, and the next step joins them; a child
+  step starts child runs of another workflow and waits for them: docs/parallel.md),
   ``register`` (makes a definition runnable: call it once at import time of a module
   listed in ``AGENTOPS_EXTRA_WORKFLOW_MODULES``),
   ``register_lazy`` (declare a name and version whose module is imported on first use),
@@ -35,7 +36,8 @@ the console. The names, by concern:
   ``CompensationContext`` (what a ``compensate(ctx, output)`` function receives). Both
   are typing protocols: the engine builds the objects; annotate with them.
 
-Waits: an approval is ``@workflow.approval``, a signal ``@workflow.signal``, a timer
+Waits: an approval is ``@workflow.approval``, a signal ``@workflow.signal``, child runs
+of another workflow ``@workflow.child`` (docs/parallel.md), a timer
 ``ctx.sleep(seconds)`` or ``ctx.sleep_until(instant)`` (the run holds no lease and no
 worker while it waits, and the wait survives restarts).
 """

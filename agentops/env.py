@@ -194,3 +194,52 @@ def signal_hooks(hooks: dict) -> dict:
             raise ImproperlyConfigured(f"{where}.by must be thread or run")
         checked[name] = {**config, "by": by}
     return checked
+
+
+#: Keys of one ``AGENTOPS_RATE_LIMITS`` entry.
+_RATE_KEYS = {"requests", "tokens", "window_seconds", "requests_per_minute", "tokens_per_minute"}
+
+
+def env_rate_limits(name: str) -> dict[str, dict]:
+    """The named rate limits in ``name`` (JSON: ``{"openai": {"requests_per_minute": 500,
+    "tokens_per_minute": 200000}}``, or ``requests`` / ``tokens`` per
+    ``window_seconds``), as ``{limit: {"requests": int | None, "tokens": int | None,
+    "window_seconds": float}}``. Raises ``ImproperlyConfigured`` naming the setting and
+    the limit for an unknown key, a count that is not a positive integer, a window that
+    is not a positive number of seconds (at most a day), per-minute counts mixed with a
+    window, or a limit with neither count."""
+    raw = env_json(name, {})
+    limits = {}
+    for limit, spec in raw.items():
+        where = f"{name}[{limit!r}]"
+        if not limit.strip() or len(limit) > 100 or not isinstance(spec, dict):
+            raise ImproperlyConfigured(
+                f"{where} must be an object under a name of 1..100 characters"
+            )
+        unknown = set(spec) - _RATE_KEYS
+        if unknown:
+            raise ImproperlyConfigured(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
+        per_minute = {"requests_per_minute", "tokens_per_minute"} & set(spec)
+        if per_minute and ({"requests", "tokens", "window_seconds"} & set(spec)):
+            raise ImproperlyConfigured(f"{where} mixes per-minute counts with a window")
+        window = 60.0 if per_minute else spec.get("window_seconds", 60)
+        if (
+            isinstance(window, bool)
+            or not isinstance(window, int | float)
+            or not 0 < window <= 86400
+        ):
+            raise ImproperlyConfigured(
+                f"{where}: window_seconds must be seconds above 0, at most 86400"
+            )
+        counts = {}
+        for key in ("requests", "tokens"):
+            value = spec.get(f"{key}_per_minute", spec.get(key))
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ImproperlyConfigured(f"{where}: {key} must be an integer >= 1")
+            counts[key] = value
+        if counts["requests"] is None and counts["tokens"] is None:
+            raise ImproperlyConfigured(f"{where} limits neither requests nor tokens")
+        limits[limit] = {**counts, "window_seconds": float(window)}
+    return limits

@@ -19,6 +19,7 @@ from agentops.env import (
     env_dotted_path,
     env_json,
     env_number,
+    env_rate_limits,
     env_redis_url,
     env_str,
     signal_hooks,
@@ -372,6 +373,9 @@ OPENAI_API_KEY = env_str("OPENAI_API_KEY") or None
 # Prices in USD per million tokens, as JSON: {"openai:gpt-4.1-mini": {"input": "0.40",
 # "output": "1.60"}}. A model without a price makes a run's cost unknown, never 0.
 AGENTOPS_MODEL_PRICES = env_json("AGENTOPS_MODEL_PRICES", {})
+# Named rate limits, as JSON (runs.engine.effects.rate_limits): {"openai":
+# {"requests_per_minute": 500, "tokens_per_minute": 200000}}, counted across all workers.
+AGENTOPS_RATE_LIMITS = env_rate_limits("AGENTOPS_RATE_LIMITS")
 
 # Modules that define and register workflows (imported by runs.apps at start-up).
 AGENTOPS_WORKFLOW_MODULES = [
@@ -383,6 +387,8 @@ AGENTOPS_WORKFLOW_MODULES = [
     "runs.workflows.order_followup",
     # Parallel branches: a map step and its join (docs/parallel.md).
     "runs.workflows.fanout_demo",
+    # Child runs: a triage agent hands each ticket to a sub-agent (docs/parallel.md).
+    "runs.workflows.triage_demo",
     # A Pydantic AI agent registered as a workflow (README "Bring your own agent"),
     # declared here and imported on first use (runs/workflows/support_agent.py).
     "runs.workflows.declared",

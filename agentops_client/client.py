@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
@@ -58,7 +59,22 @@ RunRef = Run | RunSummary | str
 
 
 def _run_id(run: RunRef) -> str:
-    return run.id if isinstance(run, RunSummary) else str(run)
+    """The id of ``run`` for a URL path. Raises ``ValueError`` for text that is not a
+    run id (a UUID), so nothing else is ever spliced into the path."""
+    if isinstance(run, RunSummary):
+        return run.id
+    try:
+        return str(uuid.UUID(str(run)))
+    except ValueError:
+        raise ValueError(f"not a run id: {run!r}") from None
+
+
+def _number(value: int, what: str) -> int:
+    """``value`` as a positive integer path segment (a step or approval id, an attempt
+    number). Raises ``ValueError`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"not a {what}: {value!r}")
+    return value
 
 
 def _query(params: Mapping[str, Any]) -> dict[str, str | int]:
@@ -281,7 +297,11 @@ class Client:
         """What ``attempt`` of the step with id ``step_id`` (a ``Step.id``) logged and
         printed. 404 ``not_found`` while it runs, when its worker died before storing
         it, or for another run's step."""
-        return self._get(AttemptLog, f"/runs/{_run_id(run)}/steps/{step_id}/attempts/{attempt}/log")
+        return self._get(
+            AttemptLog,
+            f"/runs/{_run_id(run)}/steps/{_number(step_id, 'step id')}"
+            f"/attempts/{_number(attempt, 'attempt')}/log",
+        )
 
     def messages(
         self,
@@ -330,7 +350,10 @@ class Client:
     ) -> Run:
         """Read the run every ``poll_interval`` seconds until its status is one of
         ``statuses`` (default: finished) and return it. Raises ``WaitTimeout`` (with the
-        run as last read) after ``timeout`` seconds, ``ApiError`` if it cannot be read."""
+        run as last read) after ``timeout`` seconds, ``ApiError`` if it cannot be read,
+        ``ValueError`` for a ``timeout`` or ``poll_interval`` that is not positive."""
+        if not timeout > 0 or not poll_interval > 0:
+            raise ValueError("timeout and poll_interval must be positive seconds")
         deadline = time.monotonic() + timeout
         while True:
             current = self.get_run(run)
@@ -552,7 +575,7 @@ class Client:
             body["message"] = message
         response = self._send(
             "POST",
-            f"/approvals/{approval_id}/decide",
+            f"/approvals/{_number(approval_id, 'approval id')}/decide",
             body=body,
             has_body=True,
             headers=_action_headers(etag, idempotency_key),

@@ -20,6 +20,7 @@ from runs.models import (
     MaintenanceLease,
     Message,
     Operation,
+    RateLimit,
     Run,
     Schedule,
     ScheduleTick,
@@ -331,3 +332,13 @@ class SignalAdmin(ReadOnlyAdmin):
     list_filter = ("name",)
     search_fields = ("=run__id", "name", "request_id")
     list_select_related = ("run", "step")
+
+
+@admin.register(RateLimit)
+class RateLimitAdmin(admin.ModelAdmin):
+    """Named rate limits (docs/parallel.md): a row here overrides the limit of its name
+    in ``AGENTOPS_RATE_LIMITS`` and applies at the next call on every worker; deleting
+    it restores the setting's."""
+
+    list_display = ("name", "requests", "tokens", "window_seconds")
+    search_fields = ("name",)

@@ -66,6 +66,19 @@ def _register_sweep_tasks() -> None:
     sweeper.EXTRA_TASKS.setdefault("schedule_runs_started", schedules.fire_due_schedules)
     sweeper.NEXT_DUE.setdefault("signal_deadline", waits.next_deadline)
     sweeper.NEXT_DUE.setdefault("schedule_tick", schedules.next_fire_at)
+    _register_child_runs()
+
+
+def _register_child_runs() -> None:
+    """A child run's end wakes the parent step waiting for it, a parent's end cancels its
+    attached children; the sweeper does both for a process that died in between."""
+    from runs.engine.control import children
+    from runs.engine.execution import sweeper
+    from runs.engine.state import gateway
+
+    if children.on_run_finished not in gateway.RUN_FINISHED_HOOKS:
+        gateway.RUN_FINISHED_HOOKS.append(children.on_run_finished)
+    sweeper.EXTRA_TASKS.setdefault("child_runs_settled", children.settle_children)
 
 
 def _register_status_extras() -> None:

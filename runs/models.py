@@ -129,6 +129,22 @@ class Run(models.Model):
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
     )
     replay_checkpoint = CheckedCharField(max_length=120, blank=True, default="")
+    #: The run's concurrency key (``"<workflow>:<value from the input>"``, "" for none)
+    #: and how many runs of one key may be in flight at once
+    #: (``runs.engine.state.concurrency``); set at creation, never changed.
+    concurrency_key = CheckedCharField(max_length=300, blank=True, default="")
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    #: A child run (``runs.engine.control.children``): the run and the step that started
+    #: it, its position among that step's children (with the step, its idempotency key),
+    #: and ``detached`` when it may outlive its parent (the step did not wait for it).
+    parent_run = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    parent_step = models.ForeignKey(
+        "Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="child_runs"
+    )
+    child_position = models.PositiveIntegerField(null=True, blank=True)
+    detached = models.BooleanField(default=False)
     objects = StateGuardedQuerySet.as_manager()
 
     class Meta:
@@ -143,6 +159,12 @@ class Run(models.Model):
                 condition=~Q(request_id=""),
                 name="run_request_id_unique_per_owner",
             ),
+            # A step starts its child at a position once, whatever crashes in between.
+            models.UniqueConstraint(
+                fields=["parent_step", "child_position"],
+                condition=Q(parent_step__isnull=False),
+                name="run_child_unique_per_step_position",
+            ),
         ]
         indexes = [
             # Console runs list and overview counts: filter by status, newest first.
@@ -155,6 +177,12 @@ class Run(models.Model):
             models.Index(fields=["compensation_status"], name="run_compensation_status"),
             # Overview per-run averages: runs created in the last day.
             models.Index(fields=["created_at"], name="run_created"),
+            # Concurrency limits: runs of one key in flight, and those waiting in order.
+            models.Index(
+                fields=["concurrency_key", "status", "created_at"],
+                condition=~Q(concurrency_key=""),
+                name="run_concurrency_key",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -755,3 +783,74 @@ class ScheduleTick(models.Model):
 
     def __str__(self) -> str:
         return f"{self.schedule_id}@{self.tick_at:%Y-%m-%dT%H:%M:%S} {self.outcome}"
+
+
+class RateLimit(models.Model):
+    """A named rate limit set in the admin (``runs.engine.effects.rate_limits``): at most
+    ``requests`` calls and ``tokens`` tokens (empty: no bound, at least one is set) in
+    any ``window_seconds``. A row overrides ``AGENTOPS_RATE_LIMITS``' limit of its name
+    and takes effect at the next call, on every worker."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    requests = models.PositiveIntegerField(null=True, blank=True)
+    tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    window_seconds = models.FloatField(default=60.0)
+
+    def __str__(self) -> str:
+        bounds = f"{self.requests} requests, {self.tokens} tokens"
+        return f"{self.name}: {bounds} per {self.window_seconds} s"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        errors = {}
+        if self.requests is None and self.tokens is None:
+            errors["requests"] = "Set requests, tokens or both."
+        if self.requests == 0:
+            errors["requests"] = "Must be at least 1 (leave empty for no bound)."
+        if self.tokens == 0:
+            errors["tokens"] = "Must be at least 1 (leave empty for no bound)."
+        if not 0 < self.window_seconds <= 86400:
+            errors["window_seconds"] = "Must be seconds above 0, at most 86400."
+        if errors:
+            raise ValidationError(errors)
+
+
+class RateLimitCall(models.Model):
+    """One call counted against the rate limit ``name`` (``runs.engine.effects.rate_limits``).
+
+    A granted call (``waiting`` false) counts while it is in flight (``finished``
+    false, as long as its attempt holds its step's lease) and then for one window from
+    ``at``, the call's end, so a window never holds more calls than the limit however
+    long each takes to reach the provider; ``tokens`` are the call's, known at its end.
+    A waiting row (``waiting`` true) marks the attempt ``(step, attempt)`` that waits for
+    the limit, for the console and ``/metrics``; it is removed when the call is granted.
+    """
+
+    name = models.CharField(max_length=100)
+    at = models.DateTimeField(db_default=Now())
+    tokens = models.PositiveBigIntegerField(default=0)
+    waiting = models.BooleanField(default=False)
+    finished = models.BooleanField(default=False)
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.CASCADE)
+    attempt = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            # The grant: calls of one limit in its window, and the old ones pruned.
+            models.Index(fields=["name", "at"], name="rate_call_name_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} {'waiting' if self.waiting else 'granted'} {self.at}"
+
+
+class RateLimitHold(models.Model):
+    """A provider's answer 429 with ``Retry-After``: no call counted against the limit
+    ``name`` is granted before ``until`` (database time)."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    until = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} held until {self.until}"

@@ -29,6 +29,8 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from runs.engine.control.approvals import overdue
+from runs.engine.effects import rate_limits
+from runs.engine.state import concurrency
 from runs.engine.state.clock import db_now
 from runs.models import Event, Run, ScheduleTick, Step
 from runs.states import RUN_EXECUTABLE, RUN_STATE_EVENTS, RUN_TERMINAL, RunStatus, StepStatus
@@ -186,6 +188,9 @@ def overview_stats(now: datetime | None = None, *, storage: bool = True) -> dict
     - ``signal_waits``, ``signal_wait_oldest_s``, ``timers_sleeping``,
       ``timer_oldest_s``, ``schedule_missed_ticks`` (``wait_stats``, missed ticks of the
       last day);
+    - ``limit_waits``: ``{"concurrency": {workflow: runs}, "rate": {limit: calls}}``
+      waiting on a concurrency or rate limit now (``limit_waits``); ``rate_limits``: the
+      names of the rate limits in force (setting and admin);
     - ``storage``: ``[{workflow, db_bytes, payload_bytes, artifact_bytes}]``
       (``runs.storage_stats``, cached for a minute); ``None`` with ``storage=False``:
       counting scans every stored row, so the console loads it as a panel of its own
@@ -314,7 +319,18 @@ def overview_stats(now: datetime | None = None, *, storage: bool = True) -> dict
             status=StepStatus.PENDING, not_before__lte=now, run__status__in=RUN_EXECUTABLE
         ).count(),
         **wait_stats(now, day_ago),
+        "limit_waits": limit_waits(),
+        "rate_limits": sorted(rate_limits.configured()),
         "storage": storage_by_workflow() if storage else None,
+    }
+
+
+def limit_waits() -> dict[str, dict[str, int]]:
+    """What waits on a limit now: ``{"concurrency": {workflow: PENDING runs whose key
+    has every place taken}, "rate": {limit name: calls waiting for a place}}``."""
+    return {
+        "concurrency": concurrency.waiting_by_workflow(),
+        "rate": rate_limits.waiting_by_limit(),
     }
 
 

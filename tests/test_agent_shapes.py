@@ -35,6 +35,16 @@ def tool_results(body: dict) -> list[str]:
     return [m["content"] for m in body["messages"] if m["role"] == "tool"]
 
 
+def taken_over_with(d: Deployment, run_id: str) -> str:
+    """The error code of the run's step that ended in a takeover."""
+    rows = sql(
+        d,
+        "SELECT error_code FROM runs_step WHERE run_id = %s AND status = 'FAILED' ORDER BY id",
+        (db_id(d, run_id),),
+    )
+    return rows[-1][0] if rows else ""
+
+
 def until(d: Deployment, run_id: str, *states: str) -> None:
     burst_until(d, "/".join(states), lambda: run_status(d, run_id) in states)
 
@@ -85,7 +95,7 @@ def test_a_recorded_model_retry_is_replayed_after_a_crash_not_run_again(deployme
     assert (server.count, tool_runs(d)) == (3, {"pick_number": 2})
 
 
-def test_a_tool_retrying_past_its_retries_fails_the_run_and_keeps_the_messages(
+def test_a_tool_retrying_past_its_retries_is_taken_over_with_the_calls_recorded(
     deployment_factory,
 ):
     with ModelServer(lambda body: call("pick_number", {"n": 1})) as server:
@@ -94,14 +104,17 @@ def test_a_tool_retrying_past_its_retries_fails_the_run_and_keeps_the_messages(
         worker = d.manage("worker", "--burst", timeout=120)
     assert "Traceback" not in worker.stderr
     s = status(d, run_id)
-    assert (s["status"], s["error_code"]) == ("FAILED", "MODEL_RESPONSE_INVALID")
-    (detail,) = sql(d, "SELECT error_detail FROM runs_run WHERE id = %s", (db_id(d, run_id),))
+    assert (s["status"], s["takeover"]["cause"]) == ("PAUSED", "retries_exhausted")
+    assert taken_over_with(d, run_id) == "MODEL_RESPONSE_INVALID"
+    (detail,) = sql(d, "SELECT error_detail FROM runs_step WHERE run_id = %s", (db_id(d, run_id),))
     assert "exceeded max retries" in detail[0]
-    # retries=2: the first call and two retries, each with its hint in the thread.
+    # retries=2: the first call and two retries, each hint recorded: the step a person
+    # retries makes the same messages again from the ledger.
     assert server.count == 3
-    roles = [m["role"] for m in s["messages"]]
-    assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
-    assert "too small" in s["messages"][2]["content"]
+    outcomes = sql(d, "SELECT result FROM runs_operation WHERE tool = 'pick_number' ORDER BY id")
+    recorded = [r if isinstance(r, dict) else json.loads(r) for (r,) in outcomes]
+    assert [r["agentops_outcome"] for r in recorded] == ["model_retry"] * 2 + ["retries_exceeded"]
+    assert "too small" in recorded[0]["message"]
 
 
 def deleting_brain(body: dict) -> dict:
@@ -323,7 +336,7 @@ def test_pydantic_ais_default_request_limit_stays_on(deployment_factory):
     assert server.count == 50  # UsageLimits().request_limit
 
 
-def test_an_empty_answer_after_a_tool_fails_the_run_classified_with_the_call_kept(
+def test_an_empty_answer_after_a_tool_is_taken_over_classified_with_the_call_kept(
     deployment_factory,
 ):
     def brain(body):
@@ -338,10 +351,24 @@ def test_an_empty_answer_after_a_tool_fails_the_run_classified_with_the_call_kep
         worker = d.manage("worker", "--burst", timeout=120)
     assert "Traceback" not in worker.stderr
     s = status(d, run_id)
-    assert (s["status"], s["error_code"]) == ("FAILED", "MODEL_RESPONSE_INVALID")
-    calls = [c["name"] for m in s["messages"] for c in m["tool_calls"]]
-    results = [m["content"] for m in s["messages"] if m["role"] == "tool"]
-    assert (calls, results[:1]) == (["capital"], ["Mexico City"])
+    assert (s["status"], taken_over_with(d, run_id)) == ("PAUSED", "MODEL_RESPONSE_INVALID")
+    recorded = sql(d, "SELECT tool, result FROM runs_operation WHERE tool = 'capital'")
+    assert [(tool, json.loads(r) if isinstance(r, str) else r) for tool, r in recorded] == [
+        ("capital", "Mexico City")
+    ]
+
+
+def test_an_answer_out_of_shape_past_the_output_retries_is_taken_over(deployment_factory):
+    with ModelServer(lambda body: {"content": "about seven"}) as server:
+        d = shapes(deployment_factory, server)
+        run_id = start(d, "shape_output", json.dumps({"prompt": "how many?"}))
+        worker = d.manage("worker", "--burst", timeout=120)
+    assert worker.returncode == 0 and "Traceback" not in worker.stderr, worker.stderr
+    s = status(d, run_id)
+    assert (s["status"], s["takeover"]["cause"]) == ("PAUSED", "retries_exhausted")
+    assert taken_over_with(d, run_id) == "MODEL_RESPONSE_INVALID"
+    # retries=1: the answer and one retry, no more.
+    assert server.count == 2
 
 
 # -- model requests --------------------------------------------------------------------------
@@ -427,7 +454,7 @@ def test_two_runs_of_an_mcp_agent_work_in_one_worker(deployment_factory):
     assert server.count == 4
 
 
-def test_an_event_stream_handler_gets_each_response_once_across_a_crash(deployment_factory):
+def test_an_event_stream_handler_gets_each_response_live_once_across_a_crash(deployment_factory):
     def brain(body):
         if not tool_results(body):
             return call("again", {}, "e1")
@@ -442,14 +469,14 @@ def test_an_event_stream_handler_gets_each_response_once_across_a_crash(deployme
         until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
         path = Path(d.env["AGENTOPS_DEVICE_DIR"]) / "stream_events.jsonl"
         parts = [json.loads(line)["part"] for line in path.read_text().splitlines()]
-        # The worker died as the first response was recorded, before the agent went on;
-        # the re-executed step reuses it without sending its events again.
-        assert parts == ["text"]
+        # The first response reached the handler live; the worker died as it was
+        # recorded, and the re-executed step reuses it without sending its events again.
+        assert parts == ["tool-call", "text"]
         assert server.count == 2
         uncrashed = start(d, "shape_events", json.dumps({"prompt": "go"}))
         until(d, uncrashed, "SUCCEEDED", "FAILED", "PAUSED")
     parts = [json.loads(line)["part"] for line in path.read_text().splitlines()]
-    assert parts == ["text", "tool-call", "text"]
+    assert parts == ["tool-call", "text"] * 2
     assert [run_status(d, r) for r in (run_id, uncrashed)] == ["SUCCEEDED", "SUCCEEDED"]
 
 

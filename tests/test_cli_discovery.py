@@ -99,6 +99,9 @@ def test_workflows_lists_names_versions_steps_and_descriptions():
     call_command("workflows", "weekly_report", stdout=out)
     assert "approve_publication (approval)" in out.getvalue()
     assert "publish (not compensable)" in out.getvalue()
+    out = StringIO()
+    call_command("workflows", "triage_demo", stdout=out)
+    assert "triage (child runs of triage_ticket)" in out.getvalue()
     with pytest.raises(CommandError, match="registered workflows: .*room_temperature"):
         call_command("workflows", "nope")
 

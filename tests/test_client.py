@@ -34,6 +34,37 @@ def test_the_client_imports_nothing_of_the_server():
     assert done.stdout.strip() == "[]"
 
 
+class Refuses(httpx.BaseTransport):
+    """The network, as a test sees it when nothing may be sent: counts the attempts."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent += 1
+        return httpx.Response(500)
+
+
+def test_ids_and_waits_that_are_not_valid_are_refused_before_anything_is_sent():
+    transport = Refuses()
+    with Client("http://127.0.0.1:9", "token", transport=transport) as api:
+        run_id = str(uuid.uuid4())
+        for bad in (run_id + "/events", run_id + "?x=1", "../../metrics", "", "abc"):
+            with pytest.raises(ValueError, match="not a run id"):
+                api.get_run(bad)
+            with pytest.raises(ValueError, match="not a run id"):
+                api.cancel(bad, reason="r", if_match='"e"')
+        for step, attempt in ((0, 1), (1, -1), ("1/x", 1), (True, 1)):
+            with pytest.raises(ValueError):
+                api.attempt_log(run_id, step, attempt)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="approval id"):
+            api.decide("7/x", "approve", if_match='"e"')  # type: ignore[arg-type]
+        for timeout, interval in ((-5, 0.5), (0, 0.5), (1, 0)):
+            with pytest.raises(ValueError, match="positive"):
+                api.wait(run_id, timeout=timeout, poll_interval=interval)
+    assert transport.sent == 0
+
+
 class LosesResponses(httpx.BaseTransport):
     """The network, except that the next ``losses`` responses are read and then lost,
     as when a connection drops after the server acted and before its answer arrived,

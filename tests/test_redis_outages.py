@@ -257,6 +257,8 @@ def test_a_worker_whose_redis_stops_answering_works_from_the_database_within_the
         finished_after = time.monotonic() - frozen_at
         assert run_status(d, first) == "WAITING_APPROVAL"
         assert "working from the database" in d.logs(worker)[1]
+        # RQ's own "quitting" ERROR is reworded: this worker does not quit.
+        assert "quitting" not in d.logs(worker)[1]
         assert worker.poll() is None, d.logs(worker)
     finally:
         private_redis.proc.send_signal(signal.SIGCONT)

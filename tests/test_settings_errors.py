@@ -27,6 +27,8 @@ BAD = [
     ("AGENTOPS_TOKEN_COUNTER", "os.path.nope", "AGENTOPS_TOKEN_COUNTER"),
     ("AGENTOPS_EXTRA_WORKFLOW_MODULES", "no_such.module", "cannot import"),
     ("SECRET_KEY_FILE", "/nonexistent/secret", "cannot be read"),
+    ("AGENTOPS_RATE_LIMITS", '{"openai": {"requests_per_minute": 0}}', "integer >= 1"),
+    ("AGENTOPS_RATE_LIMITS", '{"openai": {"rpm": 5}}', "unknown keys: rpm"),
 ]
 
 

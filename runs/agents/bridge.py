@@ -13,13 +13,22 @@ A call still waiting on the agent loop when a control exception ends the run (a 
 request or tool call abandoned at its timeout) is cancelled at once, while the loop
 still runs, and any left when the run ends is cancelled then, so the thread waiting for
 it does not wait forever.
+
+The tool calls of one model response run at once (Pydantic AI's parallel mode):
+``ask(fn, own_thread=True)`` serves ``fn`` on a thread of its own, with its own database
+connection (closed when it ends), so the step thread and the other calls go on
+meanwhile. ``run`` returns only when every such thread has ended.
 """
 
 import asyncio
 import concurrent.futures
+import contextvars
 import queue
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+from django.db import connection
 
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
 from runs.engine.execution import aio
@@ -35,13 +44,16 @@ class Bridge:
         self.failure: BaseException | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._waiting: set[concurrent.futures.Future] = set()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
 
-    async def ask(self, fn: Callable[[], Any]) -> Any:
-        """Run ``fn()`` on the step thread and return its result (or raise its error)."""
+    async def ask(self, fn: Callable[[], Any], *, own_thread: bool = False) -> Any:
+        """Run ``fn()`` on the step thread (``own_thread``: on a thread of its own, started
+        by the step thread) and return its result (or raise its error)."""
         loop = asyncio.get_running_loop()
         self.loop = loop
         future = loop.create_future()
-        self._requests.put((fn, loop, future))
+        self._requests.put((fn, loop, future, own_thread))
         return await future
 
     def run_on_agent_loop(self, coro: Coroutine) -> Any:
@@ -50,11 +62,19 @@ class Bridge:
         the agent run ends first."""
         assert self.loop is not None
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        self._waiting.add(future)
+        with self._lock:
+            self._waiting.add(future)
         try:
             return future.result()
         finally:
-            self._waiting.discard(future)
+            with self._lock:
+                self._waiting.discard(future)
+
+    def _cancel_waiting(self, loop) -> None:
+        with self._lock:
+            waiting = list(self._waiting)
+        for future in waiting:
+            loop.call_soon_threadsafe(future.cancel)
 
     def run(self, coro: Coroutine) -> Any:
         """Run ``coro`` (the agent run) on the process's event loop (``aio``) while
@@ -68,24 +88,49 @@ class Bridge:
             request = self._requests.get()
             if request is done:
                 break
-            fn, loop, waiter = request
-            try:
-                result = fn()
-            except BaseException as exc:  # noqa: BLE001 - handed to the agent loop
-                if self.failure is None and isinstance(exc, CONTROL_EXCEPTIONS):
-                    self.failure = exc
-                    # The run is over: calls still waiting on the agent loop (one
-                    # abandoned at its timeout) are cancelled, so the agent run ends.
-                    for waiting in list(self._waiting):
-                        loop.call_soon_threadsafe(waiting.cancel)
-                loop.call_soon_threadsafe(_settle, waiter, None, exc)
+            fn, loop, waiter, own_thread = request
+            if own_thread:
+                # The step's context (its attempt's log) goes along to the thread.
+                thread = threading.Thread(
+                    target=contextvars.copy_context().run,
+                    args=(self._serve_alone, fn, loop, waiter),
+                    name="agent-tool-call",
+                    daemon=True,
+                )
+                self._threads.append(thread)
+                thread.start()
             else:
-                loop.call_soon_threadsafe(_settle, waiter, result, None)
-        for waiting in list(self._waiting):
-            self.loop.call_soon_threadsafe(waiting.cancel)
+                self._serve(fn, loop, waiter)
+        # A tool call still in flight (its task cancelled with the run) ends first.
+        self._cancel_waiting(self.loop)
+        for thread in self._threads:
+            thread.join()
+        self._cancel_waiting(self.loop)
         if self.failure is not None:
             raise self.failure
         return future.result()
+
+    def _serve(self, fn: Callable[[], Any], loop, waiter: asyncio.Future) -> None:
+        try:
+            result = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the agent loop
+            with self._lock:
+                first = self.failure is None and isinstance(exc, CONTROL_EXCEPTIONS)
+                if first:
+                    self.failure = exc
+            if first:
+                # The run is over: calls still waiting on the agent loop (one abandoned
+                # at its timeout) are cancelled, so the agent run ends.
+                self._cancel_waiting(loop)
+            loop.call_soon_threadsafe(_settle, waiter, None, exc)
+        else:
+            loop.call_soon_threadsafe(_settle, waiter, result, None)
+
+    def _serve_alone(self, fn: Callable[[], Any], loop, waiter: asyncio.Future) -> None:
+        try:
+            self._serve(fn, loop, waiter)
+        finally:
+            connection.close()
 
 
 def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:

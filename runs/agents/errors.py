@@ -74,7 +74,8 @@ def classify_agent_error(exc: BaseException) -> StepError:
       Pydantic AI's default request limit, stopped a looping agent);
     - ``UnexpectedModelBehavior`` (the model's output failed validation more often than
       the agent retries it, a tool's retries ran out, an empty answer):
-      ``MODEL_RESPONSE_INVALID``;
+      ``MODEL_RESPONSE_INVALID`` with a takeover: the run pauses for a person, who may
+      retry it (another model, a fixed prompt) or fail it;
     - ``UserError`` (the agent is built wrong, e.g. a tool raises ``ApprovalRequired``
       but the output type has no ``DeferredToolRequests``): ``AGENT_DEFINITION_INVALID``;
     - a provider's error: as ``classify`` says;
@@ -82,7 +83,7 @@ def classify_agent_error(exc: BaseException) -> StepError:
       such as an output function): ``AGENT_RUN_FAILED``, naming the exception.
 
     None is retried: the recorded conversation would end the same way again. The run
-    fails and keeps the messages made so far.
+    fails (or pauses, for the takeover) and keeps the messages made so far.
     """
     from pydantic_ai import exceptions as e
 
@@ -90,7 +91,7 @@ def classify_agent_error(exc: BaseException) -> StepError:
     if isinstance(exc, e.UsageLimitExceeded):
         return StepError("USAGE_LIMIT_EXCEEDED", detail)
     if isinstance(exc, e.UnexpectedModelBehavior):
-        return StepError("MODEL_RESPONSE_INVALID", detail)
+        return StepError("MODEL_RESPONSE_INVALID", detail, takeover=True)
     if isinstance(exc, e.UserError):
         return StepError("AGENT_DEFINITION_INVALID", detail)
     if isinstance(exc, e.ModelAPIError | OSError | TimeoutError):

@@ -1,4 +1,4 @@
-"""``register_agent``: a ``pydantic_ai.Agent`` as an AgentOps workflow (DESIGN section 12).
+"""``register_agent``: a ``pydantic_ai.Agent`` as an AgentOps workflow.
 
 The workflow has three steps:
 
@@ -11,6 +11,7 @@ The workflow has three steps:
 
 Every model request and tool call goes through the ledger (``runs.agents.durability``),
 so a step re-executed after a crash replays recorded responses and results in order.
+Model requests stream into draft messages; the tool calls of one response run at once.
 The agent's messages become the run's Messages. The conversation is carried from step
 to step in the checkpoint (the step's output, ``history`` as Pydantic AI JSON).
 """
@@ -214,9 +215,16 @@ class AgentWorkflow(Workflow):
             history = thread_history(ctx)
         results = deferred_results(decisions, delivered, self.deferred_timeout) if state else None
         captured: list[list] = []
+        ledger_run.history_len = len(history)
+        ledger_run.watch_replays = self.event_stream_handler is not None
 
         async def run_agent():
-            with capture_run_messages() as messages:
+            # Tool calls run at once; their events and results come in the order of the
+            # calls, so a re-executed step meets them (and any error) the same way.
+            with (
+                capture_run_messages() as messages,
+                self.agent.parallel_tool_call_execution_mode("parallel_ordered_events"),
+            ):
                 captured.append(messages)
                 return await self.agent.run(
                     None if state else ctx.input["prompt"],
@@ -224,7 +232,7 @@ class AgentWorkflow(Workflow):
                     deferred_tool_results=results,
                     model=model,
                     capabilities=[AgentOpsDurability(ledger_run)],
-                    event_stream_handler=self.event_stream_handler,
+                    event_stream_handler=fresh_events(self.event_stream_handler, ledger_run),
                     **inputs.run_arguments(self.agent, ctx.input),
                 )
 
@@ -233,6 +241,8 @@ class AgentWorkflow(Workflow):
         except BaseException as exc:
             # What the agent said and did so far stays with the step: written to the
             # thread when the run fails for good, made again when the step re-executes.
+            # The drafts it streamed give way to those messages.
+            abandon_drafts(ctx, ledger_run)
             made = captured[0][len(history) :] if captured else []
             stage_messages(ctx, made, skip_first_prompt=state is None)
             if isinstance(exc, CONTROL_EXCEPTIONS) or not isinstance(exc, Exception):
@@ -243,7 +253,7 @@ class AgentWorkflow(Workflow):
                 # Built for this run by a provider: its HTTP client goes with it.
                 aio.run(aclose(model))
         new = result.new_messages()
-        stage_messages(ctx, new, skip_first_prompt=state is None)
+        stage_messages(ctx, new, skip_first_prompt=state is None, ledger_run=ledger_run)
         all_messages = ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json")
         output = result.output
         turn = (state or {}).get("turn", 0) + 1
@@ -399,9 +409,22 @@ def deferred_results(
     return DeferredToolResults(approvals=approvals, calls=calls)
 
 
-def stage_messages(ctx, messages: list, *, skip_first_prompt: bool) -> None:
+def stage_messages(
+    ctx, messages: list, *, skip_first_prompt: bool, ledger_run: LedgerRun | None = None
+) -> None:
     """Stage the agent's new messages as the run's Messages: assistant replies with their
-    tool calls, tool results (and retry prompts) with the id of their call."""
+    tool calls, tool results (and retry prompts) with the id of their call. A message
+    streamed into a draft (``ledger_run``'s) finishes that draft, which holds its place
+    in the thread; the others are added after them."""
+    responses = list(ledger_run.response_drafts) if ledger_run else []
+    tools = {k: list(v) for k, v in (ledger_run.tool_drafts if ledger_run else {}).items()}
+
+    def stage(role: str, text: str, draft: str | None, **fields) -> None:
+        if draft is None:
+            ctx.add_message(role, text, **fields)
+        else:
+            ctx.finish_message(draft, text, **fields)
+
     skipped = not skip_first_prompt
     for message in messages:
         if isinstance(message, ModelResponse):
@@ -411,17 +434,58 @@ def stage_messages(ctx, messages: list, *, skip_first_prompt: bool) -> None:
                 for p in message.parts
                 if isinstance(p, ToolCallPart)
             ]
-            ctx.add_message("assistant", text, tool_calls=calls)
+            stage("assistant", text, responses.pop(0) if responses else None, tool_calls=calls)
         elif isinstance(message, ModelRequest):
             for part in message.parts:
-                if isinstance(part, ToolReturnPart):
-                    ctx.add_message(
-                        "tool", part.model_response_str(), tool_call_id=part.tool_call_id
-                    )
-                elif isinstance(part, RetryPromptPart) and part.tool_call_id:
-                    ctx.add_message("tool", part.model_response(), tool_call_id=part.tool_call_id)
+                if isinstance(part, ToolReturnPart | RetryPromptPart) and part.tool_call_id:
+                    if isinstance(part, ToolReturnPart):
+                        text = part.model_response_str()
+                    else:
+                        text = part.model_response()
+                    waiting = tools.get(part.tool_call_id)
+                    draft = waiting.pop(0) if waiting else None
+                    stage("tool", text, draft, tool_call_id=part.tool_call_id)
                 elif part.part_kind == "user-prompt" and not skipped:
                     skipped = True
+
+
+def abandon_drafts(ctx, ledger_run: LedgerRun) -> None:
+    """Mark the drafts this execution streamed superseded (the agent run ended with an
+    error: its messages are staged plainly, or made again by the next attempt). Best
+    effort: a database that refuses leaves them to the next attempt's drafts."""
+    from runs.engine.data import drafts
+
+    for message_id in [*ledger_run.response_drafts, *sum(ledger_run.tool_drafts.values(), [])]:
+        try:
+            drafts.abandon(
+                run_id=ctx.run.pk,
+                step_id=ctx.step.pk,
+                message_id=message_id,
+                attempt=ctx.attempt,
+                reason="the agent run ended with an error",
+                actor=ctx.worker_id,
+            )
+        except Exception:  # noqa: BLE001 - the step's own error is the one to report
+            return
+
+
+def fresh_events(handler, ledger_run: LedgerRun):
+    """``handler`` (Pydantic AI's ``async fn(ctx, events)``, or ``None``) given only the
+    events of work done by this attempt: a tool call of a response recorded before, and
+    the result of a call recorded before, are not sent again (reused responses send no
+    events at all)."""
+    if handler is None:
+        return None
+
+    async def fresh(ctx, events):
+        async def new_only():
+            async for event in events:
+                if not ledger_run.is_replayed(event):
+                    yield event
+
+        await handler(ctx, new_only())
+
+    return fresh
 
 
 def _jsonable(value: Any) -> Any:
@@ -456,8 +520,9 @@ def register_agent(
     the agent's own model). ``run_options``: which of ``model``, ``model_settings``,
     ``usage_limits`` and ``metadata`` a run's input may set. ``request_retry``: the
     ``RetryPolicy`` of each model request (default: 3 attempts, 1 s doubling to 30 s).
-    ``event_stream_handler``: Pydantic AI's ``async fn(ctx, events)``, given each model
-    response's events once (a response recorded before a crash is not sent again).
+    ``event_stream_handler``: Pydantic AI's ``async fn(ctx, events)``, given the model's
+    events live as it streams, and the tool events, each once (a response, a tool call
+    or a result recorded before a crash is not sent again).
     ``deferred_timeout``: seconds a tool call deferred with ``CallDeferred`` waits for
     its outside result (``runs deliver``); past it the model is told none came
     (default ``None``: wait for good).

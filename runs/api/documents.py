@@ -45,6 +45,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         "last_event_seq": run.event_seq,
         "replay_of": run.replay_of_id,
         "replay_checkpoint": run.replay_checkpoint or None,
+        "parent_run": run.parent_run_id,
     }
 
 
@@ -114,6 +115,52 @@ def run_document(run: Run) -> dict[str, Any]:
         "steps": step_documents(run, steps),
         "steps_total": total,
         "replays": list(run.replays.order_by("created_at", "pk").values_list("pk", flat=True)),
+        **family_document(run),
+    }
+
+
+#: Children a run document lists; ``GET /runs?parent={id}`` pages through all.
+RUN_CHILDREN_LIMIT = 100
+
+
+def family_document(run: Run) -> dict[str, Any]:
+    """``{"parent": {run, step, position, detached} | None, "children": [{id, workflow,
+    status, step, position, detached, error_code}], "children_total": int}``: the run
+    that started this one, and the first ``RUN_CHILDREN_LIMIT`` runs it started (by the
+    step's seq and position)."""
+    parent = None
+    if run.parent_run_id is not None:
+        parent = {
+            "run": run.parent_run_id,
+            "step": (
+                Step.objects.filter(pk=run.parent_step_id).values_list("name", flat=True).first()
+            ),
+            "position": run.child_position,
+            "detached": run.detached,
+        }
+    children = Run.objects.filter(parent_run=run)
+    rows = list(
+        children.order_by("parent_step__seq", "child_position", "pk").values(
+            "pk", "workflow", "status", "parent_step__name", "child_position", "detached",
+            "error_code",
+        )[:RUN_CHILDREN_LIMIT]
+    )  # fmt: skip
+    total = len(rows) if len(rows) < RUN_CHILDREN_LIMIT else children.count()
+    return {
+        "parent": parent,
+        "children": [
+            {
+                "id": row["pk"],
+                "workflow": row["workflow"],
+                "status": row["status"],
+                "step": row["parent_step__name"],
+                "position": row["child_position"],
+                "detached": row["detached"],
+                "error_code": row["error_code"] or None,
+            }
+            for row in rows
+        ],
+        "children_total": total,
     }
 
 

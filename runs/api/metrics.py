@@ -155,6 +155,18 @@ def metric_families(stats: dict) -> list[GaugeMetricFamily]:
     for quantile, key in (("0.5", "p50_s"), ("1", "max_s")):
         if cancel.get(key) is not None:
             latency.add_metric([quantile], cancel[key])
+    limit_waits = GaugeMetricFamily(
+        "agentops_limit_waiting",
+        "Waiting on a limit now: runs of a workflow for a place of their concurrency key "
+        "(kind concurrency), calls for a rate limit (kind rate).",
+        labels=["kind", "limit"],
+    )
+    for kind, waiting in stats["limit_waits"].items():
+        for limit, count in sorted(waiting.items()):
+            limit_waits.add_metric([kind, limit], count)
+    for limit in sorted(set(stats["rate_limits"]) - set(stats["limit_waits"]["rate"])):
+        limit_waits.add_metric(["rate", limit], 0)
+    families.append(limit_waits)
     per_run = stats["per_run"]
     storage = {
         key: GaugeMetricFamily(f"agentops_storage_{key}", doc, labels=["workflow"])

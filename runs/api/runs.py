@@ -150,6 +150,9 @@ class RunFilters(Schema):
     has_unknown: bool | None = Field(None, description="has a step whose outcome is unknown")
     is_replay: bool | None = Field(None, description="replays another run")
     was_replayed: bool | None = Field(None, description="has been replayed")
+    parent: str | None = Field(
+        None, max_length=36, description="child runs of this run (its id or a prefix)"
+    )
     created_after: datetime | None = None
     created_before: datetime | None = None
     updated_after: datetime | None = None
@@ -192,6 +195,7 @@ def list_runs(request, filters: Query[RunFilters]):
         "has_unknown": filters.has_unknown,
         "is_replay": filters.is_replay,
         "was_replayed": filters.was_replayed,
+        "parent": filters.parent,
     }
     data = {
         k: str(v).lower() if isinstance(v, bool) else v for k, v in console.items() if v is not None

@@ -131,6 +131,24 @@ class RunSummary(Schema):
     last_event_seq: int
     replay_of: UUID | None = Field(description="the finished run this one replays")
     replay_checkpoint: str | None = Field(description="the original's checkpoint it starts from")
+    parent_run: UUID | None = Field(description="the run whose step started this child run")
+
+
+class ParentOut(Schema):
+    run: UUID
+    step: str | None = Field(description="the parent's step that started this run")
+    position: int | None = Field(description="this run's position among the step's children")
+    detached: bool = Field(description="may outlive its parent (the step did not wait)")
+
+
+class ChildOut(Schema):
+    id: UUID
+    workflow: str
+    status: str
+    step: str | None = Field(description="the step that started it")
+    position: int | None
+    detached: bool
+    error_code: str | None
 
 
 class RunOut(RunSummary):
@@ -147,6 +165,12 @@ class RunOut(RunSummary):
     )
     steps_total: int = Field(description="how many steps the run has (all generations)")
     replays: list[UUID] = Field(description="runs that replay this one, oldest first")
+    parent: ParentOut | None = Field(description="the run and step that started this child run")
+    children: list[ChildOut] = Field(
+        description="the first 100 child runs this run started, by step and position; "
+        "GET /runs?parent={id} pages all"
+    )
+    children_total: int = Field(description="how many child runs this run started")
 
 
 class StepPage(Schema):

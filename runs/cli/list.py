@@ -1,7 +1,7 @@
 """``runs list [--status S ...] [--workflow W] [--version N] [--owner U] [--thread T]
-[--q TEXT] [--stuck | --not-stuck] [--has-unknown | --no-unknown] [--created-after ISO]
-[--created-before ISO] [--updated-after ISO] [--updated-before ISO] [--sort KEY]
-[--limit N] [--offset N] [--json]``: the console's runs list, with its filters."""
+[--q TEXT] [--parent RUN] [--stuck | --not-stuck] [--has-unknown | --no-unknown]
+[--created-after ISO] [--created-before ISO] [--updated-after ISO] [--updated-before ISO]
+[--sort KEY] [--limit N] [--offset N] [--json]``: the console's runs list, with its filters."""
 
 import json
 
@@ -42,6 +42,12 @@ def add_arguments(parser):
         metavar="TEXT",
         type=arguments.required_text,
         help="run id prefix, thread id or goal text",
+    )
+    parser.add_argument(
+        "--parent",
+        metavar="RUN",
+        type=arguments.required_text,
+        help="only the child runs of this run (its id or a prefix of at least 4 hex digits)",
     )
     stuck = parser.add_mutually_exclusive_group()
     stuck.add_argument(
@@ -100,6 +106,7 @@ def _query(options) -> QueryDict:
         ("owner", "owner"),
         ("thread", "thread"),
         ("q", "q"),
+        ("parent", "parent"),
         ("created_after", "created_after"),
         ("created_before", "created_before"),
         ("updated_after", "updated_after"),
@@ -140,6 +147,7 @@ def handle(command, options):
             "goal": r.goal,
             "current_step": r.current_step.name if r.current_step else None,
             "has_unknown": r.has_unknown,
+            "parent_run": str(r.parent_run_id) if r.parent_run_id else None,
             "created_at": r.created_at.isoformat(),
             "updated_at": r.updated_at.isoformat() if r.updated_at else None,
         }

@@ -47,8 +47,21 @@ def handle(command, options):
     if waiting and waiting["for"] == "signal":
         until = f" until {waiting['until']}" if waiting["until"] else " (no timeout)"
         out.write(f"waiting for signal {waiting['signal']}{until}")
+    elif waiting and waiting["for"] == "children":
+        out.write(f"waiting for child runs: {waiting['open']} of {waiting['total']} open")
     elif waiting:
         out.write(f"sleeping until {waiting['until']}")
+    if status["parent"]:
+        parent = status["parent"]
+        out.write(
+            f"child of: {parent['run']} (step {parent['step']}, position {parent['position']}"
+            f"{', detached' if parent['detached'] else ''})"
+        )
+    if status["children"]["total"]:
+        out.write(
+            f"children: {status['children']['total']} ({status['children']['open']} open; "
+            f"runs list --parent {status['run_id']})"
+        )
     if status["replay_of"]:
         out.write(
             f"replay of: {status['replay_of']['run']} from {status['replay_of']['checkpoint']}"

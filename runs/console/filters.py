@@ -100,6 +100,7 @@ class RunFilter(df.FilterSet):
         field_name="replay_of", lookup_expr="isnull", exclude=True, label="Is a replay"
     )
     was_replayed = yes_no_filter(method="filter_replayed", label="Was replayed")
+    parent = df.CharFilter(method="filter_parent", label="Parent run id")
     o = UniqueOrderingFilter(
         fields=(
             ("created_at", "created"),
@@ -139,6 +140,15 @@ class RunFilter(df.FilterSet):
             return queryset
         exists = unknown_step_exists()
         return queryset.filter(exists) if value else queryset.filter(~exists)
+
+    def filter_parent(self, queryset, name, value):
+        """The child runs of the run whose id is ``value`` (whole or a prefix)."""
+        value = value.strip().lower()
+        if not value:
+            return queryset
+        if not is_id_prefix(value):
+            return queryset.none()
+        return queryset.filter(id_prefix_q("parent_run__id", value))
 
     def filter_replayed(self, queryset, name, value):
         if value is None:

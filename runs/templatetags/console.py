@@ -160,3 +160,9 @@ def when(value, empty: str = "-"):
         "iso": moment.isoformat() if moment else "",
         "text": human_time(moment) if moment else empty,
     }
+
+
+@register.filter
+def sum_values(values) -> int:
+    """The sum of an iterable of numbers (a dict's ``.values``), 0 when empty."""
+    return sum(values or ())

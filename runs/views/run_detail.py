@@ -32,6 +32,8 @@ EVENTS_CHUNK = 50
 EVENTS_LIVE_LIMIT = 500
 #: Rows per page of each section of the run page (steps, messages, checkpoints, ...).
 SECTION_SIZE = 50
+#: Child runs the run page links; the runs list filtered by parent shows them all.
+CHILDREN_SHOWN = 20
 
 
 def retryable_steps(run: Run) -> list[dict]:
@@ -115,6 +117,18 @@ def live_context(run: Run, request) -> dict:
         "budget": budget_rows(run),
         "open_takeover": Takeover.objects.filter(run=run, status=Takeover.Status.OPEN).first(),
         "replays": list(run.replays.order_by("created_at").only("pk", "status")),
+        "parent": run.parent_run,
+        "parent_step": (
+            Step.objects.filter(pk=run.parent_step_id).only("name").first()
+            if run.parent_step_id
+            else None
+        ),
+        "children": list(
+            run.children.order_by("parent_step__seq", "child_position", "pk").only(
+                "pk", "status", "workflow", "child_position", "detached"
+            )[:CHILDREN_SHOWN]
+        ),
+        "children_total": run.children.count(),
         "picture": run_timeline(run, db_now()),
         "cancel_progress": cancel_progress(run) if run.status == RunStatus.CANCEL_REQUESTED else "",
         "waiting_on": waiting_on(run, open_step(run)),

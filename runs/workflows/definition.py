@@ -38,9 +38,10 @@ class StepDef:
 
     ``kind``: ``"task"`` (runs ``fn``), ``"approval"`` (``fn(ctx)`` returns the request
     ``{"question", "reason", "evidence"}``, then the run waits for a human decision; see
-    ``Workflow.approval``) or ``"signal"`` (the run waits for a named signal; see
-    ``Workflow.signal``) or ``"map"`` (fans out into one branch per item; see
-    ``Workflow.map``).
+    ``Workflow.approval``), ``"signal"`` (the run waits for a named signal; see
+    ``Workflow.signal``), ``"map"`` (fans out into one branch per item; see
+    ``Workflow.map``) or ``"child"`` (starts child runs and waits for them; see
+    ``Workflow.child``).
     ``timeout``: seconds a model or tool call in this step may take before TIMEOUT.
     ``on_exhausted``: ``"fail"`` the run or ``"takeover"`` (pause for a human) when the
     retry policy runs out. ``compensate``: ``fn(ctx, output)`` undoing this step's effect
@@ -48,9 +49,13 @@ class StepDef:
     cannot be undone (listed for manual review). ``final``: the run ends after this step
     (unless it calls ``ctx.goto``), for a step declared before an alternative path.
     ``options``: kind-specific settings (approval routes and expiry; a signal's name,
-    schema, timeout and timeout route).
+    schema, timeout and timeout route; a child step's workflow, ``many``, ``thread``
+    and ``detached``).
     ``model``: the model this step's ``ctx.call_model`` asks (``openai:gpt-4.1-mini``);
     ``None`` means the workflow's, else ``AGENTOPS_MODEL``.
+    ``rate_limit``: the name of a limit in ``AGENTOPS_RATE_LIMITS``; each attempt of the
+    step waits for a place in that limit's window before its code runs (the wait counts
+    no retry and keeps the lease).
     """
 
     name: str
@@ -64,6 +69,7 @@ class StepDef:
     final: bool = False
     options: dict = field(default_factory=dict)
     model: str | None = None
+    rate_limit: str | None = None
 
 
 def _types(kind: type | tuple[type, ...]) -> tuple[type, ...]:
@@ -82,6 +88,11 @@ class Workflow:
     listing unless ``--all`` (it still runs like any other).
     ``input_ranges``: ``{key: (low, high)}`` inclusive bounds of numeric input fields
     (an input that becomes a duration is bounded, e.g. by ``durations.MAX_SECONDS``).
+    ``concurrency_key``: the input key (a dotted path such as ``"customer.id"``) or a
+    function ``fn(input) -> str`` naming what runs of this workflow share, and
+    ``concurrency_limit`` (default 1 with a key): how many runs of one key may be in
+    flight at once; the others wait in PENDING and start in order of creation. A run
+    whose input has no such value is refused at start (``invalid_input``).
     """
 
     def __init__(
@@ -96,7 +107,19 @@ class Workflow:
         on_budget_exhausted: str = "takeover",
         model: str | None = None,
         internal: bool = False,
+        concurrency_key: str | Callable[[dict], Any] | None = None,
+        concurrency_limit: int | None = None,
     ):
+        if concurrency_limit is not None and (
+            isinstance(concurrency_limit, bool)
+            or not isinstance(concurrency_limit, int)
+            or concurrency_limit < 1
+        ):
+            raise WorkflowDefinitionError(f"{name}: concurrency_limit must be an integer >= 1")
+        if concurrency_limit is not None and concurrency_key is None:
+            raise WorkflowDefinitionError(f"{name}: concurrency_limit needs a concurrency_key")
+        self.concurrency_key = concurrency_key
+        self.concurrency_limit = concurrency_limit or (1 if concurrency_key is not None else None)
         if on_budget_exhausted not in ("takeover", "fail"):
             raise WorkflowDefinitionError(f"{name}: on_budget_exhausted must be takeover or fail")
         self.on_budget_exhausted = on_budget_exhausted
@@ -138,6 +161,26 @@ class Workflow:
             if key not in errors and isinstance(value, int | float) and not low <= value <= high:
                 errors[key] = f"must be from {low} to {high}"
         return errors
+
+    def concurrency_of(self, data: dict) -> tuple[str, int | None] | None:
+        """``(key, limit)`` of a run with input ``data``: ``("", None)`` when the
+        workflow declares no concurrency key, ``None`` when it declares one that
+        ``data`` does not give (a missing path, or a value that is not a non-empty
+        string or an integer: the run cannot start)."""
+        if self.concurrency_key is None:
+            return "", None
+        if callable(self.concurrency_key):
+            value = self.concurrency_key(data)
+        else:
+            value = data
+            for part in self.concurrency_key.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            return None
+        text = str(value).strip()
+        if not text or len(text) > 200:
+            return None
+        return f"{self.name}:{text}", self.concurrency_limit
 
     def step(self, name: str | None = None, **options: Any) -> Callable:
         """Decorator declaring the next step; keyword options are ``StepDef`` fields."""
@@ -243,6 +286,51 @@ class Workflow:
                     kind="signal",
                     options=signal_options,
                     **options,
+                )
+            )
+            return fn
+
+        return decorator
+
+    def child(
+        self,
+        workflow: str,
+        name: str | None = None,
+        *,
+        many: bool = False,
+        thread: str = "own",
+        detached: bool = False,
+        **options: Any,
+    ) -> Callable:
+        """Decorator declaring a step that starts child runs of the registered workflow
+        ``workflow`` (latest version). The function ``fn(ctx)`` returns the child's
+        input (a dict), or with ``many`` a list of inputs, one child each (position 0,
+        1, ...). The run then waits in WAITING_EXTERNAL with no lease held until every
+        child is finished; the step's output is the child's result (the output of the
+        step that finished it), with ``many`` their list in position order. A child
+        that fails or is cancelled fails the step and the run with the child's error
+        code. ``thread``: ``"own"`` (a thread per child, ``<run id>/<step>/<position>``)
+        or ``"parent"`` (the parent run's thread). ``detached``: the step does not wait
+        (its output is ``{"children": [run ids]}``) and the children outlive the
+        parent; otherwise they are cancelled when the parent ends first. Raises
+        ``WorkflowDefinitionError`` for a bad workflow name or ``thread``.
+        """
+        reason = name_problem(workflow)
+        if reason is not None:
+            raise WorkflowDefinitionError(f"{self.name}: child workflow {workflow!r} {reason}")
+        if thread not in ("own", "parent"):
+            raise WorkflowDefinitionError(f"{self.name}: child thread must be own or parent")
+        child_options = {
+            "workflow": workflow,
+            "many": many,
+            "thread": thread,
+            "detached": detached,
+        }
+
+        def decorator(fn: Callable) -> Callable:
+            self.add_step(
+                StepDef(
+                    name=name or fn.__name__, fn=fn, kind="child", options=child_options, **options
                 )
             )
             return fn

@@ -7,7 +7,8 @@ here: everything else is real).
 dict, or a string sent as is, e.g. malformed JSON), or ``{"status": int, "headers":
 {...}, "error": str}`` for an error response. Usage is ``{"prompt_tokens": 11,
 "completion_tokens": 7}`` per answer. A request with ``"stream": true`` gets the answer
-as server-sent chunks (text word by word, usage last). ``{"hold": threading.Event,
+as server-sent chunks (text word by word, then each tool call in one chunk, usage
+last). ``{"hold": threading.Event,
 "hold_after": N}`` stalls the answer until the event is set (at most two minutes): a
 stream after its first N words (default 1), any other answer before it is sent.
 ``requests`` keeps every request body with its arrival time (``time.monotonic()``).
@@ -144,7 +145,8 @@ class ModelServer:
                     "created": 1,
                     "model": body.get("model", "test-model"),
                 }
-                words = (message.get("content") or "").split(" ")
+                content = message.get("content") or ""
+                words = content.split(" ") if content else []
                 for i, word in enumerate(words):
                     piece = word if i == len(words) - 1 else word + " "
                     chunk = {
@@ -161,7 +163,18 @@ class ModelServer:
                     if answer.get("hold") is not None and i + 1 == answer.get("hold_after", 1):
                         self.wfile.flush()
                         answer["hold"].wait(HOLD_LIMIT)
-                end = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+                for i, call in enumerate(message.get("tool_calls") or []):
+                    # Each call in one chunk (id, name, arguments), as providers may.
+                    delta = {"tool_calls": [{"index": i, **call}]}
+                    if not words and i == 0:
+                        delta["role"] = "assistant"
+                    chunk = {
+                        **base,
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+                    }
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                finish = "tool_calls" if message.get("tool_calls") else "stop"
+                end = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
                 self.wfile.write(f"data: {json.dumps(end)}\n\n".encode())
                 usage = {**base, "choices": [], "usage": _usage()}
                 self.wfile.write(f"data: {json.dumps(usage)}\n\n".encode())

@@ -8,6 +8,7 @@ name: count}``), so a test can tell a replayed result from a tool that ran again
 """
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,6 +146,14 @@ register_agent(
     request_retry=QUICK_RETRY,
 )
 
+# -- structured output: a model that keeps answering out of shape ------------------------
+
+register_agent(
+    Agent(name="counting", output_type=int, retries=1),
+    name="shape_output",
+    request_retry=QUICK_RETRY,
+)
+
 # -- the agent's own model ---------------------------------------------------------------
 
 
@@ -211,6 +220,25 @@ register_agent(
     tools={"again": "read"},
     event_stream_handler=_write_events,
 )
+
+
+# -- parallel tool calls: each waits at an outside gate ----------------------------------
+
+gating = Agent(name="gating")
+
+
+@gating.tool_plain
+async def fetch(name: str) -> str:
+    """Fetch ``name`` from the outside service (``SHAPES_GATE_URL``), which answers when
+    the test lets it."""
+    import httpx
+
+    async with httpx.AsyncClient() as client:
+        reply = await client.get(os.environ["SHAPES_GATE_URL"], params={"name": name}, timeout=120)
+    return reply.text
+
+
+register_agent(gating, name="shape_parallel", tools={"fetch": "read"}, request_retry=QUICK_RETRY)
 
 
 # -- CallDeferred: an outside system delivers the result later ---------------------------

@@ -91,10 +91,15 @@ def start_run(
     faults: dict | None = None,
     version: int | None = None,
     actor: str = "cli",
+    parent_step: Step | None = None,
+    child_position: int | None = None,
+    detached: bool = False,
 ) -> Run:
     """Create a run of ``workflow`` (latest version unless ``version``) on the thread
     ``thread_id``, with its first user message, ``start`` checkpoint and first step,
-    all in one transaction; the first step is notified after commit.
+    all in one transaction; the first step is notified after commit. ``parent_step``,
+    ``child_position`` and ``detached`` make it a child run of that step's run
+    (``runs.engine.control.children`` starts those).
 
     Raises ``ControlError`` (``unknown_workflow``, ``invalid_input``, ``invalid_thread``).
     """
@@ -110,6 +115,10 @@ def start_run(
         errors = {
             path[2:] if path.startswith("$.") else path[1:] or "input": f"{reason} ({type_name})"
         }
+    concurrency = None if errors else wf.concurrency_of(input)
+    if concurrency is None and not errors:
+        path = wf.concurrency_key if isinstance(wf.concurrency_key, str) else "input"
+        errors = {path: "must give the concurrency key (non-empty text or an integer)"}
     if errors:
         raise ControlError(
             "invalid_input",
@@ -135,13 +144,21 @@ def start_run(
             budget=budget or {},
             faults=faults or {},
             request_id=request_id or "",
+            concurrency_key=concurrency[0] if concurrency else "",
+            concurrency_limit=concurrency[1] if concurrency else None,
+            parent_run_id=parent_step.run_id if parent_step is not None else None,
+            parent_step=parent_step,
+            child_position=child_position,
+            detached=detached,
         )
+        created: dict[str, Any] = {"workflow": wf.name, "version": wf.version, "thread": thread_id}
+        if parent_step is not None:
+            created.update(
+                parent_run=str(parent_step.run_id), parent_step=parent_step.name,
+                position=child_position, detached=detached,
+            )  # fmt: skip
         with run_transaction(run.pk) as tx:
-            tx.event(
-                "run.created",
-                {"workflow": wf.name, "version": wf.version, "thread": thread_id},
-                actor=actor,
-            )
+            tx.event("run.created", created, actor=actor)
             seq = allocate_message_seqs(thread.pk, 1 if wf.message_field else 0)[1]
             if wf.message_field:
                 message = Message.objects.create(
@@ -226,12 +243,19 @@ def open_step(run: Run) -> Step | None:
 def waiting_on(run: Run, step: Step | None) -> dict[str, Any] | None:
     """What the run waits for with no worker holding it, from its open ``step``:
     ``{"for": "signal", "signal": name, "until": datetime | None}`` (a signal wait and
-    its deadline) or ``{"for": "timer", "until": datetime}`` (a step held back by a
-    durable timer); ``None`` otherwise."""
+    its deadline), ``{"for": "children", "open": int, "total": int, "until": None}``
+    (a step waiting for its child runs) or ``{"for": "timer", "until": datetime}`` (a
+    step held back by a durable timer); ``None`` otherwise."""
     if step is None or run.status in RUN_TERMINAL:
         return None
     if step.status == StepStatus.WAITING and step.signal_name:
         return {"for": "signal", "signal": step.signal_name, "until": step.wait_until}
+    if step.status == StepStatus.WAITING and run.status == RunStatus.WAITING_EXTERNAL:
+        children = Run.objects.filter(parent_step_id=step.pk, detached=False)
+        total = children.count()
+        if total:
+            open_ = children.exclude(status__in=RUN_TERMINAL).count()
+            return {"for": "children", "open": open_, "total": total, "until": None}
     if step.status == StepStatus.PENDING and step.attempt == 0 and step.not_before > db_now():
         return {"for": "timer", "until": step.not_before}
     return None
@@ -251,7 +275,8 @@ def run_status(run: Run) -> dict[str, Any]:
     counted on it: ``branches: {status: n}``), messages: [{id, role, content,
     tool_calls, tool_call_id}],
     budget: {...}, takeover: {...} | None, compensation: {status, reason, steps,
-    manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids]}`` plus what
+    manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids], parent,
+    children (see ``family``)}`` plus what
     ``STATUS_EXTRAS`` add (the simulator: ``calls: {device.op: count}, devices:
     {...}``)."""
     run.refresh_from_db()
@@ -292,6 +317,7 @@ def run_status(run: Run) -> dict[str, Any]:
         "replays": [
             str(pk) for pk in run.replays.order_by("created_at").values_list("pk", flat=True)
         ],
+        **family(run),
         "steps": steps,
         "messages": messages,
         **{key: extra(run) for key, extra in STATUS_EXTRAS.items()},
@@ -301,6 +327,25 @@ def run_status(run: Run) -> dict[str, Any]:
         "compensation": {"status": run.compensation_status or None, **(run.compensation or {})},
     }
     return doc
+
+
+def family(run: Run) -> dict[str, Any]:
+    """``{"parent": {run, step, position, detached} | None, "children": {"total": int,
+    "open": int}}``: the run whose step started ``run``, and the child runs it
+    started."""
+    parent = None
+    if run.parent_run_id is not None:
+        step_name = Step.objects.filter(child_runs=run).values_list("name", flat=True).first()
+        parent = {
+            "run": str(run.parent_run_id),
+            "step": step_name,
+            "position": run.child_position,
+            "detached": run.detached,
+        }
+    children = Run.objects.filter(parent_run_id=run.pk)
+    total = children.count()
+    open_ = children.exclude(status__in=RUN_TERMINAL).count() if total else 0
+    return {"parent": parent, "children": {"total": total, "open": open_}}
 
 
 def _open_takeover(run: Run) -> dict[str, Any] | None:

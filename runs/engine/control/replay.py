@@ -230,6 +230,8 @@ def replay_run(
             cost_usd=used.get("cost_usd", 0),
             replay_of=original,
             replay_checkpoint=cp.name,
+            concurrency_key=original.concurrency_key,
+            concurrency_limit=original.concurrency_limit,
         )
         reused = [] if reexecute else reuse.reusable(_later_steps(original, cp))
         with run_transaction(new.pk) as tx:

@@ -45,8 +45,9 @@ def begin(
     """Commit an empty draft message for this attempt and return its ``message_id``.
 
     Earlier attempts' drafts of the same step are marked superseded in the same
-    transaction (one ``message.superseded`` event each). Raises ``LeaseLost`` /
-    ``CancelRequested`` when the attempt may no longer write.
+    transaction (one ``message.superseded`` event each); this attempt's own drafts stay
+    (a step may stream several messages). Raises ``LeaseLost`` / ``CancelRequested``
+    when the attempt may no longer write.
     """
     message_id = draft_message_id(run_id, step.pk, index, attempt)
     with run_transaction(run_id) as tx:
@@ -75,11 +76,12 @@ def begin(
 def supersede_drafts(
     tx: RunTx, *, step_id: int, replaced_by: str | None, attempt: int, actor: str
 ) -> int:
-    """Mark the step's drafts other than ``replaced_by`` superseded, with an event each;
-    returns how many."""
+    """Mark the step's drafts of attempts other than ``attempt`` superseded (and none
+    named ``replaced_by``), with an event each; returns how many."""
     stale = list(
         Message.objects.filter(step_id=step_id, status=Message.Status.DRAFT)
         .exclude(message_id=replaced_by or "")
+        .exclude(message_id__endswith=f"_a{attempt}")
         .values_list("pk", "message_id")
     )
     for pk, message_id in stale:

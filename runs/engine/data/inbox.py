@@ -107,7 +107,10 @@ def post_message(
         wf = _workflow_for(thread, workflow)
         data = {wf.message_field: content}
         errors = wf.validate_input(data)
-        if errors:
+        concurrency = None if errors else wf.concurrency_of(data)
+        if concurrency is None and not errors:
+            errors = {"input": "must give the workflow's concurrency key"}
+        if errors or concurrency is None:
             raise ControlError("invalid_input", "input is not valid for " + wf.name, errors)
         run = Run.objects.create(
             thread=thread,
@@ -116,6 +119,8 @@ def post_message(
             workflow_version=wf.version,
             input=data,
             goal=content[:2000],
+            concurrency_key=concurrency[0],
+            concurrency_limit=concurrency[1],
         )
         message = Message.objects.create(
             thread=thread,

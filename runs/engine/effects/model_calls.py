@@ -23,9 +23,10 @@ from django.conf import settings
 from django.db import transaction
 
 from runs.engine.effects import budget as budget_mod
-from runs.engine.effects import ledger
+from runs.engine.effects import ledger, rate_limits
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout, iterate_with_timeout
 from runs.engine.effects.model_providers import ModelReply, get_provider
+from runs.engine.effects.retry import retry_after_seconds
 from runs.engine.errors import StepError
 from runs.engine.execution import faults
 from runs.models import Operation, Run, Step
@@ -85,11 +86,13 @@ def request(
     call: Callable[[], ModelReply],
     timeout: float | None = None,
     cost_per_call_usd: str | None = None,
+    check: Callable[[], None] | None = None,
 ) -> tuple[ModelReply, bool]:
     """Request ``ordinal`` of this step execution through the ledger; returns ``(reply,
     reused)``. ``call()`` asks the model (outside any transaction); ``summary`` (JSON)
     is recorded as the operation's arguments. ``cost_per_call_usd``: a price the provider
-    knows in advance, charged with the call.
+    knows in advance, charged with the call. ``check()`` is called while the request
+    waits for a rate limit (``rate_limits``) and may raise to end the wait.
 
     A recorded reply is reused only for the same model and ``summary``; another one
     raises ``NonDeterminism``. Raises ``BudgetExhausted`` (nothing asked), ``LeaseLost``
@@ -114,14 +117,23 @@ def request(
     )
     if op.status == Operation.Status.SUCCEEDED:
         return _reuse(op, model_name, arguments), True
+    scopes = rate_limits.model_scopes(model_name)
+    grants = rate_limits.acquire(scopes, step=step, attempt=attempt, check=check or _go_on)
     try:
         reply = call_with_timeout(call, timeout)
     except CallTimedOut as exc:
+        rate_limits.settle(grants)
         ledger.record_result(
             op, {"error_code": "TIMEOUT", "detail": str(exc)}, status=Operation.Status.FAILED
         )
         raise StepError("TIMEOUT", f"model request: {exc}") from exc
     except StepError as exc:
+        rate_limits.settle(grants)
+        wait = _provider_wait(exc)
+        if wait is not None:
+            # The provider's limit holds back every worker's calls to it, this one's
+            # own next try included.
+            rate_limits.hold(scopes[0], wait)
         ledger.record_failure(op, exc)
         raise
     reply.model = reply.model or model_name
@@ -136,11 +148,23 @@ def request(
         reply.cost_usd = None if cost is None else str(cost)
         charged_after = cost
     tokens = int(reply.usage.get("input_tokens") or 0) + int(reply.usage.get("output_tokens") or 0)
+    rate_limits.settle(grants, tokens)
     with transaction.atomic():
         ledger.record_result(op, reply.as_record())
         budget_mod.add_usage(run.pk, tokens=tokens, cost_usd=charged_after)
     faults.after_model_response(run, step)
     return reply, False
+
+
+def _go_on() -> None:
+    """A wait's check that never ends it."""
+
+
+def _provider_wait(exc: StepError) -> float | None:
+    """Seconds a provider's 429 asked to wait (its ``Retry-After``), else ``None``."""
+    if exc.code != "RATE_LIMITED":
+        return None
+    return retry_after_seconds(exc.retry_after)
 
 
 #: Request fields that name this attempt's draft, not the request: a re-execution
@@ -200,6 +224,7 @@ def step_request(
         call=lambda: ask(provider),
         timeout=timeout,
         cost_per_call_usd=getattr(provider, "cost_per_call_usd", None),
+        check=ctx.safe_point,
     )
 
 

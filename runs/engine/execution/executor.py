@@ -14,11 +14,11 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from agentops.db_pool import release_connection
-from runs.engine.control import approvals, branches, versions, waits
+from runs.engine.control import approvals, branches, children, versions, waits
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.data import drafts, payloads
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
-from runs.engine.effects import budget, compensation, ledger, unknown_outcomes
+from runs.engine.effects import budget, compensation, ledger, rate_limits, unknown_outcomes
 from runs.engine.effects.retry import DEFAULT_RETRY
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError, StepUnknown
 from runs.engine.execution import attempt_logs, dispatch, heartbeat
@@ -26,6 +26,7 @@ from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.step_context import StepContext
 from runs.engine.state import (
     checkpoints,
+    concurrency,
     db_faults,
     leases,
     one_claim,
@@ -275,11 +276,15 @@ def _run_captured(
         lease_keeper.hold(ctx)
         # The step now waits on its own code, a model or a tool: no connection is held.
         release_connection()
+        started: list = []
         try:
             if step_def.kind == "map" and not branches.is_branch(step):
                 output = branches.items_of(ctx)
             else:
-                output = step_def.fn(ctx)
+                output = _run_step_code(step_def, ctx)
+            if step_def.kind == "child":
+                # Under the heartbeat: starting many children takes a while.
+                started = children.start_children(ctx, output, worker.worker_id)
         except SystemExit as exc:
             raise StepError(STEP_EXITED, f"the step's code called sys.exit({exc.code!r})") from exc
         except KeyboardInterrupt as exc:
@@ -295,6 +300,9 @@ def _run_captured(
             return done
         if step_def.kind == "map":
             return _commit_map(ctx, output, worker)
+        if step_def.kind == "child":
+            children.commit_child_wait(ctx, started, worker.worker_id)
+            return done
         claimed_by = worker.worker_id if chain and not worker.stopping.is_set() else None
         if ctx.sleep_seconds is not None or ctx.wake_at is not None:
             # A durable timer: the next step is born PENDING with its not_before, not
@@ -517,6 +525,22 @@ def _retrying(run_id, step: Step, attempt: int, worker: WorkerIdentity, fn, what
     return result
 
 
+def _run_step_code(step_def: StepDef, ctx: StepContext) -> Any:
+    """``step_def.fn(ctx)``, after a place in the step's rate limit when it declares
+    one (waiting keeps the lease and counts no retry; the place counts until the code
+    ends)."""
+    if step_def.rate_limit is None:
+        return step_def.fn(ctx)
+    grants = rate_limits.acquire(
+        [step_def.rate_limit], step=ctx.step, attempt=ctx.attempt, check=ctx.safe_point
+    )
+    release_connection()
+    try:
+        return step_def.fn(ctx)
+    finally:
+        rate_limits.settle(grants)
+
+
 # -- claim -----------------------------------------------------------------------------
 
 
@@ -525,6 +549,10 @@ def _claim(run: Run, step: Step, worker: WorkerIdentity) -> tuple[int, int | Non
     and the id and whole state of the run's latest checkpoint."""
     with run_transaction(run.pk) as tx:
         if tx.run.status not in RUN_EXECUTABLE or tx.run.generation != step.generation:
+            return None
+        if not concurrency.may_start(tx.run):
+            # Due for a notification again once a place frees (the sweeper sends it).
+            Step.objects.filter(pk=step.pk).update(notified_at=None)
             return None
         attempt = leases.claim_step(step.pk, worker.worker_id, settings.AGENTOPS_LEASE_SECONDS)
         if attempt is None:

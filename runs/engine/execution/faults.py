@@ -68,8 +68,9 @@ def act(kind: str | None, tool: Tool) -> None:
 
 
 #: ``crash_at`` points: ``artifact_written`` (an artifact's file is in storage, its row
-#: not yet committed), ``summary_ready`` (a summary is computed, not yet committed).
-POINTS = ("artifact_written", "summary_ready")
+#: not yet committed), ``summary_ready`` (a summary is computed, not yet committed),
+#: ``child_started`` (a step's child runs are started, its wait not yet recorded).
+POINTS = ("artifact_written", "summary_ready", "child_started")
 
 
 def crash_point(run: Run, step: Step, point: str) -> None:

@@ -206,16 +206,24 @@ class StepContext:
         self._draft_roles[message_id] = role
         return message_id
 
-    def finish_message(self, message_id: str, content: str) -> None:
-        """Stage the draft ``message_id`` as final with ``content``; it becomes final
-        only with the step's fenced commit."""
+    def finish_message(
+        self,
+        message_id: str,
+        content: str,
+        *,
+        tool_calls: list | None = None,
+        tool_call_id: str | None = None,
+    ) -> None:
+        """Stage the draft ``message_id`` as final with ``content`` (and, for an agent's
+        messages, its ``tool_calls`` or the ``tool_call_id`` it answers); it becomes
+        final only with the step's fenced commit."""
         self.new_messages.append(
             {
                 "id": message_id,
                 "role": self._draft_roles[message_id],
                 "content": content,
-                "tool_calls": [],
-                "tool_call_id": None,
+                "tool_calls": tool_calls or [],
+                "tool_call_id": tool_call_id,
                 "draft": True,
             }
         )
@@ -305,15 +313,26 @@ class StepContext:
         )
 
     def call_tool_keyed(
-        self, tool: Tool, arguments: dict[str, Any], *, key: str, action: str, timeout
+        self,
+        tool: Tool,
+        arguments: dict[str, Any],
+        *,
+        key: str,
+        action: str,
+        timeout,
+        position: int | None = None,
     ):
         """``call_tool`` under a base idempotency ``key`` the caller made (an agent's
         tool call is keyed by its tool-call id), after a safe point; the call's position
-        among this execution's calls under ``key`` is appended (``ledger.positioned``).
-        ``timeout`` in seconds or ``None``. Returns the result; raises what
-        ``call_tool`` raises."""
+        is appended (``ledger.positioned``): ``position`` when the caller knows it (calls
+        made concurrently, whose order of arrival differs between executions), else its
+        place among this execution's calls under ``key``. ``timeout`` in seconds or
+        ``None``. Returns the result; raises what ``call_tool`` raises."""
         self.safe_point()
-        key = self.call_positions.key_for(key)
+        if position is None:
+            key = self.call_positions.key_for(key)
+        else:
+            key = ledger.positioned(key, position)
         return perform_call(
             run=self.run,
             step=self.step,

@@ -16,7 +16,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from runs.engine.execution import dispatch
-from runs.engine.state import leases
+from runs.engine.state import concurrency, leases
 from runs.engine.state.clock import db_now, now_plus_sql, now_sql, seconds_param
 from runs.engine.state.gateway import run_transaction
 from runs.models import MaintenanceLease, Step
@@ -66,8 +66,11 @@ def renotify_due_steps(actor: str, batch: int, *, force: bool = False) -> int:
     if dispatch.mode() != "rq":
         return 0
     stale = Now() - timedelta(seconds=settings.AGENTOPS_RENOTIFY_SECONDS)
-    query = Step.objects.filter(
-        status=StepStatus.PENDING, not_before__lte=Now(), run__status__in=RUN_EXECUTABLE
+    # A run waiting for a place of its concurrency key is notified once a place frees.
+    query = concurrency.startable(
+        Step.objects.filter(
+            status=StepStatus.PENDING, not_before__lte=Now(), run__status__in=RUN_EXECUTABLE
+        )
     )
     if not force:
         query = query.filter(

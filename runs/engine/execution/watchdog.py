@@ -7,7 +7,7 @@ made no progress (no new event) for ``AGENTOPS_STUCK_SECONDS``. The flag is
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 
 from runs.engine.state.gateway import run_transaction
@@ -27,6 +27,11 @@ def flag_stuck_runs(actor: str, batch: int) -> int:
         # A run asleep on a durable timer or waiting for a signal is silent by design.
         .exclude(current_step__status=StepStatus.PENDING, current_step__not_before__gt=Now())
         .exclude(Q(current_step__status=StepStatus.WAITING) & ~Q(current_step__signal_name=""))
+        # So is a run waiting for its child runs (they are watched themselves).
+        .exclude(
+            Q(current_step__status=StepStatus.WAITING)
+            & Exists(Run.objects.filter(parent_step=OuterRef("current_step"), detached=False))
+        )
         .order_by("last_event_at")
         .values_list("pk", flat=True)[:batch]
     )

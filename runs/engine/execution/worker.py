@@ -29,12 +29,29 @@ from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.execution.identity import WorkerIdentity, new_worker_id, set_current_worker
 from runs.engine.execution.liveness import Liveness
 from runs.engine.execution.slots import Slots
-from runs.engine.state import db_faults, one_claim
+from runs.engine.state import concurrency, db_faults, one_claim
 from runs.models import Step, WorkerProcess
 from runs.states import RUN_EXECUTABLE, StepStatus
 from runs.workflows import registry
 
 logger = logging.getLogger("agentops.worker")
+
+
+class _RQTimeoutWording(logging.Filter):
+    """RQ ends its work loop on a Redis timeout with the ERROR "Redis connection timeout,
+    quitting...". This process does not quit: it works from the database until Redis is
+    back, so the line is reworded and kept a warning (operators alert on ERROR)."""
+
+    QUITTING = "Worker %s: Redis connection timeout, quitting..."
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == self.QUITTING:
+            record.msg = "Worker %s: Redis connection timeout; RQ dispatch pauses"
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+logging.getLogger("rq.worker").addFilter(_RQTimeoutWording())
 
 
 #: Seconds between checks whether Redis takes writes again, doubling up to the maximum
@@ -88,12 +105,15 @@ def _handling_failed(outage: RepeatedFailureLog, exc: Exception) -> None:
 
 def due_step_ids(limit: int = 10) -> list[int]:
     """Ids of steps a worker could claim now: PENDING and due, or RUNNING with an
-    expired lease, in runs that may execute. Oldest ``not_before`` first."""
+    expired lease, in runs that may execute (a run waiting for a place of its
+    concurrency key is left out). Oldest ``not_before`` first."""
     return list(
-        Step.objects.filter(
-            Q(status=StepStatus.PENDING, not_before__lte=Now())
-            | Q(status=StepStatus.RUNNING, lease_until__lt=Now()),
-            run__status__in=RUN_EXECUTABLE,
+        concurrency.startable(
+            Step.objects.filter(
+                Q(status=StepStatus.PENDING, not_before__lte=Now())
+                | Q(status=StepStatus.RUNNING, lease_until__lt=Now()),
+                run__status__in=RUN_EXECUTABLE,
+            )
         )
         .order_by("not_before")
         .values_list("pk", flat=True)[:limit]
@@ -390,6 +410,10 @@ class Worker:
                 continue
             close_old_connections()
             try:
+                # A slot that ends while this poll looks may commit work for another run
+                # (a child run, a thread's queued message) after the poll: a burst ends
+                # only after a poll that began with every slot idle.
+                was_busy = self.slots.busy()
                 taken = self.handle_one()
                 outage.succeeded()
                 if self.slots.threaded:
@@ -397,7 +421,7 @@ class Worker:
                     db_pool.release_connection()
                 if taken:
                     continue
-                if self.burst and not self.slots.busy():
+                if self.burst and not was_busy and not self.slots.busy():
                     break
                 if not self.slots.threaded:
                     self.maintain()
@@ -489,6 +513,7 @@ class Worker:
             if not self._wait_for_slot():
                 continue
             close_old_connections()
+            was_busy = self.slots.busy()
             try:
                 taken = self.handle_one()
                 db_pool.release_connection()
@@ -497,7 +522,8 @@ class Worker:
                     continue
             except Exception as exc:  # noqa: BLE001 - one step's trouble must never end the worker
                 _handling_failed(outage, exc)
-            if self.burst and not self.slots.busy():
+            # As in ``_run_db``: only a poll that began with every slot idle ends a burst.
+            if self.burst and not was_busy and not self.slots.busy():
                 break
             if time.monotonic() >= next_check:
                 refusal = redis_refusal()

@@ -191,7 +191,10 @@ def _walk(value: Any, where: str, path: str, depth: int) -> Any:
             # JSON writes it with an exponent; PostgreSQL's jsonb keeps the exact decimal
             # and gives back an int that is not this float.
             raise InvalidValue(
-                where, path, "float", f"{value!r} comes back from PostgreSQL as an int"
+                where,
+                path,
+                "float",
+                f"{value!r} cannot be stored exactly: send a whole number this large as an integer",
             )
         return value
     if isinstance(value, str):

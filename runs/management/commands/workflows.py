@@ -14,7 +14,8 @@ from runs.workflows import registry
 def describe(workflow) -> dict:
     """One workflow version as plain data: ``{"name", "version", "description",
     "input": {field: type name}, "steps": [{"name", "kind", "max_attempts",
-    "on_exhausted", "compensates", "compensable"}], "migrates_from": [int],
+    "on_exhausted", "compensates", "compensable", "children_of" (the workflow a child
+    step starts)}], "migrates_from": [int],
     "internal": bool}``."""
     return {
         "name": workflow.name,
@@ -32,6 +33,7 @@ def describe(workflow) -> dict:
                 "on_exhausted": s.on_exhausted,
                 "compensates": s.compensate is not None,
                 "compensable": s.compensable,
+                "children_of": s.options["workflow"] if s.kind == "child" else None,
             }
             for s in workflow.steps
         ],
@@ -79,6 +81,7 @@ class Command(OperatorCommand):
                     m
                     for m, on in (
                         ("approval", s["kind"] == "approval"),
+                        (f"child runs of {s['children_of']}", s["children_of"] is not None),
                         ("compensated", s["compensates"]),
                         ("not compensable", not s["compensable"]),
                     )

@@ -1,0 +1,271 @@
+"""Flow control across workers: a concurrency limit by customer keeps runs of one
+customer apart and in order while another customer's run proceeds; a rate limit holds
+four workers to its calls per window, counted where the calls arrive (the loopback
+model server), with no failure or retry; a provider's 429 with Retry-After holds back
+the other calls to it. Real PostgreSQL and worker subprocesses; the model server is the
+outside world. The concurrency limit is also shown on SQLite, the embedded default."""
+
+import json
+from datetime import datetime
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+import tests.workflows.limited  # noqa: F401 - registers the workflows here too
+from agentops.authoring import Workflow, WorkflowDefinitionError
+from runs.engine.control.lifecycle import ControlError, start_run
+from runs.engine.control.replay import replay_run
+from runs.engine.data.inbox import post_message
+from runs.engine.effects import rate_limits
+from runs.models import RateLimit, Run
+from runs.states import RunStatus
+from tests.console_helpers import *  # noqa: F403 - fixtures
+from tests.control_support import db_rows, shell_json, wait_until
+from tests.support.openai_server import ModelServer
+from tests.support.states import arrange
+from tests.test_metrics import TOKEN, scrape
+
+MODULE = "tests.workflows.limited"
+
+
+def _start(d, runs: list[tuple[str, str, dict]]) -> list[str]:
+    """Start ``(workflow, thread, input)`` runs in this order; their ids."""
+    return shell_json(
+        d,
+        f"""
+from runs.engine.control.lifecycle import start_run
+ids = [str(start_run(w, thread_id=t, input=i, actor="test").pk) for w, t, i in {runs!r}]
+print(json.dumps(ids))
+""",
+    )
+
+
+def _runs(d, ids: list[str]) -> dict[str, tuple]:
+    """``{id: (status, started_at, finished_at)}`` of the runs ``ids`` (times as
+    datetimes, ``None`` when unset)."""
+    rows = shell_json(
+        d,
+        f"""
+from runs.engine.effects import rate_limits
+from runs.models import RateLimit, Run
+print(json.dumps([[str(r.pk), r.status, r.started_at, r.finished_at]
+    for r in Run.objects.filter(pk__in={ids!r})], default=str))
+""",
+    )
+    return {
+        pk: (status, *(datetime.fromisoformat(t) if t else None for t in times))
+        for pk, status, *times in rows
+    }
+
+
+def _max_in_window(times: list[float], window: float) -> int:
+    """The most of ``times`` (seconds) inside any half-open interval ``window`` long."""
+    times = sorted(times)
+    return max(
+        (sum(1 for t in times[i:] if t - start < window) for i, start in enumerate(times)),
+        default=0,
+    )
+
+
+def _attempts(d, ids: list[str]) -> set[int]:
+    return set(
+        shell_json(
+            d,
+            "from runs.models import Step\n"
+            f"print(json.dumps(list(Step.objects.filter(run_id__in={ids!r})"
+            ".values_list('attempt', flat=True))))",
+        )
+    )
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+def test_it_keeps_one_customers_runs_apart_and_in_order_while_another_proceeds(
+    deployment_factory, tmp_path, backend
+):
+    d = deployment_factory(
+        backend, {"AGENTOPS_EXTRA_WORKFLOW_MODULES": MODULE, "AGENTOPS_POLL_SECONDS": "0.1"}
+    )
+    gate = tmp_path / "gate"
+    a1, a2, a3, b1 = _start(
+        d,
+        [
+            ("per_customer", "a1", {"customer": "A", "gate": str(gate)}),
+            ("per_customer", "a2", {"customer": "A", "seconds": 0.2}),
+            ("per_customer", "a3", {"customer": "A", "seconds": 0.2}),
+            ("per_customer", "b1", {"customer": "B"}),
+        ],
+    )
+    workers = [d.popen("worker", "--mode", "db", "--concurrency", "2") for _ in range(2)]
+    wait_until(
+        lambda: _runs(d, [b1])[b1][0] == "SUCCEEDED" and _runs(d, [a1])[a1][0] == "RUNNING",
+        what="customer B's run done while A's first runs",
+    )
+    # Both workers have free slots and poll: A's other runs still wait for the place.
+    assert {_runs(d, [a2, a3])[r][0] for r in (a2, a3)} == {"PENDING"}
+    waiting = shell_json(
+        d,
+        "from runs.stats import overview_stats\n"
+        "print(json.dumps(overview_stats(storage=False)['limit_waits']))",
+    )
+    assert waiting == {"concurrency": {"per_customer": 2}, "rate": {}}
+    gate.touch()
+    wait_until(
+        lambda: {s for s, _, _ in _runs(d, [a1, a2, a3]).values()} == {"SUCCEEDED"},
+        what="customer A's runs done",
+    )
+    for w in workers:
+        w.terminate()
+    runs = _runs(d, [a1, a2, a3, b1])
+    # In order of creation, one at a time: each starts after the one before ended.
+    assert runs[a1][2] <= runs[a2][1] and runs[a2][2] <= runs[a3][1]
+    assert runs[b1][2] < runs[a1][2]
+    assert _attempts(d, [a1, a2, a3, b1]) == {1}
+
+
+def test_a_rate_limit_holds_four_workers_to_its_calls_per_window(deployment_factory):
+    limits = {
+        "openai": {"requests": 10, "window_seconds": 2},
+        "steps": {"requests": 2, "window_seconds": 2},
+    }
+    with ModelServer(lambda body: {"content": "hello"}, keep_alive=True) as server:
+        d = deployment_factory(
+            "postgres",
+            {
+                "AGENTOPS_EXTRA_WORKFLOW_MODULES": MODULE,
+                "AGENTOPS_POLL_SECONDS": "0.1",
+                "AGENTOPS_RATE_LIMITS": json.dumps(limits),
+                "OPENAI_BASE_URL": server.base_url,
+                "OPENAI_API_KEY": "unused",
+            },
+        )
+        model = {"model": "openai:test-model"}
+        ids = _start(
+            d,
+            [("asks_model", f"m{i}", model) for i in range(24)]
+            + [("limited_step", f"s{i}", {}) for i in range(4)],
+        )
+        workers = [d.popen("worker", "--mode", "db", "--concurrency", "3") for _ in range(4)]
+        waiting = wait_until(
+            lambda: shell_json(
+                d,
+                "from runs.stats import overview_stats\n"
+                "print(json.dumps(overview_stats(storage=False)['limit_waits']['rate']))",
+            ).get("openai"),
+            what="calls waiting for the openai limit",
+        )
+        wait_until(
+            lambda: {s for s, _, _ in _runs(d, ids).values()} == {"SUCCEEDED"},
+            what="every run done",
+        )
+        for w in workers:
+            w.terminate()
+        arrivals = list(server.times)
+    assert len(arrivals) == 24
+    assert _max_in_window(arrivals, 2.0) <= 10
+    assert waiting >= 1
+    # Waiting is neither a failure nor a retry.
+    assert _attempts(d, ids) == {1}
+    assert db_rows(d, "SELECT count(*) FROM runs_event WHERE type LIKE 'step.retry%%'") == [(0,)]
+    step_times = [
+        json.loads(row[0])["at"]
+        for row in db_rows(
+            d, "SELECT output::text FROM runs_step WHERE name = 'limited' AND status = 'SUCCEEDED'"
+        )
+    ]
+    assert len(step_times) == 4 and _max_in_window(step_times, 2.0) <= 2
+
+
+def test_a_429_with_retry_after_holds_back_the_other_calls_to_the_provider(
+    deployment_factory,
+):
+    answers = iter([{"status": 429, "headers": {"Retry-After": "2"}, "error": "slow down"}])
+    with ModelServer(lambda body: next(answers, None) or {"content": "hello"}) as server:
+        d = deployment_factory(
+            "postgres",
+            {
+                "AGENTOPS_EXTRA_WORKFLOW_MODULES": MODULE,
+                "AGENTOPS_POLL_SECONDS": "0.1",
+                "OPENAI_BASE_URL": server.base_url,
+                "OPENAI_API_KEY": "unused",
+            },
+        )
+        model = {"model": "openai:test-model"}
+        (first,) = _start(d, [("asks_model", "first", model)])
+        worker = d.popen("worker", "--mode", "db", "--concurrency", "3")
+        wait_until(
+            lambda: db_rows(d, "SELECT name FROM runs_ratelimithold") == [("openai",)],
+            what="the provider's hold",
+        )
+        others = _start(d, [("asks_model", f"o{i}", model) for i in range(2)])
+        wait_until(
+            lambda: {s for s, _, _ in _runs(d, others).values()} == {"SUCCEEDED"},
+            what="the other runs done",
+        )
+        worker.terminate()
+        arrivals = list(server.times)
+    assert len(arrivals) >= 3
+    # The hold began when the 429 was recorded, after it arrived: no other call went
+    # out within the 2 s it asked for.
+    assert min(arrivals[1:]) - arrivals[0] >= 2.0
+
+
+@pytest.mark.django_db
+def test_a_concurrency_declaration_and_a_run_without_its_key_are_refused():
+    for kwargs in ({"concurrency_limit": 0, "concurrency_key": "c"}, {"concurrency_limit": 2}):
+        with pytest.raises(WorkflowDefinitionError, match="concurrency"):
+            Workflow("bad", version=1, **kwargs)
+    wf = Workflow("ok", version=1, concurrency_key="customer.id")
+    assert wf.concurrency_of({"customer": {"id": 7}}) == ("ok:7", 1)
+    assert wf.concurrency_of({"customer": {}}) is None
+    assert wf.concurrency_of({"customer": {"id": True}}) is None
+    with pytest.raises(ControlError) as refused:
+        start_run("per_customer", thread_id="T", input={"customer": "x" * 201})
+    assert refused.value.code == "invalid_input"
+    assert "input.customer" in refused.value.errors
+    assert not Run.objects.exists()
+    # A message posted to a thread starts a run from the message alone: refused too.
+    with pytest.raises(ControlError) as refused:
+        post_message("T", "Hello", workflow="keyed_chat")
+    assert refused.value.code == "invalid_input"
+    assert not Run.objects.exists()
+    # A replay keeps its original's key and limit.
+    original = start_run("per_customer", thread_id="T", input={"customer": "A"})
+    arrange(Run.objects.filter(pk=original.pk), status=RunStatus.SUCCEEDED)
+    again = replay_run(original, actor="test", reason="check", checkpoint="start")
+    assert (again.concurrency_key, again.concurrency_limit) == ("per_customer:A", 1)
+
+
+@pytest.mark.django_db
+def test_the_overview_and_metrics_show_what_waits_on_each_limit(settings, clients):
+    settings.AGENTOPS_METRICS_TOKEN = TOKEN
+    settings.AGENTOPS_RATE_LIMITS = {"crm": {"requests": 1, "tokens": None, "window_seconds": 60.0}}
+    a1, a2, a3 = (
+        start_run("per_customer", thread_id=t, input={"customer": c})
+        for t, c in (("a1", "A"), ("a2", "A"), ("b1", "B"))
+    )
+    arrange(Run.objects.filter(pk=a1.pk), status=RunStatus.RUNNING)
+    samples = scrape()
+    waiting = "agentops_limit_waiting"
+    assert samples[(waiting, (("kind", "concurrency"), ("limit", "per_customer")))] == 1
+    assert samples[(waiting, (("kind", "rate"), ("limit", "crm")))] == 0
+    page = clients["alice"].get("/", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="stat-limit-waits"><div class="n">1 / 0<' in page
+    assert "per_customer: 1 runs" in page
+
+    # The admin sets limits too: a row overrides the setting of its name; a limit
+    # without a bound is refused and nothing is written.
+    admin = Client()
+    admin.force_login(get_user_model().objects.create_superuser("root", password="pw"))
+    add = "/admin/runs/ratelimit/add/"
+    empty = admin.post(
+        add, {"name": "search", "requests": "", "tokens": "", "window_seconds": "60"}
+    )
+    assert empty.status_code == 200 and "Set requests, tokens or both." in empty.content.decode()
+    assert not RateLimit.objects.exists()
+    for name, requests in (("search", "30"), ("crm", "5")):
+        form = {"name": name, "requests": requests, "tokens": "", "window_seconds": "60"}
+        assert admin.post(add, form).status_code == 302
+    assert rate_limits.configured()["crm"].requests == 5
+    samples = scrape()
+    assert samples[(waiting, (("kind", "rate"), ("limit", "search")))] == 0

@@ -1,0 +1,75 @@
+"""Workflows under limits, for ``tests/test_limits.py``. Registered by tests through
+``AGENTOPS_EXTRA_WORKFLOW_MODULES``.
+
+- ``per_customer``: at most one run per ``input["customer"]`` in flight; its one step
+  waits until the file ``input["gate"]`` exists (when given; the simulated outside
+  work), then takes ``input["seconds"]`` (default 0).
+- ``asks_model``: one step that asks the model ``input["model"]`` once.
+- ``keyed_chat``: a message workflow keyed by ``input["customer"]``, which a message
+  posted to a thread does not give.
+- ``limited_step``: one step declared ``rate_limit="steps"``; its output is the
+  ``time.monotonic()`` at which its code ran.
+"""
+
+import os
+import time
+
+from agentops.authoring import Workflow, register
+
+per_customer = Workflow(
+    "per_customer",
+    version=1,
+    input_fields={"customer": str},
+    concurrency_key="customer",
+    concurrency_limit=1,
+    internal=True,
+)
+
+
+@per_customer.step()
+def work(ctx):
+    gate = ctx.input.get("gate")
+    deadline = time.monotonic() + 120
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+        ctx.safe_point()
+        time.sleep(0.05)
+    time.sleep(float(ctx.input.get("seconds", 0)))
+    return {"customer": ctx.input["customer"]}
+
+
+asks_model = Workflow("asks_model", version=1, input_fields={"model": str}, internal=True)
+
+
+@asks_model.step()
+def ask(ctx):
+    reply = ctx.call_model([{"role": "user", "content": "Hi"}], model=ctx.input["model"])
+    return {"answer": reply.content}
+
+
+limited_step = Workflow("limited_step", version=1, internal=True)
+
+
+@limited_step.step(rate_limit="steps")
+def limited(ctx):
+    return {"at": time.monotonic()}
+
+
+keyed_chat = Workflow(
+    "keyed_chat",
+    version=1,
+    input_fields={"text": str},
+    message_field="text",
+    concurrency_key="customer",
+    internal=True,
+)
+
+
+@keyed_chat.step()
+def answer(ctx):
+    return {"text": ctx.input["text"]}
+
+
+register(per_customer)
+register(keyed_chat)
+register(asks_model)
+register(limited_step)
