@@ -31,6 +31,7 @@ from agentops_client.models import (
     TERMINAL_STATUSES,
     Approval,
     AttemptLog,
+    BulkReplay,
     Checkpoint,
     Delivery,
     Event,
@@ -256,6 +257,7 @@ class Client:
         has_unknown: bool | None = None,
         is_replay: bool | None = None,
         was_replayed: bool | None = None,
+        parent: str | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         updated_after: datetime | None = None,
@@ -264,7 +266,9 @@ class Client:
         offset: int = 0,
     ) -> RunPage:
         """The runs the token sees that match every filter given, newest first, ``limit``
-        (1..200) from ``offset``; ``q`` is a run id prefix, thread id or goal text."""
+        (1..200) from ``offset``; ``q`` is a run id prefix, thread id or goal text,
+        ``parent`` a run's id or a prefix of it (up to 36 characters): its child runs.
+        Raises ``ApiError`` 422 ``invalid_request`` for a filter out of range."""
         return self._get(
             RunPage,
             "/runs",
@@ -277,6 +281,7 @@ class Client:
             has_unknown=has_unknown,
             is_replay=is_replay,
             was_replayed=was_replayed,
+            parent=parent,
             created_after=created_after,
             created_before=created_before,
             updated_after=updated_after,
@@ -531,6 +536,43 @@ class Client:
             headers=_action_headers(self._etag(run, if_match), idempotency_key),
         )
         return build(Replay, {**response.json(), "replayed": _replayed(response)})
+
+    def replay_runs(
+        self,
+        *,
+        reason: str,
+        status: str = "FAILED",
+        workflow: str | None = None,
+        error_code: str | None = None,
+        since: datetime | None = None,
+        rate: float = 5.0,
+        again: bool = False,
+        reexecute: bool = False,
+        dry_run: bool = False,
+        limit: int = 500,
+        idempotency_key: str | None = None,
+    ) -> BulkReplay:
+        """Replay every finished run the token sees in ``status`` (``FAILED``,
+        ``CANCELLED`` or ``SUCCEEDED``), of ``workflow``, failed with ``error_code``,
+        created at or after ``since``, and not replayed before unless ``again``: at most
+        ``limit`` (1..1000), each from the last checkpoint before its failed step, the
+        k-th starting ``k / rate`` seconds after the request (``rate`` per second,
+        0 < rate <= 1000). ``dry_run`` previews only. With an ``idempotency_key`` the
+        same call again answers the first answer and creates nothing. Needs the
+        operator role (403 ``permission_denied``); 422 ``invalid_input`` naming the
+        field."""
+        body: dict[str, Any] = {"reason": reason, "status": status, "rate": rate, "limit": limit}
+        for name, value in (("workflow", workflow), ("error_code", error_code)):
+            if value is not None:
+                body[name] = value
+        if since is not None:
+            body["since"] = since.isoformat()
+        for name, flag in (("again", again), ("reexecute", reexecute), ("dry_run", dry_run)):
+            if flag:
+                body[name] = True
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+        response = self._send("POST", "/replays", body=body, has_body=True, headers=headers)
+        return build(BulkReplay, {**response.json(), "replayed": _replayed(response)})
 
     # -- approvals ------------------------------------------------------------------
 

@@ -91,7 +91,9 @@ class Attempt:
 
 @dataclass(frozen=True)
 class Step:
-    """A step of a run; ``attempt`` is the number of attempts claimed so far."""
+    """A step of a run; ``attempt`` is the number of attempts claimed so far. A branch
+    of a map step has ``branch_of`` (the map step's ``id``) and ``position`` (0-based,
+    the index of its item); both are ``None`` for every other step."""
 
     id: int
     name: str
@@ -104,6 +106,8 @@ class Step:
     started_at: datetime | None
     finished_at: datetime | None
     attempts: list[Attempt]
+    branch_of: int | None = None
+    position: int | None = None
 
 
 @dataclass(frozen=True)
@@ -142,9 +146,38 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class Parent:
+    """Where a child run comes from: the parent ``run`` (id), its ``step`` that started
+    this run, this run's ``position`` among that step's children (0-based), and
+    ``detached`` when it may outlive its parent."""
+
+    run: str
+    step: str | None
+    position: int | None
+    detached: bool
+
+
+@dataclass(frozen=True)
+class Child:
+    """A child run as its parent's document lists it: id, workflow, status, the
+    parent's ``step`` that started it, its ``position`` there, ``detached``, and its
+    ``error_code`` once it failed."""
+
+    id: str
+    workflow: str
+    status: str
+    step: str | None
+    position: int | None
+    detached: bool
+    error_code: str | None
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """A run as ``GET /runs`` lists it. ``etag`` is the run's entity tag: the client
-    sends it as ``If-Match`` when it acts on a run it was given as this object."""
+    sends it as ``If-Match`` when it acts on a run it was given as this object.
+    ``parent_run`` is the id of the run whose step started this one (``None`` for a
+    run started otherwise)."""
 
     id: str
     etag: str
@@ -163,6 +196,7 @@ class RunSummary:
     last_event_seq: int
     replay_of: str | None
     replay_checkpoint: str | None
+    parent_run: str | None
 
     @property
     def terminal(self) -> bool:
@@ -174,7 +208,10 @@ class RunSummary:
 class Run(RunSummary):
     """A run as ``GET /runs/{id}`` answers it: the summary plus its input as started,
     the input it works with now (``effective_input``), next and current step, budget,
-    the newest 100 steps (``steps_total`` counts all) and the runs replaying it.
+    the newest 100 steps (``steps_total`` counts all), the runs replaying it, where it
+    comes from (``parent``, ``None`` unless it is a child run) and the first 100 child
+    runs it started, by step and position (``children_total`` counts all;
+    ``Client.list_runs(parent=...)`` pages through them).
 
     ``replayed`` is true when the answer was a replay of an earlier response to the
     same idempotency key (the header ``Idempotent-Replayed``); it is not part of the
@@ -188,6 +225,9 @@ class Run(RunSummary):
     steps: list[Step]
     steps_total: int
     replays: list[str]
+    parent: Parent | None
+    children: list[Child]
+    children_total: int
     replayed: bool = field(default=False, compare=False)
 
 
@@ -308,6 +348,40 @@ class Replay:
     dry_run: bool
     preview: dict[str, Any]
     replay: Run | None
+    replayed: bool = field(default=False, compare=False)
+
+
+@dataclass(frozen=True)
+class BulkReplayed:
+    """A run a bulk replay replayed: the original ``run``, its ``replay`` (the new
+    run's id) and ``start_after_s``, the seconds after the request the replay starts."""
+
+    run: str
+    replay: str
+    start_after_s: float
+
+
+@dataclass(frozen=True)
+class BulkSkipped:
+    """A matching run a bulk replay left alone, with the ``code`` and ``message`` of
+    why (``already_replayed``, ``unknown_checkpoint``, ...)."""
+
+    run: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class BulkReplay:
+    """The answer to a bulk replay: the replays ``created`` (none for a dry run), the
+    runs ``skipped``, the ``previews`` of the runs it replays (or would), and the
+    ``rate`` (replays started per second). ``replayed`` as for ``Run``."""
+
+    dry_run: bool
+    rate: float
+    created: list[BulkReplayed]
+    skipped: list[BulkSkipped]
+    previews: list[dict[str, Any]]
     replayed: bool = field(default=False, compare=False)
 
 

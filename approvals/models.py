@@ -1,4 +1,4 @@
-"""Human interventions: approval requests and takeovers (DESIGN section 7)."""
+"""Human interventions: approval requests and takeovers."""
 
 from django.conf import settings
 from django.db import models

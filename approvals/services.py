@@ -1,4 +1,4 @@
-"""People in the loop (DESIGN section 7), on top of the engine: who may decide an
+"""People in the loop, on top of the engine: who may decide an
 approval and with which words, who works on a takeover, and how it is resolved.
 
 The moves themselves (continue the run after a decision, resolve a takeover) are the

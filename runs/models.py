@@ -1,5 +1,5 @@
 """Durable state of agent work: threads, runs, steps, messages, artifacts, events,
-checkpoints and the side-effect ledger (DESIGN section 3).
+checkpoints and the side-effect ledger.
 
 Status columns are written only through ``runs.engine.state.gateway`` and
 ``runs.engine.state.leases`` (conditional UPDATEs); the state-guarded querysets
@@ -466,7 +466,7 @@ class Event(models.Model):
 
 
 class Checkpoint(models.Model):
-    """The minimum state to resume a run from (DESIGN section 3).
+    """The minimum state to resume a run from.
 
     ``state`` is ``{"phase": next step name or None, "input", "completed": [names],
     "outputs": {step: output}, "message_seq": int, "artifacts": [ids], "budget_used",

@@ -17,7 +17,8 @@ from agentops.authoring import Workflow, register
 from approvals.models import Takeover
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import executor
-from runs.engine.state import checkpoints, one_claim
+from runs.engine.state import checkpoints
+from runs.engine.state.store import store
 from runs.models import Event, Message, Run, Step, Summary
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
@@ -148,7 +149,7 @@ def test_a_checkpoint_read_that_loses_the_database_after_a_batch_claim_gives_the
     worker, monkeypatch
 ):
     run = start_run("faulty", thread_id="t-batch-fault", input={"case": "ok"})
-    [claimed] = one_claim.claim_due(worker.worker_id, 30, 5, known=registry.loaded_keys())
+    [claimed] = store().claim_due(worker.worker_id, 30, 5, known=registry.loaded_keys())
     assert claimed.pk == _produce(run).pk
 
     def lost(run):

@@ -1,17 +1,23 @@
 """``agentops_client.Client`` against a real ``serve`` process: an idempotent start
 answers the same run, refusals are ``ApiError`` with the API's code, a wait past its
 deadline is ``WaitTimeout``, and a response lost on the way back is asked for again
-only when the request is safe to repeat. (Following a stream across a server crash:
+only when the request is safe to repeat; a family of runs, a map step's branches and a
+bulk replay come back typed; every field an endpoint answers has a place in the
+client's documents. (Following a stream across a server crash:
 tests/test_api_stream.py.)"""
 
+import dataclasses
 import subprocess
 import sys
+import typing
 import uuid
+from typing import Any
 
 import httpx
 import pytest
 
-from agentops_client import ApiError, Client, WaitTimeout
+import agentops_client
+from agentops_client import ApiError, Child, Client, Parent, WaitTimeout
 from tests.apiserver import Server, make_user
 
 QUESTION = {"question": "How warm is the living room?"}
@@ -32,6 +38,68 @@ def test_the_client_imports_nothing_of_the_server():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+#: The client's document of each response schema an endpoint answers; ``dict``: the
+#: client hands the JSON object on as it is.
+CLIENT_DOCUMENTS: dict[str, type] = {
+    "ApprovalOut": agentops_client.Approval,
+    "AttemptLogOut": agentops_client.AttemptLog,
+    "BulkReplayOut": agentops_client.BulkReplay,
+    "CheckpointOut": agentops_client.Checkpoint,
+    "EventPage": agentops_client.EventPage,
+    "MessageOut": agentops_client.Message,
+    "ReplayOut": agentops_client.Replay,
+    "ResumePreview": dict,
+    "RunOut": agentops_client.Run,
+    "RunPage": agentops_client.RunPage,
+    "ScheduleOut": agentops_client.Schedule,
+    "SignalOut": agentops_client.Delivery,
+    "StepPage": agentops_client.StepPage,
+    "TickResult": agentops_client.TickResult,
+}
+
+
+def test_every_field_the_api_answers_has_a_place_in_the_clients_documents():
+    from runs.api.app import api
+
+    schemas = api.get_openapi_schema()["components"]["schemas"]
+    answered = set()
+    for operations in api.get_openapi_schema()["paths"].values():
+        for operation in operations.values():
+            for status, response in operation["responses"].items():
+                body = response.get("content", {}).get("application/json", {}).get("schema", {})
+                if str(status).startswith("2") and _ref(body):
+                    answered.add(_ref(body))
+    assert answered == set(CLIENT_DOCUMENTS), "a response the client has no document for"
+    missing = []
+    for name in sorted(answered):
+        missing += _missing_fields(schemas, name, CLIENT_DOCUMENTS[name])
+    assert missing == []
+
+
+def _ref(schema: dict[str, Any]) -> str | None:
+    """The component a property's schema names, also as a list's items or an option."""
+    for part in (schema, schema.get("items", {}), *schema.get("anyOf", ())):
+        if "$ref" in part:
+            return str(part["$ref"]).rsplit("/", 1)[1]
+    return None
+
+
+def _missing_fields(schemas: dict[str, Any], name: str, cls: type) -> list[str]:
+    """``Schema.field`` of every property of the component ``name`` (and the documents
+    nested in it) that the dataclass ``cls`` has no field for."""
+    if not dataclasses.is_dataclass(cls):
+        return []
+    hints = typing.get_type_hints(cls)
+    missing = []
+    for field, schema in schemas[name]["properties"].items():
+        if field not in hints:
+            missing.append(f"{name}.{field}")
+        elif (nested := _ref(schema)) is not None:
+            inner = [a for a in typing.get_args(hints[field]) if a is not type(None)]
+            missing += _missing_fields(schemas, nested, inner[0] if inner else hints[field])
+    return missing
 
 
 class Refuses(httpx.BaseTransport):
@@ -161,5 +229,63 @@ def test_the_client_starts_once_raises_typed_errors_waits_and_retries_what_is_sa
     done = api.wait(first, timeout=60)
     assert done.status == "SUCCEEDED" and done.terminal
     assert [m.role for m in api.messages("t1")][-1] == "assistant"
+    api.close()
+    server.kill()
+
+
+def test_the_client_reads_children_branches_and_replays_in_bulk(deployment_factory):
+    deployment = deployment_factory("sqlite")
+    token = make_user(deployment, "olga", staff=True, perms=("runs.operate_run",))
+    server = Server(deployment)
+    api = Client(server.url, token)
+    parent = api.start_run("triage_demo", thread_id="f1", input={"tickets": 2, "hold_s": 0})
+    fan = api.start_run("fanout_demo", thread_id="f2", input={"items": 2, "delay_s": 0})
+    for thread in ("c1", "c2"):
+        api.cancel(api.start_run("room_temperature", thread_id=thread, input=QUESTION),
+                   reason="closed the tab")  # fmt: skip
+    deployment.manage("worker", "--burst", timeout=180, check=True)
+
+    done = api.wait(parent, timeout=60)
+    assert (done.status, done.parent, done.parent_run, done.children_total) == (
+        "SUCCEEDED", None, None, 2
+    )  # fmt: skip
+    assert [(type(c), c.workflow, c.step, c.position, c.status) for c in done.children] == [
+        (Child, "triage_ticket", "triage", n, "SUCCEEDED") for n in range(2)
+    ]
+    kid = api.get_run(done.children[1].id)
+    assert kid.parent_run == parent.id
+    assert kid.parent == Parent(run=parent.id, step="triage", position=1, detached=False)
+    listed = api.list_runs(parent=parent.id[:8])
+    assert listed.count == 2
+    assert {r.id for r in listed.items} == {c.id for c in done.children}
+    assert {r.parent_run for r in listed.items} == {parent.id}
+    with pytest.raises(ApiError) as too_long:
+        api.list_runs(parent="f" * 37)
+    assert too_long.value.status == 422 and "parent" in too_long.value.errors
+
+    # The map step's branches name it and their place in its items, on both faces.
+    fanned = api.wait(fan, timeout=60)
+    [fetch] = [s for s in fanned.steps if s.name == "fetch" and s.branch_of is None]
+    for steps in (fanned.steps, api.steps(fan).items):
+        branches = [s for s in steps if s.branch_of is not None]
+        assert [(s.branch_of, s.position) for s in branches] == [(fetch.id, 0), (fetch.id, 1)]
+        assert all(s.position is None for s in steps if s.branch_of is None)
+
+    # A dry run previews and creates nothing; the same key again answers the first answer.
+    dry = api.replay_runs(reason="preview", status="CANCELLED", dry_run=True)
+    assert dry.dry_run and dry.created == [] and len(dry.previews) == 2
+    first = api.replay_runs(reason="tab reopened", status="CANCELLED", rate=100,
+                            idempotency_key="bulk-1")  # fmt: skip
+    again = api.replay_runs(reason="tab reopened", status="CANCELLED", rate=100,
+                            idempotency_key="bulk-1")  # fmt: skip
+    assert (first.replayed, again.replayed, again == first) == (False, True, True)
+    assert len(first.created) == 2 and first.skipped == []
+    replays = api.list_runs(is_replay=True)
+    assert replays.count == 2
+    assert {r.id for r in replays.items} == {c.replay for c in first.created}
+    assert {r.replay_of for r in replays.items} == {c.run for c in first.created}
+    with pytest.raises(ApiError) as refused:
+        api.replay_runs(reason="x", rate=0)
+    assert (refused.value.status, refused.value.code) == (422, "invalid_request")
     api.close()
     server.kill()

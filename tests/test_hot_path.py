@@ -139,7 +139,7 @@ def test_it_runs_a_chained_step_in_one_database_round_trip_on_postgresql(loop_wo
     from django.test.utils import CaptureQueriesContext
 
     if connection.vendor != "postgresql":
-        pytest.skip("the one-statement commit is PostgreSQL's; SQLite takes the general path")
+        pytest.skip("the one-statement commit is PostgreSQL's; SQLite commits a transaction")
     run = start_run("checkpoint_loop_test", thread_id="loop-trips", input={"n": 4})
     first = Step.objects.get(run=run)
     outcome = executor.execute_step(first.pk, worker, chain=True)
@@ -228,9 +228,11 @@ def test_it_claims_the_first_step_of_a_chain_in_one_round_trip_on_postgresql(loo
 def test_it_reclaims_an_expired_lease_in_the_one_statement_claim(
     loop_workflow, worker, other_worker
 ):
+    from django.db import connection
     from django.db.models.functions import Now
+    from django.test.utils import CaptureQueriesContext
 
-    from runs.engine.state import one_claim
+    from runs.engine.state.store import CLAIMED, NOT_CLAIMABLE, store
     from tests.support.states import arrange
 
     _postgresql_only()
@@ -244,8 +246,10 @@ def test_it_reclaims_an_expired_lease_in_the_one_statement_claim(
         owner=other_worker.worker_id,
         lease_until=Now(),
     )
-    claim = one_claim.claim_step(first.pk, worker.worker_id, 30, known=["checkpoint_loop_test@1"])
-    assert claim.outcome == one_claim.CLAIMED
+    with CaptureQueriesContext(connection) as queries:
+        claim = store().claim(first.pk, worker.worker_id, 30, known=["checkpoint_loop_test@1"])
+    assert len(queries) == 1
+    assert claim.outcome == CLAIMED
     assert (claim.step.attempt, claim.step.owner) == (2, worker.worker_id)
     assert claim.run.current_step_id == first.pk and claim.run.status == RunStatus.RUNNING
     assert claim.state["phase"] == "count" and claim.state["input"] == {"n": 2}
@@ -256,22 +260,20 @@ def test_it_reclaims_an_expired_lease_in_the_one_statement_claim(
     )
     # Held now by a live lease: not claimable, nothing written.
     seq = Run.objects.get(pk=run.pk).event_seq
-    again = one_claim.claim_step(
-        first.pk, other_worker.worker_id, 30, known=["checkpoint_loop_test@1"]
-    )
-    assert again.outcome == one_claim.NOT_CLAIMABLE
+    again = store().claim(first.pk, other_worker.worker_id, 30, known=["checkpoint_loop_test@1"])
+    assert again.outcome == NOT_CLAIMABLE
     assert Run.objects.get(pk=run.pk).event_seq == seq
     assert Step.objects.get(pk=first.pk).attempt == 2
 
 
-def test_it_leaves_an_unknown_workflow_version_to_the_general_path(loop_workflow, worker):
-    from runs.engine.state import one_claim
+def test_it_leaves_an_unknown_workflow_version_to_the_process_to_prepare(loop_workflow, worker):
+    from runs.engine.state.store import PREPARE, store
 
     _postgresql_only()
     run = start_run("checkpoint_loop_test", thread_id="claim-unknown", input={"n": 1})
     first = Step.objects.get(run=run)
-    claim = one_claim.claim_step(first.pk, worker.worker_id, 30, known=["other@1"])
-    assert claim.outcome == one_claim.GENERAL
+    claim = store().claim(first.pk, worker.worker_id, 30, known=["other@1"])
+    assert claim.outcome == PREPARE and claim.step.pk == first.pk
     assert Step.objects.get(pk=first.pk).attempt == 0
     assert Run.objects.get(pk=run.pk).event_seq == 2
 

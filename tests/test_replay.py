@@ -1,4 +1,4 @@
-"""Replaying finished runs (DESIGN section 13) with real in-process workers and the
+"""Replaying finished runs with real in-process workers and the
 simulated outside world: the replay is a new run linked both ways, the original stays
 as it was, recorded side effects are reused unless re-executed with a reason."""
 

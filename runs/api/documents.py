@@ -84,6 +84,8 @@ def step_documents(run: Run, steps: list[Step]) -> list[dict[str, Any]]:
             "started_at": s.started_at,
             "finished_at": s.finished_at,
             "attempts": attempts.get(s.pk, []),
+            "branch_of": s.branch_of_id,
+            "position": s.position,
         }
         for s in steps
     ]

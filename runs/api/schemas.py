@@ -84,6 +84,14 @@ class StepOut(Schema):
     started_at: datetime | None
     finished_at: datetime | None
     attempts: list[Attempt]
+    # Defaults: a response stored for an idempotency key before these fields existed
+    # is answered again as it was.
+    branch_of: int | None = Field(
+        None, description="a branch of a map step: the id of the map step that fanned out"
+    )
+    position: int | None = Field(
+        None, description="a branch's position in the map step's items (0-based); null otherwise"
+    )
 
 
 class AttemptLogOut(Schema):

@@ -1,4 +1,4 @@
-"""Approval steps (DESIGN section 7): asking, deciding, expiring, and continuing the run
+"""Approval steps: asking, deciding, expiring, and continuing the run
 on the route the decision picks.
 
 The engine writes the Approval rows (data of the approvals app) through the gateway's

@@ -1,4 +1,4 @@
-"""Cancellation as a flow (DESIGN section 7):
+"""Cancellation as a flow:
 
 CANCEL_REQUESTED -> no new step is dispatched (open PENDING/WAITING/UNKNOWN steps are
 cancelled at once, pending approvals too) -> a RUNNING step sees the request at its

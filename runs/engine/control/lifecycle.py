@@ -365,7 +365,7 @@ def _open_takeover(run: Run) -> dict[str, Any] | None:
 
 
 def redispatch(run: Run, *, actor: str, wait_seconds: float | None = None, on_wait=None) -> Step:
-    """Re-dispatch the run's next step (DESIGN section 6).
+    """Re-dispatch the run's next step.
 
     A step whose owner liveness knows to be dead (``runs.engine.execution.liveness``) is
     handed back at once with the same fenced move (``lease.owner_dead``). A step whose

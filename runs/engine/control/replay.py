@@ -1,4 +1,4 @@
-"""Replay a finished run from one of its checkpoints (DESIGN section 13).
+"""Replay a finished run from one of its checkpoints.
 
 A replay never reopens the terminal original: it creates a NEW run in the same thread
 that starts from a checkpoint of the original (``Run.replay_of`` and

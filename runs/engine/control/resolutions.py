@@ -1,4 +1,4 @@
-"""The ways out of a takeover (DESIGN section 7): an operator resolves the run's OPEN
+"""The ways out of a takeover: an operator resolves the run's OPEN
 takeover by resuming it, retrying the failed step, marking the step done, or cancelling.
 
 Each resolution goes through the gateway (run row locked first) and records who, why

@@ -1,4 +1,4 @@
-"""Which recorded side effects a resume or a replay reuses (DESIGN sections 7 and 13).
+"""Which recorded side effects a resume or a replay reuses.
 
 Doing work again from a checkpoint (a resume in a new generation, or a replay as a new
 run) must not repeat an outside effect that already happened: by default every

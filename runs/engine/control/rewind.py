@@ -1,4 +1,4 @@
-"""Resume from a named checkpoint (DESIGN section 7).
+"""Resume from a named checkpoint.
 
 A resume picks a checkpoint (``start`` or ``after:<step>``), optionally patches its
 input, and continues from it in a NEW GENERATION of the run:

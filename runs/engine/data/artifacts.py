@@ -1,6 +1,6 @@
 """Artifacts: durable step outputs in Django storage, each with a sha256 checksum.
 
-Writing: the file goes to storage first, then the row (DESIGN section 3), so a row never
+Writing: the file goes to storage first, then the row, so a row never
 points at a file that was not written. A crash between the two leaves an orphan file,
 never a dangling row. Reading verifies size and checksum: a missing or changed file
 raises ``ArtifactInvalid``, which the executor turns into a takeover instead of letting

@@ -1,5 +1,5 @@
-"""Calling the outside world with a timeout (DESIGN section 11: the engine enforces
-timeouts itself, RQ's job timeout is not used).
+"""Calling the outside world with a timeout: the engine enforces timeouts itself, RQ's
+job timeout is not used.
 
 A Python thread cannot be killed, so a call that overruns is abandoned, not stopped: it
 runs on in a daemon thread and, if it finishes later, ``on_late(result)`` records what it

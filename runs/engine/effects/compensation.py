@@ -1,4 +1,4 @@
-"""Compensation (DESIGN sections 5.6, 7): undoing the effects of completed steps when a
+"""Compensation: undoing the effects of completed steps when a
 run fails or is cancelled.
 
 ``compensate_run`` walks the run's completed steps in reverse order and calls each

@@ -1,5 +1,5 @@
 """The operation ledger: side effects recorded as intent before the call and result
-after it (DESIGN sections 1.2, 1.5, 5.4).
+after it.
 
 Idempotency keys are ``<run id>:g<generation>:<step>:<action>``, with ``#<n>`` appended
 for the call at position ``n`` (0-based) among the step's calls of that action, so the

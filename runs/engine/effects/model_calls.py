@@ -1,4 +1,4 @@
-"""Model requests through the operation ledger (DESIGN section 12).
+"""Model requests through the operation ledger.
 
 A model request is an operation like a tool call: its idempotency key is made from the
 run, the generation, the step (name and seq) and the request's ordinal within the step,

@@ -1,4 +1,4 @@
-"""The model-provider interface the engine knows (DESIGN section 12).
+"""The model-provider interface the engine knows.
 
 The engine imports no provider SDK and no simulator: providers live in ``runs.agents``
 and register a factory per prefix of a model name (``sim``, ``openai``, ...) when the

@@ -1,4 +1,4 @@
-"""Unknown outcomes (DESIGN sections 1.5, 7): a side effect that may or may not have
+"""Unknown outcomes: a side effect that may or may not have
 happened, which its tool's ``verify`` hook could not decide.
 
 The step becomes UNKNOWN, the run PAUSED, and a Takeover (cause ``unknown_outcome``)

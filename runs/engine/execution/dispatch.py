@@ -1,4 +1,4 @@
-"""Notifications that a step is due (DESIGN section 6).
+"""Notifications that a step is due.
 
 With ``REDIS_URL`` set, a django-rq job carrying only ``(run_id, step_id, attempt)`` is
 enqueued once the transaction that created or released the step has committed. Without

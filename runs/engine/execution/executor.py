@@ -1,4 +1,4 @@
-"""Executing one step (DESIGN section 5): read, claim, run outside any transaction with
+"""Executing one step: read, claim, run outside any transaction with
 a heartbeat, then commit the result, messages, checkpoint, events and the next step in
 one short transaction fenced by the attempt."""
 
@@ -9,14 +9,13 @@ from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
+from django.db import DatabaseError, close_old_connections, connection
 from django.db.models import F
 from django.db.models.functions import Now
 
 from agentops.db_pool import release_connection
 from runs.engine.control import approvals, branches, children, versions, waits
 from runs.engine.control.takeovers import open_takeover
-from runs.engine.data import drafts, payloads
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.effects import budget, compensation, ledger, rate_limits, unknown_outcomes
 from runs.engine.effects.retry import DEFAULT_RETRY
@@ -24,20 +23,13 @@ from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepE
 from runs.engine.execution import attempt_logs, dispatch, heartbeat
 from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.step_context import StepContext
-from runs.engine.state import (
-    checkpoints,
-    concurrency,
-    db_faults,
-    leases,
-    one_claim,
-    one_statement,
-    reconnect,
-    values,
-)
+from runs.engine.state import checkpoints, db_faults, leases, reconnect, values
 from runs.engine.state.clock import db_now
-from runs.engine.state.gateway import RunTx, allocate_message_seqs, run_transaction
-from runs.models import Message, Run, Step, Summary
-from runs.states import RUN_EXECUTABLE, RunStatus, StepStatus
+from runs.engine.state.gateway import run_transaction
+from runs.engine.state.step_writes import insert_messages, write_messages
+from runs.engine.state.store import CLAIMED, PREPARE, Claim, StepCommit, store
+from runs.models import Run, Step
+from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
 from runs.workflows.definition import StepDef, Workflow
 
@@ -65,13 +57,12 @@ def say(line: str) -> None:
 def run_chain(step_id: int | None, worker: WorkerIdentity, claimed: Step | None = None) -> int:
     """Execute ``step_id`` and then each next step this worker committed itself, until
     none is left or the worker is stopping. Returns the number of steps executed.
-    ``claimed``: the step already claimed for this worker (``one_claim.claim_due``), run without
+    ``claimed``: the step already claimed for this worker (``Store.claim_due``), run without
     a claim of its own.
 
-    The commit of step k inserts step k+1 already claimed by this worker (DESIGN
-    section 11), so the chain continues without a claim and without a queue
-    notification; a worker that stops with such a step gives its lease back and
-    notifies (``leases.release_lease``).
+    The commit of step k inserts step k+1 already claimed by this worker, so the chain
+    continues without a claim and without a queue notification; a worker that stops with
+    such a step gives its lease back and notifies (``leases.release_lease``).
     """
     executed = 0
     if claimed is not None:
@@ -145,8 +136,9 @@ NOT_CLAIMED = StepOutcome(False)
 
 
 def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -> StepOutcome:
-    """Claim ``step_id`` if it is claimable and run it. On PostgreSQL the read, the
-    claim and the checkpoint read are one statement (``one_claim``) whenever it applies.
+    """Claim ``step_id`` if it is claimable (``Store.claim``) and run it. A claim that
+    needs this process to prepare first (import or migrate the run's workflow version,
+    or fire the crash injected before the step) is tried once more after that.
 
     With ``chain`` the commit inserts the next step claimed by this worker (the caller
     must run it with ``continue_step`` or give it back); without, the next step is
@@ -154,39 +146,27 @@ def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -
     the attempt through ``end_attempt``. Database errors before the claim propagate.
     """
     close_old_connections()
-    workflow: Workflow | None
-    if one_claim.available():
-        claim = one_claim.claim_step(
-            step_id, worker.worker_id, settings.AGENTOPS_LEASE_SECONDS, known=registry.loaded_keys()
-        )
-        if claim.outcome == one_claim.NOT_CLAIMABLE:
+    claim = _claim(step_id, worker)
+    if claim.outcome == PREPARE and claim.run is not None and claim.step is not None:
+        if versions.workflow_for(claim.run, claim.step, worker.worker_id) is None:
             return NOT_CLAIMED
-        run, step = claim.run, claim.step
-        if claim.outcome == one_claim.CLAIMED and run is not None and step is not None:
-            checkpoint = (claim.checkpoint_id, claim.state or {})
-            return _run_attempt(run, step, step.attempt, None, checkpoint, worker, chain)
-    step = Step.objects.select_related("run").filter(pk=step_id).first()
-    if step is None:
+        _maybe_crash_before(claim.run, claim.step)
+        claim = _claim(step_id, worker)
+    run, step = claim.run, claim.step
+    if claim.outcome != CLAIMED or run is None or step is None:
         return NOT_CLAIMED
-    run = step.run
-    if run.status not in RUN_EXECUTABLE or step.generation != run.generation:
-        return NOT_CLAIMED
-    if step.status not in (StepStatus.PENDING, StepStatus.RUNNING):
-        return NOT_CLAIMED
-    workflow = versions.workflow_for(run, step, worker.worker_id)
-    if workflow is None:
-        return NOT_CLAIMED
-    _maybe_crash_before(run, step)
+    checkpoint = (claim.checkpoint_id, claim.state or {})
+    return _run_attempt(run, step, step.attempt, None, checkpoint, worker, chain)
 
-    claimed = _claim(run, step, worker)
-    if claimed is None:
-        return NOT_CLAIMED
-    attempt, checkpoint_id, state = claimed
-    return _run_attempt(run, step, attempt, workflow, (checkpoint_id, state), worker, chain)
+
+def _claim(step_id: int, worker: WorkerIdentity) -> Claim:
+    return store().claim(
+        step_id, worker.worker_id, settings.AGENTOPS_LEASE_SECONDS, known=registry.loaded_keys()
+    )
 
 
 def execute_claimed(step: Step, worker: WorkerIdentity) -> StepOutcome:
-    """Run ``step``, claimed for this worker by ``one_claim.claim_due`` (``step.run`` as after
+    """Run ``step``, claimed for this worker by ``Store.claim_due`` (``step.run`` as after
     that claim, ``step.attempt`` its fencing token), as the start of a chain. The
     definition and the checkpoint are read inside the attempt: an error reading them
     ends the attempt like any other."""
@@ -470,7 +450,10 @@ def _commit_map(ctx: StepContext, output: Any, worker: WorkerIdentity) -> "StepO
         ctx.attempt,
         worker,
         lambda: branches.commit_branch(
-            ctx, output, worker.worker_id, lambda tx: _write_messages(tx, ctx, worker)
+            ctx,
+            output,
+            worker.worker_id,
+            lambda tx: write_messages(tx, step.pk, ctx.new_messages, worker.worker_id),
         ),
         "commit",
     )
@@ -541,34 +524,6 @@ def _run_step_code(step_def: StepDef, ctx: StepContext) -> Any:
         rate_limits.settle(grants)
 
 
-# -- claim -----------------------------------------------------------------------------
-
-
-def _claim(run: Run, step: Step, worker: WorkerIdentity) -> tuple[int, int | None, dict] | None:
-    """Claim the step and mark the run RUNNING in one transaction; returns the attempt
-    and the id and whole state of the run's latest checkpoint."""
-    with run_transaction(run.pk) as tx:
-        if tx.run.status not in RUN_EXECUTABLE or tx.run.generation != step.generation:
-            return None
-        if not concurrency.may_start(tx.run):
-            # Due for a notification again once a place frees (the sweeper sends it).
-            Step.objects.filter(pk=step.pk).update(notified_at=None)
-            return None
-        attempt = leases.claim_step(step.pk, worker.worker_id, settings.AGENTOPS_LEASE_SECONDS)
-        if attempt is None:
-            return None
-        if tx.run.status == RunStatus.PENDING:
-            tx.transition_run(RunStatus.RUNNING, actor=worker.worker_id, started_at=Now())
-        tx.set_run(current_step_id=step.pk)
-        payload = {"attempt": attempt, "worker": worker.worker_id}
-        if step.status == StepStatus.RUNNING:
-            payload["reclaimed_from"] = step.owner
-        tx.event("step.started", payload, step_id=step.pk, actor=worker.worker_id)
-        checkpoint_id, state = checkpoints.latest(tx.run)
-    run.status = tx.run.status
-    return attempt, checkpoint_id, state
-
-
 # -- commit ----------------------------------------------------------------------------
 
 
@@ -576,225 +531,40 @@ def _commit_success(
     ctx: StepContext, output: Any, worker: WorkerIdentity, claimed_by: str | None
 ) -> StepOutcome:
     """Commit the result, fenced by attempt, with the step's messages, summaries, its
-    checkpoint and the next step (or the run's end) in one transaction. With
-    ``claimed_by`` the next step is born claimed by that worker and returned as the
-    outcome's ``continued``."""
-    run, step, attempt = ctx.run, ctx.step, ctx.attempt
+    checkpoint and the next step (or the run's end) in one transaction
+    (``Store.commit``). With ``claimed_by`` the next step is born claimed by that worker
+    and returned as the outcome's ``continued``."""
+    run, step = ctx.run, ctx.step
     next_name = ctx.next_step if ctx.goto_set else ctx.workflow.next_after(step.name)
     if next_name is not None and run.faults.get("crash_before") == next_name:
         # The injected crash happens before the next step is claimed: schedule it
         # unclaimed so the claim path meets the fault.
         claimed_by = None
-    if (
-        (claimed_by is not None or next_name is None)
-        and not any(m.get("draft") for m in ctx.new_messages)
-        and not ctx.new_summaries
-        and ctx.checkpoint_id is not None
-        and one_statement.available()
-    ):
-        outcome = _commit_in_one_statement(ctx, output, worker, next_name)
-        if outcome is not None:
-            return outcome
-    with run_transaction(run.pk) as tx:
-        if not tx.finish_attempt(
-            step,
-            attempt,
-            StepStatus.SUCCEEDED,
-            actor=worker.worker_id,
-            payload={"attempt": attempt, "worker": worker.worker_id},
-            output=payloads.externalize(run.pk, output),
-            finished_at=Now(),
-            lease_until=None,
-            owner=worker.worker_id,
-            error_code="",
-            error_detail="",
-        ):
-            return StepOutcome(True, step.pk)
-        message_seq = _write_messages(tx, ctx, worker)
-        _write_summaries(tx, ctx, worker)
-        # tx.run is the row locked at the start of this transaction, after all of the
-        # step's budget charges: its usage counters are current without a re-read.
-        advanced = tx.advance(
-            step,
+    done = store().commit(
+        StepCommit(
+            run=run,
+            step=step,
+            attempt=ctx.attempt,
+            worker_id=worker.worker_id,
             output=output,
             next_name=next_name,
-            actor=worker.worker_id,
-            previous=ctx.state,
-            previous_id=ctx.checkpoint_id,
-            base_state=ctx.checkpoint_state,
-            message_seq=message_seq,
-            refresh_usage=False,
-            next_seq=tx.next_step_seq(after=step),
             claimed_by=claimed_by,
+            state=ctx.state,
+            checkpoint_id=ctx.checkpoint_id,
+            checkpoint_state=ctx.checkpoint_state,
+            messages=ctx.new_messages,
+            summaries=ctx.new_summaries,
             delay=ctx.sleep_seconds or 0.0,
             at=ctx.wake_at,
         )
-    if advanced.step_id is None or advanced.seq is None or next_name is None or claimed_by is None:
-        finished = advanced.step_id is None and tx.run.status == RunStatus.SUCCEEDED
-        return StepOutcome(True, step.pk, advanced.step_id, finished=finished)
-    born = _born_step(
-        tx.run, advanced.step_id, next_name, advanced.seq, tx.run.generation, claimed_by
     )
-    return StepOutcome(
-        True,
-        step.pk,
-        advanced.step_id,
-        Continuation(tx.run, born, advanced.checkpoint_id, advanced.state, ctx.workflow),
-    )
-
-
-def _commit_in_one_statement(
-    ctx: StepContext, output: Any, worker: WorkerIdentity, next_name: str | None
-) -> StepOutcome | None:
-    """The same commit as the general path in one statement (PostgreSQL); ``None``
-    when it did not apply and the general path must run."""
-    run, step = ctx.run, ctx.step
-    state = checkpoints.next_state(
-        ctx.state,
-        run=run,
-        step=step,
-        output=output,
-        next_name=next_name,
-        message_seq=ctx.state.get("message_seq", 0),
-        refresh_usage=False,
-    )
-    change = checkpoints.delta(ctx.checkpoint_state, state)
-    if (
-        change is None
-        or ctx.checkpoint_id is None
-        or not one_statement.inline(output)
-        or not one_statement.inline(change)
-    ):
-        return None
-    next_seq = step.seq + 1 if next_name is not None else None
-    done = one_statement.commit_step(
-        run_id=run.pk,
-        thread_id=run.thread_id,
-        step_id=step.pk,
-        step_name=step.name,
-        generation=step.generation,
-        attempt=ctx.attempt,
-        worker_id=worker.worker_id,
-        output=output,
-        base_id=ctx.checkpoint_id,
-        delta=change,
-        next_name=next_name,
-        next_seq=next_seq,
-        lease_seconds=settings.AGENTOPS_LEASE_SECONDS,
-        messages=ctx.new_messages,
-    )
-    if done is None:
-        return None
-    state["message_seq"] = done.message_seq
-    state["budget_used"] = done.usage()
-    run.event_seq, run.version = done.event_seq, done.version
-    run.model_calls, run.tool_calls, run.tokens = done.model_calls, done.tool_calls, done.tokens
-    run.cost_usd, run.unpriced_model_calls = done.cost_usd, done.unpriced_model_calls
-    if next_name is None or next_seq is None:
-        run.status = RunStatus.SUCCEEDED
-        return StepOutcome(True, step.pk, finished=True)
-    born = _born_step(
-        run, done.next_step_id, next_name, next_seq, step.generation, worker.worker_id
-    )
-    return StepOutcome(
-        True,
-        step.pk,
-        done.next_step_id,
-        Continuation(run, born, done.checkpoint_id, state, ctx.workflow),
-    )
-
-
-def _born_step(
-    run: Run, step_id: int | None, name: str, seq: int, generation: int, owner: str
-) -> Step:
-    """The next step as its commit inserted it: RUNNING at attempt 1 under ``owner``'s
-    lease. Built from the field defaults by position, which
-    costs a fraction of the keyword path of ``Model.__init__`` on every chained step."""
-    values = dict(_STEP_DEFAULTS)
-    values.update(
-        id=step_id,
-        run_id=run.pk,
-        name=name,
-        seq=seq,
-        generation=generation,
-        status=StepStatus.RUNNING,
-        attempt=1,
-        owner=owner,
-        input={},
-    )
-    born = Step(*values.values())
-    born.run = run
-    return born
-
-
-#: ``{attname: default}`` of every concrete Step field, in field order.
-_STEP_DEFAULTS = {f.attname: f.get_default() for f in Step._meta.concrete_fields}
-
-
-def _write_messages(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> int:
-    """Insert the step's staged messages with gap-free thread seqs; returns the thread's
-    last message seq after the insert."""
-    # Streamed drafts already hold a seq: they only become final here.
-    for m in ctx.new_messages:
-        if m.get("draft"):
-            drafts.finalize(tx, step_id=ctx.step.pk, message=m, actor=worker.worker_id)
-    staged = [m for m in ctx.new_messages if not m.get("draft")]
-    return _insert_messages(tx, ctx.run, ctx.step.pk, staged, worker)
-
-
-def _insert_messages(
-    tx: RunTx, run: Run, step_id: int, staged: list[dict], worker: WorkerIdentity
-) -> int:
-    """Insert ``staged`` messages of step ``step_id`` with gap-free thread seqs and their
-    ``message.created`` events; returns the thread's last message seq after the insert."""
-    thread_id = run.thread_id
-    first, last = allocate_message_seqs(thread_id, len(staged))
-    rows = [
-        Message(
-            thread_id=thread_id,
-            run_id=run.pk,
-            step_id=step_id,
-            seq=first + i,
-            message_id=m["id"],
-            role=m["role"],
-            content=m["content"],
-            tool_calls=m["tool_calls"],
-            tool_call_id=m["tool_call_id"] or "",
-        )
-        for i, m in enumerate(staged)
-    ]
-    Message.objects.bulk_create(rows)
-    for row in rows:
-        tx.event(
-            "message.created",
-            {"message_id": row.message_id, "role": row.role, "seq": row.seq},
-            step_id=step_id,
-            actor=worker.worker_id,
-        )
-    return last
-
-
-def _write_summaries(tx: RunTx, ctx: StepContext, worker: WorkerIdentity) -> None:
-    """Insert the step's staged summaries (``StepContext.add_summary``). A summary of
-    the same range committed meanwhile by another run of the thread is kept instead."""
-    for s in ctx.new_summaries:
-        try:
-            with transaction.atomic():
-                summary = Summary.objects.create(
-                    thread_id=ctx.run.thread_id, run_id=ctx.run.pk, step_id=ctx.step.pk, **s
-                )
-        except IntegrityError:
-            continue
-        tx.event(
-            "summary.created",
-            {
-                "summary_id": summary.pk,
-                "covers": [s["first_seq"], s["last_seq"]],
-                "tokens": s["tokens"],
-            },
-            step_id=ctx.step.pk,
-            actor=worker.worker_id,
-        )
+    if not done.applied:
+        return StepOutcome(True, step.pk)
+    if done.next_step is None or done.run is None or done.checkpoint_id is None:
+        return StepOutcome(True, step.pk, done.next_step_id, finished=done.finished)
+    state = done.state or {}
+    link = Continuation(done.run, done.next_step, done.checkpoint_id, state, ctx.workflow)
+    return StepOutcome(True, step.pk, done.next_step_id, link)
 
 
 # -- failures --------------------------------------------------------------------------
@@ -924,7 +694,7 @@ def _record_failed_attempt(
                 },
             )
         else:
-            _insert_messages(tx, run, step.pk, _storable_messages(messages), worker)
+            insert_messages(tx, run, step.pk, _storable_messages(messages), worker.worker_id)
             tx.transition_run(
                 RunStatus.FAILED,
                 actor=worker.worker_id,

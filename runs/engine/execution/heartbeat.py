@@ -1,4 +1,4 @@
-"""One heartbeat thread per worker process (DESIGN section 5.3), off the hot path.
+"""One heartbeat thread per worker process, off the hot path.
 
 Every step this process runs is registered with the process's ``LeaseKeeper`` while
 it runs. One daemon thread renews all of their leases every third of the lease length
@@ -22,7 +22,7 @@ from django.db import connection
 
 from agentops.db_pool import release_connection
 from runs.engine.execution.failure_log import RepeatedFailureLog
-from runs.engine.state import leases
+from runs.engine.state.store import store
 from runs.models import Run
 from runs.states import RUN_TERMINAL, RunStatus
 
@@ -78,7 +78,7 @@ class LeaseKeeper:
             held = list(self._held.values())
         if not held:
             return
-        kept = leases.renew_leases([(c.step.pk, c.attempt) for c in held], self.ttl)
+        kept = store().heartbeat([(c.step.pk, c.attempt) for c in held], self.ttl)
         for ctx in held:
             if ctx.step.pk not in kept:
                 ctx.lease_lost.set()

@@ -1,5 +1,5 @@
 """RQ job entry point. The job carries ids only; everything else is read from the
-database (DESIGN section 1.1)."""
+database."""
 
 from runs.engine.execution import executor
 from runs.engine.execution.identity import current_worker

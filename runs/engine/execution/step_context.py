@@ -418,7 +418,7 @@ def perform_call(
     budget: dict,
     timeout: float | None,
 ):
-    """One outside call through the ledger (DESIGN section 5.4), in this order:
+    """One outside call through the ledger, in this order:
 
     0. A row for ``key`` that may have taken effect (any status but FAILED) answers
        only the request it recorded: another tool or other arguments raise

@@ -1,4 +1,4 @@
-"""The sweeper (DESIGN section 6): recovers what notifications and dead workers lost.
+"""The sweeper: recovers what notifications and dead workers lost.
 
 Each task is a bounded batch of conditional UPDATEs, so two sweepers running at once
 (startup recovery while the periodic sweeper runs) do no harm; a maintenance lease keeps

@@ -1,4 +1,4 @@
-"""The watchdog (DESIGN section 6): flags runs that are RUNNING or WAITING_EXTERNAL but
+"""The watchdog: flags runs that are RUNNING or WAITING_EXTERNAL but
 made no progress (no new event) for ``AGENTOPS_STUCK_SECONDS``. The flag is
 ``Run.stuck_since`` plus a ``run.stuck`` event; the next progress event clears it
 (``runs.engine.state.gateway.RunTx.flush``). The console lists flagged runs with ``stuck_runs``.

@@ -1,5 +1,5 @@
 """The worker process: database polling or RQ, the same ``execute_step`` path either
-way (DESIGN section 6), on up to ``concurrency`` execution slots (``slots.Slots``).
+way, on up to ``concurrency`` execution slots (``slots.Slots``).
 
 Shape after healthchecks' ``sendalerts``: a loop around small ``handle_one()`` calls that
 return whether they found work, sleeping only when they did not, with a stop flag set by
@@ -20,7 +20,6 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.db import close_old_connections, connection, connections
-from django.db.models import Q
 from django.db.models.functions import Now
 
 from agentops import db_pool
@@ -29,9 +28,10 @@ from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.execution.identity import WorkerIdentity, new_worker_id, set_current_worker
 from runs.engine.execution.liveness import Liveness
 from runs.engine.execution.slots import Slots
-from runs.engine.state import concurrency, db_faults, one_claim
+from runs.engine.state import db_faults
+from runs.engine.state.leases import due_step_ids
+from runs.engine.state.store import store
 from runs.models import Step, WorkerProcess
-from runs.states import RUN_EXECUTABLE, StepStatus
 from runs.workflows import registry
 
 logger = logging.getLogger("agentops.worker")
@@ -103,23 +103,6 @@ def _handling_failed(outage: RepeatedFailureLog, exc: Exception) -> None:
     connection.close()
 
 
-def due_step_ids(limit: int = 10) -> list[int]:
-    """Ids of steps a worker could claim now: PENDING and due, or RUNNING with an
-    expired lease, in runs that may execute (a run waiting for a place of its
-    concurrency key is left out). Oldest ``not_before`` first."""
-    return list(
-        concurrency.startable(
-            Step.objects.filter(
-                Q(status=StepStatus.PENDING, not_before__lte=Now())
-                | Q(status=StepStatus.RUNNING, lease_until__lt=Now()),
-                run__status__in=RUN_EXECUTABLE,
-            )
-        )
-        .order_by("not_before")
-        .values_list("pk", flat=True)[:limit]
-    )
-
-
 def _notified_step(job) -> int | None:
     """The step id an engine notification names, or ``None`` for any other job (and for
     a notification whose arguments are not the engine's)."""
@@ -152,19 +135,20 @@ def rq_worker_class(
 ):
     """The RQ worker class for this process.
 
-    Default: a non-forking ``SimpleWorker`` (DESIGN section 11: forking per job costs
-    about 15x throughput). ``fork=True``: RQ's forking ``Worker``, where a work horse that
+    Default: a non-forking ``SimpleWorker`` (forking per job costs about 15x
+    throughput, measured). ``fork=True``: RQ's forking ``Worker``, where a work horse that
     exits with the injected-crash code takes the whole worker process down with the same
     code, as a real crash of the worker would. Either way a stop request (SIGTERM) also
     stops the engine's step chaining, and one that came before RQ installed its signal
     handlers stops RQ before its first dequeue.
 
     With threaded ``slots`` RQ stays the notifier: a notification is dequeued only while
-    a slot is free. ``claim_batch(free)`` (claim up to ``free`` due steps in one statement
-    and hand them to slots, returning how many) fills the free slots with the oldest due
-    steps first, the notified one among them or not; the notified step then goes to a
-    slot still free, whose own claim decides. The database is the truth: a due step the
-    batch left is claimed by the next notification's batch or re-notified by the sweeper.
+    a slot is free. ``claim_batch(free)`` (claim up to ``free`` due steps at once with
+    ``Store.claim_due`` and hand them to slots, returning how many) fills the free slots
+    with the oldest due steps first, the notified one among them or not; the notified
+    step then goes to a slot still free, whose own claim decides. The database is the
+    truth: a due step the batch left is claimed by the next notification's batch or
+    re-notified by the sweeper.
     """
     from rq import SimpleWorker
     from rq import Worker as ForkingWorker
@@ -364,7 +348,7 @@ class Worker:
         if taken == free:
             return taken
         # What the batch leaves (a workflow version not imported yet, an armed
-        # crash fault) goes through the general path, one claim per slot.
+        # crash fault) goes to a slot's own claim, which prepares the process first.
         free -= taken
         pending = set(self.slots.pending)
         for step_id in due_step_ids(limit=free + len(pending)):
@@ -378,12 +362,11 @@ class Worker:
         return taken
 
     def _claim_batch(self, free: int) -> int:
-        """PostgreSQL: claim up to ``free`` due steps in one statement and hand each to a
-        slot; returns how many (0 elsewhere, and when no slot is free or the worker is
-        stopping)."""
-        if free < 1 or self.identity.stopping.is_set() or not one_claim.available():
+        """Claim up to ``free`` due steps at once and hand each to a slot; returns how
+        many (0 when no slot is free or the worker is stopping)."""
+        if free < 1 or self.identity.stopping.is_set():
             return 0
-        claimed = one_claim.claim_due(
+        claimed = store().claim_due(
             self.worker_id, settings.AGENTOPS_LEASE_SECONDS, free, known=registry.loaded_keys()
         )
         for step in claimed:

@@ -1,4 +1,4 @@
-"""Checkpoint state: the minimum to resume a run (DESIGN section 3, Checkpoint).
+"""Checkpoint state: the minimum to resume a run.
 
 A checkpoint stores what changed since the one it was derived from plus a reference to
 it (``Checkpoint.base``), so a run of n steps stores O(n) checkpoint data instead of

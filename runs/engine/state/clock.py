@@ -1,4 +1,4 @@
-"""The database clock (DESIGN section 1.6): leases, deadlines and stuck detection use
+"""The database clock: leases, deadlines and stuck detection use
 the database's time, never a worker's, so worker clocks need no synchronisation."""
 
 from datetime import datetime

@@ -1,4 +1,4 @@
-"""The one gateway for state writes and the event log (DESIGN sections 1.3, 4).
+"""The one gateway for state writes and the event log.
 
 Every change of a run's or a step's status goes through a conditional UPDATE here:
 the expected status (and, for runs, optionally the version; for steps, the fencing

@@ -1,4 +1,4 @@
-"""Leases with fencing tokens (DESIGN sections 1.4, 5).
+"""Leases with fencing tokens.
 
 Claiming a step is one conditional UPDATE that increments ``attempt``; the new attempt
 is the fencing token that every later write of the claimer must present. All times are
@@ -11,7 +11,28 @@ from django.db.models.functions import Now
 
 from runs.engine.state.clock import now_plus_sql, now_sql, seconds_param
 from runs.models import Step
-from runs.states import StepStatus
+from runs.states import RUN_EXECUTABLE, StepStatus
+
+
+def due() -> Q:
+    """The steps a worker could claim now: PENDING and due, or RUNNING with an expired
+    lease (on the database clock)."""
+    return Q(status=StepStatus.PENDING, not_before__lte=Now()) | Q(
+        status=StepStatus.RUNNING, lease_until__lt=Now()
+    )
+
+
+def due_step_ids(limit: int = 10) -> list[int]:
+    """Ids of up to ``limit`` due steps (``due``) in runs that may execute (a run
+    waiting for a place of its concurrency key is left out), oldest ``not_before``
+    first."""
+    from runs.engine.state import concurrency
+
+    return list(
+        concurrency.startable(Step.objects.filter(due(), run__status__in=RUN_EXECUTABLE))
+        .order_by("not_before")
+        .values_list("pk", flat=True)[:limit]
+    )
 
 
 def claim_step(step_id: int, worker_id: str, ttl: float) -> int | None:
@@ -42,18 +63,6 @@ def claim_step(step_id: int, worker_id: str, ttl: float) -> int | None:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     return row[0] if row else None
-
-
-def renew_lease(step_id: int, attempt: int, ttl: float) -> bool:
-    """Heartbeat: extend the lease by ``ttl`` seconds from now, only while ``attempt``
-    still holds it. Returns ``False`` when the lease was lost (taken over or released)."""
-    sql = (
-        f"UPDATE runs_step SET lease_until = {now_plus_sql()}, heartbeat_at = {now_sql()} "
-        f"WHERE id = %s AND attempt = %s AND status = %s"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [seconds_param(ttl), step_id, attempt, StepStatus.RUNNING])
-        return cursor.rowcount == 1
 
 
 def renew_leases(held: list[tuple[int, int]], ttl: float) -> set[int]:
@@ -124,11 +133,6 @@ def release_lease(tx, step_id: int, attempt: int, *, actor: str, reason: str) ->
     if released:
         dispatch.notify_on_commit(tx.run.pk, step_id, attempt)
     return released
-
-
-def is_claimable_now(step: Step) -> bool:
-    """A cheap pre-check on a row already read; the claim's row count is what decides."""
-    return step.status in (StepStatus.PENDING, StepStatus.RUNNING)
 
 
 def release_expired_lease(tx, step_id: int, attempt: int, owner: str, *, actor: str) -> bool:

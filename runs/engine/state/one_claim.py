@@ -1,7 +1,7 @@
-"""The claim of a step as one statement on PostgreSQL (DESIGN sections 5, 11).
+"""The PostgreSQL store's claim: one statement.
 
-``claim_step`` does what reading the step, ``run_transaction`` + ``leases.claim_step``
-and ``checkpoints.latest`` do for the common case, in a single autocommitted statement
+``claim_step`` does what ``OrmStore.claim`` does (read the step, lock the run, claim,
+read the latest checkpoint) for the common case, in a single autocommitted statement
 of data-modifying CTEs (one round trip, one transaction): lock the run row, claim the
 step with a new attempt (the fencing token), move a PENDING run to RUNNING, make it the
 run's current step, append ``run.running`` (when the run was PENDING) and
@@ -9,53 +9,29 @@ run's current step, append ``run.running`` (when the run was PENDING) and
 the step as they are after the claim together with the run's latest checkpoint chain
 (rebuilt to the whole state here, as ``runs.checkpoint_data.materialize`` does).
 
-The statement claims only when the general path would claim without doing anything
-else first: the run's workflow version is one this process knows (``known``), no
-injected ``crash_before`` fault is armed for the step, the run is not a PENDING one
-with a concurrency key (``concurrency.may_start`` decides those), and the run did not change
-between the statement's snapshot and its lock (its ``event_seq``, which every locked
-write bumps, is the one the snapshot saw; so the checkpoint read is the latest).
-When the step is due but one of those does not hold, the result says so and the caller
-takes the general path, which migrates, pauses, crashes or simply re-reads.
+The statement claims only when the claim needs nothing else first: the run's workflow
+version is one this process knows (``known``), no injected ``crash_before`` fault is
+armed for the step, the run is not a PENDING one with a concurrency key
+(``concurrency.may_start`` decides those), and the run did not change between the
+statement's snapshot and its lock (its ``event_seq``, which every locked write bumps,
+is the one the snapshot saw; so the checkpoint read is the latest). When the step is
+due but one of those does not hold, the statement writes nothing and the store's
+transactional claim decides.
 
 ``claim_due`` claims up to k due steps the same way in one statement, for a worker's
 free execution slots; it reads no checkpoint (the slot does).
 """
 
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from django.db import connection
 
 from runs.checkpoint_data import DELTA, apply
+from runs.engine.state.store import CLAIMED, NOT_CLAIMABLE, Claim
 from runs.models import Run, Step
 from runs.payload_field import resolve
 from runs.states import RUN_EXECUTABLE, RunStatus, StepStatus
-
-#: ``Claim.outcome`` values.
-CLAIMED, NOT_CLAIMABLE, GENERAL = "claimed", "not_claimable", "general"
-
-
-@dataclass
-class Claim:
-    """What ``claim_step`` did. ``outcome``: ``CLAIMED`` (``run``, ``step`` as after
-    the claim, ``step.attempt`` the fencing token, ``checkpoint_id`` and whole
-    ``state`` of the run's latest checkpoint, ``(None, {})`` when it has none),
-    ``NOT_CLAIMABLE`` (gone, not due, held by a live lease, or its run cannot execute:
-    drop the notification) or ``GENERAL`` (the general path must decide)."""
-
-    outcome: str
-    run: Run | None = None
-    step: Step | None = None
-    checkpoint_id: int | None = None
-    state: dict[str, Any] | None = None
-
-
-def available() -> bool:
-    """True on PostgreSQL outside an open transaction (the statement must be its own
-    transaction)."""
-    return connection.vendor == "postgresql" and connection.get_autocommit()
 
 
 @cache
@@ -180,10 +156,12 @@ def _whole_state(chain_json: str | None) -> dict[str, Any]:
     return resolve(state)
 
 
-def claim_step(step_id: int, worker_id: str, ttl: float, *, known: list[str]) -> Claim:
+def claim_step(step_id: int, worker_id: str, ttl: float, *, known: list[str]) -> Claim | None:
     """Claim ``step_id`` for ``worker_id`` with a lease of ``ttl`` seconds in one
     statement (see the module docstring). ``known``: the ``"<workflow>@<version>"``
-    keys this process can execute. Returns a ``Claim``; database errors propagate."""
+    keys this process can execute. Returns a ``Claim`` (``CLAIMED`` or
+    ``NOT_CLAIMABLE``), or ``None`` when the step is due but the statement declined it
+    (the transactional claim decides); database errors propagate."""
     params: dict[str, Any] = {
         "step": step_id,
         "worker": worker_id,
@@ -203,7 +181,7 @@ def claim_step(step_id: int, worker_id: str, ttl: float, *, known: list[str]) ->
         return Claim(NOT_CLAIMABLE)
     claimable, claimed, checkpoint_id, chain = row[:_LEADING]
     if not claimed:
-        return Claim(GENERAL if claimable else NOT_CLAIMABLE)
+        return None if claimable else Claim(NOT_CLAIMABLE)
     step_at = _LEADING + len(Run._meta.concrete_fields)
     run = _instance(Run, columns[_LEADING:step_at], row[_LEADING:step_at])
     step = _instance(Step, columns[step_at:], row[step_at:])
@@ -282,7 +260,7 @@ def claim_due(worker_id: str, ttl: float, limit: int, *, known: list[str]) -> li
     its run locked ``FOR UPDATE SKIP LOCKED`` (workers polling at once take different
     steps), at most one per run, claimed as ``claim_step`` claims one, under the same
     conditions (a known workflow version, no armed ``crash_before``, no PENDING run with
-    a concurrency key; the general path takes the others). ``known``: the
+    a concurrency key; the others are left unclaimed). ``known``: the
     ``"<workflow>@<version>"`` keys this process can execute. Returns the claimed steps
     as they are after the claim, each with its ``run`` (``step.attempt`` is the fencing
     token); database errors propagate."""

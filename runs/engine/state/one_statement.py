@@ -1,18 +1,19 @@
-"""The fenced commit of a step as one statement on PostgreSQL (DESIGN section 11).
+"""The PostgreSQL store's commit: one statement.
 
-``commit_step`` does what ``RunTx.finish_attempt`` + ``RunTx.advance`` do for the
-common case, in a single autocommitted statement of data-modifying CTEs (one round
-trip, one transaction): lock the run row, finish the step behind its attempt fence,
-save the checkpoint (the delta on its base, with the thread's message seq and the run's
-usage filled in by the server), insert the next step born claimed by the worker (or
-finish the run), bump the run's event seq and insert the events with gap-free seqs
-allocated under that lock. The events are the ones the general path writes, in the
-same order.
+``commit_step`` does what ``OrmStore.commit`` (``RunTx.finish_attempt``, the messages,
+``RunTx.advance``) does for the common case, in a single autocommitted statement of
+data-modifying CTEs (one round trip, one transaction): lock the run row, finish the step
+behind its attempt fence, save the checkpoint (the delta on its base, with the thread's
+message seq and the run's usage filled in by the server), insert the step's messages
+with the next thread seqs, insert the next step born claimed by the worker (or finish
+the run), bump the run's event seq and insert the events with gap-free seqs allocated
+under that lock. The events are the ones the transactional commit writes, in the same
+order.
 
 It applies only when every condition holds (the run RUNNING in the step's generation,
-the fence matching); otherwise it changes nothing and returns ``None``, and the caller
-takes the general path, which records why (``step.commit_rejected``) or handles the
-cancel request. Steps with messages, summaries or drafts always take the general path.
+the fence matching); otherwise it changes nothing and returns ``None``, and the store's
+transactional commit runs, which records why (``step.commit_rejected``) or handles the
+cancel request.
 """
 
 import json
@@ -22,8 +23,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import cache
 from typing import Any
-
-from django.db import connection
 
 from runs.engine.state.gateway import RUN_FINISHED_HOOKS
 from runs.models import Message
@@ -124,7 +123,7 @@ FROM r, s, t
 
 #: The thread's message seq for the checkpoint: read as it is, or, when the step wrote
 #: messages, advanced past them (the row stays locked until the statement commits;
-#: taken after the run and step rows, the general path's lock order). A commit that
+#: taken after the run and step rows, the transactional commit's lock order). A commit that
 #: finishes the run share-locks the row: a message being queued on the thread (under
 #: the thread row lock) is then committed before this commit is, so the run-finished
 #: hooks see it (``thread_locked``).
@@ -145,7 +144,7 @@ def _statement(thread: str) -> str:
 
 
 @dataclass
-class Committed:
+class CommitRow:
     """What ``commit_step`` wrote: the next step's id (``None`` when the run finished),
     the checkpoint's id, the thread's message seq and the run's usage counters and
     event seq and version after the commit."""
@@ -175,7 +174,7 @@ class Committed:
 def inline(value: Any) -> bool:
     """True when ``value`` needs nothing from the payload store (no string over
     ``INLINE_LIMIT`` bytes, no dict using its marker keys), so the statement may write it
-    as it is; otherwise the general path externalizes it."""
+    as it is; otherwise the transactional commit externalizes it."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -194,12 +193,6 @@ def inline(value: Any) -> bool:
     return True
 
 
-def available() -> bool:
-    """True on PostgreSQL outside an open transaction (the statement must be its own
-    transaction); elsewhere the general path is used."""
-    return connection.vendor == "postgresql" and connection.get_autocommit()
-
-
 def commit_step(
     *,
     run_id,
@@ -209,6 +202,7 @@ def commit_step(
     generation: int,
     attempt: int,
     worker_id: str,
+    claimed_by: str,
     output: Any,
     base_id: int,
     delta: dict[str, Any],
@@ -216,10 +210,10 @@ def commit_step(
     next_seq: int | None,
     lease_seconds: float,
     messages: Sequence[dict[str, Any]] = (),
-) -> Committed | None:
+) -> CommitRow | None:
     """Commit attempt ``attempt`` of step ``step_id`` with ``output`` (see the module
     docstring): checkpoint ``after:<step_name>`` stored as ``delta`` on ``base_id``,
-    then the next step ``next_name`` at ``next_seq`` born claimed by ``worker_id`` with
+    then the next step ``next_name`` at ``next_seq`` born claimed by ``claimed_by`` with
     a lease of ``lease_seconds``, or the run SUCCEEDED when ``next_name`` is ``None``.
     ``messages``: the step's new messages (``{id, role, content, tool_calls,
     tool_call_id}``, values already checked), stored with the next thread seqs.
@@ -271,8 +265,8 @@ def commit_step(
             {
                 "ref": "next",
                 "type": "step.started",
-                "payload": {"attempt": 1, "worker": worker_id},
-                "actor": worker_id,
+                "payload": {"attempt": 1, "worker": claimed_by},
+                "actor": claimed_by,
             },
         ]
     for k, event in enumerate(events, start=1):
@@ -283,7 +277,7 @@ def commit_step(
         "attempt": attempt,
         "generation": generation,
         "worker": worker_id,
-        "claimed_by": worker_id,
+        "claimed_by": claimed_by,
         "output": json.dumps(output),
         "running": StepStatus.RUNNING.value,
         "succeeded": StepStatus.SUCCEEDED.value,
@@ -325,4 +319,4 @@ def commit_step(
                 hook(run_id, thread_id, RunStatus.SUCCEEDED, True)
             except Exception:  # noqa: BLE001 - as transaction.on_commit(robust=True): logged, not raised
                 logger.exception("run-finished hook failed for run %s", run_id)
-    return Committed(*row)
+    return CommitRow(*row)

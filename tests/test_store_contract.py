@@ -1,0 +1,427 @@
+"""The store's contract: every move against both backends, the same rows and events.
+
+PostgreSQL runs in this process (the suite's database, autocommit: the one-statement
+moves apply); SQLite runs in one deployment's shell probe, which imports this module and
+runs every scenario on its own database file. A scenario returns what it observed (JSON)
+and each test asserts the same outcome of both.
+"""
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.models.functions import Now
+from django.test.utils import CaptureQueriesContext
+
+from runs.engine.control.lifecycle import start_run
+from runs.engine.state import leases
+from runs.engine.state.store import StepCommit, store
+from runs.models import Checkpoint, Event, Message, Run, Step
+from runs.states import StepStatus
+from tests.support.services import make_deployment
+from tests.support.states import arrange
+
+BACKENDS = {"postgresql": "PostgresStore", "sqlite": "OrmStore"}
+QUESTION = {"question": "How warm is the living room?"}
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _start(thread: str) -> tuple[Run, Step, list[str]]:
+    run = start_run("room_temperature", thread_id=thread, input=QUESTION)
+    return run, Step.objects.get(run=run), [f"{run.workflow}@{run.workflow_version}"]
+
+
+def _events(run: Run, after: int = 0) -> list[list[Any]]:
+    return [
+        [t, p]
+        for t, p in Event.objects.filter(run=run, seq__gt=after)
+        .order_by("seq")
+        .values_list("type", "payload")
+    ]
+
+
+def _seq(run: Run) -> int:
+    return Run.objects.get(pk=run.pk).event_seq
+
+
+def _row(step_id: int) -> list[Any]:
+    return list(Step.objects.filter(pk=step_id).values_list("status", "attempt", "owner").get())
+
+
+def _expire(step_id: int) -> None:
+    arrange(Step.objects.filter(pk=step_id), lease_until=Now())
+
+
+def _trips(fn: Callable[[], Any]) -> tuple[Any, int]:
+    with CaptureQueriesContext(connection) as queries:
+        result = fn()
+    return result, len(queries)
+
+
+def scenario_claim() -> dict[str, Any]:
+    """Claim a due step, refuse a held one, reclaim an expired lease, and leave a step
+    that needs the process to prepare first unwritten."""
+    run, first, known = _start("contract-claim")
+    seen = _seq(run)
+    claim, trips = _trips(lambda: store().claim(first.pk, "w1", 30, known=known))
+    out: dict[str, Any] = {
+        "backend": type(store()).__name__,
+        "claim": [claim.outcome, claim.step.attempt, claim.step.owner, claim.run.status],
+        "claim_trips": trips,
+        "state_input": claim.state["input"],
+        "checkpoint": claim.checkpoint_id
+        == Checkpoint.objects.filter(run=run).order_by("-pk").values_list("pk", flat=True)[0],
+        "claim_events": _events(run, seen),
+        "run": list(Run.objects.filter(pk=run.pk).values_list("status", "current_step_id").get()),
+        "first": first.pk,
+    }
+    seen = _seq(run)
+    held = store().claim(first.pk, "w2", 30, known=known)
+    out["held"] = [held.outcome, _seq(run) - seen, _row(first.pk)]
+    _expire(first.pk)
+    reclaim = store().claim(first.pk, "w2", 30, known=known)
+    out["reclaim"] = [reclaim.outcome, _row(first.pk), _events(run, seen)]
+
+    other, step, known = _start("contract-prepare")
+    seen = _seq(other)
+    unknown = store().claim(step.pk, "w1", 30, known=["other@1"])
+    Run.objects.filter(pk=other.pk).update(faults={"crash_before": step.name})
+    armed = store().claim(step.pk, "w1", 30, known=known)
+    out["prepare"] = [
+        unknown.outcome,
+        unknown.step.pk == step.pk,
+        armed.outcome,
+        _seq(other) - seen,
+        _row(step.pk),
+    ]
+    return out
+
+
+def scenario_claim_due() -> dict[str, Any]:
+    """Claim k due steps when more, fewer and none are due; leave a step that needs the
+    process to prepare."""
+    # The database holds no other due step (the SQLite probe runs every scenario on one
+    # database).
+    arrange(Step.objects.filter(leases.due()), status=StepStatus.CANCELLED)
+    runs = [_start(f"contract-due-{i}")[0] for i in range(3)]
+    # A step with a crash armed before it needs the process to prepare: left unclaimed.
+    armed, armed_step, known = _start("contract-due-armed")
+    Run.objects.filter(pk=armed.pk).update(faults={"crash_before": armed_step.name})
+    seen = [_seq(r) for r in runs]
+    batches = [store().claim_due("w1", 30, limit, known=known) for limit in (2, 5, 5)]
+    steps = Step.objects.filter(run__in=runs)
+    return {
+        "sizes": [len(b) for b in batches],
+        "claimed": sorted([s.attempt, s.owner, s.status, s.run.status] for b in batches for s in b),
+        "distinct": len({s.pk for b in batches for s in b}),
+        "rows": sorted(list(r) for r in steps.values_list("status", "attempt", "owner")),
+        "events": [_events(r, after) for r, after in zip(runs, seen, strict=True)],
+        "armed": _row(armed_step.pk),
+    }
+
+
+def scenario_heartbeat() -> dict[str, Any]:
+    """Renew the held lease; a stale attempt's heartbeat renews nothing."""
+    _, kept, known = _start("contract-beat-kept")
+    _, lost, _ = _start("contract-beat-lost")
+    for step in (kept, lost):
+        store().claim(step.pk, "w1", 30, known=known)
+    _expire(lost.pk)
+    store().claim(lost.pk, "w2", 30, known=known)
+    before = dict(Step.objects.filter(pk__in=[kept.pk, lost.pk]).values_list("pk", "lease_until"))
+    beat_lost = Step.objects.get(pk=lost.pk).heartbeat_at
+    renewed = store().heartbeat([(kept.pk, 1), (lost.pk, 1)], 600)
+    after = dict(Step.objects.filter(pk__in=[kept.pk, lost.pk]).values_list("pk", "lease_until"))
+    return {
+        "renewed": sorted(renewed) == [kept.pk],
+        "kept_extended": after[kept.pk] > before[kept.pk],
+        "lost_untouched": after[lost.pk] == before[lost.pk]
+        and Step.objects.get(pk=lost.pk).heartbeat_at == beat_lost,
+        "lost_row": _row(lost.pk),
+        "nothing": sorted(store().heartbeat([], 600)),
+    }
+
+
+def _commit(claim, **fields: Any) -> StepCommit:
+    values: dict[str, Any] = {
+        "run": claim.run,
+        "step": claim.step,
+        "attempt": claim.step.attempt,
+        "worker_id": "w1",
+        "output": {"plan": "read the thermostat"},
+        "next_name": "read_temperature",
+        "claimed_by": "w1",
+        "state": claim.state,
+        "checkpoint_id": claim.checkpoint_id,
+        "checkpoint_state": claim.state,
+    }
+    values.update(fields)
+    return StepCommit(**values)
+
+
+def scenario_commit() -> dict[str, Any]:
+    """Commit a step with a message and its successor born claimed, then the successor
+    finishing the run; and a commit whose successor is born PENDING."""
+    run, first, known = _start("contract-commit")
+    claim = store().claim(first.pk, "w1", 30, known=known)
+    seen = _seq(run)
+    message = {"id": "m1", "role": "assistant", "content": "on it", "tool_calls": []}
+    message["tool_call_id"] = ""
+    done, trips = _trips(lambda: store().commit(_commit(claim, messages=[message])))
+    nxt = done.next_step
+    out: dict[str, Any] = {
+        "backend": type(store()).__name__,
+        "applied": done.applied,
+        "trips": trips,
+        "first": _row(first.pk),
+        "next": [
+            nxt.status,
+            nxt.attempt,
+            nxt.owner,
+            nxt.name,
+            nxt.seq,
+            nxt.pk == done.next_step_id,
+        ],
+        "next_row": _row(done.next_step_id),
+        "current": Run.objects.get(pk=run.pk).current_step_id == done.next_step_id,
+        "events": _events(run, seen),
+        "messages": list(
+            Message.objects.filter(step=first).values_list(
+                "message_id", "role", "content", "status"
+            )
+        ),
+        "checkpoint": [
+            Checkpoint.objects.get(pk=done.checkpoint_id).name,
+            Checkpoint.objects.get(pk=done.checkpoint_id).state["outputs"],
+            done.state["outputs"],
+        ],
+    }
+    seen = _seq(run)
+    last = store().commit(
+        StepCommit(
+            run=done.run,
+            step=nxt,
+            attempt=1,
+            worker_id="w1",
+            output={"celsius": 23.5},
+            next_name=None,
+            claimed_by="w1",
+            state=done.state,
+            checkpoint_id=done.checkpoint_id,
+            checkpoint_state=done.state,
+        )
+    )
+    out["finish"] = [
+        last.applied,
+        last.finished,
+        last.next_step_id,
+        Run.objects.get(pk=run.pk).status,
+        _row(nxt.pk),
+        [t for t, _ in _events(run, seen)],
+    ]
+
+    run, first, known = _start("contract-unclaimed")
+    claim = store().claim(first.pk, "w1", 30, known=known)
+    seen = _seq(run)
+    done = store().commit(_commit(claim, claimed_by=None))
+    out["unclaimed"] = [
+        done.applied,
+        done.next_step is None,
+        _row(done.next_step_id),
+        [t for t, _ in _events(run, seen)],
+    ]
+    return out
+
+
+def scenario_fence() -> dict[str, Any]:
+    """A stale attempt's commit, and one whose lease ran out, are refused and write
+    nothing but ``step.commit_rejected``."""
+    run, first, known = _start("contract-fence")
+    stale = store().claim(first.pk, "w1", 30, known=known)
+    _expire(first.pk)
+    store().claim(first.pk, "w2", 30, known=known)
+    checkpoints = Checkpoint.objects.filter(run=run).count()
+    seen = _seq(run)
+    refused = store().commit(_commit(stale))
+    out: dict[str, Any] = {
+        "stale": [
+            refused.applied,
+            _row(first.pk),
+            Step.objects.filter(run=run).count(),
+            Checkpoint.objects.filter(run=run).count() - checkpoints,
+            _events(run, seen),
+        ]
+    }
+    run, first, known = _start("contract-lapsed")
+    lapsed = store().claim(first.pk, "w1", 30, known=known)
+    _expire(first.pk)
+    seen = _seq(run)
+    refused = store().commit(_commit(lapsed))
+    out["lapsed"] = [refused.applied, _row(first.pk), _events(run, seen)]
+    return out
+
+
+SCENARIOS = {
+    "claim": scenario_claim,
+    "claim_due": scenario_claim_due,
+    "heartbeat": scenario_heartbeat,
+    "commit": scenario_commit,
+    "fence": scenario_fence,
+}
+
+
+def observe_all() -> str:
+    """Every scenario's observations as JSON (what the SQLite probe prints)."""
+    return json.dumps({name: fn() for name, fn in SCENARIOS.items()}, default=str)
+
+
+@pytest.fixture(scope="module")
+def sqlite_observations(tmp_path_factory) -> dict[str, Any]:
+    deployment = make_deployment(tmp_path_factory.mktemp("store-sqlite"), "sqlite")
+    try:
+        out = deployment.shell(
+            "from tests.test_store_contract import observe_all\nprint(observe_all())"
+        )
+    finally:
+        deployment.close()
+    return json.loads(out)
+
+
+@pytest.fixture(params=list(BACKENDS))
+def observe(request) -> Callable[[str], dict[str, Any]]:
+    """``observe(scenario)``: what the scenario observed on this backend."""
+    expected = {"expected": BACKENDS[request.param]}
+    if request.param == "sqlite":
+        observed = request.getfixturevalue("sqlite_observations")
+        return lambda name: {**observed[name], **expected}
+    return lambda name: {**json.loads(json.dumps(SCENARIOS[name](), default=str)), **expected}
+
+
+def test_claim(observe):
+    out = observe("claim")
+    worker_w1 = {"attempt": 1, "worker": "w1"}
+    assert out["backend"] == out["expected"]
+    assert out["claim"] == ["claimed", 1, "w1", "RUNNING"]
+    assert out["state_input"] == QUESTION and out["checkpoint"] is True
+    assert out["claim_events"] == [
+        ["run.running", {"from": "PENDING", "reason": ""}],
+        ["step.started", worker_w1],
+    ]
+    assert out["run"] == ["RUNNING", out["first"]]
+    # Held by w1's live lease: refused, nothing written.
+    assert out["held"] == ["not_claimable", 0, ["RUNNING", 1, "w1"]]
+    assert out["reclaim"] == [
+        "claimed",
+        ["RUNNING", 2, "w2"],
+        [["step.started", {"attempt": 2, "worker": "w2", "reclaimed_from": "w1"}]],
+    ]
+    # An unknown workflow version and an armed crash: the process prepares first.
+    assert out["prepare"] == ["prepare", True, "prepare", 0, ["PENDING", 0, ""]]
+    if out["backend"] == "PostgresStore":
+        assert out["claim_trips"] == 1
+
+
+def test_claim_due(observe):
+    out = observe("claim_due")
+    assert out["sizes"] == [2, 1, 0]
+    assert out["distinct"] == 3
+    assert out["claimed"] == [[1, "w1", "RUNNING", "RUNNING"]] * 3
+    assert out["rows"] == [["RUNNING", 1, "w1"]] * 3
+    started = [
+        ["run.running", {"from": "PENDING", "reason": ""}],
+        ["step.started", {"attempt": 1, "worker": "w1"}],
+    ]
+    assert out["events"] == [started] * 3
+    assert out["armed"] == ["PENDING", 0, ""]
+
+
+def test_heartbeat(observe):
+    out = observe("heartbeat")
+    assert out["renewed"] and out["kept_extended"] and out["lost_untouched"]
+    assert out["lost_row"] == ["RUNNING", 2, "w2"]
+    assert out["nothing"] == []
+
+
+def test_commit(observe):
+    out = observe("commit")
+    assert out["backend"] == out["expected"] and out["applied"] is True
+    assert out["first"] == ["SUCCEEDED", 1, "w1"]
+    assert out["next"] == ["RUNNING", 1, "w1", "read_temperature", 2, True]
+    assert out["next_row"] == ["RUNNING", 1, "w1"] and out["current"] is True
+    events = out["events"]
+    assert [t for t, _ in events] == [
+        "step.succeeded",
+        "message.created",
+        "checkpoint.saved",
+        "step.scheduled",
+        "step.started",
+    ]
+    assert events[0][1] == {"attempt": 1, "worker": "w1"}
+    assert events[1][1]["message_id"] == "m1" and events[1][1]["role"] == "assistant"
+    assert events[2][1] == {"name": "after:plan"}
+    assert events[3][1] == {"name": "read_temperature", "seq": 2}
+    assert events[4][1] == {"attempt": 1, "worker": "w1"}
+    assert out["messages"] == [["m1", "assistant", "on it", "final"]]
+    name, stored, returned = out["checkpoint"]
+    assert name == "after:plan" and stored == returned
+    assert stored["plan"] == {"plan": "read the thermostat"}
+    assert out["finish"] == [
+        True,
+        True,
+        None,
+        "SUCCEEDED",
+        ["SUCCEEDED", 1, "w1"],
+        ["step.succeeded", "checkpoint.saved", "run.succeeded"],
+    ]
+    assert out["unclaimed"] == [
+        True,
+        True,
+        ["PENDING", 0, ""],
+        ["step.succeeded", "checkpoint.saved", "step.scheduled"],
+    ]
+    if out["backend"] == "PostgresStore":
+        # The commit, its message and the successor's schedule: one round trip.
+        assert out["trips"] == 1
+
+
+def test_fenced_commit(observe):
+    out = observe("fence")
+    applied, row, steps, checkpoints, events = out["stale"]
+    assert (applied, row, steps, checkpoints) == (False, ["RUNNING", 2, "w2"], 1, 0)
+    assert events == [
+        [
+            "step.commit_rejected",
+            {"attempt": 1, "reason": "stale attempt 1; attempt 2 holds the step", "worker": "w1"},
+        ]
+    ]
+    applied, row, events = out["lapsed"]
+    assert (applied, row) == (False, ["RUNNING", 1, "w1"])
+    assert events == [
+        [
+            "step.commit_rejected",
+            {"attempt": 1, "reason": "the lease of attempt 1 ran out", "worker": "w1"},
+        ]
+    ]
+
+
+def test_only_the_postgresql_store_reaches_its_statements():
+    """No caller picks a path: the one-statement claim and commit are reached only
+    through the PostgreSQL store, and the execution path imports no backend."""
+    from tests.test_engine_boundaries import MODULES, _imported_names
+
+    statements = {"runs.engine.state.one_claim", "runs.engine.state.one_statement"}
+    backends = {"runs.engine.state.store_orm", "runs.engine.state.store_postgres"}
+    importers = {
+        name: _imported_names(name, path) & (statements | backends)
+        for name, path in MODULES.items()
+    }
+    assert {n for n, found in importers.items() if found & statements} == {
+        "runs.engine.state.store_postgres"
+    }
+    assert {n for n, found in importers.items() if found & backends} == {
+        "runs.engine.state.store",
+        "runs.engine.state.store_postgres",
+    }
