@@ -454,30 +454,39 @@ def test_two_runs_of_an_mcp_agent_work_in_one_worker(deployment_factory):
     assert server.count == 4
 
 
-def test_an_event_stream_handler_gets_each_response_live_once_across_a_crash(deployment_factory):
+def test_an_event_stream_handler_gets_each_event_once_across_a_crash(deployment_factory):
     def brain(body):
         if not tool_results(body):
             return call("again", {}, "e1")
         return {"content": "finished"}
 
+    def seen(workflow: str) -> list[str]:
+        path = Path(d.env["AGENTOPS_DEVICE_DIR"]) / f"{workflow}.jsonl"
+        return [json.loads(line)["event"] for line in path.read_text().splitlines()]
+
     with ModelServer(brain) as server:
         d = shapes(deployment_factory, server)
-        flags = ("--crash-after-model", "1")
-        run_id = start(d, "shape_events", json.dumps({"prompt": "go"}), *flags)
-        first = d.manage("worker", "--burst", timeout=120)
-        assert first.returncode == 75, first.stdout + first.stderr
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
-        path = Path(d.env["AGENTOPS_DEVICE_DIR"]) / "stream_events.jsonl"
-        parts = [json.loads(line)["part"] for line in path.read_text().splitlines()]
+        # The handler given to register_agent, and one the agent itself carries.
+        workflows = ("shape_events", "shape_events_own")
+        crashed = []
+        for workflow in workflows:
+            flags = ("--crash-after-model", "1")
+            crashed.append(start(d, workflow, json.dumps({"prompt": "go"}), *flags))
+            first = d.manage("worker", "--burst", timeout=120)
+            assert first.returncode == 75, first.stdout + first.stderr
+        burst_until(
+            d, "both SUCCEEDED", lambda: all(run_status(d, r) != "RUNNING" for r in crashed)
+        )
+        assert [run_status(d, r) for r in crashed] == ["SUCCEEDED", "SUCCEEDED"]
         # The first response reached the handler live; the worker died as it was
-        # recorded, and the re-executed step reuses it without sending its events again.
-        assert parts == ["tool-call", "text"]
-        assert server.count == 2
-        uncrashed = start(d, "shape_events", json.dumps({"prompt": "go"}))
+        # recorded, and the re-executed step reuses it without sending its events or
+        # its tool call again: only the call's result (made now) and the answer follow.
+        assert [seen(w) for w in workflows] == [["part:tool-call", "result:e1", "part:text"]] * 2
+        assert server.count == 4
+        uncrashed = start(d, "shape_events_own", json.dumps({"prompt": "go"}))
         until(d, uncrashed, "SUCCEEDED", "FAILED", "PAUSED")
-    parts = [json.loads(line)["part"] for line in path.read_text().splitlines()]
-    assert parts == ["tool-call", "text"] * 2
-    assert [run_status(d, r) for r in (run_id, uncrashed)] == ["SUCCEEDED", "SUCCEEDED"]
+    assert seen("shape_events_own")[3:] == ["part:tool-call", "call:e1", "result:e1", "part:text"]
+    assert run_status(d, uncrashed) == "SUCCEEDED"
 
 
 # -- CallDeferred -----------------------------------------------------------------------------

@@ -56,7 +56,7 @@ from runs.engine.effects import ledger, model_calls
 from runs.engine.effects.budget import BudgetExhausted
 from runs.engine.effects.calls import CallTimedOut
 from runs.engine.effects.retry import RetryPolicy
-from runs.engine.errors import CancelRequested, LeaseLost, StepError
+from runs.engine.errors import StepError
 from runs.engine.state.gateway import record_event
 from runs.models import Operation
 from runs.tools import SIDE_EFFECTS, Tool, ToolCall
@@ -143,12 +143,19 @@ class LedgerModel(WrapperModel):
 
 
 def _streams(model) -> bool:
-    """Whether ``model`` can stream (a ``FunctionModel`` only with a stream function)."""
+    """Whether ``model`` can stream: a ``FunctionModel`` only with a stream function, a
+    model made of others (``FallbackModel``, a ``WrapperModel``) only when each of them
+    can, for it streams through whichever answers."""
     from pydantic_ai.models import Model
+    from pydantic_ai.models.fallback import FallbackModel
     from pydantic_ai.models.function import FunctionModel
 
     if isinstance(model, FunctionModel):
         return model.stream_function is not None
+    if isinstance(model, FallbackModel):
+        return all(_streams(member) for member in model.models)
+    if isinstance(model, WrapperModel):
+        return _streams(model.wrapped)
     return type(model).request_stream is not Model.request_stream
 
 
@@ -269,9 +276,7 @@ class _Draft:
         self.text = ""
 
     def add(self, piece: str) -> None:
-        # The write is fenced by the attempt in the database: only a lease known lost
-        # or a cancel stops it here.
-        _stopped(self.ctx)
+        self.ctx.check_stopped()
         drafts.delta(
             run_id=self.ctx.run.pk,
             step=self.ctx.step,
@@ -283,17 +288,6 @@ class _Draft:
             actor=self.ctx.worker_id,
         )
         self.text += piece
-
-
-def _stopped(ctx) -> None:
-    """Raise ``LeaseLost`` / ``CancelRequested`` when the heartbeat found the lease gone
-    or the run cancel-requested. Unlike ``safe_point`` it does not treat a late renewal
-    as a lost lease: waiting for a model's stream makes no side effect, and a worker
-    busy opening a client must not lose the step for it."""
-    if ctx.lease_lost.is_set():
-        raise LeaseLost(f"step {ctx.step.name} attempt {ctx.attempt} lost its lease")
-    if ctx.cancel_requested.is_set():
-        raise CancelRequested(f"run {ctx.run.pk} cancel requested")
 
 
 def _text_piece(event) -> str:
@@ -390,7 +384,7 @@ class LedgerRun:
             try:
                 kind, value = relay.to_step.get(timeout=0.25)
             except queue.Empty:
-                _stopped(self.ctx)
+                self.ctx.check_stopped()
                 if timeout and deadline is not None and time.monotonic() > deadline:
                     raise CallTimedOut(timeout) from None
                 continue
@@ -531,6 +525,22 @@ def _wait(ctx, seconds: float) -> None:
         ctx.safe_point()
         ctx.lease_lost.wait(min(0.05, left))
     ctx.safe_point()
+
+
+class FreshEvents(AbstractCapability):
+    """The agent run's event stream without the events that replay work recorded before
+    this attempt (``LedgerRun.is_replayed``). Added after the agent's own capabilities,
+    so it filters the stream before they wrap it: every handler (the run's
+    ``event_stream_handler``, an agent's ``ProcessEventStream``) gets each event once."""
+
+    def __init__(self, ledger_run: LedgerRun):
+        super().__init__()
+        self.ledger_run = ledger_run
+
+    async def wrap_run_event_stream(self, ctx, *, stream):
+        async for event in stream:
+            if not self.ledger_run.is_replayed(event):
+                yield event
 
 
 class AgentOpsDurability(AbstractCapability):

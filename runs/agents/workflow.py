@@ -35,7 +35,13 @@ from pydantic_ai.messages import (
 
 from runs.agents import inputs
 from runs.agents.bridge import CONTROL_EXCEPTIONS, Bridge
-from runs.agents.durability import DEFAULT_REQUEST_RETRY, AgentOpsDurability, AgentTool, LedgerRun
+from runs.agents.durability import (
+    DEFAULT_REQUEST_RETRY,
+    AgentOpsDurability,
+    AgentTool,
+    FreshEvents,
+    LedgerRun,
+)
 from runs.agents.errors import classify_agent_error
 from runs.agents.history import thread_history
 from runs.agents.providers import PydanticAIProvider, aclose
@@ -216,7 +222,15 @@ class AgentWorkflow(Workflow):
         results = deferred_results(decisions, delivered, self.deferred_timeout) if state else None
         captured: list[list] = []
         ledger_run.history_len = len(history)
-        ledger_run.watch_replays = self.event_stream_handler is not None
+        # Any handler of the run's events (given here, or the agent's own, e.g. a
+        # ProcessEventStream capability) gets each event once.
+        ledger_run.watch_replays = (
+            self.event_stream_handler is not None
+            or self.agent.root_capability.has_wrap_run_event_stream
+        )
+        capabilities = [AgentOpsDurability(ledger_run)]
+        if ledger_run.watch_replays:
+            capabilities.append(FreshEvents(ledger_run))
 
         async def run_agent():
             # Tool calls run at once; their events and results come in the order of the
@@ -231,8 +245,8 @@ class AgentWorkflow(Workflow):
                     message_history=history or None,
                     deferred_tool_results=results,
                     model=model,
-                    capabilities=[AgentOpsDurability(ledger_run)],
-                    event_stream_handler=fresh_events(self.event_stream_handler, ledger_run),
+                    capabilities=capabilities,
+                    event_stream_handler=self.event_stream_handler,
                     **inputs.run_arguments(self.agent, ctx.input),
                 )
 
@@ -469,25 +483,6 @@ def abandon_drafts(ctx, ledger_run: LedgerRun) -> None:
             return
 
 
-def fresh_events(handler, ledger_run: LedgerRun):
-    """``handler`` (Pydantic AI's ``async fn(ctx, events)``, or ``None``) given only the
-    events of work done by this attempt: a tool call of a response recorded before, and
-    the result of a call recorded before, are not sent again (reused responses send no
-    events at all)."""
-    if handler is None:
-        return None
-
-    async def fresh(ctx, events):
-        async def new_only():
-            async for event in events:
-                if not ledger_run.is_replayed(event):
-                    yield event
-
-        await handler(ctx, new_only())
-
-    return fresh
-
-
 def _jsonable(value: Any) -> Any:
     from pydantic_core import to_jsonable_python
 
@@ -522,7 +517,8 @@ def register_agent(
     ``RetryPolicy`` of each model request (default: 3 attempts, 1 s doubling to 30 s).
     ``event_stream_handler``: Pydantic AI's ``async fn(ctx, events)``, given the model's
     events live as it streams, and the tool events, each once (a response, a tool call
-    or a result recorded before a crash is not sent again).
+    or a result recorded before a crash is not sent again); a handler of the agent's own
+    (``Agent(capabilities=[ProcessEventStream(fn)])``) gets them the same way.
     ``deferred_timeout``: seconds a tool call deferred with ``CallDeferred`` waits for
     its outside result (``runs deliver``); past it the model is told none came
     (default ``None``: wait for good).

@@ -21,6 +21,7 @@ from pydantic_ai import (
     ModelRetry,
     RunContext,
 )
+from pydantic_ai.capabilities import ProcessEventStream
 
 from agentops.authoring import RetryPolicy, register_agent
 
@@ -202,23 +203,51 @@ register_agent(_mcp_agent(), name="shape_mcp", tools={"add": "read"})
 # -- an event stream handler -------------------------------------------------------------
 
 
-async def _write_events(ctx, events) -> None:
-    """Append each part that starts in a model response to ``stream_events.jsonl``."""
-    from pydantic_ai.messages import PartStartEvent
+def _event_writer(file_name: str):
+    """An event stream handler appending each part that starts in a model response
+    (``part:<kind>``), each tool call (``call:<id>``) and each tool result
+    (``result:<id>``) to ``file_name`` in the device directory."""
 
-    path = Path(settings.AGENTOPS_DEVICE_DIR) / "stream_events.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    async for event in events:
-        if isinstance(event, PartStartEvent):
+    async def write(ctx, events) -> None:
+        from pydantic_ai.messages import (
+            FunctionToolCallEvent,
+            FunctionToolResultEvent,
+            PartStartEvent,
+        )
+
+        path = Path(settings.AGENTOPS_DEVICE_DIR) / file_name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        async for event in events:
+            if isinstance(event, PartStartEvent):
+                seen = f"part:{event.part.part_kind}"
+            elif isinstance(event, FunctionToolCallEvent):
+                seen = f"call:{event.part.tool_call_id}"
+            elif isinstance(event, FunctionToolResultEvent):
+                seen = f"result:{event.tool_call_id}"
+            else:
+                continue
             with path.open("a") as out:
-                out.write(json.dumps({"part": event.part.part_kind}) + "\n")
+                out.write(json.dumps({"event": seen}) + "\n")
+
+    return write
 
 
 register_agent(
     looping,
     name="shape_events",
     tools={"again": "read"},
-    event_stream_handler=_write_events,
+    event_stream_handler=_event_writer("shape_events.jsonl"),
+)
+
+# The same handler as the agent's own capability rather than given to register_agent.
+register_agent(
+    Agent(
+        name="own_handler",
+        tools=[again],
+        capabilities=[ProcessEventStream(_event_writer("shape_events_own.jsonl"))],
+    ),
+    name="shape_events_own",
+    tools={"again": "read"},
 )
 
 

@@ -121,6 +121,17 @@ class StepContext:
         if self.cancel_requested.is_set():
             raise CancelRequested(f"run {self.run.id} cancel requested")
 
+    def check_stopped(self) -> None:
+        """Raise ``LeaseLost`` / ``CancelRequested`` when the heartbeat found the lease
+        gone or the run cancel-requested. Unlike ``safe_point`` it does not treat a late
+        renewal as a lost lease: for waiting on a model's stream and writing its text to
+        a draft, which makes no side effect outside and is fenced by the attempt in the
+        database, so a worker busy elsewhere must not lose the step for it."""
+        if self.lease_lost.is_set():
+            raise LeaseLost(f"step {self.step.name} attempt {self.attempt} lost its lease")
+        if self.cancel_requested.is_set():
+            raise CancelRequested(f"run {self.run.id} cancel requested")
+
     # -- messages -------------------------------------------------------------------
     def messages(self) -> list[dict[str, Any]]:
         """The model input for this step (``runs.engine.data.model_input``: system
@@ -256,7 +267,7 @@ class StepContext:
         def on_piece(offset: int, piece: str) -> None:
             streamed["content"] = streamed["content"][:offset] + piece
             try:
-                self.safe_point()
+                self.check_stopped()
             except CancelRequested:
                 abandon("cancel requested")
                 raise
