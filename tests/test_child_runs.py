@@ -5,7 +5,10 @@ child once; cancelling the parent cancels its open children with their compensat
 a detached child outlives its parent; the sweeper cancels the attached children of a
 parent whose end hook never ran and of a parent step a resume superseded."""
 
+from io import StringIO
+
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
@@ -215,8 +218,14 @@ def _shows_the_family(parent: Run, kids: list[Run], actors, console: Client) -> 
     listed = api.get("/api/v1/runs", {"parent": str(parent.pk)[:8]}).json()
     assert listed["count"] == 3
     assert {item["id"] for item in listed["items"]} == {str(k.pk) for k in kids}
-    refused = api.get("/api/v1/runs", {"parent": "f" * 37})
-    assert refused.status_code == 422, refused.content
+    for bad in ("f" * 37, "zz", "abc", "----"):
+        refused = api.get("/api/v1/runs", {"parent": bad})
+        assert refused.status_code == 422, (bad, refused.content)
+    with pytest.raises(CommandError, match=r"--parent: .*\[unknown_run\]"):
+        call_command("runs", "list", "--parent", "zz")
+    out = StringIO()
+    call_command("runs", "list", "--parent", str(parent.pk)[:8], stdout=out)
+    assert "3 runs match" in out.getvalue()
 
     page = console.get(reverse("console:run", args=[parent.pk])).content.decode()
     assert "waiting for child runs: 3 of 3 open" in page

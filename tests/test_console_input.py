@@ -177,10 +177,11 @@ def test_parse_amount_bounds():
         with pytest.raises(ValueError):
             parse_amount(key, value)
     assert limit_errors(
-        {"model_calls": 10**26, "tool_calls": "5", "cost_usd": "1e400", "x": 1}
+        {"model_calls": 10**26, "tool_calls": "5", "tokens": True, "cost_usd": "1e400", "x": 1}
     ) == {
         "budget.model_calls": "must be at most 1000000",
         "budget.tool_calls": "must be a whole number",
+        "budget.tokens": "must be a whole number",
         "budget.cost_usd": "must be at most 1000000",
         "budget.x": "unknown limit; use model_calls, tool_calls, cost_usd, tokens",
     }

@@ -29,6 +29,9 @@ def test_a_malformed_map_declaration_is_refused():
         ({"items": -1, "delay_s": 0}, {"input.items": f"must be from 0 to {MAX_BRANCHES}"}),
         ({"items": MAX_BRANCHES + 1, "delay_s": 0}, {"input.items": "must be from 0 to 10000"}),
         ({"items": 3, "delay_s": 61}, {"input.delay_s": "must be from 0 to 60"}),
+        # JSON's true/false are not numbers, although Python counts them as ints.
+        ({"items": True, "delay_s": 0}, {"input.items": "must be int"}),
+        ({"items": 2, "delay_s": False}, {"input.delay_s": "must be int or float"}),
     ],
 )
 def test_fanout_demo_refuses_input_out_of_range_at_start(data, error):

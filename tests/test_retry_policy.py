@@ -40,6 +40,7 @@ def test_it_stops_when_attempts_or_the_deadline_run_out():
 def test_it_refuses_unbounded_or_contradictory_policies():
     for bad in (
         {"max_attempts": 0},
+        {"max_attempts": True},
         {"jitter": 1.0},
         {"initial_delay": 5, "max_delay": 1},
         {"deadline": 0},

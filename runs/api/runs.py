@@ -151,7 +151,11 @@ class RunFilters(Schema):
     is_replay: bool | None = Field(None, description="replays another run")
     was_replayed: bool | None = Field(None, description="has been replayed")
     parent: str | None = Field(
-        None, max_length=36, description="child runs of this run (its id or a prefix)"
+        None,
+        max_length=36,
+        # At least four hex digits, as every run id prefix (run_ids.MIN_HEX_DIGITS).
+        pattern=r"^(?:-*[0-9a-fA-F]){4}[0-9a-fA-F-]*$",
+        description="child runs of this run (its id or a prefix of at least 4 hex digits)",
     )
     created_after: datetime | None = None
     created_before: datetime | None = None

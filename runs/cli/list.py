@@ -9,7 +9,10 @@ from django.core.management.base import CommandError
 from django.http import QueryDict
 
 from runs.cli import arguments
+from runs.cli.common import one_line
 from runs.console.filters import RunFilter, unknown_step_exists
+from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.run_ids import find_run
 from runs.engine.state.clock import db_now
 from runs.models import Run
 from runs.states import RunStatus
@@ -122,6 +125,13 @@ def _query(options) -> QueryDict:
 
 
 def handle(command, options):
+    if options["parent"] is not None:
+        # The parent is named as every run is: unknown or ambiguous is an error, not
+        # an empty list.
+        try:
+            options["parent"] = str(find_run(options["parent"]).pk)
+        except ControlError as exc:
+            raise CommandError(f"--parent: {one_line(exc.message)} [{exc.code}]") from None
     queryset = (
         Run.objects.select_related("thread", "owner", "current_step")
         .annotate(has_unknown=unknown_step_exists())

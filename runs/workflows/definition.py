@@ -150,7 +150,12 @@ class Workflow:
         for key, kind in self.input_fields.items():
             if key not in data:
                 errors[key] = "is required"
-            elif not isinstance(data[key], kind) or (kind is str and not data[key].strip()):
+            elif (
+                not isinstance(data[key], kind)
+                # JSON's true/false are Python ints: a number field refuses them.
+                or (isinstance(data[key], bool) and bool not in _types(kind))
+                or (kind is str and not data[key].strip())
+            ):
                 errors[key] = (
                     f"must be a non-empty {kind.__name__}"
                     if kind is str
@@ -158,7 +163,12 @@ class Workflow:
                 )
         for key, (low, high) in self.input_ranges.items():
             value = data.get(key)
-            if key not in errors and isinstance(value, int | float) and not low <= value <= high:
+            if (
+                key not in errors
+                and isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and not low <= value <= high
+            ):
                 errors[key] = f"must be from {low} to {high}"
         return errors
 

@@ -118,7 +118,10 @@ def start_run(
     concurrency = None if errors else wf.concurrency_of(input)
     if concurrency is None and not errors:
         path = wf.concurrency_key if isinstance(wf.concurrency_key, str) else "input"
-        errors = {path: "must give the concurrency key (non-empty text or an integer)"}
+        errors = {
+            path: "must give the concurrency key "
+            "(non-empty text of at most 200 characters, or an integer)"
+        }
     if errors:
         raise ControlError(
             "invalid_input",

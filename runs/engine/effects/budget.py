@@ -81,7 +81,7 @@ def limit_errors(budget) -> dict[str, str]:
         if key not in LIMIT_FIELDS:
             errors[field] = f"unknown limit; use {', '.join(LIMIT_FIELDS)}"
             continue
-        if key != "cost_usd" and not isinstance(value, int):
+        if key != "cost_usd" and (isinstance(value, bool) or not isinstance(value, int)):
             errors[field] = "must be a whole number"
             continue
         try:

@@ -98,7 +98,11 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         # No retry is unbounded: a finite attempt count is required, and delays are sane.
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+        if (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or self.max_attempts < 1
+        ):
             raise ValueError("max_attempts must be an int >= 1")
         if self.initial_delay < 0 or self.max_delay < self.initial_delay or self.multiplier < 1:
             raise ValueError("need 0 <= initial_delay <= max_delay and multiplier >= 1")
