@@ -203,7 +203,11 @@ def agent_calls():
             sent.append(arguments["to"])
             return {"sent_to": arguments["to"], "key": info.idempotency_key}
 
-        return [ledger_run.tool_call("call_0", "notify", {"to": to}, run_tool) for to in RECIPIENTS]
+        # The agent bridge gives each call its place among the calls with its id.
+        return [
+            ledger_run.tool_call("call_0", "notify", {"to": to}, run_tool, position=i)
+            for i, to in enumerate(RECIPIENTS)
+        ]
 
     register(workflow)
     yield sent

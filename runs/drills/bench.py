@@ -885,7 +885,12 @@ def format_table(result: dict) -> str:
             ("", "peak PostgreSQL connections", ag.get("peak_pg_connections", "-")),
             ("", "worker CPU ms per step", ag.get("cpu_ms_per_step")),
             ("", "DB round trips per step", ag.get("db_round_trips_per_step")),
-            ("", "model requests / steps", f"{ag['model_requests']} / {ag['steps']}"),
+            (
+                "",
+                "model requests answered, read / steps; step retries",
+                f"{ag['model_requests']}, {ag.get('model_requests_received')} / "
+                f"{ag['steps']}; {ag.get('step_retries')}",
+            ),
         ]
     if "branches" in result:
         br = result["branches"]

@@ -7,7 +7,8 @@ worker processes of N execution slots drain them. Reported: steps/s and its rati
 the ideal ``min(W x N, R) / S`` (a step can do no better than wait S seconds, and a run
 has one step in flight at a time), the average steps in flight, peak RSS per process,
 peak PostgreSQL connections of the sandbox database, worker CPU per step, and the model
-requests the server saw (one per step: none was made twice). Nothing asserts on time.
+requests the server answered and read (one per step when none was made twice) and the
+step attempts after the first (a retried step asks again). Nothing asserts on time.
 """
 
 import json
@@ -21,13 +22,14 @@ import tempfile
 import threading
 import time
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
 
+from runs.drills.loopback import LoopbackHTTPServer
 from runs.drills.sandbox import MANAGE_PY, Sandbox, wait_until
 from runs.engine.control.lifecycle import start_run
 from runs.models import Run, Step
@@ -38,16 +40,15 @@ from runs.workflows.synthetic import WAIT_STEPS
 class WaitingModelServer:
     """A chat-completions server on 127.0.0.1 that answers every request after
     ``delay`` seconds, each on its own thread. ``with WaitingModelServer(1.0) as s:``
-    serves on ``s.base_url``; ``s.count`` is the number of requests answered."""
+    serves on ``s.base_url``; ``s.count`` is the number of requests answered,
+    ``s.received`` the number read (a request whose client hung up is read, not answered)."""
 
     def __init__(self, delay: float):
         self.delay = delay
         self.count = 0
+        self.received = 0
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
-        # Hundreds of slots connect at once: keep them all in the accept queue.
-        self._httpd.request_queue_size = 1024
+        self._httpd = LoopbackHTTPServer(("127.0.0.1", 0), self._handler())
         self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
@@ -70,6 +71,8 @@ class WaitingModelServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                with server._lock:
+                    server.received += 1
                 time.sleep(server.delay)
                 data = json.dumps(
                     {
@@ -146,6 +149,7 @@ def bench_agents(
                     "started_at", "finished_at"
                 )
             )
+            retries = sum(a - 1 for a in Step.objects.values_list("attempt", flat=True) if a > 1)
             counts = [json.loads(p.read_text()) for p in probes if p.exists()]
             failed = box.dead_workers(tail=3) if not done else []
     return agents_figures(
@@ -158,6 +162,8 @@ def bench_agents(
         completed=bool(done),
         peak_pg_connections=peak_connections,
         model_requests=model.count,
+        model_requests_received=model.received,
+        step_retries=retries,
         steps_expected=total,
         dead_workers=failed,
     )
@@ -214,6 +220,7 @@ def bench_agents_sqlite(runs: int, wait_s: float, slots: int, say) -> dict:
         with WaitingModelServer(wait_s) as model:
             figures = _agents_sqlite_in(root, runs, wait_s, slots, model)
             figures["model_requests"] = model.count
+            figures["model_requests_received"] = model.received
             return figures
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -280,6 +287,9 @@ def _agents_sqlite_in(root: Path, runs: int, wait_s: float, slots: int, model) -
             "SELECT started_at, finished_at FROM runs_step WHERE status = 'SUCCEEDED'"
         )
     ]
+    retries = db.execute(
+        "SELECT coalesce(sum(attempt - 1), 0) FROM runs_step WHERE attempt > 1"
+    ).fetchone()[0]
     db.close()
     counts = [json.loads(probe.read_text())] if probe.exists() else []
     return agents_figures(
@@ -291,4 +301,5 @@ def _agents_sqlite_in(root: Path, runs: int, wait_s: float, slots: int, model) -
         slots=slots,
         completed=bool(done),
         steps_expected=runs * WAIT_STEPS,
+        step_retries=retries,
     )
