@@ -38,7 +38,9 @@ class DatabaseBusyMiddleware(MiddlewareMixin):
             return None
         code, message = _ANSWERS[kind]
         if request.path.startswith("/api/"):
-            response = JsonResponse({"code": code, "message": message, "errors": {}}, status=503)
+            response: HttpResponse = JsonResponse(
+                {"code": code, "message": message, "errors": {}}, status=503
+            )
         else:
             # The fragment alone: the full layout could need the database again.
             html = render_to_string(

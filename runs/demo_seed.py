@@ -156,6 +156,14 @@ def _materialize(value):
     return value
 
 
+def _checkpoint(state: dict, **fields) -> Checkpoint:
+    """An unsaved Checkpoint with ``fields`` holding the whole ``state`` (stored through
+    its ``state`` setter, as ``Checkpoint(state=...)`` would)."""
+    checkpoint = Checkpoint(**fields)
+    checkpoint.state = state
+    return checkpoint
+
+
 def _state(b: "_RunBuilder", phase: str | None, message_seq: int) -> dict:
     """A checkpoint state in the engine's format (``runs.engine.state.checkpoints``)."""
     return {
@@ -347,7 +355,7 @@ class Seeder:
             {"workflow": workflow, "version": run.workflow_version, "thread": thread.thread_id},
             actor="api",
         )
-        messages = [("user", goal, [], "")]
+        messages: list[tuple[str, str, list, str]] = [("user", goal, [], "")]
 
         stop_at = {"succeeded": len(names), "long_history": len(names)}.get(
             scenario, rng.randrange(1, len(names)) if len(names) > 1 else 0
@@ -427,12 +435,12 @@ class Seeder:
             (
                 b,
                 i,
-                Checkpoint(
+                _checkpoint(
+                    _state(b, later[0] if later else None, len(messages)),
                     run_id=b.run.pk,
                     name=f"after:{name}",
                     generation=1,
                     created_at=b.clock,
-                    state=_state(b, later[0] if later else None, len(messages)),
                 ),
             )
         )
@@ -618,6 +626,8 @@ class Seeder:
             b.event("step.scheduled", {"name": names[0], "seq": 1}, step_index=i, actor="api")
             # A "version" run is paused by the engine's own opener once written (seed).
             return
+        if name is None:
+            raise ValueError(f"scenario {scenario!r} stops after the last step of its run")
         i = b.step(name, generation=1)
         step = b.steps[i]
         step.started_at = b.tick()
@@ -898,16 +908,16 @@ class Seeder:
         Message.objects.bulk_create([m for _, m in self.rows["messages"]], batch_size=1000)
         Checkpoint.objects.bulk_create(
             [
-                Checkpoint(
-                    run_id=b.run.pk,
-                    name="start",
-                    generation=1,
-                    created_at=b.run.created_at,
-                    state={
+                _checkpoint(
+                    {
                         **_state(_RunBuilder(self, b.run, b.run.created_at), None, 1),
                         "phase": WORKFLOW_STEPS[b.run.workflow][0],
                         "next_allowed": [WORKFLOW_STEPS[b.run.workflow][0]],
                     },
+                    run_id=b.run.pk,
+                    name="start",
+                    generation=1,
+                    created_at=b.run.created_at,
                 )
                 for b in builders
             ]

@@ -578,6 +578,16 @@ class WorkerProcess(models.Model):
     #: pid is checked), or "" (no signal: only the lease decides).
     liveness = CheckedCharField(max_length=8, blank=True, default="")
 
+    # Not columns: ``runs.console.workforce`` sets these on the rows it lists.
+    #: The RUNNING steps this worker holds, by lease end.
+    held_steps: list["Step"]
+    #: True when its heartbeat is older than the silence threshold.
+    silent: bool
+    #: Seconds since its last heartbeat, on the database clock.
+    heartbeat_age: float
+    #: Why it is listed as dead ("" while live).
+    dead_reason: str
+
     def __str__(self) -> str:
         return self.worker_id
 

@@ -65,7 +65,9 @@ class RefusalAuditMiddleware(MiddlewareMixin):
         # process_response in one for every response). ``request.user`` is lazy: reading
         # it loads the session and the user from the database, which async code may not
         # do, so the whole check runs in the thread.
-        response = await self.get_response(request)
+        # MiddlewareMixin hands an async get_response to __acall__; the stub types it as
+        # either kind.
+        response = await self.get_response(request)  # type: ignore[misc]
         if _refused_change(request, response):
             await sync_to_async(self.process_response)(request, response)
         return response

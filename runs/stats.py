@@ -280,6 +280,7 @@ def overview_stats(now: datetime | None = None, *, storage: bool = True) -> dict
             finished_at__gte=day_ago,
             cancel_requested_at__isnull=False,
         ).values_list("cancel_requested_at", "finished_at")
+        if requested is not None and finished is not None
     ]
     per_run = Run.objects.filter(created_at__gte=day_ago).aggregate(
         runs=Count("id"),

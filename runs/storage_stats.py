@@ -51,7 +51,7 @@ def storage_by_workflow(use_cache: bool = True) -> list[dict]:
         # Raw column sizes: values_list() would resolve payload references.
         sizes = {f"s{i}": Sum(_text_size(name)) for i, name in enumerate(fields)}
         for item in (
-            model.objects.filter(**{f"{to_run}workflow__isnull": False})
+            model._default_manager.filter(**{f"{to_run}workflow__isnull": False})
             .values(f"{to_run}workflow")
             .annotate(**sizes)
             .order_by()

@@ -8,7 +8,8 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, Use
 def prompt_and_results(messages: list[ModelMessage]) -> tuple[str, list[tuple[str, Any]]]:
     """``(last user prompt, [(tool name, result)])`` with the results after that prompt,
     oldest first."""
-    prompt, results = "", []
+    prompt = ""
+    results: list[tuple[str, Any]] = []
     for message in messages:
         if not isinstance(message, ModelRequest):
             continue

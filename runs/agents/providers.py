@@ -77,10 +77,11 @@ def _counted_usage(messages: list[dict[str, Any]], reply: str) -> dict[str, int]
     }
 
 
-def openai_client(base_url: str | None, api_key: str):
+def openai_client(base_url: str | None, api_key: str | None):
     """The process's ``openai.AsyncOpenAI`` for ``base_url`` (``None``: OpenAI's) and
-    ``api_key``, created on first use on the process's event loop (``aio``) and used
-    only there. Safe to call from many threads at once, and from that loop.
+    ``api_key`` (``None``: openai reads ``OPENAI_API_KEY`` itself), created on first use
+    on the process's event loop (``aio``) and used only there. Safe to call from many
+    threads at once, and from that loop.
 
     Its connection pool has no cap on connections (a slot has one request in flight at
     a time, so the slots bound them) and keeps up to ``MAX_SLOTS`` idle ones, so a
@@ -103,11 +104,12 @@ def _get_or_create(key: tuple):
     """The client for ``key``, created if missing. Runs on the loop's one thread, so no
     two callers create one for the same key."""
     if key not in _clients:
-        import httpx
+        # openai's clients are httpx2's (its own dependency), so the limits are too.
+        import httpx2
         from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
         _, base_url, api_key = key
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=MAX_SLOTS)
+        limits = httpx2.Limits(max_connections=None, max_keepalive_connections=MAX_SLOTS)
         client = AsyncOpenAI(
             base_url=base_url,
             api_key=api_key,

@@ -299,7 +299,8 @@ class AgentWorkflow(Workflow):
     def _ask_approval(self, ctx) -> dict[str, Any]:
         state = latest_state(ctx)
         decisions = (state or {}).get("decisions") or {}
-        call = next(p for p in state["pending"] if p["id"] not in decisions)
+        pending = (state or {}).get("pending") or []
+        call = next(p for p in pending if p["id"] not in decisions)
         schema = self.tool_schema(call["name"])
         return {
             "question": f"Run {call['name']} with {json.dumps(call['arguments'])}?",

@@ -158,7 +158,8 @@ def conditional_action(
                 return Status(200, stored)
             return result
 
-        wrapper.__signature__ = signature.replace(parameters=params + extra)
+        # inspect.signature honours __signature__; typeshed's functools._Wrapped omits it.
+        wrapper.__signature__ = signature.replace(parameters=params + extra)  # type: ignore[attr-defined]
         return wrapper
 
     return decorator

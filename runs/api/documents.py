@@ -136,6 +136,8 @@ def family_document(run: Run) -> dict[str, Any]:
             "run": run.parent_run_id,
             "step": (
                 Step.objects.filter(pk=run.parent_step_id).values_list("name", flat=True).first()
+                if run.parent_step_id is not None
+                else None
             ),
             "position": run.child_position,
             "detached": run.detached,

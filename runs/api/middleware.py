@@ -24,12 +24,13 @@ def ApiBodyLimitMiddleware(get_response):  # noqa: N802 - named like a class in 
     sync and async stacks, so the SSE view stays async under ASGI."""
     if iscoroutinefunction(get_response):
 
-        async def middleware(request):
+        async def async_middleware(request):
             return _refusal(request) or await get_response(request)
-    else:
 
-        def middleware(request):
-            return _refusal(request) or get_response(request)
+        return async_middleware
+
+    def middleware(request):
+        return _refusal(request) or get_response(request)
 
     return middleware
 
@@ -42,12 +43,13 @@ def ApiJsonErrorsMiddleware(get_response):  # noqa: N802 - named like a class in
     outermost middleware, so it also sees what the others answered before any view."""
     if iscoroutinefunction(get_response):
 
-        async def middleware(request):
+        async def async_middleware(request):
             return as_json_error(request, await get_response(request))
-    else:
 
-        def middleware(request):
-            return as_json_error(request, get_response(request))
+        return async_middleware
+
+    def middleware(request):
+        return as_json_error(request, get_response(request))
 
     return middleware
 

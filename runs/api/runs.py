@@ -3,6 +3,7 @@ the actions (cancel, resume from a checkpoint, retry, raise the budget, resolve 
 unknown outcome), each conditional on the run's ETag (``runs.api.conditional``)."""
 
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
 
@@ -78,7 +79,11 @@ def create_run(
     user = request.user
     # The canonical body the fingerprint covers; omitted budget limits are dropped, the
     # input is kept exactly as sent (nulls included).
-    body = {"workflow": payload.workflow, "thread_id": payload.thread_id, "input": payload.input}
+    body: dict[str, Any] = {
+        "workflow": payload.workflow,
+        "thread_id": payload.thread_id,
+        "input": payload.input,
+    }
     if payload.budget is not None:
         body["budget"] = payload.budget.model_dump(mode="json", exclude_none=True)
     check_idempotency_key(idempotency_key)
@@ -104,7 +109,7 @@ def create_run(
             "too many runs created with this token; retry later",
             headers={"Retry-After": str(decision.retry_after)},
         )
-    kwargs = {
+    kwargs: dict[str, Any] = {
         "thread_id": body["thread_id"],
         "input": body["input"],
         "owner": user,

@@ -9,7 +9,7 @@ import hashlib
 import hmac
 import logging
 import time
-from typing import Any
+from typing import Any, NoReturn
 from uuid import UUID
 
 from django.conf import settings
@@ -177,7 +177,7 @@ def _correlated_run(by: str, key: str) -> Run:
     return run
 
 
-def _refuse(request, hook: str, code: str, reason: str) -> None:
+def _refuse(request, hook: str, code: str, reason: str) -> NoReturn:
     """Record the refused call (actor ``hook:<name>``) and answer 401."""
     try:
         RefusedAction.objects.create(

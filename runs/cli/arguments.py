@@ -198,11 +198,15 @@ def username(value: str) -> str:
     message."""
     from django.contrib.auth import get_user_model
     from django.core.exceptions import ValidationError
+    from django.db.models import Field
 
     model = get_user_model()
     value = model.normalize_username(value)
+    field = model._meta.get_field(model.USERNAME_FIELD)
     try:
-        model._meta.get_field(model.USERNAME_FIELD).clean(value, None)
+        # A username is a concrete field; only a relation's reverse side has no clean().
+        if isinstance(field, Field):
+            field.clean(value, None)
     except ValidationError as exc:
         raise argparse.ArgumentTypeError(" ".join(exc.messages)) from None
     return value

@@ -33,16 +33,17 @@ def _default_step(run) -> str | None:
 
 def handle(command, options):
     run = resolve_run(options)
-    step = options["step"] or _default_step(run)
-    if options["step"] and not run.steps.filter(name=step).exists():
+    asked = options["step"]
+    step = asked or _default_step(run)
+    if asked and not run.steps.filter(name=asked).exists():
         from runs.workflows import registry
 
         try:
-            known = registry.get(run.workflow, run.workflow_version).has(step)
+            known = registry.get(run.workflow, run.workflow_version).has(asked)
         except registry.UnknownWorkflow:
             known = False
         if not known:
-            raise CommandError(f"run {run.pk} ({run.workflow}) has no step {step!r}")
+            raise CommandError(f"run {run.pk} ({run.workflow}) has no step {asked!r}")
     assembled = assemble_context(run, step=step)
     if options["json"]:
         command.stdout.write(json.dumps(assembled.as_dict(), ensure_ascii=False))

@@ -71,7 +71,7 @@ def handle(command, options):
                 "--input-patch, --dry-run and --reexecute need --from CHECKPOINT",
             )
         )
-    told = []
+    told: list[bool] = []
 
     def on_wait(step, left):
         if not told:

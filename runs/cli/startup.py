@@ -61,7 +61,8 @@ def one_line_usage_errors() -> None:
     """Make every management command's usage error one line (see ``_one_line_error``).
     Django builds each command's parser itself from ``CommandParser``, so this is the
     one place that reaches all of them and their subcommands."""
-    CommandParser.error = _one_line_error  # type: ignore[method-assign]
+    # Patching a method (method-assign); the stub also gives ``error`` a doubled ``self``.
+    CommandParser.error = _one_line_error  # type: ignore[method-assign,assignment]
 
 
 def unreachable_database(exc: Exception) -> str | None:

@@ -132,7 +132,8 @@ def stale_run(request: HttpRequest, run, posted_version: str | None, back: str =
     if posted_version is not None and form_version(run) == str(posted_version).strip():
         # ``perform`` acts only if the run is still as just read, checked under the row
         # lock: of two concurrent submissions of one form, one acts, the other is told.
-        request.run_precondition = (run.pk, run_etag(run))
+        # An attribute HttpRequest does not declare; ``perform`` reads it with getattr.
+        setattr(request, "run_precondition", (run.pk, run_etag(run)))  # noqa: B010
         return None
     return refusal(
         request,

@@ -381,7 +381,7 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
         label = f"{step['seq']}. {step['name']}" + (
             f" (gen {step['generation']})" if step["generation"] > 1 else ""
         )
-        row = {
+        row: dict[str, Any] = {
             "label": label,
             "y": y,
             "bar_y": y + 5,

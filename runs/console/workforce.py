@@ -54,7 +54,8 @@ def workforce(now: datetime | None = None) -> Workforce:
     silent_after = timedelta(seconds=max(10, settings.AGENTOPS_LEASE_SECONDS))
     signalled_dead = dead_workers(unstopped)
     host = socket.gethostname()
-    live, dead = [], []
+    live: list[WorkerProcess] = []
+    dead: list[WorkerProcess] = []
     for worker in unstopped:
         worker.held_steps = held.get(worker.worker_id, [])
         worker.silent = now - worker.heartbeat_at > silent_after

@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection
@@ -225,7 +225,12 @@ def _bench_sqlite_in(root: Path, runs: int, workers: int) -> dict:
         }
     )
     manage = [sys.executable, str(MANAGE_PY)]
-    run_opts = {"env": env, "cwd": settings.BASE_DIR, "capture_output": True, "text": True}
+    run_opts: dict[str, Any] = {
+        "env": env,
+        "cwd": settings.BASE_DIR,
+        "capture_output": True,
+        "text": True,
+    }
     subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], check=True, **run_opts)
     start = (
         "from runs.engine.control.lifecycle import start_run\n"
@@ -404,7 +409,10 @@ def _hit_holders(box: Sandbox, signum: int, stagger: float) -> dict[int, tuple]:
     by_pid = {p.pid: p for p in box.workers}
     hit = {}
     for step in Step.objects.filter(status=StepStatus.RUNNING).order_by("pk"):
-        box.signal(by_pid[owner_pid(step.owner)], signum)
+        holder = by_pid.get(owner_pid(step.owner) or 0)
+        if holder is None:
+            continue  # held by no worker of this sandbox: nothing to signal
+        box.signal(holder, signum)
         # Read after the signal: a stopped holder renews no more.
         lease = Step.objects.filter(pk=step.pk).values_list("lease_until", flat=True).first()
         hit[step.pk] = (db_now(), lease)
@@ -439,13 +447,14 @@ def bench_recovery(box: Sandbox, kills: int, stagger: float, say) -> dict:
     done = _recovered(killed, timeout=settings.AGENTOPS_LEASE_SECONDS * 3 + 60)
     times = [(s.finished_at - killed[s.pk][0]).total_seconds() for s in done]
     box.stop_workers()
+    p50 = percentile(times, 50)
     return {
         "kills": kills,
         "recovered": len(times),
         "lease_s": settings.AGENTOPS_LEASE_SECONDS,
         "liveness_s": settings.AGENTOPS_LIVENESS_SECONDS,
         "handed_over_by": _how(killed),
-        "p50_s": round(percentile(times, 50), 3) if times else None,
+        "p50_s": round(p50, 3) if p50 is not None else None,
         "max_s": round(max(times), 3) if times else None,
         "samples_s": [round(t, 3) for t in sorted(times)],
     }
@@ -596,6 +605,8 @@ def _console_targets() -> list[tuple[str, str]]:
         Run.objects.filter(status=RunStatus.FAILED).order_by("-created_at", "-pk").first()
         or Run.objects.order_by("-created_at", "-pk").first()
     )
+    if run is None:
+        raise RuntimeError("no run to time the console pages on: seed the database first")
     long_run = _lengthen(LONG_RUN_EVENTS)
     events = reverse("console:run_events", kwargs={"run_id": long_run.pk})
     return [

@@ -24,6 +24,7 @@ import time
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -240,7 +241,12 @@ def _agents_sqlite_in(root: Path, runs: int, wait_s: float, slots: int, model) -
         }
     )
     manage = [sys.executable, str(MANAGE_PY)]
-    opts = {"env": env, "cwd": settings.BASE_DIR, "capture_output": True, "text": True}
+    opts: dict[str, Any] = {
+        "env": env,
+        "cwd": settings.BASE_DIR,
+        "capture_output": True,
+        "text": True,
+    }
     subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], check=True, **opts)
     start = (
         "from runs.engine.control.lifecycle import start_run\n"

@@ -76,7 +76,11 @@ def _started_by(run_id) -> list[tuple[str, int, str]]:
     """``(step name, attempt, worker)`` of every step.started event, in order."""
     names = {s.pk: s.name for s in Step.objects.filter(run_id=run_id)}
     return [
-        (names.get(e.step_id, "?"), e.payload.get("attempt"), e.payload.get("worker"))
+        (
+            names.get(e.step_id, "?") if e.step_id is not None else "?",
+            e.payload.get("attempt"),
+            e.payload.get("worker"),
+        )
         for e in events(run_id, ("step.started",))
     ]
 

@@ -391,6 +391,10 @@ def pg_cut(r, net: Partition, cluster, redis_server: RedisServer, seconds: float
         healthy = box.start_worker()
         wait_until(lambda: WorkerProcess.objects.filter(liveness="pg").count() == 2, 60)
         cut_pk = _worker_pk(cut_worker)
+        if cut_pk is None:
+            # Without its row the heal cannot be observed: report that, not a timeout.
+            r.check("cut worker registered", "a worker row", "none", False)
+            return
         charge = steps(run.pk)["charge"]
         net.cut([int(cluster.server["port"])])
         cut_at = time.monotonic()
@@ -412,7 +416,7 @@ def pg_cut(r, net: Partition, cluster, redis_server: RedisServer, seconds: float
             _wait_terminal([run.pk], 60).get(run.pk),
         )
         time.sleep(max(0.0, seconds - (time.monotonic() - cut_at)))
-        beat_at_heal = _heartbeat(cut_pk) if cut_pk else None
+        beat_at_heal = _heartbeat(cut_pk)
         net.heal()
         healed_at = time.monotonic()
         back = wait_until(

@@ -164,6 +164,12 @@ def scratch_redis_url() -> str:
     return urlunsplit(parts._replace(path=f"/{settings.AGENTOPS_SCRATCH_REDIS_DB}"))
 
 
+class SandboxProcess(subprocess.Popen):
+    """A process started by a sandbox; ``log_path`` is the file its output goes to."""
+
+    log_path: Path
+
+
 class Sandbox:
     """A scratch database + Redis db + device dir + worker processes (module docstring).
 
@@ -187,7 +193,7 @@ class Sandbox:
         self.extra_env = {k: str(v) for k, v in (env or {}).items()}
         self.root = Path(tempfile.mkdtemp(prefix=f"agentops-{label}-"))
         self.db_name = f"agentops_scratch_{label}_{os.getpid()}_{secrets.token_hex(3)}"
-        self.workers: list[subprocess.Popen] = []
+        self.workers: list[SandboxProcess] = []
         self._saved: dict = {}
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -286,12 +292,14 @@ class Sandbox:
         return int(client.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"))
 
     # -- processes ----------------------------------------------------------------------
-    def popen(self, argv: list[str], *, extra_env: dict | None = None, label: str = "proc"):
+    def popen(
+        self, argv: list[str], *, extra_env: dict | None = None, label: str = "proc"
+    ) -> SandboxProcess:
         """Start ``argv`` in its own session with the sandbox environment; output goes to
         ``<root>/<label>-<n>.log`` (``proc.log_path``)."""
         log_path = self.root / f"{label}-{len(self.workers) + 1}.log"
         with open(log_path, "w", encoding="utf-8") as log:
-            proc = subprocess.Popen(
+            proc = SandboxProcess(
                 argv,
                 env=self.env(extra_env),
                 cwd=settings.BASE_DIR,
@@ -300,7 +308,7 @@ class Sandbox:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        proc.log_path = log_path  # type: ignore[attr-defined]
+        proc.log_path = log_path
         self.workers.append(proc)
         return proc
 
@@ -330,7 +338,7 @@ class Sandbox:
         """Start the standalone ``manage.py sweeper`` loop (its log: ``sweeper-N.log``)."""
         return self.popen([sys.executable, str(MANAGE_PY), "sweeper"], label="sweeper")
 
-    def live_workers(self) -> list[subprocess.Popen]:
+    def live_workers(self) -> list[SandboxProcess]:
         return [p for p in self.workers if p.poll() is None]
 
     def dead_workers(self, tail: int = 40) -> list[str]:
@@ -373,7 +381,7 @@ class Sandbox:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
 
-    def log(self, proc) -> str:
+    def log(self, proc: SandboxProcess) -> str:
         return Path(proc.log_path).read_text(encoding="utf-8", errors="replace")
 
 

@@ -355,7 +355,7 @@ def check_invariants(run_ids: list, *, stranded: dict[str, str] | None = None) -
         if n > 1 and op != "mailer.send":  # mailer sends are counted in ``applied``
             bad.append(f"{op} requested (= applied) {n}x for key {key}")
     checked = len(applied) + len(published) + len(unsafe)
-    by_run = defaultdict(Counter)
+    by_run: defaultdict[str, Counter[str]] = defaultdict(Counter)
     for (system, op, key), n in applied.items():
         by_run[key.split(":")[0]][f"{system}.{op}"] += n
     for key, n in published.items():
@@ -428,13 +428,13 @@ def check_invariants(run_ids: list, *, stranded: dict[str, str] | None = None) -
         .values("step_id")
         .annotate(n=Count("id"))
     )
-    for row in commits:
-        if row["n"] > 1:
-            bad.append(f"step {row['step_id']} committed {row['n']}x")
+    for commit in commits:
+        if commit["n"] > 1:
+            bad.append(f"step {commit['step_id']} committed {commit['n']}x")
     out.append(_inv("no two attempts of one step committed", len(commits), bad))
 
     bad = []
-    decisions = Counter()
+    decisions: Counter[str | None] = Counter()
     for payload in Event.objects.filter(
         run_id__in=run_ids, type__in=["approval.approved", "approval.rejected", "approval.expired"]
     ).values_list("payload", flat=True):

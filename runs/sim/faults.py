@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def arm(
     action: str,
     *,
     when: str = "after",
-    run_id: str | None = None,
+    run_id: str | uuid.UUID | None = None,
     shots: int = 1,
     seconds: float = 0.0,
 ) -> None:

@@ -6,6 +6,8 @@ what a replay would do to the outside world) and call the engine
 (``runs.engine.control.replay``) with the actor ``user:<username>``.
 """
 
+from typing import Any
+
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import QueryDict
@@ -56,9 +58,10 @@ def replay_preview(request, run_id):
     if request.method == "POST":
         return _replay_confirm(request, run)
     chosen = request.GET.get("checkpoint") or None
-    context = {"run": run, "plan": None, "error": "", "reexecute": _checked(request)}
+    reexecute = _checked(request)
+    context: dict[str, Any] = {"run": run, "plan": None, "error": "", "reexecute": reexecute}
     try:
-        plan = plan_replay(run, chosen, reexecute=context["reexecute"])
+        plan = plan_replay(run, chosen, reexecute=reexecute)
         candidates = list(reversed(replayable_checkpoints(run)))
         # Names as the run page shows them: ``after:think#7`` where a loop saved a name
         # more than once, so the choice names exactly one checkpoint.

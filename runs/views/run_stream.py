@@ -4,6 +4,7 @@ token). ``runs/static/runs/run_live.js`` follows it and tells htmx the run moved
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 
 from runs.api.stream import MAX_SEQ, SEQ_TEXT, event_frames
 from runs.console.access import VIEW_PERM
@@ -14,7 +15,7 @@ def _error(status: int, code: str, message: str) -> JsonResponse:
     return JsonResponse({"code": code, "message": message}, status=status)
 
 
-async def run_stream(request: HttpRequest, run_id) -> HttpResponse:
+async def run_stream(request: HttpRequest, run_id) -> HttpResponseBase:
     """The run's events after ``Last-Event-ID`` (or ``?after=N``), then live ones, until
     the run is terminal. 401 for an anonymous visitor, 403 without ``runs.view_run``,
     404 for no such run, 400 for a seq that is not one; 204 (which tells a browser not

@@ -43,6 +43,8 @@ def unknown_rows(steps: list[Step]) -> list[dict]:
     ids = [s.pk for s in steps]
     operations: dict[int, Operation] = {}
     for op in Operation.objects.filter(step_id__in=ids).order_by("pk"):
+        if op.step_id is None:  # the filter keeps step operations only; typed Optional
+            continue
         if (
             op.status in (Operation.Status.INTENT, Operation.Status.UNKNOWN)
             or op.step_id not in operations
@@ -80,7 +82,7 @@ def unknowns(request):
         {
             "filter": unknown_filter,
             "page": page,
-            "rows": unknown_rows(page.object_list),
+            "rows": unknown_rows(list(page.object_list)),
             "outcomes": OUTCOMES,
         },
     )

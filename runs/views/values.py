@@ -30,7 +30,7 @@ def full_value(request, run_id, kind, pk):
     if kind not in KINDS:
         raise Http404("unknown kind of value")
     model, field = KINDS[kind]
-    row = get_object_or_404(model.objects.only(field), pk=pk, run_id=run_id)
+    row = get_object_or_404(model._default_manager.only(field), pk=pk, run_id=run_id)
     value = getattr(row, field)
     text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
     response = HttpResponse(text, content_type="text/plain; charset=utf-8")

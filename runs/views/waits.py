@@ -44,8 +44,8 @@ def form_for(run: Run, name: str) -> dict[str, Any]:
     waiting for ``name``; no schema: one JSON field), the same whether or not the run
     waits for it now, so a second submission of one form reads its payload alike."""
     declared = registry.get(run.workflow, run.workflow_version).signal_steps(name)
-    schema = declared[0].options["schema"] if declared else None
-    props = (schema or {}).get("properties") if (schema or {}).get("type") == "object" else None
+    schema = (declared[0].options["schema"] if declared else None) or {}
+    props = schema.get("properties") if schema.get("type") == "object" else None
     fields = []
     if props:
         required = set(schema.get("required", []))

@@ -1,11 +1,15 @@
 """The process-wide registry of workflow definitions, keyed by (name, version)."""
 
 from importlib import import_module
+from typing import TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from runs.workflows.definition import Workflow, WorkflowDefinitionError
+
+#: A Workflow or a subclass of it: ``register`` hands back what it was given.
+_W = TypeVar("_W", bound=Workflow)
 
 _registry: dict[tuple[str, int], Workflow] = {}
 #: Workflows declared with ``register_lazy``: (name, version) -> the module that
@@ -33,7 +37,7 @@ class UnknownWorkflow(LookupError):
         self.version = version
 
 
-def register(workflow: Workflow) -> Workflow:
+def register(workflow: _W) -> _W:
     """Add ``workflow``; registering the same object twice is a no-op, a different
     definition under the same (name, version) raises ``WorkflowDefinitionError``."""
     key = (workflow.name, workflow.version)

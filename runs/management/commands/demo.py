@@ -100,7 +100,8 @@ class Command(BaseCommand):
             stderr=subprocess.STDOUT,
             text=True,
         )
-        for line in proc.stdout:
+        # stdout=PIPE: ``proc.stdout`` is set (typed Optional for other ways of starting).
+        for line in proc.stdout or ():
             if line.startswith(("ENTER", "CRASH")):
                 self.stdout.write("   " + line.rstrip())
         return proc.wait()
