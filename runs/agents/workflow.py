@@ -23,6 +23,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from pydantic import ValidationError
 from pydantic_ai import DeferredToolResults, ToolApproved, ToolDenied, capture_run_messages
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -228,7 +229,7 @@ class AgentWorkflow(Workflow):
             self.event_stream_handler is not None
             or self.agent.root_capability.has_wrap_run_event_stream
         )
-        capabilities = [AgentOpsDurability(ledger_run)]
+        capabilities: list[AbstractCapability] = [AgentOpsDurability(ledger_run)]
         if ledger_run.watch_replays:
             capabilities.append(FreshEvents(ledger_run))
 
