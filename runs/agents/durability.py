@@ -182,10 +182,14 @@ class Relay:
         self.recorded: asyncio.Future | None = None
         self._producer: asyncio.Task | None = None
         self._tries = 0
+        #: The step thread's current try: what ``to_step`` holds from an earlier,
+        #: cancelled try (its "stopped" error comes late) is not this try's.
+        self.current = 0
 
     def start(self) -> None:
         """From the step thread: begin a try."""
-        self.loop.call_soon_threadsafe(self._start)
+        self.current += 1
+        self.loop.call_soon_threadsafe(self._start, self.current)
 
     def cancel(self) -> None:
         """From the step thread: stop the try in flight (timeout, lost lease, cancel)."""
@@ -195,24 +199,25 @@ class Relay:
         """From the step thread: no more tries; the agent's stream ends."""
         self.loop.call_soon_threadsafe(self.to_agent.put_nowait, _END)
 
-    def _start(self) -> None:
+    def _start(self, attempt: int) -> None:
         if self._tries:
             self.to_agent.put_nowait(_RESTART)
         self._tries += 1
-        self._producer = self.loop.create_task(self._produce())
+        self._producer = self.loop.create_task(self._produce(attempt))
 
-    async def _produce(self) -> None:
+    async def _produce(self, attempt: int) -> None:
         try:
             async with self.open_stream() as stream:
                 async for event in stream:
-                    self.to_step.put(("event", event))
+                    self.to_step.put((attempt, "event", event))
                     self.to_agent.put_nowait(event)
-                self.to_step.put(("done", stream.get()))
+                self.to_step.put((attempt, "done", stream.get()))
         except asyncio.CancelledError:
-            self.to_step.put(("error", StepError("INTERNAL", "the model request was stopped")))
+            stopped = StepError("INTERNAL", "the model request was stopped")
+            self.to_step.put((attempt, "error", stopped))
             raise
         except Exception as exc:  # noqa: BLE001 - classified on the step thread
-            self.to_step.put(("error", exc))
+            self.to_step.put((attempt, "error", exc))
 
 
 class LiveResponse(StreamedResponse):
@@ -382,12 +387,14 @@ class LedgerRun:
         deadline = None if not timeout else time.monotonic() + timeout
         while True:
             try:
-                kind, value = relay.to_step.get(timeout=0.25)
+                attempt, kind, value = relay.to_step.get(timeout=0.25)
             except queue.Empty:
                 self.ctx.check_stopped()
                 if timeout and deadline is not None and time.monotonic() > deadline:
                     raise CallTimedOut(timeout) from None
                 continue
+            if attempt != relay.current:
+                continue  # left over from a try this step already gave up on
             if kind == "event":
                 if piece := _text_piece(value):
                     draft.add(piece)
