@@ -6,7 +6,7 @@ import re
 import pytest
 
 from approvals.models import Approval, Takeover
-from runs import demo_seed
+from lab import demo_seed
 from runs.models import Step
 from runs.states import StepStatus
 from tests.console_helpers import actors, clients, device_dir, fast_passwords

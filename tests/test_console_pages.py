@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from approvals.models import Approval, Takeover
-from runs import demo_seed
+from lab import demo_seed
 from runs.models import Message, Run
 from tests.console_helpers import *  # noqa: F403 - fixtures
 

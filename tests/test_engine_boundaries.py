@@ -2,7 +2,7 @@
 (imports inside functions count too) and on the running models:
 
 - nothing in ``runs/engine/`` imports the approvals app's services or views, the
-  simulator, or a model provider's SDK;
+  lab (drills, simulator, demo seed), or a model provider's SDK;
 - no module of the engine sits in an import cycle with a module outside it;
 - only the gateway writes a status, attempt, version or generation of Run, Step,
   Approval, Takeover or Operation.
@@ -19,12 +19,12 @@ from runs.models import Operation, Run, Step
 from runs.state_fields import STATE_FIELDS, StateWriteRefused
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("runs", "approvals", "agentops")
+PACKAGES = ("runs", "approvals", "agentops", "lab")
 ENGINE = "runs.engine"
 FORBIDDEN_IN_ENGINE = (
     "approvals.services",
     "approvals.views",
-    "runs.sim",
+    "lab",
     "openai",
     "anthropic",
     "pydantic_ai",

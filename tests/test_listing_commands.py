@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 
 from approvals.models import Approval, Takeover
-from runs.demo_seed import Seeder
+from lab.demo_seed import Seeder
 
 pytestmark = pytest.mark.django_db
 
