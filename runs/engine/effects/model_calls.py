@@ -22,13 +22,13 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from runs.engine import hooks
 from runs.engine.effects import budget as budget_mod
 from runs.engine.effects import ledger, rate_limits
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout, iterate_with_timeout
 from runs.engine.effects.model_providers import ModelReply, get_provider
 from runs.engine.effects.retry import retry_after_seconds
 from runs.engine.errors import StepError
-from runs.engine.execution import faults
 from runs.models import Operation, Run, Step
 
 #: ``Operation.side_effect`` of a model request.
@@ -152,7 +152,7 @@ def request(
     with transaction.atomic():
         ledger.record_result(op, reply.as_record())
         budget_mod.add_usage(run.pk, tokens=tokens, cost_usd=charged_after)
-    faults.after_model_response(run, step)
+    hooks.reached(hooks.MODEL_RESPONSE_RECORDED, run, step)
     return reply, False
 
 
