@@ -10,9 +10,8 @@ import subprocess
 import pytest
 from django.urls import reverse
 
-from approvals.models import Approval
 from runs.engine.control import lifecycle
-from runs.models import Event, Step
+from runs.models import Approval, Event, Step
 from runs.sim import devices
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import (

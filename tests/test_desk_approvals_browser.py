@@ -14,10 +14,9 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from approvals.models import Approval
 from runs.engine.control import lifecycle
 from runs.engine.state.clock import db_now
-from runs.models import Event, Run
+from runs.models import Approval, Event, Run
 from runs.sim import shop
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process
