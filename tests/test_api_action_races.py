@@ -25,7 +25,7 @@ SCENARIOS = [
 
 SEED = f"""
 from django.contrib.auth.models import User
-from approvals.models import Approval
+from runs.models import Approval
 from runs.console.roles import setup_roles
 from lab.demo_seed import Seeder
 from runs.models import Step

@@ -9,7 +9,6 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db.models import Q
 
-from approvals.models import Approval, Takeover
 from approvals.services import decide, resolve_takeover
 from lab import demo_seed
 from lab.drills.soak import stranded_runs
@@ -22,7 +21,7 @@ from runs.engine.effects.budget import raise_budget
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution.sweeper import sweep_once
 from runs.engine.state.clock import db_now
-from runs.models import Event, Message, Run, Step
+from runs.models import Approval, Event, Message, Run, Step, Takeover
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from tests.console_helpers import device_dir, fast_passwords, run_worker_in_process
 

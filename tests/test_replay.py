@@ -266,8 +266,8 @@ def test_it_replays_from_one_iteration_of_a_loop_by_its_label(clients, looping_w
 
 
 def test_a_fork_after_the_draft_reuses_the_publication(actors):
-    from approvals.models import Approval
     from approvals.services import decide
+    from runs.models import Approval
 
     original = lifecycle.start_run("weekly_report", thread_id="W1", input={"week": "2026-W48"})
     run_worker_in_process()
