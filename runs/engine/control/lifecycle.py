@@ -274,8 +274,10 @@ def run_status(run: Run) -> dict[str, Any]:
     """The status document printed by ``runs status --json``:
     ``{run_id, thread, workflow, version, status, generation, next_step, waiting_on
     (see ``waiting_on``), steps: [{name,
-    status, attempt, generation, error_code}] (a map step's branches not listed but
-    counted on it: ``branches: {status: n}``), messages: [{id, role, content,
+    status, attempt, generation, error_code, output}] (``output``: the step's JSON
+    output, ``None`` until it has one; a map step's branches not listed but counted on
+    it: ``branches: {status: n}``), result (a SUCCEEDED run's result: the output of the
+    step that finished it, else ``None``), messages: [{id, role, content,
     tool_calls, tool_call_id}],
     budget: {...}, takeover: {...} | None, compensation: {status, reason, steps,
     manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids], parent,
@@ -293,10 +295,21 @@ def run_status(run: Run) -> dict[str, Any]:
             "attempt": s.attempt,
             "generation": s.generation,
             "error_code": s.error_code or None,
+            "output": s.output,
             **({"branches": branches[s.pk]} if s.pk in branches else {}),
         }
         for s in Step.objects.filter(run=run, branch_of__isnull=True).order_by("seq")
     ]
+    result = None
+    if run.status == RunStatus.SUCCEEDED:
+        # The step that finished the run: its current generation's last succeeded step.
+        last = (
+            Step.objects.filter(run=run, generation=run.generation, status=StepStatus.SUCCEEDED)
+            .order_by("-seq")
+            .only("output")
+            .first()
+        )
+        result = last.output if last is not None else None
     messages = [
         m.as_dict()
         for m in Message.objects.filter(
@@ -322,6 +335,7 @@ def run_status(run: Run) -> dict[str, Any]:
         ],
         **family(run),
         "steps": steps,
+        "result": result,
         "messages": messages,
         **{key: extra(run) for key, extra in STATUS_EXTRAS.items()},
         "budget": {"limits": run.budget, "used": budget_usage(run)},
