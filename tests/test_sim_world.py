@@ -127,7 +127,7 @@ def test_sim_reset_and_status_cover_every_device_the_simulator_defines(settings)
 def test_a_device_file_the_simulator_did_not_write_reads_as_the_initial_state(device_dir, text):
     """A ``payments.json`` of another shape in the device directory: ``runs status``'s
     device calls, ``sim status`` and the next charge read it without a ``KeyError``."""
-    from runs.sim import services
+    from lab.sim import services
 
     device_dir.mkdir(parents=True, exist_ok=True)
     (device_dir / "payments.json").write_text(text, encoding="utf-8")
