@@ -15,6 +15,7 @@ from django.db import connection
 from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
+from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state import leases
 from runs.engine.state.store import StepCommit, store
@@ -25,6 +26,8 @@ from tests.support.states import arrange
 
 BACKENDS = {"postgresql": "PostgresStore", "sqlite": "OrmStore"}
 QUESTION = {"question": "How warm is the living room?"}
+#: Steps one process holds in the heartbeat scenario.
+HELD = 12
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -124,24 +127,36 @@ def scenario_claim_due() -> dict[str, Any]:
 
 
 def scenario_heartbeat() -> dict[str, Any]:
-    """Renew the held lease; a stale attempt's heartbeat renews nothing."""
+    """One beat for many held steps: renew every held lease, leave a stale attempt's
+    step untouched, and tell which renewed step's run has a cancel requested."""
     _, kept, known = _start("contract-beat-kept")
     _, lost, _ = _start("contract-beat-lost")
-    for step in (kept, lost):
+    asked, cancelled, _ = _start("contract-beat-cancel")
+    others = [_start(f"contract-beat-{i}")[1] for i in range(HELD - 3)]
+    for step in (kept, lost, cancelled, *others):
         store().claim(step.pk, "w1", 30, known=known)
     _expire(lost.pk)
     store().claim(lost.pk, "w2", 30, known=known)
-    before = dict(Step.objects.filter(pk__in=[kept.pk, lost.pk]).values_list("pk", "lease_until"))
+    request_cancel(Run.objects.get(pk=asked.pk), actor="test", reason="stop this one")
+    ids = [kept.pk, lost.pk, cancelled.pk, *(s.pk for s in others)]
+    before = dict(Step.objects.filter(pk__in=ids).values_list("pk", "lease_until"))
     beat_lost = Step.objects.get(pk=lost.pk).heartbeat_at
-    renewed = store().heartbeat([(kept.pk, 1), (lost.pk, 1)], 600)
-    after = dict(Step.objects.filter(pk__in=[kept.pk, lost.pk]).values_list("pk", "lease_until"))
+    renewed, trips = _trips(lambda: store().heartbeat([(pk, 1) for pk in ids], 600))
+    after = dict(Step.objects.filter(pk__in=ids).values_list("pk", "lease_until"))
     return {
-        "renewed": sorted(renewed) == [kept.pk],
-        "kept_extended": after[kept.pk] > before[kept.pk],
+        "renewed": sorted(renewed) == sorted(set(ids) - {lost.pk}),
+        "statuses": sorted(renewed.items())
+        == sorted(
+            [(pk, "RUNNING") for pk in ids if pk not in (lost.pk, cancelled.pk)]
+            + [(cancelled.pk, "CANCEL_REQUESTED")]
+        ),
+        "trips": trips,
+        "extended": all(after[pk] > before[pk] for pk in ids if pk != lost.pk),
         "lost_untouched": after[lost.pk] == before[lost.pk]
         and Step.objects.get(pk=lost.pk).heartbeat_at == beat_lost,
         "lost_row": _row(lost.pk),
-        "nothing": sorted(store().heartbeat([], 600)),
+        "cancelled_row": _row(cancelled.pk),
+        "nothing": store().heartbeat([], 600),
     }
 
 
@@ -340,9 +355,14 @@ def test_claim_due(observe):
 
 def test_heartbeat(observe):
     out = observe("heartbeat")
-    assert out["renewed"] and out["kept_extended"] and out["lost_untouched"]
+    assert out["renewed"] and out["extended"] and out["lost_untouched"]
+    # Only the cancelled run's step is told to stop; the lost one is not renewed.
+    assert out["statuses"] is True
     assert out["lost_row"] == ["RUNNING", 2, "w2"]
-    assert out["nothing"] == []
+    assert out["cancelled_row"] == ["RUNNING", 1, "w1"]
+    assert out["nothing"] == {}
+    # One statement renews every lease and reads the cancel requests, on both backends.
+    assert out["trips"] == 1
 
 
 def test_commit(observe):

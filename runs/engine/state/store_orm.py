@@ -35,8 +35,8 @@ class OrmStore:
                 claimed.append(claim.step)
         return claimed
 
-    def heartbeat(self, held: list[tuple[int, int]], ttl: float) -> set[int]:
-        """``Store.heartbeat`` in one statement."""
+    def heartbeat(self, held: list[tuple[int, int]], ttl: float) -> dict[int, str]:
+        """``Store.heartbeat`` in one statement (the same on both backends)."""
         return leases.renew_leases(held, ttl)
 
     def _claim(
