@@ -18,9 +18,10 @@ from django.test.utils import CaptureQueriesContext
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state import leases
-from runs.engine.state.store import StepCommit, store
+from runs.engine.state.store import NewRun, StepCommit, store
 from runs.models import Checkpoint, Event, Message, Run, Step
 from runs.states import StepStatus
+from runs.workflows import registry
 from tests.support.services import make_deployment
 from tests.support.states import arrange
 
@@ -279,12 +280,45 @@ def scenario_fence() -> dict[str, Any]:
     return out
 
 
+def scenario_create_run() -> dict[str, Any]:
+    """Create a run with its first message, checkpoint and step; the same idempotency
+    key again returns that run and writes nothing."""
+    wf = registry.get("room_temperature")
+    new = NewRun(
+        workflow=wf.name,
+        version=wf.version,
+        first_step=wf.first_step,
+        thread_id="contract-create",
+        input=QUESTION,
+        actor="test",
+        goal=QUESTION["question"],
+        request_id="contract-key",
+        request_fingerprint="fp-1",
+    )
+    run, created = store().create_run(new)
+    counts = lambda: [  # noqa: E731
+        m.objects.count() for m in (Run, Step, Event, Message, Checkpoint)
+    ]
+    before = counts()
+    again, created_again = store().create_run(new)
+    return {
+        "created": [created, run.status, run.request_id, run.request_fingerprint, run.goal],
+        "events": [[t, {k: v for k, v in p.items() if k != "message_id"}] for t, p in _events(run)],
+        "steps": list(Step.objects.filter(run=run).values_list("name", "seq", "status", "attempt")),
+        "checkpoints": list(Checkpoint.objects.filter(run=run).values_list("name", flat=True)),
+        "messages": list(Message.objects.filter(run=run).values_list("role", "content")),
+        "current": run.current_step_id == Step.objects.get(run=run).pk,
+        "again": [again.pk == run.pk, created_again, counts() == before],
+    }
+
+
 SCENARIOS = {
     "claim": scenario_claim,
     "claim_due": scenario_claim_due,
     "heartbeat": scenario_heartbeat,
     "commit": scenario_commit,
     "fence": scenario_fence,
+    "create_run": scenario_create_run,
 }
 
 
@@ -425,6 +459,25 @@ def test_fenced_commit(observe):
             {"attempt": 1, "reason": "the lease of attempt 1 ran out", "worker": "w1"},
         ]
     ]
+
+
+def test_create_run(observe):
+    out = observe("create_run")
+    question = QUESTION["question"]
+    assert out["created"] == [True, "PENDING", "contract-key", "fp-1", question]
+    assert out["events"] == [
+        [
+            "run.created",
+            {"workflow": "room_temperature", "version": 1, "thread": "contract-create"},
+        ],
+        ["message.created", {"role": "user", "seq": 1}],
+        ["step.scheduled", {"name": "plan", "seq": 1}],
+    ]
+    assert out["steps"] == [["plan", 1, "PENDING", 0]]
+    assert out["checkpoints"] == ["start"] and out["current"] is True
+    assert out["messages"] == [["user", question]]
+    # The key again: the same run, nothing written.
+    assert out["again"] == [True, False, True]
 
 
 def test_only_the_postgresql_store_reaches_its_statements():
