@@ -15,7 +15,7 @@ from runs.engine.state import leases, values
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import record_event, run_transaction
 from runs.engine.state.store import NewRun, store
-from runs.models import Message, Run, Step
+from runs.models import Message, Run, Step, Takeover
 from runs.states import (
     RUN_TERMINAL,
     STEP_OPEN,
@@ -359,8 +359,6 @@ def family(run: Run) -> dict[str, Any]:
 
 def _open_takeover(run: Run) -> dict[str, Any] | None:
     """The run's open takeover as ``{id, cause, reason, step, suggested_action}``."""
-    from approvals.models import Takeover
-
     t = Takeover.objects.filter(run=run, status=Takeover.Status.OPEN).select_related("step").first()
     if t is None:
         return None
