@@ -123,6 +123,37 @@ def test_it_keeps_one_customers_runs_apart_and_in_order_while_another_proceeds(
     assert _attempts(d, [a1, a2, a3, b1]) == {1}
 
 
+def test_a_freed_place_starts_the_next_run_under_rq_without_the_sweeper(
+    deployment_factory, tmp_path
+):
+    # The sweeper's period is far longer than the wait below: only the notification
+    # sent when the first run ends can start the second in time.
+    d = deployment_factory(
+        "postgres", {"AGENTOPS_EXTRA_WORKFLOW_MODULES": MODULE, "AGENTOPS_SWEEP_SECONDS": "600"}
+    )
+    gate = tmp_path / "gate"
+    worker = d.popen("worker", "--mode", "rq", "--concurrency", "2")
+    (first,) = _start(d, [("per_customer", "a1", {"customer": "A", "gate": str(gate)})])
+    wait_until(lambda: _runs(d, [first])[first][0] == "RUNNING", what="the first run running")
+    (second,) = _start(d, [("per_customer", "a2", {"customer": "A"})])
+    # Its notification was refused (a free slot, no place) and nothing else is queued
+    # that could start it.
+    queued = "import django_rq\nprint(json.dumps(django_rq.get_queue().count))"
+    refused = "SELECT count(*) FROM runs_step WHERE run_id = %s AND notified_at IS NULL"
+    wait_until(
+        lambda: db_rows(d, refused, (second,)) == [(1,)] and shell_json(d, queued) == 0,
+        what="the second run's notification refused",
+    )
+    gate.touch()
+    wait_until(
+        lambda: _runs(d, [second])[second][0] == "SUCCEEDED", timeout=60, what="the second run"
+    )
+    worker.terminate()
+    runs = _runs(d, [first, second])
+    assert runs[first][0] == "SUCCEEDED" and runs[first][2] <= runs[second][1]
+    assert _attempts(d, [first, second]) == {1}
+
+
 def test_a_rate_limit_holds_four_workers_to_its_calls_per_window(deployment_factory):
     limits = {
         "openai": {"requests": 10, "window_seconds": 2},
