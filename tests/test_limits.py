@@ -207,7 +207,7 @@ def test_a_rate_limit_holds_four_workers_to_its_calls_per_window(deployment_fact
     assert len(step_times) == 4 and _max_in_window(step_times, 2.0) <= 2
 
 
-def test_a_429_with_retry_after_holds_back_the_other_calls_to_the_provider(
+def test_a_429_with_retry_after_holds_the_provider_and_asks_again_without_a_retry(
     deployment_factory,
 ):
     answers = iter([{"status": 429, "headers": {"Retry-After": "2"}, "error": "slow down"}])
@@ -235,10 +235,21 @@ def test_a_429_with_retry_after_holds_back_the_other_calls_to_the_provider(
         )
         worker.terminate()
         arrivals = list(server.times)
-    assert len(arrivals) >= 3
-    # The hold began when the 429 was recorded, after it arrived: no other call went
-    # out within the 2 s it asked for.
+    # The 429 and one request per run: the held request went again once, in its
+    # attempt, under its one ledger row, with no failure and no retry counted.
+    assert len(arrivals) == 4
+    # The hold began when the 429 was recorded, after it arrived: no call went out
+    # within the 2 s it asked for, the held one's own included.
     assert min(arrivals[1:]) - arrivals[0] >= 2.0
+    ids = [first, *others]
+    assert _attempts(d, ids) == {1}
+    ops = "SELECT run_id::text, status FROM runs_operation WHERE side_effect = 'model'"
+    assert sorted(db_rows(d, ops)) == sorted((pk, "SUCCEEDED") for pk in ids)
+    failures = (
+        "SELECT count(*) FROM runs_event WHERE type LIKE 'step.retry%%' "
+        "OR type IN ('step.failed', 'model.request_retry')"
+    )
+    assert db_rows(d, failures) == [(0,)]
 
 
 @pytest.mark.django_db
