@@ -22,7 +22,7 @@ from runs.models import RateLimit, Run
 from runs.states import RunStatus
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.control_support import db_rows, shell_json, wait_until
-from tests.support.openai_server import ModelServer
+from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer
 from tests.support.states import arrange
 from tests.test_metrics import TOKEN, scrape
 
@@ -250,6 +250,43 @@ def test_a_429_with_retry_after_holds_the_provider_and_asks_again_without_a_retr
         "OR type IN ('step.failed', 'model.request_retry')"
     )
     assert db_rows(d, failures) == [(0,)]
+
+
+def test_a_parents_budget_limits_its_childrens_spending(deployment_factory):
+    with ModelServer(lambda body: {"content": "hello"}) as server:
+        d = deployment_factory(
+            "postgres",
+            {
+                "AGENTOPS_EXTRA_WORKFLOW_MODULES": MODULE,
+                "OPENAI_BASE_URL": server.base_url,
+                "OPENAI_API_KEY": "unused",
+            },
+        )
+        # Room for one model request's tokens in the whole family.
+        tokens = PROMPT_TOKENS + COMPLETION_TOKENS
+        parent = shell_json(
+            d,
+            f"""
+from runs.engine.control.lifecycle import start_run
+run = start_run("family_budget", thread_id="fam", actor="test", budget={{"tokens": {tokens}}},
+    input={{"model": "openai:test-model", "children": 2}})
+print(json.dumps(str(run.pk)))
+""",
+        )
+        d.manage("worker", "--burst", "--mode", "db", check=True)
+        requests = server.count
+    family = "SELECT id::text, parent_run_id::text, status, tokens, model_calls FROM runs_run"
+    rows = {pk: (up, status, used, calls) for pk, up, status, used, calls in db_rows(d, family)}
+    children = sorted(v[1:] for pk, v in rows.items() if v[0] == parent)
+    # The first child's request was charged to the parent too; the second child's was
+    # refused before it went out, and that child paused as its parent would.
+    assert requests == 1
+    assert children == [("PAUSED", 0, 0), ("SUCCEEDED", tokens, 1)]
+    assert rows[parent][1:] == ("WAITING_EXTERNAL", tokens, 1)
+    ((payload,),) = db_rows(
+        d, "SELECT payload FROM runs_event WHERE type = 'step.budget_exhausted'"
+    )
+    assert f"parent run {parent}: tokens limit {tokens} reached" in payload["detail"]
 
 
 @pytest.mark.django_db

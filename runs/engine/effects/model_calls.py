@@ -126,7 +126,12 @@ def request(
         tool=LedgerTarget(model_name),
         arguments=arguments,
         before_write=lambda: budget_mod.charge(
-            run.pk, run.budget, model_calls=1, cost_usd=cost_per_call_usd or "0", check_usage=True
+            run.pk,
+            run.budget,
+            parent_run_id=run.parent_run_id,
+            model_calls=1,
+            cost_usd=cost_per_call_usd or "0",
+            check_usage=True,
         ),
     )
     if op.status == Operation.Status.SUCCEEDED:
@@ -169,7 +174,9 @@ def request(
     rate_limits.settle(grants, tokens)
     with transaction.atomic():
         ledger.record_result(op, reply.as_record())
-        budget_mod.add_usage(run.pk, tokens=tokens, cost_usd=charged_after)
+        budget_mod.add_usage(
+            run.pk, tokens=tokens, cost_usd=charged_after, parent_run_id=run.parent_run_id
+        )
     faults.after_model_response(run, step)
     return reply, False
 
