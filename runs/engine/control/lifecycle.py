@@ -2,22 +2,22 @@
 and the API (views and commands stay thin and call these)."""
 
 import time
-import uuid
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
 from runs.engine.control.branches import branch_counts
 from runs.engine.effects.budget import limit_errors
 from runs.engine.effects.budget import shown_usage as budget_usage
+from runs.engine.errors import ControlError
 from runs.engine.execution import dispatch, liveness
-from runs.engine.state import checkpoints, leases, values
-from runs.engine.state.checkpoints import initial_state
+from runs.engine.rules import check_length, text_problem, value_problem
+from runs.engine.state import leases
 from runs.engine.state.clock import db_now
-from runs.engine.state.gateway import allocate_message_seqs, record_event, run_transaction
-from runs.models import Message, Run, Step, Takeover, Thread
+from runs.engine.state.gateway import record_event, run_transaction
+from runs.engine.state.store import NewRun, store
+from runs.models import Message, Run, Step, Takeover
 from runs.states import (
     RUN_TERMINAL,
     STEP_OPEN,
@@ -28,19 +28,6 @@ from runs.states import (
     command_states,
 )
 from runs.workflows import registry
-
-
-class ControlError(Exception):
-    """A request the engine refuses, with a machine-readable ``code`` (e.g.
-    ``unknown_workflow``, ``invalid_input``, ``run_terminal``) and optional field
-    ``errors`` (``{field: message}``)."""
-
-    def __init__(self, code: str, message: str, errors: dict[str, str] | None = None):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.errors = errors or {}
-
 
 #: The operator actions whose event records a reason (the audit log's "why"); each
 #: refuses a blank one the same way on every channel (API, CLI, console, admin).
@@ -69,17 +56,6 @@ def require_reason(reason: str | None, action: str) -> str:
     return text
 
 
-def check_length(text: str, field: str, limit: int) -> None:
-    """Raise ``ControlError("invalid_input")`` naming ``field`` if ``text`` is longer
-    than ``limit`` characters: a long value is refused whole, never cut."""
-    if len(text) > limit:
-        raise ControlError(
-            "invalid_input",
-            f"{field} must be at most {limit} characters (it has {len(text)})",
-            {field: f"at most {limit} characters"},
-        )
-
-
 def start_run(
     workflow: str,
     *,
@@ -97,19 +73,57 @@ def start_run(
 ) -> Run:
     """Create a run of ``workflow`` (latest version unless ``version``) on the thread
     ``thread_id``, with its first user message, ``start`` checkpoint and first step,
-    all in one transaction; the first step is notified after commit. ``parent_step``,
-    ``child_position`` and ``detached`` make it a child run of that step's run
-    (``runs.engine.control.children`` starts those).
+    all in one transaction (``Store.create_run``); the first step is notified after
+    commit. ``parent_step``, ``child_position`` and ``detached`` make it a child run of
+    that step's run (``runs.engine.control.children`` starts those). With a
+    ``request_id`` the run ``owner`` already created with it is returned instead.
 
-    Raises ``ControlError`` (``unknown_workflow``, ``invalid_input``, ``invalid_thread``).
+    Raises ``ControlError`` (``unknown_workflow``, ``invalid_input``, ``invalid_thread``,
+    ``invalid_budget``).
     """
+    return create_run(
+        workflow,
+        thread_id=thread_id,
+        input=input,
+        owner=owner,
+        budget=budget,
+        request_id=request_id,
+        faults=faults,
+        version=version,
+        actor=actor,
+        parent_step=parent_step,
+        child_position=child_position,
+        detached=detached,
+    )[0]
+
+
+def create_run(
+    workflow: str,
+    *,
+    thread_id: str,
+    input: Any,
+    owner=None,
+    budget: dict | None = None,
+    request_id: str | None = None,
+    request_fingerprint: str = "",
+    faults: dict | None = None,
+    version: int | None = None,
+    actor: str = "cli",
+    parent_step: Step | None = None,
+    child_position: int | None = None,
+    detached: bool = False,
+) -> tuple[Run, bool]:
+    """``start_run`` that also says whether it created the run: ``(run, created)``;
+    ``created`` is ``False`` when ``owner`` already has a run with ``request_id`` (then
+    nothing is written; ``request_fingerprint``, stored with a new run, names the
+    request). Raises what ``start_run`` raises."""
     try:
         wf = registry.get(workflow, version)
     except registry.UnknownWorkflow as exc:
         raise ControlError("unknown_workflow", str(exc), {"workflow": "unknown"}) from exc
     check_thread_id(thread_id)
     errors = wf.validate_input(input)
-    if not errors and (found := values.outside_problem(input)) is not None:
+    if not errors and (found := value_problem(input)) is not None:
         path, type_name, reason = found
         # NaN and Infinity get here: Python's JSON reader accepts them.
         errors = {
@@ -131,58 +145,28 @@ def start_run(
     budget_errors = validate_budget(budget)
     if budget_errors:
         raise ControlError("invalid_budget", "budget is not valid", budget_errors)
-    goal = str(input.get(wf.message_field, "")) if wf.message_field else ""
-    with transaction.atomic():
-        try:
-            thread, _ = Thread.objects.get_or_create(owner=owner, thread_id=thread_id)
-        except IntegrityError:
-            thread = Thread.objects.get(owner=owner, thread_id=thread_id)
-        run = Run.objects.create(
-            thread=thread,
-            owner=owner,
+    goal = str(input.get(wf.message_field, "")) if wf.message_field else None
+    return store().create_run(
+        NewRun(
             workflow=wf.name,
-            workflow_version=wf.version,
+            version=wf.version,
+            first_step=wf.first_step,
+            thread_id=thread_id,
             input=input,
-            goal=goal[:2000],
+            actor=actor,
+            owner=owner,
+            goal=goal,
             budget=budget or {},
             faults=faults or {},
             request_id=request_id or "",
+            request_fingerprint=request_fingerprint,
             concurrency_key=concurrency[0] if concurrency else "",
             concurrency_limit=concurrency[1] if concurrency else None,
-            parent_run_id=parent_step.run_id if parent_step is not None else None,
             parent_step=parent_step,
             child_position=child_position,
             detached=detached,
         )
-        created: dict[str, Any] = {"workflow": wf.name, "version": wf.version, "thread": thread_id}
-        if parent_step is not None:
-            created.update(
-                parent_run=str(parent_step.run_id), parent_step=parent_step.name,
-                position=child_position, detached=detached,
-            )  # fmt: skip
-        with run_transaction(run.pk) as tx:
-            tx.event("run.created", created, actor=actor)
-            seq = allocate_message_seqs(thread.pk, 1 if wf.message_field else 0)[1]
-            if wf.message_field:
-                message = Message.objects.create(
-                    thread=thread,
-                    run=run,
-                    seq=seq,
-                    message_id=f"msg_{uuid.uuid4().hex}",
-                    role=Message.Role.USER,
-                    content=goal,
-                )
-                tx.event(
-                    "message.created",
-                    {"message_id": message.message_id, "role": "user", "seq": seq},
-                    actor=actor,
-                )
-            state = initial_state(run, wf.first_step)
-            state["message_seq"] = seq
-            checkpoints.store(run, None, "start", state)
-            tx.schedule_step(wf.first_step, seq=1, actor=actor)
-    run.refresh_from_db()
-    return run
+    )
 
 
 #: Extra keys of ``run_status``: ``{key: fn(run) -> JSON}``, registered by the apps that
@@ -192,17 +176,12 @@ STATUS_EXTRAS: dict = {}
 
 
 def text_refusal(value: Any, *, limit: int | None = None) -> str | None:
-    """Why ``value`` cannot be taken as a stored text (thread id, message, key): not a
-    string, blank, over ``limit`` characters, holding NUL or a lone UTF-16 surrogate (no
-    database stores either as sent); ``None`` when it can."""
+    """Why ``value`` cannot be taken as a stored text (thread id, message, key): blank,
+    or what the text rule (``runs.engine.rules.text_problem``) finds; ``None`` when it
+    can."""
     if not isinstance(value, str) or not value.strip():
         return "must be non-empty text"
-    if limit is not None and len(value) > limit:
-        return f"must be at most {limit} characters"
-    if "\x00" in value:
-        return "must not contain NUL (\\u0000) characters"
-    found = values.problem(value)
-    return found[2] if found is not None else None
+    return text_problem(value, limit=limit)
 
 
 def check_thread_id(thread_id: Any) -> None:
@@ -274,8 +253,10 @@ def run_status(run: Run) -> dict[str, Any]:
     """The status document printed by ``runs status --json``:
     ``{run_id, thread, workflow, version, status, generation, next_step, waiting_on
     (see ``waiting_on``), steps: [{name,
-    status, attempt, generation, error_code}] (a map step's branches not listed but
-    counted on it: ``branches: {status: n}``), messages: [{id, role, content,
+    status, attempt, generation, error_code, output}] (``output``: the step's JSON
+    output, ``None`` until it has one; a map step's branches not listed but counted on
+    it: ``branches: {status: n}``), result (a SUCCEEDED run's result: the output of the
+    step that finished it, else ``None``), messages: [{id, role, content,
     tool_calls, tool_call_id}],
     budget: {...}, takeover: {...} | None, compensation: {status, reason, steps,
     manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids], parent,
@@ -293,10 +274,21 @@ def run_status(run: Run) -> dict[str, Any]:
             "attempt": s.attempt,
             "generation": s.generation,
             "error_code": s.error_code or None,
+            "output": s.output,
             **({"branches": branches[s.pk]} if s.pk in branches else {}),
         }
         for s in Step.objects.filter(run=run, branch_of__isnull=True).order_by("seq")
     ]
+    result = None
+    if run.status == RunStatus.SUCCEEDED:
+        # The step that finished the run: its current generation's last succeeded step.
+        last = (
+            Step.objects.filter(run=run, generation=run.generation, status=StepStatus.SUCCEEDED)
+            .order_by("-seq")
+            .only("output")
+            .first()
+        )
+        result = last.output if last is not None else None
     messages = [
         m.as_dict()
         for m in Message.objects.filter(
@@ -322,6 +314,7 @@ def run_status(run: Run) -> dict[str, Any]:
         ],
         **family(run),
         "steps": steps,
+        "result": result,
         "messages": messages,
         **{key: extra(run) for key, extra in STATUS_EXTRAS.items()},
         "budget": {"limits": run.budget, "used": budget_usage(run)},
