@@ -119,11 +119,7 @@ def _resume_from(command, run, options):
     )
     out.write(f"steps that {verb}: {', '.join(plan.steps_to_rerun)}")
     out.write(
-        "steps superseded: "
-        + (
-            ", ".join(f"{s['name']}#{s['seq']} ({s['status']})" for s in plan.steps_to_supersede)
-            or "none"
-        )
+        "steps superseded: " + (", ".join(s["label"] for s in plan.steps_to_supersede) or "none")
     )
     write_side_effects(out, plan.operations_reused, plan.operations_may_repeat)
     if not options["dry_run"]:

@@ -28,7 +28,7 @@ with its recorded result, and each one that may repeat.
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, Max, Min, QuerySet
 
 from runs.checkpoint_data import DELTA
 from runs.engine.control import reuse
@@ -57,8 +57,12 @@ class ResumePlan:
     superseded steps recorded SUCCEEDED, whose results the new generation reuses
     (``reuse.describe`` rows, with ``result``); empty when ``reexecute``.
     ``operations_may_repeat``: those that may happen again (no recorded result, or all
-    when ``reexecute``). ``steps_to_supersede``: ``[{"name", "seq", "generation",
-    "status"}]``. ``input``: the input the new generation will see.
+    when ``reexecute``). ``steps_to_supersede``: in seq order, ``{"name", "seq",
+    "generation", "status", "label"}`` per step, and one ``{"name", "seq", "last_seq",
+    "generation", "status": None, "branches": {status: count}, "label"}`` per map
+    step's branches (there may be 10,000); ``label`` is the line people read
+    (``work#3 (PENDING)``, ``work#4..8 (5 branches: SUCCEEDED 5)``). ``input``: the
+    input the new generation will see.
     """
 
     checkpoint: Checkpoint
@@ -225,20 +229,66 @@ def plan_resume(
             reuse.describe(op, with_result=False)
             for op in reuse.may_repeat(later, reexecute=reexecute)
         ],
-        steps_to_supersede=[
-            {"name": s.name, "seq": s.seq, "generation": s.generation, "status": s.status}
-            for s in later
-        ],
+        steps_to_supersede=_supersede_listing(later),
         input=new_input,
         reexecute=reexecute,
     )
 
 
-def _later_steps(run: Run, cp: Checkpoint) -> list[Step]:
+def _later_steps(run: Run, cp: Checkpoint) -> QuerySet[Step]:
+    """The steps a resume from ``cp`` supersedes: after it by seq, not settled yet."""
     cut = cp.step.seq if cp.step else 0
-    return list(
-        Step.objects.filter(run=run, seq__gt=cut).exclude(status__in=STEP_SETTLED).order_by("seq")
-    )
+    return Step.objects.filter(run_id=run.pk, seq__gt=cut).exclude(status__in=STEP_SETTLED)
+
+
+def _branch_groups(later: QuerySet[Step]) -> list[dict[str, Any]]:
+    """``[{"branch_of_id", "name", "generation", "count", "first_seq", "last_seq"}]``:
+    the branches among ``later``, one row per map step, in one grouped query."""
+    return [
+        dict(group)
+        for group in later.filter(branch_of__isnull=False)
+        .values("branch_of_id", "name", "generation")
+        .annotate(count=Count("pk"), first_seq=Min("seq"), last_seq=Max("seq"))
+        .order_by("first_seq")
+    ]
+
+
+def _supersede_listing(later: QuerySet[Step]) -> list[dict[str, Any]]:
+    """``ResumePlan.steps_to_supersede`` in three queries whatever the branch count."""
+    listing = [
+        {
+            "name": s.name,
+            "seq": s.seq,
+            "generation": s.generation,
+            "status": s.status,
+            "label": f"{s.name}#{s.seq} ({s.status})",
+        }
+        for s in later.filter(branch_of__isnull=True).order_by("seq")
+    ]
+    counts: dict[int, dict[str, int]] = {}
+    for parent_id, status, n in (
+        later.filter(branch_of__isnull=False)
+        .values_list("branch_of_id", "status")
+        .annotate(n=Count("pk"))
+        .order_by()
+    ):
+        counts.setdefault(parent_id, {})[status] = n
+    for group in _branch_groups(later):
+        branches = counts.get(group["branch_of_id"], {})
+        shown = ", ".join(f"{status} {n}" for status, n in sorted(branches.items()))
+        listing.append(
+            {
+                "name": group["name"],
+                "seq": group["first_seq"],
+                "last_seq": group["last_seq"],
+                "generation": group["generation"],
+                "status": None,
+                "branches": branches,
+                "label": f"{group['name']}#{group['first_seq']}..{group['last_seq']} "
+                f"({group['count']} branches: {shown})",
+            }
+        )
+    return sorted(listing, key=lambda row: row["seq"])
 
 
 def resume_from_checkpoint(
@@ -283,26 +333,39 @@ def resume_from_checkpoint(
                 f"step {running.name} is running on {running.owner}; wait for it or cancel the run",
             )
         generation = tx.run.generation + 1
-        superseded: list[int] = []
         later = _later_steps(tx.run, cp)
         reused = [] if reexecute else reuse.reusable(later)
-        for step in later:
-            tx.transition_step(
-                step.pk,
+        superseded = 0
+        for step_id, step_status in (
+            later.filter(branch_of__isnull=True).order_by("seq").values_list("pk", "status")
+        ):
+            superseded += tx.transition_step(
+                step_id,
                 StepStatus.SUPERSEDED,
-                expected=step.status,
+                expected=step_status,
                 actor=actor,
                 event_type="step.superseded",
                 payload={"by_generation": generation, "checkpoint": cp.name},
                 owner="",
                 lease_until=None,
             )
-            superseded.append(step.pk)
+        # A map step's branches (up to 10,000) go in one UPDATE per map step.
+        for group in _branch_groups(later):
+            superseded += tx.supersede_branches(
+                group["branch_of_id"],
+                actor=actor,
+                first_seq=group["first_seq"],
+                last_seq=group["last_seq"],
+                by_generation=generation,
+                checkpoint=cp.name,
+            )
         tx.cancel_pending_approvals(
             actor=actor,
             reason=f"resume from {cp.name}",
             comment=f"superseded by a resume from {cp.name}",
-            step_ids=superseded,
+            step_ids=Step.objects.filter(
+                run_id=run.pk, seq__gt=cp.step.seq if cp.step else 0
+            ).values("pk"),
         )
         message_seq = cp.state.get("message_seq", 0)
         messages = (
@@ -336,7 +399,7 @@ def resume_from_checkpoint(
                     op["idempotency_key"] for op in plan.operations_may_repeat
                 ],
                 "steps_to_rerun": plan.steps_to_rerun,
-                "superseded_steps": len(superseded),
+                "superseded_steps": superseded,
                 "superseded_messages": messages,
                 "budget_before": budget_before,
                 "budget_restored": used,

@@ -11,7 +11,7 @@ feature calls a move and never re-implements one. ``RunTx`` has them: finish an 
 behind its fence (``finish_attempt``, recording ``step.commit_rejected`` when the fence
 refuses), save a checkpoint, ``advance`` (checkpoint, then schedule the next step or
 finish the run), ``schedule_step``, ``schedule_branches`` (a map step's fan-out),
-``cancel_branches``, ``next_step_seq``, ``resolve_takeover``,
+``cancel_branches``, ``supersede_branches``, ``next_step_seq``, ``resolve_takeover``,
 ``decide_approval``, ``set_compensation`` and ``start_generation``; message seqs come
 from ``allocate_message_seqs`` and ledger rows move with ``transition_operation``. The
 state columns of the models refuse any other ``update()`` (``runs.state_fields``).
@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from django.apps import apps
 from django.db import connection, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q
+from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q, QuerySet
 from django.db.models.functions import Now
 
 from runs.engine.execution import dispatch
@@ -462,6 +462,31 @@ class RunTx:
             )
         return cancelled
 
+    def supersede_branches(
+        self, parent_id: int, *, actor: str, first_seq: int, last_seq: int, **payload: Any
+    ) -> int:
+        """Supersede the branches of the map step row ``parent_id`` that are not settled
+        yet (a resume from an earlier checkpoint) in one UPDATE, with one
+        ``step.branches_superseded`` event on the parent: ``{"count", "first_seq",
+        "last_seq", **payload}`` (the seq range the caller read under this lock).
+        Returns how many were superseded."""
+        superseded = write_state(
+            Step.objects.filter(run_id=self.run.pk, branch_of_id=parent_id).exclude(
+                status__in=(StepStatus.SUPERSEDED, StepStatus.CANCELLED)
+            ),
+            status=StepStatus.SUPERSEDED,
+            owner="",
+            lease_until=None,
+        )
+        if superseded:
+            self.event(
+                "step.branches_superseded",
+                {"count": superseded, "first_seq": first_seq, "last_seq": last_seq, **payload},
+                step_id=parent_id,
+                actor=actor,
+            )
+        return superseded
+
     def save_checkpoint(
         self,
         step: Step,
@@ -611,10 +636,16 @@ class RunTx:
         return True
 
     def cancel_pending_approvals(
-        self, *, actor: str, reason: str, comment: str, step_ids: list[int] | None = None
+        self,
+        *,
+        actor: str,
+        reason: str,
+        comment: str,
+        step_ids: "Iterable[int] | QuerySet | None" = None,
     ) -> list[int]:
-        """Cancel the run's PENDING approvals (only those of ``step_ids`` when given),
-        each with an ``approval.cancelled`` event. Returns their ids."""
+        """Cancel the run's PENDING approvals (only those of ``step_ids``, ids or a
+        queryset of step ids, when given), each with an ``approval.cancelled`` event.
+        Returns their ids."""
         Approval = apps.get_model("approvals", "Approval")
         query = Approval.objects.filter(run_id=self.run.pk, status=Approval.Status.PENDING)
         if step_ids is not None:
