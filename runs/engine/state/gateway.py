@@ -12,7 +12,8 @@ behind its fence (``finish_attempt``, recording ``step.commit_rejected`` when th
 refuses), save a checkpoint, ``advance`` (checkpoint, then schedule the next step or
 finish the run), ``schedule_step``, ``schedule_branches`` (a map step's fan-out),
 ``cancel_branches``, ``supersede_branches``, ``next_step_seq``, ``resolve_takeover``,
-``decide_approval``, ``set_compensation`` and ``start_generation``; message seqs come
+``decide_approval``, ``set_compensation``, ``request_pause`` / ``clear_pause_request``
+and ``start_generation``; message seqs come
 from ``allocate_message_seqs`` and ledger rows move with ``transition_operation``. The
 state columns of the models refuse any other ``update()`` (``runs.state_fields``).
 
@@ -573,6 +574,9 @@ class RunTx:
             )
             return Advanced(None, None, checkpoint_id, state)
         seq = self.next_step_seq() if next_seq is None else next_seq
+        if self.run.pause_requested_at is not None:
+            # Pausing: the next step waits PENDING (held) instead of continuing.
+            claimed_by = None
         step_id = self.schedule_step(
             next_name, actor=actor, seq=seq, claimed_by=claimed_by, delay=delay, at=at
         )
@@ -677,6 +681,29 @@ class RunTx:
             **fields,
         )
         self.run.compensation_status = target
+
+    def request_pause(self, request: dict[str, Any], *, actor: str, running: int) -> None:
+        """Mark the locked run pause-requested with ``request`` (``{"reason", "actor"}``,
+        optionally ``"resume"``), with a ``run.pause_requested`` event naming the
+        ``running`` steps it waits for. Until ``clear_pause_request`` no step of the run
+        is claimed and a commit schedules its next step without continuing it."""
+        self.run.pause_requested_at = db_time = Now()
+        self.run.pause_request = request
+        self.set_run(pause_requested_at=db_time, pause_request=request)
+        self.event(
+            "run.pause_requested",
+            {"reason": request.get("reason", ""), "running": running},
+            actor=actor,
+        )
+
+    def clear_pause_request(self) -> dict[str, Any]:
+        """Clear the locked run's pause request (it was carried out or overtaken);
+        returns the request as it was."""
+        request = dict(self.run.pause_request or {})
+        self.run.pause_requested_at = None
+        self.run.pause_request = {}
+        self.set_run(pause_requested_at=None, pause_request={})
+        return request
 
     def start_generation(self, **fields: Any) -> int:
         """Bump the locked run's generation (a resume from an earlier checkpoint) with
