@@ -29,7 +29,11 @@ def due_step_ids(limit: int = 10) -> list[int]:
     from runs.engine.state import concurrency
 
     return list(
-        concurrency.startable(Step.objects.filter(due(), run__status__in=RUN_EXECUTABLE))
+        concurrency.startable(
+            Step.objects.filter(
+                due(), run__status__in=RUN_EXECUTABLE, run__pause_requested_at__isnull=True
+            )
+        )
         .order_by("not_before")
         .values_list("pk", flat=True)[:limit]
     )

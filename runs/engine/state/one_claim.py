@@ -56,7 +56,7 @@ r AS (
     SELECT runs_run.id, runs_run.status, runs_run.event_seq, runs_run.generation
     FROM runs_run
     WHERE runs_run.id = (SELECT run_id FROM st)
-        AND runs_run.status = ANY(%(executable)s::text[])
+        AND runs_run.status = ANY(%(executable)s::text[]) AND runs_run.pause_requested_at IS NULL
         AND runs_run.generation = (SELECT generation FROM st)
         AND runs_run.workflow || '@' || runs_run.workflow_version::text = ANY(%(known)s::text[])
         AND (runs_run.faults ->> 'crash_before') IS DISTINCT FROM (SELECT name FROM st)
@@ -202,6 +202,7 @@ WITH picked AS (
     WHERE ((s.status = %(pending)s AND s.not_before <= STATEMENT_TIMESTAMP())
             OR (s.status = %(running)s AND s.lease_until < STATEMENT_TIMESTAMP()))
         AND r.status = ANY(%(executable)s::text[]) AND r.generation = s.generation
+        AND r.pause_requested_at IS NULL
         AND r.workflow || '@' || r.workflow_version::text = ANY(%(known)s::text[])
         AND (r.faults ->> 'crash_before') IS DISTINCT FROM s.name
         AND (r.status <> %(run_pending)s OR r.concurrency_key = '')
