@@ -3,7 +3,7 @@
 Every step this process runs is registered with the process's ``LeaseKeeper`` while
 it runs. One daemon thread renews all of their leases every third of the lease length
 in one statement, fenced by each step's attempt, and checks their runs for a cancel
-request in one query; it raises the step context's ``lease_lost`` /
+or pause request in one query; it raises the step context's ``lease_lost`` /
 ``cancel_requested`` flags, which the step sees at its next safe point. No thread is
 started per step.
 
@@ -72,8 +72,8 @@ class LeaseKeeper:
                 self._wake.set()
 
     def beat(self) -> None:
-        """One beat: renew every held lease (fenced), flag lost leases and cancel
-        requests. Database errors propagate to the caller."""
+        """One beat: renew every held lease (fenced), flag lost leases and cancel or
+        pause requests. Database errors propagate to the caller."""
         with self._lock:
             held = list(self._held.values())
         if not held:
@@ -84,12 +84,22 @@ class LeaseKeeper:
                 ctx.lease_lost.set()
             else:
                 ctx.lease_renewed()
-        statuses = dict(
-            Run.objects.filter(pk__in={c.run.pk for c in held}).values_list("pk", "status")
-        )
+        statuses = {
+            pk: (status, pausing)
+            for pk, status, pausing in Run.objects.filter(
+                pk__in={c.run.pk for c in held}
+            ).values_list("pk", "status", "pause_requested_at")
+        }
         for ctx in held:
-            status = statuses.get(ctx.run.pk)
-            if status == RunStatus.CANCEL_REQUESTED or status in RUN_TERMINAL or status is None:
+            status, pausing = statuses.get(ctx.run.pk, (None, None))
+            if (
+                status == RunStatus.CANCEL_REQUESTED
+                or status in RUN_TERMINAL
+                or status is None
+                or pausing is not None
+            ):
+                # A pause request stops the step at its next safe point as a cancel
+                # does; the executor then gives the step back instead of cancelling it.
                 ctx.cancel_requested.set()
         for hook in LIVENESS_HOOKS:
             hook({c.worker_id for c in held})
