@@ -21,6 +21,7 @@ from django.db.models.functions import Now
 
 from runs.engine.data import payloads
 from runs.engine.errors import StepError
+from runs.engine.execution import dispatch
 from runs.engine.state import values
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Step
@@ -220,3 +221,40 @@ def branch_failed(
         finished_at=Now(),
     )
     return False
+
+
+def waiting_map_steps(tx: RunTx) -> list[int]:
+    """Ids of the locked run's map step rows (current generation) that wait for their
+    branches, in seq order."""
+    return list(
+        Step.objects.filter(
+            run_id=tx.run.pk,
+            generation=tx.run.generation,
+            status=StepStatus.WAITING,
+            branch_of__isnull=True,
+            branches__isnull=False,
+        )
+        .distinct()
+        .order_by("seq")
+        .values_list("pk", flat=True)
+    )
+
+
+def resume_fan_out(tx: RunTx, parent_ids: list[int], *, actor: str) -> int:
+    """Under ``tx``'s lock, the run RUNNING again after a pause: the PENDING branches
+    of the map step rows ``parent_ids`` (held while the pause was requested and while
+    the run was PAUSED) are notified again at once, in pipelined batches after the
+    commit, and each map step none of whose branches is open joins now. Returns how
+    many branches were notified."""
+    held = list(
+        Step.objects.filter(
+            run_id=tx.run.pk, branch_of_id__in=parent_ids, status=StepStatus.PENDING
+        ).values_list("pk", flat=True)
+    )
+    if held:
+        Step.objects.filter(pk__in=held).update(notified_at=Now(), not_before=Now())
+        dispatch.notify_many_on_commit(tx.run.pk, held)
+    workflow = registry.get(tx.run.workflow, tx.run.workflow_version)
+    for parent_id in parent_ids:
+        join_when_done(tx, parent_id, workflow=workflow, actor=actor)
+    return len(held)
