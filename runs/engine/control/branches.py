@@ -77,18 +77,17 @@ def items_of(ctx) -> list[Any]:
 def commit_fan_out(ctx, items: list[Any], actor: str) -> None:
     """Commit the fan-out of the claimed map step of ``ctx`` behind its fence: the step
     WAITING for its branches, one PENDING branch per item. An empty list joins at once
-    (output ``[]``). A refused fence changes nothing (``step.commit_rejected``)."""
+    (output ``[]``). A refused fence changes nothing (``step.commit_rejected``); a cancel
+    requested meanwhile cancels the step and makes no branch."""
     step, attempt = ctx.step, ctx.attempt
     with run_transaction(ctx.run.pk) as tx:
-        if not tx.finish_attempt(
+        if not tx.finish_waiting(
             step,
             attempt,
-            StepStatus.WAITING,
             actor=actor,
-            event_type="step.waiting",
-            payload={"attempt": attempt, "waiting_for": "branches", "branches": len(items)},
-            owner="",
-            lease_until=None,
+            waiting_for="branches",
+            payload={"branches": len(items)},
+            cancel_before="fan-out",
         ):
             return
         if tx.schedule_branches(step, items, actor=actor) == 0:

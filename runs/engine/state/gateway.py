@@ -12,8 +12,8 @@ behind its fence (``finish_attempt``, recording ``step.commit_rejected`` when th
 refuses), save a checkpoint, ``advance`` (checkpoint, then schedule the next step or
 finish the run), ``schedule_step``, ``schedule_branches`` (a map step's fan-out),
 ``cancel_branches``, ``supersede_branches``, ``next_step_seq``, ``resolve_takeover``,
-``decide_approval``, ``set_compensation``, ``request_pause`` / ``clear_pause_request``
-and ``start_generation``; message seqs come
+``decide_approval``, ``set_compensation``, ``request_pause`` / ``clear_pause_request``,
+``finish_waiting`` (with ``cancelled_before_wait``) and ``start_generation``; message seqs come
 from ``allocate_message_seqs`` and ledger rows move with ``transition_operation``. The
 state columns of the models refuse any other ``update()`` (``runs.state_fields``).
 
@@ -36,6 +36,7 @@ from django.db.models.functions import Now
 
 from runs.engine.execution import dispatch
 from runs.engine.state import checkpoints
+from runs.engine.state.clock import deadline_in
 from runs.models import Event, Operation, Run, Step
 from runs.state_fields import write_state
 from runs.states import (
@@ -319,6 +320,58 @@ class RunTx:
             self.reject_commit(step, attempt, self.commit_rejection(step, attempt), **extra)
         return applied
 
+    def cancelled_before_wait(
+        self, step: Step, attempt: int, *, actor: str, waiting_for: str
+    ) -> bool:
+        """When the locked run is cancel-requested, the RUNNING ``step`` held by
+        ``attempt`` is CANCELLED behind its fence instead of starting to wait for
+        ``waiting_for`` (``"signal wait"``, ``"child wait"``, ``"approval"``,
+        ``"branches"``), and ``True`` is returned; ``False`` otherwise (nothing
+        written)."""
+        if self.run.status != RunStatus.CANCEL_REQUESTED:
+            return False
+        self.finish_attempt(
+            step,
+            attempt,
+            StepStatus.CANCELLED,
+            actor=actor,
+            payload={"reason": f"cancel requested before the {waiting_for}"},
+            owner="",
+            lease_until=None,
+            finished_at=Now(),
+        )
+        return True
+
+    def finish_waiting(
+        self,
+        step: Step,
+        attempt: int,
+        *,
+        actor: str,
+        waiting_for: str,
+        payload: dict | None = None,
+        cancel_before: str,
+        **fields: Any,
+    ) -> bool:
+        """Finish the RUNNING ``step``'s ``attempt`` into WAITING behind its fence: the
+        lease released, ``step.waiting`` with ``{"attempt", "waiting_for", **payload}``,
+        plain ``fields`` (``signal_name``, ``wait_until``) written with it. A run that is
+        cancel-requested cancels the step instead (``cancelled_before_wait`` with
+        ``cancel_before``). Returns ``True`` only when the step is WAITING."""
+        if self.cancelled_before_wait(step, attempt, actor=actor, waiting_for=cancel_before):
+            return False
+        return self.finish_attempt(
+            step,
+            attempt,
+            StepStatus.WAITING,
+            actor=actor,
+            event_type="step.waiting",
+            payload={"attempt": attempt, "waiting_for": waiting_for, **(payload or {})},
+            owner="",
+            lease_until=None,
+            **fields,
+        )
+
     def next_step_seq(self, after: Step | None = None) -> int:
         """The seq of a new step of this run: one past ``after`` when the caller commits
         the run's newest step (no read), else one past the highest seq stored."""
@@ -355,9 +408,7 @@ class RunTx:
         if at is not None:
             not_before = at
         elif delay:
-            not_before = ExpressionWrapper(
-                Now() + timedelta(seconds=delay), output_field=DateTimeField()
-            )
+            not_before = deadline_in(delay)
         # The worker the step is born RUNNING under (a held-back step is born PENDING).
         claimer = None if held else claimed_by
         # A held-back step is notified when it is due (the sweeper), not now: a worker
