@@ -1,8 +1,10 @@
 """Pause during a fan-out: the request is recorded, idle branches are held, running ones
 stop at their next safe point, and the run is PAUSED once none runs, also when the
 worker holding them died; resume sends every held branch out again and the join runs
-once. Real PostgreSQL, Redis and worker subprocesses; the ``branchy`` branches append
-each effect to a log file (the outside fake) and wait for a gate file at safe points."""
+once. A resume from before the fan-out while branches run pauses first, then fans out
+again, each effect made once. Real PostgreSQL, Redis and worker subprocesses; the
+``branchy`` branches append each effect to a log file (the outside fake) and wait for a
+gate file at safe points."""
 
 import signal
 
@@ -72,6 +74,34 @@ def test_a_pause_during_a_fan_out_holds_the_branches_and_resume_joins_once(
         sum(1 for e in done["events"] if e["step_id"] == join["pk"] and e["type"] == "step.started")
         == 1
     )
+
+    # A resume from before the fan-out while branches run pauses first: the running
+    # branches stop, then the new generation fans out again and reuses every effect
+    # made, so each item's call happens once.
+    log.unlink()
+    again = _start(
+        d, "branchy", "resume", items=items[:8], hold=items[4:8], gate=str(tmp_path / "g"),
+        log=str(log),
+    )  # fmt: skip
+    wait_until(
+        lambda: [s for _, s, _ in _branches(d, again)] == ["SUCCEEDED"] * 4 + ["RUNNING"] * 4,
+        what="four branches done and four in flight",
+        timeout=120,
+    )
+    said = d.call(
+        "runs", "resume", again, "--from", "after:prepare", "--input-patch", '{"hold": []}',
+        "--reason", "do not wait for the gate",
+    )  # fmt: skip
+    assert "resume requested: pause requested, waiting for the running steps (4 running)" in said
+    wait_until(lambda: _ended(d, again), what="the resumed run to end", timeout=120)
+    resumed = facts(d, again)
+    assert (resumed["run"]["status"], resumed["run"]["generation"]) == ("SUCCEEDED", 2)
+    assert sorted(_lines(log), key=int) == [str(i) for i in items[:8]]
+    join = next(s for s in resumed["steps"] if s["name"] == "join")
+    assert join["output"]["joined"] == [{"item": i, "double": 2 * i} for i in items[:8]]
+    superseded = [e for e in resumed["events"] if e["type"] == "step.branches_superseded"]
+    assert [e["payload"]["count"] for e in superseded] == [8]
+    assert not [e for e in resumed["events"] if e["type"] == "run.paused"]
 
     # A worker that dies holding branches: once another worker is up, liveness gives
     # them back (held) and the pause completes without anyone's help.

@@ -558,13 +558,17 @@ def settle_pause(run_id, *, actor: str) -> bool:
     """Carry out the pause requested on run ``run_id`` once no step runs: steps whose
     lease ran out are given back (fenced, ``lease.expired``), then the run is PAUSED
     with its ``operator_request`` takeover, or resumed from the checkpoint a resume
-    asked for. Safe to call from anywhere at any time (the worker whose step ended, the
-    sweeper). Returns ``True`` when the request was carried out; ``False`` while steps
-    run or when none is requested (a cancel overtakes it)."""
+    asked for (``rewind.resume_from_checkpoint``, as its requester; when the run changed
+    so that it is refused, the run is PAUSED with the refusal as the reason). Safe to
+    call from anywhere at any time (the worker whose step ended, the sweeper). Returns
+    ``True`` when the request was carried out; ``False`` while steps run or when none is
+    requested (a cancel overtakes it)."""
     with run_transaction(run_id) as tx:
         if tx.run.pause_requested_at is None:
             return False
-        if tx.run.status in RUN_TERMINAL or not command_allows("pause", tx.run.status):
+        resume = (tx.run.pause_request or {}).get("resume")
+        command = "resume_from_checkpoint" if resume else "pause"
+        if tx.run.status in RUN_TERMINAL or not command_allows(command, tx.run.status):
             tx.clear_pause_request()
             return False
         running = list(
@@ -578,8 +582,35 @@ def settle_pause(run_id, *, actor: str) -> bool:
         for step_id, attempt, owner, _ in running:
             leases.release_expired_lease(tx, step_id, attempt, owner, actor=actor)
         request = tx.clear_pause_request()
-        _pause_now(tx, reason=request.get("reason", ""), actor=request.get("actor", actor))
-        return True
+        if not resume:
+            _pause_now(tx, reason=request.get("reason", ""), actor=request.get("actor", actor))
+            return True
+    _resume_requested(run_id, request, resume)
+    return True
+
+
+def _resume_requested(run_id, request: dict[str, Any], resume: dict[str, Any]) -> None:
+    """The resume from a checkpoint a pause request carried, now that no step runs."""
+    from runs.engine.control.rewind import resume_from_checkpoint
+
+    requester = request.get("actor", "")
+    try:
+        resume_from_checkpoint(
+            Run.objects.get(pk=run_id),
+            resume["checkpoint"],
+            actor=requester,
+            input_patch=resume.get("input_patch"),
+            reason=request.get("reason", ""),
+            reexecute=bool(resume.get("reexecute")),
+        )
+    except ControlError as exc:
+        with run_transaction(run_id) as tx:
+            if tx.run.status not in RUN_TERMINAL and command_allows("pause", tx.run.status):
+                _pause_now(
+                    tx,
+                    reason=f"resume from {resume['checkpoint']} refused: {exc.message}",
+                    actor=requester,
+                )
 
 
 def settle_requested_pauses(actor: str, batch: int) -> int:
