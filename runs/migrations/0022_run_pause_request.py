@@ -6,7 +6,7 @@ import runs.checked_fields
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0020_concurrency_and_rate_limits"),
+        ("runs", "0021_approval_takeover_state"),
     ]
 
     operations = [
