@@ -1,14 +1,15 @@
 """A resume from a checkpoint before a fan-out supersedes each map step's branches as a
 set: one UPDATE and one event (count and seq range) per map step, so 10,000 branches
-cost the resume the statements of three, and the preview lists them as one line."""
+cost the resume the statements of three, and the preview lists them as one line. The
+pause before it lists no branch row in its takeover."""
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runs.engine.control.lifecycle import start_run
+from runs.engine.control.lifecycle import pause_run, start_run
 from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
-from runs.models import Event, Step
+from runs.models import Event, Step, Takeover
 from runs.states import StepStatus
 from tests.support.states import arrange
 
@@ -42,6 +43,10 @@ def _fanned_out_run(branches: int):
 
 
 def _resume(run) -> int:
+    # Paused with no branch running: at once, its takeover naming no branch row.
+    pause_run(run, actor="alice", reason="look first")
+    takeover = Takeover.objects.get(run=run)
+    assert takeover.done_summary["completed_steps"] == []
     with CaptureQueriesContext(connection) as queries:
         resume_from_checkpoint(run, "start", actor="alice", reason="fan out afresh")
     return len(queries)
