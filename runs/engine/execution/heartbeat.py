@@ -2,10 +2,10 @@
 
 Every step this process runs is registered with the process's ``LeaseKeeper`` while
 it runs. One daemon thread renews all of their leases every third of the lease length
-in one statement, fenced by each step's attempt, and checks their runs for a cancel
-or pause request in one query; it raises the step context's ``lease_lost`` /
-``cancel_requested`` flags, which the step sees at its next safe point. No thread is
-started per step.
+in one statement, fenced by each step's attempt, which also reads each renewed step's
+run status (or that a pause is requested); it raises the step context's
+``lease_lost`` / ``cancel_requested`` flags, which that step alone sees at its next safe
+point. No thread is started per step.
 
 ``LIVENESS_HOOKS`` are called on each beat with the worker id (a worker-liveness
 signal, e.g. a session advisory lock, plugs in there).
@@ -22,8 +22,8 @@ from django.db import connection
 
 from agentops.db_pool import release_connection
 from runs.engine.execution.failure_log import RepeatedFailureLog
+from runs.engine.state.leases import PAUSE_REQUESTED
 from runs.engine.state.store import store
-from runs.models import Run
 from runs.states import RUN_TERMINAL, RunStatus
 
 if TYPE_CHECKING:  # the step context imports the engine that imports this module
@@ -35,6 +35,11 @@ logger = logging.getLogger("agentops.heartbeat")
 #: process holds (after the leases were renewed).
 LIVENESS_HOOKS: list[Callable[[set[str]], None]] = []
 
+
+#: Run statuses that stop a renewed step at its next safe point: its run was asked to
+#: cancel or to pause (the executor then gives the step back instead of cancelling it),
+#: or ended under it.
+STOP_STATUSES = frozenset({RunStatus.CANCEL_REQUESTED, PAUSE_REQUESTED, *RUN_TERMINAL})
 
 #: How long the heartbeat thread waits, once nothing is held, before it ends (seconds).
 IDLE_GRACE_SECONDS = 1.0
@@ -72,34 +77,20 @@ class LeaseKeeper:
                 self._wake.set()
 
     def beat(self) -> None:
-        """One beat: renew every held lease (fenced), flag lost leases and cancel or
-        pause requests. Database errors propagate to the caller."""
+        """One beat: renew every held lease (fenced), flag lost leases and cancel
+        requests. Database errors propagate to the caller."""
         with self._lock:
             held = list(self._held.values())
         if not held:
             return
         kept = store().heartbeat([(c.step.pk, c.attempt) for c in held], self.ttl)
         for ctx in held:
-            if ctx.step.pk not in kept:
+            status = kept.get(ctx.step.pk)
+            if status is None:
                 ctx.lease_lost.set()
-            else:
-                ctx.lease_renewed()
-        statuses = {
-            pk: (status, pausing)
-            for pk, status, pausing in Run.objects.filter(
-                pk__in={c.run.pk for c in held}
-            ).values_list("pk", "status", "pause_requested_at")
-        }
-        for ctx in held:
-            status, pausing = statuses.get(ctx.run.pk, (None, None))
-            if (
-                status == RunStatus.CANCEL_REQUESTED
-                or status in RUN_TERMINAL
-                or status is None
-                or pausing is not None
-            ):
-                # A pause request stops the step at its next safe point as a cancel
-                # does; the executor then gives the step back instead of cancelling it.
+                continue
+            ctx.lease_renewed()
+            if status in STOP_STATUSES:
                 ctx.cancel_requested.set()
         for hook in LIVENESS_HOOKS:
             hook({c.worker_id for c in held})
