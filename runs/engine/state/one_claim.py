@@ -57,7 +57,7 @@ r AS (
     SELECT runs_run.id, runs_run.status, runs_run.event_seq, runs_run.generation
     FROM runs_run
     WHERE runs_run.id = (SELECT run_id FROM st)
-        AND runs_run.status = ANY(%(executable)s::text[])
+        AND runs_run.status = ANY(%(executable)s::text[]) AND runs_run.pause_requested_at IS NULL
         AND runs_run.generation = (SELECT generation FROM st)
         AND runs_run.workflow || '@' || runs_run.workflow_version::text = ANY(%(known)s::text[])
         AND (runs_run.status <> %(run_pending)s::text OR runs_run.concurrency_key = '')
@@ -202,6 +202,7 @@ WITH picked AS (
     WHERE ((s.status = %(pending)s AND s.not_before <= STATEMENT_TIMESTAMP())
             OR (s.status = %(running)s AND s.lease_until < STATEMENT_TIMESTAMP()))
         AND r.status = ANY(%(executable)s::text[]) AND r.generation = s.generation
+        AND r.pause_requested_at IS NULL
         AND r.workflow || '@' || r.workflow_version::text = ANY(%(known)s::text[])
         AND (r.status <> %(run_pending)s OR r.concurrency_key = '')
     ORDER BY s.not_before

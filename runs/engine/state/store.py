@@ -144,7 +144,8 @@ class Store(Protocol):
     def heartbeat(self, held: list[tuple[int, int]], ttl: float) -> dict[int, str]:
         """One statement: extend the lease of each ``(step_id, attempt)`` in ``held``
         to ``ttl`` seconds from now, only while that attempt holds the RUNNING step, and
-        read each renewed step's run status with it. Returns ``{step_id: run status}``
+        read each renewed step's run status with it (``leases.PAUSE_REQUESTED`` while a
+        pause is requested). Returns ``{step_id: run status}``
         of the renewed steps, from which the caller tells each slot whether to stop
         (a cancel requested, the run finished); a step left out lost its lease, and a
         stale attempt's step is left as it is."""

@@ -62,6 +62,8 @@ class OrmStore:
             if (
                 step is None
                 or run.status not in RUN_EXECUTABLE
+                # A pause is requested: its steps wait (held) until it is resumed.
+                or run.pause_requested_at is not None
                 or run.generation != step.generation
             ):
                 return Claim(NOT_CLAIMABLE)
