@@ -540,6 +540,10 @@ def _commit_success(
         # The injected crash happens before the next step is claimed: schedule it
         # unclaimed so the claim path meets the fault.
         claimed_by = None
+    if next_name is not None and ctx.workflow.has(next_name):
+        if ctx.workflow.get(next_name).concurrency_key is not None:
+            # A step with a concurrency key waits for a place: its claim decides.
+            claimed_by = None
     done = store().commit(
         StepCommit(
             run=run,
