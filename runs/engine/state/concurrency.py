@@ -152,7 +152,8 @@ def _waiting_steps(key: str) -> QuerySet:
 
 
 def _blocked_steps() -> QuerySet:
-    """The PENDING steps with a key whose places are all taken."""
+    """The due PENDING steps with a key whose places are all taken (a step waiting
+    for its retry's backoff waits on no limit)."""
     held = Subquery(
         Step.objects.filter(concurrency_key=OuterRef("concurrency_key"), status=StepStatus.RUNNING)
         .order_by()
@@ -161,7 +162,9 @@ def _blocked_steps() -> QuerySet:
         .values("n")
     )
     return (
-        Step.objects.filter(status=StepStatus.PENDING, concurrency_key__isnull=False)
+        Step.objects.filter(
+            status=StepStatus.PENDING, concurrency_key__isnull=False, not_before__lte=Now()
+        )
         .annotate(places_held=Coalesce(held, 0))
         .filter(places_held__gte=F("concurrency_limit"))
     )
