@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 import tests.workflows.limited  # noqa: F401 - registers the workflows here too
-from agentops.authoring import Workflow, WorkflowDefinitionError
+from agentops.authoring import StepError, Workflow, WorkflowDefinitionError
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.control.replay import replay_run
 from runs.engine.data.inbox import post_message
@@ -416,6 +416,14 @@ def test_a_concurrency_declaration_and_a_run_without_its_key_are_refused():
     arrange(Run.objects.filter(pk=original.pk), status=RunStatus.SUCCEEDED)
     again = replay_run(original, actor="test", reason="check", checkpoint="start")
     assert (again.concurrency_key, again.concurrency_limit) == ("per_customer:A", 1)
+    # Should a key give no value when its step is scheduled after all (its function
+    # changed since the start), scheduling fails with a code and writes nothing.
+    run = start_run("per_customer_step", thread_id="T", input={"customer": "A"})
+    with pytest.raises(StepError) as failed, run_transaction(run.pk) as tx:
+        tx.run.input = {"customer": ""}
+        tx.schedule_step("charge", actor="test")
+    assert failed.value.code == "CONCURRENCY_KEY_INVALID"
+    assert list(Step.objects.filter(run=run).values_list("name", flat=True)) == ["prepare"]
 
 
 @pytest.mark.django_db
