@@ -3,7 +3,6 @@ each ends one attempt with its real cause (or settles the outcome), never a cras
 worker. Real database (PostgreSQL under ``make test``), in-process executor."""
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -24,6 +23,7 @@ from tests.console_helpers import (  # noqa: F401
     run_worker_subprocess,
     worker_subprocess_env,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -226,6 +226,7 @@ def test_a_heartbeat_that_cannot_renew_stops_the_step_before_its_side_effect(set
     settings.AGENTOPS_LEASE_SECONDS = 3
     settings.AGENTOPS_DB_TIMEOUTS = {**settings.AGENTOPS_DB_TIMEOUTS, "cli": (0.5, 0)}
     faulty.APPLIED.clear()
+    faulty.HOLD_ENDED.clear()
     run = _start("hold_then_post", seconds="6")
     step = _first_step(run)
 
@@ -237,12 +238,15 @@ def test_a_heartbeat_that_cannot_renew_stops_the_step_before_its_side_effect(set
 
     thread = threading.Thread(target=run_step)
     thread.start()
-    assert _wait(lambda: _first_step(run).status == StepStatus.RUNNING)
+    wait_until(
+        lambda: _first_step(run).status == StepStatus.RUNNING, what="the step to run", timeout=30
+    )
     other = connections.create_connection("default")
     other.set_autocommit(False)
     with other.cursor() as cursor:
         cursor.execute("SELECT id FROM runs_step WHERE id = %s FOR NO KEY UPDATE", [step.pk])
-    time.sleep(4)  # renewals fail for longer than two thirds of the lease
+    # Renewals fail from here on; after two thirds of the lease the step stops.
+    wait_until(faulty.HOLD_ENDED.is_set, what="the step to stop at a safe point", timeout=30)
     other.rollback()
     other.close()
     thread.join(60)
@@ -250,12 +254,3 @@ def test_a_heartbeat_that_cannot_renew_stops_the_step_before_its_side_effect(set
     assert faulty.APPLIED == {}
     assert Event.objects.filter(run=run, type="step.abandoned").exists()
     assert not Operation.objects.filter(run=run).exists()
-
-
-def _wait(check, timeout: float = 30) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False

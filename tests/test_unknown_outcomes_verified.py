@@ -16,7 +16,7 @@ from runs.sim import faults as sim_faults
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
 from runs.workflows.synthetic import mailer_send
-from tests.control_support import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
