@@ -16,7 +16,7 @@ from django.db import connection
 from django.db.models import Q
 from django.test import Client
 
-from runs import demo_seed
+from lab import demo_seed
 from runs.console.roles import setup_roles
 from runs.engine.control import lifecycle
 from runs.engine.execution.worker import Worker

@@ -11,6 +11,7 @@ import pytest
 from django.utils import timezone
 
 from agentops.authoring import AgentTool, RetryPolicy, Workflow, register
+from lab.sim import devices, services
 from runs.agents.durability import LedgerRun
 from runs.engine.control.lifecycle import start_run
 from runs.engine.effects import ledger
@@ -18,7 +19,6 @@ from runs.engine.effects.compensation import CompensationContext, compensation_k
 from runs.engine.errors import LeaseLost, NonDeterminism
 from runs.engine.execution import executor
 from runs.models import Event, Operation, Run, Step, Takeover
-from runs.sim import devices, services
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
 from runs.workflows.synthetic import mailer_send

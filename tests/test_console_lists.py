@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from runs import demo_seed
+from lab import demo_seed
 from runs.models import Approval, Step, Takeover
 from runs.states import StepStatus
 from tests.console_helpers import actors, clients, device_dir, fast_passwords

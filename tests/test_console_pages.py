@@ -9,7 +9,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from runs import demo_seed
+from lab import demo_seed
 from runs.models import Approval, Message, Run, Takeover
 from tests.console_helpers import *  # noqa: F403 - fixtures
 

@@ -177,7 +177,7 @@ def test_the_pictures_open_in_chromium(open_as, retried_and_approved, tmp_path):
 
 
 def test_an_operator_replays_a_failed_run_in_chromium(open_as, actors, tmp_path):  # noqa: F811
-    from runs.sim import devices
+    from lab.sim import devices
 
     with devices.lamp.locked() as data:
         data["state"]["fail_next"] = {"get_brightness": ["PERMISSION_DENIED"]}

@@ -10,9 +10,10 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 
 from approvals.services import decide, resolve_takeover
-from runs import demo_seed
+from lab import demo_seed
+from lab.drills.soak import stranded_runs
+from lab.sim import devices
 from runs.console.roles import setup_roles
-from runs.drills.soak import stranded_runs
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.waits import deliver_signal, waiting_step
@@ -21,7 +22,6 @@ from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution.sweeper import sweep_once
 from runs.engine.state.clock import db_now
 from runs.models import Approval, Event, Message, Run, Step, Takeover
-from runs.sim import devices
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from tests.console_helpers import device_dir, fast_passwords, run_worker_in_process
 from tests.control_support import shell_json

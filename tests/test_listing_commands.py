@@ -7,7 +7,7 @@ import json
 import pytest
 from django.core.management import call_command
 
-from runs.demo_seed import Seeder
+from lab.demo_seed import Seeder
 from runs.models import Approval, Takeover
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from django.db.migrations.executor import MigrationExecutor
 from runs.engine.control.lifecycle import start_run
 from runs.models import Approval, Step, Takeover
 
-MOVE = ("runs", "0024_approval_takeover_state")
+MOVE = ("runs", "0021_approval_takeover_state")
 APPROVALS_BEFORE = ("approvals", "0003_non_determinism_cause")
 
 

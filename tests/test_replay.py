@@ -5,11 +5,11 @@ as it was, recorded side effects are reused unless re-executed with a reason."""
 import pytest
 
 from agentops.authoring import register
+from lab.sim import devices
 from runs.engine.control import lifecycle
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.replay import bulk_candidates, bulk_replay, plan_replay, replay_run
 from runs.models import Checkpoint, Event, Message, Operation, Run, Step
-from runs.sim import devices
 from runs.states import RUN_TERMINAL
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process, work_until

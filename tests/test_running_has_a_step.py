@@ -6,7 +6,7 @@ finds a RUNNING run with nothing to run."""
 
 import pytest
 
-from runs.drills.soak import stranded_runs
+from lab.drills.soak import stranded_runs
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.budget import raise_budget
 from runs.models import Event, Run, Step, Takeover

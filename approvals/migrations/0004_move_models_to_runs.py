@@ -7,7 +7,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
     dependencies = [
         ("approvals", "0003_non_determinism_cause"),
-        ("runs", "0024_approval_takeover_state"),
+        ("runs", "0021_approval_takeover_state"),
     ]
 
     operations = [

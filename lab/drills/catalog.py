@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-from runs.drills.base import (
+from lab.drills.base import (
     drill,
     events,
     owner_pid,
@@ -16,14 +16,14 @@ from runs.drills.base import (
     wait_status,
     wait_terminal,
 )
-from runs.drills.sandbox import PgCluster, Sandbox, process_state, wait_until
+from lab.drills.sandbox import PgCluster, Sandbox, process_state, wait_until
+from lab.sim import faults, services
+from lab.sim.devices import device_calls
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import run_status, start_run
 from runs.engine.effects.budget import raise_budget
 from runs.engine.execution import dispatch
 from runs.models import Operation, Run, Step, WorkerProcess
-from runs.sim import faults, services
-from runs.sim.devices import device_calls
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
 #: Short leases and fast sweeps so a drill takes seconds, not minutes.

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, Exists, Max, Min, OuterRef
 
-from runs.drills.sandbox import Sandbox
+from lab.drills.sandbox import Sandbox
+from lab.sim import devices, services
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.execution import dispatch
 from runs.models import Event, Run, Step
-from runs.sim import devices, services
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
 SOAK_ENV = {
