@@ -18,6 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state import leases
+from runs.engine.state.gateway import run_transaction
 from runs.engine.state.store import NewRun, StepCommit, store
 from runs.models import Checkpoint, Event, Message, Run, Step
 from runs.states import StepStatus
@@ -66,8 +67,9 @@ def _trips(fn: Callable[[], Any]) -> tuple[Any, int]:
 
 
 def scenario_claim() -> dict[str, Any]:
-    """Claim a due step, refuse a held one, reclaim an expired lease, and leave a step
-    that needs the process to prepare first unwritten."""
+    """Claim a due step, refuse a held one, reclaim an expired lease, leave a step that
+    needs the process to prepare first unwritten, and claim a step whose run has a fault
+    armed (the lab's data, no claim condition)."""
     run, first, known = _start("contract-claim")
     seen = _seq(run)
     claim, trips = _trips(lambda: store().claim(first.pk, "w1", 30, known=known))
@@ -92,15 +94,11 @@ def scenario_claim() -> dict[str, Any]:
     other, step, known = _start("contract-prepare")
     seen = _seq(other)
     unknown = store().claim(step.pk, "w1", 30, known=["other@1"])
+    out["prepare"] = [unknown.outcome, unknown.step.pk == step.pk, _seq(other) - seen]
+    out["prepare"].append(_row(step.pk))
     Run.objects.filter(pk=other.pk).update(faults={"crash_before": step.name})
     armed = store().claim(step.pk, "w1", 30, known=known)
-    out["prepare"] = [
-        unknown.outcome,
-        unknown.step.pk == step.pk,
-        armed.outcome,
-        _seq(other) - seen,
-        _row(step.pk),
-    ]
+    out["armed"] = [armed.outcome, _row(step.pk)]
     return out
 
 
@@ -111,9 +109,10 @@ def scenario_claim_due() -> dict[str, Any]:
     # database).
     arrange(Step.objects.filter(leases.due()), status=StepStatus.CANCELLED)
     runs = [_start(f"contract-due-{i}")[0] for i in range(3)]
-    # A step with a crash armed before it needs the process to prepare: left unclaimed.
-    armed, armed_step, known = _start("contract-due-armed")
-    Run.objects.filter(pk=armed.pk).update(faults={"crash_before": armed_step.name})
+    # A step of a workflow version this process does not know needs the process to
+    # prepare: left unclaimed.
+    _, unknown_step, known = _start("contract-due-unknown")
+    Run.objects.filter(pk=unknown_step.run_id).update(workflow_version=99)
     seen = [_seq(r) for r in runs]
     batches = [store().claim_due("w1", 30, limit, known=known) for limit in (2, 5, 5)]
     steps = Step.objects.filter(run__in=runs)
@@ -123,7 +122,29 @@ def scenario_claim_due() -> dict[str, Any]:
         "distinct": len({s.pk for b in batches for s in b}),
         "rows": sorted(list(r) for r in steps.values_list("status", "attempt", "owner")),
         "events": [_events(r, after) for r, after in zip(runs, seen, strict=True)],
-        "armed": _row(armed_step.pk),
+        "unknown": _row(unknown_step.pk),
+    }
+
+
+def scenario_claim_due_branches() -> dict[str, Any]:
+    """Claim k due branches of one map step at once."""
+    arrange(Step.objects.filter(leases.due()), status=StepStatus.CANCELLED)
+    run = start_run("fanout_demo", thread_id="contract-branches", input={"items": 4, "delay_s": 0})
+    known = [f"{run.workflow}@{run.workflow_version}"]
+    fetch = Step.objects.get(run=run)
+    store().claim(fetch.pk, "w1", 30, known=known)
+    with run_transaction(run.pk) as tx:
+        arrange(Step.objects.filter(pk=fetch.pk), status=StepStatus.WAITING, owner="")
+        tx.schedule_branches(fetch, [1, 2, 3, 4], actor="w1")
+    seen = _seq(run)
+    batch = store().claim_due("w2", 30, 3, known=known)
+    return {
+        "claimed": sorted([s.position, s.attempt, s.status] for s in batch),
+        "events": _events(run, seen),
+        "seq": _seq(run) - seen,
+        "rows": sorted(
+            Step.objects.filter(branch_of=fetch).values_list("position", "status", "owner")
+        ),
     }
 
 
@@ -315,6 +336,7 @@ def scenario_create_run() -> dict[str, Any]:
 SCENARIOS = {
     "claim": scenario_claim,
     "claim_due": scenario_claim_due,
+    "claim_due_branches": scenario_claim_due_branches,
     "heartbeat": scenario_heartbeat,
     "commit": scenario_commit,
     "fence": scenario_fence,
@@ -367,8 +389,10 @@ def test_claim(observe):
         ["RUNNING", 2, "w2"],
         [["step.started", {"attempt": 2, "worker": "w2", "reclaimed_from": "w1"}]],
     ]
-    # An unknown workflow version and an armed crash: the process prepares first.
-    assert out["prepare"] == ["prepare", True, "prepare", 0, ["PENDING", 0, ""]]
+    # An unknown workflow version: the process prepares first. An armed crash is the
+    # lab's business (its hook fires after the claim): the claim takes the step.
+    assert out["prepare"] == ["prepare", True, 0, ["PENDING", 0, ""]]
+    assert out["armed"] == ["claimed", ["RUNNING", 1, "w1"]]
     if out["backend"] == "PostgresStore":
         assert out["claim_trips"] == 1
 
@@ -384,7 +408,17 @@ def test_claim_due(observe):
         ["step.started", {"attempt": 1, "worker": "w1"}],
     ]
     assert out["events"] == [started] * 3
-    assert out["armed"] == ["PENDING", 0, ""]
+    assert out["unknown"] == ["PENDING", 0, ""]
+
+
+def test_claim_due_takes_a_map_steps_branches_at_once(observe):
+    out = observe("claim_due_branches")
+    # Three of the four due branches of one run, in one batch (one statement on
+    # PostgreSQL), each with its step.started event in order.
+    assert out["claimed"] == [[p, 1, "RUNNING"] for p in range(3)]
+    assert out["events"] == [["step.started", {"attempt": 1, "worker": "w2"}]] * 3
+    assert out["seq"] == 3
+    assert out["rows"] == [[p, "RUNNING", "w2"] for p in range(3)] + [[3, "PENDING", ""]]
 
 
 def test_heartbeat(observe):
