@@ -18,6 +18,7 @@ from runs.engine.execution.slots import Slots
 from runs.models import Event, Operation, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -97,9 +98,12 @@ def test_it_pauses_an_unsafe_call_that_timed_out_and_keeps_its_late_result(drill
     assert verify_now(step, actor="user:alice").status == "cannot_tell"
 
     outside["release"].set()  # the abandoned call finishes after all
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and Operation.objects.get(pk=op.pk).status != "SUCCEEDED":
-        time.sleep(0.05)
+    wait_until(
+        lambda: Operation.objects.get(pk=op.pk).status == "SUCCEEDED",
+        what="the abandoned call's late result",
+        timeout=30,
+        interval=0.05,
+    )
     assert Operation.objects.get(pk=op.pk).result == {"value": 7}
     with pytest.raises(ControlError) as refused:
         resolve_unknown(run, "act", outcome="not-done", evidence="looked", actor="cli")

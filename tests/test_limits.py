@@ -22,10 +22,11 @@ from runs.engine.state.gateway import run_transaction
 from runs.models import RateLimit, Run, Step
 from runs.states import RunStatus, StepStatus
 from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.control_support import db_rows, shell_json, wait_until
+from tests.control_support import db_rows, shell_json
+from tests.support.metrics import TOKEN, scrape
 from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer
 from tests.support.states import arrange
-from tests.test_metrics import TOKEN, scrape
+from tests.support.waiting import wait_until
 
 MODULE = "tests.workflows.limited"
 
