@@ -10,7 +10,6 @@ the CLI call it and stay thin. Nothing in the engine imports this module.
 from django.core.exceptions import PermissionDenied
 from django.db.models.functions import Now
 
-from approvals.models import Approval, Takeover
 from approvals.policy import check_decider
 from approvals.tool_calls import decision_terms
 from runs.engine.control import approvals as engine_approvals
@@ -18,6 +17,7 @@ from runs.engine.control.approvals import DecisionConflict
 from runs.engine.control.lifecycle import ControlError, check_length
 from runs.engine.control.resolutions import RESOLUTIONS, resolve_takeover
 from runs.engine.state.gateway import run_transaction
+from runs.models import Approval, Takeover
 
 DECISIONS = {"approve": Approval.Status.APPROVED, "reject": Approval.Status.REJECTED}
 #: The longest approver's comment and message for the model, in characters, on every

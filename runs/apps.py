@@ -22,7 +22,6 @@ class RunsConfig(AppConfig):
         import runs.engine.effects.compensation  # noqa: F401
 
         _register_sweep_tasks()
-        _register_status_extras()
         # Bounds lock and statement waits on every PostgreSQL connection.
         import agentops.db_session  # noqa: F401
 
@@ -79,13 +78,3 @@ def _register_child_runs() -> None:
     if children.on_run_finished not in gateway.RUN_FINISHED_HOOKS:
         gateway.RUN_FINISHED_HOOKS.append(children.on_run_finished)
     sweeper.EXTRA_TASKS.setdefault("child_runs_settled", children.settle_children)
-
-
-def _register_status_extras() -> None:
-    """``runs status`` shows the simulated devices' calls and readings (the engine does
-    not import the simulator)."""
-    from runs.engine.control import lifecycle
-    from runs.sim.devices import device_calls, device_readings
-
-    lifecycle.STATUS_EXTRAS.setdefault("calls", lambda run: device_calls(str(run.pk)))
-    lifecycle.STATUS_EXTRAS.setdefault("devices", lambda run: device_readings())

@@ -1,8 +1,9 @@
 """The engine's boundaries, checked on the source with the standard library's ``ast``
 (imports inside functions count too) and on the running models:
 
-- nothing in ``runs/engine/`` imports the approvals app's services or views, the
-  simulator, or a model provider's SDK;
+- nothing in ``runs/engine/`` imports the approvals app (the desk over the engine's
+  approvals and takeovers), the lab (drills, simulator, demo seed), or a model
+  provider's SDK;
 - no module of the engine sits in an import cycle with a module outside it;
 - only the gateway writes a status, attempt, version or generation of Run, Step,
   Approval, Takeover or Operation.
@@ -13,18 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from approvals.models import Approval, Takeover
 from runs.engine.control.lifecycle import start_run
-from runs.models import Operation, Run, Step
+from runs.models import Approval, Operation, Run, Step, Takeover
 from runs.state_fields import STATE_FIELDS, StateWriteRefused
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("runs", "approvals", "agentops")
+PACKAGES = ("runs", "approvals", "agentops", "lab")
 ENGINE = "runs.engine"
 FORBIDDEN_IN_ENGINE = (
-    "approvals.services",
-    "approvals.views",
-    "runs.sim",
+    "approvals",
+    "lab",
     "openai",
     "anthropic",
     "pydantic_ai",
@@ -141,7 +140,7 @@ def _in_engine(module: str) -> bool:
     return module == ENGINE or module.startswith(ENGINE + ".")
 
 
-def test_it_keeps_the_engine_free_of_approvals_services_views_sim_and_sdks():
+def test_it_keeps_the_engine_free_of_the_approvals_app_lab_and_sdks():
     offending = []
     for name, path in MODULES.items():
         if not _in_engine(name):

@@ -22,7 +22,16 @@ from runs.engine.control.cancel import cancel_progress
 from runs.engine.control.lifecycle import open_step, waiting_on
 from runs.engine.control.rewind import checkpoint_labels
 from runs.engine.state.clock import db_now
-from runs.models import Artifact, Checkpoint, Event, Message, Operation, Run, Step
+from runs.models import (
+    Artifact,
+    Checkpoint,
+    Event,
+    Message,
+    Operation,
+    Run,
+    Step,
+    Takeover,
+)
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.views.waits import signal_form
 
@@ -95,8 +104,6 @@ def live_context(run: Run, request) -> dict:
     """What the live part of the page shows: header, one page of steps (newest first,
     ``?steps=N``) with their attempts, the map steps' branches counted by state, the
     timeline picture."""
-    from approvals.models import Takeover
-
     # Outputs are not shown here; deferring them spares loading large payloads.
     steps = section(
         request,

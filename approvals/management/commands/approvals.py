@@ -18,7 +18,6 @@ from django.core.management.base import CommandError
 
 from approvals import services
 from approvals.desk import entry_points
-from approvals.models import Approval, Takeover
 from approvals.tool_calls import edited_calls
 from runs.cli import arguments
 from runs.cli.command import OperatorCommand
@@ -26,6 +25,7 @@ from runs.cli.common import cli_user, control_error, one_line, write_rows
 from runs.engine.control.approvals import with_shown_status
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.run_ids import find_run
+from runs.models import Approval, Takeover
 
 
 class Command(OperatorCommand):

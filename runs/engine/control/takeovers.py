@@ -1,11 +1,10 @@
 """Pausing a run for a human: the run goes PAUSED and one Takeover row says why, what
 was done, where it failed, what to do next, and which checkpoints it can resume from."""
 
-from django.apps import apps
 from django.db.models.functions import Now
 
 from runs.engine.state.gateway import RunTx
-from runs.models import Artifact, Step
+from runs.models import Artifact, Step, Takeover
 from runs.states import RunStatus, StepStatus
 
 
@@ -21,12 +20,10 @@ def open_takeover(
 ):
     """Pause the locked run (``tx``) and open (or update) its one OPEN takeover.
 
-    ``cause`` is an ``approvals.models.Takeover.Cause`` value (the approvals app's model
-    is data the engine writes; it is looked up by name). Returns the Takeover, or
+    ``cause`` is a ``runs.models.Takeover.Cause`` value. Returns the Takeover, or
     ``None`` when the run is terminal (nothing to take over; a rejected-transition event
     is recorded instead).
     """
-    Takeover = apps.get_model("approvals", "Takeover")
     run = tx.run
     if run.status != RunStatus.PAUSED:
         if not tx.transition_run(

@@ -29,6 +29,7 @@ from runs.engine.effects.model_providers import ModelReply, get_provider
 from runs.engine.effects.retry import retry_after_seconds
 from runs.engine.errors import StepError
 from runs.engine.execution import faults
+from runs.engine.state import reconnect
 from runs.models import Operation, Run, Step
 
 #: ``Operation.side_effect`` of a model request.
@@ -149,11 +150,20 @@ def request(
         charged_after = cost
     tokens = int(reply.usage.get("input_tokens") or 0) + int(reply.usage.get("output_tokens") or 0)
     rate_limits.settle(grants, tokens)
-    with transaction.atomic():
-        ledger.record_result(op, reply.as_record())
-        budget_mod.add_usage(run.pk, tokens=tokens, cost_usd=charged_after)
+    reconnect.retry_write(
+        lambda: _record_reply(op, reply, run.pk, tokens, charged_after),
+        what=f"model reply of operation {op.pk}",
+    )
     faults.after_model_response(run, step)
     return reply, False
+
+
+def _record_reply(op, reply, run_id, tokens: int, cost_usd: Decimal | None) -> None:
+    """The reply and its usage in one transaction (run again whole after a busy or lost
+    database: the usage is added once, with the reply)."""
+    with transaction.atomic():
+        ledger.record_result(op, reply.as_record())
+        budget_mod.add_usage(run_id, tokens=tokens, cost_usd=cost_usd)
 
 
 def _go_on() -> None:

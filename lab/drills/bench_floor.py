@@ -35,7 +35,7 @@ _SERVE = (
     "import json, os, resource, sys, django\n"
     "os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'agentops.settings')\n"
     "django.setup()\n"
-    "from runs.drills.bench_agents import WaitingModelServer\n"
+    "from lab.drills.bench_agents import WaitingModelServer\n"
     "with WaitingModelServer(float(sys.argv[1])) as s:\n"
     "    print(s.base_url, flush=True)\n"
     "    sys.stdin.read()\n"
