@@ -66,6 +66,16 @@ def _register_sweep_tasks() -> None:
     sweeper.NEXT_DUE.setdefault("signal_deadline", waits.next_deadline)
     sweeper.NEXT_DUE.setdefault("schedule_tick", schedules.next_fire_at)
     _register_child_runs()
+    _register_concurrency()
+
+
+def _register_concurrency() -> None:
+    """A run's end under RQ notifies the next runs waiting for its concurrency key's
+    place (database polling finds them on its next poll)."""
+    from runs.engine.state import concurrency, gateway
+
+    if concurrency.notify_next not in gateway.RUN_FINISHED_HOOKS:
+        gateway.RUN_FINISHED_HOOKS.append(concurrency.notify_next)
 
 
 def _register_child_runs() -> None:

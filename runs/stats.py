@@ -30,6 +30,7 @@ from django.db.models.functions import Coalesce
 
 from runs.engine.control.approvals import overdue
 from runs.engine.effects import rate_limits
+from runs.engine.execution.watchdog import silent_by_design
 from runs.engine.state import concurrency
 from runs.engine.state.clock import db_now
 from runs.models import Approval, Event, Run, ScheduleTick, Step, Takeover
@@ -68,11 +69,13 @@ DURATION_SAMPLE = 20000
 
 def stuck_q(now: datetime) -> Q:
     """Runs that are stuck at ``now``: flagged by the watchdog (``stuck_since``), or in a
-    progressing state with no event for longer than ``AGENTOPS_STUCK_SECONDS``."""
+    progressing state with no event for longer than ``AGENTOPS_STUCK_SECONDS`` and not
+    silent by design (``watchdog.silent_by_design``: a timer or a signal wait still
+    ahead, open child runs)."""
     quiet_since = now - timedelta(seconds=settings.AGENTOPS_STUCK_SECONDS)
     return Q(status__in=NON_TERMINAL_STATES) & (
         Q(stuck_since__isnull=False)
-        | Q(status__in=PROGRESSING_STATES, last_event_at__lt=quiet_since)
+        | (Q(status__in=PROGRESSING_STATES, last_event_at__lt=quiet_since) & ~silent_by_design(now))
     )
 
 

@@ -18,6 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state import leases
+from runs.engine.state.gateway import run_transaction
 from runs.engine.state.store import NewRun, StepCommit, store
 from runs.models import Checkpoint, Event, Message, Run, Step
 from runs.states import StepStatus
@@ -124,6 +125,28 @@ def scenario_claim_due() -> dict[str, Any]:
         "rows": sorted(list(r) for r in steps.values_list("status", "attempt", "owner")),
         "events": [_events(r, after) for r, after in zip(runs, seen, strict=True)],
         "armed": _row(armed_step.pk),
+    }
+
+
+def scenario_claim_due_branches() -> dict[str, Any]:
+    """Claim k due branches of one map step at once."""
+    arrange(Step.objects.filter(leases.due()), status=StepStatus.CANCELLED)
+    run = start_run("fanout_demo", thread_id="contract-branches", input={"items": 4, "delay_s": 0})
+    known = [f"{run.workflow}@{run.workflow_version}"]
+    fetch = Step.objects.get(run=run)
+    store().claim(fetch.pk, "w1", 30, known=known)
+    with run_transaction(run.pk) as tx:
+        arrange(Step.objects.filter(pk=fetch.pk), status=StepStatus.WAITING, owner="")
+        tx.schedule_branches(fetch, [1, 2, 3, 4], actor="w1")
+    seen = _seq(run)
+    batch = store().claim_due("w2", 30, 3, known=known)
+    return {
+        "claimed": sorted([s.position, s.attempt, s.status] for s in batch),
+        "events": _events(run, seen),
+        "seq": _seq(run) - seen,
+        "rows": sorted(
+            Step.objects.filter(branch_of=fetch).values_list("position", "status", "owner")
+        ),
     }
 
 
@@ -315,6 +338,7 @@ def scenario_create_run() -> dict[str, Any]:
 SCENARIOS = {
     "claim": scenario_claim,
     "claim_due": scenario_claim_due,
+    "claim_due_branches": scenario_claim_due_branches,
     "heartbeat": scenario_heartbeat,
     "commit": scenario_commit,
     "fence": scenario_fence,
@@ -385,6 +409,16 @@ def test_claim_due(observe):
     ]
     assert out["events"] == [started] * 3
     assert out["armed"] == ["PENDING", 0, ""]
+
+
+def test_claim_due_takes_a_map_steps_branches_at_once(observe):
+    out = observe("claim_due_branches")
+    # Three of the four due branches of one run, in one batch (one statement on
+    # PostgreSQL), each with its step.started event in order.
+    assert out["claimed"] == [[p, 1, "RUNNING"] for p in range(3)]
+    assert out["events"] == [["step.started", {"attempt": 1, "worker": "w2"}]] * 3
+    assert out["seq"] == 3
+    assert out["rows"] == [[p, "RUNNING", "w2"] for p in range(3)] + [[3, "PENDING", ""]]
 
 
 def test_heartbeat(observe):

@@ -10,8 +10,10 @@ from django.db.models.functions import Now
 from runs.engine.control.branches import branch_counts
 from runs.engine.effects.budget import limit_errors
 from runs.engine.effects.budget import shown_usage as budget_usage
+from runs.engine.errors import ControlError
 from runs.engine.execution import dispatch, liveness
-from runs.engine.state import leases, values
+from runs.engine.rules import check_length, text_problem, value_problem
+from runs.engine.state import leases
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import record_event, run_transaction
 from runs.engine.state.store import NewRun, store
@@ -26,19 +28,6 @@ from runs.states import (
     command_states,
 )
 from runs.workflows import registry
-
-
-class ControlError(Exception):
-    """A request the engine refuses, with a machine-readable ``code`` (e.g.
-    ``unknown_workflow``, ``invalid_input``, ``run_terminal``) and optional field
-    ``errors`` (``{field: message}``)."""
-
-    def __init__(self, code: str, message: str, errors: dict[str, str] | None = None):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.errors = errors or {}
-
 
 #: The operator actions whose event records a reason (the audit log's "why"); each
 #: refuses a blank one the same way on every channel (API, CLI, console, admin).
@@ -65,17 +54,6 @@ def require_reason(reason: str | None, action: str) -> str:
         )  # fmt: skip
     check_length(text, "reason", MAX_REASON_CHARS)
     return text
-
-
-def check_length(text: str, field: str, limit: int) -> None:
-    """Raise ``ControlError("invalid_input")`` naming ``field`` if ``text`` is longer
-    than ``limit`` characters: a long value is refused whole, never cut."""
-    if len(text) > limit:
-        raise ControlError(
-            "invalid_input",
-            f"{field} must be at most {limit} characters (it has {len(text)})",
-            {field: f"at most {limit} characters"},
-        )
 
 
 def start_run(
@@ -145,7 +123,7 @@ def create_run(
         raise ControlError("unknown_workflow", str(exc), {"workflow": "unknown"}) from exc
     check_thread_id(thread_id)
     errors = wf.validate_input(input)
-    if not errors and (found := values.outside_problem(input)) is not None:
+    if not errors and (found := value_problem(input)) is not None:
         path, type_name, reason = found
         # NaN and Infinity get here: Python's JSON reader accepts them.
         errors = {
@@ -198,17 +176,12 @@ STATUS_EXTRAS: dict = {}
 
 
 def text_refusal(value: Any, *, limit: int | None = None) -> str | None:
-    """Why ``value`` cannot be taken as a stored text (thread id, message, key): not a
-    string, blank, over ``limit`` characters, holding NUL or a lone UTF-16 surrogate (no
-    database stores either as sent); ``None`` when it can."""
+    """Why ``value`` cannot be taken as a stored text (thread id, message, key): blank,
+    or what the text rule (``runs.engine.rules.text_problem``) finds; ``None`` when it
+    can."""
     if not isinstance(value, str) or not value.strip():
         return "must be non-empty text"
-    if limit is not None and len(value) > limit:
-        return f"must be at most {limit} characters"
-    if "\x00" in value:
-        return "must not contain NUL (\\u0000) characters"
-    found = values.problem(value)
-    return found[2] if found is not None else None
+    return text_problem(value, limit=limit)
 
 
 def check_thread_id(thread_id: Any) -> None:
@@ -280,8 +253,10 @@ def run_status(run: Run) -> dict[str, Any]:
     """The status document printed by ``runs status --json``:
     ``{run_id, thread, workflow, version, status, generation, next_step, waiting_on
     (see ``waiting_on``), steps: [{name,
-    status, attempt, generation, error_code}] (a map step's branches not listed but
-    counted on it: ``branches: {status: n}``), messages: [{id, role, content,
+    status, attempt, generation, error_code, output}] (``output``: the step's JSON
+    output, ``None`` until it has one; a map step's branches not listed but counted on
+    it: ``branches: {status: n}``), result (a SUCCEEDED run's result: the output of the
+    step that finished it, else ``None``), messages: [{id, role, content,
     tool_calls, tool_call_id}],
     budget: {...}, takeover: {...} | None, compensation: {status, reason, steps,
     manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids], parent,
@@ -299,10 +274,21 @@ def run_status(run: Run) -> dict[str, Any]:
             "attempt": s.attempt,
             "generation": s.generation,
             "error_code": s.error_code or None,
+            "output": s.output,
             **({"branches": branches[s.pk]} if s.pk in branches else {}),
         }
         for s in Step.objects.filter(run=run, branch_of__isnull=True).order_by("seq")
     ]
+    result = None
+    if run.status == RunStatus.SUCCEEDED:
+        # The step that finished the run: its current generation's last succeeded step.
+        last = (
+            Step.objects.filter(run=run, generation=run.generation, status=StepStatus.SUCCEEDED)
+            .order_by("-seq")
+            .only("output")
+            .first()
+        )
+        result = last.output if last is not None else None
     messages = [
         m.as_dict()
         for m in Message.objects.filter(
@@ -328,6 +314,7 @@ def run_status(run: Run) -> dict[str, Any]:
         ],
         **family(run),
         "steps": steps,
+        "result": result,
         "messages": messages,
         **{key: extra(run) for key, extra in STATUS_EXTRAS.items()},
         "budget": {"limits": run.budget, "used": budget_usage(run)},

@@ -25,7 +25,7 @@ from django.db.models.functions import Now
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.durations import duration_problem
 from runs.engine.names import name_problem
-from runs.engine.state import values
+from runs.engine.rules import value_problem
 from runs.engine.state.clock import db_now
 from runs.models import Schedule, ScheduleTick
 from runs.states import RUN_TERMINAL
@@ -129,7 +129,7 @@ def create_schedule(
     except registry.UnknownWorkflow as exc:
         raise ControlError("unknown_workflow", str(exc), {"workflow": "unknown"}) from exc
     errors = wf.validate_input(input)
-    if not errors and (found := values.outside_problem(input)) is not None:
+    if not errors and (found := value_problem(input)) is not None:
         path, type_name, reason = found
         errors = {path[2:] if path.startswith("$.") else path[1:] or "input": reason}
     if errors:
