@@ -152,6 +152,45 @@ def test_it_retries_a_read_call_that_timed_out(drill, outside, worker):
     assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_fenced_intent_checks_the_lease_and_finds_the_row_in_one_statement():
+    from django.db import transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from runs.engine.effects.model_calls import LedgerTarget
+    from runs.engine.errors import LeaseLost
+    from runs.engine.state.gateway import transition_operation
+    from runs.engine.state.leases import claim_step
+
+    run = start_run("bench_noop", thread_id="ledger-fence", input={})
+    step = Step.objects.filter(run=run).order_by("seq").first()
+    with transaction.atomic():
+        attempt = claim_step(step.pk, "w-ledger", 30)
+    target = LedgerTarget("lookup", side_effect="read")
+
+    def intent(key: str, at: int) -> Operation:
+        return ledger.record_intent(
+            run_id=run.pk, step_id=step.pk, attempt=at, key=key, tool=target, arguments={"q": 1}
+        )
+
+    with CaptureQueriesContext(connection) as queries:
+        op = intent("fence-key", attempt)
+    reads = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]
+    assert len(reads) == 1 and "runs_operation" in reads[0] and "runs_step" in reads[0]
+    assert (op.status, op.attempt) == (Operation.Status.INTENT, attempt)
+    # A row already there is found by the same statement and read back: the same row.
+    assert intent("fence-key", attempt).pk == op.pk
+    transition_operation(op, Operation.Status.SUCCEEDED)
+    assert intent("fence-key", attempt).status == Operation.Status.SUCCEEDED
+    # A stale attempt writes nothing, for a new key or a recorded one.
+    for key in ("other-key", "fence-key"):
+        with pytest.raises(LeaseLost):
+            intent(key, attempt - 1 if attempt > 1 else attempt + 1)
+    assert list(Operation.objects.values_list("idempotency_key", "status")) == [
+        ("fence-key", Operation.Status.SUCCEEDED)
+    ]
+
+
 def _fault(kind: str) -> Exception:
     """A database error as Django raises it: ``busy`` is SQLite's lock wait running out,
     ``lost`` a connection the server dropped (psycopg's error without a SQLSTATE)."""

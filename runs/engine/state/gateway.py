@@ -30,7 +30,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q, QuerySet
+from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q, QuerySet, Subquery
 from django.db.models.functions import Now
 
 from runs.engine.execution import dispatch
@@ -860,18 +860,34 @@ def allocate_message_seqs(thread_id: int, count: int) -> tuple[int, int]:
     return last - count + 1, last
 
 
+def _held(step_id: int, attempt: int):
+    """The step row, locked, when ``attempt`` still holds it: RUNNING at that attempt,
+    its lease not run out on the database clock (fail closed)."""
+    return Step.objects.select_for_update().filter(
+        pk=step_id, attempt=attempt, status=StepStatus.RUNNING, lease_until__gt=Now()
+    )
+
+
 def attempt_holds(step_id: int, attempt: int) -> bool:
     """Inside a transaction: lock the step row and tell whether ``attempt`` still holds
     it (RUNNING at that attempt). The lock keeps a reclaim from moving the step before
     the caller's transaction ends, so a row inserted under the check cannot go stale.
     The lease must not have run out on the database clock either (fail closed)."""
-    return (
-        Step.objects.select_for_update()
-        .filter(pk=step_id, attempt=attempt, status=StepStatus.RUNNING, lease_until__gt=Now())
-        .values_list("pk", flat=True)
-        .first()
-        is not None
+    return _held(step_id, attempt).values_list("pk", flat=True).first() is not None
+
+
+def attempt_holds_operation(step_id: int, attempt: int, key: str) -> tuple[bool, int | None]:
+    """``attempt_holds`` (the step row locked likewise) and, in the same statement, the
+    id of the ledger row of idempotency key ``key`` (``None`` when there is none):
+    ``(holds, operation id)``. A ledger write checks both before its intent; one round
+    trip instead of two."""
+    row = (
+        _held(step_id, attempt)
+        .annotate(op_id=Subquery(Operation.objects.filter(idempotency_key=key).values("pk")[:1]))
+        .values_list("op_id", flat=True)
     )
+    found = list(row)
+    return (True, found[0]) if found else (False, None)
 
 
 def transition_operation(op: Operation, target: str, *, expected=None, **fields: Any) -> bool:
@@ -900,6 +916,7 @@ __all__ = [
     "RunTx",
     "allocate_message_seqs",
     "attempt_holds",
+    "attempt_holds_operation",
     "transition_operation",
     "transition_operations",
     "run_transaction",
