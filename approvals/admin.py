@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from approvals.models import Approval, Takeover
 from approvals.services import decide
 from runs.admin import ReadOnlyAdmin
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.service import ControlError
 
 
 @admin.register(Approval)

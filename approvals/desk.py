@@ -5,7 +5,7 @@ for an explicit confirmation, as the engine's rule requires)."""
 from typing import Any
 
 from approvals.models import Takeover
-from runs.engine.effects.unknown_outcomes import contradicts, latest_verify_answers
+from runs.engine.service import contradicts, latest_verify_answers
 from runs.models import Checkpoint
 from runs.states import StepStatus
 

@@ -14,7 +14,7 @@ from typing import Any
 from approvals import argument_form
 from approvals.models import Approval
 from approvals.tool_calls import tool_facts
-from runs.engine.state.clock import db_now
+from runs.engine.service import db_now
 from runs.models import Message
 
 #: Messages of the conversation shown above a tool call (the newest up to the call).

@@ -7,7 +7,7 @@ from typing import Any
 
 from approvals.models import Approval
 from approvals.plain_text import plain_text
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.service import ControlError
 from runs.models import Event
 from runs.workflows import registry
 

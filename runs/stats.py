@@ -28,10 +28,13 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from runs.engine.control.approvals import overdue
-from runs.engine.effects import rate_limits
-from runs.engine.state import concurrency
-from runs.engine.state.clock import db_now
+from runs.engine.service import (
+    configured_rate_limits,
+    db_now,
+    overdue,
+    waiting_by_limit,
+    waiting_by_workflow,
+)
 from runs.models import Event, Run, ScheduleTick, Step
 from runs.states import RUN_EXECUTABLE, RUN_STATE_EVENTS, RUN_TERMINAL, RunStatus, StepStatus
 from runs.storage_stats import storage_by_workflow
@@ -321,7 +324,7 @@ def overview_stats(now: datetime | None = None, *, storage: bool = True) -> dict
         ).count(),
         **wait_stats(now, day_ago),
         "limit_waits": limit_waits(),
-        "rate_limits": sorted(rate_limits.configured()),
+        "rate_limits": sorted(configured_rate_limits()),
         "storage": storage_by_workflow() if storage else None,
     }
 
@@ -330,8 +333,8 @@ def limit_waits() -> dict[str, dict[str, int]]:
     """What waits on a limit now: ``{"concurrency": {workflow: PENDING runs whose key
     has every place taken}, "rate": {limit name: calls waiting for a place}}``."""
     return {
-        "concurrency": concurrency.waiting_by_workflow(),
-        "rate": rate_limits.waiting_by_limit(),
+        "concurrency": waiting_by_workflow(),
+        "rate": waiting_by_limit(),
     }
 
 

@@ -7,7 +7,7 @@ from django.http import JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
 from runs.api.errors import as_json_error
-from runs.engine.state import values
+from runs.engine.service import InvalidJson, parse_json, value_problem
 
 
 def _refuse(status: int, code: str, message: str, errors=None) -> JsonResponse:
@@ -89,8 +89,8 @@ def body_problem(body: bytes) -> tuple[str, str] | None:
     if not body.strip():
         return None
     try:
-        data = values.parse_json(body)
-    except values.InvalidJson:
+        data = parse_json(body)
+    except InvalidJson:
         return None
     stack: list[tuple[str, object]] = [("", data)]
     while stack:
@@ -116,5 +116,5 @@ def body_problem(body: bytes) -> tuple[str, str] | None:
 def _text_problem(text: str) -> str | None:
     if "\x00" in text:
         return "must not contain NUL (\\u0000) characters"
-    found = values.problem(text)
+    found = value_problem(text)
     return f"{found[2]}" if found else None

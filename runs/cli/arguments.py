@@ -18,6 +18,16 @@ from typing import Any
 from django.core.management.base import CommandError
 from django.utils.dateparse import parse_date, parse_datetime
 
+from runs.engine import service as engine
+from runs.engine.service import (
+    ControlError,
+    InvalidJson,
+    check_thread_id,
+    name_problem,
+    outside_problem,
+    parse_json,
+)
+
 #: Largest count any command accepts (offsets, limits, runs, steps): far beyond any real
 #: use, well inside a 64-bit database integer.
 MAX_COUNT = 2**31 - 1
@@ -153,8 +163,6 @@ def thread_id(value: str) -> str:
     """An argparse ``type`` for a thread id: 1..200 characters a database stores as sent
     (``runs.engine.control.lifecycle.check_thread_id``, the check every channel makes);
     anything else raises ``argparse.ArgumentTypeError`` ending ``[invalid_thread]``."""
-    from runs.engine.control.lifecycle import ControlError, check_thread_id
-
     try:
         check_thread_id(value)
     except ControlError as exc:
@@ -166,8 +174,6 @@ def name(value: str) -> str:
     """An argparse ``type`` for a schedule, signal or hook name (``runs.engine.names``:
     letters, digits, ``.``, ``_``, ``-``, 1..100 characters); anything else raises
     ``argparse.ArgumentTypeError`` (a usage error, exit 2)."""
-    from runs.engine.names import name_problem
-
     reason = name_problem(value)
     if reason is not None:
         raise argparse.ArgumentTypeError(f"{value!r}: {reason}")
@@ -177,9 +183,7 @@ def name(value: str) -> str:
 def seconds(low: int = 1) -> Callable[[str], int]:
     """An argparse ``type`` for a whole number of seconds from ``low`` to
     ``runs.engine.durations.MAX_SECONDS`` (ten years), the bound the engine keeps."""
-    from runs.engine.durations import MAX_SECONDS
-
-    return integer(low, MAX_SECONDS)
+    return integer(low, engine.MAX_SECONDS)
 
 
 def required_text(value: str) -> str:
@@ -240,8 +244,6 @@ def json_value(code: str = "invalid_input") -> Callable[[str], Any]:
     never silently means "none"."""
 
     def parse(value: str) -> Any:
-        from runs.engine.state.values import InvalidJson, outside_problem, parse_json
-
         if not value.strip():
             raise argparse.ArgumentTypeError("must not be empty (leave the option out instead)")
         try:

@@ -2,7 +2,7 @@
 (an ``operator_request`` takeover; resolve it with ``approvals resolve ID resume``)."""
 
 from runs.cli.common import add_run_arguments, control_error, resolve_run
-from runs.engine.control.lifecycle import ControlError, pause_run
+from runs.engine.service import ControlError, pause_run
 
 help = "pause a run for a human (opens an operator_request takeover)"
 

@@ -2,7 +2,7 @@
 
 from django.http import QueryDict
 
-from runs.engine.state import values
+from runs.engine.service import InvalidJson, outside_problem, parse_json
 
 
 class InvalidInput(ValueError):
@@ -50,12 +50,12 @@ def optional_json(post, name: str, *, label: str, must_be_object: bool = False):
     if not raw:
         return None
     try:
-        value = values.parse_json(raw)
-    except values.InvalidJson as exc:
+        value = parse_json(raw)
+    except InvalidJson as exc:
         raise InvalidInput(f"{label} is not valid JSON: {exc}.") from exc
     if must_be_object and not isinstance(value, dict):
         raise InvalidInput(f'{label} must be a JSON object, e.g. {{"week": "2026-W48"}}.')
-    found = values.outside_problem(value)
+    found = outside_problem(value)
     if found is not None:
         path, type_name, reason = found
         raise InvalidInput(f"{label} cannot be stored: at {path}, {reason} ({type_name}).")

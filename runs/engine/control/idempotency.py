@@ -26,7 +26,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
-from runs.engine.control.lifecycle import ControlError, start_run
+from runs.engine.control.lifecycle import start_run
+from runs.engine.control.refusals import ControlError
 from runs.models import ActionRequest, Run
 
 #: Seconds after which a claimed key whose request never stored a response (its process

@@ -10,8 +10,11 @@ from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
 from runs.engine.control.branches import branch_counts
+from runs.engine.control.refusals import ControlError, require_reason
+from runs.engine.control.takeovers import open_takeover
 from runs.engine.effects.budget import limit_errors
 from runs.engine.effects.budget import shown_usage as budget_usage
+from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution import dispatch, liveness
 from runs.engine.state import checkpoints, leases, values
 from runs.engine.state.checkpoints import initial_state
@@ -28,56 +31,6 @@ from runs.states import (
     command_states,
 )
 from runs.workflows import registry
-
-
-class ControlError(Exception):
-    """A request the engine refuses, with a machine-readable ``code`` (e.g.
-    ``unknown_workflow``, ``invalid_input``, ``run_terminal``) and optional field
-    ``errors`` (``{field: message}``)."""
-
-    def __init__(self, code: str, message: str, errors: dict[str, str] | None = None):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.errors = errors or {}
-
-
-#: The operator actions whose event records a reason (the audit log's "why"); each
-#: refuses a blank one the same way on every channel (API, CLI, console, admin).
-REASONED_ACTIONS = ("cancel", "pause", "resume", "retry", "budget", "replay", "resolve")
-
-
-#: The longest reason an operator action takes, in characters, on every channel (the
-#: API's schemas, the console's forms and the CLI all end here or use this).
-MAX_REASON_CHARS = 2000
-#: The longest evidence an operator gives for a resolution, in characters.
-MAX_EVIDENCE_CHARS = 4000
-
-
-def require_reason(reason: str | None, action: str) -> str:
-    """``reason`` stripped, for ``action`` (one of ``REASONED_ACTIONS``). Raises
-    ``ControlError("reason_required")`` naming the ``reason`` field when it is blank,
-    ``ControlError("invalid_input")`` when it is longer than ``MAX_REASON_CHARS``
-    (refused whole, never cut)."""
-    text = (reason or "").strip()
-    if not text:
-        raise ControlError(
-            "reason_required", f"{action} needs a reason (recorded in the audit log)",
-            {"reason": "required"},
-        )  # fmt: skip
-    check_length(text, "reason", MAX_REASON_CHARS)
-    return text
-
-
-def check_length(text: str, field: str, limit: int) -> None:
-    """Raise ``ControlError("invalid_input")`` naming ``field`` if ``text`` is longer
-    than ``limit`` characters: a long value is refused whole, never cut."""
-    if len(text) > limit:
-        raise ControlError(
-            "invalid_input",
-            f"{field} must be at most {limit} characters (it has {len(text)})",
-            {field: f"at most {limit} characters"},
-        )
 
 
 def start_run(
@@ -189,6 +142,14 @@ def start_run(
 #: know the outside world (the simulator adds the device calls and readings), so the
 #: engine imports none of them.
 STATUS_EXTRAS: dict = {}
+
+
+def register_status_extra(key: str, extra) -> None:
+    """Add ``key: extra(run)`` (any JSON value) to every ``run_status`` document. Raises
+    ``ValueError`` when ``key`` is already registered."""
+    if key in STATUS_EXTRAS:
+        raise ValueError(f"status extra {key!r} is already registered")
+    STATUS_EXTRAS[key] = extra
 
 
 def text_refusal(value: Any, *, limit: int | None = None) -> str | None:
@@ -472,8 +433,6 @@ def retry_step(
             raise ControlError("nothing_to_retry", "the run has no failed or unknown step")
     if failed.status == StepStatus.UNKNOWN:
         # Retrying an unknown outcome is the operator's "it did not happen".
-        from runs.engine.effects.unknown_outcomes import resolve_unknown
-
         resolve_unknown(
             run,
             failed.name,
@@ -517,8 +476,6 @@ def pause_run(run: Run, *, actor: str, reason: str) -> Run:
     ``ControlError`` (``reason_required``, ``run_terminal``, ``not_allowed_in_state``,
     ``step_running``).
     """
-    from runs.engine.control.takeovers import open_takeover
-
     require_reason(reason, "pause")
     with run_transaction(run.pk) as tx:
         status = tx.run.status

@@ -19,7 +19,7 @@ they belong to the run that undid something.
 
 from typing import Any
 
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.refusals import ControlError
 from runs.engine.effects import ledger
 from runs.engine.effects.model_calls import MODEL_KIND
 from runs.models import Operation, Step

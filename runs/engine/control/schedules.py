@@ -22,7 +22,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from runs.engine.control.lifecycle import ControlError, start_run
+from runs.engine.control.lifecycle import start_run
+from runs.engine.control.refusals import ControlError
 from runs.engine.durations import duration_problem
 from runs.engine.names import name_problem
 from runs.engine.state import values

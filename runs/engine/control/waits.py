@@ -19,7 +19,7 @@ from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 from jsonschema_rs import Draft202012Validator
 
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.control.refusals import ControlError
 from runs.engine.names import name_problem
 from runs.engine.state import values
 from runs.engine.state.clock import db_now

@@ -20,8 +20,10 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 
 from runs.engine.control.takeovers import open_takeover
+from runs.engine.data import artifact_files
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout
 from runs.engine.errors import LeaseLost, StepError
+from runs.engine.execution import faults
 from runs.engine.state import values
 from runs.engine.state.gateway import attempt_holds, run_transaction
 from runs.models import Artifact, Checkpoint, Run, Step
@@ -73,9 +75,6 @@ def write_artifact(
     (``None``: no limit; a write that lands later is an orphan ``artifacts check``
     finds).
     """
-    from runs.engine.data import artifact_files
-    from runs.engine.execution import faults
-
     # Checked before the file is written: a refused value leaves no orphan file.
     if "\x00" in name:
         raise values.InvalidValue("artifact name", "$", "str", "a file name cannot hold NUL")

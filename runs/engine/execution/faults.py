@@ -12,6 +12,7 @@ import os
 import signal
 import time
 
+from runs.engine.execution.progress import CRASH_EXIT_CODE, say
 from runs.engine.state.gateway import run_transaction
 from runs.models import Run, Step
 from runs.tools import Tool
@@ -56,8 +57,6 @@ def take_after_tool(run: Run, step_id: int | None, tool: Tool, action: str) -> s
 def act(kind: str | None, tool: Tool) -> None:
     """Fire a taken fault: ``crash`` exits 75 at once (no cleanup, like a killed worker);
     ``hang`` prints ``HANG after <tool>`` and blocks until the process is killed."""
-    from runs.engine.execution.executor import CRASH_EXIT_CODE, say
-
     if kind == "crash":
         say(f"CRASH after {tool.name}, exit={CRASH_EXIT_CODE} (result not saved)")
         os._exit(CRASH_EXIT_CODE)
@@ -90,8 +89,6 @@ def crash_point(run: Run, step: Step, point: str) -> None:
             step_id=step.pk,
             progress=False,
         )
-    from runs.engine.execution.executor import say
-
     say(f"CRASH at {point} in {step.name}: SIGKILL (no cleanup)")
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -121,7 +118,5 @@ def after_model_response(run: Run, step: Step) -> None:
             step_id=step.pk,
             progress=False,
         )
-    from runs.engine.execution.executor import CRASH_EXIT_CODE, say
-
     say(f"CRASH after model response {recorded}, exit={CRASH_EXIT_CODE} (response saved)")
     os._exit(CRASH_EXIT_CODE)

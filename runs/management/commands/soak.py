@@ -10,7 +10,7 @@ from runs.cli.common import one_line
 from runs.drills.interrupt import Interrupted, stop_on_signals
 from runs.drills.sandbox import SandboxError
 from runs.drills.soak import Soak, format_report
-from runs.engine.execution.slots import MAX_SLOTS
+from runs.engine.service import MAX_SLOTS
 
 
 class Command(BaseCommand):
