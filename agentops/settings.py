@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "runs",
     "approvals",
     "apitokens",
+    "lab",
 ]
 
 MIDDLEWARE = [

@@ -10,10 +10,10 @@ from django.core.exceptions import PermissionDenied
 from django.urls import reverse
 from django.utils.html import format_html
 
-from approvals.models import Approval, Takeover
 from approvals.services import decide
 from runs.admin import ReadOnlyAdmin
 from runs.engine.service import ControlError
+from runs.models import Approval, Takeover
 
 
 @admin.register(Approval)
@@ -35,7 +35,7 @@ class ApprovalAdmin(ReadOnlyAdmin):
     actions = ["approve_action", "reject_action"]
 
     def has_decide_permission(self, request):
-        return request.user.has_perm("approvals.decide_approval")
+        return request.user.has_perm("runs.decide_approval")
 
     @admin.action(description="Approve (engine decide)", permissions=["decide"])
     def approve_action(self, request, queryset):

@@ -4,9 +4,8 @@ for an explicit confirmation, as the engine's rule requires)."""
 
 from typing import Any
 
-from approvals.models import Takeover
 from runs.engine.service import contradicts, latest_verify_answers
-from runs.models import Checkpoint
+from runs.models import Checkpoint, Takeover
 from runs.states import StepStatus
 
 

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from approvals import argument_form
-from approvals.models import Approval
 from approvals.tool_calls import tool_facts
 from runs.engine.service import db_now
-from runs.models import Message
+from runs.models import Approval, Message
 
 #: Messages of the conversation shown above a tool call (the newest up to the call).
 CONTEXT_MESSAGES = 6

@@ -12,7 +12,7 @@ from django.db.models import Q
 
 from runs.engine.service import ControlError
 
-DECIDE_PERM = ("approvals", "decide_approval")
+DECIDE_PERM = ("runs", "decide_approval")
 
 
 class DecisionForbidden(ControlError, PermissionDenied):
@@ -36,7 +36,7 @@ def check_decider(approval, user) -> None:
     approver permission, ``DecisionForbidden`` for a superuser without the approver role
     (``approver_role_required``) or for the user who started the run
     (``self_approval_forbidden``)."""
-    if not user.has_perm("approvals.decide_approval"):
+    if not user.has_perm("runs.decide_approval"):
         raise PermissionDenied(f"{user.get_username()} may not decide approvals")
     if user.is_superuser and not settings.AGENTOPS_SUPERUSER_DECIDES and not holds_role(user):
         raise DecisionForbidden(

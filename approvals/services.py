@@ -9,7 +9,6 @@ the CLI call it and stay thin. Nothing in the engine imports this module.
 
 from django.core.exceptions import PermissionDenied
 
-from approvals.models import Approval, Takeover
 from approvals.policy import check_decider
 from approvals.tool_calls import decision_terms
 from runs.engine import service as engine
@@ -21,6 +20,7 @@ from runs.engine.service import (
     decide_approval,
     resolve_takeover,
 )
+from runs.models import Approval, Takeover
 
 DECISIONS = {"approve": Approval.Status.APPROVED, "reject": Approval.Status.REJECTED}
 #: The longest approver's comment and message for the model, in characters, on every

@@ -5,10 +5,9 @@ model receives instead of the tool result."""
 
 from typing import Any
 
-from approvals.models import Approval
 from approvals.plain_text import plain_text
 from runs.engine.service import ControlError
-from runs.models import Event
+from runs.models import Approval, Event
 from runs.workflows import registry
 
 

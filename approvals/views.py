@@ -10,7 +10,6 @@ from django.urls import reverse
 from approvals import argument_form
 from approvals.desk import attach_entry_points, attach_verify_answers
 from approvals.inbox import EditState, attach_cards
-from approvals.models import Approval, Takeover
 from approvals.services import claim_takeover, decide, resolve_takeover
 from approvals.tool_calls import argument_errors, edited_calls, tool_facts
 from runs.console import artifacts as artifact_files
@@ -29,7 +28,7 @@ from runs.console.filters import ApprovalFilter, TakeoverFilter
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.console.paging import paginate
 from runs.engine.service import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS, with_shown_status
-from runs.models import Artifact
+from runs.models import Approval, Artifact, Takeover
 
 #: Artifacts previewed per approval.
 PREVIEWS_PER_APPROVAL = 3

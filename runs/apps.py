@@ -21,7 +21,6 @@ class RunsConfig(AppConfig):
         _check_token_counter()
         _register_run_hooks()
         _register_sweep_tasks()
-        _register_status_extras()
         _register_checks()
         # Bounds lock and statement waits on every PostgreSQL connection.
         from agentops import db_session
@@ -83,16 +82,6 @@ def _register_sweep_tasks() -> None:
     sweeper.register_next_due("signal_deadline", waits.next_deadline)
     sweeper.register_next_due("schedule_tick", schedules.next_fire_at)
     sweeper.register_task("child_runs_settled", children.settle_children)
-
-
-def _register_status_extras() -> None:
-    """``runs status`` shows the simulated devices' calls and readings (the engine does
-    not import the simulator)."""
-    from runs.engine.control import lifecycle
-    from runs.sim.devices import device_calls, device_readings
-
-    lifecycle.register_status_extra("calls", lambda run: device_calls(str(run.pk)))
-    lifecycle.register_status_extra("devices", lambda run: device_readings())
 
 
 def _register_checks() -> None:

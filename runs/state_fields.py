@@ -18,8 +18,8 @@ STATE_FIELDS: dict[str, frozenset[str]] = {
     "runs.Run": frozenset({"status", "version", "generation", "compensation_status"}),
     "runs.Step": frozenset({"status", "attempt", "generation"}),
     "runs.Operation": frozenset({"status", "attempt"}),
-    "approvals.Approval": frozenset({"status"}),
-    "approvals.Takeover": frozenset({"status"}),
+    "runs.Approval": frozenset({"status"}),
+    "runs.Takeover": frozenset({"status"}),
 }
 
 

@@ -35,7 +35,7 @@ from runs.engine.service import (
     waiting_by_limit,
     waiting_by_workflow,
 )
-from runs.models import Event, Run, ScheduleTick, Step
+from runs.models import Approval, Event, Run, ScheduleTick, Step, Takeover
 from runs.states import RUN_EXECUTABLE, RUN_STATE_EVENTS, RUN_TERMINAL, RunStatus, StepStatus
 from runs.storage_stats import storage_by_workflow
 
@@ -199,8 +199,6 @@ def overview_stats(now: datetime | None = None, *, storage: bool = True) -> dict
       counting scans every stored row, so the console loads it as a panel of its own
       rather than make the page wait.
     """
-    from approvals.models import Approval, Takeover
-
     now = now or db_now()
     day_ago = now - WINDOWS["day"]
 

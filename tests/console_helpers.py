@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
 
-from runs import demo_seed
+from lab import demo_seed
 from runs.console.roles import setup_roles
 from runs.engine.control import lifecycle
 from runs.engine.execution.worker import Worker

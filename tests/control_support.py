@@ -59,7 +59,7 @@ print(json.dumps({{
 def make_user(
     d: Deployment, username: str, *, approver: bool = False, operator: bool = False
 ) -> None:
-    """Create a plain user; ``approver`` grants ``approvals.decide_approval``,
+    """Create a plain user; ``approver`` grants ``runs.decide_approval``,
     ``operator`` grants ``runs.operate_run``."""
     shell_json(
         d,
@@ -87,7 +87,7 @@ def facts(d: Deployment, run_id: str) -> dict:
     return shell_json(
         d,
         f"""
-from approvals.models import Approval, Takeover
+from runs.models import Approval, Takeover
 from runs.models import Artifact, Checkpoint, Event, Operation, Run, Step
 run = Run.objects.get(pk={run_id!r})
 print(json.dumps({{

@@ -9,14 +9,13 @@ import pytest
 from django.contrib.auth.models import Permission, User
 
 from approvals.argument_form import canonical
-from approvals.models import Approval
 from approvals.services import DecisionConflict, decide
 from approvals.tool_calls import decision_terms
+from lab.sim import shop
 from runs.console.access import form_version
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.execution.executor import execute_step
-from runs.models import Event, Message, Operation, Run, Step
-from runs.sim import shop
+from runs.models import Approval, Event, Message, Operation, Run, Step
 
 # The executor closes stale connections between steps, so data must be committed.
 pytestmark = pytest.mark.django_db(transaction=True)

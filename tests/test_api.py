@@ -16,11 +16,10 @@ from agentops_client import ApiError, Budget, Usage
 from agentops_client.models import build
 from apitokens.models import ApiToken
 from apitokens.services import create_token
-from approvals.models import Approval
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import start_run
 from runs.engine.control.preconditions import run_etag
-from runs.models import Message, Run, Step, Thread
+from runs.models import Approval, Message, Run, Step, Thread
 from tests.support.api_client import in_process_client
 
 pytestmark = pytest.mark.django_db

@@ -25,9 +25,9 @@ SCENARIOS = [
 
 SEED = f"""
 from django.contrib.auth.models import User
-from approvals.models import Approval
+from runs.models import Approval
 from runs.console.roles import setup_roles
-from runs.demo_seed import Seeder
+from lab.demo_seed import Seeder
 from runs.models import Step
 from apitokens.services import create_token
 report = Seeder({len(SCENARIOS)}, seed=3, scenarios={SCENARIOS!r}).seed()

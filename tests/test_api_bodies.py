@@ -9,11 +9,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from apitokens.services import create_token
-from approvals.models import Approval
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.control.preconditions import run_etag
 from runs.engine.control.rewind import resume_from_checkpoint
-from runs.models import Event, Message, Run, Step, Thread
+from runs.models import Approval, Event, Message, Run, Step, Thread
 
 pytestmark = pytest.mark.django_db
 

@@ -8,10 +8,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from apitokens.services import create_token
+from lab.sim import devices
 from runs.engine.control import lifecycle
 from runs.engine.control.preconditions import run_etag
 from runs.models import Event, Run
-from runs.sim import devices
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process
 from tests.support.api_client import in_process_client

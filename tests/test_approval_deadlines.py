@@ -15,7 +15,6 @@ from django.utils import timezone
 
 from agentops.authoring import Workflow, register
 from apitokens.services import create_token
-from approvals.models import Approval
 from approvals.services import decide, resolve_takeover
 from runs.console.access import form_version
 from runs.console.roles import setup_roles
@@ -23,7 +22,7 @@ from runs.engine.control.approvals import ApprovalExpired
 from runs.engine.control.lifecycle import pause_run, start_run
 from runs.engine.control.preconditions import run_etag
 from runs.engine.execution import executor
-from runs.models import Event, Run, Step
+from runs.models import Approval, Event, Run, Step
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
 from tests.console_helpers import *  # noqa: F403

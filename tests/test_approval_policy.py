@@ -9,10 +9,9 @@ from django.test import Client
 from django.urls import reverse
 
 from apitokens.services import create_token
-from approvals.models import Approval
 from runs.console.access import form_version
 from runs.engine.control.preconditions import run_etag
-from runs.models import RefusedAction, Run
+from runs.models import Approval, RefusedAction, Run
 from tests.console_helpers import *  # noqa: F403
 
 pytestmark = pytest.mark.django_db(transaction=True)

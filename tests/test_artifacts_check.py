@@ -104,7 +104,7 @@ print(1)
     cause = shell_json(
         deployment,
         f"""
-from approvals.models import Takeover
+from runs.models import Takeover
 import json
 t = Takeover.objects.get(run_id={live!r}, status="OPEN")
 print(json.dumps([t.cause, t.evidence["artifacts"][0]["name"]]))

@@ -14,12 +14,11 @@ from django.db.models.functions import Now
 
 import tests.workflows.faulty  # noqa: F401 - registers the workflow
 from agentops.authoring import Workflow, register
-from approvals.models import Takeover
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import executor
 from runs.engine.state import checkpoints
 from runs.engine.state.store import store
-from runs.models import Event, Message, Run, Step, Summary
+from runs.models import Event, Message, Run, Step, Summary, Takeover
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
 from tests.support.states import arrange

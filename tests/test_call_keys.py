@@ -11,15 +11,14 @@ import pytest
 from django.utils import timezone
 
 from agentops.authoring import AgentTool, RetryPolicy, Workflow, register
-from approvals.models import Takeover
+from lab.sim import devices, services
 from runs.agents.durability import LedgerRun
 from runs.engine.control.lifecycle import start_run
 from runs.engine.effects import ledger
 from runs.engine.effects.compensation import CompensationContext, compensation_key
 from runs.engine.errors import LeaseLost, NonDeterminism
 from runs.engine.execution import executor
-from runs.models import Event, Operation, Run, Step
-from runs.sim import devices, services
+from runs.models import Event, Operation, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
 from runs.workflows.synthetic import mailer_send

@@ -9,10 +9,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from approvals.models import Approval, Takeover
 from runs.console.access import form_version
 from runs.engine.control import lifecycle, refusals
-from runs.models import Checkpoint, Event, Run, Step
+from runs.models import Approval, Checkpoint, Event, Run, Step, Takeover
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import (
     run_worker_in_process,

@@ -10,10 +10,9 @@ import subprocess
 import pytest
 from django.urls import reverse
 
-from approvals.models import Approval
+from lab.sim import devices
 from runs.engine.control import lifecycle
-from runs.models import Event, Step
-from runs.sim import devices
+from runs.models import Approval, Event, Step
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import (
     REPO_ROOT,

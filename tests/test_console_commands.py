@@ -7,8 +7,7 @@ from django.core.management import call_command
 from django.db.models import Count, Max
 from django.urls import reverse
 
-from approvals.models import Takeover
-from runs.models import Event, Message, Run
+from runs.models import Event, Message, Run, Takeover
 from runs.states import RunStatus
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.support.services import BACKENDS
@@ -29,13 +28,13 @@ def test_it_creates_the_three_roles_with_their_permissions_idempotently(capsys):
     call_command("setup_roles")
     assert Group.objects.filter(name__in=["viewer", "operator", "approver"]).count() == 3
     viewer, operator, approver = perms("viewer"), perms("operator"), perms("approver")
-    assert {"runs.view_run", "runs.view_event", "approvals.view_takeover"} <= viewer
+    assert {"runs.view_run", "runs.view_event", "runs.view_takeover"} <= viewer
     assert not any(
         p.split(".")[1].startswith(("add_", "change_", "delete_"))
         for p in viewer | operator | approver
     )
     assert operator - viewer == {"runs.operate_run"}
-    assert approver - viewer == {"approvals.decide_approval"}
+    assert approver - viewer == {"runs.decide_approval"}
     assert "operator: " in capsys.readouterr().out
 
 

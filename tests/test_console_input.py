@@ -11,11 +11,10 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from apitokens.models import ApiToken
-from approvals.models import Approval, Takeover
 from runs.console.access import form_version
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.budget import MAX_AMOUNTS, limit_errors, parse_amount
-from runs.models import Event, RefusedAction, Run, Step
+from runs.models import Approval, Event, RefusedAction, Run, Step, Takeover
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import start_room_temperature
 

@@ -5,9 +5,8 @@ import re
 
 import pytest
 
-from approvals.models import Approval, Takeover
-from runs import demo_seed
-from runs.models import Step
+from lab import demo_seed
+from runs.models import Approval, Step, Takeover
 from runs.states import StepStatus
 from tests.console_helpers import actors, clients, device_dir, fast_passwords
 

@@ -9,9 +9,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from approvals.models import Approval, Takeover
-from runs import demo_seed
-from runs.models import Message, Run
+from lab import demo_seed
+from runs.models import Approval, Message, Run, Takeover
 from tests.console_helpers import *  # noqa: F403 - fixtures
 
 pytestmark = pytest.mark.django_db

@@ -11,13 +11,12 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from agentops.authoring import RetryPolicy, StepError, Workflow, register
-from approvals.models import Approval
 from approvals.services import decide
 from runs.console.charts import overview_charts, run_timeline, workers_chart
 from runs.engine.control import lifecycle
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import run_transaction
-from runs.models import Run
+from runs.models import Approval, Run
 from runs.stats import open_runs_series, step_outcome_series, worker_steps_series
 from runs.workflows import registry
 from tests.console_helpers import *  # noqa: F403 - fixtures
@@ -189,7 +188,7 @@ def test_the_pictures_open_in_chromium(open_as, retried_and_approved, tmp_path):
 
 
 def test_an_operator_replays_a_failed_run_in_chromium(open_as, actors, tmp_path):  # noqa: F811
-    from runs.sim import devices
+    from lab.sim import devices
 
     with devices.lamp.locked() as data:
         data["state"]["fail_next"] = {"get_brightness": ["PERMISSION_DENIED"]}

@@ -12,8 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from agentops.db_session import process_kind, use_process_kind
+from lab.drills.bench import seed_console
 from runs.console.charts import overview_charts
-from runs.drills.bench import seed_console
 from runs.engine.state.clock import db_now
 from runs.models import Run
 from tests.console_helpers import *  # noqa: F403 - fixtures

@@ -5,10 +5,10 @@ filters, the audit log; operators only (a viewer sees no button and gets 403).""
 import pytest
 from django.urls import reverse
 
+from lab.sim import devices
 from runs.engine.control import lifecycle
 from runs.engine.control.replay import replay_run
 from runs.models import Event, RefusedAction, Run
-from runs.sim import devices
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process
 

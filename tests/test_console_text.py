@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from lab.sim import devices
 from runs.engine.effects.unknown_outcomes import verify_now
 from runs.models import Operation, Step
-from runs.sim import devices
 from runs.states import StepStatus
 from runs.templatetags.console import human_time
 from tests.console_helpers import actors, clients, demo, device_dir, fast_passwords

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 from django.db import connection
 
-from runs.drills.base import wait_terminal
-from runs.drills.sandbox import PgCluster, Sandbox, wait_until
+from lab.drills.base import wait_terminal
+from lab.drills.sandbox import PgCluster, Sandbox, wait_until
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state import db_faults
 from runs.models import Event, Step

@@ -9,11 +9,11 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db.models import Q
 
-from approvals.models import Approval, Takeover
 from approvals.services import decide, resolve_takeover
-from runs import demo_seed
+from lab import demo_seed
+from lab.drills.soak import stranded_runs
+from lab.sim import devices
 from runs.console.roles import setup_roles
-from runs.drills.soak import stranded_runs
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.waits import deliver_signal, waiting_step
@@ -21,8 +21,7 @@ from runs.engine.effects.budget import raise_budget
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution.sweeper import sweep_once
 from runs.engine.state.clock import db_now
-from runs.models import Event, Message, Run, Step
-from runs.sim import devices
+from runs.models import Approval, Event, Message, Run, Step, Takeover
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from tests.console_helpers import device_dir, fast_passwords, run_worker_in_process
 

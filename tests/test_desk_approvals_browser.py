@@ -14,11 +14,10 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from approvals.models import Approval
+from lab.sim import shop
 from runs.engine.control import lifecycle
 from runs.engine.state.clock import db_now
-from runs.models import Event, Run
-from runs.sim import shop
+from runs.models import Approval, Event, Run
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process
 from tests.support.browser import *  # noqa: F403 - fixtures (browser, open_as)

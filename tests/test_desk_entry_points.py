@@ -7,8 +7,8 @@ import re
 import pytest
 from django.urls import reverse
 
-from approvals.models import Takeover
 from runs.engine.control.rewind import resumable_names
+from runs.models import Takeover
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process, start_room_temperature
 

@@ -8,9 +8,8 @@ import re
 import pytest
 from django.urls import reverse
 
-from approvals.models import Approval, Takeover
 from runs.engine.control import lifecycle
-from runs.models import Event
+from runs.models import Approval, Event, Takeover
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process, start_room_temperature
 from tests.support.browser import *  # noqa: F403 - fixtures (browser, open_as)

@@ -11,11 +11,10 @@ import re
 import pytest
 from django.urls import reverse
 
-from approvals.models import Takeover
+from lab.sim import devices
 from runs.console.access import form_version
 from runs.engine.effects.unknown_outcomes import verify_now
-from runs.models import Event, Run, Step
-from runs.sim import devices
+from runs.models import Event, Run, Step, Takeover
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process, start_room_temperature, unknown_outcome_run
 from tests.support.browser import *  # noqa: F403 - fixtures (browser, open_as)

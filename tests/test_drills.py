@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from runs.drills import catalog, sandbox
-from runs.drills.base import DRILLS, DrillResult, Recorder, format_table, run_drill
+from lab.drills import catalog, sandbox
+from lab.drills.base import DRILLS, DrillResult, Recorder, format_table, run_drill
 
 #: Every drill, in the order ``drill --all`` runs them; ``partition`` runs in
 #: tests/test_partitions.py, with shorter cuts than its own.

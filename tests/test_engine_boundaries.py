@@ -3,8 +3,9 @@
 
 - outside code reaches the engine through one module, ``runs.engine.service``; the
   exceptions are listed below, each with its reason;
-- nothing in ``runs/engine/`` imports the approvals app's services or views, the
-  simulator, or a model provider's SDK;
+- nothing in ``runs/engine/`` imports the approvals app (the desk over the engine's
+  approvals and takeovers), the lab (drills, simulator, demo seed), or a model
+  provider's SDK;
 - no module of the engine sits in an import cycle with a module outside it, and the
   engine's own modules import each other without cycles (one known cycle is listed);
 - only the gateway writes a status, attempt, version or generation of Run, Step,
@@ -16,21 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from approvals.models import Approval, Takeover
 from runs.engine.control import lifecycle
 from runs.engine.execution import sweeper
 from runs.engine.service import start_run
 from runs.engine.state import gateway
-from runs.models import Operation, Run, Step
+from runs.models import Approval, Operation, Run, Step, Takeover
 from runs.state_fields import STATE_FIELDS, StateWriteRefused
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("runs", "approvals", "agentops")
+PACKAGES = ("runs", "approvals", "agentops", "lab")
 ENGINE = "runs.engine"
 FORBIDDEN_IN_ENGINE = (
-    "approvals.services",
-    "approvals.views",
-    "runs.sim",
+    "approvals",
+    "lab",
     "openai",
     "anthropic",
     "pydantic_ai",
@@ -64,17 +63,15 @@ ENTRY = "runs.engine.service"
 #:   to the executor), not a face that asks the engine for something;
 #: - ``agentops.authoring`` is the workflow authors' door: it re-exports the definition,
 #:   tool, retry and error names from where the engine keeps them;
-#: - ``runs.apps`` wires the engine at start-up: it registers each hook by name;
-#: - the lab (drills, simulator, demo seed, bench) drives the engine's insides on purpose
-#:   and is being moved into an app of its own.
+#: - ``runs.apps`` and ``lab.apps`` wire the engine at start-up: they register each hook
+#:   by name;
+#: - the lab (drills, soak, bench, simulator, demo seed) drives the engine's insides on
+#:   purpose.
 BEYOND_THE_ENTRY = (
     "runs.agents",
     "agentops.authoring",
     "runs.apps",
-    "runs.drills",
-    "runs.sim",
-    "runs.demo_seed",
-    "runs.management.commands.bench",
+    "lab",
 )
 #: Engine modules of plain values and checks (names, durations, JSON values, retry
 #: policies, step errors) that import nothing else of the project. The modules below
@@ -245,7 +242,7 @@ def test_its_entry_check_sees_an_import_inside_a_function():
     assert _entry_breaches("runs.cli.start", {ENTRY}, set()) == []
 
 
-def test_it_keeps_the_engine_free_of_approvals_services_views_sim_and_sdks():
+def test_it_keeps_the_engine_free_of_the_approvals_app_lab_and_sdks():
     offending = []
     for name, path in MODULES.items():
         if not _in_engine(name):

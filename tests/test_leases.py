@@ -9,11 +9,11 @@ import pytest
 from django.db import connection
 
 from agentops.authoring import Workflow, register
+from lab.sim.devices import device_calls
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import executor, jobs
 from runs.engine.execution.identity import set_current_worker
 from runs.models import Event, Message, Run, Step
-from runs.sim.devices import device_calls
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
 

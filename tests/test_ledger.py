@@ -7,13 +7,12 @@ import time
 import pytest
 
 from agentops.authoring import RetryPolicy, Tool, VerifyAnswer, Workflow, register
-from approvals.models import Takeover
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.effects import ledger
 from runs.engine.effects.unknown_outcomes import resolve_unknown, verify_now
 from runs.engine.execution import executor
 from runs.engine.execution.slots import Slots
-from runs.models import Event, Operation, Run, Step
+from runs.models import Event, Operation, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
 

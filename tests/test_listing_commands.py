@@ -7,8 +7,8 @@ import json
 import pytest
 from django.core.management import call_command
 
-from approvals.models import Approval, Takeover
-from runs.demo_seed import Seeder
+from lab.demo_seed import Seeder
+from runs.models import Approval, Takeover
 
 pytestmark = pytest.mark.django_db
 

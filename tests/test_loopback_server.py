@@ -5,7 +5,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler
 
-from runs.drills.loopback import LoopbackHTTPServer
+from lab.drills.loopback import LoopbackHTTPServer
 
 BURST = 200
 

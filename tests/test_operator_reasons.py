@@ -11,7 +11,6 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from apitokens.services import create_token
-from approvals.models import Takeover
 from approvals.services import resolve_takeover
 from runs.console.roles import setup_roles
 from runs.engine.control.cancel import request_cancel
@@ -21,7 +20,7 @@ from runs.engine.control.refusals import MAX_REASON_CHARS, REASONED_ACTIONS, Con
 from runs.engine.control.replay import bulk_replay, replay_run
 from runs.engine.control.rewind import resume_from_checkpoint
 from runs.engine.effects.budget import raise_budget
-from runs.models import Event, Run
+from runs.models import Event, Run, Takeover
 
 pytestmark = pytest.mark.django_db
 

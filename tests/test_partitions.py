@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from runs.drills import partition
-from runs.drills.base import run_drill
+from lab.drills import partition
+from lab.drills.base import run_drill
 
 #: Shorter cuts than the drill's own (75 s and 40 s): every target holds the same,
 #: since each is measured from the cut or the heal, not from its length.

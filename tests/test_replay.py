@@ -7,11 +7,11 @@ import time
 import pytest
 
 from agentops.authoring import register
+from lab.sim import devices
 from runs.engine.control import lifecycle
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.replay import bulk_candidates, bulk_replay, plan_replay, replay_run
 from runs.models import Checkpoint, Event, Message, Operation, Run, Step
-from runs.sim import devices
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process
 
@@ -266,8 +266,8 @@ def test_it_replays_from_one_iteration_of_a_loop_by_its_label(clients, looping_w
 
 
 def test_a_fork_after_the_draft_reuses_the_publication(actors):
-    from approvals.models import Approval
     from approvals.services import decide
+    from runs.models import Approval
 
     original = lifecycle.start_run("weekly_report", thread_id="W1", input={"week": "2026-W48"})
     run_worker_in_process()

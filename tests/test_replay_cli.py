@@ -8,9 +8,9 @@ import time
 import pytest
 from django.core.management import CommandError, call_command
 
+from lab.sim import devices
 from runs.engine.control import lifecycle
 from runs.models import Checkpoint, Event, Operation, Run, Step
-from runs.sim import devices
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process
 

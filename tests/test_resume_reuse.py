@@ -4,11 +4,11 @@ re-executes them only when asked, with a reason that the event records."""
 
 import pytest
 
+from lab.sim import devices
 from runs.engine.control import lifecycle
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
 from runs.models import Event, Operation, Run
-from runs.sim import devices
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process
 

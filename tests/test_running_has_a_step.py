@@ -6,11 +6,10 @@ finds a RUNNING run with nothing to run."""
 
 import pytest
 
-from approvals.models import Takeover
-from runs.drills.soak import stranded_runs
+from lab.drills.soak import stranded_runs
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.budget import raise_budget
-from runs.models import Event, Run, Step
+from runs.models import Event, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
 from tests.console_helpers import *  # noqa: F403
 from tests.support.states import arrange

@@ -12,10 +12,10 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-import runs.sim
+import lab.sim
 from agentops.authoring import StepError
-from runs.sim import devices, faults
-from runs.sim.shop import issue_refund, lookup_order, refunds_for
+from lab.sim import devices, faults
+from lab.sim.shop import issue_refund, lookup_order, refunds_for
 
 
 @pytest.fixture(autouse=True)
@@ -73,10 +73,10 @@ def test_sim_status_names_armed_faults_and_call_counts():
 
 
 def _device_stores_defined_in_the_simulator() -> dict[str, devices.DeviceStore]:
-    """Every ``DeviceStore`` a module of ``runs.sim`` defines, found by looking, not listed."""
+    """Every ``DeviceStore`` a module of ``lab.sim`` defines, found by looking, not listed."""
     found = {}
-    for info in pkgutil.iter_modules(runs.sim.__path__):
-        module = importlib.import_module(f"runs.sim.{info.name}")
+    for info in pkgutil.iter_modules(lab.sim.__path__):
+        module = importlib.import_module(f"lab.sim.{info.name}")
         for value in vars(module).values():
             if isinstance(value, devices.DeviceStore):
                 found[value.name] = value

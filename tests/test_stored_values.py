@@ -16,7 +16,6 @@ from django.urls import reverse
 
 import tests.workflows.stored as stored
 from apitokens.services import create_token
-from approvals.models import Approval, Takeover
 from runs.console.access import form_version
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import ControlError, start_run
@@ -24,7 +23,7 @@ from runs.engine.data.inbox import post_message
 from runs.engine.execution import executor
 from runs.engine.state.gateway import run_transaction
 from runs.engine.state.values import NUL_ESCAPE, InvalidValue
-from runs.models import Artifact, Event, Message, Operation, Run, Step
+from runs.models import Approval, Artifact, Event, Message, Operation, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process, start_room_temperature

@@ -7,13 +7,12 @@ operator may then do follows what the ledger knows."""
 import pytest
 
 from agentops.authoring import RetryPolicy, Workflow, register
-from approvals.models import Takeover
+from lab.sim import devices, services
+from lab.sim import faults as sim_faults
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.effects.unknown_outcomes import resolve_unknown, verify_now
 from runs.engine.execution import executor
-from runs.models import Event, Operation, Run, Step
-from runs.sim import devices, services
-from runs.sim import faults as sim_faults
+from runs.models import Event, Operation, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
 from runs.workflows.synthetic import mailer_send

@@ -11,11 +11,11 @@ from django.test import Client
 from django.urls import reverse
 
 from apitokens.services import create_token
+from lab.sim import devices
 from runs.console.access import form_version
 from runs.engine.control.preconditions import run_etag
 from runs.engine.effects.unknown_outcomes import verify_now
 from runs.models import Event, Step
-from runs.sim import devices
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import unknown_outcome_run
 

@@ -15,8 +15,8 @@ out too: every provider refuses a conversation in which they do not pair up.
 
 from typing import Any
 
+from lab.sim import model as summarizer
 from runs.engine.data.model_input import assemble_context, summary_due
-from runs.sim import model as summarizer
 
 
 def thread_history(ctx) -> list:

@@ -21,12 +21,12 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from lab.sim import model as sim_model
 from runs.agents.errors import classify, invalid_tool_call
 from runs.engine.effects.model_providers import ModelReply, register_provider
 from runs.engine.execution import aio
 from runs.engine.execution.slots import MAX_SLOTS
 from runs.engine.state import values
-from runs.sim import model as sim_model
 
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 
@@ -38,8 +38,8 @@ _models: dict[tuple, Any] = {}
 
 
 class SimProvider:
-    """The simulated model (``runs.sim.model``): deterministic, free of network, charged
-    ``runs.sim.model.COST_PER_CALL_USD`` per call like a paid one."""
+    """The simulated model (``lab.sim.model``): deterministic, free of network, charged
+    ``lab.sim.model.COST_PER_CALL_USD`` per call like a paid one."""
 
     name = "sim"
     cost_per_call_usd = sim_model.COST_PER_CALL_USD

@@ -4,7 +4,6 @@ from uuid import UUID
 
 from ninja import Path, Query, Router
 
-from approvals.models import Approval
 from approvals.services import decide
 from runs.api import access
 from runs.api.conditional import conditional_action
@@ -12,6 +11,7 @@ from runs.api.documents import etag_header
 from runs.api.errors import error_responses, not_found
 from runs.api.schemas import ApprovalOut, DecideIn
 from runs.engine.service import with_shown_status
+from runs.models import Approval
 
 router = Router(tags=["approvals"])
 ERRORS = error_responses()
@@ -84,7 +84,7 @@ def run_approvals(request, run_id: UUID):
 )
 @conditional_action(_run_of_approval)
 def decide_approval(request, payload: DecideIn, approval_id: int = Path(..., ge=1, le=2**62)):
-    """Needs the ``approvals.decide_approval`` permission (403 ``permission_denied``);
+    """Needs the ``runs.decide_approval`` permission (403 ``permission_denied``);
     ``If-Match`` is the ETag of the approval's run. The same decision again is a no-op,
     a different second one a 409 ``decision_conflict``, one past the approval's
     deadline a 409 ``approval_expired`` (the approval is then EXPIRED and its run on

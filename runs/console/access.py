@@ -1,7 +1,7 @@
 """Who may see and do what on the console, and the shared shape of every action.
 
 Roles are Django groups (``setup_roles``): viewer (``runs.view_run``), operator
-(``runs.operate_run``), approver (``approvals.decide_approval``). The templates hide what
+(``runs.operate_run``), approver (``runs.decide_approval``). The templates hide what
 a user may not do; these checks are the gate (403 otherwise).
 """
 
@@ -19,7 +19,7 @@ from runs.engine.service import run_etag
 
 VIEW_PERM = "runs.view_run"
 OPERATE_PERM = "runs.operate_run"
-DECIDE_PERM = "approvals.decide_approval"
+DECIDE_PERM = "runs.decide_approval"
 DOWNLOAD_PERM = "runs.view_artifact"
 
 

@@ -1,10 +1,11 @@
 """The console's roles as Django groups with permissions (``setup_roles`` creates them).
 
-- viewer: read everything (``view_*`` of the runs and approvals models, which includes
-  ``runs.view_run`` for the pages and ``runs.view_artifact`` for downloads);
+- viewer: read everything (``view_*`` of the runs app's models, approvals and takeovers
+  among them, which includes ``runs.view_run`` for the pages and ``runs.view_artifact``
+  for downloads);
 - operator: viewer + ``runs.operate_run`` (cancel, re-dispatch, retry, resume, resolve
   unknowns and takeovers);
-- approver: viewer + ``approvals.decide_approval``.
+- approver: viewer + ``runs.decide_approval``.
 """
 
 from django.contrib.auth.models import Group, Permission
@@ -14,15 +15,13 @@ ROLES = ("viewer", "operator", "approver")
 EXTRA = {
     "viewer": [],
     "operator": [("runs", "operate_run")],
-    "approver": [("approvals", "decide_approval")],
+    "approver": [("runs", "decide_approval")],
 }
 
 
 def _view_permissions() -> list[Permission]:
     return list(
-        Permission.objects.filter(
-            content_type__app_label__in=["runs", "approvals"], codename__startswith="view_"
-        )
+        Permission.objects.filter(content_type__app_label="runs", codename__startswith="view_")
     )
 
 

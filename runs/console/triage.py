@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 
-from runs.models import Run, Step
+from runs.models import Approval, Run, Step, Takeover
 from runs.states import RUN_EXECUTABLE, StepStatus
 from runs.stats import NON_TERMINAL_STATES, looping_run_ids, stuck_q
 
@@ -58,8 +58,6 @@ def _unknown_outcomes() -> TriageGroup:
 
 
 def _overdue_approvals(now: datetime) -> TriageGroup:
-    from approvals.models import Approval
-
     group = TriageGroup("approval_overdue", "Approval overdue")
     overdue_before = now - timedelta(seconds=settings.AGENTOPS_APPROVAL_OVERDUE_SECONDS)
     query = Approval.objects.filter(
@@ -91,8 +89,6 @@ def _overdue_approvals(now: datetime) -> TriageGroup:
 
 
 def _takeovers(cause: str, title: str, suggested: str, causes: list[str]) -> TriageGroup:
-    from approvals.models import Takeover
-
     group = TriageGroup(cause, title)
     query = Takeover.objects.filter(status=Takeover.Status.OPEN, cause__in=causes)
     group.total = query.count()
@@ -164,8 +160,6 @@ def _no_progress(now: datetime) -> TriageGroup:
 
 def triage_groups(now: datetime) -> list[TriageGroup]:
     """All groups in the inbox's order of urgency; empty groups included (shown as clear)."""
-    from approvals.models import Takeover
-
     cause = Takeover.Cause
     return [
         _unknown_outcomes(),

@@ -19,7 +19,16 @@ from runs.console.conversation import chat
 from runs.console.forms import InvalidInput
 from runs.console.sections import section
 from runs.engine.service import cancel_progress, checkpoint_labels, db_now, open_step, waiting_on
-from runs.models import Artifact, Checkpoint, Event, Message, Operation, Run, Step
+from runs.models import (
+    Artifact,
+    Checkpoint,
+    Event,
+    Message,
+    Operation,
+    Run,
+    Step,
+    Takeover,
+)
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.views.waits import signal_form
 
@@ -92,8 +101,6 @@ def live_context(run: Run, request) -> dict:
     """What the live part of the page shows: header, one page of steps (newest first,
     ``?steps=N``) with their attempts, the map steps' branches counted by state, the
     timeline picture."""
-    from approvals.models import Takeover
-
     # Outputs are not shown here; deferring them spares loading large payloads.
     steps = section(
         request,

@@ -101,7 +101,7 @@ def signal(request, run_id):
     (operators and approvers; 403 otherwise). The form's request id makes a second
     submission of the same form deliver nothing new."""
     if not (request.user.has_perm(OPERATE_PERM) or request.user.has_perm(DECIDE_PERM)):
-        raise PermissionDenied("signals need runs.operate_run or approvals.decide_approval")
+        raise PermissionDenied("signals need runs.operate_run or runs.decide_approval")
     refused = unstorable_input(request)
     if refused is not None:
         return refused

@@ -8,7 +8,7 @@ is ``unsafe`` with a ``verify`` hook that looks the hold up.
 """
 
 from agentops.authoring import RetryPolicy, Tool, VerifyAnswer, Workflow, register
-from runs.sim import devices
+from lab.sim import devices
 
 
 def _verify_release(args: dict, call) -> VerifyAnswer:

@@ -15,7 +15,7 @@ previous brightness if the run later fails or is cancelled.
 import json
 
 from agentops.authoring import RetryPolicy, Tool, VerifyAnswer, Workflow, register
-from runs.sim import devices
+from lab.sim import devices
 
 
 def _verify_set(args: dict, call) -> VerifyAnswer:

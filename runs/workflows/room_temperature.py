@@ -8,7 +8,7 @@ answers from the reading, streamed word by word into a draft message).
 import json
 
 from agentops.authoring import Tool, Workflow, register
-from runs.sim import devices
+from lab.sim import devices
 
 thermostat_read = Tool(
     "thermostat.read",

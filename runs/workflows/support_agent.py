@@ -19,7 +19,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agentops.authoring import AgentTool, ToolCall, VerifyAnswer, current_call, register_agent
-from runs.sim import shop
+from lab.sim import shop
 
 INSTRUCTIONS = (
     "You are a support agent for a small shop. Look the order up before acting. "

@@ -8,15 +8,15 @@
   and returns at once on a later attempt (recovery time after SIGKILL).
 - ``synthetic_order``: plan (model call) -> reserve (idempotent, compensable) -> charge
   (idempotent) -> notify (unsafe, with a verify hook) -> done, against the simulated
-  systems of ``runs.sim.services``, which keep their own ledgers.
+  systems of ``lab.sim.services``, which keep their own ledgers.
 """
 
 import os
 import time
 
 from agentops.authoring import RetryPolicy, Tool, VerifyAnswer, Workflow, register
-from runs.sim import model as sim_model
-from runs.sim import services
+from lab.sim import model as sim_model
+from lab.sim import services
 
 #: Steps per ``bench_noop`` run.
 BENCH_STEPS = 10

@@ -19,7 +19,7 @@ import json
 import time
 
 from agentops.authoring import Tool, Workflow, register
-from runs.sim import devices
+from lab.sim import devices
 
 fetch_news = Tool(
     "newsfeed.fetch",

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from runs.drills.loopback import LoopbackHTTPServer
+from lab.drills.loopback import LoopbackHTTPServer
 
 PROMPT_TOKENS = 11
 #: Longest stall of a held answer, in seconds (a bound against a test that forgets to

@@ -18,7 +18,7 @@ the test database with the worker id; deployments and templates carry the PID) a
 own Redis database number (``isolate_xdist_worker``). A test that changes the Redis
 *server* (FLUSHALL, CLIENT KILL, CONFIG SET, a restart) starts its own with
 ``RedisServer`` instead (the ``private_redis`` fixture); one that stops PostgreSQL runs
-its own cluster (``runs.drills.sandbox.PgCluster``).
+its own cluster (``lab.drills.sandbox.PgCluster``).
 """
 
 from __future__ import annotations

@@ -18,12 +18,12 @@ from django.core.management.base import CommandError
 
 from approvals import services
 from approvals.desk import entry_points
-from approvals.models import Approval, Takeover
 from approvals.tool_calls import edited_calls
 from runs.cli import arguments
 from runs.cli.command import OperatorCommand
 from runs.cli.common import cli_user, control_error, one_line, write_rows
 from runs.engine.service import ControlError, find_run, with_shown_status
+from runs.models import Approval, Takeover
 
 
 class Command(OperatorCommand):

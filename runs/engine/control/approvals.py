@@ -1,7 +1,7 @@
 """Approval steps: asking, deciding, expiring, and continuing the run
 on the route the decision picks.
 
-The engine writes the Approval rows (data of the approvals app) through the gateway's
+The engine writes the Approval rows (``runs.models.Approval``) through the gateway's
 moves; the approvals app's services, views, admin and CLI sit on top of these
 functions and add people's concerns (permissions, the decision words).
 """
@@ -9,7 +9,6 @@ functions and add people's concerns (permissions, the decision words).
 from datetime import timedelta
 from typing import Any
 
-from django.apps import apps
 from django.conf import settings
 from django.db.models import (
     Case,
@@ -25,12 +24,8 @@ from django.db.models.functions import Now
 
 from runs.engine.control.refusals import ControlError
 from runs.engine.state.gateway import RunTx, run_transaction
-from runs.models import Event, Step
+from runs.models import Approval, Event, Step
 from runs.states import RunStatus, StepStatus, command_allows, command_states
-
-
-def _approval_model():
-    return apps.get_model("approvals", "Approval")
 
 
 class DecisionConflict(ControlError):
@@ -115,7 +110,6 @@ def commit_approval_request(ctx, request: dict[str, Any], worker_id: str) -> Non
     decision, so no worker holds anything while the run waits. A cancel requested
     meanwhile cancels the step instead.
     """
-    Approval = _approval_model()
     run, step, attempt, step_def = ctx.run, ctx.step, ctx.attempt, ctx.step_def
     options = step_def.options
     approve_to = ctx.workflow.next_after(step.name)
@@ -208,7 +202,6 @@ def decide(
     a cancelled approval; ``ControlError("not_allowed_in_state")`` when the run does
     not wait for it.
     """
-    Approval = _approval_model()
     run_id = Approval.objects.values_list("run_id", flat=True).get(pk=approval_id)
     with run_transaction(run_id) as tx:
         current = Approval.objects.select_for_update().get(pk=approval_id)
@@ -236,7 +229,6 @@ def _decide_pending(
     extra_event: dict[str, Any] | None,
 ) -> None:
     """The body of ``decide`` for an approval not past its deadline, on the locked run."""
-    Approval = _approval_model()
     if current.status == target:
         if _other_terms(current, target, extra_event):
             wanted = "approve" if target == "APPROVED" else "reject"
@@ -277,7 +269,6 @@ def expire_one(tx: RunTx, approval_id: int, step_id: int, *, actor: str, at_deci
     (``overdue``, database clock) and, when its run waits for it, continue on the expiry
     route. ``at_decision``: found by someone deciding it (the event says so), not by a
     sweep. Returns whether it expired now."""
-    Approval = _approval_model()
     reason = "decided after expires_at" if at_decision else "no decision before expires_at"
     if not tx.decide_approval(
         approval_id,
@@ -299,7 +290,6 @@ def expire_approvals(actor: str, batch: int) -> int:
     """Sweeper task: PENDING approvals past ``expires_at`` that nobody touched become
     EXPIRED and their run takes the expiry route (``expire_one``). Returns how many
     expired."""
-    Approval = _approval_model()
     due = list(
         Approval.objects.filter(overdue())
         .order_by("expires_at")

@@ -20,7 +20,7 @@ from runs.engine.state import checkpoints, leases, values
 from runs.engine.state.checkpoints import initial_state
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import allocate_message_seqs, record_event, run_transaction
-from runs.models import Message, Run, Step, Thread
+from runs.models import Message, Run, Step, Takeover, Thread
 from runs.states import (
     RUN_TERMINAL,
     STEP_OPEN,
@@ -314,8 +314,6 @@ def family(run: Run) -> dict[str, Any]:
 
 def _open_takeover(run: Run) -> dict[str, Any] | None:
     """The run's open takeover as ``{id, cause, reason, step, suggested_action}``."""
-    from approvals.models import Takeover
-
     t = Takeover.objects.filter(run=run, status=Takeover.Status.OPEN).select_related("step").first()
     if t is None:
         return None

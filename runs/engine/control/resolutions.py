@@ -7,7 +7,6 @@ and with what evidence; the approvals app's services and views call ``resolve_ta
 
 from typing import Any
 
-from django.apps import apps
 from django.db.models.functions import Now
 
 from runs.engine.control import lifecycle, rewind, waits
@@ -24,7 +23,7 @@ from runs.engine.effects.unknown_outcomes import check_against_verify, resolve_u
 from runs.engine.execution import dispatch
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, record_event, run_transaction
-from runs.models import Run, Step
+from runs.models import Approval, Run, Step, Takeover
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
 from runs.workflows import registry
 
@@ -42,7 +41,7 @@ def resolve_takeover(
     result=None,
     against_verify: bool = False,
 ):
-    """Resolve an OPEN takeover (an ``approvals.models.Takeover``) with one of
+    """Resolve an OPEN takeover (a ``runs.models.Takeover``) with one of
     ``RESOLUTIONS``:
 
     - ``resume``: from ``checkpoint`` (``rewind.resume_from_checkpoint``), or, without
@@ -65,7 +64,6 @@ def resolve_takeover(
     (``invalid_action``, ``reason_required``, ``takeover_resolved``,
     ``unknown_workflow_version``, ...).
     """
-    Takeover = apps.get_model("approvals", "Takeover")
     if action not in RESOLUTIONS:
         raise ControlError(
             "invalid_action",
@@ -199,7 +197,6 @@ def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
     approval's route if it was decided or expired meanwhile (or its deadline passed),
     else for its signal (taking one kept meanwhile).
     Returns False when the run has no WAITING step."""
-    Approval = apps.get_model("approvals", "Approval")
     waiting = (
         Step.objects.filter(
             run_id=tx.run.pk, generation=tx.run.generation, status=StepStatus.WAITING

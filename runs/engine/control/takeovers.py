@@ -1,13 +1,12 @@
 """Pausing a run for a human: the run goes PAUSED and one Takeover row says why, what
 was done, where it failed, what to do next, and which checkpoints it can resume from."""
 
-from django.apps import apps
 from django.db.models.functions import Now
 
 from runs.engine.control.checkpoint_names import resumable_names
 from runs.engine.control.refusals import ControlError
 from runs.engine.state.gateway import RunTx, run_transaction
-from runs.models import Artifact, Step
+from runs.models import Artifact, Step, Takeover
 from runs.states import RunStatus, StepStatus
 
 
@@ -23,12 +22,10 @@ def open_takeover(
 ):
     """Pause the locked run (``tx``) and open (or update) its one OPEN takeover.
 
-    ``cause`` is an ``approvals.models.Takeover.Cause`` value (the approvals app's model
-    is data the engine writes; it is looked up by name). Returns the Takeover, or
+    ``cause`` is a ``runs.models.Takeover.Cause`` value. Returns the Takeover, or
     ``None`` when the run is terminal (nothing to take over; a rejected-transition event
     is recorded instead).
     """
-    Takeover = apps.get_model("approvals", "Takeover")
     run = tx.run
     if run.status != RunStatus.PAUSED:
         if not tx.transition_run(
@@ -81,7 +78,6 @@ def claim_takeover(takeover, user, *, actor: str):
     user changes nothing. Returns the Takeover as stored. Raises ``ControlError``
     ``takeover_resolved`` (not OPEN any more) or ``already_claimed`` (another user holds
     it). Who may claim is the caller's check."""
-    Takeover = apps.get_model("approvals", "Takeover")
     with run_transaction(takeover.run_id) as tx:
         current = Takeover.objects.select_for_update().get(pk=takeover.pk)
         if current.status != Takeover.Status.OPEN:

@@ -28,14 +28,13 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, NamedTuple
 
-from django.apps import apps
 from django.db import connection, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q
 from django.db.models.functions import Now
 
 from runs.engine.execution import dispatch
 from runs.engine.state import checkpoints
-from runs.models import Event, Operation, Run, Step
+from runs.models import Approval, Event, Operation, Run, Step, Takeover
 from runs.state_fields import write_state
 from runs.states import (
     RUN_TERMINAL,
@@ -583,7 +582,6 @@ class RunTx:
         ``match``, e.g. ``cause=``) RESOLVED with ``note`` (``{"action", "reason",
         "evidence", ...}``) and, with ``record``, a ``takeover.resolved`` event. Returns
         the takeover, or ``None`` when none was open."""
-        Takeover = apps.get_model("approvals", "Takeover")
         query = Takeover.objects.filter(run_id=self.run.pk, status=Takeover.Status.OPEN, **match)
         if takeover is not None:
             query = query.filter(pk=takeover.pk)
@@ -622,7 +620,6 @@ class RunTx:
         (APPROVED, REJECTED, EXPIRED or CANCELLED) with ``fields`` (decided_by,
         decided_at, comment) and an ``approval.<target>`` event; ``only_if`` adds a
         condition. Returns ``False`` when it was no longer PENDING."""
-        Approval = apps.get_model("approvals", "Approval")
         query = Approval.objects.filter(
             pk=approval_id, run_id=self.run.pk, status=Approval.Status.PENDING
         )
@@ -638,7 +635,6 @@ class RunTx:
     ) -> list[int]:
         """Cancel the run's PENDING approvals (only those of ``step_ids`` when given),
         each with an ``approval.cancelled`` event. Returns their ids."""
-        Approval = apps.get_model("approvals", "Approval")
         query = Approval.objects.filter(run_id=self.run.pk, status=Approval.Status.PENDING)
         if step_ids is not None:
             query = query.filter(step_id__in=step_ids)

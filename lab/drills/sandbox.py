@@ -33,7 +33,7 @@ from django.conf import settings
 from django.db import connections
 
 from agentops.links import bounded_redis_url
-from runs.drills.base import DrillSkipped
+from lab.drills.base import DrillSkipped
 
 MANAGE_PY = Path(settings.BASE_DIR) / "manage.py"
 MIGRATION_DIRS = [Path(settings.BASE_DIR) / app / "migrations" for app in ("runs", "approvals")]
@@ -321,14 +321,14 @@ class Sandbox:
         prefix: list[str] | None = None,
     ):
         """Start ``manage.py worker --mode MODE``; with ``probe_file`` the worker counts
-        its queries and commits and writes them there at exit (``runs.drills.probe``);
+        its queries and commits and writes them there at exit (``lab.drills.probe``);
         ``prefix`` runs it through another command that ends by exec-ing it (``ip netns
         exec NAME``: the pid stays the worker's). The worker skips Django's system
         checks: the command that starts it (drill, soak, bench) runs them at its own
         start, with the same code and settings, and they are half of a worker's start-up
         CPU."""
         if probe_file is not None:
-            argv = [sys.executable, "-m", "runs.drills.probe", str(probe_file), "worker"]
+            argv = [sys.executable, "-m", "lab.drills.probe", str(probe_file), "worker"]
         else:
             argv = [sys.executable, str(MANAGE_PY), "worker"]
         argv = [*(prefix or []), *argv, "--skip-checks", "--mode", mode]

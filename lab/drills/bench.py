@@ -2,7 +2,7 @@
 after SIGKILL, and console page times on a large database.
 
 Every part runs in a scratch database on the configured PostgreSQL server and a
-scratch Redis database (``runs.drills.sandbox``). Nothing here asserts on time.
+scratch Redis database (``lab.drills.sandbox``). Nothing here asserts on time.
 """
 
 import json
@@ -25,11 +25,11 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import NOT_PROVIDED
 
-from runs.drills import raw
-from runs.drills.base import owner_pid
-from runs.drills.bench_agents import bench_agents, bench_agents_sqlite
-from runs.drills.bench_branches import DEFAULT_BRANCHES, BranchesShape, bench_branches
-from runs.drills.sandbox import MANAGE_PY, Sandbox, wait_until
+from lab.drills import raw
+from lab.drills.base import owner_pid
+from lab.drills.bench_agents import bench_agents, bench_agents_sqlite
+from lab.drills.bench_branches import DEFAULT_BRANCHES, BranchesShape, bench_branches
+from lab.drills.sandbox import MANAGE_PY, Sandbox, wait_until
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step, Thread
@@ -246,7 +246,7 @@ def _bench_sqlite_in(root: Path, runs: int, workers: int) -> dict:
         for probe in probes:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "runs.drills.probe", str(probe), "worker"]
+                    [sys.executable, "-m", "lab.drills.probe", str(probe), "worker"]
                     + ["--mode", "db"],
                     env=env,
                     cwd=settings.BASE_DIR,
@@ -300,7 +300,7 @@ def bench_raw_rq(box: Sandbox, jobs: int, workers: int, say) -> dict:
     ids = []
     for start in range(0, jobs, 1000):
         batch = [
-            Queue.prepare_data("runs.drills.raw.noop", result_ttl=3600)
+            Queue.prepare_data("lab.drills.raw.noop", result_ttl=3600)
             for _ in range(min(1000, jobs - start))
         ]
         ids += [j.id for j in queue.enqueue_many(batch)]

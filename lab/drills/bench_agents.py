@@ -29,8 +29,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from runs.drills.loopback import LoopbackHTTPServer
-from runs.drills.sandbox import MANAGE_PY, Sandbox, wait_until
+from lab.drills.loopback import LoopbackHTTPServer
+from lab.drills.sandbox import MANAGE_PY, Sandbox, wait_until
 from runs.engine.control.lifecycle import start_run
 from runs.models import Run, Step
 from runs.states import RunStatus, StepStatus
@@ -171,7 +171,7 @@ def bench_agents(
 
 def agents_figures(spans: list[tuple], counts: list[dict], **about) -> dict:
     """The figures of the part from the succeeded steps' ``(started_at, finished_at)``
-    and the workers' probe counts (``runs.drills.probe``)."""
+    and the workers' probe counts (``lab.drills.probe``)."""
     if not spans:
         return {**about, "steps": 0, "steps_per_s": None}
     first = min(s for s, _ in spans)
@@ -256,7 +256,7 @@ def _agents_sqlite_in(root: Path, runs: int, wait_s: float, slots: int, model) -
     subprocess.run([*manage, "shell", "-v", "0", "-c", start], check=True, **opts)
     probe = root / "probe.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runs.drills.probe", str(probe), "worker", "--mode", "db"],
+        [sys.executable, "-m", "lab.drills.probe", str(probe), "worker", "--mode", "db"],
         env=env,
         cwd=settings.BASE_DIR,
         stdout=subprocess.DEVNULL,

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
-from runs.sim import faults
+from lab.sim import faults
 
 #: Price of one simulated call in USD, charged to the run's budget like a real one.
 COST_PER_CALL_USD = "0.001"
@@ -31,7 +31,7 @@ def complete(messages: list[dict[str, Any]], tools: list[str]) -> ModelReply:
 
     Only tool results after the last user message count: a new question on a long
     thread gets a fresh reading, not an old one from the history. Faults armed for
-    ``model.complete`` (``runs.sim.faults``, e.g. a delay) fire first."""
+    ``model.complete`` (``lab.sim.faults``, e.g. a delay) fire first."""
     faults.fire("model.complete", "before", "")
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
     tool_results = [m for m in messages[last_user + 1 :] if m["role"] == "tool"]

@@ -5,8 +5,8 @@ payment back offices), with a ledger of refunds to verify against."""
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from runs.sim import devices
-from runs.sim.devices import DeviceStore
+from lab.sim import devices
+from lab.sim.devices import DeviceStore
 
 shop = DeviceStore(
     "shop",

@@ -19,8 +19,8 @@ Requests sleep ``latency_ms`` (a slow outside system) so faults can land mid-cal
 import time
 from typing import Any
 
-from runs.sim import devices, faults
-from runs.sim.devices import DeviceStore
+from lab.sim import devices, faults
+from lab.sim.devices import DeviceStore
 
 payments = DeviceStore("payments", {"applied": []})
 inventory = DeviceStore("inventory", {"applied": []})

@@ -795,7 +795,7 @@ class Seeder:
         )
 
     def _approval(self, b: _RunBuilder, i: int) -> None:
-        from approvals.models import Approval
+        from runs.models import Approval
 
         created = b.clock - timedelta(hours=self.rng.choice([0, 0, 2, 30]))
         self.rows["approvals"].append(
@@ -829,7 +829,7 @@ class Seeder:
         )
 
     def _takeover(self, b: _RunBuilder, i: int, cause: str, reason: str, suggested: str) -> None:
-        from approvals.models import Takeover
+        from runs.models import Takeover
 
         step = b.steps[i]
         b.event(
@@ -878,7 +878,7 @@ class Seeder:
 
     # -- writing --------------------------------------------------------------------
     def _write(self, builders: list[_RunBuilder]) -> None:
-        from approvals.models import Approval, Takeover
+        from runs.models import Approval, Takeover
 
         Thread.objects.bulk_create(self.rows["threads"], batch_size=1000)
         for builder in builders:

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 
-from runs.sim import faults
+from lab.sim import faults
 
 
 class DeviceStore:
@@ -86,28 +86,28 @@ publisher = DeviceStore("publisher", {"published": [], "slots": {}})
 newsfeed = DeviceStore("newsfeed", {})
 booking = DeviceStore("booking", {"holds": {}, "payments": []})
 
-# The simulator's registry: every module of ``runs.sim`` that defines a device appends
+# The simulator's registry: every module of ``lab.sim`` that defines a device appends
 # it here on import; ``registered_devices()`` imports them all first.
 DEVICES = [thermostat, lamp, publisher, booking, newsfeed]
 
 
 def registered_devices() -> list[DeviceStore]:
-    """Every simulated device, after importing each module of the ``runs.sim`` package
+    """Every simulated device, after importing each module of the ``lab.sim`` package
     (the shop and the order services register theirs on import, so a caller that has
     not imported them yet still sees them all)."""
     import importlib
     import pkgutil
 
-    import runs.sim
+    import lab.sim
 
-    for module in pkgutil.iter_modules(runs.sim.__path__):
-        importlib.import_module(f"runs.sim.{module.name}")
+    for module in pkgutil.iter_modules(lab.sim.__path__):
+        importlib.import_module(f"lab.sim.{module.name}")
     return list(DEVICES)
 
 
 def read_thermostat(room: str, *, run_id: str, key: str = "") -> dict[str, Any]:
     """Read the simulated thermostat: ``{"room": str, "celsius": float}``; logged.
-    Armed faults (``runs.sim.faults``) fire before and after the logged read."""
+    Armed faults (``lab.sim.faults``) fire before and after the logged read."""
     faults.fire("thermostat.read", "before", run_id)
     with thermostat.locked() as data:
         thermostat.log_call(data, "read", run_id, key, {"room": room})

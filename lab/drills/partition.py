@@ -24,15 +24,15 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
-from runs.drills.base import DrillSkipped, drill, events, owner_pid, running_or_exit, steps
-from runs.drills.base import wait_terminal as _wait_terminal
-from runs.drills.catalog import DRILL_ENV, _start_room
-from runs.drills.sandbox import PgCluster, Sandbox, SandboxError, db_url, free_port, wait_until
+from lab.drills.base import DrillSkipped, drill, events, owner_pid, running_or_exit, steps
+from lab.drills.base import wait_terminal as _wait_terminal
+from lab.drills.catalog import DRILL_ENV, _start_room
+from lab.drills.sandbox import PgCluster, Sandbox, SandboxError, db_url, free_port, wait_until
+from lab.sim import faults, services
+from lab.sim.devices import device_calls
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution.liveness import LOCK_NAMESPACE
 from runs.models import Operation, Run, Step, WorkerProcess
-from runs.sim import faults, services
-from runs.sim.devices import device_calls
 from runs.states import RunStatus, StepStatus
 
 #: PostgreSQL server settings under which the server ends a cut-off client's session

@@ -1,5 +1,5 @@
 """``python manage.py sim status [--json]`` and ``sim reset``: look at and restore the
-simulated outside world (every device in ``runs.sim``'s registry: thermostat, lamp,
+simulated outside world (every device in ``lab.sim``'s registry: thermostat, lamp,
 publisher, news feed, booking, payments, inventory, mailer, shop) under
 ``AGENTOPS_DEVICE_DIR``."""
 
@@ -7,8 +7,8 @@ import json
 
 from django.conf import settings
 
+from lab.sim import devices
 from runs.cli.command import OperatorCommand
-from runs.sim import devices
 
 
 class Command(OperatorCommand):

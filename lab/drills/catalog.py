@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-from runs.drills.base import (
+from lab.drills.base import (
     drill,
     events,
     owner_pid,
@@ -16,14 +16,14 @@ from runs.drills.base import (
     wait_status,
     wait_terminal,
 )
-from runs.drills.sandbox import PgCluster, Sandbox, process_state, wait_until
+from lab.drills.sandbox import PgCluster, Sandbox, process_state, wait_until
+from lab.sim import faults, services
+from lab.sim.devices import device_calls
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import run_status, start_run
 from runs.engine.effects.budget import raise_budget
 from runs.engine.execution import dispatch
 from runs.models import Operation, Run, Step, WorkerProcess
-from runs.sim import faults, services
-from runs.sim.devices import device_calls
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
 #: Short leases and fast sweeps so a drill takes seconds, not minutes.
@@ -499,7 +499,7 @@ def budget_out(r):
         run = _start_room("budget", budget={"model_calls": 1})
         box.start_worker()
         status = wait_status(run.pk, (RunStatus.PAUSED, *RUN_TERMINAL), 60)
-        from approvals.models import Takeover
+        from runs.models import Takeover
 
         takeover = Takeover.objects.filter(run_id=run.pk).first()
         r.expect("run status", "PAUSED", status)
@@ -559,8 +559,7 @@ def _shift_run_clock(run_id, days: int) -> None:
 
     from django.db.models import F
 
-    from approvals.models import Approval
-    from runs.models import Event
+    from runs.models import Approval, Event
 
     delta = timedelta(days=days)
     Run.objects.filter(pk=run_id).update(
@@ -590,8 +589,8 @@ def approval_wait(r):
 
     from django.db.models import F
 
-    from approvals.models import Approval
     from approvals.services import DecisionConflict, decide
+    from runs.models import Approval
 
     with Sandbox("approval", env=DRILL_ENV) as box:
         kept = start_run(
@@ -694,8 +693,8 @@ def cancel_running(r):
 
 @drill("verify_unknown", "an external system answers unknown to verification")
 def verify_unknown(r):
-    from approvals.models import Takeover
     from runs.engine.effects.unknown_outcomes import resolve_unknown
+    from runs.models import Takeover
 
     with Sandbox("unknown", env=DRILL_ENV) as box:
         run = start_run(
@@ -733,9 +732,8 @@ def verify_unknown(r):
 def artifact_corrupt(r):
     from django.core.files.storage import default_storage
 
-    from approvals.models import Approval, Takeover
     from approvals.services import decide
-    from runs.models import Artifact
+    from runs.models import Approval, Artifact, Takeover
 
     with Sandbox("artifact", env=DRILL_ENV) as box:
         corrupt = start_run(

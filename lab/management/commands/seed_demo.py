@@ -4,7 +4,7 @@ import time
 
 from django.core.management.base import CommandError
 
-from runs import demo_seed
+from lab import demo_seed
 from runs.cli import arguments
 from runs.cli.command import OperatorCommand
 

@@ -4,12 +4,12 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from lab.drills.bench import DEFAULT_AGENTS, PARTS, AgentsShape, format_table, run_bench
+from lab.drills.bench_branches import DEFAULT_BRANCHES, BranchesShape
+from lab.drills.interrupt import Interrupted, stop_on_signals
+from lab.drills.sandbox import SandboxError
 from runs.cli import arguments
 from runs.cli.common import one_line
-from runs.drills.bench import DEFAULT_AGENTS, PARTS, AgentsShape, format_table, run_bench
-from runs.drills.bench_branches import DEFAULT_BRANCHES, BranchesShape
-from runs.drills.interrupt import Interrupted, stop_on_signals
-from runs.drills.sandbox import SandboxError
 from runs.engine.execution.slots import MAX_SLOTS
 from runs.workflows.definition import MAX_BRANCHES
 

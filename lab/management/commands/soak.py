@@ -5,12 +5,12 @@ import random
 
 from django.core.management.base import BaseCommand, CommandError
 
+from lab.drills.interrupt import Interrupted, stop_on_signals
+from lab.drills.sandbox import SandboxError
+from lab.drills.soak import Soak, format_report
 from runs.cli import arguments
 from runs.cli.common import one_line
-from runs.drills.interrupt import Interrupted, stop_on_signals
-from runs.drills.sandbox import SandboxError
-from runs.drills.soak import Soak, format_report
-from runs.engine.service import MAX_SLOTS
+from runs.engine.execution.slots import MAX_SLOTS
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 """Run a management command (the worker) while counting its database work.
 
-``python -m runs.drills.probe OUT.json worker --mode rq`` runs ``manage.py worker ...``
+``python -m lab.drills.probe OUT.json worker --mode rq`` runs ``manage.py worker ...``
 and, when the process exits (SIGTERM makes the worker finish its step and return),
 writes ``{"statements", "transactions", "explicit_commits", "autocommit_statements",
 "round_trips", "steps", "max_rss_kb", "cpu_s", "cpu_s_working"}`` to OUT.json. Counted,

@@ -4,12 +4,12 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-import runs.drills.catalog  # noqa: F401 - registers the drills
-import runs.drills.partition  # noqa: F401 - registers the partition drill
+import lab.drills.catalog  # noqa: F401 - registers the drills
+import lab.drills.partition  # noqa: F401 - registers the partition drill
+from lab.drills.base import DRILLS, format_table, run_drill
+from lab.drills.interrupt import Interrupted, stop_on_signals
+from lab.drills.sandbox import SandboxError, server_from_settings
 from runs.cli.common import one_line
-from runs.drills.base import DRILLS, format_table, run_drill
-from runs.drills.interrupt import Interrupted, stop_on_signals
-from runs.drills.sandbox import SandboxError, server_from_settings
 
 
 class Command(BaseCommand):

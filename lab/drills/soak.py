@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, Exists, Max, Min, OuterRef
 
-from runs.drills.sandbox import Sandbox
+from lab.drills.sandbox import Sandbox
+from lab.sim import devices, services
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.execution import dispatch
 from runs.models import Event, Run, Step
-from runs.sim import devices, services
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
 SOAK_ENV = {
@@ -223,8 +223,8 @@ class Soak:
                 del self.stopped[proc]
 
     def _decide_approvals(self) -> None:
-        from approvals.models import Approval
         from approvals.services import DecisionConflict, decide
+        from runs.models import Approval
 
         pending = list(
             Approval.objects.filter(run_id__in=self.run_ids, status=Approval.Status.PENDING)
@@ -250,7 +250,7 @@ class Soak:
             self.stranded.setdefault(str(run_id), workflow)
 
     def _settled(self) -> bool:
-        from approvals.models import Takeover
+        from runs.models import Takeover
 
         open_runs = Run.objects.filter(pk__in=self.run_ids).exclude(status__in=RUN_TERMINAL)
         for run_id, status in open_runs.values_list("pk", "status"):
@@ -298,7 +298,7 @@ def check_invariants(run_ids: list, *, stranded: dict[str, str] | None = None) -
     """The soak's invariants over ``run_ids`` (see docs/drills-and-bench.md);
     ``stranded``: ``{run id: workflow}`` of RUNNING runs seen without a due or running
     step while the soak ran (``stranded_runs``), added to those found now."""
-    from approvals.models import Approval, Takeover
+    from runs.models import Approval, Takeover
 
     runs = {r.pk: r for r in Run.objects.filter(pk__in=run_ids)}
     out = []

@@ -12,7 +12,7 @@ after the fan-out, the average branches in flight, and how often each branch ran
 
 from typing import NamedTuple
 
-from runs.drills.sandbox import Sandbox, wait_until
+from lab.drills.sandbox import Sandbox, wait_until
 from runs.engine.control.lifecycle import start_run
 from runs.models import Event, Operation, Run, Step, WorkerProcess
 from runs.states import RUN_TERMINAL
