@@ -48,7 +48,7 @@ def _register_run_hooks() -> None:
     """What runs inside a run's transaction and after a run ends."""
     from runs.engine.control import children, preconditions
     from runs.engine.data import inbox
-    from runs.engine.state import gateway
+    from runs.engine.state import concurrency, gateway
 
     # A client's If-Match precondition is checked under the run lock of its action.
     gateway.register_run_locked_hook("preconditions", preconditions.check_locked)
@@ -58,6 +58,9 @@ def _register_run_hooks() -> None:
     # A child run's end wakes the parent step waiting for it; a parent's end cancels its
     # attached children.
     gateway.register_run_finished_hook("child_runs", children.on_run_finished)
+    # A run's end under RQ notifies the next runs waiting for its concurrency key's place
+    # (database polling finds them on its next poll).
+    gateway.register_run_finished_hook("concurrency_places", concurrency.notify_next)
 
 
 def _register_sweep_tasks() -> None:

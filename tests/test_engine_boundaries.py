@@ -375,7 +375,11 @@ def test_it_still_lets_plain_columns_change():
 
 def test_it_registers_each_hook_by_name_once():
     assert list(gateway.RUN_LOCKED_HOOKS) == ["preconditions"]
-    assert list(gateway.RUN_FINISHED_HOOKS) == ["queued_messages", "child_runs"]
+    assert list(gateway.RUN_FINISHED_HOOKS) == [
+        "queued_messages",
+        "child_runs",
+        "concurrency_places",
+    ]
     assert list(sweeper.EXTRA_TASKS) == [
         "compensations",
         "queued_messages",

@@ -1,10 +1,13 @@
 """The operation ledger in process: keys, timeouts of unsafe and read calls, and the
 human decision on an unknown outcome (the outside world is an in-memory fake tool)."""
 
+import sqlite3
 import threading
 import time
 
+import psycopg
 import pytest
+from django.db import OperationalError, connection
 
 from agentops.authoring import RetryPolicy, Tool, VerifyAnswer, Workflow, register
 from runs.engine.control.lifecycle import ControlError, start_run
@@ -143,3 +146,77 @@ def test_it_retries_a_read_call_that_timed_out(drill, outside, worker):
     retry = Event.objects.get(run=run, type="step.retry_scheduled")
     assert retry.payload["error_code"] == "TIMEOUT"
     assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
+
+
+def _fault(kind: str) -> Exception:
+    """A database error as Django raises it: ``busy`` is SQLite's lock wait running out,
+    ``lost`` a connection the server dropped (psycopg's error without a SQLSTATE)."""
+    if kind == "busy":
+        cause: Exception = sqlite3.OperationalError("database is locked")
+    else:
+        cause = psycopg.OperationalError("server closed the connection unexpectedly")
+    error = OperationalError(str(cause))
+    error.__cause__ = cause
+    return error
+
+
+def _failing(faults: list[str], table: str, marker: str):
+    """An execute wrapper: each statement on ``table`` carrying ``marker`` in its
+    parameters meets the next of ``faults`` (popped) instead of the database."""
+
+    def wrapper(execute, sql, params, many, context):
+        target = sql.removeprefix("UPDATE ").removeprefix("INSERT INTO ").split(" ", 1)[0]
+        if faults and target == f'"{table}"' and marker in (params or ()):
+            raise _fault(faults.pop(0))
+        return execute(sql, params, many, context)
+
+    return wrapper
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_result_write_waits_out_a_busy_or_lost_database(worker):
+    """Each result write after a model request or a tool call meets a busy or a lost
+    database: the write is tried again, so every step commits on its first attempt,
+    each call was made once and its usage counted once."""
+    run = start_run("room_temperature", thread_id="t", input={"question": "How warm?"})
+    faults = ["busy", "lost", "busy", "lost"]
+    with connection.execute_wrapper(_failing(faults, "runs_operation", "SUCCEEDED")):
+        executor.run_chain(Step.objects.get(run=run).pk, worker)
+    run.refresh_from_db()
+    assert faults == []
+    assert run.status == RunStatus.SUCCEEDED
+    steps = list(Step.objects.filter(run=run).order_by("seq").values_list("name", "attempt"))
+    assert steps == [("plan", 1), ("read_temperature", 1), ("reply", 1)]
+    ops = list(Operation.objects.filter(run=run).values_list("tool", "status", "attempt"))
+    assert sorted(ops) == [
+        ("sim", "SUCCEEDED", 1),
+        ("sim", "SUCCEEDED", 1),
+        ("thermostat.read", "SUCCEEDED", 1),
+    ]
+    replies = Operation.objects.filter(run=run, tool="sim")
+    tokens = sum(
+        op.result["usage"]["input_tokens"] + op.result["usage"]["output_tokens"] for op in replies
+    )
+    assert (run.model_calls, run.tool_calls, run.tokens) == (2, 1, tokens)
+    types = set(Event.objects.filter(run=run).values_list("type", flat=True))
+    assert not types & {"step.failed", "step.released", "step.retry_scheduled"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_late_result_and_a_verify_answer_wait_out_a_lost_database(drill, outside, worker):
+    outside["delay"] = 10
+    run = start_run("ledger_drill", thread_id="t", input={})
+    executor.execute_step(Step.objects.get(run=run, name="act").pk, worker)
+    op = Operation.objects.get(run=run)
+    verified = Event.objects.filter(run=run, type="operation.verified")
+    before = verified.count()
+    faults = ["lost", "busy"]
+    with connection.execute_wrapper(_failing(faults, "runs_event", "operation.verified")):
+        ledger.record_verified(op, VerifyAnswer("cannot_tell"), step_id=op.step_id, actor="t")
+    faults += ["busy", "lost"]
+    with connection.execute_wrapper(_failing(faults, "runs_operation", "SUCCEEDED")):
+        ledger.record_late_result(op.pk, {"value": 7})
+    assert faults == []
+    assert verified.count() == before + 1
+    op.refresh_from_db()
+    assert (op.status, op.result) == (Operation.Status.SUCCEEDED, {"value": 7})

@@ -22,7 +22,7 @@ from runs.models import RateLimit, Run
 from runs.states import RunStatus
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.control_support import db_rows, shell_json, wait_until
-from tests.support.openai_server import ModelServer
+from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer
 from tests.support.states import arrange
 from tests.test_metrics import TOKEN, scrape
 
@@ -123,6 +123,37 @@ def test_it_keeps_one_customers_runs_apart_and_in_order_while_another_proceeds(
     assert _attempts(d, [a1, a2, a3, b1]) == {1}
 
 
+def test_a_freed_place_starts_the_next_run_under_rq_without_the_sweeper(
+    deployment_factory, tmp_path
+):
+    # The sweeper's period is far longer than the wait below: only the notification
+    # sent when the first run ends can start the second in time.
+    d = deployment_factory(
+        "postgres", {"AGENTOPS_EXTRA_WORKFLOW_MODULES": MODULE, "AGENTOPS_SWEEP_SECONDS": "600"}
+    )
+    gate = tmp_path / "gate"
+    worker = d.popen("worker", "--mode", "rq", "--concurrency", "2")
+    (first,) = _start(d, [("per_customer", "a1", {"customer": "A", "gate": str(gate)})])
+    wait_until(lambda: _runs(d, [first])[first][0] == "RUNNING", what="the first run running")
+    (second,) = _start(d, [("per_customer", "a2", {"customer": "A"})])
+    # Its notification was refused (a free slot, no place) and nothing else is queued
+    # that could start it.
+    queued = "import django_rq\nprint(json.dumps(django_rq.get_queue().count))"
+    refused = "SELECT count(*) FROM runs_step WHERE run_id = %s AND notified_at IS NULL"
+    wait_until(
+        lambda: db_rows(d, refused, (second,)) == [(1,)] and shell_json(d, queued) == 0,
+        what="the second run's notification refused",
+    )
+    gate.touch()
+    wait_until(
+        lambda: _runs(d, [second])[second][0] == "SUCCEEDED", timeout=60, what="the second run"
+    )
+    worker.terminate()
+    runs = _runs(d, [first, second])
+    assert runs[first][0] == "SUCCEEDED" and runs[first][2] <= runs[second][1]
+    assert _attempts(d, [first, second]) == {1}
+
+
 def test_a_rate_limit_holds_four_workers_to_its_calls_per_window(deployment_factory):
     limits = {
         "openai": {"requests": 10, "window_seconds": 2},
@@ -176,7 +207,7 @@ def test_a_rate_limit_holds_four_workers_to_its_calls_per_window(deployment_fact
     assert len(step_times) == 4 and _max_in_window(step_times, 2.0) <= 2
 
 
-def test_a_429_with_retry_after_holds_back_the_other_calls_to_the_provider(
+def test_a_429_with_retry_after_holds_the_provider_and_asks_again_without_a_retry(
     deployment_factory,
 ):
     answers = iter([{"status": 429, "headers": {"Retry-After": "2"}, "error": "slow down"}])
@@ -204,10 +235,58 @@ def test_a_429_with_retry_after_holds_back_the_other_calls_to_the_provider(
         )
         worker.terminate()
         arrivals = list(server.times)
-    assert len(arrivals) >= 3
-    # The hold began when the 429 was recorded, after it arrived: no other call went
-    # out within the 2 s it asked for.
+    # The 429 and one request per run: the held request went again once, in its
+    # attempt, under its one ledger row, with no failure and no retry counted.
+    assert len(arrivals) == 4
+    # The hold began when the 429 was recorded, after it arrived: no call went out
+    # within the 2 s it asked for, the held one's own included.
     assert min(arrivals[1:]) - arrivals[0] >= 2.0
+    ids = [first, *others]
+    assert _attempts(d, ids) == {1}
+    ops = "SELECT run_id::text, status FROM runs_operation WHERE side_effect = 'model'"
+    assert sorted(db_rows(d, ops)) == sorted((pk, "SUCCEEDED") for pk in ids)
+    failures = (
+        "SELECT count(*) FROM runs_event WHERE type LIKE 'step.retry%%' "
+        "OR type IN ('step.failed', 'model.request_retry')"
+    )
+    assert db_rows(d, failures) == [(0,)]
+
+
+def test_a_parents_budget_limits_its_childrens_spending(deployment_factory):
+    with ModelServer(lambda body: {"content": "hello"}) as server:
+        d = deployment_factory(
+            "postgres",
+            {
+                "AGENTOPS_EXTRA_WORKFLOW_MODULES": MODULE,
+                "OPENAI_BASE_URL": server.base_url,
+                "OPENAI_API_KEY": "unused",
+            },
+        )
+        # Room for one model request's tokens in the whole family.
+        tokens = PROMPT_TOKENS + COMPLETION_TOKENS
+        parent = shell_json(
+            d,
+            f"""
+from runs.engine.control.lifecycle import start_run
+run = start_run("family_budget", thread_id="fam", actor="test", budget={{"tokens": {tokens}}},
+    input={{"model": "openai:test-model", "children": 2}})
+print(json.dumps(str(run.pk)))
+""",
+        )
+        d.manage("worker", "--burst", "--mode", "db", check=True)
+        requests = server.count
+    family = "SELECT id::text, parent_run_id::text, status, tokens, model_calls FROM runs_run"
+    rows = {pk: (up, status, used, calls) for pk, up, status, used, calls in db_rows(d, family)}
+    children = sorted(v[1:] for pk, v in rows.items() if v[0] == parent)
+    # The first child's request was charged to the parent too; the second child's was
+    # refused before it went out, and that child paused as its parent would.
+    assert requests == 1
+    assert children == [("PAUSED", 0, 0), ("SUCCEEDED", tokens, 1)]
+    assert rows[parent][1:] == ("WAITING_EXTERNAL", tokens, 1)
+    ((payload,),) = db_rows(
+        d, "SELECT payload FROM runs_event WHERE type = 'step.budget_exhausted'"
+    )
+    assert f"parent run {parent}: tokens limit {tokens} reached" in payload["detail"]
 
 
 @pytest.mark.django_db

@@ -175,6 +175,7 @@ def test_cancelling_one_of_fifty_stops_only_its_step(deployment_factory, tmp_pat
         lambda: len(_running_first_steps(d)) == IN_FLIGHT, what="50 steps in flight", timeout=120
     )
     victim = run_ids[17]
+    asked_at = db_rows(d, "SELECT now()")[0][0]
     d.call("runs", "cancel", victim, "--reason", "only this one")
     key = victim
     wait_until(
@@ -182,8 +183,20 @@ def test_cancelling_one_of_fifty_stops_only_its_step(deployment_factory, tmp_pat
         == "CANCELLED",
         what="the cancelled run to stop",
     )
-    # Every other step is still in flight in its slot, on its first attempt.
+    # Every other step is still in flight in its slot, on its first attempt, and the
+    # heartbeat that told the victim's slot keeps renewing the others' leases.
     assert len(_running_first_steps(d)) == IN_FLIGHT - 1
+    wait_until(
+        lambda: db_rows(
+            d,
+            "SELECT count(*) FROM runs_step WHERE name = 'w1' AND status = 'RUNNING' "
+            "AND heartbeat_at > %s",
+            (asked_at,),
+        )[0][0]
+        == IN_FLIGHT - 1,
+        what="the other leases renewed after the cancel",
+    )
+    assert _event_counts(d, "step.cancelled") == {"w1": 1}
     gate.touch()
     wait_until(
         lambda: _run_statuses(d).count("SUCCEEDED") == IN_FLIGHT - 1,

@@ -15,16 +15,21 @@ from django.db import connection
 from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
+from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state import leases
-from runs.engine.state.store import StepCommit, store
+from runs.engine.state.gateway import run_transaction
+from runs.engine.state.store import NewRun, StepCommit, store
 from runs.models import Checkpoint, Event, Message, Run, Step
 from runs.states import StepStatus
+from runs.workflows import registry
 from tests.support.services import make_deployment
 from tests.support.states import arrange
 
 BACKENDS = {"postgresql": "PostgresStore", "sqlite": "OrmStore"}
 QUESTION = {"question": "How warm is the living room?"}
+#: Steps one process holds in the heartbeat scenario.
+HELD = 12
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -123,25 +128,59 @@ def scenario_claim_due() -> dict[str, Any]:
     }
 
 
+def scenario_claim_due_branches() -> dict[str, Any]:
+    """Claim k due branches of one map step at once."""
+    arrange(Step.objects.filter(leases.due()), status=StepStatus.CANCELLED)
+    run = start_run("fanout_demo", thread_id="contract-branches", input={"items": 4, "delay_s": 0})
+    known = [f"{run.workflow}@{run.workflow_version}"]
+    fetch = Step.objects.get(run=run)
+    store().claim(fetch.pk, "w1", 30, known=known)
+    with run_transaction(run.pk) as tx:
+        arrange(Step.objects.filter(pk=fetch.pk), status=StepStatus.WAITING, owner="")
+        tx.schedule_branches(fetch, [1, 2, 3, 4], actor="w1")
+    seen = _seq(run)
+    batch = store().claim_due("w2", 30, 3, known=known)
+    return {
+        "claimed": sorted([s.position, s.attempt, s.status] for s in batch),
+        "events": _events(run, seen),
+        "seq": _seq(run) - seen,
+        "rows": sorted(
+            Step.objects.filter(branch_of=fetch).values_list("position", "status", "owner")
+        ),
+    }
+
+
 def scenario_heartbeat() -> dict[str, Any]:
-    """Renew the held lease; a stale attempt's heartbeat renews nothing."""
+    """One beat for many held steps: renew every held lease, leave a stale attempt's
+    step untouched, and tell which renewed step's run has a cancel requested."""
     _, kept, known = _start("contract-beat-kept")
     _, lost, _ = _start("contract-beat-lost")
-    for step in (kept, lost):
+    asked, cancelled, _ = _start("contract-beat-cancel")
+    others = [_start(f"contract-beat-{i}")[1] for i in range(HELD - 3)]
+    for step in (kept, lost, cancelled, *others):
         store().claim(step.pk, "w1", 30, known=known)
     _expire(lost.pk)
     store().claim(lost.pk, "w2", 30, known=known)
-    before = dict(Step.objects.filter(pk__in=[kept.pk, lost.pk]).values_list("pk", "lease_until"))
+    request_cancel(Run.objects.get(pk=asked.pk), actor="test", reason="stop this one")
+    ids = [kept.pk, lost.pk, cancelled.pk, *(s.pk for s in others)]
+    before = dict(Step.objects.filter(pk__in=ids).values_list("pk", "lease_until"))
     beat_lost = Step.objects.get(pk=lost.pk).heartbeat_at
-    renewed = store().heartbeat([(kept.pk, 1), (lost.pk, 1)], 600)
-    after = dict(Step.objects.filter(pk__in=[kept.pk, lost.pk]).values_list("pk", "lease_until"))
+    renewed, trips = _trips(lambda: store().heartbeat([(pk, 1) for pk in ids], 600))
+    after = dict(Step.objects.filter(pk__in=ids).values_list("pk", "lease_until"))
     return {
-        "renewed": sorted(renewed) == [kept.pk],
-        "kept_extended": after[kept.pk] > before[kept.pk],
+        "renewed": sorted(renewed) == sorted(set(ids) - {lost.pk}),
+        "statuses": sorted(renewed.items())
+        == sorted(
+            [(pk, "RUNNING") for pk in ids if pk not in (lost.pk, cancelled.pk)]
+            + [(cancelled.pk, "CANCEL_REQUESTED")]
+        ),
+        "trips": trips,
+        "extended": all(after[pk] > before[pk] for pk in ids if pk != lost.pk),
         "lost_untouched": after[lost.pk] == before[lost.pk]
         and Step.objects.get(pk=lost.pk).heartbeat_at == beat_lost,
         "lost_row": _row(lost.pk),
-        "nothing": sorted(store().heartbeat([], 600)),
+        "cancelled_row": _row(cancelled.pk),
+        "nothing": store().heartbeat([], 600),
     }
 
 
@@ -264,12 +303,46 @@ def scenario_fence() -> dict[str, Any]:
     return out
 
 
+def scenario_create_run() -> dict[str, Any]:
+    """Create a run with its first message, checkpoint and step; the same idempotency
+    key again returns that run and writes nothing."""
+    wf = registry.get("room_temperature")
+    new = NewRun(
+        workflow=wf.name,
+        version=wf.version,
+        first_step=wf.first_step,
+        thread_id="contract-create",
+        input=QUESTION,
+        actor="test",
+        goal=QUESTION["question"],
+        request_id="contract-key",
+        request_fingerprint="fp-1",
+    )
+    run, created = store().create_run(new)
+    counts = lambda: [  # noqa: E731
+        m.objects.count() for m in (Run, Step, Event, Message, Checkpoint)
+    ]
+    before = counts()
+    again, created_again = store().create_run(new)
+    return {
+        "created": [created, run.status, run.request_id, run.request_fingerprint, run.goal],
+        "events": [[t, {k: v for k, v in p.items() if k != "message_id"}] for t, p in _events(run)],
+        "steps": list(Step.objects.filter(run=run).values_list("name", "seq", "status", "attempt")),
+        "checkpoints": list(Checkpoint.objects.filter(run=run).values_list("name", flat=True)),
+        "messages": list(Message.objects.filter(run=run).values_list("role", "content")),
+        "current": run.current_step_id == Step.objects.get(run=run).pk,
+        "again": [again.pk == run.pk, created_again, counts() == before],
+    }
+
+
 SCENARIOS = {
     "claim": scenario_claim,
     "claim_due": scenario_claim_due,
+    "claim_due_branches": scenario_claim_due_branches,
     "heartbeat": scenario_heartbeat,
     "commit": scenario_commit,
     "fence": scenario_fence,
+    "create_run": scenario_create_run,
 }
 
 
@@ -338,11 +411,26 @@ def test_claim_due(observe):
     assert out["armed"] == ["PENDING", 0, ""]
 
 
+def test_claim_due_takes_a_map_steps_branches_at_once(observe):
+    out = observe("claim_due_branches")
+    # Three of the four due branches of one run, in one batch (one statement on
+    # PostgreSQL), each with its step.started event in order.
+    assert out["claimed"] == [[p, 1, "RUNNING"] for p in range(3)]
+    assert out["events"] == [["step.started", {"attempt": 1, "worker": "w2"}]] * 3
+    assert out["seq"] == 3
+    assert out["rows"] == [[p, "RUNNING", "w2"] for p in range(3)] + [[3, "PENDING", ""]]
+
+
 def test_heartbeat(observe):
     out = observe("heartbeat")
-    assert out["renewed"] and out["kept_extended"] and out["lost_untouched"]
+    assert out["renewed"] and out["extended"] and out["lost_untouched"]
+    # Only the cancelled run's step is told to stop; the lost one is not renewed.
+    assert out["statuses"] is True
     assert out["lost_row"] == ["RUNNING", 2, "w2"]
-    assert out["nothing"] == []
+    assert out["cancelled_row"] == ["RUNNING", 1, "w1"]
+    assert out["nothing"] == {}
+    # One statement renews every lease and reads the cancel requests, on both backends.
+    assert out["trips"] == 1
 
 
 def test_commit(observe):
@@ -405,6 +493,25 @@ def test_fenced_commit(observe):
             {"attempt": 1, "reason": "the lease of attempt 1 ran out", "worker": "w1"},
         ]
     ]
+
+
+def test_create_run(observe):
+    out = observe("create_run")
+    question = QUESTION["question"]
+    assert out["created"] == [True, "PENDING", "contract-key", "fp-1", question]
+    assert out["events"] == [
+        [
+            "run.created",
+            {"workflow": "room_temperature", "version": 1, "thread": "contract-create"},
+        ],
+        ["message.created", {"role": "user", "seq": 1}],
+        ["step.scheduled", {"name": "plan", "seq": 1}],
+    ]
+    assert out["steps"] == [["plan", 1, "PENDING", 0]]
+    assert out["checkpoints"] == ["start"] and out["current"] is True
+    assert out["messages"] == [["user", question]]
+    # The key again: the same run, nothing written.
+    assert out["again"] == [True, False, True]
 
 
 def test_only_the_postgresql_store_reaches_its_statements():

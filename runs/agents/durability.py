@@ -426,10 +426,12 @@ class LedgerRun:
 
     def model_request(self, ordinal: int, summary: dict, call) -> tuple[Any, bool]:
         """On the step thread: model request ``ordinal`` through the ledger, tried again
-        by ``request_retry`` on a retryable error (waiting its backoff, or the provider's
-        ``Retry-After`` when longer) without ending the step's attempt: another
-        request's failure never counts against this one. A wait longer than the policy's
-        ``max_delay`` is left to the step's own retry, so no worker waits that long.
+        by ``request_retry`` on a retryable error (waiting its backoff) without ending
+        the step's attempt: another request's failure never counts against this one. A
+        429 whose ``Retry-After`` is within the policy's ``max_delay`` is no failure: the
+        request waits for it in ``model_calls.request`` and counts no try. A wait longer
+        than the policy's ``max_delay`` is left to the step's own retry, so no worker
+        waits that long.
         Returns ``(reply, reused)``; raises the last ``StepError`` when the policy gives
         up."""
         ctx = self.ctx
@@ -449,6 +451,7 @@ class LedgerRun:
                     call=call,
                     cost_per_call_usd=self.cost_per_call_usd,
                     check=ctx.safe_point,
+                    max_held_wait=self.request_retry.max_delay,
                 )
             except BudgetExhausted:
                 raise

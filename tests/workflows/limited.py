@@ -9,6 +9,8 @@
   posted to a thread does not give.
 - ``limited_step``: one step declared ``rate_limit="steps"``; its output is the
   ``time.monotonic()`` at which its code ran.
+- ``family_budget``: starts ``input["children"]`` child runs of ``asks_model`` with its
+  ``input["model"]`` and waits for them (a parent whose budget covers its children).
 """
 
 import os
@@ -69,7 +71,18 @@ def answer(ctx):
     return {"text": ctx.input["text"]}
 
 
+family_budget = Workflow(
+    "family_budget", version=1, input_fields={"model": str, "children": int}, internal=True
+)
+
+
+@family_budget.child("asks_model", many=True)
+def ask_children(ctx):
+    return [{"model": ctx.input["model"]} for _ in range(ctx.input["children"])]
+
+
 register(per_customer)
 register(keyed_chat)
 register(asks_model)
 register(limited_step)
+register(family_budget)

@@ -26,7 +26,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
-from runs.engine.control.lifecycle import start_run
+from runs.engine.control.lifecycle import create_run
 from runs.engine.control.refusals import ControlError
 from runs.models import ActionRequest, Run
 
@@ -79,34 +79,24 @@ def start_run_once(
     without them. Raises ``ControlError`` as ``start_run`` does, and
     ``idempotency_key_reused`` when the key belongs to a different body.
     """
-    existing = find_request(owner, request_id)
-    if existing is not None:
-        return check_replay(existing, request_fingerprint), False
-    try:
-        with transaction.atomic():
-            run = start_run(
-                workflow,
-                thread_id=thread_id,
-                input=input,
-                owner=owner,
-                budget=budget,
-                request_id=request_id,
-                actor=actor,
-            )
-            stored = Run.objects.filter(pk=run.pk)
-            stored.update(
-                request_fingerprint=request_fingerprint,
-                request_response=respond(run) if respond is not None else None,
-            )
-            run.request_fingerprint = request_fingerprint
-            run.request_response = stored.values_list("request_response", flat=True).get()
-    except IntegrityError:
-        # Another request with this key committed first (the constraint, not a read,
-        # decided it); return its run.
-        existing = find_request(owner, request_id)
-        if existing is None:
-            raise
-        return check_replay(existing, request_fingerprint), False
+    with transaction.atomic():
+        run, created = create_run(
+            workflow,
+            thread_id=thread_id,
+            input=input,
+            owner=owner,
+            budget=budget,
+            request_id=request_id,
+            request_fingerprint=request_fingerprint,
+            actor=actor,
+        )
+        if not created:
+            # This key's run exists (created before, or by a concurrent request that
+            # won the unique constraint): a replay of the same body, or a refusal.
+            return check_replay(run, request_fingerprint), False
+        stored = Run.objects.filter(pk=run.pk)
+        stored.update(request_response=respond(run) if respond is not None else None)
+        run.request_response = stored.values_list("request_response", flat=True).get()
     return run, True
 
 

@@ -2,11 +2,9 @@
 and the API (views and commands stay thin and call these)."""
 
 import time
-import uuid
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
 from runs.engine.control.branches import branch_counts
@@ -16,11 +14,11 @@ from runs.engine.effects.budget import limit_errors
 from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution import dispatch, liveness
-from runs.engine.state import checkpoints, leases, values
-from runs.engine.state.checkpoints import initial_state
+from runs.engine.state import leases, values
 from runs.engine.state.clock import db_now
-from runs.engine.state.gateway import allocate_message_seqs, record_event, run_transaction
-from runs.models import Message, Run, Step, Takeover, Thread
+from runs.engine.state.gateway import record_event, run_transaction
+from runs.engine.state.store import NewRun, store
+from runs.models import Message, Run, Step, Takeover
 from runs.states import (
     RUN_TERMINAL,
     STEP_OPEN,
@@ -50,12 +48,50 @@ def start_run(
 ) -> Run:
     """Create a run of ``workflow`` (latest version unless ``version``) on the thread
     ``thread_id``, with its first user message, ``start`` checkpoint and first step,
-    all in one transaction; the first step is notified after commit. ``parent_step``,
-    ``child_position`` and ``detached`` make it a child run of that step's run
-    (``runs.engine.control.children`` starts those).
+    all in one transaction (``Store.create_run``); the first step is notified after
+    commit. ``parent_step``, ``child_position`` and ``detached`` make it a child run of
+    that step's run (``runs.engine.control.children`` starts those). With a
+    ``request_id`` the run ``owner`` already created with it is returned instead.
 
-    Raises ``ControlError`` (``unknown_workflow``, ``invalid_input``, ``invalid_thread``).
+    Raises ``ControlError`` (``unknown_workflow``, ``invalid_input``, ``invalid_thread``,
+    ``invalid_budget``).
     """
+    return create_run(
+        workflow,
+        thread_id=thread_id,
+        input=input,
+        owner=owner,
+        budget=budget,
+        request_id=request_id,
+        faults=faults,
+        version=version,
+        actor=actor,
+        parent_step=parent_step,
+        child_position=child_position,
+        detached=detached,
+    )[0]
+
+
+def create_run(
+    workflow: str,
+    *,
+    thread_id: str,
+    input: Any,
+    owner=None,
+    budget: dict | None = None,
+    request_id: str | None = None,
+    request_fingerprint: str = "",
+    faults: dict | None = None,
+    version: int | None = None,
+    actor: str = "cli",
+    parent_step: Step | None = None,
+    child_position: int | None = None,
+    detached: bool = False,
+) -> tuple[Run, bool]:
+    """``start_run`` that also says whether it created the run: ``(run, created)``;
+    ``created`` is ``False`` when ``owner`` already has a run with ``request_id`` (then
+    nothing is written; ``request_fingerprint``, stored with a new run, names the
+    request). Raises what ``start_run`` raises."""
     try:
         wf = registry.get(workflow, version)
     except registry.UnknownWorkflow as exc:
@@ -84,58 +120,28 @@ def start_run(
     budget_errors = validate_budget(budget)
     if budget_errors:
         raise ControlError("invalid_budget", "budget is not valid", budget_errors)
-    goal = str(input.get(wf.message_field, "")) if wf.message_field else ""
-    with transaction.atomic():
-        try:
-            thread, _ = Thread.objects.get_or_create(owner=owner, thread_id=thread_id)
-        except IntegrityError:
-            thread = Thread.objects.get(owner=owner, thread_id=thread_id)
-        run = Run.objects.create(
-            thread=thread,
-            owner=owner,
+    goal = str(input.get(wf.message_field, "")) if wf.message_field else None
+    return store().create_run(
+        NewRun(
             workflow=wf.name,
-            workflow_version=wf.version,
+            version=wf.version,
+            first_step=wf.first_step,
+            thread_id=thread_id,
             input=input,
-            goal=goal[:2000],
+            actor=actor,
+            owner=owner,
+            goal=goal,
             budget=budget or {},
             faults=faults or {},
             request_id=request_id or "",
+            request_fingerprint=request_fingerprint,
             concurrency_key=concurrency[0] if concurrency else "",
             concurrency_limit=concurrency[1] if concurrency else None,
-            parent_run_id=parent_step.run_id if parent_step is not None else None,
             parent_step=parent_step,
             child_position=child_position,
             detached=detached,
         )
-        created: dict[str, Any] = {"workflow": wf.name, "version": wf.version, "thread": thread_id}
-        if parent_step is not None:
-            created.update(
-                parent_run=str(parent_step.run_id), parent_step=parent_step.name,
-                position=child_position, detached=detached,
-            )  # fmt: skip
-        with run_transaction(run.pk) as tx:
-            tx.event("run.created", created, actor=actor)
-            seq = allocate_message_seqs(thread.pk, 1 if wf.message_field else 0)[1]
-            if wf.message_field:
-                message = Message.objects.create(
-                    thread=thread,
-                    run=run,
-                    seq=seq,
-                    message_id=f"msg_{uuid.uuid4().hex}",
-                    role=Message.Role.USER,
-                    content=goal,
-                )
-                tx.event(
-                    "message.created",
-                    {"message_id": message.message_id, "role": "user", "seq": seq},
-                    actor=actor,
-                )
-            state = initial_state(run, wf.first_step)
-            state["message_seq"] = seq
-            checkpoints.store(run, None, "start", state)
-            tx.schedule_step(wf.first_step, seq=1, actor=actor)
-    run.refresh_from_db()
-    return run
+    )
 
 
 #: Extra keys of ``run_status``: ``{key: fn(run) -> JSON}``, registered by the apps that

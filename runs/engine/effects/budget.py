@@ -1,9 +1,16 @@
 """Run budgets: each model or tool call is charged to the run as it happens, with a
-conditional UPDATE that refuses a charge that would pass the limit."""
+conditional UPDATE that refuses a charge that would pass the limit.
+
+A child run's usage is charged to its parent too (and to the parent's parent): a
+parent's budget is the limit over its whole family. A charge that one of them refuses
+is charged to none of them and stops the child as its own budget would.
+"""
 
 import re
 from decimal import Decimal, InvalidOperation
+from functools import partial
 
+from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
@@ -128,30 +135,79 @@ def parse_additions(**amounts) -> dict[str, Decimal]:
 
 
 class BudgetExhausted(StepError):
-    """The next call would exceed the run's budget; ``limit`` names the exhausted limit."""
+    """The next call would exceed a budget; ``limit`` names the exhausted limit and
+    ``budget_of`` the ancestor run whose budget it is (``None``: the run's own)."""
 
-    def __init__(self, limit: str, detail: str):
+    def __init__(self, limit: str, detail: str, budget_of=None):
         super().__init__("BUDGET_EXHAUSTED", detail)
         self.limit = limit
+        self.budget_of = budget_of
 
 
 def charge(
     run_id,
     budget: dict,
     *,
+    parent_run_id=None,
     model_calls: int = 0,
     tool_calls: int = 0,
     cost_usd: Decimal | str = "0",
     check_usage: bool = False,
 ) -> None:
-    """Add the usage to the run in one conditional UPDATE.
+    """Add the usage to the run, and to each of its ancestors from ``parent_run_id`` up
+    (the run's ``parent_run_id``; ``None``: it has none), one conditional UPDATE each,
+    in one transaction.
 
     ``budget`` is the run's limits dict (``Run.budget``); a missing key means no limit.
-    ``check_usage`` (before a model request, whose tokens and cost are known only after
-    it): also refuse when the ``tokens`` or ``cost_usd`` used so far already reached
-    their limit. Raises ``BudgetExhausted`` (and charges nothing) when a limit would be
-    passed.
+    An ancestor's own ``budget`` limits the family's usage. ``check_usage`` (before a
+    model request, whose tokens and cost are known only after it): also refuse when the
+    ``tokens`` or ``cost_usd`` used so far already reached their limit. Raises
+    ``BudgetExhausted`` (and charges no one) when a limit of the run or of an ancestor
+    would be passed.
     """
+    charge_one = partial(
+        _charge_one,
+        model_calls=model_calls,
+        tool_calls=tool_calls,
+        cost_usd=cost_usd,
+        check_usage=check_usage,
+    )
+    if parent_run_id is None:
+        # No savepoint on the common path: one statement either charges or not.
+        charge_one(run_id, budget)
+        return
+    with transaction.atomic():
+        charge_one(run_id, budget)
+        for ancestor, limits in _ancestors(parent_run_id):
+            charge_one(ancestor, limits, budget_of=ancestor)
+
+
+def _ancestors(parent_run_id):
+    """``(run id, budget)`` of the parent ``parent_run_id`` and its ancestors, nearest
+    first; one query per generation."""
+    seen = set()
+    while parent_run_id is not None and parent_run_id not in seen:
+        seen.add(parent_run_id)
+        row = Run.objects.filter(pk=parent_run_id).values_list("budget", "parent_run_id").first()
+        if row is None:
+            return
+        yield parent_run_id, row[0] or {}
+        parent_run_id = row[1]
+
+
+def _charge_one(
+    run_id,
+    budget: dict,
+    *,
+    model_calls: int,
+    tool_calls: int,
+    cost_usd: Decimal | str,
+    check_usage: bool,
+    budget_of=None,
+) -> None:
+    """``charge`` of one run against ``budget``; ``budget_of``: the ancestor it is, for
+    the refusal's detail."""
+    whose = "" if budget_of is None else f"parent run {budget_of}: "
     cost = Decimal(str(cost_usd))
     condition = Q(pk=run_id)
     if check_usage:
@@ -182,7 +238,7 @@ def charge(
             limit = budget.get(key)
             if limit is not None and amount and getattr(run, key) + amount > Decimal(str(limit)):
                 raise BudgetExhausted(
-                    key, f"{key} limit {limit} reached (used {getattr(run, key)})"
+                    key, f"{whose}{key} limit {limit} reached (used {getattr(run, key)})", budget_of
                 )
         if check_usage:
             run = Run.objects.only("tokens", "cost_usd").get(pk=run_id)
@@ -190,21 +246,25 @@ def charge(
                 limit = budget.get(key)
                 if limit is not None and getattr(run, key) >= Decimal(str(limit)):
                     raise BudgetExhausted(
-                        key, f"{key} limit {limit} reached (used {getattr(run, key)})"
+                        key,
+                        f"{whose}{key} limit {limit} reached (used {getattr(run, key)})",
+                        budget_of,
                     )
-        raise BudgetExhausted("unknown", "budget charge refused")
+        raise BudgetExhausted("unknown", f"{whose}budget charge refused", budget_of)
 
 
-def add_usage(run_id, *, tokens: int, cost_usd: Decimal | None) -> None:
-    """Add what a model response used, after the fact (it cannot be refused any more):
-    ``tokens`` (input + output) and ``cost_usd`` (``None``: no price is known, the call
-    counts as unpriced and the run's cost shows as unknown)."""
+def add_usage(run_id, *, tokens: int, cost_usd: Decimal | None, parent_run_id=None) -> None:
+    """Add what a model response used, after the fact (it cannot be refused any more),
+    to the run and its ancestors from ``parent_run_id`` up, in one UPDATE: ``tokens``
+    (input + output) and ``cost_usd`` (``None``: no price is known, the call counts as
+    unpriced and the run's cost shows as unknown)."""
     updates = {"tokens": F("tokens") + int(tokens)}
     if cost_usd is None:
         updates["unpriced_model_calls"] = F("unpriced_model_calls") + 1
     elif cost_usd:
         updates["cost_usd"] = F("cost_usd") + cost_usd
-    Run.objects.filter(pk=run_id).update(**updates)
+    family = [run_id, *(pk for pk, _ in _ancestors(parent_run_id))]
+    Run.objects.filter(pk__in=family).update(**updates)
 
 
 def usage(run: Run) -> dict:
@@ -259,8 +319,16 @@ def pause_exhausted(run: Run, step, attempt: int, actor: str, exc: BudgetExhaust
             suggested_action=(
                 f"Raise the budget: runs budget {run.pk} --add-tool-calls N "
                 "--add-model-calls N --add-tokens N --add-cost USD (the run then resumes)."
+                if exc.budget_of is None
+                else f"Raise the family's budget: runs budget {exc.budget_of} --add-tokens N "
+                "(or the limit that ran out), then retry this run's step from this takeover."
             ),
-            evidence={"limit": exc.limit, "limits": current.budget, "used": shown_usage(current)},
+            evidence={
+                "limit": exc.limit,
+                "limits": current.budget,
+                "used": shown_usage(current),
+                **({} if exc.budget_of is None else {"budget_of": str(exc.budget_of)}),
+            },
         )
     return True
 

@@ -28,6 +28,7 @@ from django.db import IntegrityError, transaction
 from runs.engine.data import payloads
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout
 from runs.engine.errors import LeaseLost, NonDeterminism, StepError
+from runs.engine.state import reconnect
 from runs.engine.state.gateway import (
     attempt_holds,
     record_event,
@@ -232,7 +233,10 @@ def decline_reuse(op: Operation, tool_name: str, arguments: dict) -> bool:
 
 def record_result(op: Operation, result, *, status: str = Operation.Status.SUCCEEDED) -> None:
     """Store the outcome of the call. Not fenced on purpose: what the outside world did is
-    a fact worth keeping even when it comes from an attempt that lost its lease.
+    a fact worth keeping even when it comes from an attempt that lost its lease. A busy
+    or lost database is waited out (``reconnect.retry_write``, up to one lease) rather
+    than leaving the outcome unknown; inside an enclosing transaction the error
+    propagates to its owner, which retries the whole of it.
 
     A result that cannot be stored faithfully is kept as its ``repr`` with the reason
     (the effect happened: the row must say so), then ``InvalidValue`` is raised so the
@@ -257,7 +261,10 @@ def record_failure(op: Operation, exc: StepError) -> None:
 
 
 def _store_result(op: Operation, result, status: str) -> None:
-    transition_operation(op, status, result=payloads.externalize(op.run_id, result))
+    reconnect.retry_write(
+        lambda: transition_operation(op, status, result=payloads.externalize(op.run_id, result)),
+        what=f"result of operation {op.pk}",
+    )
     op.result = result
 
 
@@ -269,6 +276,12 @@ def record_late_result(op_id: int, result) -> None:
         result = storable(result, "tool result")
     except InvalidValue as exc:
         result = {"invalid_result": storable_text(repr(result)[:4000]), "problem": exc.detail}
+    reconnect.retry_write(
+        lambda: _store_late_result(op_id, result), what=f"late result of operation {op_id}"
+    )
+
+
+def _store_late_result(op_id: int, result) -> None:
     run_id = Operation.objects.filter(pk=op_id).values_list("run_id", flat=True).first()
     if run_id is None:
         return
@@ -318,17 +331,17 @@ def record_verified(
     ``describe`` gives it, the ``answer`` (``done``/``not_done``/``cannot_tell``) and its
     evidence (first 2000 characters), then ``details`` (e.g. ``after``: the failure that
     led to asking, or ``requested_by``)."""
-    record_event(
-        op.run_id,
-        "operation.verified",
-        {
-            **describe(op),
-            "answer": answer.status,
-            "evidence": answer.evidence[:2000],
-            **details,
-        },
-        step_id=step_id,
-        actor=actor,
+    payload = {
+        **describe(op),
+        "answer": answer.status,
+        "evidence": answer.evidence[:2000],
+        **details,
+    }
+    reconnect.retry_write(
+        lambda: record_event(
+            op.run_id, "operation.verified", payload, step_id=step_id, actor=actor
+        ),
+        what=f"verify answer of operation {op.pk}",
     )
 
 

@@ -12,6 +12,9 @@ room left), the tokens and the cost after it, in the transaction that records th
 response. The cost comes from the provider when it knows it (the simulator), else from
 ``AGENTOPS_MODEL_PRICES``; without a price the call counts as unpriced and the run's cost
 shows as unknown, never as 0.
+
+A provider's 429 with ``Retry-After`` is not a failure: the request waits for it (as a
+call over a rate limit does) and is asked again under the same intent, charged once.
 """
 
 from collections.abc import Callable, Iterator
@@ -29,10 +32,17 @@ from runs.engine.effects.model_providers import ModelReply, get_provider
 from runs.engine.effects.retry import retry_after_seconds
 from runs.engine.errors import StepError
 from runs.engine.execution import faults
+from runs.engine.state import reconnect
 from runs.models import Operation, Run, Step
 
 #: ``Operation.side_effect`` of a model request.
 MODEL_KIND = "model"
+#: Shortest hold after a provider's 429, in seconds: a ``Retry-After: 0`` answered
+#: again and again is asked at most this often.
+MIN_PROVIDER_HOLD = 1.0
+#: Longest ``Retry-After`` a request waits out in its slot, in seconds, by default: a
+#: longer one fails the request into the step's retry policy, so no slot waits that long.
+MAX_HELD_WAIT = 30.0
 _MILLION = Decimal(1_000_000)
 
 
@@ -87,6 +97,7 @@ def request(
     timeout: float | None = None,
     cost_per_call_usd: str | None = None,
     check: Callable[[], None] | None = None,
+    max_held_wait: float = MAX_HELD_WAIT,
 ) -> tuple[ModelReply, bool]:
     """Request ``ordinal`` of this step execution through the ledger; returns ``(reply,
     reused)``. ``call()`` asks the model (outside any transaction); ``summary`` (JSON)
@@ -98,7 +109,11 @@ def request(
     raises ``NonDeterminism``. Raises ``BudgetExhausted`` (nothing asked), ``LeaseLost``
     (the intent's fence),
     ``StepError`` from ``call`` (the operation is FAILED: a retry asks again) or
-    ``StepError("TIMEOUT")`` past ``timeout`` seconds.
+    ``StepError("TIMEOUT")`` past ``timeout`` seconds. A ``RATE_LIMITED`` answer with
+    ``Retry-After`` holds the provider's name that long (at least ``MIN_PROVIDER_HOLD``)
+    for every worker; when it asks for at most ``max_held_wait`` seconds it raises
+    nothing: this request waits and is asked again once the hold passed, under the same
+    operation and idempotency key, in the same attempt (a longer one raises as above).
     """
     key = model_key(run.pk, step, ordinal)
     arguments = {"model": model_name, "ordinal": ordinal, **summary}
@@ -112,30 +127,39 @@ def request(
         tool=LedgerTarget(model_name),
         arguments=arguments,
         before_write=lambda: budget_mod.charge(
-            run.pk, run.budget, model_calls=1, cost_usd=cost_per_call_usd or "0", check_usage=True
+            run.pk,
+            run.budget,
+            parent_run_id=run.parent_run_id,
+            model_calls=1,
+            cost_usd=cost_per_call_usd or "0",
+            check_usage=True,
         ),
     )
     if op.status == Operation.Status.SUCCEEDED:
         return _reuse(op, model_name, arguments), True
     scopes = rate_limits.model_scopes(model_name)
-    grants = rate_limits.acquire(scopes, step=step, attempt=attempt, check=check or _go_on)
-    try:
-        reply = call_with_timeout(call, timeout)
-    except CallTimedOut as exc:
-        rate_limits.settle(grants)
-        ledger.record_result(
-            op, {"error_code": "TIMEOUT", "detail": str(exc)}, status=Operation.Status.FAILED
-        )
-        raise StepError("TIMEOUT", f"model request: {exc}") from exc
-    except StepError as exc:
-        rate_limits.settle(grants)
-        wait = _provider_wait(exc)
-        if wait is not None:
-            # The provider's limit holds back every worker's calls to it, this one's
-            # own next try included.
-            rate_limits.hold(scopes[0], wait)
-        ledger.record_failure(op, exc)
-        raise
+    while True:
+        grants = rate_limits.acquire(scopes, step=step, attempt=attempt, check=check or _go_on)
+        try:
+            reply = call_with_timeout(call, timeout)
+            break
+        except CallTimedOut as exc:
+            rate_limits.settle(grants)
+            ledger.record_result(
+                op, {"error_code": "TIMEOUT", "detail": str(exc)}, status=Operation.Status.FAILED
+            )
+            raise StepError("TIMEOUT", f"model request: {exc}") from exc
+        except StepError as exc:
+            rate_limits.settle(grants)
+            wait = _provider_wait(exc)
+            if wait is not None:
+                # The provider's limit holds back every worker's calls to it.
+                rate_limits.hold(scopes[0], max(wait, MIN_PROVIDER_HOLD))
+            if wait is None or wait > max_held_wait:
+                ledger.record_failure(op, exc)
+                raise
+            # This request waits in ``acquire`` and goes again under its recorded
+            # intent, as a call over a limit does: no failure, no retry.
     reply.model = reply.model or model_name
     if cost_per_call_usd is not None:
         charged_after: Decimal | None = Decimal(0)
@@ -149,11 +173,23 @@ def request(
         charged_after = cost
     tokens = int(reply.usage.get("input_tokens") or 0) + int(reply.usage.get("output_tokens") or 0)
     rate_limits.settle(grants, tokens)
-    with transaction.atomic():
-        ledger.record_result(op, reply.as_record())
-        budget_mod.add_usage(run.pk, tokens=tokens, cost_usd=charged_after)
+    reconnect.retry_write(
+        lambda: _record_reply(op, reply, run, tokens, charged_after),
+        what=f"model reply of operation {op.pk}",
+    )
     faults.after_model_response(run, step)
     return reply, False
+
+
+def _record_reply(op, reply, run, tokens: int, cost_usd: Decimal | None) -> None:
+    """The reply and its usage (charged to the run and its ancestors) in one transaction
+    (run again whole after a busy or lost database: the usage is added once, with the
+    reply)."""
+    with transaction.atomic():
+        ledger.record_result(op, reply.as_record())
+        budget_mod.add_usage(
+            run.pk, tokens=tokens, cost_usd=cost_usd, parent_run_id=run.parent_run_id
+        )
 
 
 def _go_on() -> None:

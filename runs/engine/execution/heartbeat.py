@@ -2,10 +2,9 @@
 
 Every step this process runs is registered with the process's ``LeaseKeeper`` while
 it runs. One daemon thread renews all of their leases every third of the lease length
-in one statement, fenced by each step's attempt, and checks their runs for a cancel
-request in one query; it raises the step context's ``lease_lost`` /
-``cancel_requested`` flags, which the step sees at its next safe point. No thread is
-started per step.
+in one statement, fenced by each step's attempt, which also reads each renewed step's
+run status; it raises the step context's ``lease_lost`` / ``cancel_requested`` flags,
+which that step alone sees at its next safe point. No thread is started per step.
 
 ``LIVENESS_HOOKS`` are called on each beat with the worker id (a worker-liveness
 signal, e.g. a session advisory lock, plugs in there).
@@ -23,7 +22,6 @@ from django.db import connection
 from agentops.db_pool import release_connection
 from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.state.store import store
-from runs.models import Run
 from runs.states import RUN_TERMINAL, RunStatus
 
 if TYPE_CHECKING:  # the step context imports the engine that imports this module
@@ -35,6 +33,10 @@ logger = logging.getLogger("agentops.heartbeat")
 #: process holds (after the leases were renewed).
 LIVENESS_HOOKS: list[Callable[[set[str]], None]] = []
 
+
+#: Run statuses that stop a renewed step at its next safe point: its run was asked to
+#: cancel, or ended under it.
+STOP_STATUSES = frozenset({RunStatus.CANCEL_REQUESTED, *RUN_TERMINAL})
 
 #: How long the heartbeat thread waits, once nothing is held, before it ends (seconds).
 IDLE_GRACE_SECONDS = 1.0
@@ -80,16 +82,12 @@ class LeaseKeeper:
             return
         kept = store().heartbeat([(c.step.pk, c.attempt) for c in held], self.ttl)
         for ctx in held:
-            if ctx.step.pk not in kept:
+            status = kept.get(ctx.step.pk)
+            if status is None:
                 ctx.lease_lost.set()
-            else:
-                ctx.lease_renewed()
-        statuses = dict(
-            Run.objects.filter(pk__in={c.run.pk for c in held}).values_list("pk", "status")
-        )
-        for ctx in held:
-            status = statuses.get(ctx.run.pk)
-            if status == RunStatus.CANCEL_REQUESTED or status in RUN_TERMINAL or status is None:
+                continue
+            ctx.lease_renewed()
+            if status in STOP_STATUSES:
                 ctx.cancel_requested.set()
         for hook in LIVENESS_HOOKS:
             hook({c.worker_id for c in held})

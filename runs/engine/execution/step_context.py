@@ -473,7 +473,7 @@ def perform_call(
                 {"verified": "not_done", "evidence": answer.evidence},
                 status=Operation.Status.FAILED,
             )
-    budget_mod.charge(run.pk, budget, tool_calls=1)
+    budget_mod.charge(run.pk, budget, parent_run_id=run.parent_run_id, tool_calls=1)
     op = ledger.record_intent(
         run_id=run.pk,
         step_id=step.pk if step else None,

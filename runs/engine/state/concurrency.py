@@ -18,14 +18,23 @@ The one-statement claims (``one_claim``) claim no PENDING run with a key: they l
 to the general claim, which asks ``may_start``. ``startable`` filters the steps a
 polling worker tries and the sweeper re-notifies, so runs that cannot start yet cost
 neither a claim nor a notification while they wait.
+
+A place freed is noticed at once: ``notify_next`` (a run-finished hook) notifies the
+due steps of the oldest runs of the key still waiting, as many as places are free,
+after the commit that ended the run. A polling worker finds them on its next poll.
 """
+
+import logging
 
 from django.db import connection
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Now
 
-from runs.models import Run
-from runs.states import RUN_TERMINAL, RunStatus
+from runs.engine.execution import dispatch
+from runs.models import Run, Step
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus
+
+logger = logging.getLogger("agentops.concurrency")
 
 #: Run statuses that hold a place of their key.
 IN_FLIGHT = frozenset(RunStatus.values) - RUN_TERMINAL - {RunStatus.PENDING}
@@ -87,3 +96,46 @@ def waiting_by_workflow() -> dict[str, int]:
     taken, per workflow (for the overview and ``/metrics``)."""
     rows = _blocked_runs().order_by().values("workflow").annotate(n=Count("pk"))
     return {row["workflow"]: row["n"] for row in rows}
+
+
+def notify_next(run_id, thread_id: int, status: str, thread_locked: bool) -> None:
+    """Run-finished hook (after the commit that ended ``run_id``): when the run had a
+    concurrency key, notify (under RQ) the due steps of the oldest PENDING runs of that
+    key, one run per free place, in order of creation. Their claims still ask
+    ``may_start``. No query with database polling (the next poll finds them), one for
+    a run without a key. A Redis failure is logged: the sweeper notifies them later."""
+    if dispatch.mode() != "rq":
+        return
+    row = (
+        Run.objects.filter(pk=run_id)
+        .exclude(concurrency_key="")
+        .values_list("concurrency_key", "concurrency_limit")
+        .first()
+    )
+    if row is None:
+        return
+    key, limit = row
+    free = (limit or 1) - Run.objects.filter(concurrency_key=key, status__in=IN_FLIGHT).count()
+    if free <= 0:
+        return
+    waiting = (
+        Run.objects.filter(concurrency_key=key, status=RunStatus.PENDING)
+        .order_by("created_at", "pk")
+        .values("pk")[:free]
+    )
+    due = Step.objects.filter(
+        run__in=waiting, status=StepStatus.PENDING, not_before__lte=Now()
+    ).values_list("pk", "run_id", "attempt")
+    for step_id, step_run_id, attempt in list(due):
+        Step.objects.filter(pk=step_id).update(notified_at=Now())
+        try:
+            dispatch.notify_now(step_run_id, step_id, attempt)
+        except Exception as exc:  # noqa: BLE001 - Redis down: the sweeper notifies it
+            logger.warning(
+                "notification for step %s not sent (%s: %s); the sweeper will retry",
+                step_id,
+                type(exc).__name__,
+                exc,
+            )
+            Step.objects.filter(pk=step_id).update(notified_at=None)
+            return

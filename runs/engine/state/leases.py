@@ -65,23 +65,28 @@ def claim_step(step_id: int, worker_id: str, ttl: float) -> int | None:
     return row[0] if row else None
 
 
-def renew_leases(held: list[tuple[int, int]], ttl: float) -> set[int]:
+def renew_leases(held: list[tuple[int, int]], ttl: float) -> dict[int, str]:
     """Heartbeat for many steps in one statement: extend the lease of each ``(step_id,
     attempt)`` in ``held`` by ``ttl`` seconds from now, only while that attempt still
-    holds the step. Returns the ids whose lease was renewed (the others were lost)."""
+    holds the RUNNING step, and read each renewed step's run status in the same
+    statement (a cancel requested since the last beat shows there). Returns
+    ``{step_id: run status}`` of the renewed steps; a step missing from it lost its
+    lease. One statement on PostgreSQL and SQLite alike (SQLite 3.35+ evaluates the
+    subquery of ``RETURNING`` per row)."""
     if not held:
-        return set()
+        return {}
     fence = " OR ".join(["(id = %s AND attempt = %s)"] * len(held))
     sql = (
         f"UPDATE runs_step SET lease_until = {now_plus_sql()}, heartbeat_at = {now_sql()} "
-        f"WHERE status = %s AND ({fence}) RETURNING id"
+        f"WHERE status = %s AND ({fence}) "
+        "RETURNING id, (SELECT r.status FROM runs_run r WHERE r.id = runs_step.run_id)"
     )
     params: list = [seconds_param(ttl), StepStatus.RUNNING]
     for step_id, attempt in held:
         params += [step_id, attempt]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return {row[0] for row in cursor.fetchall()}
+        return {row[0]: row[1] for row in cursor.fetchall()}
 
 
 def hand_back(

@@ -19,7 +19,8 @@ due but one of those does not hold, the statement writes nothing and the store's
 transactional claim decides.
 
 ``claim_due`` claims up to k due steps the same way in one statement, for a worker's
-free execution slots; it reads no checkpoint (the slot does).
+free execution slots, as many branches of one run as are due and fit; it reads no
+checkpoint (the slot does).
 """
 
 from functools import cache
@@ -197,7 +198,7 @@ def _due_sql() -> str:
 _DUE_SQL = """
 WITH picked AS (
     SELECT s.id AS step_id, s.run_id, s.status AS was, s.owner AS was_owner,
-        r.status AS run_was, r.event_seq AS seq0
+        s.branch_of_id, r.status AS run_was, r.event_seq AS seq0
     FROM runs_step s JOIN runs_run r ON r.id = s.run_id
     WHERE ((s.status = %(pending)s AND s.not_before <= STATEMENT_TIMESTAMP())
             OR (s.status = %(running)s AND s.lease_until < STATEMENT_TIMESTAMP()))
@@ -209,8 +210,17 @@ WITH picked AS (
     LIMIT %(limit)s
     FOR UPDATE OF s, r SKIP LOCKED
 ),
+ranked AS (
+    SELECT picked.*, row_number() OVER (PARTITION BY run_id ORDER BY step_id) AS k,
+        bool_and(branch_of_id IS NOT NULL) OVER (PARTITION BY run_id) AS branches
+    FROM picked
+),
 one AS (
-    SELECT DISTINCT ON (run_id) * FROM picked ORDER BY run_id, step_id
+    SELECT * FROM ranked WHERE k = 1 OR branches
+),
+per_run AS (
+    SELECT run_id, run_was, seq0, count(*) AS n, max(step_id) AS last_step
+    FROM one GROUP BY run_id, run_was, seq0
 ),
 s AS (
     UPDATE runs_step SET status = %(running)s, attempt = runs_step.attempt + 1,
@@ -224,30 +234,31 @@ s AS (
 ),
 ru AS (
     UPDATE runs_run SET status = %(run_running)s,
-        version = runs_run.version + CASE WHEN one.run_was = %(run_pending)s THEN 1 ELSE 0 END,
-        started_at = CASE WHEN one.run_was = %(run_pending)s THEN STATEMENT_TIMESTAMP()
+        version = runs_run.version + CASE WHEN p.run_was = %(run_pending)s THEN 1 ELSE 0 END,
+        started_at = CASE WHEN p.run_was = %(run_pending)s THEN STATEMENT_TIMESTAMP()
             ELSE runs_run.started_at END,
-        current_step_id = one.step_id,
-        event_seq = one.seq0 + CASE WHEN one.run_was = %(run_pending)s THEN 2 ELSE 1 END,
+        current_step_id = p.last_step,
+        event_seq = p.seq0 + p.n + CASE WHEN p.run_was = %(run_pending)s THEN 1 ELSE 0 END,
         last_event_at = STATEMENT_TIMESTAMP(), updated_at = STATEMENT_TIMESTAMP(),
         stuck_since = NULL
-    FROM one WHERE runs_run.id = one.run_id
+    FROM per_run p WHERE runs_run.id = p.run_id
     RETURNING runs_run.*
 ),
 ev AS (
     INSERT INTO runs_event (run_id, step_id, seq, type, payload, actor, created_at)
-    SELECT one.run_id, e.step_id, one.seq0 + e.k, e.type, e.payload, %(worker)s,
-        STATEMENT_TIMESTAMP()
-    FROM one JOIN s ON s.id = one.step_id, LATERAL (
-        SELECT 1 AS k, NULL::bigint AS step_id, 'run.running' AS type,
-            jsonb_build_object('from', one.run_was, 'reason', '') AS payload
-        WHERE one.run_was = %(run_pending)s
+    SELECT e.run_id, e.step_id, e.seq, e.type, e.payload, %(worker)s, STATEMENT_TIMESTAMP()
+    FROM (
+        SELECT p.run_id, NULL::bigint AS step_id, p.seq0 + 1 AS seq, 'run.running' AS type,
+            jsonb_build_object('from', p.run_was, 'reason', '') AS payload
+        FROM per_run p WHERE p.run_was = %(run_pending)s
         UNION ALL
-        SELECT CASE WHEN one.run_was = %(run_pending)s THEN 2 ELSE 1 END, s.id,
+        SELECT one.run_id, s.id,
+            one.seq0 + one.k + CASE WHEN one.run_was = %(run_pending)s THEN 1 ELSE 0 END,
             'step.started',
             jsonb_build_object('attempt', s.attempt, 'worker', %(worker)s::text)
             || CASE WHEN one.was = %(running)s
                 THEN jsonb_build_object('reclaimed_from', one.was_owner) ELSE '{}'::jsonb END
+        FROM one JOIN s ON s.id = one.step_id
     ) e
 )
 SELECT ru.*, s.* FROM ru JOIN s ON s.run_id = ru.id
@@ -258,7 +269,9 @@ def claim_due(worker_id: str, ttl: float, limit: int, *, known: list[str]) -> li
     """Claim up to ``limit`` due steps for ``worker_id`` with a lease of ``ttl`` seconds
     in one statement: the oldest due steps of runs that may execute, each step and
     its run locked ``FOR UPDATE SKIP LOCKED`` (workers polling at once take different
-    steps), at most one per run, claimed as ``claim_step`` claims one, under the same
+    steps), at most one per run except the branches of a map step (any number of one
+    run's branches, their ``step.started`` events numbered in step order), claimed as
+    ``claim_step`` claims one, under the same
     conditions (a known workflow version, no armed ``crash_before``, no PENDING run with
     a concurrency key; the others are left unclaimed). ``known``: the
     ``"<workflow>@<version>"`` keys this process can execute. Returns the claimed steps

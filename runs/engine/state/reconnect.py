@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from django.conf import settings
 from django.db import DatabaseError, connection
 
 from runs.engine.state import db_faults
@@ -50,3 +51,17 @@ def retry_transaction(
             connection.close()
         time.sleep(min(pause, max(0.0, give_up - time.monotonic())))
         pause = min(pause * 2, RETRY_SECONDS[1])
+
+
+def retry_write(fn: Callable[[], T], *, what: str, deadline: float | None = None) -> T:
+    """Run ``fn()``, the write of what an outside call did (one autocommitted statement,
+    or one transaction ``fn`` opens itself), and run it again after a busy or lost
+    database for up to ``deadline`` seconds (default: one lease), backing off as
+    ``retry_transaction`` does. The call has happened: dropping its outcome over a
+    moment's lock or a reconnect would leave it unknown (or make the call again), so
+    the write waits instead. ``fn`` must be safe to run again (a conditional UPDATE, a
+    content-addressed insert). Returns what ``fn`` returns; past the deadline the last
+    error is raised, other errors at once, and so is every error inside an enclosing
+    atomic block (the outermost caller retries its whole transaction)."""
+    limit = settings.AGENTOPS_LEASE_SECONDS if deadline is None else deadline
+    return retry_transaction(lambda _faults: fn(), deadline=limit, what=what)

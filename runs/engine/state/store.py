@@ -70,6 +70,37 @@ class StepCommit:
 
 
 @dataclass
+class NewRun:
+    """A run for ``Store.create_run``, its input already checked. ``workflow`` and
+    ``version`` name the workflow, ``first_step`` its first step; ``thread_id`` (and
+    ``owner``, a user or ``None``) the thread, created when new; ``goal``: the text of the
+    run's first user message, ``None`` when the workflow takes none (its first 2000
+    characters are the run's goal). ``request_id`` (``""``: none) is the idempotency
+    key, unique per owner, and ``request_fingerprint`` the request it answers.
+    ``parent_step``, ``child_position`` and ``detached`` make it a child run.
+    ``concurrency_key`` and ``concurrency_limit``: its concurrency place. ``actor``
+    writes the events."""
+
+    workflow: str
+    version: int
+    first_step: str
+    thread_id: str
+    input: Any
+    actor: str
+    owner: Any = None
+    goal: str | None = None
+    budget: dict[str, Any] = field(default_factory=dict)
+    faults: dict[str, Any] = field(default_factory=dict)
+    request_id: str = ""
+    request_fingerprint: str = ""
+    concurrency_key: str = ""
+    concurrency_limit: int | None = None
+    parent_step: Step | None = None
+    child_position: int | None = None
+    detached: bool = False
+
+
+@dataclass
 class Committed:
     """What ``Store.commit`` did. ``applied`` ``False``: the fence refused (a
     ``step.commit_rejected`` event says why) and nothing else was written. Otherwise
@@ -110,10 +141,13 @@ class Store(Protocol):
         claim, each with its ``run`` (``step.attempt`` the fencing token)."""
         ...
 
-    def heartbeat(self, held: list[tuple[int, int]], ttl: float) -> set[int]:
-        """Extend the lease of each ``(step_id, attempt)`` in ``held`` to ``ttl``
-        seconds from now, only while that attempt holds the RUNNING step. Returns the
-        ids renewed; a stale attempt's step is left as it is."""
+    def heartbeat(self, held: list[tuple[int, int]], ttl: float) -> dict[int, str]:
+        """One statement: extend the lease of each ``(step_id, attempt)`` in ``held``
+        to ``ttl`` seconds from now, only while that attempt holds the RUNNING step, and
+        read each renewed step's run status with it. Returns ``{step_id: run status}``
+        of the renewed steps, from which the caller tells each slot whether to stop
+        (a cancel requested, the run finished); a step left out lost its lease, and a
+        stale attempt's step is left as it is."""
         ...
 
     def commit(self, commit: StepCommit) -> Committed:
@@ -125,6 +159,17 @@ class Store(Protocol):
         fence refuses when the run is terminal or in another generation, or the step is
         no longer RUNNING at ``attempt`` under an unexpired lease: then only
         ``step.commit_rejected`` is written. Returns ``Committed``."""
+        ...
+
+    def create_run(self, new: NewRun) -> tuple[Run, bool]:
+        """Create the run ``new`` in one transaction: its thread when new, the run
+        PENDING (``run.created``), its first user message (``message.created``, the
+        thread's next message seq), checkpoint ``start`` and its first step PENDING at
+        seq 1 (``step.scheduled``), workers notified after commit. With a
+        ``request_id`` an existing run of that owner and key is returned as it is and
+        nothing is written; of concurrent creations with one key the unique constraint
+        lets one win and the others return its run. Returns ``(run, created)``, the run
+        as stored; other database errors propagate."""
         ...
 
 

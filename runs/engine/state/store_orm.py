@@ -6,16 +6,27 @@ decline (a move inside an open transaction, a commit with drafts, summaries or a
 a claim that needs the process to prepare first).
 """
 
+import uuid
 from typing import Any
 
+from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
 from runs.engine.data import payloads
 from runs.engine.state import checkpoints, concurrency, leases
-from runs.engine.state.gateway import run_transaction
+from runs.engine.state.checkpoints import initial_state
+from runs.engine.state.gateway import allocate_message_seqs, run_transaction
 from runs.engine.state.step_writes import write_messages, write_summaries
-from runs.engine.state.store import CLAIMED, NOT_CLAIMABLE, PREPARE, Claim, Committed, StepCommit
-from runs.models import Run, Step
+from runs.engine.state.store import (
+    CLAIMED,
+    NOT_CLAIMABLE,
+    PREPARE,
+    Claim,
+    Committed,
+    NewRun,
+    StepCommit,
+)
+from runs.models import Message, Run, Step, Thread
 from runs.states import RUN_EXECUTABLE, RunStatus, StepStatus
 
 
@@ -35,8 +46,8 @@ class OrmStore:
                 claimed.append(claim.step)
         return claimed
 
-    def heartbeat(self, held: list[tuple[int, int]], ttl: float) -> set[int]:
-        """``Store.heartbeat`` in one statement."""
+    def heartbeat(self, held: list[tuple[int, int]], ttl: float) -> dict[int, str]:
+        """``Store.heartbeat`` in one statement (the same on both backends)."""
         return leases.renew_leases(held, ttl)
 
     def _claim(
@@ -132,6 +143,88 @@ class OrmStore:
                 run, advanced.step_id, c.next_name or "", advanced.seq, c.claimed_by or ""
             )
         return done
+
+    def create_run(self, new: NewRun) -> tuple[Run, bool]:
+        """``Store.create_run`` in one transaction (a savepoint inside an enclosing one,
+        so a lost race on the key leaves the caller's transaction usable)."""
+        if new.request_id:
+            existing = _keyed_run(new)
+            if existing is not None:
+                return existing, False
+        try:
+            with transaction.atomic():
+                run = _insert_run(new)
+        except IntegrityError:
+            # Another creation with this key committed first: the constraint decided.
+            existing = _keyed_run(new) if new.request_id else None
+            if existing is None:
+                raise
+            return existing, False
+        run.refresh_from_db()
+        return run, True
+
+
+def _keyed_run(new: NewRun) -> Run | None:
+    return Run.objects.filter(owner=new.owner, request_id=new.request_id).first()
+
+
+def _insert_run(new: NewRun) -> Run:
+    try:
+        with transaction.atomic():
+            thread, _ = Thread.objects.get_or_create(owner=new.owner, thread_id=new.thread_id)
+    except IntegrityError:
+        thread = Thread.objects.get(owner=new.owner, thread_id=new.thread_id)
+    parent = new.parent_step
+    run = Run.objects.create(
+        thread=thread,
+        owner=new.owner,
+        workflow=new.workflow,
+        workflow_version=new.version,
+        input=new.input,
+        goal=(new.goal or "")[:2000],
+        budget=new.budget,
+        faults=new.faults,
+        request_id=new.request_id,
+        request_fingerprint=new.request_fingerprint,
+        concurrency_key=new.concurrency_key,
+        concurrency_limit=new.concurrency_limit,
+        parent_run_id=parent.run_id if parent is not None else None,
+        parent_step=parent,
+        child_position=new.child_position,
+        detached=new.detached,
+    )
+    created: dict[str, Any] = {
+        "workflow": new.workflow,
+        "version": new.version,
+        "thread": new.thread_id,
+    }
+    if parent is not None:
+        created.update(
+            parent_run=str(parent.run_id), parent_step=parent.name,
+            position=new.child_position, detached=new.detached,
+        )  # fmt: skip
+    with run_transaction(run.pk) as tx:
+        tx.event("run.created", created, actor=new.actor)
+        seq = allocate_message_seqs(thread.pk, 0 if new.goal is None else 1)[1]
+        if new.goal is not None:
+            message = Message.objects.create(
+                thread=thread,
+                run=run,
+                seq=seq,
+                message_id=f"msg_{uuid.uuid4().hex}",
+                role=Message.Role.USER,
+                content=new.goal,
+            )
+            tx.event(
+                "message.created",
+                {"message_id": message.message_id, "role": "user", "seq": seq},
+                actor=new.actor,
+            )
+        state = initial_state(run, new.first_step)
+        state["message_seq"] = seq
+        checkpoints.store(run, None, "start", state)
+        tx.schedule_step(new.first_step, seq=1, actor=new.actor)
+    return run
 
 
 def born_step(run: Run, step_id: int | None, name: str, seq: int, owner: str) -> Step:

@@ -2,7 +2,9 @@
 with its successor are one autocommitted statement each (``one_claim``,
 ``one_statement``), one round trip. What a statement declines, and any move inside an
 open transaction (a statement must be its own transaction), takes the transactional
-move of ``OrmStore``, which writes the same rows and events."""
+move of ``OrmStore``, which writes the same rows and events. ``heartbeat`` is one
+statement on both backends, and ``create_run`` is ``OrmStore``'s: a run is created once,
+off the hot path, where one statement would not pay for a second copy of the move."""
 
 from typing import Any
 

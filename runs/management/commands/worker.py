@@ -41,7 +41,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--fork",
             action="store_true",
-            help="RQ only: fork a work horse per job (slower; for comparison)",
+            help="RQ only: fork a work horse per job, one step at a time whatever "
+            "AGENTOPS_WORKER_CONCURRENCY says (slower; for comparison)",
         )
 
     def handle(
@@ -57,6 +58,8 @@ class Command(BaseCommand):
         use_process_kind("worker")
         if mode == "rq" and dispatch_mode() != "rq":
             raise CommandError("--mode rq needs REDIS_URL to be set")
+        if fork and concurrency is None:
+            concurrency = 1  # a forked work horse runs one job: no slots to size
         try:
             worker = Worker(mode=mode, queue=queue, burst=burst, fork=fork, concurrency=concurrency)
         except ValueError as exc:  # AGENTOPS_WORKER_CONCURRENCY past MAX_SLOTS
