@@ -14,8 +14,12 @@ field prepares it first:
   store, so both backends keep the same text. Lookups (exact, ``in``, the pattern
   lookups) are prepared the same way, so a filter on such text still finds it.
 
-The checks happen in Python only: each field reports itself as Django's own field in
-migrations (``deconstruct``), so the columns and the migration history are unchanged.
+This is storage encoding, not input validation: outside input (run inputs, signal
+payloads, thread ids...) is refused earlier by the input rules (``runs.engine.rules``),
+so the sender reads back what it sent; these fields keep what the engine itself
+writes (agent output, error text) storable. The checks happen in Python only: each
+field reports itself as Django's own field in migrations (``deconstruct``), so the
+columns and the migration history are unchanged.
 Callers that know where a value came from check it earlier with a better name (the
 executor fails the attempt; the API and console answer 4xx); these fields make sure
 nothing reaches the database unchecked.

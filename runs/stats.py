@@ -32,6 +32,7 @@ from runs.engine.service import (
     configured_rate_limits,
     db_now,
     overdue,
+    silent_by_design,
     waiting_by_limit,
     waiting_by_workflow,
 )
@@ -71,11 +72,13 @@ DURATION_SAMPLE = 20000
 
 def stuck_q(now: datetime) -> Q:
     """Runs that are stuck at ``now``: flagged by the watchdog (``stuck_since``), or in a
-    progressing state with no event for longer than ``AGENTOPS_STUCK_SECONDS``."""
+    progressing state with no event for longer than ``AGENTOPS_STUCK_SECONDS`` and not
+    silent by design (``watchdog.silent_by_design``: a timer or a signal wait still
+    ahead, open child runs)."""
     quiet_since = now - timedelta(seconds=settings.AGENTOPS_STUCK_SECONDS)
     return Q(status__in=NON_TERMINAL_STATES) & (
         Q(stuck_since__isnull=False)
-        | Q(status__in=PROGRESSING_STATES, last_event_at__lt=quiet_since)
+        | (Q(status__in=PROGRESSING_STATES, last_event_at__lt=quiet_since) & ~silent_by_design(now))
     )
 
 

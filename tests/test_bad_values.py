@@ -2,6 +2,7 @@
 each ends one attempt with its real cause (or settles the outcome), never a crashed
 worker. Real database (PostgreSQL under ``make test``), in-process executor."""
 
+import json
 import threading
 import time
 from datetime import timedelta
@@ -259,3 +260,30 @@ def _wait(check, timeout: float = 30) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_runs_status_shows_step_outputs_and_the_result_escaped_and_cut(worker):
+    """Untrusted output on the terminal: escapes written out, each line cut; ``--json``
+    has the outputs and the result whole."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    run = _start("terminal_text")
+    assert executor.run_chain(_first_step(run).pk, worker) == 2
+    out = StringIO()
+    call_command("runs", "status", str(run.pk), stdout=out)
+    text = out.getvalue()
+    assert "\x1b" not in text and "\u202e" not in text
+    produce = next(line for line in text.splitlines() if "step produce" in line)
+    assert '-> {"text": "\\u001b[31mred\\u202eyyy' in produce
+    assert produce.endswith("... (331 characters)")
+    result = next(line for line in text.splitlines() if line.startswith("result: "))
+    assert result.startswith('result: {"seen": {"text": "\\u001b[31mred') and "..." in result
+
+    out = StringIO()
+    call_command("runs", "status", str(run.pk), "--json", stdout=out)
+    status = json.loads(out.getvalue())
+    whole = {"text": "\x1b[31mred\u202e" + "y" * 300}
+    assert [s["output"] for s in status["steps"]] == [whole, {"seen": whole}]
+    assert status["result"] == {"seen": whole}

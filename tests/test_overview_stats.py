@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Value
+from django.urls import reverse
 
 from runs.console.triage import triage_groups
 from runs.engine.control.cancel import request_cancel
@@ -79,8 +80,9 @@ def test_it_counts_an_active_run_repeating_one_step_as_looping_and_a_quiet_one_a
     actors, settings
 ):
     settings.AGENTOPS_LOOP_REPEATS = 5
-    now = db_now()
     active, quiet, short = (start_room_temperature(t) for t in ("L1", "L2", "L3"))
+    # After the starts: a first step due at its creation is not a timer still ahead.
+    now = db_now()
     for run in (active, quiet):
         _repeat_steps(run, "plan", 5)
     _repeat_steps(short, "plan", 3)
@@ -114,3 +116,33 @@ def test_it_ranks_durations_per_group_in_the_database_as_in_python(actors):
     # Nearest rank: the 2nd of 4 for p50, the 4th for p95 and the maximum.
     assert row[0.5] < row[0.95] == row["max"]
     assert abs(row["max"] - ages[-1]) < 1
+
+
+def test_a_quiet_run_waiting_for_a_signal_before_its_deadline_is_not_stuck(
+    actors, clients, settings
+):
+    """One rule for the console's "stuck" filter, the overview (and so ``/metrics``)
+    and the watchdog: a signal wait with its deadline ahead is silent by design; once
+    the deadline has passed without the timeout firing, the quiet run is stuck."""
+    from runs.engine.control.lifecycle import start_run
+    from runs.engine.execution import watchdog
+
+    run = start_run("order_followup", thread_id="quiet", input={"order": "A1", "delay_s": 0})
+    run_worker_in_process()
+    run.refresh_from_db()
+    assert run.status == "WAITING_EXTERNAL"
+    now = db_now()
+    quiet_since = now - timedelta(seconds=settings.AGENTOPS_STUCK_SECONDS + 60)
+    Run.objects.filter(pk=run.pk).update(last_event_at=quiet_since)
+
+    def counted() -> tuple[int, set, int]:
+        page = clients["alice"].get(reverse("console:runs"), {"stuck": "true"})
+        return (
+            overview_stats(db_now())["stuck_runs"],
+            {r.pk for r in page.context["runs"]},
+            watchdog.flag_stuck_runs("watchdog", 100),
+        )
+
+    assert counted() == (0, set(), 0)
+    Step.objects.filter(run=run, name="await_payment").update(wait_until=now - timedelta(seconds=5))
+    assert counted() == (1, {run.pk}, 1)

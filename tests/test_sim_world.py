@@ -113,3 +113,27 @@ def test_sim_reset_and_status_cover_every_device_the_simulator_defines(settings)
     call_command("sim", "status", stdout=out)
     listed = [line.split()[0] for line in out.getvalue().splitlines() if line.startswith("  ")]
     assert sorted(listed) == sorted(defined)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"applied": [{"key": "k1"}]}',  # another layout: no state, no calls
+        '{"state": [], "calls": [{"op": "payments.charge"}, 7]}',  # calls without run_id
+        "[1, 2]",
+        "not json",
+    ],
+)
+def test_a_device_file_the_simulator_did_not_write_reads_as_the_initial_state(device_dir, text):
+    """A ``payments.json`` of another shape in the device directory: ``runs status``'s
+    device calls, ``sim status`` and the next charge read it without a ``KeyError``."""
+    from lab.sim import services
+
+    device_dir.mkdir(parents=True, exist_ok=True)
+    (device_dir / "payments.json").write_text(text, encoding="utf-8")
+    assert devices.device_calls("run-a") == {}
+    status = devices.world_status()
+    assert status["payments"]["calls"] == 0 and status["payments"]["state"]["applied"] == []
+    assert services.charge({"amount": 5}, run_id="run-a", key="k")["replayed"] is False
+    assert devices.device_calls("run-a") == {"payments.charge": 1}
+    assert services.payments.initial_state == {"applied": []}

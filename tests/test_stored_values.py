@@ -226,7 +226,7 @@ def test_the_api_refuses_an_input_no_database_stores_with_422(actors, body, fiel
 def test_a_checked_field_refusal_inside_a_request_is_a_422_with_a_code(actors, monkeypatch):
     """The last line of defence: a value no earlier check caught is refused by the field,
     answered 422 ``invalid_input`` naming the column and path, and nothing is stored."""
-    monkeypatch.setattr("runs.engine.control.lifecycle.values.problem", lambda value: None)
+    monkeypatch.setattr("runs.engine.rules.values.problem", lambda value: None)
     api = _api(actors["alice"])
     raw = (
         '{"workflow": "room_temperature", "thread_id": "t-api",'

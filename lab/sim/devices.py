@@ -6,6 +6,7 @@ keeps its state and a log of every call in its own JSON file under
 so tests can count how often the outside world was really touched.
 """
 
+import copy
 import fcntl
 import json
 import os
@@ -59,9 +60,36 @@ class DeviceStore:
     def _read(self) -> dict[str, Any]:
         try:
             with open(self.path, encoding="utf-8") as fh:
-                return json.load(fh)
+                data = json.load(fh)
         except FileNotFoundError:
-            return {"state": dict(self.initial_state), "calls": []}
+            data = {}
+        except ValueError:
+            # Not JSON (or not UTF-8): not a file this device wrote.
+            data = {}
+        return self._shaped(data)
+
+    def _shaped(self, data: Any) -> dict[str, Any]:
+        """``data`` in the device's shape: a file of this name that the simulator did not
+        write (another tool's ``payments.json``, an older layout) reads as the initial
+        state plus what of it fits, so readers never meet a missing key."""
+        if not isinstance(data, dict):
+            data = {}
+        state = data.get("state")
+        calls = data.get("calls")
+        return {
+            **data,
+            # A deep copy: a writer appends to the lists inside (``applied``).
+            "state": copy.deepcopy(
+                {**self.initial_state, **(state if isinstance(state, dict) else {})}
+            ),
+            "calls": [
+                call
+                for call in (calls if isinstance(calls, list) else [])
+                if isinstance(call, dict)
+                and isinstance(call.get("op"), str)
+                and isinstance(call.get("run_id"), str)
+            ],
+        }
 
     def log_call(
         self, data: dict[str, Any], op: str, run_id: str, key: str = "", args: dict | None = None

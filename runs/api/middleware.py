@@ -1,13 +1,15 @@
 """Request limits for the API that must apply before any view parses the body, and
 JSON bodies for every error under /api/."""
 
+import re
+
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings
 from django.http import JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
 from runs.api.errors import as_json_error
-from runs.engine.service import InvalidJson, parse_json, value_problem
+from runs.engine.service import InvalidJson, parse_json, text_problem
 
 
 def _refuse(status: int, code: str, message: str, errors=None) -> JsonResponse:
@@ -54,6 +56,12 @@ def ApiJsonErrorsMiddleware(get_response):  # noqa: N802 - named like a class in
     return middleware
 
 
+#: Paths whose body is one JSON value the engine checks whole with the same rules
+#: (a signal's payload: ``rules.value_problem``), naming the field as every face does
+#: (``payload.note``); the body gate would name it ``note``.
+_ENGINE_CHECKED_BODY = re.compile(r"^/api/v1/runs/[^/]+/signals/[^/]+/?$")
+
+
 def _refusal(request) -> JsonResponse | None:
     if not request.path.startswith("/api/"):
         return None
@@ -72,7 +80,7 @@ def _refusal(request) -> JsonResponse | None:
         body = request.body
         if len(body) > limit:
             return _refuse(413, "body_too_large", f"request body is over {limit} bytes")
-        found = body_problem(body)
+        found = None if _ENGINE_CHECKED_BODY.match(request.path) else body_problem(body)
         if found is not None:
             field, reason = found
             return _refuse(422, "invalid_input", f"{field}: {reason}", {field: reason})
@@ -80,9 +88,11 @@ def _refusal(request) -> JsonResponse | None:
 
 
 def body_problem(body: bytes) -> tuple[str, str] | None:
-    """``(field, reason)`` for the first key or string of the JSON ``body`` that no
-    database stores as sent: NUL (the engine would store it escaped, so the client would
-    not read back what it sent) or a lone UTF-16 surrogate (not UTF-8). ``field`` is a
+    """``(field, reason)`` for the first key or string of the JSON ``body`` that breaks
+    the engine's text rule (``runs.engine.rules.text_problem``: NUL, a lone UTF-16
+    surrogate). A gate before any view parses the body, because every text field of
+    every endpoint is held to it, lookup keys (names, checkpoints) that the engine never
+    stores and so never checks included. ``field`` is a
     dotted path such as ``input.question`` (a key's problem names the object holding
     it), or ``body``. ``None`` when there is none, and for bad JSON (the view reports
     it). Numbers are left to the schemas, which name non-finite ones."""
@@ -96,12 +106,12 @@ def body_problem(body: bytes) -> tuple[str, str] | None:
     while stack:
         path, item = stack.pop()
         if isinstance(item, str):
-            reason = _text_problem(item)
+            reason = text_problem(item)
             if reason:
                 return path or "body", reason
         elif isinstance(item, dict):
             for key, value in item.items():
-                reason = _text_problem(key)
+                reason = text_problem(key)
                 if reason:
                     return path or "body", f"a key: {reason}"
                 child = key if not path else f"{path}.{key}"
@@ -111,10 +121,3 @@ def body_problem(body: bytes) -> tuple[str, str] | None:
         elif isinstance(item, list):
             stack.extend((f"{path}[{i}]", value) for i, value in enumerate(item))
     return None
-
-
-def _text_problem(text: str) -> str | None:
-    if "\x00" in text:
-        return "must not contain NUL (\\u0000) characters"
-    found = value_problem(text)
-    return f"{found[2]}" if found else None

@@ -21,11 +21,14 @@ from django.utils.dateparse import parse_date, parse_datetime
 from runs.engine import service as engine
 from runs.engine.service import (
     ControlError,
+    InputRefused,
     InvalidJson,
+    check_length,
     check_thread_id,
     name_problem,
-    outside_problem,
     parse_json,
+    text_problem,
+    value_problem,
 )
 
 #: Largest count any command accepts (offsets, limits, runs, steps): far beyond any real
@@ -102,18 +105,18 @@ port = integer(1, 65535)
 def check_text(value: str, what: str) -> str:
     """Return ``value`` when it is text that can be stored and printed; raises
     ``CommandError`` naming ``what`` when it holds bytes that were not UTF-8 (Python
-    keeps them as lone surrogates), other lone surrogates, or NUL."""
+    keeps them as lone surrogates), other lone surrogates, or NUL: the engine's text
+    rule (``runs.engine.rules.text_problem``), checked on every argument before argparse
+    reads any, since the engine never sees most of them (names, paths, filters)."""
+    if text_problem(value) is None:
+        return value
     if "\x00" in value:
         raise CommandError(f"{what} holds a NUL character [invalid_text]")
     try:
-        value.encode("utf-8")
+        shown = value.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
-        try:
-            shown = value.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            shown = value.encode("utf-8", "backslashreplace")
-        raise CommandError(f"{what} is not valid UTF-8 text: {shown!r} [invalid_text]") from None
-    return value
+        shown = value.encode("utf-8", "backslashreplace")
+    raise CommandError(f"{what} is not valid UTF-8 text: {shown!r} [invalid_text]")
 
 
 def check_argv(argv: list[str]) -> None:
@@ -218,17 +221,22 @@ def username(value: str) -> str:
 
 def column_text(model: str, field: str) -> Callable[[str], str]:
     """An argparse ``type`` for text stored in ``field`` of ``model`` (``"app.Model"``):
-    at most the column's ``max_length`` characters, so PostgreSQL never refuses it
-    (SQLite would store it whole); longer text raises ``argparse.ArgumentTypeError``."""
+    at most the column's ``max_length`` characters (the engine's length rule,
+    ``runs.engine.rules.check_length``), so PostgreSQL never refuses it (SQLite would
+    store it whole); longer text raises ``argparse.ArgumentTypeError`` ending
+    ``[invalid_input]``."""
 
     def parse(value: str) -> str:
         from django.apps import apps
 
         limit = apps.get_model(model)._meta.get_field(field).max_length
-        if limit is not None and len(value) > limit:
-            raise argparse.ArgumentTypeError(
-                f"must be at most {limit} characters (it has {len(value)})"
-            )
+        if limit is not None:
+            try:
+                check_length(value, field, limit)
+            except InputRefused as exc:
+                raise argparse.ArgumentTypeError(
+                    f"must be at most {limit} characters (it has {len(value)}) [{exc.code}]"
+                ) from None
         return value
 
     parse.__name__ = "text"
@@ -254,7 +262,7 @@ def json_value(code: str = "invalid_input") -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(
                 f"must not be null (leave the option out instead) [{code}]"
             )
-        found = outside_problem(parsed)
+        found = value_problem(parsed)
         if found:
             path, _type_name, reason = found
             raise argparse.ArgumentTypeError(f"at {path}: {reason} [{code}]")

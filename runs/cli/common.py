@@ -2,6 +2,7 @@
 
 import json
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from django.core.management.base import CommandError
 
@@ -15,6 +16,23 @@ def one_line(text: str) -> str:
     dropped, joined with ``"; "``. An exception's text can span lines (tarfile's
     ``ReadError`` lists each compression it tried; a subprocess's stderr has many)."""
     return "; ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+#: Characters of a step output or run result that ``runs status`` prints on its line.
+SHOWN_CHARS = 120
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """``value`` (untrusted JSON: agent or tool output) as one terminal-safe line: JSON
+    text with every character a terminal would act on (control characters, escape
+    sequences, line and paragraph separators, bidirectional overrides) written as its
+    ``\\uXXXX`` escape, cut to ``limit`` characters with ``...`` and the whole length
+    when longer (``--json`` prints it whole). Never raises."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    text = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
+    if len(text) > limit:
+        return f"{text[:limit]}... ({len(text)} characters)"
+    return text
 
 
 def write_rows(

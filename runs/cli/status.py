@@ -1,11 +1,12 @@
 """``runs status (RUN_ID | --thread T) [--json]``. A tool call an approver let run with
 edited arguments is shown with the arguments used, marked as edited (``"edited"`` on
-the call in JSON)."""
+the call in JSON). Each step's output and a succeeded run's result are printed on one
+line, escaped and cut (``runs.cli.common.shown``); ``--json`` has them whole."""
 
 import json
 
 from approvals.tool_calls import edited_calls
-from runs.cli.common import add_run_arguments, resolve_run
+from runs.cli.common import add_run_arguments, resolve_run, shown
 from runs.engine.service import run_status
 
 help = "show a run's status, steps, next step and messages"
@@ -72,7 +73,11 @@ def handle(command, options):
         line = f"  step {s['name']:<20} {s['status']:<10} attempt {s['attempt']}"
         if "branches" in s:
             line += " branches: " + ", ".join(f"{k} {n}" for k, n in s["branches"].items())
+        if s["output"] is not None:
+            line += f" -> {shown(s['output'])}"
         out.write(line)
+    if status["result"] is not None:
+        out.write(f"result: {shown(status['result'])}")
     out.write(f"messages ({len(status['messages'])}):")
     for m in status["messages"]:
         calls = ", ".join(_call(c, edits) for c in m["tool_calls"])

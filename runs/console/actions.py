@@ -77,7 +77,9 @@ def perform(
         with expect_run_etag(run_id, etag):
             result = call()
     except InvalidInput as exc:
-        return refusal(request, title="Invalid input", message=str(exc), status=400, back=back)
+        return refusal(
+            request, title="Invalid input", message=str(exc), status=400, back=back, code=exc.code
+        )
     except ControlError as exc:
         return control_refusal(request, exc, back=back)
     messages.success(request, success(result) if callable(success) else success)

@@ -2,23 +2,21 @@
 
 from django.http import QueryDict
 
-from runs.engine.service import InvalidJson, outside_problem, parse_json
+from runs.engine.service import INVALID_INPUT, InvalidJson, parse_json, text_problem, value_problem
 
 
 class InvalidInput(ValueError):
-    """A form value the action cannot use; the message says why."""
+    """A form value the action cannot use; the message says why, ``code`` is the
+    machine-readable code of the refusal page (``invalid_input``, as the CLI and the
+    API name it)."""
+
+    code = INVALID_INPUT
 
 
 def unstorable_text(text: str) -> bool:
-    """True if ``text`` holds a character no text column can store: NUL (PostgreSQL
-    refuses it) or a lone UTF-16 surrogate (not encodable as UTF-8)."""
-    if "\x00" in text:
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
+    """True if ``text`` breaks the engine's text rule (``runs.engine.rules.text_problem``:
+    NUL, a lone UTF-16 surrogate)."""
+    return text_problem(text) is not None
 
 
 def unstorable_field(data: QueryDict) -> str | None:
@@ -43,9 +41,9 @@ def required_text(post, name: str, label: str, limit: int = 4000) -> str:
 
 def optional_json(post, name: str, *, label: str, must_be_object: bool = False):
     """Parse an optional JSON field: ``None`` when blank; raises ``InvalidInput`` on bad
-    JSON, on strings with a ``\\u0000`` or lone surrogate escape, on any other value no
-    database stores faithfully (``NaN``, ``Infinity``: Python's JSON reader accepts
-    them) or, with ``must_be_object``, on anything but a JSON object."""
+    JSON, on a value the engine's JSON value rule refuses (``runs.engine.rules.
+    value_problem``: a ``\\u0000`` or lone surrogate escape, ``NaN``, ``Infinity``...)
+    or, with ``must_be_object``, on anything but a JSON object."""
     raw = (post.get(name) or "").strip()
     if not raw:
         return None
@@ -55,7 +53,7 @@ def optional_json(post, name: str, *, label: str, must_be_object: bool = False):
         raise InvalidInput(f"{label} is not valid JSON: {exc}.") from exc
     if must_be_object and not isinstance(value, dict):
         raise InvalidInput(f'{label} must be a JSON object, e.g. {{"week": "2026-W48"}}.')
-    found = outside_problem(value)
+    found = value_problem(value)
     if found is not None:
         path, type_name, reason = found
         raise InvalidInput(f"{label} cannot be stored: at {path}, {reason} ({type_name}).")

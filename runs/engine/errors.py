@@ -78,6 +78,18 @@ class NonDeterminism(StepError):
         }
 
 
+class ControlError(Exception):
+    """A request the engine refuses, with a machine-readable ``code`` (e.g.
+    ``unknown_workflow``, ``invalid_input``, ``run_terminal``) and optional field
+    ``errors`` (``{field: message}``)."""
+
+    def __init__(self, code: str, message: str, errors: dict[str, str] | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.errors = errors or {}
+
+
 class LeaseLost(Exception):
     """This attempt no longer holds the step's lease (it expired and another worker took
     over, or an operator released it); the attempt must stop without writing."""

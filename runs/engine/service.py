@@ -57,13 +57,7 @@ from runs.engine.control.lifecycle import (
 )
 from runs.engine.control.preconditions import expect as expect_run_etag
 from runs.engine.control.preconditions import parse_if_match, run_etag
-from runs.engine.control.refusals import (
-    MAX_EVIDENCE_CHARS,
-    MAX_REASON_CHARS,
-    REASONED_ACTIONS,
-    ControlError,
-    check_length,
-)
+from runs.engine.control.refusals import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS, REASONED_ACTIONS
 from runs.engine.control.replay import (
     BULK_LIMIT,
     DEFAULT_RATE,
@@ -106,6 +100,7 @@ from runs.engine.effects.unknown_outcomes import (
     resolve_unknown,
     verify_now,
 )
+from runs.engine.errors import ControlError
 from runs.engine.execution.dispatch import mode as dispatch_mode
 from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.execution.faults import AFTER_TOOL_FAULTS
@@ -117,17 +112,17 @@ from runs.engine.execution.liveness import dead_workers
 from runs.engine.execution.progress import CRASH_EXIT_CODE
 from runs.engine.execution.slots import MAX_SLOTS
 from runs.engine.execution.sweeper import acquire_maintenance_lease, seconds_until_due, sweep_once
-from runs.engine.execution.watchdog import stuck_runs
+from runs.engine.execution.watchdog import silent_by_design, stuck_runs
 from runs.engine.execution.worker import Worker
 from runs.engine.names import name_problem
+from runs.engine.rules import INVALID_INPUT, InputRefused, check_length, text_problem, value_problem
 from runs.engine.state.checkpoints import latest_state
 from runs.engine.state.clock import db_now
 from runs.engine.state.concurrency import waiting_by_workflow
 from runs.engine.state.db_faults import BUSY as DB_BUSY
 from runs.engine.state.db_faults import LOST as DB_LOST
 from runs.engine.state.db_faults import classify as classify_db_fault
-from runs.engine.state.values import InvalidJson, InvalidValue, outside_problem, parse_json
-from runs.engine.state.values import problem as value_problem
+from runs.engine.state.values import InvalidJson, InvalidValue, parse_json
 
 __all__ = [
     # Refusals and bounds.
@@ -147,7 +142,9 @@ __all__ = [
     "check_length",
     "check_thread_id",
     "name_problem",
-    "outside_problem",
+    "INVALID_INPUT",
+    "InputRefused",
+    "text_problem",
     "parse_json",
     "value_problem",
     # Run verbs.
@@ -198,6 +195,7 @@ __all__ = [
     "resumable_names",
     "run_status",
     "shown_usage",
+    "silent_by_design",
     "stuck_runs",
     "waiting_by_limit",
     "waiting_by_workflow",

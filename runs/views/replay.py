@@ -91,7 +91,9 @@ def _replay_confirm(request, run: Run):
             again=request.POST.get("again") == "on",
         )
     except InvalidInput as exc:
-        return refusal(request, title="Invalid input", message=str(exc), status=400, back=back)
+        return refusal(
+            request, title="Invalid input", message=str(exc), status=400, back=back, code=exc.code
+        )
     except ControlError as exc:
         return control_refusal(request, exc, back=back)
     messages.success(request, f"Run {run.pk} replayed as {new.pk} from {new.replay_checkpoint}.")
@@ -160,7 +162,9 @@ def bulk_replay_view(request):
             reexecute=_checked(request),
         )
     except InvalidInput as exc:
-        return refusal(request, title="Invalid input", message=str(exc), status=400, back=back)
+        return refusal(
+            request, title="Invalid input", message=str(exc), status=400, back=back, code=exc.code
+        )
     except ControlError as exc:
         return control_refusal(request, exc, back=back)
     return render(request, "console/replay_bulk_done.html", {"result": result, "back": back})

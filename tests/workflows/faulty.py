@@ -77,6 +77,8 @@ CASES = {
     "int_key": lambda ctx: {"by_id": {1: "a"}},
     "nul_text": lambda ctx: {"text": "bad\x00byte"},
     "ok": lambda ctx: {"fine": True},
+    # Text a terminal would act on (a colour escape, a bidi override), and long.
+    "terminal_text": lambda ctx: {"text": "\x1b[31mred\u202e" + "y" * 300},
     "tool_arguments": lambda ctx: ctx.call_tool(echo, {"score": float("nan")}),
     "tool_result": lambda ctx: ctx.call_tool(read_at, {}),
     "message_content": lambda ctx: ctx.add_message("assistant", b"raw") and {"fine": True},

@@ -22,7 +22,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Now
 
-from runs.engine.control.refusals import ControlError
+from runs.engine.errors import ControlError
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Approval, Event, Step
 from runs.states import RunStatus, StepStatus, command_allows, command_states

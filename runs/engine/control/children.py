@@ -22,9 +22,8 @@ from django.db.models.functions import Now
 
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import start_run
-from runs.engine.control.refusals import ControlError
 from runs.engine.effects import compensation
-from runs.engine.errors import LeaseLost, StepError
+from runs.engine.errors import ControlError, LeaseLost, StepError
 from runs.engine.execution import faults
 from runs.engine.state.gateway import RunTx, attempt_holds, run_transaction
 from runs.models import Run, Step

@@ -14,7 +14,8 @@ from runs.engine.effects.budget import limit_errors
 from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution import dispatch, liveness
-from runs.engine.state import leases, values
+from runs.engine.rules import text_problem, value_problem
+from runs.engine.state import leases
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import record_event, run_transaction
 from runs.engine.state.store import NewRun, store
@@ -98,7 +99,7 @@ def create_run(
         raise ControlError("unknown_workflow", str(exc), {"workflow": "unknown"}) from exc
     check_thread_id(thread_id)
     errors = wf.validate_input(input)
-    if not errors and (found := values.outside_problem(input)) is not None:
+    if not errors and (found := value_problem(input)) is not None:
         path, type_name, reason = found
         # NaN and Infinity get here: Python's JSON reader accepts them.
         errors = {
@@ -159,17 +160,12 @@ def register_status_extra(key: str, extra) -> None:
 
 
 def text_refusal(value: Any, *, limit: int | None = None) -> str | None:
-    """Why ``value`` cannot be taken as a stored text (thread id, message, key): not a
-    string, blank, over ``limit`` characters, holding NUL or a lone UTF-16 surrogate (no
-    database stores either as sent); ``None`` when it can."""
+    """Why ``value`` cannot be taken as a stored text (thread id, message, key): blank,
+    or what the text rule (``runs.engine.rules.text_problem``) finds; ``None`` when it
+    can."""
     if not isinstance(value, str) or not value.strip():
         return "must be non-empty text"
-    if limit is not None and len(value) > limit:
-        return f"must be at most {limit} characters"
-    if "\x00" in value:
-        return "must not contain NUL (\\u0000) characters"
-    found = values.problem(value)
-    return found[2] if found is not None else None
+    return text_problem(value, limit=limit)
 
 
 def check_thread_id(thread_id: Any) -> None:
@@ -241,8 +237,10 @@ def run_status(run: Run) -> dict[str, Any]:
     """The status document printed by ``runs status --json``:
     ``{run_id, thread, workflow, version, status, generation, next_step, waiting_on
     (see ``waiting_on``), steps: [{name,
-    status, attempt, generation, error_code}] (a map step's branches not listed but
-    counted on it: ``branches: {status: n}``), messages: [{id, role, content,
+    status, attempt, generation, error_code, output}] (``output``: the step's JSON
+    output, ``None`` until it has one; a map step's branches not listed but counted on
+    it: ``branches: {status: n}``), result (a SUCCEEDED run's result: the output of the
+    step that finished it, else ``None``), messages: [{id, role, content,
     tool_calls, tool_call_id}],
     budget: {...}, takeover: {...} | None, compensation: {status, reason, steps,
     manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids], parent,
@@ -260,10 +258,21 @@ def run_status(run: Run) -> dict[str, Any]:
             "attempt": s.attempt,
             "generation": s.generation,
             "error_code": s.error_code or None,
+            "output": s.output,
             **({"branches": branches[s.pk]} if s.pk in branches else {}),
         }
         for s in Step.objects.filter(run=run, branch_of__isnull=True).order_by("seq")
     ]
+    result = None
+    if run.status == RunStatus.SUCCEEDED:
+        # The step that finished the run: its current generation's last succeeded step.
+        last = (
+            Step.objects.filter(run=run, generation=run.generation, status=StepStatus.SUCCEEDED)
+            .order_by("-seq")
+            .only("output")
+            .first()
+        )
+        result = last.output if last is not None else None
     messages = [
         m.as_dict()
         for m in Message.objects.filter(
@@ -289,6 +298,7 @@ def run_status(run: Run) -> dict[str, Any]:
         ],
         **family(run),
         "steps": steps,
+        "result": result,
         "messages": messages,
         **{key: extra(run) for key, extra in STATUS_EXTRAS.items()},
         "budget": {"limits": run.budget, "used": budget_usage(run)},

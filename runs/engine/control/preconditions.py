@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from runs.engine.control.refusals import ControlError
+from runs.engine.errors import ControlError
 from runs.engine.state import gateway
 from runs.models import Run
 

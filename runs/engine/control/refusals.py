@@ -1,20 +1,9 @@
-"""A control request the engine refuses (``ControlError``) and the checks every
-control verb shares (an operator's reason, a text's length): kept below the verbs so
-that lifecycle, budget, unknown outcomes and the rest raise the same error without
-importing each other."""
+"""What every operator action shares: its reason (required, bounded) and the bounds of
+its texts. Kept below the verbs, so that lifecycle, cancel, rewind, budget and the rest
+refuse the same way without importing each other."""
 
-
-class ControlError(Exception):
-    """A request the engine refuses, with a machine-readable ``code`` (e.g.
-    ``unknown_workflow``, ``invalid_input``, ``run_terminal``) and optional field
-    ``errors`` (``{field: message}``)."""
-
-    def __init__(self, code: str, message: str, errors: dict[str, str] | None = None):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.errors = errors or {}
-
+from runs.engine.errors import ControlError
+from runs.engine.rules import check_length
 
 #: The operator actions whose event records a reason (the audit log's "why"); each
 #: refuses a blank one the same way on every channel (API, CLI, console, admin).
@@ -41,14 +30,3 @@ def require_reason(reason: str | None, action: str) -> str:
         )  # fmt: skip
     check_length(text, "reason", MAX_REASON_CHARS)
     return text
-
-
-def check_length(text: str, field: str, limit: int) -> None:
-    """Raise ``ControlError("invalid_input")`` naming ``field`` if ``text`` is longer
-    than ``limit`` characters: a long value is refused whole, never cut."""
-    if len(text) > limit:
-        raise ControlError(
-            "invalid_input",
-            f"{field} must be at most {limit} characters (it has {len(text)})",
-            {field: f"at most {limit} characters"},
-        )

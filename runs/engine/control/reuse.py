@@ -19,9 +19,9 @@ they belong to the run that undid something.
 
 from typing import Any
 
-from runs.engine.control.refusals import ControlError
 from runs.engine.effects import ledger
 from runs.engine.effects.model_calls import MODEL_KIND
+from runs.engine.errors import ControlError
 from runs.models import Operation, Step
 
 #: Operation statuses whose effect may have happened and has no recorded result to reuse.

@@ -32,7 +32,8 @@ from runs.engine.control import reuse
 from runs.engine.control.checkpoint_names import resumable_names, usable
 from runs.engine.control.refusals import ControlError, require_reason
 from runs.engine.effects.budget import usage
-from runs.engine.state import checkpoints, values
+from runs.engine.rules import value_problem
+from runs.engine.state import checkpoints
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Message, Run, Step
 from runs.states import (
@@ -121,7 +122,7 @@ def plan_resume(
             "input patch must be a JSON object",
             {"input_patch": "must be a JSON object"},
         )
-    found = values.outside_problem(input_patch)
+    found = value_problem(input_patch)
     if found is not None:
         path, type_name, reason = found
         raise ControlError(

@@ -23,10 +23,10 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from runs.engine.control.lifecycle import start_run
-from runs.engine.control.refusals import ControlError
 from runs.engine.durations import duration_problem
+from runs.engine.errors import ControlError
 from runs.engine.names import name_problem
-from runs.engine.state import values
+from runs.engine.rules import value_problem
 from runs.engine.state.clock import db_now
 from runs.models import Schedule, ScheduleTick
 from runs.states import RUN_TERMINAL
@@ -130,7 +130,7 @@ def create_schedule(
     except registry.UnknownWorkflow as exc:
         raise ControlError("unknown_workflow", str(exc), {"workflow": "unknown"}) from exc
     errors = wf.validate_input(input)
-    if not errors and (found := values.outside_problem(input)) is not None:
+    if not errors and (found := value_problem(input)) is not None:
         path, type_name, reason = found
         errors = {path[2:] if path.startswith("$.") else path[1:] or "input": reason}
     if errors:

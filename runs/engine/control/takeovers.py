@@ -4,7 +4,7 @@ was done, where it failed, what to do next, and which checkpoints it can resume 
 from django.db.models.functions import Now
 
 from runs.engine.control.checkpoint_names import resumable_names
-from runs.engine.control.refusals import ControlError
+from runs.engine.errors import ControlError
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Artifact, Step, Takeover
 from runs.states import RunStatus, StepStatus

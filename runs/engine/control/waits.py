@@ -19,9 +19,9 @@ from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 from jsonschema_rs import Draft202012Validator
 
-from runs.engine.control.refusals import ControlError
+from runs.engine.errors import ControlError
 from runs.engine.names import name_problem
-from runs.engine.state import values
+from runs.engine.rules import check_length, check_text, value_problem
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Signal, Step
@@ -59,7 +59,7 @@ class Delivery:
 def payload_errors(schema: dict | None, payload: Any) -> dict[str, str]:
     """Field errors of ``payload`` against the JSON Schema ``schema`` as
     ``{"payload.<path>": message}`` (empty when valid or when there is no schema)."""
-    problem = values.outside_problem(payload)
+    problem = value_problem(payload)
     if problem is not None:
         path, type_name, reason = problem
         return {"payload" + path[1:]: f"{reason} ({type_name})"}
@@ -389,13 +389,8 @@ def _output(signal: Signal) -> dict[str, Any]:
 def _checked_text(value: Any, field: str, limit: int) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ControlError("invalid_input", f"{field} must be non-blank text", {field: "required"})
-    if len(value) > limit or "\x00" in value:
-        raise ControlError(
-            "invalid_input",
-            f"{field} must be at most {limit} characters, without NUL",
-            {field: f"at most {limit} characters"},
-        )
-    return value.strip()
+    check_length(value, field, limit)
+    return check_text(value, field).strip()
 
 
 __all__ = [

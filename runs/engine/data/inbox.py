@@ -23,7 +23,7 @@ from django.db import IntegrityError, connection, transaction
 
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import check_thread_id, text_refusal
-from runs.engine.control.refusals import ControlError
+from runs.engine.errors import ControlError
 from runs.engine.state import checkpoints, gateway
 from runs.engine.state.checkpoints import initial_state
 from runs.engine.state.gateway import run_transaction

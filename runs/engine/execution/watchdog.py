@@ -5,17 +5,42 @@ made no progress (no new event) for ``AGENTOPS_STUCK_SECONDS``. The flag is
 """
 
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 
 from runs.engine.state.gateway import run_transaction
-from runs.models import Run
+from runs.models import Run, Step
 from runs.states import RunStatus, StepStatus
 
 #: Statuses in which silence means something is wrong (waiting for people is not stuck).
 WATCHED = (RunStatus.RUNNING, RunStatus.WAITING_EXTERNAL)
+
+
+def silent_by_design(now: Any) -> Q:
+    """Runs whose silence is expected at ``now`` (a datetime or ``Now()``): asleep on a
+    durable timer that has not rung, waiting for a signal whose deadline (if any) is
+    still ahead, or waiting for their child runs (those are watched themselves). The one
+    rule of the watchdog, the console's "stuck" filter and ``/metrics``; a wait whose
+    deadline passed is not silent by design (its timeout should have fired)."""
+    # Subqueries, not joins: an Exists is never NULL, so the rule negates cleanly
+    # (a run without a current step, or a step without a deadline, stays countable).
+    quiet_step = Step.objects.filter(pk=OuterRef("current_step")).filter(
+        Q(status=StepStatus.PENDING, not_before__gt=now)
+        | (
+            Q(status=StepStatus.WAITING)
+            & ~Q(signal_name="")
+            & (Q(wait_until__isnull=True) | Q(wait_until__gt=now))
+        )
+    )
+    waiting_children = Run.objects.filter(
+        parent_step=OuterRef("current_step"),
+        parent_step__status=StepStatus.WAITING,
+        detached=False,
+    )
+    return Q(Exists(quiet_step)) | Q(Exists(waiting_children))
 
 
 def flag_stuck_runs(actor: str, batch: int) -> int:
@@ -24,14 +49,7 @@ def flag_stuck_runs(actor: str, batch: int) -> int:
     cutoff = Now() - timedelta(seconds=threshold)
     ids = list(
         Run.objects.filter(status__in=WATCHED, stuck_since__isnull=True, last_event_at__lt=cutoff)
-        # A run asleep on a durable timer or waiting for a signal is silent by design.
-        .exclude(current_step__status=StepStatus.PENDING, current_step__not_before__gt=Now())
-        .exclude(Q(current_step__status=StepStatus.WAITING) & ~Q(current_step__signal_name=""))
-        # So is a run waiting for its child runs (they are watched themselves).
-        .exclude(
-            Q(current_step__status=StepStatus.WAITING)
-            & Exists(Run.objects.filter(parent_step=OuterRef("current_step"), detached=False))
-        )
+        .exclude(silent_by_design(Now()))
         .order_by("last_event_at")
         .values_list("pk", flat=True)[:batch]
     )

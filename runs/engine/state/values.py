@@ -18,7 +18,9 @@ the attempt fails once with the real cause instead of crashing the worker:
 
 NUL (U+0000) cannot be stored in PostgreSQL text or ``jsonb``. Rather than refusing
 it, ``storable`` and ``storable_text`` replace it with the six characters ``\\u0000``
-(``NUL_ESCAPE``) on both backends, so the console shows it escaped.
+(``NUL_ESCAPE``) on both backends, so the console shows it escaped. That is storage
+encoding for what the engine writes; input from outside is refused instead by the
+input rules (``runs.engine.rules``).
 """
 
 import json
@@ -153,30 +155,6 @@ def problem(value: Any) -> tuple[str, str, str] | None:
     return None
 
 
-def outside_problem(value: Any) -> tuple[str, str, str] | None:
-    """``(path, type_name, reason)`` of the first part of ``value`` that the engine
-    refuses from outside (signal payloads, run and schedule inputs, deliver results,
-    input patches, edited arguments), or ``None``: what ``problem`` finds, and NUL in
-    any string or key. Unlike an agent's output, outside input is refused rather than
-    escaped, so the sender reads back exactly what it sent."""
-    found = problem(value)
-    if found is not None:
-        return found
-    stack: list[tuple[str, Any]] = [("$", value)]
-    while stack:
-        path, item = stack.pop()
-        if isinstance(item, str) and "\x00" in item:
-            return path, "str", "must not contain NUL (\\u0000) characters"
-        if isinstance(item, dict):
-            for key, child in item.items():
-                if "\x00" in key:
-                    return path, "str", "a key must not contain NUL (\\u0000) characters"
-                stack.append((_child(path, key), child))
-        elif isinstance(item, list):
-            stack.extend((f"{path}[{i}]", child) for i, child in enumerate(item))
-    return None
-
-
 def _walk(value: Any, where: str, path: str, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise InvalidValue(where, path, type(value).__name__, f"nested deeper than {MAX_DEPTH}")
@@ -211,7 +189,7 @@ def _walk(value: Any, where: str, path: str, depth: int) -> Any:
                     type(key).__name__,
                     "keys must be strings (JSON turns other keys into strings)",
                 )
-            out[_text(key, where, path)] = _walk(item, where, _child(path, key), depth + 1)
+            out[_text(key, where, path)] = _walk(item, where, child_path(path, key), depth + 1)
         return out
     kind = type(value)
     reasons: dict[type, str] = {
@@ -234,5 +212,6 @@ def _text(text: str, where: str, path: str) -> str:
     return text
 
 
-def _child(path: str, key: str) -> str:
+def child_path(path: str, key: str) -> str:
+    """The path of ``key`` inside the object at ``path``: ``$.name``, ``$['a b']``."""
     return f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"

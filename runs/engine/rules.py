@@ -1,0 +1,115 @@
+"""Input rules: what the engine takes from outside (the CLI, the console, the API,
+webhooks), each rule written once here and refused with one error class.
+
+- **text** (``text_problem``, ``check_text``, ``check_length``): a string, without NUL
+  (PostgreSQL refuses it; the engine would store it escaped, so the sender would not
+  read back what it sent) or a lone UTF-16 surrogate (not UTF-8), at most the field's
+  length in characters (a long value is refused whole, never cut);
+- **JSON values** (``value_problem``, ``check_value``): what ``values.storable`` can
+  store faithfully (finite numbers, string keys, at most ``values.MAX_DEPTH`` levels,
+  no lone surrogate) and, unlike an agent's output, no NUL in any string or key;
+- **states**: which verb applies in which state is ``runs.states.command_allows``,
+  checked by the engine's verbs under the run's lock.
+
+A broken rule raises ``InputRefused`` (a ``ControlError``: ``code``, ``field`` and
+``reason``). The faces translate it: the CLI into one line ending ``[code]`` and a
+non-zero exit, the console into a 400 page (its form error), the API into 422 with
+``{"code", "message", "errors": {field: reason}}``. Faces that must refuse before they
+parse anything (the API's body gate, the console's form gate, the CLI's argument gate)
+call the same functions.
+
+Storage encoding is another rule: what the engine itself writes (agent output, error
+details) keeps NUL as ``values.NUL_ESCAPE`` (``values.storable``, the checked model
+fields) instead of refusing it.
+"""
+
+from typing import Any
+
+from runs.engine.errors import ControlError
+from runs.engine.state import values
+
+#: The code of a value the rules refuse, on every face.
+INVALID_INPUT = "invalid_input"
+
+
+class InputRefused(ControlError):
+    """An outside value breaks an input rule. ``field`` names it as the sender sent it
+    (``reason``, ``payload.amount``, ``input.question``), ``reason`` says why; ``code``
+    is ``invalid_input`` unless the verb names its own (``invalid_thread``)."""
+
+    def __init__(self, field: str, reason: str, *, code: str = INVALID_INPUT, message: str = ""):
+        super().__init__(code, message or f"{field} {reason}", {field: reason})
+        self.field = field
+        self.reason = reason
+
+
+def text_problem(value: Any, *, limit: int | None = None) -> str | None:
+    """Why ``value`` cannot be taken as text (not a string, over ``limit`` characters,
+    NUL, a lone surrogate), or ``None`` when it can. Blank text is the caller's rule."""
+    if not isinstance(value, str):
+        return "must be text"
+    if limit is not None and len(value) > limit:
+        return f"must be at most {limit} characters"
+    if "\x00" in value:
+        return "must not contain NUL (\\u0000) characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "text holds a lone surrogate"
+    return None
+
+
+def check_text(
+    value: Any, field: str, *, limit: int | None = None, code: str = INVALID_INPUT
+) -> str:
+    """``value`` when ``text_problem`` finds nothing; raises ``InputRefused`` naming
+    ``field`` (with ``code``) otherwise."""
+    reason = text_problem(value, limit=limit)
+    if reason is not None:
+        raise InputRefused(field, reason, code=code)
+    return value
+
+
+def check_length(text: str, field: str, limit: int) -> None:
+    """Raise ``InputRefused`` naming ``field`` if ``text`` is longer than ``limit``
+    characters: a long value is refused whole, never cut."""
+    if len(text) > limit:
+        raise InputRefused(
+            field,
+            f"at most {limit} characters",
+            message=f"{field} must be at most {limit} characters (it has {len(text)})",
+        )
+
+
+def value_problem(value: Any) -> tuple[str, str, str] | None:
+    """``(path, type_name, reason)`` of the first part of the JSON ``value`` the engine
+    refuses from outside (signal payloads, run and schedule inputs, results, input
+    patches, edited arguments), or ``None``: what ``values.problem`` finds (NaN,
+    infinity, non-string keys, too deep, a lone surrogate...), and NUL in any string or
+    key. ``path`` starts at ``$`` (``$.items[3]``)."""
+    found = values.problem(value)
+    if found is not None:
+        return found
+    stack: list[tuple[str, Any]] = [("$", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str) and "\x00" in item:
+            return path, "str", "must not contain NUL (\\u0000) characters"
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if "\x00" in key:
+                    return path, "str", "a key must not contain NUL (\\u0000) characters"
+                stack.append((values.child_path(path, key), child))
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{i}]", child) for i, child in enumerate(item))
+    return None
+
+
+def check_value(value: Any, field: str, *, code: str = INVALID_INPUT) -> Any:
+    """``value`` when ``value_problem`` finds nothing; raises ``InputRefused`` naming
+    the place inside it (``field`` + path: ``payload.note``) otherwise."""
+    found = value_problem(value)
+    if found is not None:
+        path, type_name, reason = found
+        raise InputRefused(field + path[1:], f"{reason} ({type_name})", code=code)
+    return value
