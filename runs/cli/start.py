@@ -4,9 +4,10 @@
 
 import sys
 
+from lab import injection as fault_points
 from runs.cli import arguments
 from runs.cli.common import control_error
-from runs.engine.service import AFTER_TOOL_FAULTS, CRASH_POINTS, ControlError, start_run
+from runs.engine.service import ControlError, start_run
 from runs.tools import Tool
 from runs.workflows import registry
 
@@ -43,7 +44,7 @@ def add_arguments(parser):
         "--crash-at",
         metavar="POINT",
         default=None,
-        choices=CRASH_POINTS,
+        choices=fault_points.POINTS,
         help="fault injection: the worker reaching POINT inside a step "
         "(artifact_written, summary_ready) SIGKILLs itself",
     )
@@ -101,7 +102,7 @@ def _check_faults(wf, options) -> None:
             )
         )
     tools = tool_names(wf)
-    for name in AFTER_TOOL_FAULTS:
+    for name in fault_points.AFTER_TOOL_FAULTS:
         if options[name] and options[name] not in tools:
             raise control_error(
                 ControlError(

@@ -103,8 +103,6 @@ from runs.engine.effects.unknown_outcomes import (
 from runs.engine.errors import ControlError
 from runs.engine.execution.dispatch import mode as dispatch_mode
 from runs.engine.execution.failure_log import RepeatedFailureLog
-from runs.engine.execution.faults import AFTER_TOOL_FAULTS
-from runs.engine.execution.faults import POINTS as CRASH_POINTS
 from runs.engine.execution.identity import new_worker_id
 from runs.engine.execution.liveness import PG as LIVENESS_PG
 from runs.engine.execution.liveness import PID as LIVENESS_PID
@@ -223,9 +221,7 @@ __all__ = [
     "run_etag",
     "start_run_once",
     # Processes: worker, sweeper, retention, backups, artifacts, faults.
-    "AFTER_TOOL_FAULTS",
     "CRASH_EXIT_CODE",
-    "CRASH_POINTS",
     "DB_BUSY",
     "DB_LOST",
     "LIVENESS_PG",

@@ -20,11 +20,11 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q, Subquery
 from django.db.models.functions import Now
 
+from runs.engine import hooks
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import start_run
 from runs.engine.effects import compensation
 from runs.engine.errors import ControlError, LeaseLost, StepError
-from runs.engine.execution import faults
 from runs.engine.state.gateway import RunTx, attempt_holds, run_transaction
 from runs.models import Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
@@ -60,7 +60,7 @@ def start_children(ctx, output: Any, worker_id: str) -> list[Any]:
         started.update(_start_batch(ctx, first, batch, worker_id))
     # A crash here leaves children started and the wait unrecorded: the next attempt
     # finds them by their key.
-    faults.crash_point(ctx.run, ctx.step, "child_started")
+    hooks.reached(hooks.CHILDREN_STARTED, ctx.run, ctx.step)
     return [started[p] for p in sorted(started)]
 
 

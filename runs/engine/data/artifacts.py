@@ -19,11 +19,11 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import transaction
 
+from runs.engine import hooks
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.data import artifact_files
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout
 from runs.engine.errors import LeaseLost, StepError
-from runs.engine.execution import faults
 from runs.engine.state import values
 from runs.engine.state.gateway import attempt_holds, run_transaction
 from runs.models import Artifact, Checkpoint, Run, Step
@@ -92,7 +92,7 @@ def write_artifact(
         return stored
 
     stored = _storage_call(store, timeout, f"writing artifact {name}")
-    faults.crash_point(run, step, "artifact_written")
+    hooks.reached(hooks.ARTIFACT_WRITTEN, run, step)
     with transaction.atomic():
         if not attempt_holds(step.pk, attempt):
             raise LeaseLost(f"step {step.pk} attempt {attempt} no longer holds the lease")

@@ -3,7 +3,6 @@ a heartbeat, then commit the result, messages, checkpoint, events and the next s
 one short transaction fenced by the attempt."""
 
 import logging
-import os
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, NamedTuple
@@ -14,6 +13,7 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from agentops.db_pool import release_connection
+from runs.engine import hooks
 from runs.engine.control import approvals, branches, children, versions, waits
 from runs.engine.control.cancel import finish_cancel
 from runs.engine.control.takeovers import open_takeover
@@ -23,7 +23,7 @@ from runs.engine.effects.retry import DEFAULT_RETRY
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError, StepUnknown
 from runs.engine.execution import attempt_logs, dispatch, heartbeat
 from runs.engine.execution.identity import WorkerIdentity
-from runs.engine.execution.progress import CRASH_EXIT_CODE, say
+from runs.engine.execution.progress import say
 from runs.engine.execution.step_context import StepContext
 from runs.engine.state import checkpoints, db_faults, leases, reconnect, values
 from runs.engine.state.clock import db_now
@@ -136,7 +136,6 @@ def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -
     if claim.outcome == PREPARE and claim.run is not None and claim.step is not None:
         if versions.workflow_for(claim.run, claim.step, worker.worker_id) is None:
             return NOT_CLAIMED
-        _maybe_crash_before(claim.run, claim.step)
         claim = _claim(step_id, worker)
     run, step = claim.run, claim.step
     if claim.outcome != CLAIMED or run is None or step is None:
@@ -162,7 +161,6 @@ def execute_claimed(step: Step, worker: WorkerIdentity) -> StepOutcome:
 def continue_step(link: Continuation, worker: WorkerIdentity) -> StepOutcome:
     """Run the step that the previous commit inserted claimed by this worker: no read
     and no claim, everything it needs is in ``link``."""
-    _maybe_crash_before(link.run, link.step)
     return _run_attempt(
         link.run, link.step, 1, link.workflow, (link.checkpoint_id, link.state), worker, True
     )
@@ -191,7 +189,9 @@ def _run_attempt(
     ``end_attempt``: nothing leaves a claimed step RUNNING. A ``SystemExit`` or
     ``KeyboardInterrupt`` raised by the step's code (``sys.exit()``) is a failed attempt
     (``STEP_EXITED``), never the end of the worker and its other slots. What the step's
-    code logs and prints meanwhile is stored as the attempt's log right after."""
+    code logs and prints meanwhile is stored as the attempt's log right after. The
+    ``STEP_CLAIMED`` hooks (``runs.engine.hooks``) run first."""
+    hooks.reached(hooks.STEP_CLAIMED, run, step, attempt, worker.worker_id)
     with attempt_logs.capturing() as log:
         outcome = _run_captured(run, step, attempt, workflow, checkpoint, worker, chain, log)
     attempt_logs.store(run.pk, step.pk, attempt, log)
@@ -522,10 +522,6 @@ def _commit_success(
     and returned as the outcome's ``continued``."""
     run, step = ctx.run, ctx.step
     next_name = ctx.next_step if ctx.goto_set else ctx.workflow.next_after(step.name)
-    if next_name is not None and run.faults.get("crash_before") == next_name:
-        # The injected crash happens before the next step is claimed: schedule it
-        # unclaimed so the claim path meets the fault.
-        claimed_by = None
     done = store().commit(
         StepCommit(
             run=run,
@@ -783,26 +779,6 @@ def _release_for_cancel(run: Run, step: Step, attempt: int, worker: WorkerIdenti
             lease_until=None,
             finished_at=Now(),
         )
-
-
-def _maybe_crash_before(run: Run, step: Step) -> None:
-    """Fault injection (``runs start --crash-before STEP``): consume the one-shot fault,
-    record it, then die at once without any cleanup, as a killed worker would."""
-    if run.faults.get("crash_before") != step.name:
-        return
-    with run_transaction(run.pk) as tx:
-        faults = dict(tx.run.faults)
-        if faults.pop("crash_before", None) != step.name:
-            return
-        Run.objects.filter(pk=run.pk).update(faults=faults)
-        tx.event(
-            "fault.injected",
-            {"fault": "crash_before", "step": step.name, "pid": os.getpid()},
-            step_id=step.pk,
-            progress=False,
-        )
-    say(f"CRASH before {step.name}, exit={CRASH_EXIT_CODE} (no cleanup)")
-    os._exit(CRASH_EXIT_CODE)
 
 
 def _record(run_id, type: str, payload: dict, step: Step, worker: WorkerIdentity) -> None:

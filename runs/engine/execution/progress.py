@@ -1,6 +1,6 @@
 """The worker's progress lines on its stdout (``ENTER <step>``, ``CRASH ...``) and the
-exit code of an injected crash: what the executor and the fault points both print, kept
-below both so neither imports the other."""
+exit code of an injected crash: what the executor and the lab's injected faults both
+print, in a module of its own so that neither needs the other."""
 
 from runs.engine.execution import attempt_logs
 

@@ -128,8 +128,8 @@ class Store(Protocol):
         step made the run's current one, ``step.started`` (``reclaimed_from`` after an
         expired lease), and the run's latest checkpoint read. Due: PENDING with
         ``not_before`` passed or RUNNING with an expired lease. ``known``: the
-        ``"<workflow>@<version>"`` keys this process can execute; another version, or a
-        ``crash_before`` fault armed for the step, gives ``PREPARE``. Returns ``Claim``."""
+        ``"<workflow>@<version>"`` keys this process can execute; another version gives
+        ``PREPARE``. Returns ``Claim``."""
         ...
 
     def claim_due(self, worker_id: str, ttl: float, limit: int, *, known: list[str]) -> list[Step]:

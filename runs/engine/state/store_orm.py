@@ -66,7 +66,7 @@ class OrmStore:
             ):
                 return Claim(NOT_CLAIMABLE)
             key = f"{run.workflow}@{run.workflow_version}"
-            if key not in known or run.faults.get("crash_before") == step.name:
+            if key not in known:
                 step.run = run
                 return Claim(PREPARE, run, step)
             if not concurrency.may_start(run):
