@@ -12,8 +12,7 @@ from ninja.security import HttpBearer
 from apitokens import services as tokens
 from runs.api import approvals, deferred_calls, replays, runs, schedules, signals, stream
 from runs.api.errors import ApiError, from_control
-from runs.engine.control.lifecycle import ControlError
-from runs.engine.state.values import InvalidValue
+from runs.engine.service import ControlError, InvalidValue
 
 
 class TokenAuth(HttpBearer):

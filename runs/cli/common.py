@@ -7,8 +7,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from runs.cli import arguments
-from runs.engine.control.lifecycle import ControlError, latest_run
-from runs.engine.control.run_ids import find_run
+from runs.engine.service import ControlError, find_run, latest_run
 from runs.models import Run
 
 

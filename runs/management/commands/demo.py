@@ -17,8 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from runs.cli import arguments
-from runs.engine.control.lifecycle import redispatch, run_status, start_run
-from runs.engine.execution.executor import CRASH_EXIT_CODE
+from runs.engine.service import CRASH_EXIT_CODE, redispatch, run_status, start_run
 
 QUESTION = "How warm is the living room?"
 
