@@ -405,6 +405,7 @@ def test_it_registers_each_hook_by_name_once():
         "approvals_expired",
         "stuck_flagged",
         "dead_owners",
+        "pauses_settled",
         "signal_waits_timed_out",
         "schedule_runs_started",
         "child_runs_settled",
@@ -422,4 +423,4 @@ def test_it_registers_each_hook_by_name_once():
     with pytest.raises(ValueError, match="status extra 'calls' is already"):
         lifecycle.register_status_extra("calls", lambda run: None)
     assert list(gateway.RUN_LOCKED_HOOKS) == ["preconditions"]
-    assert len(sweeper.EXTRA_TASKS) == 9
+    assert len(sweeper.EXTRA_TASKS) == 10
