@@ -8,7 +8,12 @@ from django.urls import reverse
 import tests.workflows.signalled  # noqa: F401 - registers the workflow
 from apitokens.services import create_token
 from runs.engine.control.lifecycle import start_run
+from runs.engine.durations import duration_problem
+from runs.engine.effects.budget import limit_errors, parse_amount
+from runs.engine.effects.retry import retry_after_seconds
+from runs.engine.rules import NOT_FINITE, TRUE_FALSE, number_problem
 from runs.models import Event, RefusedAction, Signal
+from runs.workflows.definition import Workflow
 from tests.console_helpers import actors, clients, fast_passwords  # noqa: F401
 from tests.test_cli_inputs import manage_in_process  # noqa: F401
 
@@ -71,3 +76,40 @@ def test_every_face_refuses_a_bad_value_with_one_code_and_writes_nothing(
     assert Signal.objects.filter(run=run).count() == 0
     assert Event.objects.filter(run=run).count() == events
     assert not RefusedAction.objects.exists()  # 4xx input errors are not audited refusals
+
+
+def _workflow_input(value):
+    workflow = Workflow("numbers", 1, input_fields={"n": (int, float)}, input_ranges={"n": (0, 10)})
+    return workflow.validate_input({"n": value}).get("n")
+
+
+def _budget_limit(value):
+    return limit_errors({"model_calls": value}).get("budget.model_calls")
+
+
+def _cost(value):
+    try:
+        parse_amount("cost_usd", value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+#: caller: (its answer to true, to NaN, to infinity); each says None to 2.
+NUMBER_CALLERS = {
+    "workflow input": (_workflow_input, ("must be int or float", "must be from", "must be from")),
+    "budget limit": (_budget_limit, ("whole number", "whole number", "whole number")),
+    "cost amount": (_cost, ("not true/false", "finite amount", "finite amount")),
+    "duration": (duration_problem, ("not bool", "from 0 to", "from 0 to")),
+    "Retry-After": (retry_after_seconds, (None, None, None)),
+}
+
+
+@pytest.mark.parametrize("caller", list(NUMBER_CALLERS))
+def test_every_number_caller_refuses_true_false_nan_and_infinity_with_its_own_message(caller):
+    answer, expected = NUMBER_CALLERS[caller]
+    assert number_problem(True) == TRUE_FALSE and number_problem(float("nan")) == NOT_FINITE
+    assert answer(2) in (None, 2.0), caller
+    for value, wanted in zip((True, float("nan"), float("inf")), expected, strict=True):
+        got = answer(value)
+        assert got == wanted if wanted is None else wanted in got, (value, got)

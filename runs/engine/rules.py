@@ -5,6 +5,10 @@ webhooks), each rule written once here and refused with one error class.
   (PostgreSQL refuses it; the engine would store it escaped, so the sender would not
   read back what it sent) or a lone UTF-16 surrogate (not UTF-8), at most the field's
   length in characters (a long value is refused whole, never cut);
+- **numbers** (``number_problem``): an ``int`` or ``float`` that is finite (no NaN,
+  no infinity), never ``true``/``false`` (Python's bools are ints, JSON's are not
+  numbers), whole where the field wants a count, inside the field's bounds; each caller
+  keeps its own code and message and asks this rule what is wrong;
 - **JSON values** (``value_problem``, ``check_value``): what ``values.storable`` can
   store faithfully (finite numbers, string keys, at most ``values.MAX_DEPTH`` levels,
   no lone surrogate) and, unlike an agent's output, no NUL in any string or key;
@@ -23,6 +27,7 @@ details) keeps NUL as ``values.NUL_ESCAPE`` (``values.storable``, the checked mo
 fields) instead of refusing it.
 """
 
+import math
 from typing import Any
 
 from runs.engine.errors import ControlError
@@ -79,6 +84,45 @@ def check_length(text: str, field: str, limit: int) -> None:
             f"at most {limit} characters",
             message=f"{field} must be at most {limit} characters (it has {len(text)})",
         )
+
+
+#: ``number_problem``'s answers, one per way a value fails the number rule.
+NOT_A_NUMBER = "must be a number"
+TRUE_FALSE = "must be a number, not true/false"
+NOT_FINITE = "must be a finite number"
+NOT_WHOLE = "must be a whole number"
+TOO_SMALL = "is too small"
+TOO_LARGE = "is too large"
+
+
+def number_problem(
+    value: Any,
+    *,
+    integer: bool = False,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> str | None:
+    """Why ``value`` is not a number the rule takes, as one of ``TRUE_FALSE`` (a bool),
+    ``NOT_A_NUMBER`` (text, ``None``, anything else not an ``int``/``float``),
+    ``NOT_FINITE`` (NaN, +/-infinity),
+    ``NOT_WHOLE`` (``integer``: a float, even ``2.0``), ``TOO_SMALL`` / ``TOO_LARGE``
+    (outside ``minimum``..``maximum``, both inclusive), or ``None`` when it is one.
+    Callers turn the answer into their own message; nothing is raised. An ``int`` of
+    any size is compared exactly (no float conversion, so ``10**400`` is too large,
+    not an ``OverflowError``)."""
+    if isinstance(value, bool):
+        return TRUE_FALSE
+    if not isinstance(value, int | float):
+        return NOT_A_NUMBER
+    if isinstance(value, float) and not math.isfinite(value):
+        return NOT_FINITE
+    if integer and not isinstance(value, int):
+        return NOT_WHOLE
+    if minimum is not None and value < minimum:
+        return TOO_SMALL
+    if maximum is not None and value > maximum:
+        return TOO_LARGE
+    return None
 
 
 def value_problem(value: Any) -> tuple[str, str, str] | None:
