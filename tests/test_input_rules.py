@@ -7,11 +7,19 @@ from django.urls import reverse
 
 import tests.workflows.signalled  # noqa: F401 - registers the workflow
 from apitokens.services import create_token
+from runs.api.conditional import check_idempotency_key
+from runs.api.errors import ApiError
 from runs.engine.control.lifecycle import start_run
 from runs.engine.durations import duration_problem
 from runs.engine.effects.budget import limit_errors, parse_amount
 from runs.engine.effects.retry import retry_after_seconds
-from runs.engine.rules import NOT_FINITE, TRUE_FALSE, number_problem
+from runs.engine.rules import (
+    MAX_REQUEST_ID_CHARS,
+    NOT_FINITE,
+    TRUE_FALSE,
+    number_problem,
+    request_id_problem,
+)
 from runs.models import Event, RefusedAction, Signal
 from runs.workflows.definition import Workflow
 from tests.console_helpers import actors, clients, fast_passwords  # noqa: F401
@@ -113,3 +121,28 @@ def test_every_number_caller_refuses_true_false_nan_and_infinity_with_its_own_me
     for value, wanted in zip((True, float("nan"), float("inf")), expected, strict=True):
         got = answer(value)
         assert got == wanted if wanted is None else wanted in got, (value, got)
+
+
+#: key: (refused as a request id, refused as an Idempotency-Key header)
+REQUEST_IDS = {
+    "k-1": (False, False),
+    "x" * MAX_REQUEST_ID_CHARS: (False, False),
+    "x" * (MAX_REQUEST_ID_CHARS + 1): (True, True),
+    " ": (True, True),
+    "a\x00b": (True, True),
+    "a b": (False, True),
+    "café": (False, True),
+}
+
+
+@pytest.mark.parametrize("key", list(REQUEST_IDS))
+def test_one_request_id_rule_serves_the_engine_and_the_idempotency_key_header(key):
+    refused, refused_in_header = REQUEST_IDS[key]
+    assert (request_id_problem(key) is not None) == refused
+    assert (request_id_problem(key, header=True) is not None) == refused_in_header
+    if refused_in_header:
+        with pytest.raises(ApiError) as caught:
+            check_idempotency_key(key)
+        assert (caught.value.status, caught.value.code) == (422, "invalid_idempotency_key")
+    else:
+        check_idempotency_key(key)

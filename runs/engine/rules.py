@@ -12,6 +12,9 @@ webhooks), each rule written once here and refused with one error class.
 - **JSON values** (``value_problem``, ``check_value``): what ``values.storable`` can
   store faithfully (finite numbers, string keys, at most ``values.MAX_DEPTH`` levels,
   no lone surrogate) and, unlike an agent's output, no NUL in any string or key;
+- **request ids** (``request_id_problem``): an idempotency key is non-blank text of at
+  most ``MAX_REQUEST_ID_CHARS``; one sent as an HTTP header is also printable ASCII
+  without spaces (the API's ``Idempotency-Key``);
 - **states**: which verb applies in which state is ``runs.states.command_allows``,
   checked by the engine's verbs under the run's lock.
 
@@ -28,6 +31,7 @@ fields) instead of refusing it.
 """
 
 import math
+import re
 from typing import Any
 
 from runs.engine.errors import ControlError
@@ -84,6 +88,25 @@ def check_length(text: str, field: str, limit: int) -> None:
             f"at most {limit} characters",
             message=f"{field} must be at most {limit} characters (it has {len(text)})",
         )
+
+
+#: Longest request id (idempotency key) in characters: what the ``request_id`` columns
+#: hold.
+MAX_REQUEST_ID_CHARS = 200
+_HEADER_TEXT = re.compile(r"[\x21-\x7e]+")
+
+
+def request_id_problem(value: Any, *, header: bool = False) -> str | None:
+    """Why ``value`` cannot be a request id (the idempotency key of a start, a signal,
+    a message), or ``None`` when it can: blank or not text, or what ``text_problem``
+    finds with ``MAX_REQUEST_ID_CHARS``; with ``header`` (the value of an HTTP header)
+    also any character that is not printable ASCII or is a space."""
+    if not isinstance(value, str) or not value.strip():
+        return "must be non-empty text"
+    reason = text_problem(value, limit=MAX_REQUEST_ID_CHARS)
+    if reason is None and header and not _HEADER_TEXT.fullmatch(value):
+        return "must be printable ASCII without spaces"
+    return reason
 
 
 #: ``number_problem``'s answers, one per way a value fails the number rule.
