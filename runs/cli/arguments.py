@@ -231,9 +231,12 @@ def column_text(model: str, field: str) -> Callable[[str], str]:
             try:
                 check_length(value, field, limit)
             except InputRefused as exc:
-                raise argparse.ArgumentTypeError(
-                    f"must be at most {limit} characters (it has {len(value)}) [{exc.code}]"
-                ) from None
+                said = (
+                    f"must be at most {limit} characters (it has {len(value)})"
+                    if len(value) > limit
+                    else exc.reason
+                )
+                raise argparse.ArgumentTypeError(f"{said} [{exc.code}]") from None
         return value
 
     parse.__name__ = "text"

@@ -26,8 +26,8 @@ parse anything (the API's body gate, the console's form gate, the CLI's argument
 call the same functions.
 
 Storage encoding is another rule: what the engine itself writes (agent output, error
-details) keeps NUL as ``values.NUL_ESCAPE`` (``values.storable``, the checked model
-fields) instead of refusing it.
+details; never an operator's reason) keeps NUL as ``values.NUL_ESCAPE``
+(``values.storable``, the checked model fields) instead of refusing it.
 """
 
 import math
@@ -80,14 +80,17 @@ def check_text(
 
 
 def check_length(text: str, field: str, limit: int) -> None:
-    """Raise ``InputRefused`` naming ``field`` if ``text`` is longer than ``limit``
-    characters: a long value is refused whole, never cut."""
+    """Raise ``InputRefused`` naming ``field`` if the free text ``text`` (a reason,
+    evidence, a comment) is longer than ``limit`` characters (refused whole, never cut)
+    or breaks the text rule (NUL, a lone surrogate): it is stored as sent or not at
+    all."""
     if len(text) > limit:
         raise InputRefused(
             field,
             f"at most {limit} characters",
             message=f"{field} must be at most {limit} characters (it has {len(text)})",
         )
+    check_text(text, field)
 
 
 #: Longest request id (idempotency key) in characters: what the ``request_id`` columns
