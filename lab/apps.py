@@ -7,6 +7,11 @@ class LabConfig(AppConfig):
 
     def ready(self) -> None:
         _register_status_extras()
+        # Fault injection (``runs start --crash-before`` and the others) acts at the
+        # engine's hook points.
+        from lab import injection
+
+        injection.install()
 
 
 def _register_status_extras() -> None:

@@ -48,10 +48,10 @@ def _check_token_counter() -> None:
 
 
 def _register_sweep_tasks() -> None:
-    """Sweeper tasks beyond leases and notifications: finish cancels whose worker died,
-    expire approvals, flag stuck runs, release the steps of workers known to be dead,
-    time out signal waits and fire schedule ticks."""
-    from runs.engine.control import approvals, cancel, schedules, waits
+    """Sweeper tasks beyond leases and notifications: finish cancels and requested
+    pauses whose worker died, expire approvals, flag stuck runs, release the steps of
+    workers known to be dead, time out signal waits and fire schedule ticks."""
+    from runs.engine.control import approvals, cancel, lifecycle, schedules, waits
     from runs.engine.execution import liveness, sweeper, watchdog
 
     sweeper.EXTRA_TASKS.setdefault("cancels_finished", cancel.finish_requested_cancels)
@@ -59,6 +59,8 @@ def _register_sweep_tasks() -> None:
     sweeper.EXTRA_TASKS.setdefault("approvals_expired", approvals.expire_approvals)
     sweeper.EXTRA_TASKS.setdefault("stuck_flagged", watchdog.flag_stuck_runs)
     sweeper.EXTRA_TASKS.setdefault("dead_owners", liveness.release_dead_owners)
+    # After "dead_owners": once a dead worker's steps are given back, the pause completes.
+    sweeper.EXTRA_TASKS.setdefault("pauses_settled", lifecycle.settle_requested_pauses)
     # Signal waits past their deadline take their timeout route; due schedule ticks
     # start their runs. The sweeper wakes when either falls due.
     sweeper.EXTRA_TASKS.setdefault("signal_waits_timed_out", waits.expire_signal_waits)

@@ -114,6 +114,12 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    #: A pause asked for while steps ran (``lifecycle.pause_run``): set until none of
+    #: them runs any more and the run is PAUSED. No step of the run is claimed meanwhile.
+    pause_requested_at = models.DateTimeField(null=True, blank=True)
+    #: That request: ``{"reason", "actor"}``, and ``"resume"`` (the arguments of a
+    #: resume from a checkpoint made once nothing runs) when a resume asked for it.
+    pause_request = CheckedJSONField(default=dict, blank=True)
     last_event_at = models.DateTimeField(null=True, blank=True)
     #: Set by the watchdog when the run made no progress for too long; cleared on progress.
     stuck_since = models.DateTimeField(null=True, blank=True)

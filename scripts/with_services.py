@@ -40,17 +40,16 @@ data survives a crash or kill of PostgreSQL itself, only not one of the machine)
 default keeps them on, as the documented benchmark figures were measured.
 
 Exit codes: CMD's own; 128+N if CMD died of signal N; 127 if CMD was not found;
-2 for errors of this script. Standard library only (it runs before the venv may exist).
+2 for errors of this script. Standard library only (it runs before the venv may exist):
+the PostgreSQL server is ``lab.pg_bootstrap.PgServer``, the one bootstrapper the tests
+and the drills use too, a plain module importable before Django is configured.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import getpass
-import glob
 import os
-import pwd
 import shutil
 import signal
 import socket
@@ -61,11 +60,22 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+# Run as a script, this file's directory is first on sys.path; the repository root holds
+# the bootstrapper.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lab.pg_bootstrap import (  # noqa: E402 - after the path above
+    START_ATTEMPTS,
+    PgServer,
+    ServiceError,
+    find_pg_bin,
+    free_port,
+    parent_death_signal,
+    tail,
+)
+
 PROG = "with_services"
 DB_NAME = "agentops"
-RUN_AS_DEFAULT = "agentops"  # the unprivileged OS user for PostgreSQL when we are root
-PG_REQUIRED = ("pg_ctl", "initdb", "postgres")
-START_ATTEMPTS = 3  # a free port can be taken by someone else before the server binds it
 EXPORTED = (
     "DATABASE_URL",
     "REDIS_URL",
@@ -79,10 +89,6 @@ EXPORTED = (
     "AGENTOPS_REDIS_PORT",
     "AGENTOPS_REQUIRE_SERVICES",
 )
-
-
-class ServiceError(Exception):
-    """A service could not be found, started or prepared; the message says why."""
 
 
 class Interrupted(Exception):
@@ -100,88 +106,6 @@ def log(msg: str) -> None:
     print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago (the caller retries on a race)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def tail(path: Path, lines: int = 30) -> str:
-    """Return the last ``lines`` lines of a text file, or a note if it cannot be read."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        return f"(no log at {path}: {exc})"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def find_pg_bin() -> tuple[Path | None, str]:
-    """Find the directory of the PostgreSQL server binaries.
-
-    Returns ``(dir, "")`` or ``(None, reason)``. Looks at pg_ctl on PATH (following the
-    symlink, since Debian's /usr/local/bin links lack pg_isready and createdb), then the
-    newest /usr/lib/postgresql/*/bin.
-    """
-    candidates: list[Path] = []
-    found = shutil.which("pg_ctl")
-    if found:
-        candidates += [Path(os.path.realpath(found)).parent, Path(found).parent]
-    versions = glob.glob("/usr/lib/postgresql/*/bin")
-
-    def major(path: str) -> int:
-        name = Path(path).parent.name
-        return int(name) if name.isdigit() else 0
-
-    candidates += [Path(p) for p in sorted(versions, key=major, reverse=True)]
-    for cand in candidates:
-        if all(os.access(cand / tool, os.X_OK) for tool in PG_REQUIRED):
-            return cand, ""
-    return None, "PostgreSQL server binaries (pg_ctl, initdb, postgres) not found on PATH"
-
-
-def pg_tool(bin_dir: Path, name: str) -> str | None:
-    """Return the path of a PostgreSQL client tool, preferring ``bin_dir``, else PATH."""
-    cand = bin_dir / name
-    if os.access(cand, os.X_OK):
-        return str(cand)
-    return shutil.which(name)
-
-
-def ensure_run_as_user() -> pwd.struct_passwd | None:
-    """When root, return the unprivileged user PostgreSQL runs as, creating it if needed.
-
-    Returns ``None`` when not root (PostgreSQL then runs as ourselves). The name comes
-    from ``AGENTOPS_PG_USER`` (default ``agentops``). Raises ``ServiceError`` if the user
-    cannot be created.
-    """
-    if os.geteuid() != 0:
-        return None
-    name = os.environ.get("AGENTOPS_PG_USER") or RUN_AS_DEFAULT
-    with contextlib.suppress(KeyError):
-        return pwd.getpwnam(name)
-    proc = subprocess.run(
-        [
-            "useradd",
-            "--system",
-            "--user-group",
-            "--no-create-home",
-            "--home-dir",
-            "/nonexistent",
-            "--shell",
-            "/usr/sbin/nologin",
-            name,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    # A concurrent run may have created it between our lookup and useradd.
-    with contextlib.suppress(KeyError):
-        return pwd.getpwnam(name)
-    raise ServiceError(f"cannot create user {name!r} to run PostgreSQL: {proc.stderr.strip()}")
-
-
 def redis_ping(port: int, timeout: float = 1.0) -> bool:
     """Return True if a Redis on 127.0.0.1:``port`` answers PING with PONG."""
     try:
@@ -190,25 +114,6 @@ def redis_ping(port: int, timeout: float = 1.0) -> bool:
             return sock.recv(64).startswith(b"+PONG")
     except OSError:
         return False
-
-
-def _parent_death_signal(signum: int):
-    """Return a ``preexec_fn`` that makes the child get ``signum`` when this script dies
-    (even by SIGKILL), so a killed wrapper does not leak servers. Linux only; elsewhere
-    (or if libc cannot be loaded) it returns None and nothing is set.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)  # loaded here, not in the forked child
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
-
-    def preexec() -> None:
-        prctl(1, signum)  # 1 = PR_SET_PDEATHSIG; runs after setuid, which would clear it
-
-    return preexec
 
 
 def spawn_redis(
@@ -241,7 +146,7 @@ def spawn_redis(
             stdout=logf,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_parent_death_signal(signal.SIGTERM) if die_with_parent else None,
+            preexec_fn=parent_death_signal(signal.SIGTERM) if die_with_parent else None,
         )
 
 
@@ -312,55 +217,21 @@ class Services:
         self.keep_data = keep_data
         self.redis_conf = redis_conf
         self.fsync = fsync
-        self.run_as: pwd.struct_passwd | None = None
-        self.db_user = getpass.getuser()
         self.tmp: Path | None = None
-        self.pg_port = 0
+        self.pg: PgServer | None = None
         self.redis_port = 0
-        self.pg_proc: subprocess.Popen | None = None
         self.redis_proc: subprocess.Popen | None = None
         self.timings: dict[str, float] = {}
-        self._should_stop = lambda: None
-
-    # paths -------------------------------------------------------------------------
-    @property
-    def pgdata(self) -> Path:
-        assert self.tmp is not None
-        return self.tmp / "pgdata"
+        self._should_stop: Callable[[], int | None] = lambda: None
 
     @property
-    def pg_log(self) -> Path:
-        assert self.tmp is not None
-        return self.tmp / "postgres.log"
+    def pg_port(self) -> int:
+        return self.pg.port if self.pg else 0
 
     @property
     def redis_log(self) -> Path:
         assert self.tmp is not None
         return self.tmp / "redis.log"
-
-    # helpers -----------------------------------------------------------------------
-    def _as_run_as(self) -> dict:
-        """Popen keyword arguments that run a child as the unprivileged user, if any."""
-        if self.run_as is None:
-            return {}
-        return {"user": self.run_as.pw_uid, "group": self.run_as.pw_gid, "extra_groups": []}
-
-    def _run_pg(self, args: list[str], timeout: float) -> subprocess.CompletedProcess:
-        """Run a PostgreSQL binary to completion as the unprivileged user (it refuses root)."""
-        return subprocess.run(
-            args,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            cwd=self.tmp,
-            **self._as_run_as(),
-        )
-
-    def _client_args(self) -> list[str]:
-        """The arguments that point a PostgreSQL client tool at our server as its user."""
-        return ["-h", "127.0.0.1", "-p", str(self.pg_port), "-U", self.db_user]
 
     def _check_interrupt(self) -> None:
         signum = self._should_stop()
@@ -369,23 +240,23 @@ class Services:
 
     def env(self) -> dict[str, str]:
         """Return the variables to export to CMD (see the module docstring)."""
-        base = f"postgres://{self.db_user}@127.0.0.1:{self.pg_port}"
+        assert self.pg is not None
         return {
-            "DATABASE_URL": f"{base}/{DB_NAME}",
+            "DATABASE_URL": self.pg.url(DB_NAME),
             "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
-            "AGENTOPS_PG_ADMIN_URL": f"{base}/postgres",
-            "AGENTOPS_PG_DATA": str(self.pgdata),
+            "AGENTOPS_PG_ADMIN_URL": self.pg.url("postgres"),
+            "AGENTOPS_PG_DATA": str(self.pg.data),
             "AGENTOPS_PG_BIN": str(self.pg_bin),
-            "AGENTOPS_PG_RUN_AS": self.run_as.pw_name if self.run_as else "",
-            "AGENTOPS_PG_LOG": str(self.pg_log),
-            "AGENTOPS_PG_PORT": str(self.pg_port),
+            "AGENTOPS_PG_RUN_AS": self.pg.run_as.pw_name if self.pg.run_as else "",
+            "AGENTOPS_PG_LOG": str(self.pg.log),
+            "AGENTOPS_PG_PORT": str(self.pg.port),
             "AGENTOPS_REDIS_BIN": self.redis_bin,
             "AGENTOPS_REDIS_PORT": str(self.redis_port),
             "AGENTOPS_REQUIRE_SERVICES": "1",
         }
 
     # start -------------------------------------------------------------------------
-    def start(self, should_stop=lambda: None) -> None:
+    def start(self, should_stop: Callable[[], int | None] = lambda: None) -> None:
         """Create the temp dir, start both services and create the database.
 
         ``should_stop() -> int | None`` is polled between steps; a signal number aborts
@@ -393,157 +264,21 @@ class Services:
         something fails. Call ``stop()`` afterwards in every case.
         """
         self._should_stop = should_stop
-        self.run_as = ensure_run_as_user()
-        if self.run_as is not None:
-            self.db_user = self.run_as.pw_name
         self.tmp = Path(tempfile.mkdtemp(prefix="agentops-services-"))
-        if self.run_as is not None:
-            # The server writes its data dir here; root can still read it all.
-            os.chown(self.tmp, self.run_as.pw_uid, self.run_as.pw_gid)
+        self.pg = PgServer(self.pg_bin, self.tmp, fsync=self.fsync)
         self._check_interrupt()
         t0 = time.monotonic()
-        self._start_postgres()
+        self.pg.init()
+        # The postmaster is our own child rather than daemonized by `pg_ctl start` so
+        # that it dies with us even if we are SIGKILLed; `pg_ctl stop` still works on it.
+        self.pg.start(as_child=True, check_interrupt=self._check_interrupt)
+        self.pg.create_database(DB_NAME)
         t1 = time.monotonic()
         self._check_interrupt()
         self._start_redis()
         t2 = time.monotonic()
         self._check_interrupt()
         self.timings = {"postgres": t1 - t0, "redis": t2 - t1}
-
-    def _start_postgres(self) -> None:
-        initdb = [
-            str(self.pg_bin / "initdb"),
-            "-D",
-            str(self.pgdata),
-            "--auth=trust",
-            f"--username={self.db_user}",
-            "--encoding=UTF8",
-            "--locale=C",
-            # Throwaway cluster: skipping initdb's fsyncs saves time (the server's own
-            # fsync follows --no-fsync).
-            "--no-sync",
-        ]
-        proc = self._run_pg(initdb, timeout=180)
-        if proc.returncode != 0:
-            raise ServiceError(
-                f"initdb failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}"
-            )
-        with open(self.pgdata / "postgresql.conf", "a", encoding="utf-8") as fh:
-            # Our settings live in their own file so a port retry can rewrite them, and a
-            # drill's plain `pg_ctl start` later picks up the same port and settings.
-            fh.write("\ninclude 'agentops.conf'\n")
-        self.pg_log.touch()
-        if self.run_as is not None:
-            # A drill restarting the server with `pg_ctl -l $AGENTOPS_PG_LOG` runs as run_as.
-            os.chown(self.pg_log, self.run_as.pw_uid, self.run_as.pw_gid)
-
-        durable = "on" if self.fsync else "off"
-        for attempt in range(1, START_ATTEMPTS + 1):
-            self._check_interrupt()
-            self.pg_port = free_port()
-            (self.pgdata / "agentops.conf").write_text(
-                "listen_addresses = '127.0.0.1'\n"
-                f"port = {self.pg_port}\n"
-                "unix_socket_directories = ''\n"  # TCP only: no /var/run/postgresql needed
-                "max_connections = 200\n"
-                "synchronous_commit = on\n"
-                f"fsync = {durable}\n"
-                f"full_page_writes = {durable}\n"
-                "log_line_prefix = '%m [%p] %q%u@%d '\n",
-                encoding="utf-8",
-            )
-            log_offset = self.pg_log.stat().st_size
-            # The postmaster runs as our own child rather than daemonized by `pg_ctl start`
-            # so that it dies with us (SIGQUIT = immediate shutdown) even if we are
-            # SIGKILLed; `pg_ctl stop` still works on it through postmaster.pid.
-            with open(self.pg_log, "ab") as logf:
-                self.pg_proc = subprocess.Popen(
-                    [str(self.pg_bin / "postgres"), "-D", str(self.pgdata)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=logf,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.tmp,
-                    start_new_session=True,
-                    preexec_fn=_parent_death_signal(signal.SIGQUIT),
-                    **self._as_run_as(),
-                )
-            if self._wait_pg_ready():
-                break
-            rc = self.pg_proc.wait()
-            self.pg_proc = None
-            new_log = self.pg_log.read_text(errors="replace")[log_offset:]
-            if "Address already in use" not in new_log or attempt == START_ATTEMPTS:
-                raise ServiceError(
-                    f"postgres exited with {rc} during start\n--- {self.pg_log} ---\n"
-                    f"{tail(self.pg_log)}"
-                )
-
-        createdb = pg_tool(self.pg_bin, "createdb")
-        if createdb:
-            args = [createdb, *self._client_args(), DB_NAME]
-        else:
-            psql = pg_tool(self.pg_bin, "psql")
-            if not psql:
-                raise ServiceError("neither createdb nor psql found to create the database")
-            args = [
-                psql,
-                *self._client_args(),
-                "-d",
-                "postgres",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-c",
-                f"CREATE DATABASE {DB_NAME}",
-            ]
-        proc = subprocess.run(
-            args, capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL
-        )
-        if proc.returncode != 0:
-            raise ServiceError(f"creating database {DB_NAME!r} failed: {proc.stderr.strip()}")
-
-    def _wait_pg_ready(self, timeout: float = 60.0) -> bool:
-        """Wait until the postmaster accepts connections: True; False if it exited.
-
-        Raises ``ServiceError`` if it is still not ready after ``timeout`` seconds.
-        """
-        assert self.pg_proc is not None
-        pg_isready = pg_tool(self.pg_bin, "pg_isready")
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.pg_proc.poll() is not None:
-                return False
-            if pg_isready:
-                ready = (
-                    subprocess.run(
-                        [
-                            pg_isready,
-                            "-q",
-                            *self._client_args(),
-                            "-d",
-                            "postgres",
-                            "-t",
-                            "2",
-                        ],
-                        check=False,
-                        stdin=subprocess.DEVNULL,
-                    ).returncode
-                    == 0
-                )
-            else:  # no client tools: an accepted TCP connection is the best we can see
-                try:
-                    socket.create_connection(("127.0.0.1", self.pg_port), timeout=1).close()
-                    ready = True
-                except OSError:
-                    ready = False
-            if ready:
-                return True
-            if time.monotonic() > deadline:
-                raise ServiceError(
-                    f"PostgreSQL on port {self.pg_port} not ready after {timeout:.0f}s\n"
-                    f"--- {self.pg_log} ---\n{tail(self.pg_log)}"
-                )
-            self._check_interrupt()
-            time.sleep(0.05)
 
     def _start_redis(self, timeout: float = 20.0) -> None:
         assert self.tmp is not None
@@ -588,46 +323,10 @@ class Services:
         self.tmp = None
 
     def _stop_postgres(self) -> None:
-        pidfile = self.pgdata / "postmaster.pid"
-        if pidfile.exists():  # running, whether we started it or a drill restarted it
-            pg_ctl = str(self.pg_bin / "pg_ctl")
-            for mode in ("fast", "immediate"):
-                try:
-                    proc = self._run_pg(
-                        [
-                            pg_ctl,
-                            "-D",
-                            str(self.pgdata),
-                            "-m",
-                            mode,
-                            "-w",
-                            "-t",
-                            "30",
-                            "-s",
-                            "stop",
-                        ],
-                        timeout=45,
-                    )
-                    if proc.returncode == 0 or not pidfile.exists():
-                        break
-                    log(f"pg_ctl stop -m {mode} failed: {proc.stderr.strip()}")
-                except subprocess.TimeoutExpired:
-                    log(f"pg_ctl stop -m {mode} timed out")
-            else:
-                # Last resort: the postmaster's PID is the first line of postmaster.pid.
-                try:
-                    pid = int(pidfile.read_text().split()[0])
-                    os.kill(pid, signal.SIGKILL)
-                    log(f"killed postmaster {pid}")
-                except (OSError, ValueError, IndexError) as exc:
-                    log(f"could not kill postmaster: {exc}")
-        proc, self.pg_proc = self.pg_proc, None
-        if proc is not None:  # reap our own postmaster (or kill it if it is still up)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        """Stop PostgreSQL by its data directory, whether we started it or a drill
+        restarted it."""
+        if self.pg is not None:
+            self.pg.stop("fast", say=log)
 
     def _stop_redis(self, timeout: float = 10.0) -> None:
         proc, self.redis_proc = self.redis_proc, None

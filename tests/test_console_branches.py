@@ -1,18 +1,20 @@
 """The run page of a map step with 10,000 branches: the branches are counted by state
 in one grouped query, the steps section shows one page of them (a branch named with its
 position), and the page makes as many queries as for a fan-out of three; the timeline
-draws the map step's wait for its branches, ended by the join."""
+draws the map step's wait for its branches, ended by the join. A resume confirmed while
+a branch runs says it waits for it, and is made once the branch stopped."""
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from runs.console.access import form_version
 from runs.console.charts import run_timeline
-from runs.engine.control.lifecycle import start_run
+from runs.engine.control.lifecycle import settle_pause, start_run
 from runs.engine.state.clock import db_now
-from runs.models import Step
-from runs.states import StepStatus
+from runs.models import Event, Run, Step
+from runs.states import RunStatus, StepStatus
 from runs.views.run_detail import SECTION_SIZE
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process
@@ -92,3 +94,34 @@ def test_the_timeline_shows_the_map_steps_wait_for_its_branches_until_the_join(c
     assert waits == [["fetch", "wait: branches (joined)"]]
     html, _ = _page(clients["alice"], run)  # noqa: F405
     assert "SUCCEEDED 3" in html.split('id="branches"')[1].split("</table>")[0]
+
+
+def test_a_resume_while_a_branch_runs_is_requested_then_made_once_it_stopped(clients, actors):  # noqa: F405
+    run = _fanned_out_run(actors["bob"], 3)  # noqa: F405
+    arrange(Run.objects.filter(pk=run.pk), status=RunStatus.RUNNING)
+    running = Step.objects.get(run=run, status=StepStatus.RUNNING)
+    arrange(Step.objects.filter(pk=running.pk), attempt=1, owner="w1", lease_until=db_now())
+    url = reverse("console:resume_preview", args=[run.pk])
+    form = {"checkpoint": "start", "reason": "fan out afresh"}
+    previewed = clients["bob"].get(url, {"checkpoint": "start"}).context["previewed"]  # noqa: F405
+    run.refresh_from_db()
+    response = clients["bob"].post(  # noqa: F405
+        url, {**form, "previewed": previewed, "run_version": form_version(run)}, follow=True
+    )
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    waiting = "pause requested, waiting for the running steps (1 running)"
+    assert f"resume requested; {waiting}" in page
+    assert f'id="pause-progress">{waiting}' in page
+    run.refresh_from_db()
+    assert (run.generation, run.pause_request["resume"]["checkpoint"]) == (1, "start")
+
+    # Its lease gone (a dead worker), the next settle makes the resume as its requester.
+    assert settle_pause(run.pk, actor="sweeper")
+    run.refresh_from_db()
+    assert (run.generation, run.pause_requested_at, run.pause_request) == (2, None, {})
+    assert Step.objects.get(pk=running.pk).status == StepStatus.SUPERSEDED
+    resumed = Event.objects.get(run=run, type="run.resumed_from_checkpoint")
+    assert (resumed.actor, resumed.payload["reason"]) == ("user:bob", "fan out afresh")
+    assert not Event.objects.filter(run=run, type="run.paused").exists()

@@ -3,6 +3,7 @@
 
 import pytest
 
+from tests.control_support import events_of, facts
 from tests.support.services import BACKENDS
 
 QUESTION = '{"question": "How warm is the living room?"}'
@@ -51,8 +52,15 @@ def test_it_resumes_after_the_worker_dies_before_reply(deployment_factory, backe
     assert len(status["messages"]) == 4
     assert "23.5 °C" in status["messages"][-1]["content"]
     assert status["calls"] == {"thermostat.read": 1}
+    # The crashed worker had claimed reply and gave it back uncounted before running
+    # it: the resumed claim has the next fencing token.
     attempts = {s["name"]: s["attempt"] for s in status["steps"]}
-    assert attempts == {"plan": 1, "read_temperature": 1, "reply": 1}
+    assert attempts == {"plan": 1, "read_temperature": 1, "reply": 2}
+    info = facts(d, run_id)
+    [released] = events_of(info, "step.released")
+    assert released["payload"] == {"attempt": 1, "reason": "fault injected"}
+    [injected] = events_of(info, "fault.injected")
+    assert injected["payload"]["fault"] == "crash_before" and injected["seq"] > released["seq"]
 
 
 def test_it_refuses_bad_cli_input_with_a_message_and_nothing_stored(deployment_factory):

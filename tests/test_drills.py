@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from lab import pg_bootstrap
 from lab.drills import catalog, sandbox
 from lab.drills.base import DRILLS, DrillResult, Recorder, format_table, run_drill
 
@@ -97,7 +98,7 @@ def test_it_finds_the_server_binaries_on_path_without_the_harness_variables(depl
 def test_it_prefers_the_target_of_the_pg_ctl_link_on_path(tmp_path, monkeypatch):
     server_bin = tmp_path / "lib" / "bin"
     server_bin.mkdir(parents=True)
-    for tool in sandbox.PG_SERVER_TOOLS:
+    for tool in pg_bootstrap.PG_SERVER_TOOLS:
         (server_bin / tool).write_text("#!/bin/sh\n")
         (server_bin / tool).chmod(0o755)
     on_path = tmp_path / "local-bin"
@@ -105,13 +106,13 @@ def test_it_prefers_the_target_of_the_pg_ctl_link_on_path(tmp_path, monkeypatch)
     (on_path / "pg_ctl").symlink_to(server_bin / "pg_ctl")
     monkeypatch.delenv("AGENTOPS_PG_BIN", raising=False)
     monkeypatch.setenv("PATH", str(on_path))
-    assert sandbox.find_pg_server_bin() == server_bin
+    assert pg_bootstrap.find_pg_bin() == (server_bin, "")
 
 
 def test_it_skips_a_drill_with_the_reason_when_postgresql_cannot_run(tmp_path, monkeypatch):
     monkeypatch.delenv("AGENTOPS_PG_BIN", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(sandbox.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(pg_bootstrap.glob, "glob", lambda pattern: [])
     result = run_drill("db_outage")
     assert result.skipped and "not found" in result.skipped
     assert result.passed and result.error is None

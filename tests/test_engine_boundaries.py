@@ -5,6 +5,7 @@
   approvals and takeovers), the lab (drills, simulator, demo seed), or a model
   provider's SDK;
 - no module of the engine sits in an import cycle with a module outside it;
+- the engine names no injected fault: the lab acts through the engine's hook points;
 - only the gateway writes a status, attempt, version or generation of Run, Step,
   Approval, Takeover or Operation.
 """
@@ -148,6 +149,23 @@ def test_it_keeps_the_engine_free_of_the_approvals_app_lab_and_sdks():
         for imported in _imported_names(name, path):
             if any(imported == f or imported.startswith(f + ".") for f in FORBIDDEN_IN_ENGINE):
                 offending.append(f"{name} imports {imported}")
+    assert offending == []
+
+
+#: The run ``faults`` keys the lab's injection reads (``lab.injection``).
+FAULT_NAMES = ("crash_before", "crash_at", "crash_after_tool", "hang_after_tool")
+
+
+def test_it_keeps_fault_injection_out_of_the_engine():
+    offending = []
+    for name, path in MODULES.items():
+        if not _in_engine(name):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                hit = [f for f in FAULT_NAMES if f in node.value]
+                if hit:
+                    offending.append(f"{name}:{node.lineno} names {', '.join(hit)}")
     assert offending == []
 
 

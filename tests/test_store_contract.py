@@ -67,8 +67,9 @@ def _trips(fn: Callable[[], Any]) -> tuple[Any, int]:
 
 
 def scenario_claim() -> dict[str, Any]:
-    """Claim a due step, refuse a held one, reclaim an expired lease, and leave a step
-    that needs the process to prepare first unwritten."""
+    """Claim a due step, refuse a held one, reclaim an expired lease, leave a step that
+    needs the process to prepare first unwritten, and claim a step whose run has a fault
+    armed (the lab's data, no claim condition)."""
     run, first, known = _start("contract-claim")
     seen = _seq(run)
     claim, trips = _trips(lambda: store().claim(first.pk, "w1", 30, known=known))
@@ -93,15 +94,11 @@ def scenario_claim() -> dict[str, Any]:
     other, step, known = _start("contract-prepare")
     seen = _seq(other)
     unknown = store().claim(step.pk, "w1", 30, known=["other@1"])
+    out["prepare"] = [unknown.outcome, unknown.step.pk == step.pk, _seq(other) - seen]
+    out["prepare"].append(_row(step.pk))
     Run.objects.filter(pk=other.pk).update(faults={"crash_before": step.name})
     armed = store().claim(step.pk, "w1", 30, known=known)
-    out["prepare"] = [
-        unknown.outcome,
-        unknown.step.pk == step.pk,
-        armed.outcome,
-        _seq(other) - seen,
-        _row(step.pk),
-    ]
+    out["armed"] = [armed.outcome, _row(step.pk)]
     return out
 
 
@@ -112,9 +109,10 @@ def scenario_claim_due() -> dict[str, Any]:
     # database).
     arrange(Step.objects.filter(leases.due()), status=StepStatus.CANCELLED)
     runs = [_start(f"contract-due-{i}")[0] for i in range(3)]
-    # A step with a crash armed before it needs the process to prepare: left unclaimed.
-    armed, armed_step, known = _start("contract-due-armed")
-    Run.objects.filter(pk=armed.pk).update(faults={"crash_before": armed_step.name})
+    # A step of a workflow version this process does not know needs the process to
+    # prepare: left unclaimed.
+    _, unknown_step, known = _start("contract-due-unknown")
+    Run.objects.filter(pk=unknown_step.run_id).update(workflow_version=99)
     seen = [_seq(r) for r in runs]
     batches = [store().claim_due("w1", 30, limit, known=known) for limit in (2, 5, 5)]
     steps = Step.objects.filter(run__in=runs)
@@ -124,7 +122,7 @@ def scenario_claim_due() -> dict[str, Any]:
         "distinct": len({s.pk for b in batches for s in b}),
         "rows": sorted(list(r) for r in steps.values_list("status", "attempt", "owner")),
         "events": [_events(r, after) for r, after in zip(runs, seen, strict=True)],
-        "armed": _row(armed_step.pk),
+        "unknown": _row(unknown_step.pk),
     }
 
 
@@ -391,8 +389,10 @@ def test_claim(observe):
         ["RUNNING", 2, "w2"],
         [["step.started", {"attempt": 2, "worker": "w2", "reclaimed_from": "w1"}]],
     ]
-    # An unknown workflow version and an armed crash: the process prepares first.
-    assert out["prepare"] == ["prepare", True, "prepare", 0, ["PENDING", 0, ""]]
+    # An unknown workflow version: the process prepares first. An armed crash is the
+    # lab's business (its hook fires after the claim): the claim takes the step.
+    assert out["prepare"] == ["prepare", True, 0, ["PENDING", 0, ""]]
+    assert out["armed"] == ["claimed", ["RUNNING", 1, "w1"]]
     if out["backend"] == "PostgresStore":
         assert out["claim_trips"] == 1
 
@@ -408,7 +408,7 @@ def test_claim_due(observe):
         ["step.started", {"attempt": 1, "worker": "w1"}],
     ]
     assert out["events"] == [started] * 3
-    assert out["armed"] == ["PENDING", 0, ""]
+    assert out["unknown"] == ["PENDING", 0, ""]
 
 
 def test_claim_due_takes_a_map_steps_branches_at_once(observe):

@@ -27,7 +27,8 @@ from django.db import connection
 from lab.drills.base import DrillSkipped, drill, events, owner_pid, running_or_exit, steps
 from lab.drills.base import wait_terminal as _wait_terminal
 from lab.drills.catalog import DRILL_ENV, _start_room
-from lab.drills.sandbox import PgCluster, Sandbox, SandboxError, db_url, free_port, wait_until
+from lab.drills.sandbox import PgCluster, Sandbox, SandboxError, db_url, wait_until
+from lab.pg_bootstrap import free_port
 from lab.sim import faults, services
 from lab.sim.devices import device_calls
 from runs.engine.control.lifecycle import start_run

@@ -8,19 +8,15 @@ processes against all of that. While active, this process's own Django connectio
 device directory and queue point at the sandbox too, so engine functions (``start_run``,
 ``run_status``) can be called directly. Everything is dropped on exit.
 
-``PgCluster`` is a PostgreSQL server of our own (``initdb`` from the server binaries
-``find_pg_server_bin`` finds) for drills that stop and start the database.
+``PgCluster`` is a PostgreSQL server of our own (``lab.pg_bootstrap.PgServer``) for
+drills that stop and start the database.
 """
 
 import contextlib
-import glob
-import hashlib
 import os
-import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,9 +30,15 @@ from django.db import connections
 
 from agentops.links import bounded_redis_url
 from lab.drills.base import DrillSkipped
+from lab.pg_bootstrap import (
+    PgServer,
+    ServiceError,
+    ensure_template,
+    find_pg_bin,
+    migrations_hash,
+)
 
 MANAGE_PY = Path(settings.BASE_DIR) / "manage.py"
-MIGRATION_DIRS = [Path(settings.BASE_DIR) / app / "migrations" for app in ("runs", "approvals")]
 
 
 class SandboxError(Exception):
@@ -65,12 +67,6 @@ def process_state(pid: int) -> str:
             return fh.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return ""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 #: How to get PostgreSQL and Redis for a command that needs them (said in its error).
@@ -119,41 +115,15 @@ def admin_connect(server: dict):
     )
 
 
-def _migrations_hash() -> str:
-    digest = hashlib.sha256()
-    for directory in MIGRATION_DIRS:
-        for path in sorted(directory.glob("*.py")):
-            digest.update(path.name.encode() + path.read_bytes())
-    return digest.hexdigest()[:12]
-
-
-def ensure_template(server: dict) -> str:
-    """Name of a migrated template database on ``server``, created (migrate in a
-    subprocess, then renamed into place so a half-migrated one is never used) if missing."""
-    name = f"agentops_scratch_tpl_{_migrations_hash()}"
-    with admin_connect(server) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            return name
-        building = f"{name}_{secrets.token_hex(3)}"
-        conn.execute(f'CREATE DATABASE "{building}"')
-    env = {**os.environ, "DATABASE_URL": db_url(server, building)}
-    proc = subprocess.run(
-        [sys.executable, str(MANAGE_PY), "migrate", "--noinput", "-v", "0"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    with admin_connect(server) as conn:
-        if proc.returncode != 0:
-            conn.execute(f'DROP DATABASE IF EXISTS "{building}"')
-            raise SandboxError(f"migrate of the scratch template failed:\n{proc.stderr[-2000:]}")
-        try:
-            conn.execute(f'ALTER DATABASE "{building}" RENAME TO "{name}"')
-        except Exception:  # noqa: BLE001 - a concurrent builder won the race; use theirs
-            conn.execute(f'DROP DATABASE IF EXISTS "{building}"')
-    return name
+def scratch_template(server: dict) -> str:
+    """Name of the migrated template database of the scratch databases on ``server``
+    (``lab.pg_bootstrap.ensure_template``: built if missing, kept for the next drill).
+    Raises ``SandboxError`` if its migrate fails."""
+    name = f"agentops_scratch_tpl_{migrations_hash()[:12]}"
+    try:
+        return ensure_template(db_url(server, "postgres"), name, os.environ)
+    except ServiceError as exc:
+        raise SandboxError(str(exc)) from None
 
 
 def scratch_redis_url() -> str:
@@ -198,7 +168,7 @@ class Sandbox:
 
     # -- lifecycle ----------------------------------------------------------------------
     def __enter__(self) -> "Sandbox":
-        template = ensure_template(self.server)
+        template = scratch_template(self.server)
         with admin_connect(self.server) as conn:
             conn.execute(f'CREATE DATABASE "{self.db_name}" TEMPLATE "{template}"')
         self.redis().flushdb()
@@ -385,57 +355,17 @@ class Sandbox:
         return Path(proc.log_path).read_text(encoding="utf-8", errors="replace")
 
 
-#: Server binaries a drill's own PostgreSQL needs.
-PG_SERVER_TOOLS = ("pg_ctl", "initdb", "postgres")
-
-
-def find_pg_server_bin() -> Path | None:
-    """The directory holding ``pg_ctl``, ``initdb`` and ``postgres``, found the way
-    ``scripts/with_services.py`` finds it: ``AGENTOPS_PG_BIN``, then ``pg_ctl`` on PATH
-    (its symlink's target directory first: Debian's PATH links lack ``initdb``), then
-    the newest ``/usr/lib/postgresql/*/bin``; ``None`` if none has all three."""
-    candidates = []
-    if os.environ.get("AGENTOPS_PG_BIN"):
-        candidates.append(Path(os.environ["AGENTOPS_PG_BIN"]))
-    found = shutil.which("pg_ctl")
-    if found:
-        candidates += [Path(os.path.realpath(found)).parent, Path(found).parent]
-    versions = [Path(p) for p in glob.glob("/usr/lib/postgresql/*/bin")]
-    candidates += sorted(
-        versions,
-        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
-        reverse=True,
-    )
-    for cand in candidates:
-        if all(os.access(cand / tool, os.X_OK) for tool in PG_SERVER_TOOLS):
-            return cand
-    return None
-
-
-def _run_as_user() -> str:
-    """As root, the unprivileged OS user the drill's PostgreSQL runs as (it refuses
-    root): ``AGENTOPS_PG_RUN_AS``, else ``agentops`` (the user ``scripts/with_services.py``
-    creates), else ``postgres`` (Debian's package creates it); ``""`` if none exists."""
-    for name in (os.environ.get("AGENTOPS_PG_RUN_AS"), "agentops", "postgres"):
-        if not name:
-            continue
-        try:
-            pwd.getpwnam(name)
-        except KeyError:
-            continue
-        return name
-    return ""
-
-
 class PgCluster:
-    """A PostgreSQL server of our own in a temp dir, started and stopped with ``pg_ctl``.
+    """A PostgreSQL server of our own in a temp dir (``lab.pg_bootstrap.PgServer``),
+    started and stopped with ``pg_ctl`` so a drill can take it down and bring it back on
+    the same port.
 
-    Finds the server binaries with ``find_pg_server_bin``; when we are root the server
-    runs as ``_run_as_user()`` (PostgreSQL refuses root). Raises ``PgUnavailable`` (the
-    drill is skipped with that reason) when either is missing. ``server`` gives the
-    connection parameters for ``Sandbox(server=...)``. ``listen``: the addresses it
-    listens on (loopback by default); ``conf``: more ``postgresql.conf`` settings;
-    ``clients``: more client addresses it trusts (besides loopback's 127.0.0.1).
+    Raises ``PgUnavailable`` (the drill is skipped with that reason) when the server
+    binaries are missing or, as root, no unprivileged user can run it. ``server`` gives
+    the connection parameters for ``Sandbox(server=...)`` once ``init()`` has started
+    it. ``listen``: the addresses it listens on (loopback by default); ``conf``: more
+    ``postgresql.conf`` settings; ``clients``: more client addresses it trusts (besides
+    loopback's 127.0.0.1).
     """
 
     def __init__(
@@ -445,86 +375,41 @@ class PgCluster:
         conf: dict | None = None,
         clients: tuple[str, ...] = (),
     ):
-        bin_dir = find_pg_server_bin()
+        bin_dir, missing = find_pg_bin()
         if bin_dir is None:
-            raise PgUnavailable(
-                "PostgreSQL server binaries (pg_ctl, initdb, postgres) not found on PATH, "
-                "in AGENTOPS_PG_BIN or under /usr/lib/postgresql"
+            raise PgUnavailable(missing)
+        root = Path(tempfile.mkdtemp(prefix="agentops-pgdrill-"))
+        try:
+            self.pg = PgServer(
+                bin_dir, root, listen=listen, clients=clients, conf=conf, max_connections=100
             )
-        self.bin = bin_dir
-        self.run_as = _run_as_user() if os.geteuid() == 0 else ""
-        if os.geteuid() == 0 and not self.run_as:
-            raise PgUnavailable(
-                "running as root: set AGENTOPS_PG_RUN_AS to an unprivileged user for "
-                "PostgreSQL (it refuses to run as root)"
-            )
-        self.root = Path(tempfile.mkdtemp(prefix="agentops-pgdrill-"))
-        self.data = self.root / "data"
-        self.log = self.root / "postgres.log"
-        self.port = free_port()
-        self.listen = listen
-        self.conf = dict(conf or {})
-        self.clients = clients
-        self.user = self.run_as or os.environ.get("USER") or "postgres"
-        self.server = {
-            "host": "127.0.0.1",
-            "port": str(self.port),
-            "user": self.user,
-            "password": "",
-        }
+        except ServiceError as exc:
+            shutil.rmtree(root, ignore_errors=True)
+            raise PgUnavailable(str(exc)) from None
 
-    def _pg(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        argv = [str(self.bin / args[0]), *args[1:]]
-        if self.run_as:
-            argv = ["runuser", "-u", self.run_as, "--", *argv]
-        return subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            cwd=self.root,
-        )
+    @property
+    def server(self) -> dict:
+        return self.pg.server
 
     def init(self) -> "PgCluster":
-        if self.run_as:
-            shutil.chown(self.root, self.run_as, self.run_as)
-        proc = self._pg(
-            "initdb",
-            "-D",
-            str(self.data),
-            "--auth=trust",
-            f"--username={self.user}",
-            "--no-sync",
-            "-E",
-            "UTF8",
-            "--locale=C",
-        )
-        if proc.returncode:
-            raise SandboxError(f"initdb failed: {proc.stderr[-1000:]}")
-        with open(self.data / "postgresql.conf", "a", encoding="utf-8") as fh:
-            fh.write(
-                f"\nlisten_addresses = '{', '.join(self.listen)}'\nport = {self.port}\n"
-                "unix_socket_directories = ''\nmax_connections = 100\nfsync = on\n"
-            )
-            fh.writelines(f"{name} = '{value}'\n" for name, value in self.conf.items())
-        with open(self.data / "pg_hba.conf", "a", encoding="utf-8") as fh:
-            fh.writelines(f"host all all {address}/32 trust\n" for address in self.clients)
-        self.start()
+        """Create the cluster and start it on a free port; ``SandboxError`` if it fails."""
+        try:
+            self.pg.init()
+            self.pg.start()
+        except ServiceError as exc:
+            raise SandboxError(str(exc)) from None
         return self
 
     def start(self) -> None:
-        proc = self._pg(
-            "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start"
-        )
-        if proc.returncode:
-            raise SandboxError(f"pg_ctl start failed: {proc.stderr[-1000:]}")
+        """Start it again after ``stop()``, on the same port."""
+        try:
+            self.pg.restart()
+        except ServiceError as exc:
+            raise SandboxError(str(exc)) from None
 
     def stop(self, mode: str = "fast") -> None:
-        self._pg("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+        self.pg.stop(mode)
 
     def destroy(self) -> None:
-        if (self.data / "postmaster.pid").exists():
-            self.stop("immediate")
-        shutil.rmtree(self.root, ignore_errors=True)
+        self.pg.stop("immediate")
+        shutil.rmtree(self.pg.root, ignore_errors=True)

@@ -13,7 +13,7 @@ import json
 from runs.cli import arguments
 from runs.cli.common import add_run_arguments, control_error, resolve_run
 from runs.cli.previews import write_side_effects
-from runs.engine.control.lifecycle import ControlError, redispatch
+from runs.engine.control.lifecycle import ControlError, pause_progress, redispatch
 from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
 
 help = "re-dispatch the run's next step, or resume from a checkpoint with --from"
@@ -119,12 +119,12 @@ def _resume_from(command, run, options):
     )
     out.write(f"steps that {verb}: {', '.join(plan.steps_to_rerun)}")
     out.write(
-        "steps superseded: "
-        + (
-            ", ".join(f"{s['name']}#{s['seq']} ({s['status']})" for s in plan.steps_to_supersede)
-            or "none"
-        )
+        "steps superseded: " + (", ".join(s["label"] for s in plan.steps_to_supersede) or "none")
     )
     write_side_effects(out, plan.operations_reused, plan.operations_may_repeat)
     if not options["dry_run"]:
         out.write(f"run is {run.status}, generation {run.generation}")
+        waiting = pause_progress(run)
+        if waiting:
+            # Steps ran: the resume is made once they stopped (lifecycle.settle_pause).
+            out.write(f"resume requested: {waiting}")

@@ -22,7 +22,6 @@ CHANGED_CODES = {
     "not_allowed_in_state",
     "step_changed",
     "step_not_unknown",
-    "step_running",
     "takeover_resolved",
     "already_claimed",
     "decision_conflict",

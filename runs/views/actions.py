@@ -24,7 +24,7 @@ from runs.console.actions import back_url, perform
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.engine.control import lifecycle
 from runs.engine.control.cancel import request_cancel
-from runs.engine.control.lifecycle import MAX_REASON_CHARS, ControlError
+from runs.engine.control.lifecycle import MAX_REASON_CHARS, ControlError, pause_progress
 from runs.engine.control.rewind import plan_resume, resumable_names, resume_from_checkpoint
 from runs.engine.effects.budget import raise_budget
 from runs.models import Run
@@ -213,8 +213,17 @@ def _resume_confirm(request, run_id):
         request,
         call,
         back=reverse("console:run", args=[run.pk]),
-        success=lambda r: f"Run {r.pk} resumed (generation {r.generation}).",
+        success=_resumed_message,
     )
+
+
+def _resumed_message(run) -> str:
+    """What the resume page says after a confirmed resume: made, or (steps ran) made
+    once they stopped."""
+    waiting = pause_progress(run)
+    if waiting:
+        return f"Run {run.pk}: resume requested; {waiting}."
+    return f"Run {run.pk} resumed (generation {run.generation})."
 
 
 # -- bulk ------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from runs.console.conversation import chat
 from runs.console.forms import InvalidInput
 from runs.console.sections import section
 from runs.engine.control.cancel import cancel_progress
-from runs.engine.control.lifecycle import open_step, waiting_on
+from runs.engine.control.lifecycle import open_step, pause_progress, waiting_on
 from runs.engine.control.rewind import checkpoint_labels
 from runs.engine.state.clock import db_now
 from runs.models import (
@@ -138,6 +138,7 @@ def live_context(run: Run, request) -> dict:
         "children_total": run.children.count(),
         "picture": run_timeline(run, db_now()),
         "cancel_progress": cancel_progress(run) if run.status == RunStatus.CANCEL_REQUESTED else "",
+        "pause_progress": pause_progress(run),
         "waiting_on": waiting_on(run, open_step(run)),
         "signal_form": signal_form(run) if run.status == RunStatus.WAITING_EXTERNAL else None,
     }

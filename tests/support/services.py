@@ -2,8 +2,9 @@
 
 Each test gets a ``Deployment``: a fresh database (SQLite file or PostgreSQL database),
 its own var/devices/artifacts dirs under the test's tmp dir, and an environment for
-subprocesses. Migrations run once per test session into a template (keyed on a hash of
-the migration files) that each deployment copies or clones, because migrating per test
+subprocesses. Migrations run once per test session into a template (keyed on
+``lab.pg_bootstrap.migrations_hash``; PostgreSQL's built by ``lab.pg_bootstrap``'s
+``ensure_template``) that each deployment copies or clones, because migrating per test
 costs seconds.
 
 PostgreSQL and Redis come from ``scripts/with_services.py`` (``make test``) through
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import itertools
 import json
 import os
@@ -45,6 +45,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from agentops.links import bounded_redis_url
+from lab.pg_bootstrap import drop_database, ensure_template, migrations_hash, with_database
 from scripts import with_services
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -180,31 +181,6 @@ class RedisServer:
             with_services.stop_process(proc, timeout)
 
 
-def migrations_hash() -> str:
-    """Return a hex sha256 over everything that decides the migrated schema.
-
-    Covers every ``<app>/migrations/*.py`` in the repo plus settings.py (installed apps)
-    and pyproject.toml (pinned Django and third-party apps), by relative path and content.
-    """
-    digest = hashlib.sha256()
-    files = sorted(REPO_ROOT.glob("*/migrations/*.py"))
-    files += [REPO_ROOT / "agentops" / "settings.py", REPO_ROOT / "pyproject.toml"]
-    for path in files:
-        if not path.is_file():
-            continue
-        digest.update(str(path.relative_to(REPO_ROOT)).encode())
-        digest.update(b"\0")
-        digest.update(path.read_bytes())
-        digest.update(b"\0")
-    return digest.hexdigest()
-
-
-def _with_db_name(url: str, name: str) -> str:
-    """Return the PostgreSQL URL ``url`` with its database (path) replaced by ``name``."""
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
-
-
 def _base_env(root: Path) -> dict[str, str]:
     """Environment for a deployment rooted at ``root``; creates its var dirs.
 
@@ -337,10 +313,6 @@ def is_session_owner() -> bool:
     return not os.environ.get("PYTEST_XDIST_WORKER")
 
 
-#: Key of the PostgreSQL advisory lock under which one process builds a template.
-TEMPLATE_LOCK = 0x61676F70  # "agop"
-
-
 class Templates:
     """Migrated template databases, built lazily once per pytest session and migrations
     hash, and shared by all of the session's xdist workers (the first to need one builds
@@ -388,44 +360,12 @@ class Templates:
 
     def postgres(self, admin_url: str) -> str:
         """Return the name of a migrated template database on the server of ``admin_url``."""
-        import psycopg
-
         key = migrations_hash()
-        if (admin_url, key) in self._postgres:
-            return self._postgres[(admin_url, key)]
-        name = f"agentops_tpl_{session_key()}_{key[:12]}"
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute("SELECT pg_advisory_lock(%s)", (TEMPLATE_LOCK,))
-            try:
-                ready = conn.execute(
-                    "SELECT 1 FROM pg_database WHERE datname = %s AND datistemplate", (name,)
-                ).fetchone()
-                if not ready:
-                    self._build_postgres(conn, admin_url, name, key)
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (TEMPLATE_LOCK,))
-        self._postgres[(admin_url, key)] = name
-        return name
-
-    def _build_postgres(self, conn, admin_url: str, name: str, key: str) -> None:
-        from psycopg import sql
-
-        _drop_database(conn, name)  # half-built by a process that died
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        env = _base_env(self._workdir() / f"postgres-{key[:12]}")
-        env["DATABASE_URL"] = _with_db_name(admin_url, name)
-        try:
-            _migrate(env)
-            # No connections allowed: CREATE DATABASE ... TEMPLATE fails while anyone is
-            # connected to the template.
-            conn.execute(
-                sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false").format(
-                    sql.Identifier(name)
-                )
-            )
-        except BaseException:
-            _drop_database(conn, name)
-            raise
+        if (admin_url, key) not in self._postgres:
+            name = f"agentops_tpl_{session_key()}_{key[:12]}"
+            env = _base_env(self._workdir() / f"postgres-{key[:12]}")
+            self._postgres[(admin_url, key)] = ensure_template(admin_url, name, env)
+        return self._postgres[(admin_url, key)]
 
     def use_for_test_database(self, settings_dict: dict) -> None:
         """Make pytest-django create the PostgreSQL test database of ``settings_dict``
@@ -454,21 +394,10 @@ class Templates:
                         "SELECT datname FROM pg_database WHERE starts_with(datname, %s)",
                         (prefix,),
                     ).fetchall():
-                        _drop_database(conn, name)
+                        drop_database(conn, name)
         self._postgres = {}
         self._sqlite = {}
         shutil.rmtree(self._workdir(), ignore_errors=True)
-
-
-def _drop_database(conn, name: str) -> None:
-    """Drop database ``name`` if it exists, even if it is a template or has sessions."""
-    from psycopg import sql
-
-    exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-    if not exists:
-        return
-    conn.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE false").format(sql.Identifier(name)))
-    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 TEMPLATES = Templates()
@@ -683,7 +612,7 @@ class Deployment:
             import psycopg
 
             with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10) as conn:
-                _drop_database(conn, self.db_name)
+                drop_database(conn, self.db_name)
             self.db_name = None
 
 
@@ -729,7 +658,7 @@ def make_deployment(
         )
     deployment = Deployment(tmp_path, backend, env, admin_url=admin_url, db_name=db_name)
     try:
-        env["DATABASE_URL"] = _with_db_name(admin_url, db_name)
+        env["DATABASE_URL"] = with_database(admin_url, db_name)
         env["REDIS_URL"] = os.environ["REDIS_URL"]
         client = redis.Redis.from_url(env["REDIS_URL"])
         try:

@@ -6,15 +6,12 @@ moves; the approvals app's services, views, admin and CLI sit on top of these
 functions and add people's concerns (permissions, the decision words).
 """
 
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db.models import (
     Case,
     CharField,
-    DateTimeField,
-    ExpressionWrapper,
     F,
     Q,
     Value,
@@ -23,6 +20,7 @@ from django.db.models import (
 from django.db.models.functions import Now
 
 from runs.engine.control.lifecycle import ControlError
+from runs.engine.state.clock import deadline_in
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Approval, Event, Step
 from runs.states import RunStatus, StepStatus, command_allows, command_states
@@ -121,41 +119,17 @@ def commit_approval_request(ctx, request: dict[str, Any], worker_id: str) -> Non
     ttl = options.get("expires_after")
     ttl = settings.AGENTOPS_APPROVAL_EXPIRY_SECONDS if ttl is None else ttl
     with run_transaction(run.pk) as tx:
-        if tx.run.status == RunStatus.CANCEL_REQUESTED:
-            tx.finish_attempt(
-                step,
-                attempt,
-                StepStatus.CANCELLED,
-                actor=worker_id,
-                payload={"reason": "cancel requested before the approval"},
-                owner="",
-                lease_until=None,
-                finished_at=Now(),
-            )
-            return
-        if not tx.finish_attempt(
-            step,
-            attempt,
-            StepStatus.WAITING,
-            actor=worker_id,
-            event_type="step.waiting",
-            payload={"attempt": attempt, "waiting_for": "approval"},
-            owner="",
-            lease_until=None,
+        if not tx.finish_waiting(
+            step, attempt, actor=worker_id, waiting_for="approval", cancel_before="approval"
         ):
             return
-        expires_at = (
-            ExpressionWrapper(Now() + timedelta(seconds=ttl), output_field=DateTimeField())
-            if ttl
-            else None
-        )
         approval = Approval.objects.create(
             run_id=run.pk,
             step_id=step.pk,
             question=str(request.get("question", ""))[:4000],
             reason=str(request.get("reason", "")),
             evidence=request.get("evidence") or {},
-            expires_at=expires_at,
+            expires_at=deadline_in(ttl),
             routes={"approve": approve_to, "reject": reject_to, "expire": expire_to},
         )
         tx.event(

@@ -21,6 +21,7 @@ from django.db.models.functions import Now
 
 from runs.engine.data import payloads
 from runs.engine.errors import StepError
+from runs.engine.execution import dispatch
 from runs.engine.state import values
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Step
@@ -76,18 +77,17 @@ def items_of(ctx) -> list[Any]:
 def commit_fan_out(ctx, items: list[Any], actor: str) -> None:
     """Commit the fan-out of the claimed map step of ``ctx`` behind its fence: the step
     WAITING for its branches, one PENDING branch per item. An empty list joins at once
-    (output ``[]``). A refused fence changes nothing (``step.commit_rejected``)."""
+    (output ``[]``). A refused fence changes nothing (``step.commit_rejected``); a cancel
+    requested meanwhile cancels the step and makes no branch."""
     step, attempt = ctx.step, ctx.attempt
     with run_transaction(ctx.run.pk) as tx:
-        if not tx.finish_attempt(
+        if not tx.finish_waiting(
             step,
             attempt,
-            StepStatus.WAITING,
             actor=actor,
-            event_type="step.waiting",
-            payload={"attempt": attempt, "waiting_for": "branches", "branches": len(items)},
-            owner="",
-            lease_until=None,
+            waiting_for="branches",
+            payload={"branches": len(items)},
+            cancel_before="fan-out",
         ):
             return
         if tx.schedule_branches(step, items, actor=actor) == 0:
@@ -220,3 +220,40 @@ def branch_failed(
         finished_at=Now(),
     )
     return False
+
+
+def waiting_map_steps(tx: RunTx) -> list[int]:
+    """Ids of the locked run's map step rows (current generation) that wait for their
+    branches, in seq order."""
+    return list(
+        Step.objects.filter(
+            run_id=tx.run.pk,
+            generation=tx.run.generation,
+            status=StepStatus.WAITING,
+            branch_of__isnull=True,
+            branches__isnull=False,
+        )
+        .distinct()
+        .order_by("seq")
+        .values_list("pk", flat=True)
+    )
+
+
+def resume_fan_out(tx: RunTx, parent_ids: list[int], *, actor: str) -> int:
+    """Under ``tx``'s lock, the run RUNNING again after a pause: the PENDING branches
+    of the map step rows ``parent_ids`` (held while the pause was requested and while
+    the run was PAUSED) are notified again at once, in pipelined batches after the
+    commit, and each map step none of whose branches is open joins now. Returns how
+    many branches were notified."""
+    held = list(
+        Step.objects.filter(
+            run_id=tx.run.pk, branch_of_id__in=parent_ids, status=StepStatus.PENDING
+        ).values_list("pk", flat=True)
+    )
+    if held:
+        Step.objects.filter(pk__in=held).update(notified_at=Now(), not_before=Now())
+        dispatch.notify_many_on_commit(tx.run.pk, held)
+    workflow = registry.get(tx.run.workflow, tx.run.workflow_version)
+    for parent_id in parent_ids:
+        join_when_done(tx, parent_id, workflow=workflow, actor=actor)
+    return len(held)

@@ -76,6 +76,8 @@ def request_cancel(run: Run, *, actor: str, reason: str) -> Run:
                 actor=actor, reason=reason, comment=f"run cancelled: {reason}"
             )
             tx.resolve_takeover(actor, {"action": "cancel", "reason": reason, "evidence": ""})
+            if tx.run.pause_requested_at is not None:
+                tx.clear_pause_request()  # the cancel overtakes it
             running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).first()
             if running is not None:
                 tx.event(

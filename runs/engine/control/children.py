@@ -20,11 +20,11 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q, Subquery
 from django.db.models.functions import Now
 
+from runs.engine import hooks
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.effects import compensation
 from runs.engine.errors import LeaseLost, StepError
-from runs.engine.execution import faults
 from runs.engine.state.gateway import RunTx, attempt_holds, run_transaction
 from runs.models import Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
@@ -60,7 +60,7 @@ def start_children(ctx, output: Any, worker_id: str) -> list[Any]:
         started.update(_start_batch(ctx, first, batch, worker_id))
     # A crash here leaves children started and the wait unrecorded: the next attempt
     # finds them by their key.
-    faults.crash_point(ctx.run, ctx.step, "child_started")
+    hooks.reached(hooks.CHILDREN_STARTED, ctx.run, ctx.step)
     return [started[p] for p in sorted(started)]
 
 
@@ -72,17 +72,7 @@ def commit_child_wait(ctx, children: list[Any], worker_id: str) -> None:
     meanwhile cancels the step instead."""
     run, step, attempt, options = ctx.run, ctx.step, ctx.attempt, ctx.step_def.options
     with run_transaction(run.pk) as tx:
-        if tx.run.status == RunStatus.CANCEL_REQUESTED:
-            tx.finish_attempt(
-                step,
-                attempt,
-                StepStatus.CANCELLED,
-                actor=worker_id,
-                payload={"reason": "cancel requested before the child wait"},
-                owner="",
-                lease_until=None,
-                finished_at=Now(),
-            )
+        if tx.cancelled_before_wait(step, attempt, actor=worker_id, waiting_for="child wait"):
             return
         ids = [str(pk) for pk in children]
         if options["detached"]:
@@ -106,15 +96,13 @@ def commit_child_wait(ctx, children: list[Any], worker_id: str) -> None:
                     reason="detached children started",
                 )
             return
-        if not tx.finish_attempt(
+        if not tx.finish_waiting(
             step,
             attempt,
-            StepStatus.WAITING,
             actor=worker_id,
-            event_type="step.waiting",
-            payload={"attempt": attempt, "waiting_for": "children", "children": len(ids)},
-            owner="",
-            lease_until=None,
+            waiting_for="children",
+            payload={"children": len(ids)},
+            cancel_before="child wait",
         ):
             return
         tx.transition_run(

@@ -15,7 +15,7 @@ from runs.engine.execution import dispatch, liveness
 from runs.engine.rules import check_length, text_problem, value_problem
 from runs.engine.state import leases
 from runs.engine.state.clock import db_now
-from runs.engine.state.gateway import record_event, run_transaction
+from runs.engine.state.gateway import RunTx, record_event, run_transaction
 from runs.engine.state.store import NewRun, store
 from runs.models import Message, Run, Step, Takeover
 from runs.states import (
@@ -499,17 +499,23 @@ def retry_step(
     return Step.objects.get(pk=step_id)
 
 
+#: What operators see while a requested pause waits for running steps.
+PAUSE_WAITING_MESSAGE = "pause requested, waiting for the running steps"
+
+
 def pause_run(run: Run, *, actor: str, reason: str) -> Run:
     """An operator pauses ``run`` for a human look: PAUSED with an ``operator_request``
     takeover (resolve it to continue, e.g. ``resume``). Allowed in the states of
-    ``RUN_COMMANDS["pause"]`` while no step is running (a running step is not
-    interrupted: wait for it, or cancel). A paused approval cannot be decided until the
-    takeover is resolved with ``resume``, which puts the run back to waiting. Raises
-    ``ControlError`` (``reason_required``, ``run_terminal``, ``not_allowed_in_state``,
-    ``step_running``).
+    ``RUN_COMMANDS["pause"]``. While steps run (a fan-out's branches, or any step) the
+    pause is requested instead (``run.pause_requested``; asking again is a no-op): no
+    step of the run is claimed, each running step stops at its next safe point (given
+    back, uncounted) or finishes and saves, and once none runs the run is PAUSED
+    (``settle_pause``; a dead worker's steps count once liveness or their lease frees
+    them). A paused approval cannot be decided until the takeover is resolved with
+    ``resume``, which puts the run back to waiting. Returns the run as it is afterwards.
+    Raises ``ControlError`` (``reason_required``, ``run_terminal``,
+    ``not_allowed_in_state``).
     """
-    from runs.engine.control.takeovers import open_takeover
-
     require_reason(reason, "pause")
     with run_transaction(run.pk) as tx:
         status = tx.run.status
@@ -520,27 +526,113 @@ def pause_run(run: Run, *, actor: str, reason: str) -> Run:
                 "not_allowed_in_state",
                 f"run is {status}; pause applies to {command_states('pause')} runs",
             )
-        running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).first()
-        if running is not None:
-            raise ControlError(
-                "step_running",
-                f"step {running.name} is running on {running.owner}; wait for it or cancel the run",
-            )
-        step = (
-            Step.objects.filter(
-                run_id=run.pk, generation=tx.run.generation, status=StepStatus.PENDING
-            )
-            .order_by("seq")
-            .first()
-        )
-        open_takeover(
-            tx,
-            cause="operator_request",
-            reason=reason,
-            actor=actor,
-            step=step,
-            suggested_action="Resolve with resume to continue, or cancel.",
-            evidence={"requested_by": actor},
-        )
+        if tx.run.pause_requested_at is None:
+            running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).count()
+            if running:
+                tx.request_pause({"reason": reason, "actor": actor}, actor=actor, running=running)
+            else:
+                _pause_now(tx, reason=reason, actor=actor)
     run.refresh_from_db()
     return run
+
+
+def pause_progress(run: Run) -> str:
+    """One line for people: where a requested pause of ``run`` stands, or ``""`` when
+    none is requested."""
+    if run.pause_requested_at is None or run.status in RUN_TERMINAL:
+        return ""
+    running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).count()
+    return f"{PAUSE_WAITING_MESSAGE} ({running} running)"
+
+
+def settle_pause(run_id, *, actor: str) -> bool:
+    """Carry out the pause requested on run ``run_id`` once no step runs: steps whose
+    lease ran out are given back (fenced, ``lease.expired``), then the run is PAUSED
+    with its ``operator_request`` takeover, or resumed from the checkpoint a resume
+    asked for (``rewind.resume_from_checkpoint``, as its requester; when the run changed
+    so that it is refused, the run is PAUSED with the refusal as the reason). Safe to
+    call from anywhere at any time (the worker whose step ended, the sweeper). Returns
+    ``True`` when the request was carried out; ``False`` while steps run or when none is
+    requested (a cancel overtakes it)."""
+    with run_transaction(run_id) as tx:
+        if tx.run.pause_requested_at is None:
+            return False
+        resume = (tx.run.pause_request or {}).get("resume")
+        command = "resume_from_checkpoint" if resume else "pause"
+        if tx.run.status in RUN_TERMINAL or not command_allows(command, tx.run.status):
+            tx.clear_pause_request()
+            return False
+        running = list(
+            Step.objects.filter(run_id=run_id, status=StepStatus.RUNNING).values_list(
+                "pk", "attempt", "owner", "lease_until"
+            )
+        )
+        now = db_now()
+        if any(lease_until is not None and lease_until >= now for *_, lease_until in running):
+            return False
+        for step_id, attempt, owner, _ in running:
+            leases.release_expired_lease(tx, step_id, attempt, owner, actor=actor)
+        request = tx.clear_pause_request()
+        if not resume:
+            _pause_now(tx, reason=request.get("reason", ""), actor=request.get("actor", actor))
+            return True
+    _resume_requested(run_id, request, resume)
+    return True
+
+
+def _resume_requested(run_id, request: dict[str, Any], resume: dict[str, Any]) -> None:
+    """The resume from a checkpoint a pause request carried, now that no step runs."""
+    from runs.engine.control.rewind import resume_from_checkpoint
+
+    requester = request.get("actor", "")
+    try:
+        resume_from_checkpoint(
+            Run.objects.get(pk=run_id),
+            resume["checkpoint"],
+            actor=requester,
+            input_patch=resume.get("input_patch"),
+            reason=request.get("reason", ""),
+            reexecute=bool(resume.get("reexecute")),
+        )
+    except ControlError as exc:
+        with run_transaction(run_id) as tx:
+            if tx.run.status not in RUN_TERMINAL and command_allows("pause", tx.run.status):
+                _pause_now(
+                    tx,
+                    reason=f"resume from {resume['checkpoint']} refused: {exc.message}",
+                    actor=requester,
+                )
+
+
+def settle_requested_pauses(actor: str, batch: int) -> int:
+    """Sweeper task: carry out requested pauses whose running steps' worker died (their
+    lease expired, or liveness gave them back) or whose last worker died before it did.
+    Returns how many runs were paused."""
+    ids = list(
+        Run.objects.filter(pause_requested_at__isnull=False)
+        .order_by("pause_requested_at")
+        .values_list("pk", flat=True)[:batch]
+    )
+    return sum(1 for run_id in ids if settle_pause(run_id, actor=actor))
+
+
+def _pause_now(tx: RunTx, *, reason: str, actor: str) -> None:
+    """PAUSED with an ``operator_request`` takeover, under ``tx``'s lock."""
+    from runs.engine.control.takeovers import open_takeover
+
+    step = (
+        Step.objects.filter(
+            run_id=tx.run.pk, generation=tx.run.generation, status=StepStatus.PENDING
+        )
+        .order_by("seq")
+        .first()
+    )
+    open_takeover(
+        tx,
+        cause="operator_request",
+        reason=reason,
+        actor=actor,
+        step=step,
+        suggested_action="Resolve with resume to continue, or cancel.",
+        evidence={"requested_by": actor},
+    )

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.models.functions import Now
 
-from runs.engine.control import lifecycle, rewind, waits
+from runs.engine.control import branches, lifecycle, rewind, waits
 from runs.engine.control.approvals import continue_after, expire_one
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import (
@@ -159,6 +159,17 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
                 f"{command_states('resolve_takeover')} runs",
             )
         tx.resolve_takeover(actor, note, takeover)
+        fanned_out = branches.waiting_map_steps(tx)
+        if fanned_out and (step is None or step.status == StepStatus.PENDING):
+            # A paused fan-out goes on where it was: every held branch at once.
+            tx.transition_run(RunStatus.RUNNING, actor=actor, reason=note["reason"])
+            notified = branches.resume_fan_out(tx, fanned_out, actor=actor)
+            tx.event(
+                "run.resume_requested",
+                {"reason": note["reason"], "branches": notified},
+                actor=actor,
+            )
+            return
         if step is None and _back_to_waiting(tx, actor, note):
             return
         tx.transition_run(RunStatus.RUNNING, actor=actor, reason=note["reason"])

@@ -17,7 +17,10 @@ name the step execution, and a replay after a fix should ask again); nor compens
 they belong to the run that undid something.
 """
 
+from collections.abc import Iterable
 from typing import Any
+
+from django.db.models import QuerySet
 
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects import ledger
@@ -32,9 +35,17 @@ _MAY_REPEAT = (Operation.Status.INTENT, Operation.Status.UNKNOWN, Operation.Stat
 NOT_EFFECTS = ("read", MODEL_KIND)
 
 
-def _effects(steps: list[Step]):
+#: Steps as a list or as a queryset (a subquery: a resume's 10,000 branches are not
+#: loaded to name them).
+Steps = Iterable[Step] | QuerySet[Step]
+
+
+def _effects(steps: Steps):
+    chosen: QuerySet[Step] | list[int] = (
+        steps if isinstance(steps, QuerySet) else [s.pk for s in steps]
+    )
     return (
-        Operation.objects.filter(step__in=[s.pk for s in steps])
+        Operation.objects.filter(step__in=chosen)
         .exclude(side_effect__in=NOT_EFFECTS)
         .exclude(idempotency_key__contains=":compensate:")
         .select_related("step")
@@ -42,13 +53,13 @@ def _effects(steps: list[Step]):
     )
 
 
-def reusable(steps: list[Step]) -> list[Operation]:
+def reusable(steps: Steps) -> list[Operation]:
     """The operations of ``steps`` a reuse carries over: SUCCEEDED, not reads, not model
     requests, not compensations, oldest first."""
     return [op for op in _effects(steps) if op.status == Operation.Status.SUCCEEDED]
 
 
-def may_repeat(steps: list[Step], *, reexecute: bool) -> list[Operation]:
+def may_repeat(steps: Steps, *, reexecute: bool) -> list[Operation]:
     """The operations of ``steps`` whose effect may happen again: those with no result
     to reuse (INTENT, UNKNOWN, COMPENSATED), plus the SUCCEEDED ones when
     ``reexecute``."""

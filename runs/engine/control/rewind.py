@@ -28,7 +28,7 @@ with its recorded result, and each one that may repeat.
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, Max, Min, QuerySet
 
 from runs.checkpoint_data import DELTA
 from runs.engine.control import reuse
@@ -36,7 +36,7 @@ from runs.engine.control.lifecycle import ControlError, require_reason
 from runs.engine.effects.budget import usage
 from runs.engine.rules import value_problem
 from runs.engine.state import checkpoints
-from runs.engine.state.gateway import run_transaction
+from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Checkpoint, Message, Run, Step
 from runs.states import (
     RUN_TERMINAL,
@@ -58,8 +58,12 @@ class ResumePlan:
     superseded steps recorded SUCCEEDED, whose results the new generation reuses
     (``reuse.describe`` rows, with ``result``); empty when ``reexecute``.
     ``operations_may_repeat``: those that may happen again (no recorded result, or all
-    when ``reexecute``). ``steps_to_supersede``: ``[{"name", "seq", "generation",
-    "status"}]``. ``input``: the input the new generation will see.
+    when ``reexecute``). ``steps_to_supersede``: in seq order, ``{"name", "seq",
+    "generation", "status", "label"}`` per step, and one ``{"name", "seq", "last_seq",
+    "generation", "status": None, "branches": {status: count}, "label"}`` per map
+    step's branches (there may be 10,000); ``label`` is the line people read
+    (``work#3 (PENDING)``, ``work#4..8 (5 branches: SUCCEEDED 5)``). ``input``: the
+    input the new generation will see.
     """
 
     checkpoint: Checkpoint
@@ -226,20 +230,66 @@ def plan_resume(
             reuse.describe(op, with_result=False)
             for op in reuse.may_repeat(later, reexecute=reexecute)
         ],
-        steps_to_supersede=[
-            {"name": s.name, "seq": s.seq, "generation": s.generation, "status": s.status}
-            for s in later
-        ],
+        steps_to_supersede=_supersede_listing(later),
         input=new_input,
         reexecute=reexecute,
     )
 
 
-def _later_steps(run: Run, cp: Checkpoint) -> list[Step]:
+def _later_steps(run: Run, cp: Checkpoint) -> QuerySet[Step]:
+    """The steps a resume from ``cp`` supersedes: after it by seq, not settled yet."""
     cut = cp.step.seq if cp.step else 0
-    return list(
-        Step.objects.filter(run=run, seq__gt=cut).exclude(status__in=STEP_SETTLED).order_by("seq")
-    )
+    return Step.objects.filter(run_id=run.pk, seq__gt=cut).exclude(status__in=STEP_SETTLED)
+
+
+def _branch_groups(later: QuerySet[Step]) -> list[dict[str, Any]]:
+    """``[{"branch_of_id", "name", "generation", "count", "first_seq", "last_seq"}]``:
+    the branches among ``later``, one row per map step, in one grouped query."""
+    return [
+        dict(group)
+        for group in later.filter(branch_of__isnull=False)
+        .values("branch_of_id", "name", "generation")
+        .annotate(count=Count("pk"), first_seq=Min("seq"), last_seq=Max("seq"))
+        .order_by("first_seq")
+    ]
+
+
+def _supersede_listing(later: QuerySet[Step]) -> list[dict[str, Any]]:
+    """``ResumePlan.steps_to_supersede`` in three queries whatever the branch count."""
+    listing = [
+        {
+            "name": s.name,
+            "seq": s.seq,
+            "generation": s.generation,
+            "status": s.status,
+            "label": f"{s.name}#{s.seq} ({s.status})",
+        }
+        for s in later.filter(branch_of__isnull=True).order_by("seq")
+    ]
+    counts: dict[int, dict[str, int]] = {}
+    for parent_id, status, n in (
+        later.filter(branch_of__isnull=False)
+        .values_list("branch_of_id", "status")
+        .annotate(n=Count("pk"))
+        .order_by()
+    ):
+        counts.setdefault(parent_id, {})[status] = n
+    for group in _branch_groups(later):
+        branches = counts.get(group["branch_of_id"], {})
+        shown = ", ".join(f"{status} {n}" for status, n in sorted(branches.items()))
+        listing.append(
+            {
+                "name": group["name"],
+                "seq": group["first_seq"],
+                "last_seq": group["last_seq"],
+                "generation": group["generation"],
+                "status": None,
+                "branches": branches,
+                "label": f"{group['name']}#{group['first_seq']}..{group['last_seq']} "
+                f"({group['count']} branches: {shown})",
+            }
+        )
+    return sorted(listing, key=lambda row: row["seq"])
 
 
 def resume_from_checkpoint(
@@ -259,16 +309,18 @@ def resume_from_checkpoint(
     needs a ``reason``: ``ControlError`` ``reason_required``).
 
     Allowed while the run is PENDING, RUNNING, WAITING_APPROVAL, WAITING_EXTERNAL or
-    PAUSED and no step is RUNNING (a running step cannot be superseded under its worker:
-    wait for it or cancel). An open takeover is resolved with action ``resume``
-    (``takeover``/``note`` let ``resolve_takeover`` pass its own). Raises ``ControlError``
-    (the codes of ``plan_resume`` and ``reason_required``, ``step_running``,
+    PAUSED. While steps run (a fan-out's branches), it pauses first: the resume is
+    recorded with a pause request (``run.pause_requested`` with ``resume``; the returned
+    run is still RUNNING), the running steps stop at their next safe point or finish
+    and save, so every effect they made is recorded and reused, and once none runs the
+    resume is made (``lifecycle.settle_pause``). An open takeover is resolved with
+    action ``resume`` (``takeover``/``note`` let ``resolve_takeover`` pass its own).
+    Raises ``ControlError`` (the codes of ``plan_resume`` and ``reason_required``,
     ``not_allowed_in_state``).
     """
     require_reason(reason, "resume")
     reuse.check_choice(reexecute, reason)
     plan = plan_resume(run, checkpoint_name, input_patch, reexecute=reexecute)
-    cp = plan.checkpoint
     with run_transaction(run.pk) as tx:
         status = tx.run.status
         if not command_allows("resume_from_checkpoint", status):
@@ -277,82 +329,121 @@ def resume_from_checkpoint(
                 f"run is {status}; resume from a checkpoint applies to "
                 f"{command_states('resume_from_checkpoint')} runs",
             )
-        running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).first()
-        if running is not None:
-            raise ControlError(
-                "step_running",
-                f"step {running.name} is running on {running.owner}; wait for it or cancel the run",
-            )
-        generation = tx.run.generation + 1
-        superseded: list[int] = []
-        later = _later_steps(tx.run, cp)
-        reused = [] if reexecute else reuse.reusable(later)
-        for step in later:
-            tx.transition_step(
-                step.pk,
-                StepStatus.SUPERSEDED,
-                expected=step.status,
-                actor=actor,
-                event_type="step.superseded",
-                payload={"by_generation": generation, "checkpoint": cp.name},
-                owner="",
-                lease_until=None,
-            )
-            superseded.append(step.pk)
-        tx.cancel_pending_approvals(
-            actor=actor,
-            reason=f"resume from {cp.name}",
-            comment=f"superseded by a resume from {cp.name}",
-            step_ids=superseded,
-        )
-        message_seq = cp.state.get("message_seq", 0)
-        messages = (
-            Message.objects.filter(run_id=run.pk, seq__gt=message_seq)
-            .exclude(status=Message.Status.SUPERSEDED)
-            .update(status=Message.Status.SUPERSEDED)
-        )
-        budget_before = usage(tx.run)
-        used = cp.state.get("budget_used") or budget_before
-        tx.start_generation(
-            current_step=None,
-            model_calls=used["model_calls"],
-            tool_calls=used["tool_calls"],
-            cost_usd=used["cost_usd"],
-            tokens=used.get("tokens", tx.run.tokens),
-            unpriced_model_calls=used.get("unpriced_model_calls", tx.run.unpriced_model_calls),
-        )
-        state = {**cp.state, "input": plan.input, "generation": generation}
-        checkpoints.store(tx.run, cp.step, cp.name, state, base_id=cp.pk, previous=cp.state)
-        reuse.carry_over(reused, run_id=run.pk, generation=generation)
-        tx.event(
-            "run.resumed_from_checkpoint",
-            {
-                "checkpoint": cp.name,
-                "generation": generation,
-                "input_patch": input_patch or {},
-                "reason": reason,
+        running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).count()
+        if running:
+            # Superseding a step under its worker could repeat an effect it is making:
+            # the steps stop (or finish and save) first, then the resume is made.
+            resume = {
+                "checkpoint": checkpoint_name,
+                "input_patch": input_patch,
                 "reexecute": reexecute,
-                "operations_reused": [op.idempotency_key for op in reused],
-                "operations_may_repeat": [
-                    op["idempotency_key"] for op in plan.operations_may_repeat
-                ],
-                "steps_to_rerun": plan.steps_to_rerun,
-                "superseded_steps": len(superseded),
-                "superseded_messages": messages,
-                "budget_before": budget_before,
-                "budget_restored": used,
-            },
-            actor=actor,
-        )
-        tx.resolve_takeover(
-            actor,
-            note or {"action": "resume", "reason": reason, "evidence": "", "checkpoint": cp.name},
-            takeover,
-        )
-        if status in (RunStatus.PAUSED, RunStatus.WAITING_APPROVAL, RunStatus.WAITING_EXTERNAL):
-            tx.transition_run(
-                RunStatus.RUNNING, actor=actor, reason=reason or f"resume from {cp.name}"
+            }
+            tx.request_pause(
+                {"reason": reason, "actor": actor, "resume": resume}, actor=actor, running=running
             )
-        tx.schedule_step(cp.state["phase"], actor=actor)
+        else:
+            _restart_from(
+                tx,
+                plan,
+                actor=actor,
+                reason=reason,
+                input_patch=input_patch,
+                takeover=takeover,
+                note=note,
+            )
     run.refresh_from_db()
     return run
+
+
+def _restart_from(
+    tx: RunTx,
+    plan: ResumePlan,
+    *,
+    actor: str,
+    reason: str,
+    input_patch: dict | None,
+    takeover,
+    note: dict | None,
+) -> None:
+    """The resume itself, under ``tx``'s lock, with no step running."""
+    cp, run, reexecute, status = plan.checkpoint, tx.run, plan.reexecute, tx.run.status
+    generation = tx.run.generation + 1
+    later = _later_steps(tx.run, cp)
+    reused = [] if reexecute else reuse.reusable(later)
+    superseded = 0
+    for step_id, step_status in (
+        later.filter(branch_of__isnull=True).order_by("seq").values_list("pk", "status")
+    ):
+        superseded += tx.transition_step(
+            step_id,
+            StepStatus.SUPERSEDED,
+            expected=step_status,
+            actor=actor,
+            event_type="step.superseded",
+            payload={"by_generation": generation, "checkpoint": cp.name},
+            owner="",
+            lease_until=None,
+        )
+    # A map step's branches (up to 10,000) go in one UPDATE per map step.
+    for group in _branch_groups(later):
+        superseded += tx.supersede_branches(
+            group["branch_of_id"],
+            actor=actor,
+            first_seq=group["first_seq"],
+            last_seq=group["last_seq"],
+            by_generation=generation,
+            checkpoint=cp.name,
+        )
+    tx.cancel_pending_approvals(
+        actor=actor,
+        reason=f"resume from {cp.name}",
+        comment=f"superseded by a resume from {cp.name}",
+        step_ids=Step.objects.filter(run_id=run.pk, seq__gt=cp.step.seq if cp.step else 0).values(
+            "pk"
+        ),
+    )
+    message_seq = cp.state.get("message_seq", 0)
+    messages = (
+        Message.objects.filter(run_id=run.pk, seq__gt=message_seq)
+        .exclude(status=Message.Status.SUPERSEDED)
+        .update(status=Message.Status.SUPERSEDED)
+    )
+    budget_before = usage(tx.run)
+    used = cp.state.get("budget_used") or budget_before
+    tx.start_generation(
+        current_step=None,
+        model_calls=used["model_calls"],
+        tool_calls=used["tool_calls"],
+        cost_usd=used["cost_usd"],
+        tokens=used.get("tokens", tx.run.tokens),
+        unpriced_model_calls=used.get("unpriced_model_calls", tx.run.unpriced_model_calls),
+    )
+    state = {**cp.state, "input": plan.input, "generation": generation}
+    checkpoints.store(tx.run, cp.step, cp.name, state, base_id=cp.pk, previous=cp.state)
+    reuse.carry_over(reused, run_id=run.pk, generation=generation)
+    tx.event(
+        "run.resumed_from_checkpoint",
+        {
+            "checkpoint": cp.name,
+            "generation": generation,
+            "input_patch": input_patch or {},
+            "reason": reason,
+            "reexecute": reexecute,
+            "operations_reused": [op.idempotency_key for op in reused],
+            "operations_may_repeat": [op["idempotency_key"] for op in plan.operations_may_repeat],
+            "steps_to_rerun": plan.steps_to_rerun,
+            "superseded_steps": superseded,
+            "superseded_messages": messages,
+            "budget_before": budget_before,
+            "budget_restored": used,
+        },
+        actor=actor,
+    )
+    tx.resolve_takeover(
+        actor,
+        note or {"action": "resume", "reason": reason, "evidence": "", "checkpoint": cp.name},
+        takeover,
+    )
+    if status in (RunStatus.PAUSED, RunStatus.WAITING_APPROVAL, RunStatus.WAITING_EXTERNAL):
+        tx.transition_run(RunStatus.RUNNING, actor=actor, reason=reason or f"resume from {cp.name}")
+    tx.schedule_step(cp.state["phase"], actor=actor)

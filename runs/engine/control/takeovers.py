@@ -30,8 +30,14 @@ def open_takeover(
             RunStatus.PAUSED, actor=actor, reason=reason, payload={"cause": cause}, updated_at=Now()
         ):
             return None
+    # A map step's branches are counted on it elsewhere, not listed: there may be 10,000.
     completed = list(
-        Step.objects.filter(run_id=run.pk, generation=run.generation, status=StepStatus.SUCCEEDED)
+        Step.objects.filter(
+            run_id=run.pk,
+            generation=run.generation,
+            status=StepStatus.SUCCEEDED,
+            branch_of__isnull=True,
+        )
         .order_by("seq")
         .values_list("name", flat=True)
     )

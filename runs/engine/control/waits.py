@@ -12,17 +12,16 @@ nobody touched (``expire_signal_waits``).
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 from jsonschema_rs import Draft202012Validator
 
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.names import name_problem
 from runs.engine.rules import MAX_REQUEST_ID_CHARS, check_length, check_text, value_problem
-from runs.engine.state.clock import db_now
+from runs.engine.state.clock import db_now, deadline_in
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Signal, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
@@ -90,17 +89,7 @@ def commit_signal_wait(ctx, worker_id: str) -> None:
     if on_timeout is not None:
         ctx.workflow.get(on_timeout)
     with run_transaction(run.pk) as tx:
-        if tx.run.status == RunStatus.CANCEL_REQUESTED:
-            tx.finish_attempt(
-                step,
-                attempt,
-                StepStatus.CANCELLED,
-                actor=worker_id,
-                payload={"reason": "cancel requested before the signal wait"},
-                owner="",
-                lease_until=None,
-                finished_at=Now(),
-            )
+        if tx.cancelled_before_wait(step, attempt, actor=worker_id, waiting_for="signal wait"):
             return
         kept = _oldest_kept(run.pk, name)
         if kept is not None:
@@ -119,27 +108,15 @@ def commit_signal_wait(ctx, worker_id: str) -> None:
                 return
             _consume(tx, step, kept, ctx.workflow, output, worker_id)
             return
-        wait_until = (
-            ExpressionWrapper(Now() + timedelta(seconds=timeout), output_field=DateTimeField())
-            if timeout
-            else None
-        )
-        if not tx.finish_attempt(
+        if not tx.finish_waiting(
             step,
             attempt,
-            StepStatus.WAITING,
             actor=worker_id,
-            event_type="step.waiting",
-            payload={
-                "attempt": attempt,
-                "waiting_for": "signal",
-                "signal": name,
-                "timeout_s": timeout,
-            },
-            owner="",
-            lease_until=None,
+            waiting_for="signal",
+            payload={"signal": name, "timeout_s": timeout},
+            cancel_before="signal wait",
             signal_name=name,
-            wait_until=wait_until,
+            wait_until=deadline_in(timeout),
         ):
             return
         tx.transition_run(

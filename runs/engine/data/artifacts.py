@@ -19,6 +19,7 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import transaction
 
+from runs.engine import hooks
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout
 from runs.engine.errors import LeaseLost, StepError
@@ -74,7 +75,6 @@ def write_artifact(
     finds).
     """
     from runs.engine.data import artifact_files
-    from runs.engine.execution import faults
 
     # Checked before the file is written: a refused value leaves no orphan file.
     if "\x00" in name:
@@ -93,7 +93,7 @@ def write_artifact(
         return stored
 
     stored = _storage_call(store, timeout, f"writing artifact {name}")
-    faults.crash_point(run, step, "artifact_written")
+    hooks.reached(hooks.ARTIFACT_WRITTEN, run, step)
     with transaction.atomic():
         if not attempt_holds(step.pk, attempt):
             raise LeaseLost(f"step {step.pk} attempt {attempt} no longer holds the lease")

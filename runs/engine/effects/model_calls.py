@@ -25,13 +25,13 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from runs.engine import hooks
 from runs.engine.effects import budget as budget_mod
 from runs.engine.effects import ledger, rate_limits
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout, iterate_with_timeout
 from runs.engine.effects.model_providers import ModelReply, get_provider
 from runs.engine.effects.retry import retry_after_seconds
 from runs.engine.errors import StepError
-from runs.engine.execution import faults
 from runs.engine.state import reconnect
 from runs.models import Operation, Run, Step
 
@@ -177,7 +177,7 @@ def request(
         lambda: _record_reply(op, reply, run, tokens, charged_after),
         what=f"model reply of operation {op.pk}",
     )
-    faults.after_model_response(run, step)
+    hooks.reached(hooks.MODEL_RESPONSE_RECORDED, run, step)
     return reply, False
 
 

@@ -3,17 +3,17 @@ a heartbeat, then commit the result, messages, checkpoint, events and the next s
 one short transaction fenced by the attempt."""
 
 import logging
-import os
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
-from django.db.models import F
+from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from agentops.db_pool import release_connection
+from runs.engine import hooks
 from runs.engine.control import approvals, branches, children, versions, waits
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
@@ -29,7 +29,7 @@ from runs.engine.state.gateway import run_transaction
 from runs.engine.state.step_writes import insert_messages, write_messages
 from runs.engine.state.store import CLAIMED, PREPARE, Claim, StepCommit, store
 from runs.models import Run, Step
-from runs.states import RunStatus, StepStatus
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.workflows import registry
 from runs.workflows.definition import StepDef, Workflow
 
@@ -69,40 +69,53 @@ def run_chain(step_id: int | None, worker: WorkerIdentity, claimed: Step | None 
         outcome = execute_claimed(claimed, worker)
     else:
         outcome = execute_step(step_id, worker, chain=True) if step_id is not None else NOT_CLAIMED
+    last = NOT_CLAIMED
     while outcome.claimed:
         executed += 1
         worker.count_executed()
+        last = outcome
         link = outcome.continued
         if link is None:
-            if outcome.next_step_id is None:
-                # A run this chain finished cannot be cancel-requested any more.
-                if outcome.step_id is not None and not outcome.finished:
-                    _finish_cancel_if_requested(outcome.step_id, worker)
+            if outcome.next_step_id is None or worker.stopping.is_set():
                 break
-            if worker.stopping.is_set():
-                break
+            # The next step may not be claimable (a pause holds it): then the chain
+            # ends here, and the request is finished below.
             outcome = execute_step(outcome.next_step_id, worker, chain=True)
             continue
         if worker.stopping.is_set():
             _give_back(link, worker)
-            break
+            return executed
         outcome = continue_step(link, worker)
+    # A run this chain finished cannot be cancel- or pause-requested any more.
+    if last.step_id is not None and not last.finished and last.continued is None:
+        _finish_request_if_any(last.step_id, worker)
     return executed
 
 
-def _finish_cancel_if_requested(step_id: int, worker: WorkerIdentity) -> None:
-    """A chain ended (the step stopped, failed, waits or was the last): if its run is
-    cancel-requested, this worker completes the cancel flow right away instead of
-    leaving it to the sweeper (one query when not)."""
-    run_id = (
-        Step.objects.filter(pk=step_id, run__status=RunStatus.CANCEL_REQUESTED)
-        .values_list("run_id", flat=True)
+def _finish_request_if_any(step_id: int, worker: WorkerIdentity) -> None:
+    """A chain ended (the step stopped, failed, waits, was the last, or its next step
+    is held): if its run is cancel-requested, this worker completes the cancel flow, and
+    if a pause is requested, it pauses the run once no step runs, right away instead of
+    leaving either to the sweeper (one query when neither)."""
+    found = (
+        Step.objects.filter(pk=step_id)
+        .filter(
+            Q(run__status=RunStatus.CANCEL_REQUESTED) | Q(run__pause_requested_at__isnull=False)
+        )
+        .values_list("run_id", "run__status")
         .first()
     )
-    if run_id is not None:
+    if found is None:
+        return
+    run_id, status = found
+    if status == RunStatus.CANCEL_REQUESTED:
         from runs.engine.control.cancel import finish_cancel
 
         finish_cancel(run_id, actor=worker.worker_id)
+    else:
+        from runs.engine.control.lifecycle import settle_pause
+
+        settle_pause(run_id, actor=worker.worker_id)
 
 
 @dataclass
@@ -150,7 +163,6 @@ def execute_step(step_id: int, worker: WorkerIdentity, *, chain: bool = False) -
     if claim.outcome == PREPARE and claim.run is not None and claim.step is not None:
         if versions.workflow_for(claim.run, claim.step, worker.worker_id) is None:
             return NOT_CLAIMED
-        _maybe_crash_before(claim.run, claim.step)
         claim = _claim(step_id, worker)
     run, step = claim.run, claim.step
     if claim.outcome != CLAIMED or run is None or step is None:
@@ -176,7 +188,6 @@ def execute_claimed(step: Step, worker: WorkerIdentity) -> StepOutcome:
 def continue_step(link: Continuation, worker: WorkerIdentity) -> StepOutcome:
     """Run the step that the previous commit inserted claimed by this worker: no read
     and no claim, everything it needs is in ``link``."""
-    _maybe_crash_before(link.run, link.step)
     return _run_attempt(
         link.run, link.step, 1, link.workflow, (link.checkpoint_id, link.state), worker, True
     )
@@ -205,7 +216,9 @@ def _run_attempt(
     ``end_attempt``: nothing leaves a claimed step RUNNING. A ``SystemExit`` or
     ``KeyboardInterrupt`` raised by the step's code (``sys.exit()``) is a failed attempt
     (``STEP_EXITED``), never the end of the worker and its other slots. What the step's
-    code logs and prints meanwhile is stored as the attempt's log right after."""
+    code logs and prints meanwhile is stored as the attempt's log right after. The
+    ``STEP_CLAIMED`` hooks (``runs.engine.hooks``) run first."""
+    hooks.reached(hooks.STEP_CLAIMED, run, step, attempt, worker.worker_id)
     with attempt_logs.capturing() as log:
         outcome = _run_captured(run, step, attempt, workflow, checkpoint, worker, chain, log)
     attempt_logs.store(run.pk, step.pk, attempt, log)
@@ -536,10 +549,6 @@ def _commit_success(
     and returned as the outcome's ``continued``."""
     run, step = ctx.run, ctx.step
     next_name = ctx.next_step if ctx.goto_set else ctx.workflow.next_after(step.name)
-    if next_name is not None and run.faults.get("crash_before") == next_name:
-        # The injected crash happens before the next step is claimed: schedule it
-        # unclaimed so the claim path meets the fault.
-        claimed_by = None
     done = store().commit(
         StepCommit(
             run=run,
@@ -784,9 +793,35 @@ def _release_after_db_fault(
 
 
 def _release_for_cancel(run: Run, step: Step, attempt: int, worker: WorkerIdentity) -> None:
-    """The step stopped at a safe point because the run is cancel-requested: mark it
-    CANCELLED (fenced), releasing the lease."""
+    """The step stopped at a safe point because the run is cancel- or pause-requested:
+    mark it CANCELLED (fenced), releasing the lease. When the run is not stopping (a
+    pause request, or one withdrawn meanwhile), give the step back PENDING instead,
+    uncounted: held while the pause is requested, notified at once otherwise."""
     with run_transaction(run.pk) as tx:
+        if tx.run.status not in (RunStatus.CANCEL_REQUESTED, *RUN_TERMINAL):
+            held = tx.run.pause_requested_at is not None
+            if (
+                tx.finish_attempt(
+                    step,
+                    attempt,
+                    StepStatus.PENDING,
+                    actor=worker.worker_id,
+                    event_type="step.released",
+                    payload={
+                        "attempt": attempt,
+                        "reason": "pause requested" if held else "stop request withdrawn",
+                    },
+                    progress=False,
+                    owner="",
+                    lease_until=None,
+                    not_before=Now(),
+                    # Not a failed attempt: it does not count against max_attempts.
+                    attempt_base=F("attempt_base") + 1,
+                )
+                and not held
+            ):
+                dispatch.notify_on_commit(run.pk, step.pk)
+            return
         tx.finish_attempt(
             step,
             attempt,
@@ -797,26 +832,6 @@ def _release_for_cancel(run: Run, step: Step, attempt: int, worker: WorkerIdenti
             lease_until=None,
             finished_at=Now(),
         )
-
-
-def _maybe_crash_before(run: Run, step: Step) -> None:
-    """Fault injection (``runs start --crash-before STEP``): consume the one-shot fault,
-    record it, then die at once without any cleanup, as a killed worker would."""
-    if run.faults.get("crash_before") != step.name:
-        return
-    with run_transaction(run.pk) as tx:
-        faults = dict(tx.run.faults)
-        if faults.pop("crash_before", None) != step.name:
-            return
-        Run.objects.filter(pk=run.pk).update(faults=faults)
-        tx.event(
-            "fault.injected",
-            {"fault": "crash_before", "step": step.name, "pid": os.getpid()},
-            step_id=step.pk,
-            progress=False,
-        )
-    say(f"CRASH before {step.name}, exit={CRASH_EXIT_CODE} (no cleanup)")
-    os._exit(CRASH_EXIT_CODE)
 
 
 def _record(run_id, type: str, payload: dict, step: Step, worker: WorkerIdentity) -> None:

@@ -3,8 +3,9 @@
 Every step this process runs is registered with the process's ``LeaseKeeper`` while
 it runs. One daemon thread renews all of their leases every third of the lease length
 in one statement, fenced by each step's attempt, which also reads each renewed step's
-run status; it raises the step context's ``lease_lost`` / ``cancel_requested`` flags,
-which that step alone sees at its next safe point. No thread is started per step.
+run status (or that a pause is requested); it raises the step context's
+``lease_lost`` / ``cancel_requested`` flags, which that step alone sees at its next safe
+point. No thread is started per step.
 
 ``LIVENESS_HOOKS`` are called on each beat with the worker id (a worker-liveness
 signal, e.g. a session advisory lock, plugs in there).
@@ -21,6 +22,7 @@ from django.db import connection
 
 from agentops.db_pool import release_connection
 from runs.engine.execution.failure_log import RepeatedFailureLog
+from runs.engine.state.leases import PAUSE_REQUESTED
 from runs.engine.state.store import store
 from runs.states import RUN_TERMINAL, RunStatus
 
@@ -35,8 +37,9 @@ LIVENESS_HOOKS: list[Callable[[set[str]], None]] = []
 
 
 #: Run statuses that stop a renewed step at its next safe point: its run was asked to
-#: cancel, or ended under it.
-STOP_STATUSES = frozenset({RunStatus.CANCEL_REQUESTED, *RUN_TERMINAL})
+#: cancel or to pause (the executor then gives the step back instead of cancelling it),
+#: or ended under it.
+STOP_STATUSES = frozenset({RunStatus.CANCEL_REQUESTED, PAUSE_REQUESTED, *RUN_TERMINAL})
 
 #: How long the heartbeat thread waits, once nothing is held, before it ends (seconds).
 IDLE_GRACE_SECONDS = 1.0

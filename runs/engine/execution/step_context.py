@@ -8,13 +8,12 @@ from typing import Any
 
 from django.conf import settings
 
-from runs.engine import durations
+from runs.engine import durations, hooks
 from runs.engine.data import drafts
 from runs.engine.effects import budget as budget_mod
 from runs.engine.effects import ledger, model_calls
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
-from runs.engine.execution import faults
 from runs.engine.state.gateway import record_event
 from runs.models import Operation, Run, Step
 from runs.tools import Tool, ToolCall
@@ -162,7 +161,7 @@ class StepContext:
         computed, not yet committed."""
         from runs.engine.data.model_input import token_counter
 
-        faults.crash_point(self.run, self.step, "summary_ready")
+        hooks.reached(hooks.SUMMARY_READY, self.run, self.step)
 
         self.new_summaries.append(
             {
@@ -495,7 +494,7 @@ def perform_call(
         # Recorded by a concurrent attempt between the look-up and the intent.
         ledger.check_same_request(op, tool.name, arguments, action=action)
         return op.result
-    fault = faults.take_after_tool(run, step.pk if step else None, tool, action)
+    after_call = hooks.before_outside_call(run, step.pk if step else None, tool, action)
     try:
         result = call_with_timeout(
             lambda: ledger.call(tool, arguments, info),
@@ -513,7 +512,7 @@ def perform_call(
         raise
     except Exception as exc:  # noqa: BLE001 - sent, then no definite "not done": settle it
         return _settle_after_send(run, step, actor, tool, op, info, exc, timeout=timeout)
-    faults.act(fault, tool)
+    after_call()
     ledger.record_result(op, result)
     return result
 

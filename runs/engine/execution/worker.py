@@ -347,8 +347,8 @@ class Worker:
         taken = self._claim_batch(free)
         if taken == free:
             return taken
-        # What the batch leaves (a workflow version not imported yet, an armed
-        # crash fault) goes to a slot's own claim, which prepares the process first.
+        # What the batch leaves (a workflow version not imported yet) goes to a slot's
+        # own claim, which prepares the process first.
         free -= taken
         pending = set(self.slots.pending)
         for step_id in due_step_ids(limit=free + len(pending)):

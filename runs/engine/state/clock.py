@@ -1,9 +1,11 @@
 """The database clock: leases, deadlines and stuck detection use
 the database's time, never a worker's, so worker clocks need no synchronisation."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connection
+from django.db.models import DateTimeField, ExpressionWrapper
+from django.db.models.functions import Now
 from django.utils.dateparse import parse_datetime
 from django.utils.timezone import is_naive, make_aware
 
@@ -38,3 +40,12 @@ def db_now() -> datetime:
     if isinstance(value, str):
         value = parse_datetime(value)
     return make_aware(value) if is_naive(value) else value
+
+
+def deadline_in(seconds: float | None) -> ExpressionWrapper | None:
+    """The database time ``seconds`` from now, as an expression to write into a column
+    (a wait's ``wait_until``, an approval's ``expires_at``); ``None`` (no deadline) for
+    ``None`` or 0 seconds."""
+    if not seconds:
+        return None
+    return ExpressionWrapper(Now() + timedelta(seconds=seconds), output_field=DateTimeField())

@@ -11,8 +11,9 @@ feature calls a move and never re-implements one. ``RunTx`` has them: finish an 
 behind its fence (``finish_attempt``, recording ``step.commit_rejected`` when the fence
 refuses), save a checkpoint, ``advance`` (checkpoint, then schedule the next step or
 finish the run), ``schedule_step``, ``schedule_branches`` (a map step's fan-out),
-``cancel_branches``, ``next_step_seq``, ``resolve_takeover``,
-``decide_approval``, ``set_compensation`` and ``start_generation``; message seqs come
+``cancel_branches``, ``supersede_branches``, ``next_step_seq``, ``resolve_takeover``,
+``decide_approval``, ``set_compensation``, ``request_pause`` / ``clear_pause_request``,
+``finish_waiting`` (with ``cancelled_before_wait``) and ``start_generation``; message seqs come
 from ``allocate_message_seqs`` and ledger rows move with ``transition_operation``. The
 state columns of the models refuse any other ``update()`` (``runs.state_fields``).
 
@@ -29,11 +30,12 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q
+from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q, QuerySet
 from django.db.models.functions import Now
 
 from runs.engine.execution import dispatch
 from runs.engine.state import checkpoints
+from runs.engine.state.clock import deadline_in
 from runs.models import Approval, Event, Operation, Run, Step, Takeover
 from runs.state_fields import write_state
 from runs.states import (
@@ -317,6 +319,58 @@ class RunTx:
             self.reject_commit(step, attempt, self.commit_rejection(step, attempt), **extra)
         return applied
 
+    def cancelled_before_wait(
+        self, step: Step, attempt: int, *, actor: str, waiting_for: str
+    ) -> bool:
+        """When the locked run is cancel-requested, the RUNNING ``step`` held by
+        ``attempt`` is CANCELLED behind its fence instead of starting to wait for
+        ``waiting_for`` (``"signal wait"``, ``"child wait"``, ``"approval"``,
+        ``"branches"``), and ``True`` is returned; ``False`` otherwise (nothing
+        written)."""
+        if self.run.status != RunStatus.CANCEL_REQUESTED:
+            return False
+        self.finish_attempt(
+            step,
+            attempt,
+            StepStatus.CANCELLED,
+            actor=actor,
+            payload={"reason": f"cancel requested before the {waiting_for}"},
+            owner="",
+            lease_until=None,
+            finished_at=Now(),
+        )
+        return True
+
+    def finish_waiting(
+        self,
+        step: Step,
+        attempt: int,
+        *,
+        actor: str,
+        waiting_for: str,
+        payload: dict | None = None,
+        cancel_before: str,
+        **fields: Any,
+    ) -> bool:
+        """Finish the RUNNING ``step``'s ``attempt`` into WAITING behind its fence: the
+        lease released, ``step.waiting`` with ``{"attempt", "waiting_for", **payload}``,
+        plain ``fields`` (``signal_name``, ``wait_until``) written with it. A run that is
+        cancel-requested cancels the step instead (``cancelled_before_wait`` with
+        ``cancel_before``). Returns ``True`` only when the step is WAITING."""
+        if self.cancelled_before_wait(step, attempt, actor=actor, waiting_for=cancel_before):
+            return False
+        return self.finish_attempt(
+            step,
+            attempt,
+            StepStatus.WAITING,
+            actor=actor,
+            event_type="step.waiting",
+            payload={"attempt": attempt, "waiting_for": waiting_for, **(payload or {})},
+            owner="",
+            lease_until=None,
+            **fields,
+        )
+
     def next_step_seq(self, after: Step | None = None) -> int:
         """The seq of a new step of this run: one past ``after`` when the caller commits
         the run's newest step (no read), else one past the highest seq stored."""
@@ -353,9 +407,7 @@ class RunTx:
         if at is not None:
             not_before = at
         elif delay:
-            not_before = ExpressionWrapper(
-                Now() + timedelta(seconds=delay), output_field=DateTimeField()
-            )
+            not_before = deadline_in(delay)
         # The worker the step is born RUNNING under (a held-back step is born PENDING).
         claimer = None if held else claimed_by
         # A held-back step is notified when it is due (the sweeper), not now: a worker
@@ -461,6 +513,31 @@ class RunTx:
             )
         return cancelled
 
+    def supersede_branches(
+        self, parent_id: int, *, actor: str, first_seq: int, last_seq: int, **payload: Any
+    ) -> int:
+        """Supersede the branches of the map step row ``parent_id`` that are not settled
+        yet (a resume from an earlier checkpoint) in one UPDATE, with one
+        ``step.branches_superseded`` event on the parent: ``{"count", "first_seq",
+        "last_seq", **payload}`` (the seq range the caller read under this lock).
+        Returns how many were superseded."""
+        superseded = write_state(
+            Step.objects.filter(run_id=self.run.pk, branch_of_id=parent_id).exclude(
+                status__in=(StepStatus.SUPERSEDED, StepStatus.CANCELLED)
+            ),
+            status=StepStatus.SUPERSEDED,
+            owner="",
+            lease_until=None,
+        )
+        if superseded:
+            self.event(
+                "step.branches_superseded",
+                {"count": superseded, "first_seq": first_seq, "last_seq": last_seq, **payload},
+                step_id=parent_id,
+                actor=actor,
+            )
+        return superseded
+
     def save_checkpoint(
         self,
         step: Step,
@@ -547,6 +624,9 @@ class RunTx:
             )
             return Advanced(None, None, checkpoint_id, state)
         seq = self.next_step_seq() if next_seq is None else next_seq
+        if self.run.pause_requested_at is not None:
+            # Pausing: the next step waits PENDING (held) instead of continuing.
+            claimed_by = None
         step_id = self.schedule_step(
             next_name, actor=actor, seq=seq, claimed_by=claimed_by, delay=delay, at=at
         )
@@ -608,10 +688,16 @@ class RunTx:
         return True
 
     def cancel_pending_approvals(
-        self, *, actor: str, reason: str, comment: str, step_ids: list[int] | None = None
+        self,
+        *,
+        actor: str,
+        reason: str,
+        comment: str,
+        step_ids: "Iterable[int] | QuerySet | None" = None,
     ) -> list[int]:
-        """Cancel the run's PENDING approvals (only those of ``step_ids`` when given),
-        each with an ``approval.cancelled`` event. Returns their ids."""
+        """Cancel the run's PENDING approvals (only those of ``step_ids``, ids or a
+        queryset of step ids, when given), each with an ``approval.cancelled`` event.
+        Returns their ids."""
         query = Approval.objects.filter(run_id=self.run.pk, status=Approval.Status.PENDING)
         if step_ids is not None:
             query = query.filter(step_id__in=step_ids)
@@ -642,6 +728,29 @@ class RunTx:
             **fields,
         )
         self.run.compensation_status = target
+
+    def request_pause(self, request: dict[str, Any], *, actor: str, running: int) -> None:
+        """Mark the locked run pause-requested with ``request`` (``{"reason", "actor"}``,
+        optionally ``"resume"``), with a ``run.pause_requested`` event naming the
+        ``running`` steps it waits for. Until ``clear_pause_request`` no step of the run
+        is claimed and a commit schedules its next step without continuing it."""
+        self.run.pause_requested_at = db_time = Now()
+        self.run.pause_request = request
+        self.set_run(pause_requested_at=db_time, pause_request=request)
+        self.event(
+            "run.pause_requested",
+            {"reason": request.get("reason", ""), "running": running},
+            actor=actor,
+        )
+
+    def clear_pause_request(self) -> dict[str, Any]:
+        """Clear the locked run's pause request (it was carried out or overtaken);
+        returns the request as it was."""
+        request = dict(self.run.pause_request or {})
+        self.run.pause_requested_at = None
+        self.run.pause_request = {}
+        self.set_run(pause_requested_at=None, pause_request={})
+        return request
 
     def start_generation(self, **fields: Any) -> int:
         """Bump the locked run's generation (a resume from an earlier checkpoint) with

@@ -29,7 +29,11 @@ def due_step_ids(limit: int = 10) -> list[int]:
     from runs.engine.state import concurrency
 
     return list(
-        concurrency.startable(Step.objects.filter(due(), run__status__in=RUN_EXECUTABLE))
+        concurrency.startable(
+            Step.objects.filter(
+                due(), run__status__in=RUN_EXECUTABLE, run__pause_requested_at__isnull=True
+            )
+        )
         .order_by("not_before")
         .values_list("pk", flat=True)[:limit]
     )
@@ -65,25 +69,32 @@ def claim_step(step_id: int, worker_id: str, ttl: float) -> int | None:
     return row[0] if row else None
 
 
+#: What ``renew_leases`` reports instead of the run's status while a pause of the run is
+#: requested (not a run status: the run keeps its own until the pause is carried out).
+PAUSE_REQUESTED = "PAUSE_REQUESTED"
+
+
 def renew_leases(held: list[tuple[int, int]], ttl: float) -> dict[int, str]:
     """Heartbeat for many steps in one statement: extend the lease of each ``(step_id,
     attempt)`` in ``held`` by ``ttl`` seconds from now, only while that attempt still
     holds the RUNNING step, and read each renewed step's run status in the same
-    statement (a cancel requested since the last beat shows there). Returns
-    ``{step_id: run status}`` of the renewed steps; a step missing from it lost its
-    lease. One statement on PostgreSQL and SQLite alike (SQLite 3.35+ evaluates the
-    subquery of ``RETURNING`` per row)."""
+    statement (a cancel requested since the last beat shows there; a requested pause
+    shows as ``PAUSE_REQUESTED``). Returns ``{step_id: run status}`` of the renewed
+    steps; a step missing from it lost its lease. One statement on PostgreSQL and SQLite
+    alike (SQLite 3.35+ evaluates the subquery of ``RETURNING`` per row)."""
     if not held:
         return {}
     fence = " OR ".join(["(id = %s AND attempt = %s)"] * len(held))
     sql = (
         f"UPDATE runs_step SET lease_until = {now_plus_sql()}, heartbeat_at = {now_sql()} "
         f"WHERE status = %s AND ({fence}) "
-        "RETURNING id, (SELECT r.status FROM runs_run r WHERE r.id = runs_step.run_id)"
+        "RETURNING id, (SELECT CASE WHEN r.pause_requested_at IS NULL THEN r.status "
+        "ELSE %s END FROM runs_run r WHERE r.id = runs_step.run_id)"
     )
     params: list = [seconds_param(ttl), StepStatus.RUNNING]
     for step_id, attempt in held:
         params += [step_id, attempt]
+    params.append(PAUSE_REQUESTED)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return {row[0]: row[1] for row in cursor.fetchall()}

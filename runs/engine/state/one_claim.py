@@ -10,8 +10,8 @@ the step as they are after the claim together with the run's latest checkpoint c
 (rebuilt to the whole state here, as ``runs.checkpoint_data.materialize`` does).
 
 The statement claims only when the claim needs nothing else first: the run's workflow
-version is one this process knows (``known``), no injected ``crash_before`` fault is
-armed for the step, the run is not a PENDING one with a concurrency key
+version is one this process knows (``known``), the run is not a PENDING one with a
+concurrency key
 (``concurrency.may_start`` decides those), and the run did not change between the
 statement's snapshot and its lock (its ``event_seq``, which every locked write bumps,
 is the one the snapshot saw; so the checkpoint read is the latest). When the step is
@@ -57,10 +57,9 @@ r AS (
     SELECT runs_run.id, runs_run.status, runs_run.event_seq, runs_run.generation
     FROM runs_run
     WHERE runs_run.id = (SELECT run_id FROM st)
-        AND runs_run.status = ANY(%(executable)s::text[])
+        AND runs_run.status = ANY(%(executable)s::text[]) AND runs_run.pause_requested_at IS NULL
         AND runs_run.generation = (SELECT generation FROM st)
         AND runs_run.workflow || '@' || runs_run.workflow_version::text = ANY(%(known)s::text[])
-        AND (runs_run.faults ->> 'crash_before') IS DISTINCT FROM (SELECT name FROM st)
         AND (runs_run.status <> %(run_pending)s::text OR runs_run.concurrency_key = '')
         AND runs_run.event_seq = (SELECT event_seq FROM seen)
     FOR UPDATE
@@ -203,8 +202,8 @@ WITH picked AS (
     WHERE ((s.status = %(pending)s AND s.not_before <= STATEMENT_TIMESTAMP())
             OR (s.status = %(running)s AND s.lease_until < STATEMENT_TIMESTAMP()))
         AND r.status = ANY(%(executable)s::text[]) AND r.generation = s.generation
+        AND r.pause_requested_at IS NULL
         AND r.workflow || '@' || r.workflow_version::text = ANY(%(known)s::text[])
-        AND (r.faults ->> 'crash_before') IS DISTINCT FROM s.name
         AND (r.status <> %(run_pending)s OR r.concurrency_key = '')
     ORDER BY s.not_before
     LIMIT %(limit)s
@@ -271,9 +270,8 @@ def claim_due(worker_id: str, ttl: float, limit: int, *, known: list[str]) -> li
     its run locked ``FOR UPDATE SKIP LOCKED`` (workers polling at once take different
     steps), at most one per run except the branches of a map step (any number of one
     run's branches, their ``step.started`` events numbered in step order), claimed as
-    ``claim_step`` claims one, under the same
-    conditions (a known workflow version, no armed ``crash_before``, no PENDING run with
-    a concurrency key; the others are left unclaimed). ``known``: the
+    ``claim_step`` claims one, under the same conditions (a known workflow version, no
+    PENDING run with a concurrency key; the others are left unclaimed). ``known``: the
     ``"<workflow>@<version>"`` keys this process can execute. Returns the claimed steps
     as they are after the claim, each with its ``run`` (``step.attempt`` is the fencing
     token); database errors propagate."""

@@ -11,9 +11,9 @@ under that lock. The events are the ones the transactional commit writes, in the
 order.
 
 It applies only when every condition holds (the run RUNNING in the step's generation,
-the fence matching); otherwise it changes nothing and returns ``None``, and the store's
-transactional commit runs, which records why (``step.commit_rejected``) or handles the
-cancel request.
+no pause requested, the fence matching); otherwise it changes nothing and returns
+``None``, and the store's transactional commit runs, which records why
+(``step.commit_rejected``) or handles the cancel or pause request.
 """
 
 import json
@@ -37,6 +37,7 @@ WITH r AS (
         unpriced_model_calls
     FROM runs_run
     WHERE id = %(run)s::uuid AND status = %(running)s::text AND generation = %(generation)s::integer
+        AND pause_requested_at IS NULL
     FOR UPDATE
 ),
 s AS (

@@ -128,8 +128,8 @@ class Store(Protocol):
         step made the run's current one, ``step.started`` (``reclaimed_from`` after an
         expired lease), and the run's latest checkpoint read. Due: PENDING with
         ``not_before`` passed or RUNNING with an expired lease. ``known``: the
-        ``"<workflow>@<version>"`` keys this process can execute; another version, or a
-        ``crash_before`` fault armed for the step, gives ``PREPARE``. Returns ``Claim``."""
+        ``"<workflow>@<version>"`` keys this process can execute; another version gives
+        ``PREPARE``. Returns ``Claim``."""
         ...
 
     def claim_due(self, worker_id: str, ttl: float, limit: int, *, known: list[str]) -> list[Step]:
@@ -144,7 +144,8 @@ class Store(Protocol):
     def heartbeat(self, held: list[tuple[int, int]], ttl: float) -> dict[int, str]:
         """One statement: extend the lease of each ``(step_id, attempt)`` in ``held``
         to ``ttl`` seconds from now, only while that attempt holds the RUNNING step, and
-        read each renewed step's run status with it. Returns ``{step_id: run status}``
+        read each renewed step's run status with it (``leases.PAUSE_REQUESTED`` while a
+        pause is requested). Returns ``{step_id: run status}``
         of the renewed steps, from which the caller tells each slot whether to stop
         (a cancel requested, the run finished); a step left out lost its lease, and a
         stale attempt's step is left as it is."""

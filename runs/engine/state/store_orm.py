@@ -62,11 +62,13 @@ class OrmStore:
             if (
                 step is None
                 or run.status not in RUN_EXECUTABLE
+                # A pause is requested: its steps wait (held) until it is resumed.
+                or run.pause_requested_at is not None
                 or run.generation != step.generation
             ):
                 return Claim(NOT_CLAIMABLE)
             key = f"{run.workflow}@{run.workflow_version}"
-            if key not in known or run.faults.get("crash_before") == step.name:
+            if key not in known:
                 step.run = run
                 return Claim(PREPARE, run, step)
             if not concurrency.may_start(run):

@@ -1,0 +1,91 @@
+"""A resume from a checkpoint before a fan-out supersedes each map step's branches as a
+set: one UPDATE and one event (count and seq range) per map step, so 10,000 branches
+cost the resume the statements of three, and the preview lists them as one line. The
+pause before it lists no branch row in its takeover."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from runs.engine.control.lifecycle import pause_run, start_run
+from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
+from runs.models import Event, Step, Takeover
+from runs.states import StepStatus
+from tests.support.states import arrange
+
+pytestmark = pytest.mark.django_db
+
+
+def _fanned_out_run(branches: int):
+    """A ``fanout_demo`` run whose ``fetch`` step fanned out into ``branches`` rows:
+    every third SUCCEEDED, the others PENDING (none running)."""
+    run = start_run(
+        "fanout_demo", thread_id=f"fan-{branches}", input={"items": branches, "delay_s": 0}
+    )
+    parent = Step.objects.get(run=run)
+    arrange(Step.objects.filter(pk=parent.pk), status=StepStatus.WAITING)
+    Step.objects.bulk_create(
+        [
+            Step(
+                run=run,
+                name="fetch",
+                seq=2 + i,
+                branch_of=parent,
+                position=i,
+                input={"item": i + 1},
+                status=StepStatus.SUCCEEDED if i % 3 == 0 else StepStatus.PENDING,
+            )
+            for i in range(branches)
+        ],
+        batch_size=2000,
+    )
+    return run, parent
+
+
+def _resume(run) -> int:
+    # Paused with no branch running: at once, its takeover naming no branch row.
+    pause_run(run, actor="alice", reason="look first")
+    takeover = Takeover.objects.get(run=run)
+    assert takeover.done_summary["completed_steps"] == []
+    with CaptureQueriesContext(connection) as queries:
+        resume_from_checkpoint(run, "start", actor="alice", reason="fan out afresh")
+    return len(queries)
+
+
+def test_it_supersedes_ten_thousand_branches_with_the_statements_of_three():
+    small, _ = _fanned_out_run(3)
+    big, parent = _fanned_out_run(10_000)
+
+    plan = plan_resume(big, "start")
+    assert [row["label"] for row in plan.steps_to_supersede] == [
+        f"fetch#{parent.seq} (WAITING)",
+        "fetch#2..10001 (10000 branches: PENDING 6666, SUCCEEDED 3334)",
+    ]
+
+    few = _resume(small)
+    many = _resume(big)
+
+    assert many == few
+    assert set(
+        Step.objects.filter(run=big, branch_of__isnull=False).values_list("status", flat=True)
+    ) == {StepStatus.SUPERSEDED}
+    events = list(Event.objects.filter(run=big).values_list("type", "step_id", "payload"))
+    assert [(s, p) for t, s, p in events if t == "step.branches_superseded"] == [
+        (
+            parent.pk,
+            {
+                "count": 10_000,
+                "first_seq": 2,
+                "last_seq": 10_001,
+                "by_generation": 2,
+                "checkpoint": "start",
+            },
+        )
+    ]
+    # No event per branch: the map step's own row is superseded as any step.
+    assert [s for t, s, _ in events if t == "step.superseded"] == [parent.pk]
+    resumed = next(p for t, _, p in events if t == "run.resumed_from_checkpoint")
+    assert resumed["superseded_steps"] == 10_001
+    # The new generation fans out again from its own map step.
+    fresh = Step.objects.get(run=big, generation=2)
+    assert (fresh.name, fresh.status, fresh.branch_of_id) == ("fetch", StepStatus.PENDING, None)
