@@ -2,6 +2,8 @@
 through the CLI, the console and the API, is refused with the same code naming the
 same field, and nothing is written (``runs.engine.rules``)."""
 
+import argparse
+
 import pytest
 from django.urls import reverse
 
@@ -9,10 +11,11 @@ import tests.workflows.signalled  # noqa: F401 - registers the workflow
 from apitokens.services import create_token
 from runs.api.conditional import check_idempotency_key
 from runs.api.errors import ApiError
+from runs.cli import arguments
 from runs.engine.control.lifecycle import start_run
 from runs.engine.durations import duration_problem
 from runs.engine.effects.budget import limit_errors, parse_amount
-from runs.engine.effects.retry import retry_after_seconds
+from runs.engine.effects.retry import RetryPolicy, retry_after_seconds
 from runs.engine.rules import (
     MAX_REQUEST_ID_CHARS,
     NOT_FINITE,
@@ -21,7 +24,7 @@ from runs.engine.rules import (
     request_id_problem,
 )
 from runs.models import Event, RefusedAction, Signal
-from runs.workflows.definition import Workflow
+from runs.workflows.definition import Workflow, WorkflowDefinitionError
 from tests.console_helpers import actors, clients, fast_passwords  # noqa: F401
 from tests.test_cli_inputs import manage_in_process  # noqa: F401
 
@@ -103,8 +106,28 @@ def _cost(value):
     return None
 
 
+def _refusal(build):
+    def answer(value):
+        try:
+            build(value)
+        except (ValueError, WorkflowDefinitionError, argparse.ArgumentTypeError) as exc:
+            return str(exc)
+        return None
+
+    return answer
+
+
 #: caller: (its answer to true, to NaN, to infinity); each says None to 2.
 NUMBER_CALLERS = {
+    "retry attempts": (_refusal(lambda v: RetryPolicy(max_attempts=v)), ("max_attempts",) * 3),
+    "concurrency limit": (
+        _refusal(lambda v: Workflow("n", 1, concurrency_key="k", concurrency_limit=v)),
+        ("concurrency_limit",) * 3,
+    ),
+    "CLI number": (
+        _refusal(lambda v: arguments.number()(str(v))),
+        ("is not a number", "is not between", "is not between"),
+    ),
     "workflow input": (_workflow_input, ("must be int or float", "must be from", "must be from")),
     "budget limit": (_budget_limit, ("whole number", "whole number", "whole number")),
     "cost amount": (_cost, ("not true/false", "finite amount", "finite amount")),

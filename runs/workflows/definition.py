@@ -111,10 +111,9 @@ class Workflow:
         concurrency_key: str | Callable[[dict], Any] | None = None,
         concurrency_limit: int | None = None,
     ):
-        if concurrency_limit is not None and (
-            isinstance(concurrency_limit, bool)
-            or not isinstance(concurrency_limit, int)
-            or concurrency_limit < 1
+        if (
+            concurrency_limit is not None
+            and number_problem(concurrency_limit, integer=True, minimum=1) is not None
         ):
             raise WorkflowDefinitionError(f"{name}: concurrency_limit must be an integer >= 1")
         if concurrency_limit is not None and concurrency_key is None:

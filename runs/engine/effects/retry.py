@@ -99,11 +99,7 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         # No retry is unbounded: a finite attempt count is required, and delays are sane.
-        if (
-            isinstance(self.max_attempts, bool)
-            or not isinstance(self.max_attempts, int)
-            or self.max_attempts < 1
-        ):
+        if number_problem(self.max_attempts, integer=True, minimum=1) is not None:
             raise ValueError("max_attempts must be an int >= 1")
         if self.initial_delay < 0 or self.max_delay < self.initial_delay or self.multiplier < 1:
             raise ValueError("need 0 <= initial_delay <= max_delay and multiplier >= 1")
