@@ -16,14 +16,15 @@ from runs.engine.control import approvals as engine_approvals
 from runs.engine.control.approvals import DecisionConflict
 from runs.engine.control.lifecycle import ControlError, check_length
 from runs.engine.control.resolutions import RESOLUTIONS, resolve_takeover
+from runs.engine.rules import MAX_CHARS
 from runs.engine.state.gateway import run_transaction
 from runs.models import Approval, Takeover
 
 DECISIONS = {"approve": Approval.Status.APPROVED, "reject": Approval.Status.REJECTED}
 #: The longest approver's comment and message for the model, in characters, on every
 #: channel (the API's schemas use these).
-MAX_COMMENT_CHARS = 2000
-MAX_MESSAGE_CHARS = 4000
+MAX_COMMENT_CHARS = MAX_CHARS["comment"]
+MAX_MESSAGE_CHARS = MAX_CHARS["message"]
 
 __all__ = [
     "DECISIONS",

@@ -47,6 +47,8 @@ from runs.engine.control.lifecycle import retry_step, start_run
 from runs.engine.control.rewind import list_checkpoints, plan_resume, resume_from_checkpoint
 from runs.engine.effects.budget import raise_budget
 from runs.engine.effects.unknown_outcomes import resolve_unknown
+from runs.engine.names import MAX_NAME_CHARS
+from runs.engine.rules import MAX_CHARS
 from runs.engine.state.clock import db_now
 from runs.models import AttemptLog, Event, Message, Run, Step, Thread
 from runs.states import RunStatus
@@ -147,9 +149,9 @@ class RunFilters(Schema):
     parameters; times are ISO datetimes."""
 
     status: RunStatus | None = None
-    workflow: str | None = Field(None, max_length=100)
+    workflow: str | None = Field(None, max_length=MAX_NAME_CHARS)
     version: int | None = Field(None, ge=1, le=2**31 - 1)
-    thread_id: str | None = Field(None, max_length=200)
+    thread_id: str | None = Field(None, max_length=MAX_CHARS["thread_id"])
     q: str | None = Field(None, max_length=200, description="run id prefix, thread id or goal text")
     stuck: bool | None = None
     has_unknown: bool | None = Field(None, description="has a step whose outcome is unknown")

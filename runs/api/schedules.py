@@ -10,6 +10,7 @@ from pydantic import Field, StrictInt
 from runs.api.conditional import conditional_action
 from runs.api.errors import ApiError, error_responses
 from runs.engine.control import schedules
+from runs.engine.names import MAX_NAME_CHARS
 from runs.models import Schedule, ScheduleTick
 
 router = Router(tags=["schedules"])
@@ -43,8 +44,8 @@ class ScheduleIn(Schema):
     seconds, 1 to 315,360,000: ten years; a JSON number, not text). The engine checks
     every field (``schedules.create_schedule``)."""
 
-    name: str = Field(min_length=1, max_length=100)
-    workflow: str = Field(min_length=1, max_length=100)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    workflow: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     cron: str | None = Field(default=None, max_length=200)
     timezone: str | None = Field(default=None, max_length=64)
     every: StrictInt | None = None

@@ -13,6 +13,8 @@ from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from approvals.services import MAX_COMMENT_CHARS, MAX_MESSAGE_CHARS
 from runs.engine.control.lifecycle import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS
 from runs.engine.effects.budget import COST_PLACES, MAX_AMOUNTS
+from runs.engine.names import MAX_NAME_CHARS
+from runs.engine.rules import MAX_CHARS
 
 
 class Strict(Schema):
@@ -46,8 +48,10 @@ class BudgetIn(Strict):
 
 
 class RunCreate(Strict):
-    workflow: StrictStr = Field(min_length=1, max_length=100, examples=["room_temperature"])
-    thread_id: StrictStr = Field(min_length=1, max_length=200, examples=["t1"])
+    workflow: StrictStr = Field(
+        min_length=1, max_length=MAX_NAME_CHARS, examples=["room_temperature"]
+    )
+    thread_id: StrictStr = Field(min_length=1, max_length=MAX_CHARS["thread_id"], examples=["t1"])
     input: dict[str, Any] = Field(examples=[{"question": "How warm is the living room?"}])
     budget: BudgetIn | None = None
 
@@ -308,7 +312,7 @@ class BulkReplayIn(Strict):
     step) and how fast."""
 
     status: Literal["FAILED", "CANCELLED", "SUCCEEDED"] = "FAILED"
-    workflow: StrictStr | None = Field(None, max_length=100)
+    workflow: StrictStr | None = Field(None, max_length=MAX_NAME_CHARS)
     error_code: StrictStr | None = Field(None, max_length=64)
     since: datetime | None = Field(None, description="created at or after (ISO time)")
     rate: float = Field(

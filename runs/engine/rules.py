@@ -93,9 +93,19 @@ def check_length(text: str, field: str, limit: int) -> None:
     check_text(text, field)
 
 
-#: Longest request id (idempotency key) in characters: what the ``request_id`` columns
-#: hold.
-MAX_REQUEST_ID_CHARS = 200
+#: Longest text the engine takes from outside, in characters, per field: the engine
+#: checks these, and the faces (API schemas, console forms, CLI) take their limits from
+#: here. ``thread_id`` and ``request_id`` are the sizes of their columns.
+MAX_CHARS = {
+    "reason": 2000,
+    "evidence": 4000,
+    "comment": 2000,
+    "message": 4000,
+    "thread_id": 200,
+    "request_id": 200,
+}
+#: Longest request id (idempotency key) in characters.
+MAX_REQUEST_ID_CHARS = MAX_CHARS["request_id"]
 _HEADER_TEXT = re.compile(r"[\x21-\x7e]+")
 
 

@@ -12,7 +12,7 @@ from runs.engine.effects.budget import limit_errors
 from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.engine.errors import ControlError
 from runs.engine.execution import dispatch, liveness
-from runs.engine.rules import check_length, text_problem, value_problem
+from runs.engine.rules import MAX_CHARS, check_length, text_problem, value_problem
 from runs.engine.state import leases
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, record_event, run_transaction
@@ -36,9 +36,9 @@ REASONED_ACTIONS = ("cancel", "pause", "resume", "retry", "budget", "replay", "r
 
 #: The longest reason an operator action takes, in characters, on every channel (the
 #: API's schemas, the console's forms and the CLI all end here or use this).
-MAX_REASON_CHARS = 2000
+MAX_REASON_CHARS = MAX_CHARS["reason"]
 #: The longest evidence an operator gives for a resolution, in characters.
-MAX_EVIDENCE_CHARS = 4000
+MAX_EVIDENCE_CHARS = MAX_CHARS["evidence"]
 
 
 def require_reason(reason: str | None, action: str) -> str:
@@ -187,10 +187,11 @@ def text_refusal(value: Any, *, limit: int | None = None) -> str | None:
 def check_thread_id(thread_id: Any) -> None:
     """Raises ``ControlError`` ``invalid_thread`` unless ``thread_id`` is 1..200
     characters a database stores as sent."""
-    reason = text_refusal(thread_id, limit=200)
+    limit = MAX_CHARS["thread_id"]
+    reason = text_refusal(thread_id, limit=limit)
     if reason is not None:
         raise ControlError(
-            "invalid_thread", f"thread id {reason} (1..200 characters)", {"thread_id": reason}
+            "invalid_thread", f"thread id {reason} (1..{limit} characters)", {"thread_id": reason}
         )
 
 
