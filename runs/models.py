@@ -261,6 +261,11 @@ class Step(models.Model):
         "self", null=True, blank=True, on_delete=models.CASCADE, related_name="branches"
     )
     position = models.PositiveIntegerField(null=True, blank=True)
+    #: The step's concurrency key (``"<workflow>.<step>:<value from the input>"``; null
+    #: for a step without one) and how many steps of one key may be RUNNING at once
+    #: (``runs.engine.state.concurrency``); set when the step is scheduled.
+    concurrency_key = CheckedCharField(max_length=300, null=True, blank=True)
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
     objects = StateGuardedQuerySet.as_manager()
 
     class Meta:
@@ -288,6 +293,13 @@ class Step(models.Model):
                 fields=["branch_of", "status"],
                 condition=Q(branch_of__isnull=False),
                 name="step_branch_status",
+            ),
+            # A keyed step's claim counts the RUNNING steps of its key and the older
+            # PENDING ones.
+            models.Index(
+                fields=["concurrency_key", "status"],
+                condition=Q(concurrency_key__isnull=False),
+                name="step_concurrency_key",
             ),
         ]
         ordering = ["run", "seq"]

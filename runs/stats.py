@@ -191,9 +191,9 @@ def overview_stats(now: datetime | None = None, *, storage: bool = True) -> dict
     - ``signal_waits``, ``signal_wait_oldest_s``, ``timers_sleeping``,
       ``timer_oldest_s``, ``schedule_missed_ticks`` (``wait_stats``, missed ticks of the
       last day);
-    - ``limit_waits``: ``{"concurrency": {workflow: runs}, "rate": {limit: calls}}``
-      waiting on a concurrency or rate limit now (``limit_waits``); ``rate_limits``: the
-      names of the rate limits in force (setting and admin);
+    - ``limit_waits``: ``{"concurrency": {workflow or "<workflow>.<step>": runs or
+      steps}, "rate": {limit: calls}}`` waiting on a concurrency or rate limit now
+      (``limit_waits``); ``rate_limits``: the names of the rate limits in force (setting and admin);
     - ``storage``: ``[{workflow, db_bytes, payload_bytes, artifact_bytes}]``
       (``runs.storage_stats``, cached for a minute); ``None`` with ``storage=False``:
       counting scans every stored row, so the console loads it as a panel of its own
@@ -329,7 +329,8 @@ def overview_stats(now: datetime | None = None, *, storage: bool = True) -> dict
 
 def limit_waits() -> dict[str, dict[str, int]]:
     """What waits on a limit now: ``{"concurrency": {workflow: PENDING runs whose key
-    has every place taken}, "rate": {limit name: calls waiting for a place}}``."""
+    has every place taken, "<workflow>.<step>": PENDING steps likewise}, "rate": {limit
+    name: calls waiting for a place}}``."""
     return {
         "concurrency": concurrency.waiting_by_workflow(),
         "rate": rate_limits.waiting_by_limit(),

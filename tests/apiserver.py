@@ -8,12 +8,12 @@ import json
 import os
 import signal
 import socket
-import time
 from collections.abc import Iterator
 
 import httpx
 
 from tests.support.services import Deployment
+from tests.support.waiting import wait_until
 
 START_TIMEOUT = 90  # seconds; a cold Django import on a loaded 2-core machine
 
@@ -32,16 +32,16 @@ class Server:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = deployment.popen("serve", "--port", self.port, extra_env=extra_env or None)
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {deployment.logs(self.proc)}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/api/v1/openapi.json", timeout=5).status_code == 200:
-                    return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server did not start: {deployment.logs(self.proc)}")
-            time.sleep(0.2)
+        wait_until(
+            self._answers, what="the server to answer", timeout=START_TIMEOUT, procs=[self.proc]
+        )
+
+    def _answers(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"server exited: {self.deployment.logs(self.proc)}")
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(self.url + "/api/v1/openapi.json", timeout=5).status_code == 200
+        return False
 
     def kill(self) -> None:
         """SIGKILL the server (a crash, not a graceful stop) and reap it."""

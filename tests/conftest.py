@@ -6,7 +6,7 @@ from runs.engine.effects.calls import THREAD_NAME as OUTSIDE_CALL_THREAD
 from runs.engine.execution.identity import WorkerIdentity
 from runs.workflows import registry
 
-pytest_plugins = ["tests.support.fixtures"]
+pytest_plugins = ["tests.support.fixtures", "tests.support.metrics"]
 
 #: Seconds a test's teardown waits for an outside call it abandoned (a bound, not a timing
 #: assertion: the fake outside systems of the tests finish within seconds).

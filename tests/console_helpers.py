@@ -7,12 +7,13 @@ Named actors after healthchecks' habit: ``alice`` the viewer, ``bob`` the operat
 
 import os
 import subprocess
-import time
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.db.models import Q
 from django.test import Client
 
 from lab import demo_seed
@@ -22,6 +23,7 @@ from runs.engine.execution.worker import Worker
 from runs.engine.state.clock import db_now
 from runs.models import Run, Step
 from tests.support.services import manage_argv
+from tests.support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "console-test-pw"
@@ -37,6 +39,7 @@ __all__ = [
     "ACTORS",
     "start_room_temperature",
     "run_worker_in_process",
+    "work_until",
     "worker_subprocess_env",
     "run_worker_subprocess",
 ]
@@ -106,6 +109,20 @@ def run_worker_in_process() -> int:
     return Worker(mode="db", burst=True).run()
 
 
+def work_until(run: Run, statuses: Collection[str], timeout: float = 60) -> Run:
+    """Run in-process burst workers until ``run`` is in one of ``statuses`` (retries
+    wait out their backoff between bursts); returns the refreshed run. Fails the test
+    (``AssertionError``) after ``timeout`` seconds, a bound against hangs."""
+
+    def reached() -> bool:
+        run_worker_in_process()
+        run.refresh_from_db()
+        return run.status in statuses
+
+    wait_until(reached, what=f"run {run.pk} to reach {'/'.join(sorted(statuses))}", timeout=timeout)
+    return run
+
+
 def worker_subprocess_env(settings, **extra) -> dict[str, str]:
     """Environment for a ``manage.py`` subprocess that works on this test's database
     and simulated devices (pytest-django's test database, SQLite file or PostgreSQL)."""
@@ -153,11 +170,13 @@ def unknown_outcome_run(settings) -> Run:
     first = run_worker_subprocess(env)
     assert first.returncode == 75, first.stdout + first.stderr
     step = Step.objects.get(run=run, name="set_brightness")
-    give_up = time.monotonic() + 60
-    while step.lease_until and step.lease_until >= db_now():
-        assert time.monotonic() < give_up, "the dead worker's lease never expired"
-        time.sleep(0.2)
-        step.refresh_from_db()
+    wait_until(
+        lambda: Step.objects.filter(
+            Q(lease_until__isnull=True) | Q(lease_until__lt=db_now()), pk=step.pk
+        ).exists(),
+        what="the dead worker's lease to expire",
+        timeout=60,
+    )
     second = run_worker_subprocess(env)
     assert second.returncode == 0, second.stdout + second.stderr
     run.refresh_from_db()

@@ -1,5 +1,5 @@
-"""Helpers for the control-layer tests: users, polling, and reading a deployment's
-database as ``manage.py shell`` would (the tests stay black-box: the reads run in a
+"""Helpers for the tests that drive a deployment: users, runs started and worked, and
+reading its database as ``manage.py shell`` would (the tests stay black-box: the reads run in a
 process of the deployment's own, never in the test's)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.support.services import Deployment
+from tests.support.waiting import wait_until
 
 WEEK = '{"week": "2026-W48"}'
 
@@ -121,22 +122,6 @@ def events_of(info: dict, type_: str) -> list[dict]:
     return [e for e in info["events"] if e["type"] == type_]
 
 
-def wait_until(
-    check: Callable[[], Any], *, timeout: float = 90, interval: float = 0.3, what: str = "condition"
-) -> Any:
-    """Call ``check`` until it returns something truthy and return that; fail the test
-    with ``what`` after ``timeout`` seconds (a bound against hangs, never a timing
-    assertion)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last value: {value!r}")
-        time.sleep(interval)
-
-
 def db_rows(d: Deployment, sql: str, params: tuple = ()) -> list[tuple]:
     """Rows of one read-only query straight against the deployment's database (fast
     enough to poll for a short-lived state; use ``%s`` placeholders)."""
@@ -159,8 +144,7 @@ def expire_leases(d: Deployment, run_id: str) -> int:
     had been gone for a whole lease; returns how many steps. A test that needs a lease
     live for one command and expired for the next does this instead of waiting a lease
     out, which races that command on a loaded machine."""
-    # SQLite stores UUIDs as 32 hex digits, PostgreSQL as uuid.
-    key = run_id.replace("-", "") if d.backend == "sqlite" else run_id
+    key = db_id(d, run_id)
     sql = "UPDATE runs_step SET lease_until = %s WHERE run_id = %s AND status = 'RUNNING'"
     if d.backend == "sqlite":
         import sqlite3
@@ -180,18 +164,69 @@ def expire_leases(d: Deployment, run_id: str) -> int:
 def run_status(d: Deployment, run_id: str) -> str | None:
     """The run's status straight from its row (or None): what a wait polls, where a
     ``runs status`` process per poll would cost a second of CPU."""
-    key = run_id.replace("-", "") if d.backend == "sqlite" else run_id
+    key = db_id(d, run_id)
     rows = db_rows(d, "SELECT status FROM runs_run WHERE id = %s", (key,))
     return rows[0][0] if rows else None
 
 
 def step_status(d: Deployment, run_id: str, name: str) -> str | None:
     """The newest step row called ``name`` of the run, its status (or None)."""
-    # SQLite stores UUIDs as 32 hex digits, PostgreSQL as uuid.
-    key = run_id.replace("-", "") if d.backend == "sqlite" else run_id
+    key = db_id(d, run_id)
     rows = db_rows(
         d,
         "SELECT status FROM runs_step WHERE run_id = %s AND name = %s ORDER BY seq DESC LIMIT 1",
         (key, name),
     )
     return rows[0][0] if rows else None
+
+
+def db_id(d: Deployment, run_id: str) -> str:
+    """The run id as the deployment's database stores it: SQLite keeps UUIDs as 32 hex
+    digits, PostgreSQL as uuid."""
+    return run_id.replace("-", "") if d.backend == "sqlite" else run_id
+
+
+def events(d: Deployment, run_id: str, type_: str) -> list[dict]:
+    """The run's events of type ``type_`` straight from the database, oldest first, as
+    ``{"payload", "actor"}``."""
+    rows = db_rows(
+        d,
+        "SELECT payload, actor FROM runs_event WHERE run_id = %s AND type = %s ORDER BY seq",
+        (db_id(d, run_id), type_),
+    )
+    return [{"payload": p if isinstance(p, dict) else json.loads(p), "actor": a} for p, a in rows]
+
+
+def start(d: Deployment, workflow: str, input: str, *flags) -> str:
+    """``runs start`` on a thread of its own, in the deployment's shell probe; returns
+    the run id."""
+    thread = f"t-{time.monotonic_ns()}"
+    return d.call("runs", "start", workflow, "--thread", thread, "--input", input, *flags).strip()
+
+
+def burst_until(d: Deployment, what: str, check: Callable[[], Any]) -> None:
+    """Run ``worker --burst`` until ``check()`` holds (a burst may start before the dead
+    worker's lease expired and find nothing to do); fails the test naming ``what``."""
+
+    def once():
+        if check():
+            return True
+        d.manage("worker", "--burst", check=True, timeout=120)
+        return check()
+
+    wait_until(once, what=what)
+
+
+def approval_id(d: Deployment, run_id: str) -> int:
+    """The id of the run's PENDING approval, read from the database."""
+    rows = db_rows(
+        d,
+        "SELECT id FROM approvals_approval WHERE run_id = %s AND status = 'PENDING'",
+        (db_id(d, run_id),),
+    )
+    return rows[0][0]
+
+
+def burst_until_status(d: Deployment, run_id: str, *states: str) -> None:
+    """Run ``worker --burst`` until the run is in one of ``states``."""
+    burst_until(d, "/".join(states), lambda: run_status(d, run_id) in states)

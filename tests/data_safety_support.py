@@ -1,18 +1,13 @@
 """Small helpers shared by the data-safety tests (context, thread policy, artifacts,
-backup): query a deployment through ``manage.py shell`` and wait for a state."""
+backup): query a deployment through ``manage.py shell``."""
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 from tests import control_support
 from tests.support.services import Deployment
-
-#: Upper bound for any wait in these tests (seconds); a bound, never an assertion.
-WAIT_LIMIT = 120
 
 
 def shell_json(deployment: Deployment, code: str) -> Any:
@@ -20,24 +15,6 @@ def shell_json(deployment: Deployment, code: str) -> Any:
     (``Deployment.shell``); it must print one JSON value as its last line, which is
     returned."""
     return json.loads(deployment.shell(code).strip().splitlines()[-1])
-
-
-def wait_for(
-    check: Callable[[], Any], what: str, limit: float = WAIT_LIMIT, procs: tuple = ()
-) -> Any:
-    """Call ``check`` until it returns a truthy value and return that value; fails the
-    test after ``limit`` seconds, showing the logs of ``procs`` (``popen`` processes)."""
-    deadline = time.monotonic() + limit
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            logs = "\n".join(
-                f"--- {p.args[2:4]} ---\n" + "\n".join(Deployment.logs(p))[-3000:] for p in procs
-            )
-            raise AssertionError(f"gave up waiting for {what}\n{logs}")
-        time.sleep(0.3)
 
 
 def status(deployment: Deployment, run_id: str) -> dict:

@@ -12,11 +12,18 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from tests.control_support import status
+from tests.control_support import (
+    burst_until_status,
+    db_id,
+    db_rows,
+    events,
+    run_status,
+    start,
+    status,
+)
+from tests.support.agents import SHAPES, deployment, tool_results
 from tests.support.openai_server import ModelServer
-from tests.test_agent_shapes import SHAPES, tool_results, until
-from tests.test_agents import deployment
-from tests.test_side_effects import db_id, events, run_status, sql, start, wait_for
+from tests.support.waiting import wait_until
 
 
 class Gate:
@@ -88,21 +95,21 @@ def test_a_responses_tool_calls_run_at_once_and_a_crash_runs_only_the_unfinished
             )
             run_id = start(d, "shape_parallel", json.dumps({"prompt": "fetch a, b and c"}))
             worker = d.popen("worker")
-            wait_for("3 calls at the gate", lambda: gate.in_flight == 3, [worker])
+            wait_until(lambda: gate.in_flight == 3, what="3 calls at the gate", procs=[worker])
             gate.open("a", "b")
 
             def recorded() -> list[tuple]:
-                return sql(
+                return db_rows(
                     d,
                     "SELECT idempotency_key FROM runs_operation"
                     " WHERE tool = 'fetch' AND status = 'SUCCEEDED'",
                 )
 
-            wait_for("2 results recorded", lambda: len(recorded()) == 2, [worker])
+            wait_until(lambda: len(recorded()) == 2, what="2 results recorded", procs=[worker])
             worker.kill()
             worker.wait()
             gate.open("c")
-            until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+            burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     finally:
         gate.close()
     assert run_status(d, run_id) == "SUCCEEDED"
@@ -110,7 +117,7 @@ def test_a_responses_tool_calls_run_at_once_and_a_crash_runs_only_the_unfinished
     # a and b came from the ledger; only c, in flight when the worker died, ran again.
     assert gate.arrivals == {"a": 1, "b": 1, "c": 2}
     assert tool_results(server.requests[-1]) == ["fetched a", "fetched b", "fetched c"]
-    keys = sql(d, "SELECT idempotency_key FROM runs_operation WHERE tool = 'fetch'")
+    keys = db_rows(d, "SELECT idempotency_key FROM runs_operation WHERE tool = 'fetch'")
     assert sorted(k.rsplit(":", 1)[1] for (k,) in keys) == ["tool.pa", "tool.pb", "tool.pc"]
     s = status(d, run_id)
     assert s["messages"][-1]["content"] == "got fetched a, fetched b, fetched c"
@@ -135,24 +142,24 @@ def test_an_agents_answer_streams_into_its_draft_and_is_recorded_once(deployment
         try:
 
             def draft() -> list[tuple]:
-                return sql(
+                return db_rows(
                     d,
                     "SELECT message_id, content FROM runs_message"
                     " WHERE run_id = %s AND status = 'draft'",
                     (db_id(d, run_id),),
                 )
 
-            wait_for(
-                "the first words in the draft",
+            wait_until(
                 lambda: draft() and draft()[0][1] == "Hello from ",
-                [worker],
+                what="the first words in the draft",
+                procs=[worker],
             )
             # Mid-stream: the request is in the ledger as an intent, not yet a response.
-            (op,) = sql(d, "SELECT status FROM runs_operation WHERE side_effect = 'model'")
+            (op,) = db_rows(d, "SELECT status FROM runs_operation WHERE side_effect = 'model'")
             assert op == ("INTENT",)
         finally:
             hold.set()
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
         worker.terminate()
         worker.wait()
     assert run_status(d, run_id) == "SUCCEEDED"
@@ -166,7 +173,7 @@ def test_an_agents_answer_streams_into_its_draft_and_is_recorded_once(deployment
     assert completed == [message_id]
     final = status(d, run_id)["messages"][-1]
     assert (final["role"], final["content"]) == ("assistant", "Hello from a streaming agent")
-    recorded = sql(d, "SELECT status FROM runs_operation WHERE side_effect = 'model'")
+    recorded = db_rows(d, "SELECT status FROM runs_operation WHERE side_effect = 'model'")
     assert recorded == [("SUCCEEDED",)]
 
 
@@ -195,7 +202,7 @@ def test_a_long_thread_reaches_the_agent_summarised(deployment_factory):
                     json.dumps({"prompt": prompt}),
                 ).strip()
             )
-            until(d, runs[-1], "SUCCEEDED", "FAILED", "PAUSED")
+            burst_until_status(d, runs[-1], "SUCCEEDED", "FAILED", "PAUSED")
     assert [run_status(d, r) for r in runs] == ["SUCCEEDED"] * 3
     last = server.requests[-1]["messages"]
     assert last[0]["role"] == "system"
@@ -205,5 +212,5 @@ def test_a_long_thread_reaches_the_agent_summarised(deployment_factory):
     assert [m["role"] for m in last[1:]] == ["assistant", "user"]
     assert last[-1]["content"].startswith("question 2:")
     assert "question 0" not in json.dumps(last[1:]) and "question 1" not in json.dumps(last[1:])
-    (summaries,) = sql(d, "SELECT count(*) FROM runs_summary")
+    (summaries,) = db_rows(d, "SELECT count(*) FROM runs_summary")
     assert summaries[0] >= 1

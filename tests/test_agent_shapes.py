@@ -11,13 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.control_support import make_user, status
+from tests.control_support import (
+    approval_id,
+    burst_until,
+    burst_until_status,
+    db_id,
+    db_rows,
+    events,
+    make_user,
+    run_status,
+    start,
+    status,
+)
+from tests.support.agents import SHAPES, deployment, tool_results
 from tests.support.openai_server import ModelServer
 from tests.support.services import Deployment
-from tests.test_agents import approval_id, deployment
-from tests.test_side_effects import burst_until, db_id, events, run_status, sql, start
-
-SHAPES = {"AGENTOPS_EXTRA_WORKFLOW_MODULES": "tests.workflows.agent_shapes"}
 
 
 def shapes(deployment_factory, server: ModelServer, **extra) -> Deployment:
@@ -30,23 +38,14 @@ def tool_runs(d: Deployment) -> dict[str, int]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def tool_results(body: dict) -> list[str]:
-    """The contents of the tool messages an OpenAI request carries, oldest first."""
-    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
-
-
 def taken_over_with(d: Deployment, run_id: str) -> str:
     """The error code of the run's step that ended in a takeover."""
-    rows = sql(
+    rows = db_rows(
         d,
         "SELECT error_code FROM runs_step WHERE run_id = %s AND status = 'FAILED' ORDER BY id",
         (db_id(d, run_id),),
     )
     return rows[-1][0] if rows else ""
-
-
-def until(d: Deployment, run_id: str, *states: str) -> None:
-    burst_until(d, "/".join(states), lambda: run_status(d, run_id) in states)
 
 
 def call(name: str, arguments: dict, call_id: str | None = None) -> dict:
@@ -70,12 +69,14 @@ def test_a_tools_model_retry_sends_the_model_its_hint(deployment_factory):
     with ModelServer(number_brain) as server:
         d = shapes(deployment_factory, server)
         run_id = start(d, "shape_retry", json.dumps({"prompt": "pick a number"}))
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     assert run_status(d, run_id) == "SUCCEEDED"
     assert "too small" in tool_results(server.requests[1])[0]
     assert server.count == 3
     assert tool_runs(d) == {"pick_number": 2}
-    outcomes = sql(d, "SELECT result FROM runs_operation WHERE tool = 'pick_number' ORDER BY id")
+    outcomes = db_rows(
+        d, "SELECT result FROM runs_operation WHERE tool = 'pick_number' ORDER BY id"
+    )
     recorded = [r if isinstance(r, dict) else json.loads(r) for (r,) in outcomes]
     assert recorded[0]["agentops_outcome"] == "model_retry"
     assert recorded[1] == 7
@@ -89,7 +90,7 @@ def test_a_recorded_model_retry_is_replayed_after_a_crash_not_run_again(deployme
         first = d.manage("worker", "--burst", timeout=120)
         assert first.returncode == 75, first.stdout + first.stderr
         assert (server.count, tool_runs(d)) == (2, {"pick_number": 1})
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     assert run_status(d, run_id) == "SUCCEEDED"
     # The retry outcome came from the ledger: the tool ran once more (n=7), no more.
     assert (server.count, tool_runs(d)) == (3, {"pick_number": 2})
@@ -106,12 +107,16 @@ def test_a_tool_retrying_past_its_retries_is_taken_over_with_the_calls_recorded(
     s = status(d, run_id)
     assert (s["status"], s["takeover"]["cause"]) == ("PAUSED", "retries_exhausted")
     assert taken_over_with(d, run_id) == "MODEL_RESPONSE_INVALID"
-    (detail,) = sql(d, "SELECT error_detail FROM runs_step WHERE run_id = %s", (db_id(d, run_id),))
+    (detail,) = db_rows(
+        d, "SELECT error_detail FROM runs_step WHERE run_id = %s", (db_id(d, run_id),)
+    )
     assert "exceeded max retries" in detail[0]
     # retries=2: the first call and two retries, each hint recorded: the step a person
     # retries makes the same messages again from the ledger.
     assert server.count == 3
-    outcomes = sql(d, "SELECT result FROM runs_operation WHERE tool = 'pick_number' ORDER BY id")
+    outcomes = db_rows(
+        d, "SELECT result FROM runs_operation WHERE tool = 'pick_number' ORDER BY id"
+    )
     recorded = [r if isinstance(r, dict) else json.loads(r) for (r,) in outcomes]
     assert [r["agentops_outcome"] for r in recorded] == ["model_retry"] * 2 + ["retries_exceeded"]
     assert "too small" in recorded[0]["message"]
@@ -128,16 +133,16 @@ def test_a_tool_asking_for_approval_waits_for_an_approver_and_runs_once(deployme
         d = shapes(deployment_factory, server)
         make_user(d, "ann", approver=True)
         run_id = start(d, "shape_approval", json.dumps({"prompt": "delete the report"}))
-        until(d, run_id, "WAITING_APPROVAL", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "WAITING_APPROVAL", "FAILED", "PAUSED")
         assert run_status(d, run_id) == "WAITING_APPROVAL"
         assert tool_runs(d) == {}  # asked, not run
-        (question,) = sql(
+        (question,) = db_rows(
             d, "SELECT question FROM approvals_approval WHERE run_id = %s", (db_id(d, run_id),)
         )
         assert "delete_file" in question[0] and "/tmp/report.txt" in question[0]
         decided = d.manage("approvals", "decide", approval_id(d, run_id), "approve", "--as", "ann")
         assert decided.returncode == 0, decided.stderr
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     assert run_status(d, run_id) == "SUCCEEDED"
     assert tool_runs(d) == {"delete_file": 1}
     assert status(d, run_id)["messages"][-1]["content"] == "Done: deleted /tmp/report.txt"
@@ -149,7 +154,7 @@ def test_a_tool_asking_for_approval_is_rejected_with_a_message(deployment_factor
         d = shapes(deployment_factory, server)
         make_user(d, "ann", approver=True)
         run_id = start(d, "shape_approval", json.dumps({"prompt": "delete the report"}))
-        until(d, run_id, "WAITING_APPROVAL", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "WAITING_APPROVAL", "FAILED", "PAUSED")
         rejected = d.manage(
             "approvals",
             "decide",
@@ -161,7 +166,7 @@ def test_a_tool_asking_for_approval_is_rejected_with_a_message(deployment_factor
             "ann",
         )
         assert rejected.returncode == 0, rejected.stderr
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     assert run_status(d, run_id) == "SUCCEEDED"
     assert tool_runs(d) == {}
     assert tool_results(server.requests[-1]) == ["keep it"]
@@ -176,7 +181,7 @@ def test_a_bug_in_a_tool_pauses_the_run_for_a_person_with_its_own_code(deploymen
     s = status(d, run_id)
     assert s["status"] == "PAUSED"
     assert s["takeover"]["cause"] == "retries_exhausted"
-    (step,) = sql(d, "SELECT error_code, error_detail FROM runs_step WHERE name = 'agent'")
+    (step,) = db_rows(d, "SELECT error_code, error_detail FROM runs_step WHERE name = 'agent'")
     assert step[0] == "TOOL_ERROR"
     assert "buggy_lookup raised KeyError" in step[1]
     assert events(d, run_id, "step.retry_scheduled") == []
@@ -192,7 +197,7 @@ def test_a_transient_tool_error_is_retried_by_the_steps_policy(deployment_factor
     with ModelServer(brain) as server:
         d = shapes(deployment_factory, server)
         run_id = start(d, "shape_tool_errors", json.dumps({"prompt": "look k up"}))
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     assert run_status(d, run_id) == "SUCCEEDED"
     (retry,) = events(d, run_id, "step.retry_scheduled")
     assert retry["payload"]["error_code"] == "DEPENDENCY_UNAVAILABLE"
@@ -215,7 +220,7 @@ def test_deps_reach_the_agents_tools(deployment_factory):
         d = shapes(deployment_factory, server)
         body = {"prompt": "what is my capital?", "deps": {"country": "Mexico"}}
         run_id = start(d, "shape_deps", json.dumps(body))
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     s = status(d, run_id)
     assert (s["status"], s["messages"][-1]["content"]) == (
         "SUCCEEDED",
@@ -242,7 +247,7 @@ def test_an_input_that_does_not_fit_the_agent_is_refused_at_start(deployment_fac
     assert "invalid_input" in refused.stderr
     if field:
         assert field in refused.stderr
-    assert sql(d, "SELECT count(*) FROM runs_run") == [(0,)]
+    assert db_rows(d, "SELECT count(*) FROM runs_run") == [(0,)]
     assert server.count == 0
 
 
@@ -266,7 +271,7 @@ def test_per_run_model_and_settings_reach_the_request(deployment_factory):
             "metadata": {"ticket": "T-1"},
         }
         run_id = start(d, "shape_deps", json.dumps(body))
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     assert run_status(d, run_id) == "SUCCEEDED"
     assert [(r["model"], r.get("temperature")) for r in server.requests] == [
         ("per-run-model", 0.25),
@@ -290,7 +295,7 @@ def test_the_threads_earlier_messages_are_the_agents_history(deployment_factory)
             "--input",
             json.dumps({"prompt": "first question"}),
         ).strip()
-        until(d, first, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, first, "SUCCEEDED", "FAILED", "PAUSED")
         second = d.call(
             "runs",
             "start",
@@ -300,7 +305,7 @@ def test_the_threads_earlier_messages_are_the_agents_history(deployment_factory)
             "--input",
             json.dumps({"prompt": "second question"}),
         ).strip()
-        until(d, second, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, second, "SUCCEEDED", "FAILED", "PAUSED")
     conversation = [(m["role"], m["content"]) for m in server.requests[1]["messages"]]
     assert conversation == [
         ("user", "first question"),
@@ -331,7 +336,7 @@ def test_pydantic_ais_default_request_limit_stays_on(deployment_factory):
     with ModelServer(lambda body: call("again", {})) as server:
         d = shapes(deployment_factory, server)
         run_id = start(d, "shape_loop", json.dumps({"prompt": "loop"}))
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     assert status(d, run_id)["error_code"] == "USAGE_LIMIT_EXCEEDED"
     assert server.count == 50  # UsageLimits().request_limit
 
@@ -352,7 +357,7 @@ def test_an_empty_answer_after_a_tool_is_taken_over_classified_with_the_call_kep
     assert "Traceback" not in worker.stderr
     s = status(d, run_id)
     assert (s["status"], taken_over_with(d, run_id)) == ("PAUSED", "MODEL_RESPONSE_INVALID")
-    recorded = sql(d, "SELECT tool, result FROM runs_operation WHERE tool = 'capital'")
+    recorded = db_rows(d, "SELECT tool, result FROM runs_operation WHERE tool = 'capital'")
     assert [(tool, json.loads(r) if isinstance(r, str) else r) for tool, r in recorded] == [
         ("capital", "Mexico City")
     ]
@@ -391,7 +396,7 @@ def test_each_model_request_is_retried_on_its_own(deployment_factory):
     with ModelServer(brain) as server:
         d = shapes(deployment_factory, server)
         run_id = start(d, "shape_loop", json.dumps({"prompt": "twice"}))
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     assert run_status(d, run_id) == "SUCCEEDED"
     assert server.count == 6
     assert events(d, run_id, "step.retry_scheduled") == []
@@ -408,10 +413,10 @@ def test_the_agents_own_model_answers_not_agentops_model(deployment_factory):
     with ModelServer(lambda body: {"content": "hello"}) as server:
         d = shapes(deployment_factory, server)
         run_id = start(d, "shape_own_model", json.dumps({"prompt": "hi"}))
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     assert run_status(d, run_id) == "SUCCEEDED"
     assert [r["model"] for r in server.requests] == ["own-model"]
-    (name,) = sql(d, "SELECT tool FROM runs_operation WHERE side_effect = 'model'")
+    (name,) = db_rows(d, "SELECT tool FROM runs_operation WHERE side_effect = 'model'")
     assert name == ("openai:own-model",)
 
 
@@ -425,10 +430,10 @@ def test_a_fallback_models_member_is_recorded_and_priced_as_itself(deployment_fa
     with ModelServer(brain) as server:
         d = shapes(deployment_factory, server, AGENTOPS_MODEL_PRICES=json.dumps(prices))
         run_id = start(d, "shape_fallback", json.dumps({"prompt": "hi"}))
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     assert run_status(d, run_id) == "SUCCEEDED"
     assert [r["model"] for r in server.requests] == ["primary", "backup"]
-    (result,) = sql(d, "SELECT result FROM runs_operation WHERE side_effect = 'model'")
+    (result,) = db_rows(d, "SELECT result FROM runs_operation WHERE side_effect = 'model'")
     recorded = result[0] if isinstance(result[0], dict) else json.loads(result[0])
     # 11 input + 7 output tokens at 1 USD per million each.
     assert (recorded["model"], recorded["cost_usd"]) == ("openai:backup", "0.000018")
@@ -484,7 +489,7 @@ def test_an_event_stream_handler_gets_each_event_once_across_a_crash(deployment_
         assert [seen(w) for w in workflows] == [["part:tool-call", "result:e1", "part:text"]] * 2
         assert server.count == 4
         uncrashed = start(d, "shape_events_own", json.dumps({"prompt": "go"}))
-        until(d, uncrashed, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, uncrashed, "SUCCEEDED", "FAILED", "PAUSED")
     assert seen("shape_events_own")[3:] == ["part:tool-call", "call:e1", "result:e1", "part:text"]
     assert run_status(d, uncrashed) == "SUCCEEDED"
 
@@ -502,10 +507,10 @@ def test_a_deferred_call_waits_for_its_outside_result_delivered_by_the_cli(deplo
     with ModelServer(export_brain) as server:
         d = shapes(deployment_factory, server)
         run_id = start(d, "shape_deferred", json.dumps({"prompt": "export q3"}))
-        until(d, run_id, "WAITING_EXTERNAL", "FAILED", "PAUSED", "SUCCEEDED")
+        burst_until_status(d, run_id, "WAITING_EXTERNAL", "FAILED", "PAUSED", "SUCCEEDED")
         assert run_status(d, run_id) == "WAITING_EXTERNAL"
         # No lease, no worker while it waits.
-        assert sql(d, "SELECT owner, lease_until FROM runs_step WHERE name = 'deliver'") == [
+        assert db_rows(d, "SELECT owner, lease_until FROM runs_step WHERE name = 'deliver'") == [
             ("", None)
         ]
         wrong = d.manage("runs", "deliver", run_id, "--call", "nope", "--result", "1")
@@ -515,7 +520,7 @@ def test_a_deferred_call_waits_for_its_outside_result_delivered_by_the_cli(deplo
         flags = ("--call", "x1", "--result", result, "--request-id", "r1")
         assert "delivered; run is RUNNING" in d.call("runs", "deliver", run_id, *flags)
         assert "delivered before" in d.call("runs", "deliver", run_id, *flags)
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     assert run_status(d, run_id) == "SUCCEEDED"
     (sent,) = tool_results(server.requests[-1])
     assert json.loads(sent) == {"url": "https://exports.example/q3.csv"}
@@ -528,8 +533,8 @@ def test_a_deferred_call_past_its_timeout_tells_the_model_none_came(deployment_f
     with ModelServer(export_brain) as server:
         d = shapes(deployment_factory, server)
         run_id = start(d, "shape_deferred_timeout", json.dumps({"prompt": "export q3"}))
-        until(d, run_id, "WAITING_EXTERNAL", "FAILED", "PAUSED", "SUCCEEDED")
-        moved = sql(
+        burst_until_status(d, run_id, "WAITING_EXTERNAL", "FAILED", "PAUSED", "SUCCEEDED")
+        moved = db_rows(
             d,
             "UPDATE runs_step SET wait_until = %s WHERE name = 'deliver' AND status = 'WAITING'"
             " RETURNING id",
@@ -538,7 +543,7 @@ def test_a_deferred_call_past_its_timeout_tells_the_model_none_came(deployment_f
         assert len(moved) == 1
         swept = d.manage("sweeper", "--once", timeout=120, check=True)
         assert "'signal_waits_timed_out': 1" in swept.stdout
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     assert run_status(d, run_id) == "SUCCEEDED"
     assert "within 60 s" in tool_results(server.requests[-1])[0]
 
@@ -554,7 +559,7 @@ def test_the_api_delivers_a_deferred_calls_result_once_per_key(deployment_factor
         d = shapes(deployment_factory, server)
         token = api_user(d, "op", staff=True, perms=("runs.view_run", "runs.operate_run"))
         run_id = start(d, "shape_deferred", json.dumps({"prompt": "export q3"}))
-        until(d, run_id, "WAITING_EXTERNAL", "FAILED", "PAUSED", "SUCCEEDED")
+        burst_until_status(d, run_id, "WAITING_EXTERNAL", "FAILED", "PAUSED", "SUCCEEDED")
         api = Server(d)
         try:
             base = f"{api.url}/api/v1/runs/{run_id}/tool-calls"
@@ -573,5 +578,5 @@ def test_the_api_delivers_a_deferred_calls_result_once_per_key(deployment_factor
             api.kill()
         assert first == again and (first.replayed, again.replayed) == (False, True)
         assert (first.consumed, first.run_status) == (True, "RUNNING")
-        until(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
+        burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
     assert [json.loads(r) for r in tool_results(server.requests[-1])] == [{"rows": 3}]

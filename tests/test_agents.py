@@ -11,13 +11,21 @@ from pathlib import Path
 import pytest
 
 from runs.workflows.support_agent import next_action
-from tests.control_support import make_user
+from tests.control_support import (
+    approval_id,
+    burst_until,
+    db_rows,
+    events,
+    make_user,
+    run_status,
+    start,
+    status,
+)
+from tests.support.agents import deployment
 from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer, conversation
 from tests.support.services import BACKENDS, Deployment
-from tests.test_side_effects import burst_until, db_id, events, run_status, sql, start, status
 
 PROMPT = json.dumps({"prompt": "Order A1001 arrived broken, please refund it"})
-PRICE = {"openai:test-model": {"input": "1.00", "output": "2.00"}}
 
 
 def support_brain(body: dict) -> dict:
@@ -29,37 +37,11 @@ def support_brain(body: dict) -> dict:
     return {"content": action["text"]}
 
 
-def deployment(
-    deployment_factory, server: ModelServer, backend: str = "sqlite", **extra
-) -> Deployment:
-    return deployment_factory(
-        backend,
-        extra_env={
-            "AGENTOPS_MODEL": "openai:test-model",
-            "OPENAI_BASE_URL": server.base_url,
-            "OPENAI_API_KEY": "test-key",
-            "AGENTOPS_MODEL_PRICES": json.dumps(PRICE),
-            "AGENTOPS_LEASE_SECONDS": 2,
-            "AGENTOPS_POLL_SECONDS": 0.1,
-            **extra,
-        },
-    )
-
-
 def refunds(d: Deployment) -> list[dict]:
     path = Path(d.env["AGENTOPS_DEVICE_DIR"]) / "shop.json"
     if not path.exists():
         return []
     return json.loads(path.read_text())["state"]["refunds"]
-
-
-def approval_id(d: Deployment, run_id: str) -> int:
-    rows = sql(
-        d,
-        "SELECT id FROM approvals_approval WHERE run_id = %s AND status = 'PENDING'",
-        (db_id(d, run_id),),
-    )
-    return rows[0][0]
 
 
 def waiting(d: Deployment, run_id: str) -> None:
@@ -85,7 +67,9 @@ def test_it_runs_the_example_agent_end_to_end_with_usage_and_cost(
     run_id = start(d, "support_agent", PROMPT)
     waiting(d, run_id)
     # Waiting for a human holds no lease and no worker.
-    assert sql(d, "SELECT owner, lease_until FROM runs_step WHERE name = 'approve'") == [("", None)]
+    assert db_rows(d, "SELECT owner, lease_until FROM runs_step WHERE name = 'approve'") == [
+        ("", None)
+    ]
     assert decide(d, run_id, "approve").returncode == 0
     burst_until(d, "SUCCEEDED", lambda: run_status(d, run_id) == "SUCCEEDED")
 
@@ -107,7 +91,7 @@ def test_it_runs_the_example_agent_end_to_end_with_usage_and_cost(
     # 3 x (11 input tokens at 1 USD + 7 output at 2 USD per million tokens).
     assert used["cost_usd"] == "0.000075"
     assert [r["amount"] for r in refunds(d)] == ["42.00"]
-    page_tokens = sql(d, "SELECT tokens FROM runs_run")[0][0]
+    page_tokens = db_rows(d, "SELECT tokens FROM runs_run")[0][0]
     assert page_tokens == used["tokens"]
 
 
@@ -276,7 +260,7 @@ def test_it_takes_over_on_malformed_tool_arguments_and_the_worker_lives(deployme
     assert run_status(d, run_id) == "PAUSED"
     s = status(d, run_id)
     assert s["takeover"]["cause"] == "retries_exhausted"
-    failed = sql(d, "SELECT error_code FROM runs_step WHERE name = 'agent'")
+    failed = db_rows(d, "SELECT error_code FROM runs_step WHERE name = 'agent'")
     assert failed == [("MODEL_RESPONSE_INVALID",)]
     assert server.count == 1
 

@@ -149,7 +149,7 @@ def test_it_refuses_a_decision_without_the_approver_permission(deployment_factor
 def test_an_expired_approval_takes_the_expiry_path(deployment_factory):
     d = deployment_factory("sqlite", {"AGENTOPS_APPROVAL_EXPIRY_SECONDS": 1})
     run_id = start_and_wait(d)
-    from tests.control_support import wait_until
+    from tests.support.waiting import wait_until
 
     def expired():
         out = d.manage("sweeper", "--once", check=True).stdout

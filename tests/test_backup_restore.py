@@ -10,8 +10,9 @@ import tarfile
 import pytest
 
 from tests.control_support import db_rows
-from tests.data_safety_support import shell_json, start, step_status, wait_for
+from tests.data_safety_support import shell_json, start, step_status
 from tests.support.services import BACKENDS
+from tests.support.waiting import wait_until
 
 COUNTS = """
 import json
@@ -59,10 +60,10 @@ def test_it_backs_up_during_a_workload_and_restores_runs_that_then_finish(
         for i in range(3)
     ]
     workers = [source.popen("worker"), source.popen("worker")]
-    wait_for(
+    wait_until(
         lambda: run_statuses(source).count("SUCCEEDED") == 3
         and sum(step_status(source, r, "plan") == "RUNNING" for r in held) == 2,
-        "3 runs done and 2 held in plan",
+        what="3 runs done and 2 held in plan",
         procs=tuple(workers),
     )
 
@@ -96,9 +97,9 @@ def test_it_backs_up_during_a_workload_and_restores_runs_that_then_finish(
 
     open_gate(target, "later")
     worker = target.popen("worker")
-    wait_for(
+    wait_until(
         lambda: run_statuses(target) == ["SUCCEEDED"] * 6,
-        "every restored run to finish",
+        what="every restored run to finish",
         procs=(worker,),
     )
     worker.terminate()

@@ -4,7 +4,6 @@ worker. Real database (PostgreSQL under ``make test``), in-process executor."""
 
 import json
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -25,6 +24,7 @@ from tests.console_helpers import (  # noqa: F401
     run_worker_subprocess,
     worker_subprocess_env,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -227,6 +227,7 @@ def test_a_heartbeat_that_cannot_renew_stops_the_step_before_its_side_effect(set
     settings.AGENTOPS_LEASE_SECONDS = 3
     settings.AGENTOPS_DB_TIMEOUTS = {**settings.AGENTOPS_DB_TIMEOUTS, "cli": (0.5, 0)}
     faulty.APPLIED.clear()
+    faulty.HOLD_ENDED.clear()
     run = _start("hold_then_post", seconds="6")
     step = _first_step(run)
 
@@ -238,12 +239,15 @@ def test_a_heartbeat_that_cannot_renew_stops_the_step_before_its_side_effect(set
 
     thread = threading.Thread(target=run_step)
     thread.start()
-    assert _wait(lambda: _first_step(run).status == StepStatus.RUNNING)
+    wait_until(
+        lambda: _first_step(run).status == StepStatus.RUNNING, what="the step to run", timeout=30
+    )
     other = connections.create_connection("default")
     other.set_autocommit(False)
     with other.cursor() as cursor:
         cursor.execute("SELECT id FROM runs_step WHERE id = %s FOR NO KEY UPDATE", [step.pk])
-    time.sleep(4)  # renewals fail for longer than two thirds of the lease
+    # Renewals fail from here on; after two thirds of the lease the step stops.
+    wait_until(faulty.HOLD_ENDED.is_set, what="the step to stop at a safe point", timeout=30)
     other.rollback()
     other.close()
     thread.join(60)
@@ -251,15 +255,6 @@ def test_a_heartbeat_that_cannot_renew_stops_the_step_before_its_side_effect(set
     assert faulty.APPLIED == {}
     assert Event.objects.filter(run=run, type="step.abandoned").exists()
     assert not Operation.objects.filter(run=run).exists()
-
-
-def _wait(check, timeout: float = 30) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_runs_status_shows_step_outputs_and_the_result_escaped_and_cut(worker):

@@ -6,7 +6,8 @@ tests count effects there, and wait for a gate file, so "in flight" is a fact.""
 import signal
 from pathlib import Path
 
-from tests.control_support import db_rows, facts, shell_json, wait_until
+from tests.control_support import db_rows, facts, shell_json
+from tests.support.waiting import wait_until
 
 BRANCHY = {"AGENTOPS_EXTRA_WORKFLOW_MODULES": "tests.workflows.branchy"}
 

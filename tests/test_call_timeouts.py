@@ -23,8 +23,9 @@ from runs.engine.execution import executor
 from runs.models import Artifact, Event, Operation, Step
 from runs.states import StepStatus
 from runs.workflows import registry
-from tests.control_support import db_rows, wait_until
+from tests.control_support import db_rows
 from tests.support.openai_server import ModelServer
+from tests.support.waiting import wait_until
 
 STALLED_REPLY = "It is twenty one degrees in the living room"
 

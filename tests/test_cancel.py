@@ -16,10 +16,10 @@ from tests.control_support import (
     run_status,
     status,
     step_status,
-    wait_until,
     weekly_input,
 )
 from tests.support.services import BACKENDS
+from tests.support.waiting import wait_until
 
 # Leases a worker starved for seconds on a loaded machine still keeps (it treats its
 # lease as lost after two thirds of it without a renewal): these tests assert first

@@ -10,6 +10,7 @@ from runs.models import Artifact
 from tests import test_console_browser
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import start_room_temperature
+from tests.support.waiting import wait_until
 
 # The real-Chromium fixtures of the console browser tests.
 browser = test_console_browser.browser
@@ -38,16 +39,6 @@ document.addEventListener("securitypolicyviolation", (e) => {
   window.__violations.push(e.violatedDirective + " " + (e.blockedURI || "inline"));
 });
 """
-
-
-def wait_for(page, expression: str, done, attempts: int = 200):
-    """Poll ``expression`` in the page until ``done(value)``; returns the value."""
-    for _ in range(attempts):
-        value = page.evaluate(expression)
-        if done(value):
-            return value
-        page.wait_for_timeout(50)
-    raise AssertionError(f"{expression} stayed {value!r}")
 
 
 def directives(header: str) -> dict[str, str]:
@@ -124,7 +115,13 @@ def test_htmx_works_under_the_policy_and_injected_scripts_do_not_run(open_as, ac
         document.getElementById("x").click();
     }"""
     )
-    violations = wait_for(page, "window.__violations", lambda v: len(v) >= 3)
+    # Polled with evaluate: wait_for_function evaluates a string, which the policy forbids.
+    violations = wait_until(
+        lambda: (v := page.evaluate("window.__violations")) and len(v) >= 3 and v,
+        what="three CSP violations reported",
+        timeout=10,
+        interval=0.05,
+    )
     assert page.evaluate("window.__pwned") is None
     assert all(v.startswith("script-src") for v in violations), violations
 

@@ -16,12 +16,12 @@ from runs.console.charts import overview_charts, run_timeline, workers_chart
 from runs.engine.control import lifecycle
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import run_transaction
-from runs.models import Approval, Run
+from runs.models import Approval
 from runs.stats import open_runs_series, step_outcome_series, worker_steps_series
 from runs.workflows import registry
 from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
-from tests.test_console_browser import browser, open_as  # noqa: F401 - fixtures
+from tests.console_helpers import work_until
+from tests.support.browser import browser, open_as  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,17 +49,6 @@ def flaky_workflow():
     register(workflow)
     yield workflow
     registry.unregister("pictures_flaky", 1)
-
-
-def work_until(run: Run, statuses: set[str], patience: float = 60) -> Run:
-    give_up = time.monotonic() + patience
-    while True:
-        run_worker_in_process()
-        run.refresh_from_db()
-        if run.status in statuses:
-            return run
-        assert time.monotonic() < give_up, f"run stayed {run.status}"
-        time.sleep(0.1)
 
 
 @pytest.fixture

@@ -11,14 +11,14 @@ import pytest
 from django.db import connection
 
 from lab.drills.base import wait_terminal
-from lab.drills.sandbox import PgCluster, Sandbox, wait_until
+from lab.drills.sandbox import PgCluster, Sandbox
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state import db_faults
 from runs.models import Event, Step
 from runs.states import RunStatus, StepStatus
 from tests.control_support import facts, status, step_status
-from tests.control_support import wait_until as wait_for
 from tests.support.services import require_services
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.services
 
@@ -37,12 +37,13 @@ def test_a_restart_during_a_step_keeps_its_finished_work(django_db_blocker):
         with django_db_blocker.unblock(), Sandbox("restart", env=ENV, server=cluster.server) as box:
             run = start_run("faulty", thread_id="restart", input={"case": "sleep", "seconds": "6"})
             box.start_worker(mode="db")
-            assert wait_until(
+            wait_until(
                 lambda: Step.objects.filter(
                     run=run, name="produce", status=StepStatus.RUNNING
                 ).exists(),
-                60,
-                0.05,
+                what="produce to run",
+                timeout=60,
+                interval=0.05,
             )
             time.sleep(2)
             connection.close()
@@ -74,7 +75,7 @@ def test_terminated_sessions_while_a_reply_streams_never_fail_the_run(deployment
         check=True,
     ).stdout.strip()
     worker = d.popen("worker", "--mode", "db")
-    wait_for(lambda: step_status(d, run_id, "reply") == "RUNNING", timeout=120, what="reply")
+    wait_until(lambda: step_status(d, run_id, "reply") == "RUNNING", timeout=120, what="reply")
     time.sleep(1)
     with psycopg.connect(d.database_url, autocommit=True) as admin:
         killed = admin.execute(
@@ -82,7 +83,7 @@ def test_terminated_sessions_while_a_reply_streams_never_fail_the_run(deployment
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         ).fetchone()[0]
     assert killed >= 1
-    wait_for(
+    wait_until(
         lambda: status(d, run_id)["status"] in ("SUCCEEDED", "FAILED", "PAUSED"),
         timeout=180,
         what="the run to settle",
@@ -110,7 +111,7 @@ def test_a_read_only_database_is_an_outage_logged_once_per_period(deployment_fac
         check=True,
     ).stdout.strip()
     worker = d.popen("worker", "--mode", "db")
-    wait_for(lambda: step_status(d, run_id, "produce") == "RUNNING", timeout=120, what="produce")
+    wait_until(lambda: step_status(d, run_id, "produce") == "RUNNING", timeout=120, what="produce")
     with psycopg.connect(d.database_url, autocommit=True) as admin:
         name = admin.execute("SELECT current_database()").fetchone()[0]
         admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
@@ -118,11 +119,13 @@ def test_a_read_only_database_is_an_outage_logged_once_per_period(deployment_fac
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
-        wait_for(lambda: "read-only transaction" in d.logs(worker)[1], timeout=60, what="read-only")
+        wait_until(
+            lambda: "read-only transaction" in d.logs(worker)[1], timeout=60, what="read-only"
+        )
         # The outage lasts a while (a failover's length), whatever the worker does in it.
         time.sleep(6)
         admin.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
-    wait_for(
+    wait_until(
         lambda: status(d, run_id)["status"] in ("SUCCEEDED", "FAILED", "PAUSED"),
         timeout=180,
         what="the run to settle",
@@ -178,7 +181,8 @@ def _terminated_session():
             lambda: not admin.execute(
                 "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
             ).fetchone(),
-            30,
+            what="the terminated session to go",
+            timeout=30,
         )
         victim.execute("SELECT 1")
 
@@ -207,7 +211,8 @@ def _idle_in_transaction_timeout():
             lambda: not admin.execute(
                 "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
             ).fetchone(),
-            30,
+            what="the idle session to time out",
+            timeout=30,
         )
         idle.execute("SELECT 1")
 

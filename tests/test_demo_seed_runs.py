@@ -24,6 +24,8 @@ from runs.engine.state.clock import db_now
 from runs.models import Approval, Event, Message, Run, Step, Takeover
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from tests.console_helpers import device_dir, fast_passwords, run_worker_in_process
+from tests.control_support import shell_json
+from tests.support.waiting import wait_until
 
 __all__ = ["device_dir", "fast_passwords"]
 
@@ -113,7 +115,6 @@ def test_seeded_conversations_are_in_a_valid_order():
 @pytest.mark.django_db(transaction=False)
 def test_the_lamp_tutorial_still_comes_out_as_documented_after_seeding(deployment_factory):
     import json
-    import time
 
     d = deployment_factory("sqlite", extra_env={"AGENTOPS_LEASE_SECONDS": 2})
     d.manage("seed_demo", "--runs", "300", check=True, timeout=300)
@@ -126,7 +127,12 @@ def test_the_lamp_tutorial_still_comes_out_as_documented_after_seeding(deploymen
         check=True,
     ).stdout.strip()  # fmt: skip
     assert d.manage("worker", "--burst", timeout=300).returncode == 75
-    time.sleep(3)  # the dead worker's 2 s lease expires
+    lease_expired = (
+        "from runs.engine.state.clock import db_now\nfrom runs.models import Step\n"
+        f"held = Step.objects.filter(run_id={run_id!r}, lease_until__gte=db_now())\n"
+        "print(json.dumps(not held.exists()))"
+    )
+    wait_until(lambda: shell_json(d, lease_expired), what="the dead worker's 2 s lease to expire")
     d.manage("worker", "--burst", check=True, timeout=300)
     status = d.manage_json("runs", "status", run_id, "--json")
     assert status["status"] == "SUCCEEDED"

@@ -4,10 +4,11 @@ the command started."""
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.services
 
@@ -95,12 +96,12 @@ def test_it_refuses_a_value_outside_the_range(deployment_factory, argv, flag):
 def test_it_reaps_every_process_it_started_when_stopped(deployment_factory, argv, signum):
     d = deployment_factory("postgres")
     proc = d.popen(*argv)
-    deadline = time.monotonic() + 120
-    workers: set[int] = set()
-    while time.monotonic() < deadline and proc.poll() is None and not workers:
-        workers = {pid for pid in _children(proc.pid) if b"worker" in _cmdline(pid)}
-        time.sleep(0.2)
-    assert workers, d.logs(proc)
+
+    def started_workers() -> set[int]:
+        assert proc.poll() is None, d.logs(proc)
+        return {pid for pid in _children(proc.pid) if b"worker" in _cmdline(pid)}
+
+    workers = wait_until(started_workers, what="its worker processes", procs=[proc])
     os.kill(proc.pid, signum)
     assert proc.wait(timeout=60) == 128 + signum, d.logs(proc)
     assert not [pid for pid in workers if _alive(pid)]

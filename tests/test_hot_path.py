@@ -46,6 +46,31 @@ def answer(ctx):
     return {"answered": True}
 
 
+keyed = Workflow("hot_path_keyed_test", version=1, description="Two free steps, one keyed.")
+
+
+@keyed.step()
+def first(ctx):
+    return {"first": True}
+
+
+@keyed.step()
+def second(ctx):
+    return {"second": True}
+
+
+@keyed.step(concurrency_key="customer", concurrency_limit=2)
+def charge(ctx):
+    return {"charged": ctx.input["customer"]}
+
+
+@pytest.fixture
+def keyed_workflow():
+    register(keyed)
+    yield keyed
+    registry.unregister("hot_path_keyed_test", 1)
+
+
 @pytest.fixture
 def chatty_workflow():
     register(chatty)
@@ -154,6 +179,36 @@ def test_it_runs_a_chained_step_in_one_database_round_trip_on_postgresql(loop_wo
     state = Checkpoint.objects.filter(run=run).order_by("-pk").first().state
     assert state["completed"] == ["count", "count"]
     assert state["budget_used"] == Run.objects.get(pk=run.pk).usage()
+
+
+def test_a_step_key_costs_an_unkeyed_chained_step_nothing_and_is_never_born_claimed(
+    keyed_workflow, worker
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    _postgresql_only()
+    run = start_run("hot_path_keyed_test", thread_id="keyed-trips", input={"customer": "A"})
+    first_step = Step.objects.get(run=run)
+    # The one-statement claim and the one-statement chained commit, as in a workflow
+    # without keys.
+    with CaptureQueriesContext(connection) as queries:
+        outcome = executor.execute_step(first_step.pk, worker, chain=True)
+    assert len(queries) == 2 and outcome.continued is not None
+    outcome = executor.continue_step(outcome.continued, worker)
+    # The keyed step is born PENDING with its key, unclaimed: its claim decides.
+    assert outcome.continued is None
+    waiting = Step.objects.get(run=run, name="charge")
+    assert (waiting.status, waiting.attempt, waiting.owner) == (StepStatus.PENDING, 0, "")
+    assert (waiting.concurrency_key, waiting.concurrency_limit) == (
+        "hot_path_keyed_test.charge:A",
+        2,
+    )
+    assert Step.objects.filter(run=run, concurrency_key__isnull=True).count() == 2
+    executor.execute_step(waiting.pk, worker, chain=True)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert Step.objects.get(pk=waiting.pk).attempt == 1
 
 
 def test_it_keeps_an_artifact_referenced_during_the_step_in_the_next_checkpoint():

@@ -18,6 +18,7 @@ from runs.engine.execution.slots import Slots
 from runs.models import Event, Operation, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -97,9 +98,12 @@ def test_it_pauses_an_unsafe_call_that_timed_out_and_keeps_its_late_result(drill
     assert verify_now(step, actor="user:alice").status == "cannot_tell"
 
     outside["release"].set()  # the abandoned call finishes after all
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and Operation.objects.get(pk=op.pk).status != "SUCCEEDED":
-        time.sleep(0.05)
+    wait_until(
+        lambda: Operation.objects.get(pk=op.pk).status == "SUCCEEDED",
+        what="the abandoned call's late result",
+        timeout=30,
+        interval=0.05,
+    )
     assert Operation.objects.get(pk=op.pk).result == {"value": 7}
     with pytest.raises(ControlError) as refused:
         resolve_unknown(run, "act", outcome="not-done", evidence="looked", actor="cli")
@@ -146,6 +150,45 @@ def test_it_retries_a_read_call_that_timed_out(drill, outside, worker):
     retry = Event.objects.get(run=run, type="step.retry_scheduled")
     assert retry.payload["error_code"] == "TIMEOUT"
     assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fenced_intent_checks_the_lease_and_finds_the_row_in_one_statement():
+    from django.db import transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from runs.engine.effects.model_calls import LedgerTarget
+    from runs.engine.errors import LeaseLost
+    from runs.engine.state.gateway import transition_operation
+    from runs.engine.state.leases import claim_step
+
+    run = start_run("bench_noop", thread_id="ledger-fence", input={})
+    step = Step.objects.filter(run=run).order_by("seq").first()
+    with transaction.atomic():
+        attempt = claim_step(step.pk, "w-ledger", 30)
+    target = LedgerTarget("lookup", side_effect="read")
+
+    def intent(key: str, at: int) -> Operation:
+        return ledger.record_intent(
+            run_id=run.pk, step_id=step.pk, attempt=at, key=key, tool=target, arguments={"q": 1}
+        )
+
+    with CaptureQueriesContext(connection) as queries:
+        op = intent("fence-key", attempt)
+    reads = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]
+    assert len(reads) == 1 and "runs_operation" in reads[0] and "runs_step" in reads[0]
+    assert (op.status, op.attempt) == (Operation.Status.INTENT, attempt)
+    # A row already there is found by the same statement and read back: the same row.
+    assert intent("fence-key", attempt).pk == op.pk
+    transition_operation(op, Operation.Status.SUCCEEDED)
+    assert intent("fence-key", attempt).status == Operation.Status.SUCCEEDED
+    # A stale attempt writes nothing, for a new key or a recorded one.
+    for key in ("other-key", "fence-key"):
+        with pytest.raises(LeaseLost):
+            intent(key, attempt - 1 if attempt > 1 else attempt + 1)
+    assert list(Operation.objects.values_list("idempotency_key", "status")) == [
+        ("fence-key", Operation.Status.SUCCEEDED)
+    ]
 
 
 def _fault(kind: str) -> Exception:

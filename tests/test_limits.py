@@ -13,18 +13,20 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 import tests.workflows.limited  # noqa: F401 - registers the workflows here too
-from agentops.authoring import Workflow, WorkflowDefinitionError
+from agentops.authoring import StepError, Workflow, WorkflowDefinitionError
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.control.replay import replay_run
 from runs.engine.data.inbox import post_message
 from runs.engine.effects import rate_limits
-from runs.models import RateLimit, Run
-from runs.states import RunStatus
+from runs.engine.state.gateway import run_transaction
+from runs.models import RateLimit, Run, Step
+from runs.states import RunStatus, StepStatus
 from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.control_support import db_rows, shell_json, wait_until
+from tests.control_support import db_rows, shell_json
+from tests.support.metrics import TOKEN, scrape
 from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer
 from tests.support.states import arrange
-from tests.test_metrics import TOKEN, scrape
+from tests.support.waiting import wait_until
 
 MODULE = "tests.workflows.limited"
 
@@ -152,6 +154,79 @@ def test_a_freed_place_starts_the_next_run_under_rq_without_the_sweeper(
     runs = _runs(d, [first, second])
     assert runs[first][0] == "SUCCEEDED" and runs[first][2] <= runs[second][1]
     assert _attempts(d, [first, second]) == {1}
+
+
+def _steps(d, ids: list[str]) -> dict[tuple[str, str], tuple]:
+    """``{(run id, step name): (status, attempt, started_at, finished_at)}``."""
+    rows = shell_json(
+        d,
+        "from runs.models import Step\n"
+        f"print(json.dumps([[str(s.run_id), s.name, s.status, s.attempt, s.started_at, "
+        f"s.finished_at] for s in Step.objects.filter(run_id__in={ids!r})], default=str))",
+    )
+    return {
+        (run, name): (status, attempt, *(datetime.fromisoformat(t) if t else None for t in times))
+        for run, name, status, attempt, *times in rows
+    }
+
+
+@pytest.mark.parametrize("backend,mode", [("postgres", "rq"), ("sqlite", "db")])
+def test_a_step_key_keeps_one_customers_steps_apart_while_the_rest_runs_freely(
+    deployment_factory, tmp_path, backend, mode
+):
+    # Under RQ the sweeper's period is far longer than the wait: only the notification
+    # sent when the first keyed step ends can start the second.
+    d = deployment_factory(
+        backend,
+        {
+            "AGENTOPS_EXTRA_WORKFLOW_MODULES": MODULE,
+            "AGENTOPS_POLL_SECONDS": "0.1",
+            "AGENTOPS_SWEEP_SECONDS": "600",
+        },
+    )
+    gate = tmp_path / "gate"
+    workers = [d.popen("worker", "--mode", mode, "--concurrency", "2") for _ in range(2)]
+    a1, a2, b1 = _start(
+        d,
+        [
+            ("per_customer_step", "a1", {"customer": "A", "gate": str(gate)}),
+            ("per_customer_step", "a2", {"customer": "A", "gate": str(gate)}),
+            ("per_customer_step", "b1", {"customer": "B", "gate": str(gate)}),
+        ],
+    )
+    ids = [a1, a2, b1]
+
+    def one_a_runs_one_waits() -> tuple[str, str] | None:
+        status = {key: row[0] for key, row in _steps(d, ids).items()}
+        a_charges = {status.get((r, "charge")): r for r in (a1, a2)}
+        if status.get((b1, "charge")) == "RUNNING" and set(a_charges) == {"RUNNING", "PENDING"}:
+            return a_charges["RUNNING"], a_charges["PENDING"]
+        return None
+
+    # B's keyed step runs beside A's first while A's second waits for the place.
+    first, second = wait_until(one_a_runs_one_waits, what="one A charge running, one waiting")
+    steps = _steps(d, ids)
+    # Every first (unkeyed) step ran; the waiting step counted no attempt.
+    assert {steps[(r, "prepare")][0] for r in ids} == {"SUCCEEDED"}
+    assert steps[(second, "charge")][1] == 0
+    assert _runs(d, [second])[second][0] == "RUNNING"
+    waiting = shell_json(
+        d,
+        "from runs.stats import overview_stats\n"
+        "print(json.dumps(overview_stats(storage=False)['limit_waits']))",
+    )
+    assert waiting == {"concurrency": {"per_customer_step.charge": 1}, "rate": {}}
+    gate.touch()
+    wait_until(
+        lambda: {s for s, _, _ in _runs(d, ids).values()} == {"SUCCEEDED"},
+        timeout=60,
+        what="every run done",
+    )
+    for w in workers:
+        w.terminate()
+    steps = _steps(d, ids)
+    assert steps[(first, "charge")][3] <= steps[(second, "charge")][2]
+    assert {attempt for _, attempt, _, _ in steps.values()} == {1}
 
 
 def test_a_rate_limit_holds_four_workers_to_its_calls_per_window(deployment_factory):
@@ -294,6 +369,35 @@ def test_a_concurrency_declaration_and_a_run_without_its_key_are_refused():
     for kwargs in ({"concurrency_limit": 0, "concurrency_key": "c"}, {"concurrency_limit": 2}):
         with pytest.raises(WorkflowDefinitionError, match="concurrency"):
             Workflow("bad", version=1, **kwargs)
+        with pytest.raises(WorkflowDefinitionError, match="concurrency"):
+            Workflow("bad", version=1).step(**kwargs)(lambda ctx: None)
+    # A map step's branches would each need a place: refused at registration.
+    with pytest.raises(WorkflowDefinitionError, match="map step 'fan' takes no concurrency_key"):
+        Workflow("bad", version=1).map("fan", over=list, concurrency_key="c")(lambda ctx: None)
+    with pytest.raises(WorkflowDefinitionError, match="input path or a function"):
+        Workflow("bad", version=1).step(concurrency_key=7)(lambda ctx: None)
+    # A step's key follows the workflow's rule; a key function that raises or returns
+    # what is not a key refuses the run at start, nothing written.
+    keyed = Workflow("keyed", version=1, input_fields={"n": int})
+
+    def customer(data):
+        return {"A": "A", "list": ["A"]}[data["customer"]]
+
+    keyed.step(concurrency_key=customer)(lambda ctx: None)
+    assert keyed.step_concurrency_of(keyed.steps[0], {"customer": "A"}) == ("keyed.<lambda>:A", 1)
+    for bad in ({"customer": "list"}, {"customer": "missing"}, {}):
+        assert keyed.step_concurrency_of(keyed.steps[0], bad) is None
+        assert keyed.validate_input({"n": 1, **bad}) == {
+            "input": "must give the concurrency key of step '<lambda>'"
+        }
+    assert keyed.validate_input({"n": 1, "customer": "A"}) == {}
+    with pytest.raises(ControlError) as refused:
+        start_run("per_customer_step", thread_id="T", input={"customer": "x" * 201})
+    assert refused.value.code == "invalid_input"
+    assert refused.value.errors == {
+        "input.customer": "must give the concurrency key of step 'charge'"
+    }
+    assert not Run.objects.exists()
     wf = Workflow("ok", version=1, concurrency_key="customer.id")
     assert wf.concurrency_of({"customer": {"id": 7}}) == ("ok:7", 1)
     assert wf.concurrency_of({"customer": {}}) is None
@@ -313,6 +417,14 @@ def test_a_concurrency_declaration_and_a_run_without_its_key_are_refused():
     arrange(Run.objects.filter(pk=original.pk), status=RunStatus.SUCCEEDED)
     again = replay_run(original, actor="test", reason="check", checkpoint="start")
     assert (again.concurrency_key, again.concurrency_limit) == ("per_customer:A", 1)
+    # Should a key give no value when its step is scheduled after all (its function
+    # changed since the start), scheduling fails with a code and writes nothing.
+    run = start_run("per_customer_step", thread_id="T", input={"customer": "A"})
+    with pytest.raises(StepError) as failed, run_transaction(run.pk) as tx:
+        tx.run.input = {"customer": ""}
+        tx.schedule_step("charge", actor="test")
+    assert failed.value.code == "CONCURRENCY_KEY_INVALID"
+    assert list(Step.objects.filter(run=run).values_list("name", flat=True)) == ["prepare"]
 
 
 @pytest.mark.django_db
@@ -324,13 +436,25 @@ def test_the_overview_and_metrics_show_what_waits_on_each_limit(settings, client
         for t, c in (("a1", "A"), ("a2", "A"), ("b1", "B"))
     )
     arrange(Run.objects.filter(pk=a1.pk), status=RunStatus.RUNNING)
+    # Two runs' keyed steps of one customer: one RUNNING, the other waits.
+    charges = []
+    for thread in ("c1", "c2"):
+        run = start_run("per_customer_step", thread_id=thread, input={"customer": "A"})
+        with run_transaction(run.pk) as tx:
+            charges.append(tx.schedule_step("charge", actor="test"))
+    arrange(Step.objects.filter(pk=charges[0]), status=StepStatus.RUNNING)
+    assert set(Step.objects.filter(pk__in=charges).values_list("concurrency_key", flat=True)) == {
+        "per_customer_step.charge:A"
+    }
     samples = scrape()
     waiting = "agentops_limit_waiting"
     assert samples[(waiting, (("kind", "concurrency"), ("limit", "per_customer")))] == 1
+    step_limit = (("kind", "concurrency"), ("limit", "per_customer_step.charge"))
+    assert samples[(waiting, step_limit)] == 1
     assert samples[(waiting, (("kind", "rate"), ("limit", "crm")))] == 0
     page = clients["alice"].get("/", HTTP_HX_REQUEST="true").content.decode()
-    assert 'id="stat-limit-waits"><div class="n">1 / 0<' in page
-    assert "per_customer: 1 runs" in page
+    assert 'id="stat-limit-waits"><div class="n">2 / 0<' in page
+    assert "per_customer: 1 waiting" in page and "per_customer_step.charge: 1 waiting" in page
 
     # The admin sets limits too: a row overrides the setting of its name; a limit
     # without a bound is refused and nothing is written.

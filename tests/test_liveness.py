@@ -7,52 +7,16 @@ import signal
 
 import pytest
 
-from runs.engine.execution.liveness import LOCK_NAMESPACE
-from tests.control_support import attempt_facts, db_rows, events_of, facts, shell_json, wait_until
+from tests.control_support import attempt_facts, db_rows, events_of, facts, shell_json
+from tests.support.liveness import SIGNAL, hold_step, live_signals, start_hold, wait_locks_released
 from tests.support.services import BACKENDS
-
-SIGNAL = {"postgres": "pg", "sqlite": "pid"}
-
-
-def _start_hold(d, thread: str) -> str:
-    return d.manage(
-        "runs", "start", "bench_hold", "--thread", thread, "--input", "{}", check=True
-    ).stdout.strip()
-
-
-def _hold_step(d, run_id: str) -> tuple | None:
-    key = run_id.replace("-", "") if d.backend == "sqlite" else run_id
-    rows = db_rows(
-        d,
-        "SELECT status, attempt, owner FROM runs_step WHERE run_id = %s AND name = 'hold'",
-        (key,),
-    )
-    return rows[0] if rows else None
-
-
-def _live_signals(d) -> list[str]:
-    return [
-        r[0] for r in db_rows(d, "SELECT liveness FROM runs_workerprocess WHERE stopped_at IS NULL")
-    ]
-
-
-def wait_locks_released(d) -> None:
-    """Wait until no worker's advisory lock is held: the server drops a killed worker's
-    lock when it notices the closed socket."""
-    wait_until(
-        lambda: not db_rows(
-            d,
-            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = %s::oid",
-            (LOCK_NAMESPACE,),
-        ),
-        what="the killed worker's advisory lock to go",
-    )
+from tests.support.waiting import wait_until
 
 
 def _holder(d, run_id: str, workers: list) -> object:
     """The worker process that holds the run's ``hold`` step at attempt 1."""
     step = wait_until(
-        lambda: (s := _hold_step(d, run_id)) and s[0] == "RUNNING" and s[1] == 1 and s,
+        lambda: (s := hold_step(d, run_id)) and s[0] == "RUNNING" and s[1] == 1 and s,
         what="a worker to claim the hold step",
         timeout=120,
     )
@@ -64,16 +28,16 @@ def _holder(d, run_id: str, workers: list) -> object:
 def test_it_retakes_a_killed_workers_step_on_the_liveness_signal(deployment_factory, backend):
     # The default 30 s lease: the step must not wait for it.
     d = deployment_factory(backend, {"AGENTOPS_POLL_SECONDS": 0.2})
-    run_id = _start_hold(d, "K")
+    run_id = start_hold(d, "K")
     workers = [d.popen("worker"), d.popen("worker")]
     wait_until(
-        lambda: _live_signals(d) == [SIGNAL[backend]] * 2, what="both workers to publish liveness"
+        lambda: live_signals(d) == [SIGNAL[backend]] * 2, what="both workers to publish liveness"
     )
     holder = _holder(d, run_id, workers)
     holder.kill()
     holder.wait(timeout=30)
 
-    wait_until(lambda: _hold_step(d, run_id)[0] == "SUCCEEDED", what="the step to commit")
+    wait_until(lambda: hold_step(d, run_id)[0] == "SUCCEEDED", what="the step to commit")
     info = facts(d, run_id)
     assert info["run"]["status"] == "SUCCEEDED"
     (released,) = events_of(info, "lease.owner_dead")
@@ -109,21 +73,21 @@ def test_runs_resume_hands_back_a_killed_workers_step_without_waiting_for_its_le
     # One worker only and the default 30 s lease: no peer's liveness thread can release
     # the step, so ``runs resume`` must ask liveness itself instead of waiting.
     d = deployment_factory(backend, {"AGENTOPS_POLL_SECONDS": 0.2})
-    run_id = _start_hold(d, "K1")
+    run_id = start_hold(d, "K1")
     worker = d.popen("worker")
-    wait_until(lambda: _live_signals(d) == [SIGNAL[backend]], what="the worker to publish liveness")
+    wait_until(lambda: live_signals(d) == [SIGNAL[backend]], what="the worker to publish liveness")
     holder = _holder(d, run_id, [worker])
     holder.send_signal(signal.SIGKILL)
     holder.wait(timeout=30)
     if backend == "postgres":
         wait_locks_released(d)
-    assert _hold_step(d, run_id)[0] == "RUNNING"
+    assert hold_step(d, run_id)[0] == "RUNNING"
 
     # ``--wait 0`` fails with lease_live if the command would wait for the lease.
     resumed = d.manage("runs", "resume", "--thread", "K1", "--wait", "0", check=True)
     assert "waiting for the lease" not in resumed.stdout
     assert "next step hold" in resumed.stdout
-    assert _hold_step(d, run_id)[:2] == ("PENDING", 1)
+    assert hold_step(d, run_id)[:2] == ("PENDING", 1)
 
     d.manage("worker", "--burst", check=True, timeout=120)
     info = facts(d, run_id)
@@ -145,15 +109,13 @@ def test_a_stopped_worker_keeps_its_signal_and_is_recovered_by_the_lease(
         backend,
         {"AGENTOPS_LEASE_SECONDS": 3, "AGENTOPS_SWEEP_SECONDS": 0.5, "AGENTOPS_POLL_SECONDS": 0.2},
     )
-    run_id = _start_hold(d, "S")
+    run_id = start_hold(d, "S")
     workers = [d.popen("worker"), d.popen("worker")]
-    wait_until(lambda: len(_live_signals(d)) == 2, what="both workers to register")
+    wait_until(lambda: len(live_signals(d)) == 2, what="both workers to register")
     holder = _holder(d, run_id, workers)
     holder.send_signal(signal.SIGSTOP)
     try:
-        wait_until(
-            lambda: _hold_step(d, run_id)[0] == "SUCCEEDED", what="the lease to hand it over"
-        )
+        wait_until(lambda: hold_step(d, run_id)[0] == "SUCCEEDED", what="the lease to hand it over")
     finally:
         holder.send_signal(signal.SIGCONT)
     info = facts(d, run_id)
@@ -195,8 +157,15 @@ CUT = """
 import json, psycopg
 from django.db import connection
 from runs.engine.control.lifecycle import start_run
-from runs.engine.execution.liveness import LockKeeper, dead_owner_steps
+from runs.engine.execution.liveness import LOCK_NAMESPACE, LockKeeper, dead_owner_steps
 from runs.models import Step, WorkerProcess
+from tests.support.liveness import SIGNAL, hold_step, live_signals, start_hold, wait_locks_released
+from tests.support.waiting import wait_until
+def lock_gone():
+    with connection.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = %s::oid "
+                    "AND objid = %s::oid", (LOCK_NAMESPACE, wp.pk))
+        return cur.fetchone() is None
 wp = WorkerProcess.objects.create(worker_id="w-cut", host="h", pid=1, mode="db", liveness="pg")
 run = start_run("bench_hold", thread_id="cut", input={})
 Step.objects.create(run=run, name="hold", seq=99, status="RUNNING", attempt=1, owner="w-cut")
@@ -205,11 +174,11 @@ seen = [keeper.acquire(), len(dead_owner_steps(10))]
 with connection.cursor() as cur:
     cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE application_name LIKE 'agentops-liveness w-cut%%'")
-import time; time.sleep(0.5)
+wait_until(lock_gone, what="the cut session's lock to go", timeout=30, interval=0.05)
 seen.append(len(dead_owner_steps(10)))
 seen += [keeper.renew(), len(dead_owner_steps(10))]
 keeper.close()
-time.sleep(0.5)
+wait_until(lock_gone, what="the closed session's lock to go", timeout=30, interval=0.05)
 seen.append(len(dead_owner_steps(10)))
 print(json.dumps(seen))
 """

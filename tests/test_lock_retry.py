@@ -6,7 +6,6 @@ subprocess; the lock is held by another connection of this test."""
 import sqlite3
 import subprocess
 import threading
-import time
 
 import pytest
 from django.db import connection, connections
@@ -17,6 +16,7 @@ from runs.models import Event, Run, Step
 from runs.states import RunStatus, StepStatus
 from tests.console_helpers import REPO_ROOT, device_dir, worker_subprocess_env  # noqa: F401
 from tests.support.services import manage_argv
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,15 +42,6 @@ class HeldLock:
     def release(self) -> None:
         self._conn.rollback()
         self._conn.close()
-
-
-def _wait(check, timeout: float = 60) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_a_commit_that_waits_past_the_lock_timeout_is_retried_and_kept(settings, device_dir):  # noqa: F811
@@ -83,7 +74,12 @@ def test_a_commit_that_waits_past_the_lock_timeout_is_retried_and_kept(settings,
     reader.start()
     produce = Step.objects.get(run=run, name="produce")
     try:
-        assert _wait(lambda: Step.objects.get(pk=produce.pk).status == StepStatus.RUNNING)
+        wait_until(
+            lambda: Step.objects.get(pk=produce.pk).status == StepStatus.RUNNING,
+            what="produce to run",
+            timeout=60,
+            interval=0.05,
+        )
         lock = HeldLock(run)
         try:
             # The step finishes its work while the lock is held: its commit must wait,

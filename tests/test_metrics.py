@@ -6,37 +6,19 @@ import json
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
-from prometheus_client.parser import text_string_to_metric_families
 
 from apitokens.services import create_token
 from runs.engine.execution.executor import execute_step
 from runs.models import Step
+from tests.support.metrics import TOKEN, scrape
 
 # The executor closes stale connections between steps, so data must be committed.
 pytestmark = pytest.mark.django_db(transaction=True)
-TOKEN = "metrics-secret"
 BODY = {
     "workflow": "room_temperature",
     "thread_id": "t1",
     "input": {"question": "How warm is the living room?"},
 }
-
-
-@pytest.fixture
-def metrics_on(settings, tmp_path):
-    settings.AGENTOPS_METRICS_TOKEN = TOKEN
-    settings.AGENTOPS_DEVICE_DIR = tmp_path / "devices"
-
-
-def scrape() -> dict[tuple[str, tuple], float]:
-    response = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
-    assert response.status_code == 200
-    assert response["Content-Type"].startswith("text/plain")
-    samples = {}
-    for family in text_string_to_metric_families(response.content.decode()):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
 
 
 def runs_in(samples, state: str) -> float:

@@ -16,9 +16,17 @@ from runs.models import Run
 from runs.workflows.synthetic import WAIT_STEPS
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import start_room_temperature
-from tests.control_support import db_rows, shell_json, wait_until
+from tests.control_support import (
+    burst_until,
+    db_rows,
+    events,
+    run_status,
+    shell_json,
+    start,
+    status,
+)
 from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer, conversation
-from tests.test_side_effects import burst_until, events, run_status, start, status
+from tests.support.waiting import wait_until
 
 MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
 

@@ -9,15 +9,16 @@ import pytest
 import redis
 
 from tests.control_support import (
+    db_rows,
     facts,
     make_user,
     run_status,
     status,
     step_status,
-    wait_until,
     weekly_input,
 )
 from tests.support.services import require_services
+from tests.support.waiting import wait_until
 
 # Leases a worker starved for seconds on a loaded machine still keeps (it treats its
 # lease as lost after two thirds of it without a renewal): every step must finish in its
@@ -190,7 +191,20 @@ def test_a_full_redis_neither_stops_runs_nor_spins_the_worker(private_redis, dep
                 timeout=180,
                 what="SUCCEEDED with Redis full",
             )
-        time.sleep(3)  # a spinning worker would log thousands of lines by now
+        # The worker's own heartbeat shows it alive 3 s after the last run: a spinning
+        # worker would have logged thousands of lines by then.
+        [(idle_from,)] = db_rows(d, "SELECT now()")
+        wait_until(
+            lambda: db_rows(
+                d,
+                "SELECT 1 FROM runs_workerprocess WHERE stopped_at IS NULL "
+                "AND heartbeat_at >= %s + interval '3 seconds'",
+                (idle_from,),
+            ),
+            what="the worker's heartbeat 3 s after the last run",
+            timeout=60,
+            procs=[worker],
+        )
         _, err = d.logs(worker)
         assert err.count("working from the database") <= 2, err[-3000:]
         assert len(err.splitlines()) < 100, err[-3000:]

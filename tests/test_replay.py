@@ -2,8 +2,6 @@
 simulated outside world: the replay is a new run linked both ways, the original stays
 as it was, recorded side effects are reused unless re-executed with a reason."""
 
-import time
-
 import pytest
 
 from agentops.authoring import register
@@ -12,23 +10,17 @@ from runs.engine.control import lifecycle
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.replay import bulk_candidates, bulk_replay, plan_replay, replay_run
 from runs.models import Checkpoint, Event, Message, Operation, Run, Step
+from runs.states import RUN_TERMINAL
 from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
+from tests.console_helpers import run_worker_in_process, work_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def finish(run: Run, patience: float = 60) -> Run:
+def finish(run: Run) -> Run:
     """Work the run in this process until it is finished (retries wait out their
-    backoff); ``patience`` bounds a hang, it is not a timing assertion."""
-    give_up = time.monotonic() + patience
-    while True:
-        run_worker_in_process()
-        run.refresh_from_db()
-        if run.is_terminal:
-            return run
-        assert time.monotonic() < give_up, f"run stayed {run.status}"
-        time.sleep(0.2)
+    backoff)."""
+    return work_until(run, RUN_TERMINAL)
 
 
 def calls(device, op: str, run: Run) -> int:

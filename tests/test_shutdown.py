@@ -9,8 +9,9 @@ from rq import Queue
 
 from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.worker import rq_worker_class
-from tests.control_support import facts, status, step_status, wait_until, weekly_input
+from tests.control_support import facts, status, step_status, weekly_input
 from tests.support.services import BACKENDS
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -11,17 +11,25 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from agentops.authoring import RetryPolicy
-from tests.control_support import make_user, status
+from tests.control_support import (
+    burst_until,
+    db_id,
+    db_rows,
+    events,
+    make_user,
+    run_status,
+    start,
+    status,
+)
 from tests.support.services import BACKENDS, Deployment
+from tests.support.waiting import wait_until
 
 LEASE = {
     "AGENTOPS_LEASE_SECONDS": 2,
@@ -32,34 +40,13 @@ LEASE = {
 REQUEST = json.dumps({"request": "lower the brightness by 10%"})
 #: dim_lights' policies (runs/workflows/dim_lights.py) for the backoff checks.
 DIM_POLICY = RetryPolicy(max_attempts=3, initial_delay=1.0, max_delay=10.0)
-WAIT = 120  # seconds; generous for a loaded 2-core machine, never a timing assertion
 
 
 # -- helpers ---------------------------------------------------------------------------
 
 
-def sql(d: Deployment, query: str, params: tuple = ()) -> list[tuple]:
-    """Rows of ``query`` on the deployment's database (``%s`` placeholders)."""
-    if d.backend == "sqlite":
-        with sqlite3.connect(d.env["AGENTOPS_SQLITE_PATH"], timeout=30) as conn:
-            return conn.execute(query.replace("%s", "?"), params).fetchall()
-    import psycopg
-
-    with psycopg.connect(d.database_url) as conn:
-        return conn.execute(query, params).fetchall()
-
-
-def run_status(d: Deployment, run_id: str) -> str:
-    return sql(d, "SELECT status FROM runs_run WHERE id = %s", (db_id(d, run_id),))[0][0]
-
-
-def db_id(d: Deployment, run_id: str):
-    # Django stores UUIDs as 32 hex chars on SQLite and as uuid on PostgreSQL.
-    return run_id.replace("-", "") if d.backend == "sqlite" else run_id
-
-
 def step_row(d: Deployment, run_id: str, name: str) -> dict:
-    rows = sql(
+    rows = db_rows(
         d,
         "SELECT id, status, attempt, not_before FROM runs_step "
         "WHERE run_id = %s AND name = %s ORDER BY seq DESC",
@@ -69,33 +56,6 @@ def step_row(d: Deployment, run_id: str, name: str) -> dict:
         return {}
     step_id, st, attempt, not_before = rows[0]
     return {"id": step_id, "status": st, "attempt": attempt, "not_before": not_before}
-
-
-def events(d: Deployment, run_id: str, type_: str) -> list[dict]:
-    rows = sql(
-        d,
-        "SELECT payload, actor FROM runs_event WHERE run_id = %s AND type = %s ORDER BY seq",
-        (db_id(d, run_id), type_),
-    )
-    return [{"payload": p if isinstance(p, dict) else json.loads(p), "actor": a} for p, a in rows]
-
-
-def wait_for(what: str, check, procs=(), timeout: float = WAIT):
-    """Poll ``check()`` until it returns something truthy; fail with the workers' logs."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    logs = "\n".join(f"--- {p.args[2:]} ---\n{''.join(Deployment.logs(p))[-3000:]}" for p in procs)
-    pytest.fail(f"timed out waiting for {what}\n{logs}")
-
-
-def start(d: Deployment, workflow: str, input: str, *flags) -> str:
-    """``runs start`` in the deployment's shell probe; returns the run id."""
-    thread = f"t-{time.monotonic_ns()}"
-    return d.call("runs", "start", workflow, "--thread", thread, "--input", input, *flags).strip()
 
 
 def lamp(d: Deployment, **state) -> None:
@@ -110,24 +70,13 @@ def device(d: Deployment, name: str) -> dict:
 
 def sigkill_when_hung(d: Deployment, worker: subprocess.Popen, tool: str) -> None:
     """Wait until the worker says it hangs after ``tool`` returned, then SIGKILL it."""
-    wait_for(
-        f"HANG after {tool}", lambda: f"HANG after {tool}" in Deployment.logs(worker)[0], [worker]
+    wait_until(
+        lambda: f"HANG after {tool}" in Deployment.logs(worker)[0],
+        what=f"HANG after {tool}",
+        procs=[worker],
     )
     os.killpg(worker.pid, signal.SIGKILL)
     assert worker.wait(timeout=30) == -signal.SIGKILL
-
-
-def burst_until(d: Deployment, what: str, check) -> None:
-    """Run ``worker --burst`` until ``check()`` holds (a burst may start before the dead
-    worker's lease expired and find nothing to do)."""
-
-    def once():
-        if check():
-            return True
-        d.manage("worker", "--burst", check=True, timeout=120)
-        return check()
-
-    wait_for(what, once)
 
 
 def stop(*procs: subprocess.Popen) -> None:
@@ -297,20 +246,20 @@ def test_it_runs_the_tool_once_when_the_message_is_delivered_five_times(d):
     lamp(d, delay_s={"set_brightness": 3})  # a slow lamp: duplicates arrive mid-call
     run_id = start(d, "dim_lights", REQUEST)
     workers = [d.popen("worker"), d.popen("worker")]
-    step = wait_for(
-        "set_brightness RUNNING",
+    step = wait_until(
         lambda: (r := step_row(d, run_id, "set_brightness")) and r["status"] == "RUNNING" and r,
-        workers,
+        what="set_brightness RUNNING",
+        procs=workers,
     )
     _deliver(d, run_id, step["id"], 5)
-    wait_for("SUCCEEDED", lambda: run_status(d, run_id) == "SUCCEEDED", workers)
+    wait_until(lambda: run_status(d, run_id) == "SUCCEEDED", what="SUCCEEDED", procs=workers)
     _deliver(d, run_id, step["id"], 5)
     if d.backend == "postgres":
         from redis import Redis
         from rq import Queue
 
         queue = Queue("default", connection=Redis.from_url(d.env["REDIS_URL"]))
-        wait_for("queue drained", lambda: queue.count == 0, workers)
+        wait_until(lambda: queue.count == 0, what="queue drained", procs=workers)
     stop(*workers)
 
     s = status(d, run_id)
@@ -330,7 +279,7 @@ def test_it_retries_a_retryable_error_with_backoff_on_not_before(d):
     lamp(d, fail_next={"set_brightness": ["RATE_LIMITED", "RATE_LIMITED"]})
     run_id = start(d, "dim_lights", REQUEST)
     worker = d.popen("worker")
-    wait_for("SUCCEEDED", lambda: run_status(d, run_id) == "SUCCEEDED", [worker])
+    wait_until(lambda: run_status(d, run_id) == "SUCCEEDED", what="SUCCEEDED", procs=[worker])
     stop(worker)
 
     assert step_row(d, run_id, "set_brightness")["attempt"] == 3
@@ -377,9 +326,9 @@ def test_it_fails_or_pauses_as_declared_when_attempts_run_out(d):
     )
     fails = start(d, "dim_lights", REQUEST)  # read_lamp: on_exhausted="fail"
     worker = d.popen("worker")
-    wait_for("FAILED", lambda: run_status(d, fails) == "FAILED", [worker])
+    wait_until(lambda: run_status(d, fails) == "FAILED", what="FAILED", procs=[worker])
     pauses = start(d, "dim_lights", REQUEST)  # set_brightness: on_exhausted="takeover"
-    wait_for("PAUSED", lambda: run_status(d, pauses) == "PAUSED", [worker])
+    wait_until(lambda: run_status(d, pauses) == "PAUSED", what="PAUSED", procs=[worker])
     stop(worker)
 
     assert step_row(d, fails, "read_lamp")["attempt"] == 3
@@ -452,7 +401,7 @@ def test_it_compensates_in_reverse_order_once_each_also_when_the_compensator_is_
         ("hold_room", "COMPENSATED"),
     ]
     assert [m["step"] for m in comp["manual_review"]] == ["notify_guest"]
-    holds_ledger = sql(
+    holds_ledger = db_rows(
         d,
         "SELECT status FROM runs_operation WHERE run_id = %s AND tool = %s",
         (db_id(d, run_id), "booking.hold"),

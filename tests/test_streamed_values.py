@@ -11,9 +11,9 @@ import pytest
 
 from runs.engine.state.values import NUL_ESCAPE
 from tests.apiserver import Server, make_user, sse_events
+from tests.control_support import burst_until, db_rows, events, run_status
 from tests.support.openai_server import ModelServer, conversation
 from tests.support.services import BACKENDS
-from tests.test_side_effects import burst_until, events, run_status, sql
 
 REPLY = "It is 23\x00.5 degrees in the living\x00room."
 STORED = REPLY.replace("\x00", NUL_ESCAPE)
@@ -61,7 +61,7 @@ def test_streamed_pieces_with_nul_are_stored_sent_and_shown_escaped(deployment_f
     assert len(deltas) > 1
     assert all("\x00" not in p["text"] for p in deltas)
     assert _rebuilt(deltas) == STORED
-    rows = sql(d, "SELECT content FROM runs_message WHERE role = 'assistant' ORDER BY seq")
+    rows = db_rows(d, "SELECT content FROM runs_message WHERE role = 'assistant' ORDER BY seq")
     assert rows[-1][0] == STORED
 
     # Sent: the SSE stream replays the same escaped pieces.

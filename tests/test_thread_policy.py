@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from tests.data_safety_support import context, shell_json, start, status, step_status, wait_for
+from tests.data_safety_support import context, shell_json, start, status, step_status
 from tests.support.services import BACKENDS
+from tests.support.waiting import wait_until
 
 RUNS_OF = """
 import json
@@ -47,8 +48,10 @@ def test_it_queues_a_message_sent_during_a_run_and_starts_exactly_one_run_after_
     deployment = deployment_factory(backend, extra_env={"AGENTOPS_POLL_SECONDS": 0.1})
     first = start(deployment, "chat", "q", {"message": "How warm is it?", "hold": "g1"})
     worker = deployment.popen("worker")
-    wait_for(
-        lambda: step_status(deployment, first, "plan") == "RUNNING", "plan running", procs=(worker,)
+    wait_until(
+        lambda: step_status(deployment, first, "plan") == "RUNNING",
+        what="plan running",
+        procs=(worker,),
     )
 
     posted = post(deployment, "q", "And in the kitchen?", "req-2")
@@ -63,9 +66,9 @@ def test_it_queues_a_message_sent_during_a_run_and_starts_exactly_one_run_after_
     assert status(deployment, posted["run_id"])["status"] == "PENDING"
 
     open_gate(deployment, "g1")
-    runs = wait_for(
+    runs = wait_until(
         lambda: (r := runs_of(deployment, "q")) and all(s == "SUCCEEDED" for _, s in r) and r,
-        "both runs to succeed",
+        what="both runs to succeed",
         procs=(worker,),
     )
     worker.terminate()
@@ -93,16 +96,18 @@ def test_it_interrupts_the_running_run_through_the_cancel_flow_then_starts_the_n
     deployment.manage("runs", "policy", "--thread", "i", "interrupt", check=True)
     first = start(deployment, "chat", "i", {"message": "Think for a long time", "hold": "never"})
     worker = deployment.popen("worker")
-    wait_for(
-        lambda: step_status(deployment, first, "plan") == "RUNNING", "plan running", procs=(worker,)
+    wait_until(
+        lambda: step_status(deployment, first, "plan") == "RUNNING",
+        what="plan running",
+        procs=(worker,),
     )
 
     posted = post(deployment, "i", "Stop, what is the temperature?", "req-i")
     assert posted["action"] == "interrupting"
     assert posted["interrupted"] == [first]
-    runs = wait_for(
+    runs = wait_until(
         lambda: (r := runs_of(deployment, "i")) and r[-1][1] == "SUCCEEDED" and r,
-        "the new run to succeed",
+        what="the new run to succeed",
         procs=(worker,),
     )
     assert runs == [[first, "CANCELLED"], [posted["run_id"], "SUCCEEDED"]]

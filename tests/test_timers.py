@@ -9,8 +9,9 @@ import signal
 
 import pytest
 
-from tests.control_support import db_rows, events_of, facts, wait_until
+from tests.control_support import db_rows, events_of, facts
 from tests.support.services import BACKENDS
+from tests.support.waiting import wait_until
 
 
 def reply_row(d, key: str):

@@ -16,7 +16,7 @@ from runs.models import Event, Operation, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
 from runs.workflows.synthetic import mailer_send
-from tests.control_support import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

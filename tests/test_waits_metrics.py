@@ -12,15 +12,9 @@ from runs.models import Schedule
 from runs.stats import overview_stats
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import run_worker_in_process
-from tests.test_metrics import TOKEN, scrape
+from tests.support.metrics import scrape
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def metrics_on(settings, tmp_path):
-    settings.AGENTOPS_METRICS_TOKEN = TOKEN
-    settings.AGENTOPS_DEVICE_DIR = tmp_path / "devices"
 
 
 def order(thread: str) -> str:

@@ -4,7 +4,8 @@ flagged stuck (Run.stuck_since + a run.stuck event) and listed; progress clears 
 import os
 import signal
 
-from tests.control_support import events_of, facts, step_status, wait_until, weekly_input
+from tests.control_support import events_of, facts, step_status, weekly_input
+from tests.support.waiting import wait_until
 
 
 def test_it_flags_a_silent_run_and_progress_clears_the_flag(deployment_factory):

@@ -19,16 +19,16 @@ from runs.engine.state.clock import db_now
 from runs.models import Step, WorkerProcess
 from runs.states import StepStatus
 from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.control_support import wait_until
-from tests.support.services import BACKENDS
-from tests.support.states import arrange
-from tests.test_liveness import (
+from tests.support.liveness import (
     SIGNAL,
-    _hold_step,
-    _live_signals,
-    _start_hold,
+    hold_step,
+    live_signals,
+    start_hold,
     wait_locks_released,
 )
+from tests.support.services import BACKENDS
+from tests.support.states import arrange
+from tests.support.waiting import wait_until
 
 
 def _worker(worker_id: str, heartbeat_age: float) -> WorkerProcess:
@@ -96,10 +96,10 @@ def test_a_killed_worker_is_listed_dead_with_the_step_it_still_holds(deployment_
     # One worker, the default 30 s lease: nobody releases the step, so the listing
     # shows the dead owner still holding it.
     d = deployment_factory(backend, {"AGENTOPS_POLL_SECONDS": 0.2})
-    run_id = _start_hold(d, "K")
+    run_id = start_hold(d, "K")
     worker = d.popen("worker")
-    wait_until(lambda: _live_signals(d) == [SIGNAL[backend]], what="the worker to publish liveness")
-    wait_until(lambda: _hold_step(d, run_id)[0] == "RUNNING", what="the worker to claim the step")
+    wait_until(lambda: live_signals(d) == [SIGNAL[backend]], what="the worker to publish liveness")
+    wait_until(lambda: hold_step(d, run_id)[0] == "RUNNING", what="the worker to claim the step")
     worker.send_signal(signal.SIGKILL)
     worker.wait(timeout=30)
     if backend == "postgres":

@@ -29,6 +29,7 @@ from lab.drills import raw
 from lab.drills.base import owner_pid
 from lab.drills.bench_agents import bench_agents, bench_agents_sqlite
 from lab.drills.bench_branches import DEFAULT_BRANCHES, BranchesShape, bench_branches
+from lab.drills.bench_floor import bench_agents_floor
 from lab.drills.sandbox import MANAGE_PY, Sandbox, wait_until
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state.clock import db_now
@@ -701,6 +702,7 @@ PARTS = (
     "console",
     "agents",
     "agents_sqlite",
+    "agents_floor",
     "branches",
 )
 
@@ -722,7 +724,7 @@ def run_bench(
 ) -> dict:
     """Run the parts named in ``only`` (all by default); returns ``{"machine", "engine",
     "raw_rq", "raw_postgres", "engine_1", "sqlite", "recovery", "lease_fallback",
-    "console", "agents", "branches", "ratios"}`` with the parts that ran (see
+    "console", "agents", "agents_floor", "branches", "ratios"}`` with the parts that ran (see
     docs/drills-and-bench.md); ``agents`` and ``branches`` are the shapes of those parts.
     ``engine`` includes raw RQ and raw PostgreSQL, run right after it in the same
     sandbox so the ratios compare like with like."""
@@ -785,6 +787,11 @@ def run_bench(
             )
         else:
             result["agents_sqlite"] = {"skipped": "--agent-runs 0"}
+    if "agents_floor" in only:
+        if agents.runs > 0:
+            result["agents_floor"] = bench_agents_floor(agents.wait_s, agents.slots, say)
+        else:
+            result["agents_floor"] = {"skipped": "--agent-runs 0"}
     if "branches" in only:
         if branches.items > 0:
             result["branches"] = bench_branches(branches, say)
@@ -890,6 +897,31 @@ def format_table(result: dict) -> str:
                 "model requests answered, read / steps; step retries",
                 f"{ag['model_requests']}, {ag.get('model_requests_received')} / "
                 f"{ag['steps']}; {ag.get('step_retries')}",
+            ),
+        ]
+    if "agents_floor" in result:
+        fl = result["agents_floor"]
+        rows += _skipped("agents_floor", fl) or [
+            (
+                "agents_floor",
+                f"client CPU ms / request ({fl['concurrency']} at once)",
+                " ".join(f"{k}={v}" for k, v in fl["client_ms_per_request"].items()),
+            ),
+            ("", "model server CPU ms / request", fl["server_ms_per_request"]),
+            (
+                "",
+                "PG round trip CPU ms: client / backend",
+                f"{fl['pg_round_trip_client_ms']} / {fl['pg_round_trip_server_ms']}",
+            ),
+            (
+                "",
+                f"floor ms / step ({fl['round_trips']} round trips): SDK / Pydantic AI",
+                f"{fl['floor_ms_per_step']} / {fl['floor_ms_per_step_pydantic_ai']}",
+            ),
+            (
+                "",
+                f"best steps/s on {fl['cores']} cores: SDK / Pydantic AI",
+                f"{fl['best_steps_per_s']} / {fl['best_steps_per_s_pydantic_ai']}",
             ),
         ]
     if "branches" in result:

@@ -157,8 +157,9 @@ def metric_families(stats: dict) -> list[GaugeMetricFamily]:
             latency.add_metric([quantile], cancel[key])
     limit_waits = GaugeMetricFamily(
         "agentops_limit_waiting",
-        "Waiting on a limit now: runs of a workflow for a place of their concurrency key "
-        "(kind concurrency), calls for a rate limit (kind rate).",
+        "Waiting on a limit now: runs of a workflow (limit <workflow>) or steps (limit "
+        "<workflow>.<step>) for a place of their concurrency key (kind concurrency), "
+        "calls for a rate limit (kind rate).",
         labels=["kind", "limit"],
     )
     for kind, waiting in stats["limit_waits"].items():

@@ -16,7 +16,7 @@ the checkpoint ``after:<step>``; later steps read it as ``ctx.outputs[name]``.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from runs.engine.durations import MAX_SECONDS, duration_problem
@@ -57,6 +57,12 @@ class StepDef:
     ``rate_limit``: the name of a limit in ``AGENTOPS_RATE_LIMITS``; each attempt of the
     step waits for a place in that limit's window before its code runs (the wait counts
     no retry and keeps the lease).
+    ``concurrency_key``: the run's input key (a dotted path) or a function
+    ``fn(input) -> str`` naming what this step shares across runs, and
+    ``concurrency_limit`` (default 1 with a key): how many steps of one key may be
+    RUNNING at once; the others stay PENDING (no attempt counted) and are claimed in
+    order. The rule for a key's value is the workflow's (``Workflow``); a run whose
+    input gives no value is refused at start. Not on map steps.
     """
 
     name: str
@@ -71,6 +77,36 @@ class StepDef:
     options: dict = field(default_factory=dict)
     model: str | None = None
     rate_limit: str | None = None
+    concurrency_key: str | Callable[[dict], Any] | None = None
+    concurrency_limit: int | None = None
+
+
+def key_value(spec: str | Callable[[dict], Any], data: dict) -> str | None:
+    """The value a concurrency key ``spec`` (a dotted path into ``data`` or a function
+    ``fn(data)``) names in the input ``data``: its text, or ``None`` when there is none
+    (a missing path; a value that is not a non-empty string or an integer, or longer
+    than 200 characters; a function that raises)."""
+    if callable(spec):
+        try:
+            value = spec(data)
+        except Exception:  # noqa: BLE001 - an author's function: a refused key, not a crash
+            return None
+    else:
+        value = data
+        for part in spec.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    text = str(value).strip()
+    return text if text and len(text) <= 200 else None
+
+
+def _limit_problem(limit: Any, key: Any) -> str | None:
+    if limit is not None and number_problem(limit, integer=True, minimum=1) is not None:
+        return "concurrency_limit must be an integer >= 1"
+    if limit is not None and key is None:
+        return "concurrency_limit needs a concurrency_key"
+    return None
 
 
 def _types(kind: type | tuple[type, ...]) -> tuple[type, ...]:
@@ -111,13 +147,8 @@ class Workflow:
         concurrency_key: str | Callable[[dict], Any] | None = None,
         concurrency_limit: int | None = None,
     ):
-        if (
-            concurrency_limit is not None
-            and number_problem(concurrency_limit, integer=True, minimum=1) is not None
-        ):
-            raise WorkflowDefinitionError(f"{name}: concurrency_limit must be an integer >= 1")
-        if concurrency_limit is not None and concurrency_key is None:
-            raise WorkflowDefinitionError(f"{name}: concurrency_limit needs a concurrency_key")
+        if reason := _limit_problem(concurrency_limit, concurrency_key):
+            raise WorkflowDefinitionError(f"{name}: {reason}")
         self.concurrency_key = concurrency_key
         self.concurrency_limit = concurrency_limit or (1 if concurrency_key is not None else None)
         if on_budget_exhausted not in ("takeover", "fail"):
@@ -166,6 +197,10 @@ class Workflow:
             # Not a number at all is the type check's answer (or no rule, if untyped).
             if key not in errors and found not in (None, TRUE_FALSE, NOT_A_NUMBER):
                 errors[key] = f"must be from {low} to {high}"
+        for step in self.steps:
+            if not errors and step.concurrency_key and self.step_concurrency_of(step, data) is None:
+                path = step.concurrency_key if isinstance(step.concurrency_key, str) else "input"
+                errors[path] = f"must give the concurrency key of step {step.name!r}"
         return errors
 
     def concurrency_of(self, data: dict) -> tuple[str, int | None] | None:
@@ -175,18 +210,21 @@ class Workflow:
         string or an integer: the run cannot start)."""
         if self.concurrency_key is None:
             return "", None
-        if callable(self.concurrency_key):
-            value = self.concurrency_key(data)
-        else:
-            value = data
-            for part in self.concurrency_key.split("."):
-                value = value.get(part) if isinstance(value, dict) else None
-        if isinstance(value, bool) or not isinstance(value, str | int):
+        text = key_value(self.concurrency_key, data)
+        return None if text is None else (f"{self.name}:{text}", self.concurrency_limit)
+
+    def step_concurrency_of(
+        self, step: StepDef, data: dict
+    ) -> tuple[str | None, int | None] | None:
+        """``(key, limit)`` of ``step`` in a run with input ``data``
+        (``"<workflow>.<step>:<value>"``): ``(None, None)`` when the step declares no
+        concurrency key, ``None`` when ``data`` does not give its value (``key_value``)."""
+        if step.concurrency_key is None:
+            return None, None
+        text = key_value(step.concurrency_key, data) if isinstance(data, dict) else None
+        if text is None:
             return None
-        text = str(value).strip()
-        if not text or len(text) > 200:
-            return None
-        return f"{self.name}:{text}", self.concurrency_limit
+        return f"{self.name}.{step.name}:{text}", step.concurrency_limit
 
     def step(self, name: str | None = None, **options: Any) -> Callable:
         """Decorator declaring the next step; keyword options are ``StepDef`` fields."""
@@ -397,6 +435,21 @@ class Workflow:
             raise WorkflowDefinitionError(
                 f"{self.name}: step {step.name!r} on_exhausted must be fail or takeover"
             )
+        if reason := _limit_problem(step.concurrency_limit, step.concurrency_key):
+            raise WorkflowDefinitionError(f"{self.name}: step {step.name!r} {reason}")
+        key = step.concurrency_key
+        if key is not None and not (callable(key) or (isinstance(key, str) and key)):
+            raise WorkflowDefinitionError(
+                f"{self.name}: step {step.name!r} concurrency_key must be an input path "
+                "or a function"
+            )
+        if step.concurrency_key is not None and step.kind == "map":
+            # Its branches would need a place each across runs: not built yet.
+            raise WorkflowDefinitionError(
+                f"{self.name}: map step {step.name!r} takes no concurrency_key"
+            )
+        if step.concurrency_key is not None and step.concurrency_limit is None:
+            step = replace(step, concurrency_limit=1)
         if step.name in self._by_name:
             raise WorkflowDefinitionError(f"{self.name}: step {step.name!r} declared twice")
         self.steps.append(step)

@@ -45,6 +45,9 @@ def _verify_hanging(arguments: dict, call) -> VerifyAnswer:
     return VerifyAnswer("not_done", evidence="answered too late")
 
 
+#: Set when the ``hold_then_post`` case's hold ends (run out, or stopped at a safe point).
+HOLD_ENDED = threading.Event()
+
 post_slow_verify = Tool(
     "test.post_slow_verify", _post, side_effect="unsafe", verify=_verify_hanging, timeout=1
 )
@@ -118,9 +121,12 @@ def produce(ctx):
     if case == "hold_then_post":
         # Long work with safe points, then a side effect.
         until = time.monotonic() + float(ctx.input.get("seconds", "3"))
-        while time.monotonic() < until:
-            ctx.safe_point()
-            time.sleep(0.05)
+        try:
+            while time.monotonic() < until:
+                ctx.safe_point()
+                time.sleep(0.05)
+        finally:
+            HOLD_ENDED.set()
         return ctx.call_tool(post_ok, {"text": "hello"})
     return CASES[case](ctx)
 

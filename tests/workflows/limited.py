@@ -4,6 +4,8 @@
 - ``per_customer``: at most one run per ``input["customer"]`` in flight; its one step
   waits until the file ``input["gate"]`` exists (when given; the simulated outside
   work), then takes ``input["seconds"]`` (default 0).
+- ``per_customer_step``: two steps; ``prepare`` runs freely, ``charge`` is keyed by
+  ``input["customer"]`` with limit 1 and waits for ``input["gate"]`` as ``work`` does.
 - ``asks_model``: one step that asks the model ``input["model"]`` once.
 - ``keyed_chat``: a message workflow keyed by ``input["customer"]``, which a message
   posted to a thread does not give.
@@ -18,6 +20,16 @@ import time
 
 from agentops.authoring import Workflow, register
 
+
+def _gated(ctx) -> None:
+    gate = ctx.input.get("gate")
+    deadline = time.monotonic() + 120
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+        ctx.safe_point()
+        time.sleep(0.05)
+    time.sleep(float(ctx.input.get("seconds", 0)))
+
+
 per_customer = Workflow(
     "per_customer",
     version=1,
@@ -30,13 +42,24 @@ per_customer = Workflow(
 
 @per_customer.step()
 def work(ctx):
-    gate = ctx.input.get("gate")
-    deadline = time.monotonic() + 120
-    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
-        ctx.safe_point()
-        time.sleep(0.05)
-    time.sleep(float(ctx.input.get("seconds", 0)))
+    _gated(ctx)
     return {"customer": ctx.input["customer"]}
+
+
+per_customer_step = Workflow(
+    "per_customer_step", version=1, input_fields={"customer": str}, internal=True
+)
+
+
+@per_customer_step.step()
+def prepare(ctx):
+    return {"prepared": ctx.input["customer"]}
+
+
+@per_customer_step.step(concurrency_key="customer", concurrency_limit=1)
+def charge(ctx):
+    _gated(ctx)
+    return {"charged": ctx.input["customer"]}
 
 
 asks_model = Workflow("asks_model", version=1, input_fields={"model": str}, internal=True)
@@ -82,6 +105,7 @@ def ask_children(ctx):
 
 
 register(per_customer)
+register(per_customer_step)
 register(keyed_chat)
 register(asks_model)
 register(limited_step)

@@ -30,7 +30,7 @@ from runs.engine.effects.calls import CallTimedOut, call_with_timeout
 from runs.engine.errors import LeaseLost, NonDeterminism, StepError
 from runs.engine.state import reconnect
 from runs.engine.state.gateway import (
-    attempt_holds,
+    attempt_holds_operation,
     record_event,
     transition_operation,
     transition_operations,
@@ -158,9 +158,16 @@ def record_intent(
     """
     arguments = storable(arguments, "tool arguments")
     with transaction.atomic():
-        if attempt is not None and (step_id is None or not attempt_holds(step_id, attempt)):
-            raise LeaseLost(f"step {step_id} attempt {attempt} no longer holds the lease")
-        op = find(key)
+        if attempt is None:
+            op = find(key)
+        else:
+            holds, op_id = (False, None)
+            if step_id is not None:
+                holds, op_id = attempt_holds_operation(step_id, attempt, key)
+            if not holds:
+                raise LeaseLost(f"step {step_id} attempt {attempt} no longer holds the lease")
+            # The fence's statement found the row's id: read the row only when there is one.
+            op = None if op_id is None else Operation.objects.filter(pk=op_id).first()
         if op is not None and op.status not in REINTENDABLE:
             return op
         if before_write is not None:

@@ -549,6 +549,10 @@ def _commit_success(
     and returned as the outcome's ``continued``."""
     run, step = ctx.run, ctx.step
     next_name = ctx.next_step if ctx.goto_set else ctx.workflow.next_after(step.name)
+    if next_name is not None and ctx.workflow.has(next_name):
+        if ctx.workflow.get(next_name).concurrency_key is not None:
+            # A step with a concurrency key waits for a place: its claim decides.
+            claimed_by = None
     done = store().commit(
         StepCommit(
             run=run,

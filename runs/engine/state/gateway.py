@@ -30,11 +30,11 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q, QuerySet
+from django.db.models import DateTimeField, ExpressionWrapper, F, Max, Q, QuerySet, Subquery
 from django.db.models.functions import Now
 
 from runs.engine.execution import dispatch
-from runs.engine.state import checkpoints
+from runs.engine.state import checkpoints, concurrency
 from runs.engine.state.clock import deadline_in
 from runs.models import Approval, Event, Operation, Run, Step, Takeover
 from runs.state_fields import write_state
@@ -238,6 +238,13 @@ class RunTx:
             query = query.filter(only_if)
         if write_state(query, status=target, **fields) != 1:
             return False
+        if (
+            StepStatus.RUNNING in sources
+            and target != StepStatus.RUNNING
+            and concurrency.has_step_keys(self.run)
+        ):
+            # A place of the step's key may have freed: the next waiting step is told.
+            transaction.on_commit(partial(concurrency.notify_next_step, step_id))
         self.event(
             event_type or f"step.{target.lower()}",
             payload or {},
@@ -397,7 +404,10 @@ class RunTx:
         commit. With ``claimed_by`` (a worker id) the step is born RUNNING
         at attempt 1 under that worker's lease (``lease_seconds`` from settings), so the
         worker that committed its predecessor continues the run without a queue round
-        trip; its ``step.started`` event follows ``step.scheduled``.
+        trip; its ``step.started`` event follows ``step.scheduled``. A step with a
+        concurrency key gets its key and limit (``concurrency.step_key``, which raises
+        ``StepError`` when the input gives no value) and is never born claimed (its
+        claim waits for a place): ``claimed_by`` with one raises ``ValueError``.
         """
         from django.conf import settings
 
@@ -408,8 +418,11 @@ class RunTx:
             not_before = at
         elif delay:
             not_before = deadline_in(delay)
+        key, limit = concurrency.step_key(self.run, name)
         # The worker the step is born RUNNING under (a held-back step is born PENDING).
         claimer = None if held else claimed_by
+        if key is not None and claimer is not None:
+            raise ValueError(f"step {name!r} has a concurrency key: its claim decides")
         # A held-back step is notified when it is due (the sweeper), not now: a worker
         # would only drop a notification that comes early.
         extra: dict[str, Any] = {
@@ -434,6 +447,8 @@ class RunTx:
             seq=seq,
             generation=self.run.generation,
             not_before=not_before,
+            concurrency_key=key,
+            concurrency_limit=limit,
             **extra,
         )
         self.set_run(current_step_id=step.pk)
@@ -845,18 +860,34 @@ def allocate_message_seqs(thread_id: int, count: int) -> tuple[int, int]:
     return last - count + 1, last
 
 
+def _held(step_id: int, attempt: int):
+    """The step row, locked, when ``attempt`` still holds it: RUNNING at that attempt,
+    its lease not run out on the database clock (fail closed)."""
+    return Step.objects.select_for_update().filter(
+        pk=step_id, attempt=attempt, status=StepStatus.RUNNING, lease_until__gt=Now()
+    )
+
+
 def attempt_holds(step_id: int, attempt: int) -> bool:
     """Inside a transaction: lock the step row and tell whether ``attempt`` still holds
     it (RUNNING at that attempt). The lock keeps a reclaim from moving the step before
     the caller's transaction ends, so a row inserted under the check cannot go stale.
     The lease must not have run out on the database clock either (fail closed)."""
-    return (
-        Step.objects.select_for_update()
-        .filter(pk=step_id, attempt=attempt, status=StepStatus.RUNNING, lease_until__gt=Now())
-        .values_list("pk", flat=True)
-        .first()
-        is not None
+    return _held(step_id, attempt).values_list("pk", flat=True).first() is not None
+
+
+def attempt_holds_operation(step_id: int, attempt: int, key: str) -> tuple[bool, int | None]:
+    """``attempt_holds`` (the step row locked likewise) and, in the same statement, the
+    id of the ledger row of idempotency key ``key`` (``None`` when there is none):
+    ``(holds, operation id)``. A ledger write checks both before its intent; one round
+    trip instead of two."""
+    row = (
+        _held(step_id, attempt)
+        .annotate(op_id=Subquery(Operation.objects.filter(idempotency_key=key).values("pk")[:1]))
+        .values_list("op_id", flat=True)
     )
+    found = list(row)
+    return (True, found[0]) if found else (False, None)
 
 
 def transition_operation(op: Operation, target: str, *, expected=None, **fields: Any) -> bool:
@@ -885,6 +916,7 @@ __all__ = [
     "RunTx",
     "allocate_message_seqs",
     "attempt_holds",
+    "attempt_holds_operation",
     "transition_operation",
     "transition_operations",
     "run_transaction",

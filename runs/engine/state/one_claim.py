@@ -11,8 +11,8 @@ the step as they are after the claim together with the run's latest checkpoint c
 
 The statement claims only when the claim needs nothing else first: the run's workflow
 version is one this process knows (``known``), the run is not a PENDING one with a
-concurrency key
-(``concurrency.may_start`` decides those), and the run did not change between the
+concurrency key (``concurrency.may_start`` decides those), the step is not a PENDING one
+with a key (``concurrency.may_run_step``), and the run did not change between the
 statement's snapshot and its lock (its ``event_seq``, which every locked write bumps,
 is the one the snapshot saw; so the checkpoint read is the latest). When the step is
 due but one of those does not hold, the statement writes nothing and the store's
@@ -72,6 +72,7 @@ s AS (
         started_at = COALESCE(runs_step.started_at, STATEMENT_TIMESTAMP()),
         finished_at = NULL
     WHERE runs_step.id = %(step)s::bigint AND EXISTS (SELECT 1 FROM r)
+        AND (runs_step.concurrency_key IS NULL OR runs_step.status = %(running)s::text)
         AND ((runs_step.status = %(pending)s::text
                 AND runs_step.not_before <= STATEMENT_TIMESTAMP())
             OR (runs_step.status = %(running)s::text
@@ -205,6 +206,7 @@ WITH picked AS (
         AND r.pause_requested_at IS NULL
         AND r.workflow || '@' || r.workflow_version::text = ANY(%(known)s::text[])
         AND (r.status <> %(run_pending)s OR r.concurrency_key = '')
+        AND (s.concurrency_key IS NULL OR s.status = %(running)s)
     ORDER BY s.not_before
     LIMIT %(limit)s
     FOR UPDATE OF s, r SKIP LOCKED
@@ -271,7 +273,7 @@ def claim_due(worker_id: str, ttl: float, limit: int, *, known: list[str]) -> li
     steps), at most one per run except the branches of a map step (any number of one
     run's branches, their ``step.started`` events numbered in step order), claimed as
     ``claim_step`` claims one, under the same conditions (a known workflow version, no
-    PENDING run with a concurrency key; the others are left unclaimed). ``known``: the
+    PENDING run or step with a concurrency key; the others are left unclaimed). ``known``: the
     ``"<workflow>@<version>"`` keys this process can execute. Returns the claimed steps
     as they are after the claim, each with its ``run`` (``step.attempt`` is the fencing
     token); database errors propagate."""

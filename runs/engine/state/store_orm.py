@@ -71,7 +71,7 @@ class OrmStore:
             if key not in known:
                 step.run = run
                 return Claim(PREPARE, run, step)
-            if not concurrency.may_start(run):
+            if not concurrency.may_start(run) or not concurrency.may_run_step(step):
                 # Due for a notification again once a place frees (the sweeper sends it).
                 Step.objects.filter(pk=step.pk).update(notified_at=None)
                 return Claim(NOT_CLAIMABLE)

@@ -52,6 +52,8 @@ class PostgresStore(OrmStore):
             and not any(m.get("draft") for m in c.messages)
             and not c.summaries
             and c.checkpoint_id is not None
+            # A keyed step's end frees a place: the transactional commit tells the next.
+            and c.step.concurrency_key is None
             and connection.get_autocommit()
         )
 
