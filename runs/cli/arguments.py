@@ -25,6 +25,7 @@ from runs.engine.service import (
     check_length,
     check_thread_id,
     name_problem,
+    number_problem,
     parse_json,
     text_problem,
     value_problem,
@@ -65,8 +66,6 @@ def number(low: float = 0.0, high: float = MAX_SECONDS) -> Callable[[str], float
     ``argparse.ArgumentTypeError`` (a usage error, exit 2)."""
 
     def parse(value: str) -> float:
-        from runs.engine.rules import number_problem
-
         try:
             result = float(value)
         except ValueError:

@@ -34,8 +34,8 @@ import math
 import re
 from typing import Any
 
+import runs.engine.state.values as values
 from runs.engine.errors import ControlError
-from runs.engine.state import values
 
 #: The code of a value the rules refuse, on every face.
 INVALID_INPUT = "invalid_input"
