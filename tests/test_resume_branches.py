@@ -1,16 +1,18 @@
 """A resume from a checkpoint before a fan-out supersedes each map step's branches as a
 set: one UPDATE and one event (count and seq range) per map step, so 10,000 branches
 cost the resume the statements of three, and the preview lists them as one line. The
-pause before it lists no branch row in its takeover."""
+pause before it lists no branch row in its takeover. A replay's preview of a finished
+fanned-out run lists its branches the same way."""
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runs.engine.control.lifecycle import pause_run, start_run
+from runs.engine.control.replay import plan_replay
 from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
-from runs.models import Event, Step, Takeover
-from runs.states import StepStatus
+from runs.models import Event, Run, Step, Takeover
+from runs.states import RunStatus, StepStatus
 from tests.support.states import arrange
 
 pytestmark = pytest.mark.django_db
@@ -89,3 +91,28 @@ def test_it_supersedes_ten_thousand_branches_with_the_statements_of_three():
     # The new generation fans out again from its own map step.
     fresh = Step.objects.get(run=big, generation=2)
     assert (fresh.name, fresh.status, fresh.branch_of_id) == ("fetch", StepStatus.PENDING, None)
+
+
+def _replay_preview(run) -> tuple[list[str], int]:
+    arrange(Run.objects.filter(pk=run.pk), status=RunStatus.FAILED)
+    with CaptureQueriesContext(connection) as queries:
+        plan = plan_replay(run)
+    return [row["label"] for row in plan.as_dict()["steps_replaced"]], len(queries)
+
+
+def test_a_replay_preview_lists_ten_thousand_branches_as_one_line_in_constant_statements():
+    small, _ = _fanned_out_run(3)
+    big, parent = _fanned_out_run(10_000)
+
+    few_labels, few = _replay_preview(small)
+    labels, many = _replay_preview(big)
+
+    assert few_labels == [
+        f"fetch#{parent.seq} (WAITING)",
+        "fetch#2..4 (3 branches: PENDING 2, SUCCEEDED 1)",
+    ]
+    assert labels == [
+        f"fetch#{parent.seq} (WAITING)",
+        "fetch#2..10001 (10000 branches: PENDING 6666, SUCCEEDED 3334)",
+    ]
+    assert many == few

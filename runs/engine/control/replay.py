@@ -27,7 +27,7 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, QuerySet
 
-from runs.engine.control import reuse, rewind
+from runs.engine.control import reuse, rewind, step_listing
 from runs.engine.control.refusals import ControlError, require_reason
 from runs.engine.state import checkpoints
 from runs.engine.state.gateway import run_transaction
@@ -47,9 +47,12 @@ class ReplayPlan:
 
     ``steps_to_run``: the step names the replay runs, in order (approvals assumed
     approved, no ``goto``). ``steps_replaced``: the original's steps after the
-    checkpoint, ``[{"name", "seq", "status", "error_code"}]``. ``operations_reused``:
-    side effects recorded SUCCEEDED after the checkpoint whose results the replay reuses
-    (``reuse.describe`` rows, with ``result``); empty when ``reexecute``.
+    checkpoint, in seq order, as ``step_listing.listing``: ``{"name", "seq",
+    "generation", "status", "error_code", "label"}`` per step and one row with counts
+    per map step's branches (``fetch#2..10001 (10000 branches: SUCCEEDED 10000)``).
+    ``operations_reused``: side effects recorded SUCCEEDED after the checkpoint whose
+    results the replay reuses (``reuse.describe`` rows, with ``result``); empty when
+    ``reexecute``.
     ``operations_may_repeat``: side effects that may happen again. ``replays``: ids of
     the replays the original already has.
     """
@@ -139,12 +142,10 @@ def find_checkpoint(run: Run, name: str | None) -> Checkpoint:
     return cp
 
 
-def _later_steps(run: Run, cp: Checkpoint) -> list[Step]:
-    return list(
-        Step.objects.filter(run=run, seq__gt=_cut(cp))
-        .exclude(status__in=(StepStatus.SUPERSEDED,))
-        .order_by("seq")
-    )
+def _later_steps(run: Run, cp: Checkpoint) -> QuerySet[Step]:
+    """The original's steps after ``cp`` by seq, not superseded (a subquery: 10,000
+    branches are counted, not loaded)."""
+    return Step.objects.filter(run=run, seq__gt=_cut(cp)).exclude(status=StepStatus.SUPERSEDED)
 
 
 def plan_replay(run: Run, checkpoint: str | None = None, *, reexecute: bool = False) -> ReplayPlan:
@@ -169,10 +170,7 @@ def plan_replay(run: Run, checkpoint: str | None = None, *, reexecute: bool = Fa
         original=run,
         checkpoint=cp,
         steps_to_run=workflow.path_from(cp.state["phase"]),
-        steps_replaced=[
-            {"name": s.name, "seq": s.seq, "status": s.status, "error_code": s.error_code}
-            for s in later
-        ],
+        steps_replaced=step_listing.listing(later),
         operations_reused=[] if reexecute else [reuse.describe(op) for op in reuse.reusable(later)],
         operations_may_repeat=[
             reuse.describe(op, with_result=False)

@@ -28,11 +28,12 @@ with its recorded result, and each one that may repeat.
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, Max, Min, QuerySet
+from django.db.models import QuerySet
 
 from runs.engine.control import reuse
 from runs.engine.control.checkpoint_names import resumable_names, usable
 from runs.engine.control.refusals import ControlError, require_reason
+from runs.engine.control.step_listing import branch_groups, listing
 from runs.engine.effects.budget import usage
 from runs.engine.rules import value_problem
 from runs.engine.state import checkpoints
@@ -59,10 +60,10 @@ class ResumePlan:
     (``reuse.describe`` rows, with ``result``); empty when ``reexecute``.
     ``operations_may_repeat``: those that may happen again (no recorded result, or all
     when ``reexecute``). ``steps_to_supersede``: in seq order, ``{"name", "seq",
-    "generation", "status", "label"}`` per step, and one ``{"name", "seq", "last_seq",
-    "generation", "status": None, "branches": {status: count}, "label"}`` per map
-    step's branches (there may be 10,000); ``label`` is the line people read
-    (``work#3 (PENDING)``, ``work#4..8 (5 branches: SUCCEEDED 5)``). ``input``: the
+    "generation", "status", "error_code", "label"}`` per step, and one row with counts
+    per map step's branches (there may be 10,000), as ``step_listing.listing``;
+    ``label`` is the line people read (``work#3 (PENDING)``,
+    ``work#4..8 (5 branches: SUCCEEDED 5)``). ``input``: the
     input the new generation will see.
     """
 
@@ -161,7 +162,7 @@ def plan_resume(
             reuse.describe(op, with_result=False)
             for op in reuse.may_repeat(later, reexecute=reexecute)
         ],
-        steps_to_supersede=_supersede_listing(later),
+        steps_to_supersede=listing(later),
         input=new_input,
         reexecute=reexecute,
     )
@@ -171,56 +172,6 @@ def _later_steps(run: Run, cp: Checkpoint) -> QuerySet[Step]:
     """The steps a resume from ``cp`` supersedes: after it by seq, not settled yet."""
     cut = cp.step.seq if cp.step else 0
     return Step.objects.filter(run_id=run.pk, seq__gt=cut).exclude(status__in=STEP_SETTLED)
-
-
-def _branch_groups(later: QuerySet[Step]) -> list[dict[str, Any]]:
-    """``[{"branch_of_id", "name", "generation", "count", "first_seq", "last_seq"}]``:
-    the branches among ``later``, one row per map step, in one grouped query."""
-    return [
-        dict(group)
-        for group in later.filter(branch_of__isnull=False)
-        .values("branch_of_id", "name", "generation")
-        .annotate(count=Count("pk"), first_seq=Min("seq"), last_seq=Max("seq"))
-        .order_by("first_seq")
-    ]
-
-
-def _supersede_listing(later: QuerySet[Step]) -> list[dict[str, Any]]:
-    """``ResumePlan.steps_to_supersede`` in three queries whatever the branch count."""
-    listing = [
-        {
-            "name": s.name,
-            "seq": s.seq,
-            "generation": s.generation,
-            "status": s.status,
-            "label": f"{s.name}#{s.seq} ({s.status})",
-        }
-        for s in later.filter(branch_of__isnull=True).order_by("seq")
-    ]
-    counts: dict[int, dict[str, int]] = {}
-    for parent_id, status, n in (
-        later.filter(branch_of__isnull=False)
-        .values_list("branch_of_id", "status")
-        .annotate(n=Count("pk"))
-        .order_by()
-    ):
-        counts.setdefault(parent_id, {})[status] = n
-    for group in _branch_groups(later):
-        branches = counts.get(group["branch_of_id"], {})
-        shown = ", ".join(f"{status} {n}" for status, n in sorted(branches.items()))
-        listing.append(
-            {
-                "name": group["name"],
-                "seq": group["first_seq"],
-                "last_seq": group["last_seq"],
-                "generation": group["generation"],
-                "status": None,
-                "branches": branches,
-                "label": f"{group['name']}#{group['first_seq']}..{group['last_seq']} "
-                f"({group['count']} branches: {shown})",
-            }
-        )
-    return sorted(listing, key=lambda row: row["seq"])
 
 
 def resume_from_checkpoint(
@@ -316,7 +267,7 @@ def _restart_from(
             lease_until=None,
         )
     # A map step's branches (up to 10,000) go in one UPDATE per map step.
-    for group in _branch_groups(later):
+    for group in branch_groups(later):
         superseded += tx.supersede_branches(
             group["branch_of_id"],
             actor=actor,
