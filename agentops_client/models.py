@@ -211,7 +211,9 @@ class Run(RunSummary):
     the newest 100 steps (``steps_total`` counts all), the runs replaying it, where it
     comes from (``parent``, ``None`` unless it is a child run) and the first 100 child
     runs it started, by step and position (``children_total`` counts all;
-    ``Client.list_runs(parent=...)`` pages through them).
+    ``Client.list_runs(parent=...)`` pages through them). ``pause_progress``: while a
+    pause is requested, where it stands (``pause requested, waiting for the running
+    steps (4 running)``), else ``None``.
 
     ``replayed`` is true when the answer was a replay of an earlier response to the
     same idempotency key (the header ``Idempotent-Replayed``); it is not part of the
@@ -228,6 +230,7 @@ class Run(RunSummary):
     parent: Parent | None
     children: list[Child]
     children_total: int
+    pause_progress: str | None
     replayed: bool = field(default=False, compare=False)
 
 

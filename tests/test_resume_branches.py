@@ -2,17 +2,26 @@
 set: one UPDATE and one event (count and seq range) per map step, so 10,000 branches
 cost the resume the statements of three, and the preview lists them as one line. The
 pause before it lists no branch row in its takeover. A replay's preview of a finished
-fanned-out run lists its branches the same way."""
+fanned-out run lists its branches the same way. A pause requested while branches run
+shows in the API's run document, the typed client and ``runs status``."""
+
+import json
+from io import StringIO
 
 import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runs.engine.control.lifecycle import pause_run, start_run
+from apitokens.services import create_token
+from runs.console.roles import setup_roles
+from runs.engine.control.lifecycle import pause_run, settle_pause, start_run
 from runs.engine.control.replay import plan_replay
 from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
 from runs.models import Event, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
+from tests.support.api_client import in_process_client
 from tests.support.states import arrange
 
 pytestmark = pytest.mark.django_db
@@ -116,3 +125,25 @@ def test_a_replay_preview_lists_ten_thousand_branches_as_one_line_in_constant_st
         "fetch#2..10001 (10000 branches: PENDING 6666, SUCCEEDED 3334)",
     ]
     assert many == few
+
+
+def test_a_requested_pause_shows_in_the_api_client_and_runs_status():
+    run, _ = _fanned_out_run(3)
+    arrange(Step.objects.filter(run=run, position__in=(1, 2)), status=StepStatus.RUNNING)
+    pause_run(run, actor="alice", reason="look first")
+    desk = User.objects.create_user("desk", is_staff=True)
+    desk.groups.add(setup_roles()["viewer"])
+    api = in_process_client(create_token(desk)[1])
+    line = "pause requested, waiting for the running steps (2 running)"
+
+    assert api.get_run(str(run.pk)).pause_progress == line
+    out = StringIO()
+    call_command("runs", "status", str(run.pk), stdout=out)
+    assert line in out.getvalue().splitlines()
+    out = StringIO()
+    call_command("runs", "status", str(run.pk), "--json", stdout=out)
+    assert json.loads(out.getvalue())["pause_progress"] == line
+
+    arrange(Step.objects.filter(run=run, position__in=(1, 2)), status=StepStatus.PENDING)
+    settle_pause(run.pk, actor="alice")
+    assert api.get_run(str(run.pk)).pause_progress is None

@@ -5,7 +5,7 @@ from typing import Any
 from django.db.models import Q
 
 from runs.console.attempts import attempts_by_step
-from runs.engine.service import latest_state, open_step, run_etag
+from runs.engine.service import latest_state, open_step, pause_progress, run_etag
 from runs.engine.service import shown_usage as budget_usage
 from runs.models import Event, Message, Run, Step
 from runs.states import RUN_TERMINAL
@@ -116,6 +116,7 @@ def run_document(run: Run) -> dict[str, Any]:
         "steps_total": total,
         "replays": list(run.replays.order_by("created_at", "pk").values_list("pk", flat=True)),
         **family_document(run),
+        "pause_progress": pause_progress(run) or None,
     }
 
 

@@ -187,6 +187,10 @@ class RunOut(RunSummary):
         "GET /runs?parent={id} pages all"
     )
     children_total: int = Field(description="how many child runs this run started")
+    pause_progress: str | None = Field(
+        description="while a pause is requested and steps still run, where it stands: "
+        "`pause requested, waiting for the running steps (4 running)`; null otherwise"
+    )
 
 
 class StepPage(Schema):

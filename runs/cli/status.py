@@ -44,6 +44,8 @@ def handle(command, options):
         f"thread {status['thread']}: {status['status']}"
     )
     out.write(f"next step: {status['next_step'] or '-'}")
+    if status["pause_progress"]:
+        out.write(status["pause_progress"])
     waiting = status["waiting_on"]
     if waiting and waiting["for"] == "signal":
         until = f" until {waiting['until']}" if waiting["until"] else " (no timeout)"

@@ -245,7 +245,8 @@ def run_status(run: Run) -> dict[str, Any]:
     tool_calls, tool_call_id}],
     budget: {...}, takeover: {...} | None, compensation: {status, reason, steps,
     manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids], parent,
-    children (see ``family``)}`` plus what
+    children (see ``family``), pause_progress (``pause_progress``, ``None`` when no pause
+    is requested)}`` plus what
     ``STATUS_EXTRAS`` add (the simulator: ``calls: {device.op: count}, devices:
     {...}``)."""
     run.refresh_from_db()
@@ -298,6 +299,7 @@ def run_status(run: Run) -> dict[str, Any]:
             str(pk) for pk in run.replays.order_by("created_at").values_list("pk", flat=True)
         ],
         **family(run),
+        "pause_progress": pause_progress(run) or None,
         "steps": steps,
         "result": result,
         "messages": messages,
