@@ -79,6 +79,12 @@ def test_it_counts_ten_thousand_branches_with_the_queries_of_three(clients, acto
     steps = html.split('id="steps"')[1].split("</table>")[0]
     assert steps.count('class="step-row"') == SECTION_SIZE
     assert "fetch[9999]" in steps
+    # The timeline draws the branches as one row with counts after their map step.
+    labels = [row["label"] for row in run_timeline(big, db_now()).rows]
+    assert labels == [
+        f"{big.steps.get(branch_of=None).seq}. fetch",
+        "  fetch: 10000 branches: FAILED 2499, RUNNING 1, SUCCEEDED 7500",
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -92,6 +98,10 @@ def test_the_timeline_shows_the_map_steps_wait_for_its_branches_until_the_join(c
     timeline = run_timeline(run, db_now())
     waits = [row[:2] for row in timeline.table.rows if row[1].startswith("wait")]
     assert waits == [["fetch", "wait: branches (joined)"]]
+    branches = [row for row in timeline.table.rows if "branches:" in row[1]]
+    assert [row[:2] + row[5:] for row in branches] == [
+        ["fetch", "3 branches: SUCCEEDED 3", "succeeded"]
+    ]
     html, _ = _page(clients["alice"], run)  # noqa: F405
     assert "SUCCEEDED 3" in html.split('id="branches"')[1].split("</table>")[0]
 

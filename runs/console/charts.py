@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runs.console.attempts import ENDINGS, Attempt, attempts_by_step
+from runs.engine.service import branch_counts
 from runs.models import Event, Run, Step
 
 #: Dash patterns and marker shapes, in series order (readable without colour).
@@ -324,8 +325,9 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
         .order_by("seq")
         .only("type", "step_id", "payload", "created_at", "actor")[:TIMELINE_EVENT_LIMIT]
     )
+    # A map step's branches (there may be 10,000) are one row with counts, not a row each.
     steps = list(
-        Step.objects.filter(run=run)
+        Step.objects.filter(run=run, branch_of__isnull=True)
         .order_by("seq")
         .values("pk", "name", "seq", "generation")[:TIMELINE_STEP_LIMIT]
     )
@@ -346,6 +348,13 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
         return round(timeline.left + plot_w * offset / span, 1)
 
     attempts = attempts_by_step(events)
+    counts = branch_counts(run.pk)
+    branch_attempts: dict[int, list[Attempt]] = {}
+    if attempts:
+        for pk, parent_id in Step.objects.filter(
+            pk__in=list(attempts), branch_of__isnull=False
+        ).values_list("pk", "branch_of_id"):
+            branch_attempts.setdefault(parent_id, []).extend(attempts[pk])
     waits: dict[int, list[dict[str, Any]]] = {}
     open_wait: dict[int, dict[str, Any]] = {}
     run_waits: list[dict[str, Any]] = []
@@ -429,6 +438,14 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
             )
         timeline.rows.append(row)
         y += timeline.row_h
+        if step["pk"] in counts:
+            timeline.rows.append(
+                _branches_row(
+                    timeline, y, step["name"], counts[step["pk"]],
+                    branch_attempts.get(step["pk"], []), start, end, x_of,
+                )
+            )  # fmt: skip
+            y += timeline.row_h
     for wait in run_waits:
         x1 = x_of(wait["start"])
         timeline.run_waits.append(
@@ -469,6 +486,59 @@ def _add_wait(row, table: Table, step: str, begin, finish, label: str, origin, x
         }
     )
     table.rows.append(_table_row(step, f"wait: {label}", begin, finish, origin, "waiting"))
+
+
+def _branches_row(
+    timeline: Timeline,
+    y: float,
+    name: str,
+    counts: dict[str, int],
+    attempts: list[Attempt],
+    origin: datetime,
+    end: datetime,
+    x_of,
+) -> dict[str, Any]:
+    """One timeline row for all branches of the map step ``name``: labelled with their
+    count by status (``counts``: ``{status: branches}``), one bar from the first branch
+    attempt's start to the last one's end among ``attempts`` (those the timeline's
+    events show), failed when any branch failed, running while any is unsettled."""
+    shown = ", ".join(f"{status} {n}" for status, n in sorted(counts.items()))
+    what = f"{sum(counts.values())} branches: {shown}"
+    row: dict[str, Any] = {
+        "label": f"  {name}: {what}",
+        "y": y,
+        "bar_y": y + 5,
+        "bar_h": timeline.row_h - 10,
+        "text_y": y + timeline.row_h / 2 + 4,
+        "wait_y": y + timeline.row_h / 2,
+        "wait_text_y": y + 5,
+        "bars": [],
+        "waits": [],
+    }
+    begins = [a.started_at for a in attempts if a.started_at is not None]
+    if not begins:
+        return row
+    begin = min(begins)
+    finish = max(a.ended_at or end for a in attempts if a.started_at is not None)
+    if counts.get("FAILED"):
+        outcome = "failed"
+    elif any(status in counts for status in ("PENDING", "RUNNING", "WAITING")):
+        outcome = "running"
+    else:
+        outcome = "succeeded"
+    x1, x2 = x_of(begin), x_of(finish)
+    row["bars"].append(
+        {
+            "x": x1,
+            "w": round(max(x2 - x1, 2.0), 1),
+            "outcome": outcome,
+            "mark": MARKS.get(outcome, "…"),
+            "mark_x": round(max(x2, x1 + 2.0) + 3, 1),
+            "title": f"{name} {what}, {_fmt_s(_seconds(finish - begin))}",
+        }
+    )
+    timeline.table.rows.append(_table_row(name, what, begin, finish, origin, outcome))
+    return row
 
 
 def _table_row(
