@@ -14,16 +14,17 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from runs.cli import arguments
+from runs.cli.terminal import TerminalSafeCommand
 from runs.engine.control.lifecycle import redispatch, run_status, start_run
 from runs.engine.execution.executor import CRASH_EXIT_CODE
 
 QUESTION = "How warm is the living room?"
 
 
-class Command(BaseCommand):
+class Command(TerminalSafeCommand):
     help = "Run the room-temperature crash-and-resume demo end to end."
 
     def add_arguments(self, parser):

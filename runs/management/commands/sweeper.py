@@ -6,10 +6,10 @@ import signal
 import threading
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection
 
 from agentops.db_session import use_process_kind
+from runs.cli.terminal import TerminalSafeCommand
 from runs.engine.execution import sweeper
 from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.execution.identity import new_worker_id
@@ -17,7 +17,7 @@ from runs.engine.execution.identity import new_worker_id
 logger = logging.getLogger(__name__)
 
 
-class Command(BaseCommand):
+class Command(TerminalSafeCommand):
     help = "Run the sweeper loop (or one pass with --once)."
 
     def add_arguments(self, parser):
