@@ -12,10 +12,7 @@ import unicodedata
 
 from django.core.management.base import BaseCommand, OutputWrapper
 
-#: Bidirectional marks, embeddings, overrides and isolates: they reorder what follows.
-BIDI_CONTROLS = frozenset(
-    chr(c) for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
-)
+from runs.engine.rules import BIDI_CONTROLS
 
 #: Unicode categories a terminal acts on: controls (C0, DEL, C1), lone surrogates, line
 #: and paragraph separators.

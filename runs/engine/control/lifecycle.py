@@ -175,19 +175,19 @@ def create_run(
 STATUS_EXTRAS: dict = {}
 
 
-def text_refusal(value: Any, *, limit: int | None = None) -> str | None:
+def text_refusal(value: Any, *, limit: int | None = None, identifier: bool = False) -> str | None:
     """Why ``value`` cannot be taken as a stored text (thread id, message, key): blank,
-    or what the text rule (``runs.engine.rules.text_problem``) finds; ``None`` when it
-    can."""
+    or what the text rule (``runs.engine.rules.text_problem``, for an ``identifier`` when
+    asked) finds; ``None`` when it can."""
     if not isinstance(value, str) or not value.strip():
         return "must be non-empty text"
-    return text_problem(value, limit=limit)
+    return text_problem(value, limit=limit, identifier=identifier)
 
 
 def check_thread_id(thread_id: Any) -> None:
     """Raises ``ControlError`` ``invalid_thread`` unless ``thread_id`` is 1..200
     characters a database stores as sent."""
-    reason = text_refusal(thread_id, limit=200)
+    reason = text_refusal(thread_id, limit=200, identifier=True)
     if reason is not None:
         raise ControlError(
             "invalid_thread", f"thread id {reason} (1..200 characters)", {"thread_id": reason}

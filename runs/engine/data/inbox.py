@@ -92,7 +92,7 @@ def post_message(
     if reason is not None:
         raise ControlError("invalid_message", f"message {reason}", {"content": reason})
     check_thread_id(thread_id)
-    if request_id and (reason := text_refusal(request_id, limit=200)):
+    if request_id and (reason := text_refusal(request_id, limit=200, identifier=True)):
         raise ControlError("invalid_message", f"request id {reason}", {"request_id": reason})
     with transaction.atomic():
         thread = _locked_thread(owner, thread_id)
