@@ -122,13 +122,15 @@ def create_run(
     except registry.UnknownWorkflow as exc:
         raise ControlError("unknown_workflow", str(exc), {"workflow": "unknown"}) from exc
     check_thread_id(thread_id)
-    errors = wf.validate_input(input)
-    if not errors and (found := value_problem(input)) is not None:
+    # What no database stores (NaN and Infinity: Python's JSON reader accepts them) is
+    # named before the workflow's schema, which would misname it ("must be from 0 to 60").
+    if (found := value_problem(input)) is not None:
         path, type_name, reason = found
-        # NaN and Infinity get here: Python's JSON reader accepts them.
         errors = {
             path[2:] if path.startswith("$.") else path[1:] or "input": f"{reason} ({type_name})"
         }
+    else:
+        errors = wf.validate_input(input)
     concurrency = None if errors else wf.concurrency_of(input)
     if concurrency is None and not errors:
         path = wf.concurrency_key if isinstance(wf.concurrency_key, str) else "input"
