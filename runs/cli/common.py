@@ -92,8 +92,9 @@ def resolve_run(options) -> Run:
 
 def control_error(exc: ControlError) -> CommandError:
     """A CLI error (non-zero exit) from an engine refusal: one line with its message,
-    code and the fields' errors (``MESSAGE [CODE]; field: why; ...``)."""
-    detail = "".join(f"; {k}: {v}" for k, v in exc.errors.items())
+    code and the fields' errors it does not state already (``MESSAGE [CODE]; field: why;
+    ...``)."""
+    detail = "".join(f"; {k}: {v}" for k, v in exc.unsaid_errors().items())
     return CommandError(one_line(f"{exc.message} [{exc.code}]{detail}"))
 
 

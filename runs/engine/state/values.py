@@ -186,7 +186,8 @@ def _walk(value: Any, where: str, path: str, depth: int) -> Any:
                 where,
                 path,
                 "float",
-                f"{value!r} cannot be stored exactly: send a whole number this large as an integer",
+                f"{value!r} cannot be stored exactly: a float of magnitude 1e16 or more "
+                "comes back as an integer, not this float (send an integer, or a smaller number)",
             )
         return value
     if isinstance(value, str):
