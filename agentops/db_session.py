@@ -12,7 +12,6 @@ length. The web entry points and the worker/sweeper commands name their kind wit
 from django.conf import settings
 from django.db import connections
 from django.db.backends.signals import connection_created
-from django.dispatch import receiver
 
 KINDS = ("web", "worker", "cli")
 
@@ -56,7 +55,12 @@ def apply_limits(conn) -> None:
         )
 
 
-@receiver(connection_created, dispatch_uid="agentops.db_session.limits")
+def install() -> None:
+    """Apply this process's limits to every new PostgreSQL connection from now on (a
+    ``connection_created`` receiver; installing twice keeps one)."""
+    connection_created.connect(_on_connection_created, dispatch_uid="agentops.db_session.limits")
+
+
 def _on_connection_created(sender, connection, **kwargs) -> None:
     # A pooled connection is "created" again at every checkout: set the limits once per
     # server session (and again only when the process changed its kind).

@@ -5,19 +5,18 @@ from django.http import HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.utils.deprecation import MiddlewareMixin
 
-from runs.engine.state import db_faults
-from runs.engine.state.values import InvalidValue
+from runs.engine.service import DB_BUSY, DB_LOST, InvalidValue, classify_db_fault
 
 #: Seconds a client should wait before trying again.
 RETRY_AFTER_SECONDS = 2
 
 _ANSWERS = {
-    db_faults.BUSY: (
+    DB_BUSY: (
         "database_busy",
         "The database did not answer in time (a lock or statement waited past its limit); "
         "nothing was changed. Try again shortly.",
     ),
-    db_faults.LOST: (
+    DB_LOST: (
         "database_unavailable",
         "The connection to the database was lost; nothing was changed. Try again shortly.",
     ),
@@ -33,7 +32,7 @@ class DatabaseBusyMiddleware(MiddlewareMixin):
     async under ASGI."""
 
     def process_exception(self, request, exception):
-        kind = db_faults.classify(exception)
+        kind = classify_db_fault(exception)
         if kind is None:
             return None
         code, message = _ANSWERS[kind]

@@ -13,7 +13,7 @@ from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Now
 
 from apitokens.models import ApiToken
-from runs.engine.state.clock import db_now
+from runs.engine.service import db_now
 
 TOKEN_PREFIX = "ao_"
 #: ``last_used_at`` is written at most this often per token (seconds), to keep reads cheap.

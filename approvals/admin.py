@@ -12,7 +12,7 @@ from django.utils.html import format_html
 
 from approvals.services import decide
 from runs.admin import ReadOnlyAdmin
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.service import ControlError
 from runs.models import Approval, Takeover
 
 

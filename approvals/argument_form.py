@@ -12,7 +12,7 @@ from typing import Any
 
 from approvals.plain_text import plain_text
 from runs.console.forms import InvalidInput, optional_json
-from runs.engine.state.values import InvalidJson, parse_json
+from runs.engine.service import InvalidJson, parse_json
 
 #: The field name prefix of one argument's input (``arg-amount``).
 PREFIX = "arg-"

@@ -4,7 +4,7 @@ for an explicit confirmation, as the engine's rule requires)."""
 
 from typing import Any
 
-from runs.engine.effects.unknown_outcomes import contradicts, latest_verify_answers
+from runs.engine.service import contradicts, latest_verify_answers
 from runs.models import Checkpoint, Takeover
 from runs.states import StepStatus
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from approvals import argument_form
 from approvals.tool_calls import tool_facts
-from runs.engine.state.clock import db_now
+from runs.engine.service import db_now
 from runs.models import Approval, Message
 
 #: Messages of the conversation shown above a tool call (the newest up to the call).

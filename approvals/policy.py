@@ -10,7 +10,7 @@ from django.contrib.auth.models import Permission
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.service import ControlError
 
 DECIDE_PERM = ("runs", "decide_approval")
 

@@ -8,15 +8,18 @@ the CLI call it and stay thin. Nothing in the engine imports this module.
 """
 
 from django.core.exceptions import PermissionDenied
-from django.db.models.functions import Now
 
 from approvals.policy import check_decider
 from approvals.tool_calls import decision_terms
-from runs.engine.control import approvals as engine_approvals
-from runs.engine.control.approvals import DecisionConflict
-from runs.engine.control.lifecycle import ControlError, check_length
-from runs.engine.control.resolutions import RESOLUTIONS, resolve_takeover
-from runs.engine.state.gateway import run_transaction
+from runs.engine import service as engine
+from runs.engine.service import (
+    RESOLUTIONS,
+    ControlError,
+    DecisionConflict,
+    check_length,
+    decide_approval,
+    resolve_takeover,
+)
 from runs.models import Approval, Takeover
 
 DECISIONS = {"approve": Approval.Status.APPROVED, "reject": Approval.Status.REJECTED}
@@ -75,7 +78,7 @@ def decide(
     check_length(message, "message", MAX_MESSAGE_CHARS)
     check_decider(approval, user)
     extra_output, extra_event = decision_terms(approval, decision, arguments, message)
-    return engine_approvals.decide(
+    return decide_approval(
         approval.pk,
         DECISIONS[decision],
         actor=user_actor(user),
@@ -92,25 +95,4 @@ def claim_takeover(takeover: Takeover, user) -> Takeover:
     ``runs.operate_run``, ``ControlError`` ``takeover_resolved`` / ``already_claimed``."""
     if not user.has_perm("runs.operate_run"):
         raise PermissionDenied(f"{user.get_username()} may not operate runs")
-    with run_transaction(takeover.run_id) as tx:
-        current = Takeover.objects.select_for_update().get(pk=takeover.pk)
-        if current.status != Takeover.Status.OPEN:
-            raise ControlError("takeover_resolved", f"takeover {current.pk} is already resolved")
-        if current.claimed_by_id == user.pk:
-            return current
-        if current.claimed_by is not None:
-            raise ControlError(
-                "already_claimed",
-                f"takeover {current.pk} is claimed by {current.claimed_by.get_username()}",
-            )
-        Takeover.objects.filter(pk=current.pk, claimed_by__isnull=True).update(
-            claimed_by=user, claimed_at=Now()
-        )
-        tx.event(
-            "takeover.claimed",
-            {"takeover_id": current.pk},
-            step_id=current.step_id,
-            actor=user_actor(user),
-        )
-    current.refresh_from_db()
-    return current
+    return engine.claim_takeover(takeover, user, actor=user_actor(user))

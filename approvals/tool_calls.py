@@ -6,7 +6,7 @@ model receives instead of the tool result."""
 from typing import Any
 
 from approvals.plain_text import plain_text
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.service import ControlError
 from runs.models import Approval, Event
 from runs.workflows import registry
 

@@ -27,8 +27,7 @@ from runs.console.actions import perform
 from runs.console.filters import ApprovalFilter, TakeoverFilter
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.console.paging import paginate
-from runs.engine.control.approvals import with_shown_status
-from runs.engine.control.lifecycle import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS
+from runs.engine.service import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS, with_shown_status
 from runs.models import Approval, Artifact, Takeover
 
 #: Artifacts previewed per approval.

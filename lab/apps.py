@@ -20,5 +20,5 @@ def _register_status_extras() -> None:
     from lab.sim.devices import device_calls, device_readings
     from runs.engine.control import lifecycle
 
-    lifecycle.STATUS_EXTRAS.setdefault("calls", lambda run: device_calls(str(run.pk)))
-    lifecycle.STATUS_EXTRAS.setdefault("devices", lambda run: device_readings())
+    lifecycle.register_status_extra("calls", lambda run: device_calls(str(run.pk)))
+    lifecycle.register_status_extra("devices", lambda run: device_readings())

@@ -26,7 +26,7 @@ from django.db.models.functions import Now
 
 from runs.engine import hooks
 from runs.engine.execution import dispatch
-from runs.engine.execution.executor import CRASH_EXIT_CODE, say
+from runs.engine.execution.progress import CRASH_EXIT_CODE, say
 from runs.engine.state.gateway import run_transaction
 from runs.models import Operation, Run, Step
 from runs.states import StepStatus

@@ -10,9 +10,14 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html
 
-from runs.engine.control import lifecycle, schedules
-from runs.engine.control.cancel import request_cancel
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.service import (
+    ControlError,
+    redispatch,
+    request_cancel,
+    set_schedule_paused,
+    timing_of,
+    trigger_schedule,
+)
 from runs.models import (
     Artifact,
     Checkpoint,
@@ -136,7 +141,7 @@ class RunAdmin(ReadOnlyAdmin):
         self._each(
             request,
             queryset,
-            lambda run: lifecycle.redispatch(run, actor=_actor(request), wait_seconds=0),
+            lambda run: redispatch(run, actor=_actor(request), wait_seconds=0),
             "re-dispatched",
         )
 
@@ -304,24 +309,24 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.display(description="when")
     def timing(self, obj: Schedule) -> str:
-        return schedules.timing_of(obj).describe()
+        return timing_of(obj).describe()
 
     @admin.action(description="Pause the selected schedules")
     def pause(self, request, queryset):
         for schedule in queryset:
-            schedules.set_paused(schedule.name, True)
+            set_schedule_paused(schedule.name, True)
         self.message_user(request, f"{queryset.count()} paused.")
 
     @admin.action(description="Resume the selected schedules (from now)")
     def resume(self, request, queryset):
         for schedule in queryset:
-            schedules.set_paused(schedule.name, False)
+            set_schedule_paused(schedule.name, False)
         self.message_user(request, f"{queryset.count()} resumed.")
 
     @admin.action(description="Trigger the selected schedules now")
     def trigger(self, request, queryset):
         for schedule in queryset:
-            tick = schedules.trigger_now(schedule.name, f"user:{request.user.get_username()}")
+            tick = trigger_schedule(schedule.name, f"user:{request.user.get_username()}")
             level = messages.SUCCESS if tick.run_id else messages.WARNING
             self.message_user(request, f"{schedule.name}: tick {tick.outcome}", level)
 

@@ -1,8 +1,8 @@
 """System checks for durability settings (docs/data-safety.md, "Production").
 
-Two registrations. ``check_durability`` is tagged ``database``: Django runs it when a
-command asks for database checks (``manage.py check --database default``, and
-``migrate``), not on every command; it looks at what the connection itself does
+Two checks, registered by ``runs.apps``. ``check_durability`` is tagged ``database``:
+Django runs it when a command asks for database checks (``manage.py check --database
+default``, and ``migrate``), not on every command; it looks at what the connection itself does
 (PostgreSQL ``synchronous_commit``, SQLite ``synchronous`` and journal mode).
 ``check_stores`` is a deployment check (``manage.py check --deploy``): the same, plus
 what the servers are configured to do with the product's data (PostgreSQL ``fsync``
@@ -15,7 +15,7 @@ it drops keys from under RQ while Redis keeps running, silently.
 """
 
 from django.conf import settings
-from django.core.checks import Tags, Warning, register
+from django.core.checks import Warning
 from django.db import DatabaseError, connections
 
 #: The one Redis eviction policy that never drops a key (a full Redis refuses writes).
@@ -131,7 +131,6 @@ def redis_eviction_problem(url: str | None = None) -> tuple[str, str] | None:
     )
 
 
-@register(Tags.database)
 def check_durability(app_configs=None, databases=None, **kwargs):
     """Warn when the database connection may acknowledge a commit it can still lose:
     PostgreSQL ``synchronous_commit`` off (W001), SQLite ``synchronous=OFF`` (W002) or
@@ -142,7 +141,6 @@ def check_durability(app_configs=None, databases=None, **kwargs):
     return warnings
 
 
-@register(deploy=True)
 def check_stores(app_configs=None, databases=None, **kwargs):
     """``check --deploy``: Redis that may evict keys (W003), a PostgreSQL server that
     may lose or corrupt committed data (W004 ``fsync``, W005 ``full_page_writes``), and

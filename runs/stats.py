@@ -28,11 +28,14 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from runs.engine.control.approvals import overdue
-from runs.engine.effects import rate_limits
-from runs.engine.execution.watchdog import silent_by_design
-from runs.engine.state import concurrency
-from runs.engine.state.clock import db_now
+from runs.engine.service import (
+    configured_rate_limits,
+    db_now,
+    overdue,
+    silent_by_design,
+    waiting_by_limit,
+    waiting_by_workflow,
+)
 from runs.models import Approval, Event, Run, ScheduleTick, Step, Takeover
 from runs.states import RUN_EXECUTABLE, RUN_STATE_EVENTS, RUN_TERMINAL, RunStatus, StepStatus
 from runs.storage_stats import storage_by_workflow
@@ -322,7 +325,7 @@ def overview_stats(now: datetime | None = None, *, storage: bool = True) -> dict
         ).count(),
         **wait_stats(now, day_ago),
         "limit_waits": limit_waits(),
-        "rate_limits": sorted(rate_limits.configured()),
+        "rate_limits": sorted(configured_rate_limits()),
         "storage": storage_by_workflow() if storage else None,
     }
 
@@ -332,8 +335,8 @@ def limit_waits() -> dict[str, dict[str, int]]:
     has every place taken, "<workflow>.<step>": PENDING steps likewise}, "rate": {limit
     name: calls waiting for a place}}``."""
     return {
-        "concurrency": concurrency.waiting_by_workflow(),
-        "rate": rate_limits.waiting_by_limit(),
+        "concurrency": waiting_by_workflow(),
+        "rate": waiting_by_limit(),
     }
 
 

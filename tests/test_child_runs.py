@@ -182,7 +182,7 @@ def test_a_detached_child_outlives_its_parent_and_the_sweeper_cancels_orphans(
     assert again.parent_step.generation == 2
 
     # The process that ends the parent dies before its hook: the sweeper finishes the job.
-    monkeypatch.setattr(gateway, "RUN_FINISHED_HOOKS", [])
+    monkeypatch.setattr(gateway, "RUN_FINISHED_HOOKS", {})
     request_cancel(attaching, actor="alice", reason="stop")
     again.refresh_from_db()
     assert again.status == "WAITING_EXTERNAL"

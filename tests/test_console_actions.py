@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from runs.console.access import form_version
-from runs.engine.control import lifecycle
+from runs.engine.control import lifecycle, refusals
 from runs.models import Approval, Checkpoint, Event, Run, Step, Takeover
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import (
@@ -102,7 +102,7 @@ def test_it_refuses_a_reason_over_the_limit_whole_instead_of_cutting_it(clients,
         clients["bob"],
         reverse("console:cancel", args=[pending_run.pk]),
         pending_run,
-        reason="x" * (lifecycle.MAX_REASON_CHARS + 1),
+        reason="x" * (refusals.MAX_REASON_CHARS + 1),
     )
     assert response.status_code == 400
     assert b"A reason must be at most 2000 characters (it has 2001)" in response.content

@@ -14,15 +14,9 @@ from apitokens.services import create_token
 from approvals.services import resolve_takeover
 from runs.console.roles import setup_roles
 from runs.engine.control.cancel import request_cancel
-from runs.engine.control.lifecycle import (
-    MAX_REASON_CHARS,
-    REASONED_ACTIONS,
-    ControlError,
-    pause_run,
-    retry_step,
-    start_run,
-)
+from runs.engine.control.lifecycle import pause_run, retry_step, start_run
 from runs.engine.control.preconditions import run_etag
+from runs.engine.control.refusals import MAX_REASON_CHARS, REASONED_ACTIONS, ControlError
 from runs.engine.control.replay import bulk_replay, replay_run
 from runs.engine.control.rewind import resume_from_checkpoint
 from runs.engine.effects.budget import raise_budget

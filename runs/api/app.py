@@ -13,9 +13,7 @@ from ninja.security import HttpBearer
 from apitokens import services as tokens
 from runs.api import approvals, deferred_calls, replays, runs, schedules, signals, stream
 from runs.api.errors import ApiError, from_control
-from runs.engine.control.lifecycle import ControlError
-from runs.engine.state import values
-from runs.engine.state.values import InvalidValue
+from runs.engine.service import ControlError, InvalidJson, InvalidValue, parse_json
 
 
 class TokenAuth(HttpBearer):
@@ -31,11 +29,11 @@ class TokenAuth(HttpBearer):
 
 
 class BodyParser(Parser):
-    """Request bodies through the one JSON parser of every face (``values.parse_json``:
+    """Request bodies through the one JSON parser of every face (``parse_json``:
     a duplicate key or a deep nesting is refused, not read last-wins)."""
 
     def parse_body(self, request):
-        return values.parse_json(request.body)
+        return parse_json(request.body)
 
 
 api = NinjaAPI(
@@ -111,7 +109,7 @@ def _unauthorized(request, exc):
 def _http_error(request, exc: HttpError):
     if exc.status_code == 400:
         # ninja wraps what the body parser raised; its reason is the useful part.
-        why = f": {exc.__cause__}" if isinstance(exc.__cause__, values.InvalidJson) else ""
+        why = f": {exc.__cause__}" if isinstance(exc.__cause__, InvalidJson) else ""
         return _error(request, 400, "invalid_json", f"the request body is not valid JSON{why}")
     return _error(request, exc.status_code, "http_error", str(exc))
 

@@ -10,7 +10,7 @@ from runs.api.conditional import conditional_action
 from runs.api.documents import etag_header
 from runs.api.errors import error_responses, not_found
 from runs.api.schemas import ApprovalOut, DecideIn
-from runs.engine.control.approvals import with_shown_status
+from runs.engine.service import with_shown_status
 from runs.models import Approval
 
 router = Router(tags=["approvals"])

@@ -29,9 +29,19 @@ from ninja.responses import NinjaJSONEncoder
 from pydantic_core import to_jsonable_python
 
 from runs.api.errors import ApiError, from_control
-from runs.engine.control import idempotency, preconditions
-from runs.engine.control.lifecycle import ControlError
-from runs.engine.state import values
+from runs.engine.service import (
+    ControlError,
+    InvalidJson,
+    await_response,
+    claim_action,
+    expect_run_etag,
+    finish_action,
+    parse_if_match,
+    parse_json,
+    release_action,
+    request_fingerprint,
+    run_etag,
+)
 from runs.models import Run
 
 #: Printable ASCII without spaces: what a client puts in a header.
@@ -124,7 +134,7 @@ def conditional_action(
             if response_param is None:
                 kwargs.pop("response")
             try:
-                etag = preconditions.parse_if_match(if_match) if if_match is not None else None
+                etag = parse_if_match(if_match) if if_match is not None else None
             except ControlError as exc:
                 raise from_control(exc) from None
             check_idempotency_key(idempotency_key)
@@ -135,15 +145,15 @@ def conditional_action(
                 if not claimed:
                     return _replay(record, response)
             try:
-                with preconditions.expect(run_id, etag):
+                with expect_run_etag(run_id, etag):
                     result = view(request, *args, **kwargs)
             except Exception as exc:
                 refusal = as_api_error(exc)
                 if record is not None:
                     if refusal is None:
-                        idempotency.release_action(record)
+                        release_action(record)
                     else:
-                        stored = idempotency.finish_action(record, refusal.status, refusal.body())
+                        stored = finish_action(record, refusal.status, refusal.body())
                         refusal = _stored_refusal(refusal.status, stored, refusal.headers)
                 if refusal is None:
                     raise
@@ -154,7 +164,7 @@ def conditional_action(
             if record is not None:
                 # The first request answers with the stored body too: every answer to one
                 # key is then rendered from the same value, byte for byte.
-                stored = idempotency.finish_action(record, 200, response_body(result), tag)
+                stored = finish_action(record, 200, response_body(result), tag)
                 return Status(200, stored)
             return result
 
@@ -175,19 +185,19 @@ def response_body(result: Any) -> Any:
 
 def _claim(request, key: str):
     try:
-        body = values.parse_json(request.body or b"null")
-    except values.InvalidJson:
+        body = parse_json(request.body or b"null")
+    except InvalidJson:
         body = request.body.decode(errors="replace")
-    fingerprint = idempotency.fingerprint(
+    fingerprint = request_fingerprint(
         {"method": request.method, "path": request.path, "body": body}
     )
     try:
-        record, claimed = idempotency.claim_action(request.user, key, fingerprint)
+        record, claimed = claim_action(request.user, key, fingerprint)
     except ControlError as exc:
         raise from_control(exc) from None
     if claimed:
         return record, True
-    done = idempotency.await_response(record, DUPLICATE_WAIT_SECONDS)
+    done = await_response(record, DUPLICATE_WAIT_SECONDS)
     if done is None:
         raise ApiError(
             409,
@@ -220,4 +230,4 @@ def _current_etag(run_id) -> str:
     if run_id is None:
         return ""
     run = Run.objects.filter(pk=run_id).only("version", "generation", "budget").first()
-    return preconditions.run_etag(run) if run is not None else ""
+    return run_etag(run) if run is not None else ""

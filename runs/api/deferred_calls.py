@@ -11,8 +11,7 @@ from runs.api import access
 from runs.api.conditional import conditional_action
 from runs.api.errors import ApiError, error_responses
 from runs.api.signals import SignalOut
-from runs.engine.control.deferred_calls import deliver_tool_result
-from runs.engine.state import values
+from runs.engine.service import InvalidJson, deliver_tool_result, parse_json
 from runs.models import Run
 
 router = Router(tags=["signals"])
@@ -20,8 +19,8 @@ router = Router(tags=["signals"])
 
 def _result(request) -> Any:
     try:
-        return values.parse_json(request.body)
-    except values.InvalidJson as exc:
+        return parse_json(request.body)
+    except InvalidJson as exc:
         raise ApiError(400, exc.code, f"the request body is not valid JSON: {exc}") from None
 
 

@@ -5,10 +5,8 @@ from typing import Any
 from django.db.models import Q
 
 from runs.console.attempts import attempts_by_step
-from runs.engine.control.lifecycle import open_step
-from runs.engine.control.preconditions import run_etag
-from runs.engine.effects.budget import shown_usage as budget_usage
-from runs.engine.state import checkpoints
+from runs.engine.service import latest_state, open_step, run_etag
+from runs.engine.service import shown_usage as budget_usage
 from runs.models import Event, Message, Run, Step
 from runs.states import RUN_TERMINAL
 
@@ -174,7 +172,7 @@ def effective_input(run: Run) -> Any:
     a resume starts a new generation, so a first-generation run needs no query)."""
     if run.generation <= 1:
         return run.input
-    return checkpoints.latest_state(run).get("input", run.input)
+    return latest_state(run).get("input", run.input)
 
 
 def _object(value: Any) -> dict[str, Any]:

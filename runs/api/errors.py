@@ -7,7 +7,7 @@ paths into the body, or the header / query parameter name) and may be empty.
 from django.http import JsonResponse
 
 from runs.api.schemas import Error
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.service import ControlError
 
 #: The error statuses any endpoint may answer: bad input (400, 413, 422), no or bad
 #: credentials (401), not allowed (403), not found (404), a method the path does not

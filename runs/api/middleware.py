@@ -9,8 +9,7 @@ from django.http import JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
 from runs.api.errors import as_json_error
-from runs.engine.rules import text_problem
-from runs.engine.state import values
+from runs.engine.service import InvalidJson, parse_json, text_problem
 
 
 def _refuse(status: int, code: str, message: str, errors=None) -> JsonResponse:
@@ -100,8 +99,8 @@ def body_problem(body: bytes) -> tuple[str, str] | None:
     if not body.strip():
         return None
     try:
-        data = values.parse_json(body)
-    except values.InvalidJson:
+        data = parse_json(body)
+    except InvalidJson:
         return None
     stack: list[tuple[str, object]] = [("", data)]
     while stack:

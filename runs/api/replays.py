@@ -16,7 +16,7 @@ from runs.api.documents import etag_header, run_document
 from runs.api.errors import ApiError
 from runs.api.runs import ERRORS
 from runs.api.schemas import BulkReplayIn, BulkReplayOut, ReplayIn, ReplayOut
-from runs.engine.control.replay import bulk_candidates, bulk_replay, plan_replay, replay_run
+from runs.engine.service import bulk_candidates, bulk_replay, plan_replay, replay_run
 
 router = Router(tags=["runs"])
 

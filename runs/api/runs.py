@@ -41,13 +41,21 @@ from runs.api.schemas import (
     StepPage,
 )
 from runs.console.filters import RunFilter
-from runs.engine.control import idempotency
-from runs.engine.control.cancel import request_cancel
-from runs.engine.control.lifecycle import retry_step, start_run
-from runs.engine.control.rewind import list_checkpoints, plan_resume, resume_from_checkpoint
-from runs.engine.effects.budget import raise_budget
-from runs.engine.effects.unknown_outcomes import resolve_unknown
-from runs.engine.state.clock import db_now
+from runs.engine.service import (
+    check_replay,
+    db_now,
+    find_request,
+    list_checkpoints,
+    plan_resume,
+    raise_budget,
+    request_cancel,
+    request_fingerprint,
+    resolve_unknown,
+    resume_from_checkpoint,
+    retry_step,
+    start_run,
+    start_run_once,
+)
 from runs.models import AttemptLog, Event, Message, Run, Step, Thread
 from runs.states import RunStatus
 
@@ -87,12 +95,12 @@ def create_run(
     if payload.budget is not None:
         body["budget"] = payload.budget.model_dump(mode="json", exclude_none=True)
     check_idempotency_key(idempotency_key)
-    fingerprint = idempotency.fingerprint(body)
+    fingerprint = request_fingerprint(body)
     if idempotency_key:
-        existing = idempotency.find_request(user, idempotency_key)
+        existing = find_request(user, idempotency_key)
         if existing is not None:
             # A retry: no throttling, nothing new.
-            idempotency.check_replay(existing, fingerprint)
+            check_replay(existing, fingerprint)
             response["Idempotent-Replayed"] = "true"
             document = _first_response(existing)
             response["ETag"] = document["etag"]
@@ -117,7 +125,7 @@ def create_run(
         "actor": access.actor(user),
     }
     if idempotency_key:
-        run, created = idempotency.start_run_once(
+        run, created = start_run_once(
             body["workflow"],
             request_id=idempotency_key,
             request_fingerprint=fingerprint,

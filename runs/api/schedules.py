@@ -9,7 +9,13 @@ from pydantic import Field, StrictInt
 
 from runs.api.conditional import conditional_action
 from runs.api.errors import ApiError, error_responses
-from runs.engine.control import schedules
+from runs.engine import service as engine
+from runs.engine.service import (
+    delete_schedule,
+    describe_schedule,
+    set_schedule_paused,
+    trigger_schedule,
+)
 from runs.models import Schedule, ScheduleTick
 
 router = Router(tags=["schedules"])
@@ -41,7 +47,7 @@ class ScheduleOut(Schema):
 class ScheduleIn(Schema):
     """Exactly one of ``cron`` (with ``timezone``, default UTC) and ``every`` (whole
     seconds, 1 to 315,360,000: ten years; a JSON number, not text). The engine checks
-    every field (``schedules.create_schedule``)."""
+    every field (``create_schedule``)."""
 
     name: str = Field(min_length=1, max_length=100)
     workflow: str = Field(min_length=1, max_length=100)
@@ -74,7 +80,7 @@ def _no_run(kwargs: dict[str, Any]) -> None:
 @router.get("/schedules", response={200: list[ScheduleOut], **ERRORS}, summary="List schedules")
 def list_schedules(request):
     _require(request.user, "runs.view_run")
-    return [schedules.describe(s) for s in Schedule.objects.order_by("name")]
+    return [describe_schedule(s) for s in Schedule.objects.order_by("name")]
 
 
 @router.post("/schedules", response={201: ScheduleOut, **ERRORS}, summary="Create a schedule")
@@ -82,7 +88,7 @@ def create_schedule(request, payload: ScheduleIn):
     """422 ``invalid_input`` (timing, zone, input), ``unknown_workflow``; 409
     ``schedule_exists``."""
     _require(request.user, "runs.operate_run")
-    schedule = schedules.create_schedule(
+    schedule = engine.create_schedule(
         payload.name,
         payload.workflow,
         cron=payload.cron,
@@ -93,7 +99,7 @@ def create_schedule(request, payload: ScheduleIn):
         catchup=payload.catchup,
         catchup_window=payload.catchup_window,
     )
-    return Status(201, schedules.describe(schedule))
+    return Status(201, describe_schedule(schedule))
 
 
 @router.post(
@@ -102,7 +108,7 @@ def create_schedule(request, payload: ScheduleIn):
 def pause(request, name: str):
     """Stop ticking (idempotent). 404 ``unknown_schedule``."""
     _require(request.user, "runs.operate_run")
-    return schedules.describe(schedules.set_paused(name, True))
+    return describe_schedule(set_schedule_paused(name, True))
 
 
 @router.post(
@@ -114,7 +120,7 @@ def resume(request, name: str):
     """Tick again from now: the paused time is not caught up (idempotent). 404
     ``unknown_schedule``."""
     _require(request.user, "runs.operate_run")
-    return schedules.describe(schedules.set_paused(name, False))
+    return describe_schedule(set_schedule_paused(name, False))
 
 
 @router.post(
@@ -127,7 +133,7 @@ def trigger(request, name: str):
     """A tick now, outside the timetable; the overlap policy applies (``skipped`` while
     the previous run is open)."""
     _require(request.user, "runs.operate_run")
-    tick: ScheduleTick = schedules.trigger_now(name, f"user:{request.user.get_username()}")
+    tick: ScheduleTick = trigger_schedule(name, f"user:{request.user.get_username()}")
     return {"outcome": tick.outcome, "run": str(tick.run_id) if tick.run_id else None,
             "detail": tick.detail}  # fmt: skip
 
@@ -136,5 +142,5 @@ def trigger(request, name: str):
 def delete(request, name: str):
     """Its runs stay. 404 ``unknown_schedule``."""
     _require(request.user, "runs.operate_run")
-    schedules.delete_schedule(name)
+    delete_schedule(name)
     return Status(204, None)

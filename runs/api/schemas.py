@@ -11,8 +11,7 @@ from ninja import Schema
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from approvals.services import MAX_COMMENT_CHARS, MAX_MESSAGE_CHARS
-from runs.engine.control.lifecycle import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS
-from runs.engine.effects.budget import COST_PLACES, MAX_AMOUNTS
+from runs.engine.service import COST_PLACES, MAX_AMOUNTS, MAX_EVIDENCE_CHARS, MAX_REASON_CHARS
 
 
 class Strict(Schema):

@@ -19,9 +19,7 @@ from ninja import Router, Schema
 from runs.api import access
 from runs.api.conditional import conditional_action
 from runs.api.errors import ApiError, error_responses, from_control
-from runs.engine.control.lifecycle import ControlError
-from runs.engine.control.waits import deliver_signal
-from runs.engine.state import values
+from runs.engine.service import ControlError, InvalidJson, deliver_signal, parse_json
 from runs.models import RefusedAction, Run
 
 logger = logging.getLogger("agentops.api")
@@ -51,8 +49,8 @@ def _body_json(request) -> Any:
     if not request.body.strip():
         return {}
     try:
-        return values.parse_json(request.body)
-    except values.InvalidJson as exc:
+        return parse_json(request.body)
+    except InvalidJson as exc:
         raise ApiError(400, exc.code, f"the request body is not valid JSON: {exc}") from None
 
 

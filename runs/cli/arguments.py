@@ -18,6 +18,19 @@ from typing import Any
 from django.core.management.base import CommandError
 from django.utils.dateparse import parse_date, parse_datetime
 
+from runs.engine import service as engine
+from runs.engine.service import (
+    ControlError,
+    InputRefused,
+    InvalidJson,
+    check_length,
+    check_thread_id,
+    name_problem,
+    parse_json,
+    text_problem,
+    value_problem,
+)
+
 #: Largest count any command accepts (offsets, limits, runs, steps): far beyond any real
 #: use, well inside a 64-bit database integer.
 MAX_COUNT = 2**31 - 1
@@ -95,8 +108,6 @@ def check_text(value: str, what: str) -> str:
     keeps them as lone surrogates), other lone surrogates, or NUL: the engine's text
     rule (``runs.engine.rules.text_problem``), checked on every argument before argparse
     reads any, since the engine never sees most of them (names, paths, filters)."""
-    from runs.engine.rules import text_problem
-
     if text_problem(value) is None:
         return value
     if "\x00" in value:
@@ -155,8 +166,6 @@ def thread_id(value: str) -> str:
     """An argparse ``type`` for a thread id: 1..200 characters a database stores as sent
     (``runs.engine.control.lifecycle.check_thread_id``, the check every channel makes);
     anything else raises ``argparse.ArgumentTypeError`` ending ``[invalid_thread]``."""
-    from runs.engine.control.lifecycle import ControlError, check_thread_id
-
     try:
         check_thread_id(value)
     except ControlError as exc:
@@ -168,8 +177,6 @@ def name(value: str) -> str:
     """An argparse ``type`` for a schedule, signal or hook name (``runs.engine.names``:
     letters, digits, ``.``, ``_``, ``-``, 1..100 characters); anything else raises
     ``argparse.ArgumentTypeError`` (a usage error, exit 2)."""
-    from runs.engine.names import name_problem
-
     reason = name_problem(value)
     if reason is not None:
         raise argparse.ArgumentTypeError(f"{value!r}: {reason}")
@@ -179,9 +186,7 @@ def name(value: str) -> str:
 def seconds(low: int = 1) -> Callable[[str], int]:
     """An argparse ``type`` for a whole number of seconds from ``low`` to
     ``runs.engine.durations.MAX_SECONDS`` (ten years), the bound the engine keeps."""
-    from runs.engine.durations import MAX_SECONDS
-
-    return integer(low, MAX_SECONDS)
+    return integer(low, engine.MAX_SECONDS)
 
 
 def required_text(value: str) -> str:
@@ -224,8 +229,6 @@ def column_text(model: str, field: str) -> Callable[[str], str]:
     def parse(value: str) -> str:
         from django.apps import apps
 
-        from runs.engine.rules import InputRefused, check_length
-
         limit = apps.get_model(model)._meta.get_field(field).max_length
         if limit is not None:
             try:
@@ -249,9 +252,6 @@ def json_value(code: str = "invalid_input") -> Callable[[str], Any]:
     never silently means "none"."""
 
     def parse(value: str) -> Any:
-        from runs.engine.rules import value_problem
-        from runs.engine.state.values import InvalidJson, parse_json
-
         if not value.strip():
             raise argparse.ArgumentTypeError("must not be empty (leave the option out instead)")
         try:

@@ -8,8 +8,7 @@ import json
 
 from runs.cli import arguments
 from runs.cli.common import add_actor_argument, cli_actor, control_error, resolve_run
-from runs.engine.control.lifecycle import ControlError
-from runs.engine.effects.budget import MAX_AMOUNTS, raise_budget
+from runs.engine.service import MAX_AMOUNTS, ControlError, raise_budget
 
 help = "raise a run's budget limits (and resume it if it was paused for its budget)"
 

@@ -1,8 +1,7 @@
 """``runs cancel (RUN_ID | --thread T) --reason TEXT``: cancel as a flow (actor ``cli``)."""
 
 from runs.cli.common import add_run_arguments, control_error, resolve_run
-from runs.engine.control.cancel import cancel_progress, request_cancel
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.service import ControlError, cancel_progress, request_cancel
 
 help = "cancel a run (a running step stops at its next heartbeat or safe point)"
 

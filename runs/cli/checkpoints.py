@@ -3,7 +3,7 @@
 import json
 
 from runs.cli.common import add_run_arguments, resolve_run
-from runs.engine.control.rewind import list_checkpoints
+from runs.engine.service import list_checkpoints
 
 help = "list a run's checkpoints (resume with `runs resume RUN_ID --from NAME`)"
 

@@ -8,8 +8,7 @@ from django.core.management.base import CommandError
 
 from runs.cli import arguments
 from runs.cli.terminal import terminal_text
-from runs.engine.control.lifecycle import ControlError, latest_run
-from runs.engine.control.run_ids import find_run
+from runs.engine.service import ControlError, find_run, latest_run
 from runs.models import Run
 
 

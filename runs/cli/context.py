@@ -7,7 +7,7 @@ from django.core.management.base import CommandError
 
 from runs.cli import arguments
 from runs.cli.common import add_run_arguments, resolve_run
-from runs.engine.data.model_input import assemble_context
+from runs.engine.service import assemble_context, open_step
 
 help = "print the assembled model input of a run's step, with each part labelled"
 
@@ -24,7 +24,6 @@ def add_arguments(parser):
 
 
 def _default_step(run) -> str | None:
-    from runs.engine.control.lifecycle import open_step
     from runs.models import Step
 
     step = open_step(run) or Step.objects.filter(run=run).order_by("-seq").first()

@@ -11,8 +11,7 @@ from runs.cli.common import (
     control_error,
     resolve_run,
 )
-from runs.engine.control.deferred_calls import deliver_tool_result
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.service import ControlError, deliver_tool_result
 
 help = "deliver the outside result of a tool call an agent deferred (CallDeferred)"
 

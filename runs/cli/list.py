@@ -11,9 +11,7 @@ from django.http import QueryDict
 from runs.cli import arguments
 from runs.cli.common import one_line
 from runs.console.filters import RunFilter, unknown_step_exists
-from runs.engine.control.lifecycle import ControlError
-from runs.engine.control.run_ids import find_run
-from runs.engine.state.clock import db_now
+from runs.engine.service import ControlError, db_now, find_run
 from runs.models import Run
 from runs.states import RunStatus
 

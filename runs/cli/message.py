@@ -5,8 +5,7 @@ import json
 
 from runs.cli import arguments
 from runs.cli.common import control_error
-from runs.engine.control.lifecycle import ControlError
-from runs.engine.data.inbox import post_message
+from runs.engine.service import ControlError, post_message
 
 help = "post a user message to a thread (starts, queues or interrupts per its policy)"
 

@@ -4,7 +4,7 @@ While steps run, the pause is requested and the command says so (``pause request
 waiting for the running steps (N running)``); the run is PAUSED once none runs."""
 
 from runs.cli.common import add_run_arguments, control_error, resolve_run
-from runs.engine.control.lifecycle import ControlError, pause_progress, pause_run
+from runs.engine.service import ControlError, pause_progress, pause_run
 
 help = "pause a run for a human (opens an operator_request takeover)"
 

@@ -3,8 +3,7 @@ during a run does."""
 
 from runs.cli import arguments
 from runs.cli.common import control_error
-from runs.engine.control.lifecycle import ControlError
-from runs.engine.data.inbox import set_policy
+from runs.engine.service import ControlError, set_policy
 
 help = "show or set a thread's policy for messages arriving during a run"
 

@@ -18,9 +18,9 @@ from django.core.management.base import CommandError
 from runs.cli import arguments
 from runs.cli.common import add_actor_argument, cli_actor, control_error, resolve_run
 from runs.cli.previews import write_side_effects
-from runs.engine.control.lifecycle import ControlError
-from runs.engine.control.replay import (
+from runs.engine.service import (
     DEFAULT_RATE,
+    ControlError,
     ReplayPlan,
     bulk_candidates,
     bulk_replay,

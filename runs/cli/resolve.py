@@ -3,8 +3,7 @@
 
 from runs.cli import arguments
 from runs.cli.common import add_actor_argument, cli_actor, control_error, resolve_run
-from runs.engine.control.lifecycle import ControlError
-from runs.engine.effects.unknown_outcomes import OUTCOMES, resolve_unknown
+from runs.engine.service import OUTCOMES, ControlError, resolve_unknown
 
 help = "decide whether an UNKNOWN step's side effect happened; the run then continues"
 

@@ -13,8 +13,13 @@ import json
 from runs.cli import arguments
 from runs.cli.common import add_run_arguments, control_error, resolve_run
 from runs.cli.previews import write_side_effects
-from runs.engine.control.lifecycle import ControlError, pause_progress, redispatch
-from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
+from runs.engine.service import (
+    ControlError,
+    pause_progress,
+    plan_resume,
+    redispatch,
+    resume_from_checkpoint,
+)
 
 help = "re-dispatch the run's next step, or resume from a checkpoint with --from"
 

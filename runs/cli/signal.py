@@ -10,8 +10,7 @@ from runs.cli.common import (
     control_error,
     resolve_run,
 )
-from runs.engine.control.lifecycle import ControlError
-from runs.engine.control.waits import deliver_signal
+from runs.engine.service import ControlError, deliver_signal
 
 help = "deliver a named signal (with a JSON payload) to a run that waits for it"
 

@@ -7,7 +7,7 @@ import sys
 from lab import injection as fault_points
 from runs.cli import arguments
 from runs.cli.common import control_error
-from runs.engine.control.lifecycle import ControlError, start_run
+from runs.engine.service import ControlError, start_run
 from runs.tools import Tool
 from runs.workflows import registry
 

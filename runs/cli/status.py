@@ -9,7 +9,7 @@ import json
 from approvals.tool_calls import edited_calls
 from runs.cli.common import MESSAGE_CHARS, add_run_arguments, resolve_run, shown
 from runs.cli.terminal import terminal_text
-from runs.engine.control.lifecycle import run_status
+from runs.engine.service import run_status
 
 help = "show a run's status, steps, next step and messages"
 

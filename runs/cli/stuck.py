@@ -2,7 +2,7 @@
 ``AGENTOPS_STUCK_SECONDS`` while RUNNING or WAITING_EXTERNAL)."""
 
 from runs.cli.common import write_rows
-from runs.engine.execution.watchdog import stuck_runs
+from runs.engine.service import stuck_runs
 
 help = "list runs flagged as stuck by the watchdog"
 

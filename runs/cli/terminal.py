@@ -12,7 +12,7 @@ import unicodedata
 
 from django.core.management.base import BaseCommand, OutputWrapper
 
-from runs.engine.rules import BIDI_CONTROLS
+from runs.engine.service import BIDI_CONTROLS
 
 #: Unicode categories a terminal acts on: controls (C0, DEL, C1), lone surrogates, line
 #: and paragraph separators.

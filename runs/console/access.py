@@ -15,7 +15,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
 from runs.console.forms import unstorable_field
-from runs.engine.control.preconditions import run_etag
+from runs.engine.service import run_etag
 
 VIEW_PERM = "runs.view_run"
 OPERATE_PERM = "runs.operate_run"

@@ -12,8 +12,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from runs.console.access import refusal
 from runs.console.forms import InvalidInput
-from runs.engine.control import preconditions
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.service import ControlError, expect_run_etag
 
 #: ControlError codes that mean "someone else moved first": shown as a changed run.
 CHANGED_CODES = {
@@ -74,7 +73,7 @@ def perform(
     itself)."""
     run_id, etag = getattr(request, "run_precondition", (None, None))
     try:
-        with preconditions.expect(run_id, etag):
+        with expect_run_etag(run_id, etag):
             result = call()
     except InvalidInput as exc:
         return refusal(

@@ -7,7 +7,7 @@ as escaped text and downloads are sent as attachments, never rendered inline.
 
 from django.core.files.storage import default_storage
 
-from runs.engine.data.artifacts import verify_artifact
+from runs.engine.service import verify_artifact
 from runs.models import Artifact
 
 #: Bytes read for an approval's preview of an artifact.

@@ -4,7 +4,7 @@ branches it has in each state, counted by one grouped query whatever their numbe
 
 from typing import Any
 
-from runs.engine.control.branches import branch_counts
+from runs.engine.service import branch_counts
 from runs.models import Run, Step
 from runs.states import StepStatus
 

@@ -4,7 +4,7 @@ import django_filters as df
 from django import forms
 from django.db.models import Exists, OuterRef, Q
 
-from runs.engine.control.run_ids import id_prefix_q, is_id_prefix
+from runs.engine.service import id_prefix_q, is_id_prefix
 from runs.models import Approval, Event, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
 from runs.stats import NON_TERMINAL_STATES, stuck_q

@@ -2,8 +2,7 @@
 
 from django.http import QueryDict
 
-from runs.engine import rules
-from runs.engine.state import values
+from runs.engine.service import INVALID_INPUT, InvalidJson, parse_json, text_problem, value_problem
 
 
 class InvalidInput(ValueError):
@@ -11,13 +10,13 @@ class InvalidInput(ValueError):
     machine-readable code of the refusal page (``invalid_input``, as the CLI and the
     API name it)."""
 
-    code = rules.INVALID_INPUT
+    code = INVALID_INPUT
 
 
 def unstorable_text(text: str) -> bool:
     """True if ``text`` breaks the engine's text rule (``runs.engine.rules.text_problem``:
     NUL, a lone UTF-16 surrogate)."""
-    return rules.text_problem(text) is not None
+    return text_problem(text) is not None
 
 
 def unstorable_field(data: QueryDict) -> str | None:
@@ -49,12 +48,12 @@ def optional_json(post, name: str, *, label: str, must_be_object: bool = False):
     if not raw:
         return None
     try:
-        value = values.parse_json(raw)
-    except values.InvalidJson as exc:
+        value = parse_json(raw)
+    except InvalidJson as exc:
         raise InvalidInput(f"{label} is not valid JSON: {exc}.") from exc
     if must_be_object and not isinstance(value, dict):
         raise InvalidInput(f'{label} must be a JSON object, e.g. {{"week": "2026-W48"}}.')
-    found = rules.value_problem(value)
+    found = value_problem(value)
     if found is not None:
         path, type_name, reason = found
         raise InvalidInput(f"{label} cannot be stored: at {path}, {reason} ({type_name}).")

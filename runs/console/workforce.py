@@ -8,8 +8,9 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from runs.engine.execution.liveness import PG, PID, dead_workers
-from runs.engine.state.clock import db_now
+from runs.engine.service import LIVENESS_PG as PG
+from runs.engine.service import LIVENESS_PID as PID
+from runs.engine.service import db_now, dead_workers
 from runs.models import Step, WorkerProcess
 from runs.states import StepStatus
 

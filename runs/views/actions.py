@@ -22,11 +22,18 @@ from runs.console.access import (
 )
 from runs.console.actions import back_url, perform
 from runs.console.forms import InvalidInput, optional_json, required_text
-from runs.engine.control import lifecycle
-from runs.engine.control.cancel import request_cancel
-from runs.engine.control.lifecycle import MAX_REASON_CHARS, ControlError, pause_progress
-from runs.engine.control.rewind import plan_resume, resumable_names, resume_from_checkpoint
-from runs.engine.effects.budget import raise_budget
+from runs.engine import service as engine
+from runs.engine.service import (
+    MAX_REASON_CHARS,
+    ControlError,
+    pause_progress,
+    plan_resume,
+    raise_budget,
+    request_cancel,
+    resumable_names,
+    resume_from_checkpoint,
+    retry_step,
+)
 from runs.models import Run
 from runs.states import RUN_TERMINAL, RunStatus, command_allows, command_states
 
@@ -61,13 +68,13 @@ def cancel(request, run_id):
 
 @console_action(OPERATE_PERM)
 def redispatch(request, run_id):
-    """Re-notify the run's open step (``lifecycle.redispatch``), never taking a live lease."""
+    """Re-notify the run's open step (``redispatch``), never taking a live lease."""
     run, back, changed = _run_for_action(request, run_id)
     if changed:
         return changed
     return perform(
         request,
-        lambda: lifecycle.redispatch(run, actor=actor_of(request), wait_seconds=0),
+        lambda: engine.redispatch(run, actor=actor_of(request), wait_seconds=0),
         back=back,
         success=lambda s: f"Re-dispatched step {s.name} of run {run.pk}.",
     )
@@ -75,14 +82,14 @@ def redispatch(request, run_id):
 
 @console_action(OPERATE_PERM)
 def retry(request, run_id):
-    """Re-queue the failed or unknown step of a PAUSED run (``lifecycle.retry_step``)."""
+    """Re-queue the failed or unknown step of a PAUSED run (``retry_step``)."""
     run, back, changed = _run_for_action(request, run_id)
     if changed:
         return changed
 
     def call():
         reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
-        return lifecycle.retry_step(
+        return retry_step(
             run,
             actor=actor_of(request),
             reason=reason,
@@ -252,7 +259,7 @@ def bulk_skip_reason(action: str, run: Run) -> str:
 def _apply_one(request, action: str, run: Run, reason: str):
     if action == "cancel":
         return request_cancel(run, actor=actor_of(request), reason=reason)
-    return lifecycle.redispatch(run, actor=actor_of(request), wait_seconds=0)
+    return engine.redispatch(run, actor=actor_of(request), wait_seconds=0)
 
 
 @console_action(OPERATE_PERM)

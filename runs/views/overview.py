@@ -6,7 +6,7 @@ and the figures must not wait for it."""
 
 from runs.console.access import console_view, render_page
 from runs.console.charts import overview_charts
-from runs.engine.state.clock import db_now
+from runs.engine.service import db_now
 from runs.stats import overview_stats
 from runs.storage_stats import storage_by_workflow
 

@@ -18,19 +18,20 @@ from runs.console.access import OPERATE_PERM, actor_of, console_view, refusal
 from runs.console.actions import control_refusal
 from runs.console.filters import RunFilter
 from runs.console.forms import InvalidInput, required_text
-from runs.engine.control.lifecycle import MAX_REASON_CHARS, ControlError
-from runs.engine.control.replay import (
+from runs.engine.service import (
     BULK_LIMIT,
     DEFAULT_RATE,
+    MAX_REASON_CHARS,
+    ControlError,
     bulk_candidates,
     bulk_replay,
     check_rate,
+    checkpoint_labels,
+    db_now,
     plan_replay,
     replay_run,
     replayable_checkpoints,
 )
-from runs.engine.control.rewind import checkpoint_labels
-from runs.engine.state.clock import db_now
 from runs.models import Run
 from runs.states import RUN_TERMINAL, RunStatus
 

@@ -18,10 +18,14 @@ from runs.console.charts import run_timeline
 from runs.console.conversation import chat
 from runs.console.forms import InvalidInput
 from runs.console.sections import section
-from runs.engine.control.cancel import cancel_progress
-from runs.engine.control.lifecycle import open_step, pause_progress, waiting_on
-from runs.engine.control.rewind import checkpoint_labels
-from runs.engine.state.clock import db_now
+from runs.engine.service import (
+    cancel_progress,
+    checkpoint_labels,
+    db_now,
+    open_step,
+    pause_progress,
+    waiting_on,
+)
 from runs.models import (
     Artifact,
     Checkpoint,

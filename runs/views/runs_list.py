@@ -4,7 +4,7 @@ re-dispatch with a confirmation step."""
 from runs.console.access import console_view, render_page
 from runs.console.filters import RunFilter, unknown_step_exists
 from runs.console.paging import paginate
-from runs.engine.state.clock import db_now
+from runs.engine.service import db_now
 from runs.models import Run
 from runs.views.replay import replay_all_link
 

@@ -2,7 +2,7 @@
 
 from runs.console.access import console_view, render_page
 from runs.console.triage import triage_groups
-from runs.engine.state.clock import db_now
+from runs.engine.service import db_now
 
 
 @console_view

@@ -21,8 +21,13 @@ from runs.console.actions import control_refusal, perform
 from runs.console.filters import UnknownFilter
 from runs.console.forms import InvalidInput, optional_json, required_text
 from runs.console.paging import paginate
-from runs.engine.control.lifecycle import MAX_EVIDENCE_CHARS, ControlError
-from runs.engine.effects.unknown_outcomes import OUTCOMES, resolve_unknown, verify_now
+from runs.engine.service import (
+    MAX_EVIDENCE_CHARS,
+    OUTCOMES,
+    ControlError,
+    resolve_unknown,
+    verify_now,
+)
 from runs.models import Event, Operation, Step
 from runs.states import StepStatus
 from runs.stats import NON_TERMINAL_STATES

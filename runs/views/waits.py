@@ -22,8 +22,14 @@ from runs.console.access import (
 )
 from runs.console.actions import back_url, perform
 from runs.console.forms import InvalidInput, optional_json
-from runs.engine.control import schedules
-from runs.engine.control.waits import deliver_signal, waiting_step
+from runs.engine.service import (
+    deliver_signal,
+    next_fire_times,
+    set_schedule_paused,
+    timing_of,
+    trigger_schedule,
+    waiting_step,
+)
 from runs.models import Run, Schedule, ScheduleTick
 from runs.workflows import registry
 
@@ -134,8 +140,8 @@ def schedule_list(request):
         rows.append(
             {
                 "schedule": schedule,
-                "timing": schedules.timing_of(schedule).describe(),
-                "next": schedules.next_fire_times(schedule),
+                "timing": timing_of(schedule).describe(),
+                "next": next_fire_times(schedule),
                 "ticks": list(
                     ScheduleTick.objects.filter(schedule=schedule)
                     .select_related("run")
@@ -153,9 +159,9 @@ def schedule_action(request, name, action):
 
     def call():
         if action == "trigger":
-            return schedules.trigger_now(name, actor_of(request))
+            return trigger_schedule(name, actor_of(request))
         if action in ("pause", "resume"):
-            return schedules.set_paused(name, action == "pause")
+            return set_schedule_paused(name, action == "pause")
         raise InvalidInput(f"unknown action {action!r}")
 
     def said(result) -> str:

@@ -22,9 +22,7 @@ from approvals.tool_calls import edited_calls
 from runs.cli import arguments
 from runs.cli.command import OperatorCommand
 from runs.cli.common import cli_user, control_error, one_line, write_rows
-from runs.engine.control.approvals import with_shown_status
-from runs.engine.control.lifecycle import ControlError
-from runs.engine.control.run_ids import find_run
+from runs.engine.service import ControlError, find_run, with_shown_status
 from runs.models import Approval, Takeover
 
 

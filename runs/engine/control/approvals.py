@@ -19,7 +19,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Now
 
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.errors import ControlError
 from runs.engine.state.clock import deadline_in
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Approval, Event, Step

@@ -17,7 +17,7 @@ import uuid
 from django.conf import settings
 from django.db.models.functions import Now
 
-from runs.engine.control.lifecycle import ControlError, require_reason
+from runs.engine.control.refusals import ControlError, require_reason
 from runs.engine.effects.compensation import compensate_run
 from runs.engine.execution.sweeper import acquire_maintenance_lease
 from runs.engine.state.gateway import run_transaction

@@ -22,9 +22,9 @@ from django.db.models.functions import Now
 
 from runs.engine import hooks
 from runs.engine.control.cancel import request_cancel
-from runs.engine.control.lifecycle import ControlError, start_run
+from runs.engine.control.lifecycle import start_run
 from runs.engine.effects import compensation
-from runs.engine.errors import LeaseLost, StepError
+from runs.engine.errors import ControlError, LeaseLost, StepError
 from runs.engine.state.gateway import RunTx, attempt_holds, run_transaction
 from runs.models import Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus

@@ -10,8 +10,8 @@ the run waits for, so a wrong id is refused with the ids it could be, never kept
 
 from typing import Any
 
-from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.waits import Delivery, deliver_signal
+from runs.engine.errors import ControlError
 from runs.engine.state import checkpoints
 from runs.models import Run
 

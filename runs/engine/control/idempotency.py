@@ -26,7 +26,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
-from runs.engine.control.lifecycle import ControlError, create_run
+from runs.engine.control.lifecycle import create_run
+from runs.engine.errors import ControlError
 from runs.models import ActionRequest, Run
 
 #: Seconds after which a claimed key whose request never stored a response (its process

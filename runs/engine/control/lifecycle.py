@@ -8,11 +8,13 @@ from django.conf import settings
 from django.db.models.functions import Now
 
 from runs.engine.control.branches import branch_counts
+from runs.engine.control.refusals import ControlError, require_reason
+from runs.engine.control.takeovers import open_takeover
 from runs.engine.effects.budget import limit_errors
 from runs.engine.effects.budget import shown_usage as budget_usage
-from runs.engine.errors import ControlError
+from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution import dispatch, liveness
-from runs.engine.rules import check_length, text_problem, value_problem
+from runs.engine.rules import text_problem, value_problem
 from runs.engine.state import leases
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, record_event, run_transaction
@@ -28,32 +30,6 @@ from runs.states import (
     command_states,
 )
 from runs.workflows import registry
-
-#: The operator actions whose event records a reason (the audit log's "why"); each
-#: refuses a blank one the same way on every channel (API, CLI, console, admin).
-REASONED_ACTIONS = ("cancel", "pause", "resume", "retry", "budget", "replay", "resolve")
-
-
-#: The longest reason an operator action takes, in characters, on every channel (the
-#: API's schemas, the console's forms and the CLI all end here or use this).
-MAX_REASON_CHARS = 2000
-#: The longest evidence an operator gives for a resolution, in characters.
-MAX_EVIDENCE_CHARS = 4000
-
-
-def require_reason(reason: str | None, action: str) -> str:
-    """``reason`` stripped, for ``action`` (one of ``REASONED_ACTIONS``). Raises
-    ``ControlError("reason_required")`` naming the ``reason`` field when it is blank,
-    ``ControlError("invalid_input")`` when it is longer than ``MAX_REASON_CHARS``
-    (refused whole, never cut)."""
-    text = (reason or "").strip()
-    if not text:
-        raise ControlError(
-            "reason_required", f"{action} needs a reason (recorded in the audit log)",
-            {"reason": "required"},
-        )  # fmt: skip
-    check_length(text, "reason", MAX_REASON_CHARS)
-    return text
 
 
 def start_run(
@@ -175,6 +151,14 @@ def create_run(
 #: know the outside world (the simulator adds the device calls and readings), so the
 #: engine imports none of them.
 STATUS_EXTRAS: dict = {}
+
+
+def register_status_extra(key: str, extra) -> None:
+    """Add ``key: extra(run)`` (any JSON value) to every ``run_status`` document. Raises
+    ``ValueError`` when ``key`` is already registered."""
+    if key in STATUS_EXTRAS:
+        raise ValueError(f"status extra {key!r} is already registered")
+    STATUS_EXTRAS[key] = extra
 
 
 def text_refusal(value: Any, *, limit: int | None = None, identifier: bool = False) -> str | None:
@@ -465,8 +449,6 @@ def retry_step(
             raise ControlError("nothing_to_retry", "the run has no failed or unknown step")
     if failed.status == StepStatus.UNKNOWN:
         # Retrying an unknown outcome is the operator's "it did not happen".
-        from runs.engine.effects.unknown_outcomes import resolve_unknown
-
         resolve_unknown(
             run,
             failed.name,
@@ -620,7 +602,6 @@ def settle_requested_pauses(actor: str, batch: int) -> int:
 
 def _pause_now(tx: RunTx, *, reason: str, actor: str) -> None:
     """PAUSED with an ``operator_request`` takeover, under ``tx``'s lock."""
-    from runs.engine.control.takeovers import open_takeover
 
     step = (
         Step.objects.filter(

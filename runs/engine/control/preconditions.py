@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.errors import ControlError
 from runs.engine.state import gateway
 from runs.models import Run
 
@@ -86,7 +86,10 @@ def expect(run_id, etag: str | None) -> Iterator[None]:
         _current.reset(token)
 
 
-def _check_locked(tx: gateway.RunTx) -> None:
+def check_locked(tx: gateway.RunTx) -> None:
+    """Run-locked hook: inside ``expect(run_id, etag)``, refuse the first transaction on
+    that run whose ETag is no longer ``etag``. Raises ``ControlError("run_changed")``
+    naming the current ETag (the transaction rolls back)."""
     expectation = _current.get()
     if expectation is None or str(tx.run.pk) != expectation.run_id or expectation.wrote():
         return
@@ -100,6 +103,3 @@ def _check_locked(tx: gateway.RunTx) -> None:
         )
     expectation.checked_tx = tx
     expectation.seq_at_check = tx.run.event_seq
-
-
-gateway.RUN_LOCKED_HOOKS.append(_check_locked)

@@ -28,7 +28,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef, QuerySet
 
 from runs.engine.control import reuse, rewind
-from runs.engine.control.lifecycle import ControlError, require_reason
+from runs.engine.control.refusals import ControlError, require_reason
 from runs.engine.state import checkpoints
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Run, Step

@@ -12,7 +12,7 @@ from django.db.models.functions import Now
 from runs.engine.control import branches, lifecycle, rewind, waits
 from runs.engine.control.approvals import continue_after, expire_one
 from runs.engine.control.cancel import request_cancel
-from runs.engine.control.lifecycle import (
+from runs.engine.control.refusals import (
     MAX_EVIDENCE_CHARS,
     ControlError,
     check_length,

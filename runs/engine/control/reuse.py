@@ -22,9 +22,9 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects import ledger
 from runs.engine.effects.model_calls import MODEL_KIND
+from runs.engine.errors import ControlError
 from runs.models import Operation, Step
 
 #: Operation statuses whose effect may have happened and has no recorded result to reuse.

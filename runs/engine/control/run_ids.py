@@ -9,7 +9,7 @@ import uuid
 from django.db import connection
 from django.db.models import Q
 
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.errors import ControlError
 from runs.models import Run
 
 #: Fewest hex digits a prefix needs (hyphens do not count: ``----`` names nothing).

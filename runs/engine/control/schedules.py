@@ -22,8 +22,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from runs.engine.control.lifecycle import ControlError, start_run
+from runs.engine.control.lifecycle import start_run
 from runs.engine.durations import duration_problem
+from runs.engine.errors import ControlError
 from runs.engine.names import name_problem
 from runs.engine.rules import value_problem
 from runs.engine.state.clock import db_now

@@ -3,7 +3,9 @@ was done, where it failed, what to do next, and which checkpoints it can resume 
 
 from django.db.models.functions import Now
 
-from runs.engine.state.gateway import RunTx
+from runs.engine.control.checkpoint_names import resumable_names
+from runs.engine.errors import ControlError
+from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Artifact, Step, Takeover
 from runs.states import RunStatus, StepStatus
 
@@ -45,9 +47,6 @@ def open_takeover(
         {"id": a.pk, "name": a.name, "size": a.size, "checksum": a.checksum}
         for a in Artifact.objects.filter(run_id=run.pk).order_by("pk")
     ]
-    # The rule the resume preview offers: run order, named as a resume names them.
-    from runs.engine.control.rewind import resumable_names
-
     fields = {
         "step": step,
         "cause": cause,
@@ -56,6 +55,7 @@ def open_takeover(
         "failed_at": step.name if step else "",
         "suggested_action": suggested_action,
         "evidence": evidence or {},
+        # The rule the resume preview offers: run order, named as a resume names them.
         "checkpoints": resumable_names(run),
     }
     takeover = Takeover.objects.filter(run_id=run.pk, status=Takeover.Status.OPEN).first()
@@ -76,3 +76,30 @@ def open_takeover(
         actor=actor,
     )
     return takeover
+
+
+def claim_takeover(takeover, user, *, actor: str):
+    """``user`` (a Django user) takes the open ``takeover`` on, so two operators do not
+    both act; ``takeover.claimed`` is recorded with ``actor``. Claiming again by the same
+    user changes nothing. Returns the Takeover as stored. Raises ``ControlError``
+    ``takeover_resolved`` (not OPEN any more) or ``already_claimed`` (another user holds
+    it). Who may claim is the caller's check."""
+    with run_transaction(takeover.run_id) as tx:
+        current = Takeover.objects.select_for_update().get(pk=takeover.pk)
+        if current.status != Takeover.Status.OPEN:
+            raise ControlError("takeover_resolved", f"takeover {current.pk} is already resolved")
+        if current.claimed_by_id == user.pk:
+            return current
+        if current.claimed_by is not None:
+            raise ControlError(
+                "already_claimed",
+                f"takeover {current.pk} is claimed by {current.claimed_by.get_username()}",
+            )
+        Takeover.objects.filter(pk=current.pk, claimed_by__isnull=True).update(
+            claimed_by=user, claimed_at=Now()
+        )
+        tx.event(
+            "takeover.claimed", {"takeover_id": current.pk}, step_id=current.step_id, actor=actor
+        )
+    current.refresh_from_db()
+    return current

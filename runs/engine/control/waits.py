@@ -18,7 +18,7 @@ from typing import Any
 from django.db.models.functions import Now
 from jsonschema_rs import Draft202012Validator
 
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.errors import ControlError
 from runs.engine.names import name_problem
 from runs.engine.rules import check_length, check_text, value_problem
 from runs.engine.state.clock import db_now, deadline_in

@@ -21,6 +21,7 @@ from django.db import transaction
 
 from runs.engine import hooks
 from runs.engine.control.takeovers import open_takeover
+from runs.engine.data import artifact_files
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout
 from runs.engine.errors import LeaseLost, StepError
 from runs.engine.state import values
@@ -74,8 +75,6 @@ def write_artifact(
     (``None``: no limit; a write that lands later is an orphan ``artifacts check``
     finds).
     """
-    from runs.engine.data import artifact_files
-
     # Checked before the file is written: a refused value leaves no orphan file.
     if "\x00" in name:
         raise values.InvalidValue("artifact name", "$", "str", "a file name cannot hold NUL")

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 
 from django.db import IntegrityError, connection, transaction
 
-from runs.engine.control.lifecycle import ControlError, check_thread_id, text_refusal
-from runs.engine.execution import sweeper
+from runs.engine.control.cancel import request_cancel
+from runs.engine.control.lifecycle import check_thread_id, text_refusal
+from runs.engine.errors import ControlError
 from runs.engine.state import checkpoints, gateway
 from runs.engine.state.checkpoints import initial_state
 from runs.engine.state.gateway import run_transaction
@@ -160,8 +161,6 @@ def post_message(
     if action == "interrupting":
         # After the commit: request_cancel locks the run row, which must not wait while
         # this transaction holds the thread row (lock order: run, then thread).
-        from runs.engine.control.cancel import request_cancel
-
         for other in running:
             try:
                 request_cancel(
@@ -250,7 +249,9 @@ def has_queued(thread_pk: int) -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def _on_run_finished(run_id, thread_id: int, status: str, thread_locked: bool) -> None:
+def on_run_finished(run_id, thread_id: int, status: str, thread_locked: bool) -> None:
+    """Run-finished hook: start the run of the thread's next queued message, if any
+    (``promote_next``)."""
     # Most threads have nothing queued. When the finishing commit held the thread row,
     # a message queued concurrently is already visible here, so one unlocked read decides;
     # otherwise it may still be committing, and only promote_next's thread lock waits
@@ -286,7 +287,3 @@ def set_policy(thread_id: str, policy: str, *, owner=None, actor: str = "cli") -
         Thread.objects.filter(pk=thread.pk).update(policy=policy)
     thread.refresh_from_db()
     return thread
-
-
-gateway.RUN_FINISHED_HOOKS.append(_on_run_finished)
-sweeper.EXTRA_TASKS["queued_messages"] = promote_queued

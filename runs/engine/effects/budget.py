@@ -14,8 +14,13 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
+from runs.engine.control.refusals import ControlError, require_reason
+from runs.engine.control.takeovers import open_takeover
 from runs.engine.errors import StepError
-from runs.models import Run
+from runs.engine.execution import dispatch
+from runs.engine.state.gateway import run_transaction
+from runs.models import Run, Step
+from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
 #: ``Run.budget`` keys and the usage column each limits.
 LIMIT_FIELDS = {
@@ -105,8 +110,6 @@ def parse_additions(**amounts) -> dict[str, Decimal]:
 
     Raises ``ControlError("invalid_budget")`` whose ``errors`` name each bad
     ``add_<key>``."""
-    from runs.engine.control.lifecycle import ControlError
-
     added, errors = {}, {}
     for name, value in amounts.items():
         key = name.removeprefix("add_")
@@ -288,10 +291,6 @@ def pause_exhausted(run: Run, step, attempt: int, actor: str, exc: BudgetExhaust
     attempt. Returns ``False`` (recording ``step.commit_rejected``) when the attempt no
     longer holds the step or the run is terminal; a cancel-requested run is not paused.
     """
-    from runs.engine.control.takeovers import open_takeover
-    from runs.engine.state.gateway import run_transaction
-    from runs.states import RunStatus, StepStatus
-
     with run_transaction(run.pk) as tx:
         if not tx.finish_attempt(
             step,
@@ -357,12 +356,6 @@ def raise_budget(
     blank ``reason``), ``nothing_to_resume`` (paused for the budget with no step to go
     on with; nothing changes).
     """
-    from runs.engine.control.lifecycle import ControlError, require_reason
-    from runs.engine.execution import dispatch
-    from runs.engine.state.gateway import run_transaction
-    from runs.models import Step
-    from runs.states import RUN_TERMINAL, RunStatus, StepStatus
-
     added = parse_additions(
         add_model_calls=add_model_calls,
         add_tool_calls=add_tool_calls,
@@ -446,9 +439,6 @@ def _exhausted_step(run: Run, step_id: int | None):
     """The step a ``budget_exhausted`` takeover waits on, in the run's generation: the
     takeover's own step if it is PENDING (the call was refused before it was made) or
     FAILED, else the run's latest PENDING or FAILED step; ``None`` when there is none."""
-    from runs.models import Step
-    from runs.states import StepStatus
-
     open_steps = Step.objects.filter(
         run_id=run.pk,
         generation=run.generation,

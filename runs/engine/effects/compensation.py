@@ -402,6 +402,3 @@ def sweep_compensations(actor: str, batch: int) -> int:
         if report.status not in ("BUSY", PENDING):
             done += 1
     return done
-
-
-sweeper.EXTRA_TASKS["compensations"] = sweep_compensations

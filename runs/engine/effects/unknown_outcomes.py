@@ -14,6 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models.functions import Now
 
+from runs.engine.control.refusals import MAX_EVIDENCE_CHARS, ControlError, check_length
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.effects import ledger
 from runs.engine.errors import OutcomeUnknown
@@ -98,8 +99,6 @@ def verify_now(step: Step, *, actor: str) -> VerifyAnswer:
     ``done`` with that result, without asking the hook. Raises ``ControlError``
     (``no_unknown_operation``) when the step has no operation it is unknown about.
     """
-    from runs.engine.control.lifecycle import ControlError
-
     op = _unknown_operation(step)
     if op is None:
         raise ControlError("no_unknown_operation", f"step {step.name} has no unknown operation")
@@ -174,8 +173,6 @@ def check_against_verify(step_id: int, *, done: bool, confirmed: bool) -> dict[s
     unless the person ``confirmed`` it (``ControlError("contradicts_verify")``); once
     confirmed, returns the contradicted answer (``verify_contradiction``) for the event
     to record. ``None`` when there is no contradiction."""
-    from runs.engine.control.lifecycle import ControlError
-
     answer = verify_contradiction(step_id, done=done)
     if answer is not None and not confirmed:
         said = "did not happen" if answer["answer"] == "not_done" else "happened"
@@ -213,8 +210,6 @@ def resolve_unknown(
     verify answer says the opposite and ``against_verify`` was not given; with it, the
     event records the answer gone against as ``against_verify``).
     """
-    from runs.engine.control.lifecycle import MAX_EVIDENCE_CHARS, ControlError, check_length
-
     if outcome not in OUTCOMES:
         raise ControlError(
             "invalid_outcome",

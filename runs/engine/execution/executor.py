@@ -15,6 +15,7 @@ from django.db.models.functions import Now
 from agentops.db_pool import release_connection
 from runs.engine import hooks
 from runs.engine.control import approvals, branches, children, versions, waits
+from runs.engine.control.cancel import finish_cancel
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.effects import budget, compensation, ledger, rate_limits, unknown_outcomes
@@ -22,6 +23,7 @@ from runs.engine.effects.retry import DEFAULT_RETRY
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError, StepUnknown
 from runs.engine.execution import attempt_logs, dispatch, heartbeat
 from runs.engine.execution.identity import WorkerIdentity
+from runs.engine.execution.progress import say
 from runs.engine.execution.step_context import StepContext
 from runs.engine.state import checkpoints, db_faults, leases, reconnect, values
 from runs.engine.state.clock import db_now
@@ -35,23 +37,9 @@ from runs.workflows.definition import StepDef, Workflow
 
 logger = logging.getLogger("agentops.executor")
 
-#: Exit code of an injected crash (``runs start --crash-before``), as in the demo.
-CRASH_EXIT_CODE = 75
-
 #: Error code of an attempt whose step's code raised ``SystemExit`` (``sys.exit()``) or
 #: ``KeyboardInterrupt``.
 STEP_EXITED = "STEP_EXITED"
-
-
-def say(line: str) -> None:
-    """Progress line on the worker's stdout (``ENTER <step>``), flushed at once. Best
-    effort: a stdout whose reader went away must not fail the step it announces."""
-    stdout = attempt_logs.real_stdout()
-    try:
-        stdout.write(line + "\n")
-        stdout.flush()
-    except (OSError, ValueError):
-        pass
 
 
 def run_chain(step_id: int | None, worker: WorkerIdentity, claimed: Step | None = None) -> int:
@@ -109,8 +97,6 @@ def _finish_request_if_any(step_id: int, worker: WorkerIdentity) -> None:
         return
     run_id, status = found
     if status == RunStatus.CANCEL_REQUESTED:
-        from runs.engine.control.cancel import finish_cancel
-
         finish_cancel(run_id, actor=worker.worker_id)
     else:
         from runs.engine.control.lifecycle import settle_pause

@@ -10,12 +10,14 @@ from django.conf import settings
 
 from runs.engine import durations, hooks
 from runs.engine.data import drafts
+from runs.engine.data.artifacts import read_artifact, write_artifact
+from runs.engine.data.model_input import assemble_context, summary_due, token_counter
 from runs.engine.effects import budget as budget_mod
 from runs.engine.effects import ledger, model_calls
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError
 from runs.engine.state.gateway import record_event
-from runs.models import Operation, Run, Step
+from runs.models import Artifact, Operation, Run, Step
 from runs.tools import Tool, ToolCall
 
 
@@ -143,15 +145,11 @@ class StepContext:
 
     def context(self):
         """The assembled context (``AssembledContext``) for this step, from stored records."""
-        from runs.engine.data.model_input import assemble_context
-
         return assemble_context(self.run, step=self.step.name)
 
     def summary_due(self):
         """The summary (``SummaryPlan``) this run should make before calling the model,
         or ``None`` (``model_input.summary_due``)."""
-        from runs.engine.data.model_input import summary_due
-
         return summary_due(self.run)
 
     def add_summary(self, plan, content: str) -> None:
@@ -159,8 +157,6 @@ class StepContext:
         the step's result; a re-run of the step after a crash stages it again. The
         ``summary_ready`` crash point (``runs start --crash-at``) is here: the summary is
         computed, not yet committed."""
-        from runs.engine.data.model_input import token_counter
-
         hooks.reached(hooks.SUMMARY_READY, self.run, self.step)
 
         self.new_summaries.append(
@@ -369,8 +365,6 @@ class StepContext:
         checkpoint this step commits. Returns the ``Artifact``; raises ``LeaseLost``, or
         ``StepError("TIMEOUT")`` when the storage takes longer than the step's
         ``timeout``."""
-        from runs.engine.data.artifacts import write_artifact
-
         self.safe_point()
         artifact = write_artifact(
             run=self.run,
@@ -394,9 +388,6 @@ class StepContext:
         ``StepError("ARTIFACT_NOT_FOUND")`` when no such artifact is referenced, or
         ``StepError("TIMEOUT")`` when the storage takes longer than the step's
         ``timeout``."""
-        from runs.engine.data.artifacts import read_artifact
-        from runs.models import Artifact
-
         ids = self.state.get("artifacts", [])
         artifact = Artifact.objects.filter(pk__in=ids, name=name).order_by("-pk").first()
         if artifact is None:

@@ -92,12 +92,30 @@ def renotify_due_steps(actor: str, batch: int, *, force: bool = False) -> int:
     return sent
 
 
-#: Extra sweep tasks registered by other modules: ``fn(actor, batch) -> int``.
+#: Sweep tasks beyond leases and notifications, ``{name: fn(actor, batch) -> int}``, run
+#: in registration order; filled by ``register_task`` where the app starts.
 EXTRA_TASKS: dict[str, Callable[[str, int], int]] = {}
 
-#: When the next timed thing falls due, registered by other modules (a schedule's next
-#: tick, a signal wait's deadline): ``fn() -> aware datetime | None``.
+#: When the next timed thing falls due (a schedule's next tick, a signal wait's
+#: deadline), ``{name: fn() -> aware datetime | None}``; filled by ``register_next_due``.
 NEXT_DUE: dict[str, Callable[[], datetime | None]] = {}
+
+
+def register_task(name: str, task: Callable[[str, int], int]) -> None:
+    """Run ``task(actor, batch)`` (returning how many things it did) on every sweep,
+    counted under ``name`` in the ``SweepReport``. Raises ``ValueError`` when ``name`` is
+    already registered."""
+    if name in EXTRA_TASKS:
+        raise ValueError(f"sweep task {name!r} is already registered")
+    EXTRA_TASKS[name] = task
+
+
+def register_next_due(name: str, next_due: Callable[[], datetime | None]) -> None:
+    """Wake the sweeper when ``next_due()`` (an aware datetime, or ``None`` for nothing
+    pending) falls due. Raises ``ValueError`` when ``name`` is already registered."""
+    if name in NEXT_DUE:
+        raise ValueError(f"next-due hook {name!r} is already registered")
+    NEXT_DUE[name] = next_due
 
 
 def seconds_until_due(longest: float) -> float:

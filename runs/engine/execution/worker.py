@@ -23,7 +23,7 @@ from django.db import close_old_connections, connection, connections
 from django.db.models.functions import Now
 
 from agentops import db_pool
-from runs.engine.execution import dispatch, executor, redis_link, sweeper
+from runs.engine.execution import dispatch, executor, progress, redis_link, sweeper
 from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.execution.identity import WorkerIdentity, new_worker_id, set_current_worker
 from runs.engine.execution.liveness import Liveness
@@ -247,9 +247,9 @@ def rq_worker_class(
             retpid, ret_val, rusage = super().wait_for_horse()
             if (
                 ret_val is not None
-                and os.waitstatus_to_exitcode(ret_val) == executor.CRASH_EXIT_CODE
+                and os.waitstatus_to_exitcode(ret_val) == progress.CRASH_EXIT_CODE
             ):
-                os._exit(executor.CRASH_EXIT_CODE)
+                os._exit(progress.CRASH_EXIT_CODE)
             return retpid, ret_val, rusage
 
     return EngineRQWorker
@@ -315,7 +315,7 @@ class Worker:
             return self._run_db()
         finally:
             if self.slots.busy():
-                executor.say(f"worker {self.worker_id} stopping: {self.slots.busy()} slot(s) busy")
+                progress.say(f"worker {self.worker_id} stopping: {self.slots.busy()} slot(s) busy")
             # Every slot finishes and saves before the worker says it stopped.
             self.slots.shutdown()
             self._unregister()

@@ -49,16 +49,39 @@ from runs.states import (
     step_can,
 )
 
-#: ``fn(run_id, thread_id, status, thread_locked)`` called after the commit of each
-#: transaction that moved a run to a terminal state (the thread's queued message starts
-#: its run). ``thread_locked``: that transaction also held the thread row (share lock)
-#: when it finished the run, so a message queued on the thread meanwhile (under the
-#: thread row lock) is committed and visible to the hook's first read.
-RUN_FINISHED_HOOKS: list[Callable[[Any, int, str, bool], None]] = []
+#: ``{name: fn(run_id, thread_id, status, thread_locked)}``, called in registration
+#: order after the commit of each transaction that moved a run to a terminal state (the
+#: thread's queued message starts its run). ``thread_locked``: that transaction also held
+#: the thread row (share lock) when it finished the run, so a message queued on the
+#: thread meanwhile (under the thread row lock) is committed and visible to the hook's
+#: first read. Filled by ``register_run_finished_hook`` where the app starts.
+RUN_FINISHED_HOOKS: dict[str, Callable[[Any, int, str, bool], None]] = {}
 
-#: ``fn(tx)`` called right after ``run_transaction`` locked the run row, before the
-#: caller's block runs; raising rolls the transaction back (client preconditions).
-RUN_LOCKED_HOOKS: list[Callable[["RunTx"], None]] = []
+#: ``{name: fn(tx)}``, called in registration order right after ``run_transaction``
+#: locked the run row, before the caller's block runs; raising rolls the transaction
+#: back (client preconditions). Filled by ``register_run_locked_hook``.
+RUN_LOCKED_HOOKS: dict[str, Callable[["RunTx"], None]] = {}
+
+
+def register_run_finished_hook(name: str, hook: Callable[[Any, int, str, bool], None]) -> None:
+    """Call ``hook(run_id, thread_id, status, thread_locked)`` after every commit that
+    finishes a run (``RUN_FINISHED_HOOKS``). Raises ``ValueError`` when ``name`` is
+    already registered."""
+    _register(RUN_FINISHED_HOOKS, "run-finished hook", name, hook)
+
+
+def register_run_locked_hook(name: str, hook: Callable[["RunTx"], None]) -> None:
+    """Call ``hook(tx)`` in every ``run_transaction`` right after the run row is locked
+    (``RUN_LOCKED_HOOKS``). Raises ``ValueError`` when ``name`` is already registered."""
+    _register(RUN_LOCKED_HOOKS, "run-locked hook", name, hook)
+
+
+def _register(hooks: dict, kind: str, name: str, hook: Callable) -> None:
+    # Two registrations of one name are two wirings of the app: say so at start-up
+    # rather than run one of them silently.
+    if name in hooks:
+        raise ValueError(f"{kind} {name!r} is already registered")
+    hooks[name] = hook
 
 
 @dataclass
@@ -195,7 +218,7 @@ class RunTx:
         self.run.status = target
         self.run.version += 1
         if target in RUN_TERMINAL:
-            for hook in RUN_FINISHED_HOOKS:
+            for hook in RUN_FINISHED_HOOKS.values():
                 transaction.on_commit(
                     partial(hook, self.run.pk, self.run.thread_id, target, False), robust=True
                 )
@@ -786,7 +809,7 @@ def run_transaction(run_id) -> Iterator[RunTx]:
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         tx = RunTx(run)
-        for hook in RUN_LOCKED_HOOKS:
+        for hook in RUN_LOCKED_HOOKS.values():
             hook(tx)
         yield tx
         tx.flush()

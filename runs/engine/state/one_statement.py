@@ -315,7 +315,7 @@ def commit_step(
     if row is None:
         return None
     if finish:
-        for hook in RUN_FINISHED_HOOKS:
+        for hook in RUN_FINISHED_HOOKS.values():
             try:
                 hook(run_id, thread_id, RunStatus.SUCCEEDED, True)
             except Exception:  # noqa: BLE001 - as transaction.on_commit(robust=True): logged, not raised

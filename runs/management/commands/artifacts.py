@@ -5,7 +5,7 @@ import json
 from runs.cli import arguments
 from runs.cli.command import OperatorCommand
 from runs.cli.common import add_actor_argument, cli_actor
-from runs.engine.data.artifact_integrity import check_artifacts
+from runs.engine.service import check_artifacts
 
 
 class Command(OperatorCommand):

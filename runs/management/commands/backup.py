@@ -7,7 +7,7 @@ from django.core.management.base import CommandError
 from runs.cli import arguments
 from runs.cli.common import one_line
 from runs.cli.terminal import TerminalSafeCommand
-from runs.engine.data.backup import BackupError, create_backup
+from runs.engine.service import BackupError, create_backup
 
 
 class Command(TerminalSafeCommand):

@@ -18,8 +18,7 @@ from django.core.management.base import CommandError
 
 from runs.cli import arguments
 from runs.cli.terminal import TerminalSafeCommand
-from runs.engine.control.lifecycle import redispatch, run_status, start_run
-from runs.engine.execution.executor import CRASH_EXIT_CODE
+from runs.engine.service import CRASH_EXIT_CODE, redispatch, run_status, start_run
 
 QUESTION = "How warm is the living room?"
 

@@ -5,7 +5,7 @@ import json
 
 from runs.cli import arguments
 from runs.cli.command import OperatorCommand
-from runs.engine.data import retention
+from runs.engine.service import prune
 
 
 class Command(OperatorCommand):
@@ -30,7 +30,7 @@ class Command(OperatorCommand):
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
     def handle(self, *args, days: float, dry_run: bool, **options):
-        report = retention.prune(days, dry_run=dry_run)
+        report = prune(days, dry_run=dry_run)
         if options["json"]:
             self.stdout.write(json.dumps(report.as_dict()))
             return

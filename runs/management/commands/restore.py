@@ -8,7 +8,7 @@ from django.core.management.base import CommandError
 from runs.cli import arguments
 from runs.cli.common import one_line
 from runs.cli.terminal import TerminalSafeCommand
-from runs.engine.data.backup import BackupError, restore_backup
+from runs.engine.service import BackupError, restore_backup
 
 
 class Command(TerminalSafeCommand):

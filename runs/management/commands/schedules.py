@@ -8,8 +8,15 @@ from django.core.management.base import CommandError
 from runs.cli import arguments
 from runs.cli.command import OperatorCommand
 from runs.cli.common import control_error
-from runs.engine.control import schedules
-from runs.engine.control.lifecycle import ControlError
+from runs.engine.service import (
+    ControlError,
+    create_schedule,
+    delete_schedule,
+    describe_schedule,
+    set_schedule_paused,
+    timing_of,
+    trigger_schedule,
+)
 from runs.models import Schedule, ScheduleTick
 
 
@@ -78,7 +85,7 @@ class Command(OperatorCommand):
             raise control_error(exc) from exc
 
     def _list(self, options):
-        rows = [schedules.describe(s) for s in Schedule.objects.order_by("name")]
+        rows = [describe_schedule(s) for s in Schedule.objects.order_by("name")]
         if options["json"]:
             self.stdout.write(json.dumps(rows))
             return
@@ -94,7 +101,7 @@ class Command(OperatorCommand):
                 self.stdout.write(f"  {tick['tick_at']} {tick['outcome']} {tick['run'] or ''}")
 
     def _add(self, options):
-        schedule = schedules.create_schedule(
+        schedule = create_schedule(
             options["name"],
             options["workflow"],
             cron=options["cron"],
@@ -106,25 +113,25 @@ class Command(OperatorCommand):
             catchup_window=options["catchup_window"],
         )
         self.stdout.write(
-            f"schedule {schedule.name}: {schedules.timing_of(schedule).describe()}, "
+            f"schedule {schedule.name}: {timing_of(schedule).describe()}, "
             f"next tick {schedule.next_fire_at.isoformat() if schedule.next_fire_at else '-'}"
         )
 
     def _pause(self, options):
-        schedule = schedules.set_paused(options["name"], True)
+        schedule = set_schedule_paused(options["name"], True)
         self.stdout.write(f"schedule {schedule.name}: paused")
 
     def _resume(self, options):
-        schedule = schedules.set_paused(options["name"], False)
+        schedule = set_schedule_paused(options["name"], False)
         when = schedule.next_fire_at.isoformat() if schedule.next_fire_at else "-"
         self.stdout.write(f"schedule {schedule.name}: resumed, next tick {when}")
 
     def _trigger(self, options):
-        tick = schedules.trigger_now(options["name"], "cli")
+        tick = trigger_schedule(options["name"], "cli")
         if tick.outcome != ScheduleTick.Outcome.STARTED:
             raise CommandError(f"schedule {options['name']}: tick {tick.outcome}: {tick.detail}")
         self.stdout.write(f"schedule {options['name']}: started run {tick.run_id}")
 
     def _delete(self, options):
-        schedules.delete_schedule(options["name"])
+        delete_schedule(options["name"])
         self.stdout.write(f"schedule {options['name']}: deleted")

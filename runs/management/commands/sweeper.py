@@ -10,9 +10,13 @@ from django.db import close_old_connections, connection
 
 from agentops.db_session import use_process_kind
 from runs.cli.terminal import TerminalSafeCommand
-from runs.engine.execution import sweeper
-from runs.engine.execution.failure_log import RepeatedFailureLog
-from runs.engine.execution.identity import new_worker_id
+from runs.engine.service import (
+    RepeatedFailureLog,
+    acquire_maintenance_lease,
+    new_worker_id,
+    seconds_until_due,
+    sweep_once,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +31,7 @@ class Command(TerminalSafeCommand):
         use_process_kind("worker")
         actor = f"sweeper:{new_worker_id()}"
         if once:
-            report = sweeper.sweep_once(actor)
+            report = sweep_once(actor)
             self.stdout.write(f"swept: {report.counts}")
             return
         stop = threading.Event()
@@ -39,12 +43,12 @@ class Command(TerminalSafeCommand):
             close_old_connections()
             pause = settings.AGENTOPS_SWEEP_SECONDS
             try:
-                if sweeper.acquire_maintenance_lease("sweeper", actor, ttl):
-                    report = sweeper.sweep_once(actor)
+                if acquire_maintenance_lease("sweeper", actor, ttl):
+                    report = sweep_once(actor)
                     if report.total:
                         self.stdout.write(f"swept: {report.counts}")
                     # Wake when the next timer, deadline or schedule tick falls due.
-                    pause = sweeper.seconds_until_due(pause)
+                    pause = seconds_until_due(pause)
                 failures.succeeded()
             except Exception as exc:  # noqa: BLE001 - the database or Redis is away for a while
                 # A sweep is idempotent: the next round redoes whatever this one lost.

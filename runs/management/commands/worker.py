@@ -8,9 +8,7 @@ from agentops.db_session import use_process_kind
 from runs.checks import redis_eviction_problem
 from runs.cli import arguments
 from runs.cli.terminal import TerminalSafeCommand
-from runs.engine.execution import dispatch
-from runs.engine.execution.slots import MAX_SLOTS
-from runs.engine.execution.worker import Worker
+from runs.engine.service import MAX_SLOTS, Worker, dispatch_mode
 
 
 class Command(TerminalSafeCommand):
@@ -59,7 +57,7 @@ class Command(TerminalSafeCommand):
         **options,
     ):
         use_process_kind("worker")
-        if mode == "rq" and dispatch.mode() != "rq":
+        if mode == "rq" and dispatch_mode() != "rq":
             raise CommandError("--mode rq needs REDIS_URL to be set")
         if fork and concurrency is None:
             concurrency = 1  # a forked work horse runs one job: no slots to size
