@@ -13,6 +13,7 @@ from approvals.policy import check_decider
 from approvals.tool_calls import decision_terms
 from runs.engine import service as engine
 from runs.engine.service import (
+    MAX_CHARS,
     RESOLUTIONS,
     ControlError,
     DecisionConflict,
@@ -25,8 +26,8 @@ from runs.models import Approval, Takeover
 DECISIONS = {"approve": Approval.Status.APPROVED, "reject": Approval.Status.REJECTED}
 #: The longest approver's comment and message for the model, in characters, on every
 #: channel (the API's schemas use these).
-MAX_COMMENT_CHARS = 2000
-MAX_MESSAGE_CHARS = 4000
+MAX_COMMENT_CHARS = MAX_CHARS["comment"]
+MAX_MESSAGE_CHARS = MAX_CHARS["message"]
 
 __all__ = [
     "DECISIONS",

@@ -74,8 +74,8 @@ BEYOND_THE_ENTRY = (
     "runs.apps",
     "lab",
 )
-#: Engine modules of plain values and checks (names, durations, JSON values, retry
-#: policies, step errors) that import nothing else of the project. The modules below
+#: Engine modules of plain values and checks (names, durations, JSON values, input
+#: rules, retry policies, step errors) that import nothing else of the project. The modules below
 #: the engine (those it imports itself: models, fields, tools, workflow definitions) and
 #: the settings (read before any app is loaded) use these: the entry would be a cycle.
 VALUE_MODULES = {
@@ -84,6 +84,7 @@ VALUE_MODULES = {
     "runs.engine.state.values",
     "runs.engine.effects.retry",
     "runs.engine.errors",
+    "runs.engine.rules",
 }
 SETTINGS = {"agentops.settings", "agentops.env"}
 

@@ -2,13 +2,29 @@
 through the CLI, the console and the API, is refused with the same code naming the
 same field, and nothing is written (``runs.engine.rules``)."""
 
+import argparse
+
 import pytest
 from django.urls import reverse
 
 import tests.workflows.signalled  # noqa: F401 - registers the workflow
 from apitokens.services import create_token
+from runs.api.conditional import check_idempotency_key
+from runs.api.errors import ApiError
+from runs.cli import arguments
 from runs.engine.control.lifecycle import start_run
+from runs.engine.durations import duration_problem
+from runs.engine.effects.budget import limit_errors, parse_amount
+from runs.engine.effects.retry import RetryPolicy, retry_after_seconds
+from runs.engine.rules import (
+    MAX_REQUEST_ID_CHARS,
+    NOT_FINITE,
+    TRUE_FALSE,
+    number_problem,
+    request_id_problem,
+)
 from runs.models import Event, RefusedAction, Signal
+from runs.workflows.definition import Workflow, WorkflowDefinitionError
 from tests.console_helpers import actors, clients, fast_passwords  # noqa: F401
 from tests.test_cli_inputs import manage_in_process  # noqa: F401
 
@@ -189,3 +205,85 @@ def test_a_non_finite_number_is_named_as_such_not_as_out_of_range(
     )
     assert status in (1, 2) and "is not a JSON number" in err, err
     assert not Run.objects.exists()
+
+
+def _workflow_input(value):
+    workflow = Workflow("numbers", 1, input_fields={"n": (int, float)}, input_ranges={"n": (0, 10)})
+    return workflow.validate_input({"n": value}).get("n")
+
+
+def _budget_limit(value):
+    return limit_errors({"model_calls": value}).get("budget.model_calls")
+
+
+def _cost(value):
+    try:
+        parse_amount("cost_usd", value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _refusal(build):
+    def answer(value):
+        try:
+            build(value)
+        except (ValueError, WorkflowDefinitionError, argparse.ArgumentTypeError) as exc:
+            return str(exc)
+        return None
+
+    return answer
+
+
+#: caller: (its answer to true, to NaN, to infinity); each says None to 2.
+NUMBER_CALLERS = {
+    "retry attempts": (_refusal(lambda v: RetryPolicy(max_attempts=v)), ("max_attempts",) * 3),
+    "concurrency limit": (
+        _refusal(lambda v: Workflow("n", 1, concurrency_key="k", concurrency_limit=v)),
+        ("concurrency_limit",) * 3,
+    ),
+    "CLI number": (
+        _refusal(lambda v: arguments.number()(str(v))),
+        ("is not a number", "is not between", "is not between"),
+    ),
+    "workflow input": (_workflow_input, ("must be int or float", "must be from", "must be from")),
+    "budget limit": (_budget_limit, ("whole number", "whole number", "whole number")),
+    "cost amount": (_cost, ("not true/false", "finite amount", "finite amount")),
+    "duration": (duration_problem, ("not bool", "from 0 to", "from 0 to")),
+    "Retry-After": (retry_after_seconds, (None, None, None)),
+}
+
+
+@pytest.mark.parametrize("caller", list(NUMBER_CALLERS))
+def test_every_number_caller_refuses_true_false_nan_and_infinity_with_its_own_message(caller):
+    answer, expected = NUMBER_CALLERS[caller]
+    assert number_problem(True) == TRUE_FALSE and number_problem(float("nan")) == NOT_FINITE
+    assert answer(2) in (None, 2.0), caller
+    for value, wanted in zip((True, float("nan"), float("inf")), expected, strict=True):
+        got = answer(value)
+        assert got == wanted if wanted is None else wanted in got, (value, got)
+
+
+#: key: (refused as a request id, refused as an Idempotency-Key header)
+REQUEST_IDS = {
+    "k-1": (False, False),
+    "x" * MAX_REQUEST_ID_CHARS: (False, False),
+    "x" * (MAX_REQUEST_ID_CHARS + 1): (True, True),
+    " ": (True, True),
+    "a\x00b": (True, True),
+    "a b": (False, True),
+    "café": (False, True),
+}
+
+
+@pytest.mark.parametrize("key", list(REQUEST_IDS))
+def test_one_request_id_rule_serves_the_engine_and_the_idempotency_key_header(key):
+    refused, refused_in_header = REQUEST_IDS[key]
+    assert (request_id_problem(key) is not None) == refused
+    assert (request_id_problem(key, header=True) is not None) == refused_in_header
+    if refused_in_header:
+        with pytest.raises(ApiError) as caught:
+            check_idempotency_key(key)
+        assert (caught.value.status, caught.value.code) == (422, "invalid_idempotency_key")
+    else:
+        check_idempotency_key(key)

@@ -2,8 +2,9 @@
 goes (events, artifact metadata and names, approval requests, ledger rows, any JSON or
 text column): from a step, a value that cannot be stored faithfully fails the attempt
 once with ``INVALID_OUTPUT`` naming the path and type; from a client or an operator it
-is a 422 with code ``invalid_input`` and nothing stored; text with NUL is stored
-escaped. Real database (PostgreSQL under ``make test``), in-process executor."""
+is a 422 with code ``invalid_input`` and nothing stored (an operator's text with NUL
+included); text with NUL that the engine itself writes is stored escaped. Real
+database (PostgreSQL under ``make test``), in-process executor."""
 
 import json
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.data.inbox import post_message
 from runs.engine.execution import executor
+from runs.engine.rules import InputRefused
 from runs.engine.state.gateway import run_transaction
 from runs.engine.state.values import NUL_ESCAPE, InvalidValue
 from runs.models import Approval, Artifact, Event, Message, Operation, Run, Step, Takeover
@@ -249,15 +251,17 @@ def test_the_api_refuses_nul_in_a_body_and_a_query(actors):
     assert not Run.objects.exists()
 
 
-def test_a_reason_with_nul_is_stored_escaped_and_shown_escaped(clients):
-    """The console's forms refuse NUL (400); a caller of the engine may still pass it."""
+def test_a_reason_with_nul_is_refused_by_the_engine_and_nothing_is_written():
+    """The faces refuse NUL before the engine; a caller of the engine that passes it
+    gets the same ``invalid_input`` (the reason is stored as sent or not at all)."""
     run = start_room_temperature("T-console")
-    request_cancel(run, actor="cli", reason="stop\x00now")
-    event = Event.objects.get(run=run, type="run.cancel_requested")
-    assert event.payload["reason"] == f"stop{NUL_ESCAPE}now"
-    page = clients["bob"].get(reverse("console:run_events", args=[run.pk])).content.decode()
-    # The payload is shown as JSON: the stored backslash is escaped once more.
-    assert json.dumps(f"stop{NUL_ESCAPE}now")[1:-1] in page and "\x00" not in page
+    events = Event.objects.filter(run=run).count()
+    with pytest.raises(InputRefused) as refused:
+        request_cancel(run, actor="cli", reason="stop\x00now")
+    assert (refused.value.code, refused.value.field) == ("invalid_input", "reason")
+    assert Event.objects.filter(run=run).count() == events
+    run.refresh_from_db()
+    assert not run.cancel_requested_at
 
 
 def test_the_console_refuses_an_input_patch_no_database_stores(clients):

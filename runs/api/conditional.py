@@ -17,7 +17,6 @@ Successful responses carry the run's new ``ETag``.
 """
 
 import inspect
-import re
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -30,6 +29,7 @@ from pydantic_core import to_jsonable_python
 
 from runs.api.errors import ApiError, from_control
 from runs.engine.service import (
+    MAX_REQUEST_ID_CHARS,
     ControlError,
     InvalidJson,
     await_response,
@@ -40,12 +40,11 @@ from runs.engine.service import (
     parse_json,
     release_action,
     request_fingerprint,
+    request_id_problem,
     run_etag,
 )
 from runs.models import Run
 
-#: Printable ASCII without spaces: what a client puts in a header.
-IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 #: Seconds a duplicate request waits for the first one with its key to answer.
 DUPLICATE_WAIT_SECONDS = 30
 
@@ -54,20 +53,20 @@ IF_MATCH_DOC = (
     "action applies only if the run has not changed since; otherwise 409 run_changed."
 )
 KEY_DOC = (
-    "Optional, 1..200 printable ASCII. A retry with the same key and request gets the "
-    "first response again (Idempotent-Replayed: true); with another request, 422 "
-    "idempotency_key_reused."
+    f"Optional, 1..{MAX_REQUEST_ID_CHARS} printable ASCII. A retry with the same key "
+    "and request gets the first response again (Idempotent-Replayed: true); with "
+    "another request, 422 idempotency_key_reused."
 )
 
 
 def check_idempotency_key(key: str | None) -> None:
     """Raise a 422 ``invalid_idempotency_key`` ``ApiError`` for a malformed key."""
-    if key is not None and not IDEMPOTENCY_KEY.match(key):
+    if key is not None and request_id_problem(key, header=True) is not None:
         raise ApiError(
             422,
             "invalid_idempotency_key",
-            "Idempotency-Key must be 1..200 printable ASCII characters",
-            {"Idempotency-Key": "1..200 printable ASCII"},
+            f"Idempotency-Key must be 1..{MAX_REQUEST_ID_CHARS} printable ASCII characters",
+            {"Idempotency-Key": f"1..{MAX_REQUEST_ID_CHARS} printable ASCII"},
         )
 
 

@@ -42,6 +42,8 @@ from runs.api.schemas import (
 )
 from runs.console.filters import RunFilter
 from runs.engine.service import (
+    MAX_CHARS,
+    MAX_NAME_CHARS,
     check_replay,
     db_now,
     find_request,
@@ -155,9 +157,9 @@ class RunFilters(Schema):
     parameters; times are ISO datetimes."""
 
     status: RunStatus | None = None
-    workflow: str | None = Field(None, max_length=100)
+    workflow: str | None = Field(None, max_length=MAX_NAME_CHARS)
     version: int | None = Field(None, ge=1, le=2**31 - 1)
-    thread_id: str | None = Field(None, max_length=200)
+    thread_id: str | None = Field(None, max_length=MAX_CHARS["thread_id"])
     q: str | None = Field(None, max_length=200, description="run id prefix, thread id or goal text")
     stuck: bool | None = None
     has_unknown: bool | None = Field(None, description="has a step whose outcome is unknown")

@@ -11,6 +11,7 @@ from runs.api.conditional import conditional_action
 from runs.api.errors import ApiError, error_responses
 from runs.engine import service as engine
 from runs.engine.service import (
+    MAX_NAME_CHARS,
     delete_schedule,
     describe_schedule,
     set_schedule_paused,
@@ -49,8 +50,8 @@ class ScheduleIn(Schema):
     seconds, 1 to 315,360,000: ten years; a JSON number, not text). The engine checks
     every field (``create_schedule``)."""
 
-    name: str = Field(min_length=1, max_length=100)
-    workflow: str = Field(min_length=1, max_length=100)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    workflow: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     cron: str | None = Field(default=None, max_length=200)
     timezone: str | None = Field(default=None, max_length=64)
     every: StrictInt | None = None

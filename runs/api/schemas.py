@@ -11,7 +11,14 @@ from ninja import Schema
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from approvals.services import MAX_COMMENT_CHARS, MAX_MESSAGE_CHARS
-from runs.engine.service import COST_PLACES, MAX_AMOUNTS, MAX_EVIDENCE_CHARS, MAX_REASON_CHARS
+from runs.engine.service import (
+    COST_PLACES,
+    MAX_AMOUNTS,
+    MAX_CHARS,
+    MAX_EVIDENCE_CHARS,
+    MAX_NAME_CHARS,
+    MAX_REASON_CHARS,
+)
 
 
 class Strict(Schema):
@@ -45,8 +52,10 @@ class BudgetIn(Strict):
 
 
 class RunCreate(Strict):
-    workflow: StrictStr = Field(min_length=1, max_length=100, examples=["room_temperature"])
-    thread_id: StrictStr = Field(min_length=1, max_length=200, examples=["t1"])
+    workflow: StrictStr = Field(
+        min_length=1, max_length=MAX_NAME_CHARS, examples=["room_temperature"]
+    )
+    thread_id: StrictStr = Field(min_length=1, max_length=MAX_CHARS["thread_id"], examples=["t1"])
     input: dict[str, Any] = Field(examples=[{"question": "How warm is the living room?"}])
     budget: BudgetIn | None = None
 
@@ -307,7 +316,7 @@ class BulkReplayIn(Strict):
     step) and how fast."""
 
     status: Literal["FAILED", "CANCELLED", "SUCCEEDED"] = "FAILED"
-    workflow: StrictStr | None = Field(None, max_length=100)
+    workflow: StrictStr | None = Field(None, max_length=MAX_NAME_CHARS)
     error_code: StrictStr | None = Field(None, max_length=64)
     since: datetime | None = Field(None, description="created at or after (ISO time)")
     rate: float = Field(

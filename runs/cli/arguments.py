@@ -8,7 +8,6 @@ bad value is a usage error (one line, exit 2) naming the option and the range.
 
 import argparse
 import json
-import math
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime, time
@@ -26,6 +25,7 @@ from runs.engine.service import (
     check_length,
     check_thread_id,
     name_problem,
+    number_problem,
     parse_json,
     text_problem,
     value_problem,
@@ -70,7 +70,7 @@ def number(low: float = 0.0, high: float = MAX_SECONDS) -> Callable[[str], float
             result = float(value)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-        if not math.isfinite(result) or not low <= result <= high:
+        if number_problem(result, minimum=low, maximum=high) is not None:
             raise argparse.ArgumentTypeError(f"{value} is not between {low:g} and {high:g}")
         return result
 
@@ -234,9 +234,12 @@ def column_text(model: str, field: str) -> Callable[[str], str]:
             try:
                 check_length(value, field, limit)
             except InputRefused as exc:
-                raise argparse.ArgumentTypeError(
-                    f"must be at most {limit} characters (it has {len(value)}) [{exc.code}]"
-                ) from None
+                said = (
+                    f"must be at most {limit} characters (it has {len(value)})"
+                    if len(value) > limit
+                    else exc.reason
+                )
+                raise argparse.ArgumentTypeError(f"{said} [{exc.code}]") from None
         return value
 
     parse.__name__ = "text"

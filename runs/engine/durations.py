@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runs.engine.errors import StepError
+from runs.engine.rules import NOT_FINITE, TOO_LARGE, TOO_SMALL, number_problem
 
 #: Longest duration in seconds the engine accepts: ten years (315,360,000 s).
 MAX_SECONDS = 10 * 365 * 86400
@@ -32,12 +33,12 @@ def duration_problem(value: Any, *, low: float = 0, whole: bool = False) -> str 
     """Why ``value`` is not a duration in seconds from ``low`` to ``MAX_SECONDS``
     (``whole``: a whole number; ``bool`` and text never are), or ``None``."""
     kind = "a whole number" if whole else "a number"
-    if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
-        return f"must be {kind} of seconds, not {type(value).__name__}"
-    # NaN compares false and an int of any size compares exactly: no float conversion.
-    if not low <= value <= MAX_SECONDS:
+    found = number_problem(value, integer=whole, minimum=low, maximum=MAX_SECONDS)
+    if found is None:
+        return None
+    if found in (NOT_FINITE, TOO_SMALL, TOO_LARGE):
         return f"must be {kind} of seconds from {low:g} to {MAX_SECONDS} (10 years)"
-    return None
+    return f"must be {kind} of seconds, not {type(value).__name__}"
 
 
 def check_seconds(value: Any, what: str, *, low: float = 0) -> float:

@@ -6,9 +6,16 @@ webhooks), each rule written once here and refused with one error class.
   read back what it sent) or a lone UTF-16 surrogate (not UTF-8), at most the field's
   length in characters (a long value is refused whole, never cut); an identifier
   (thread id, request id) also without control or bidirectional characters;
+- **numbers** (``number_problem``): an ``int`` or ``float`` that is finite (no NaN,
+  no infinity), never ``true``/``false`` (Python's bools are ints, JSON's are not
+  numbers), whole where the field wants a count, inside the field's bounds; each caller
+  keeps its own code and message and asks this rule what is wrong;
 - **JSON values** (``value_problem``, ``check_value``): what ``values.storable`` can
   store faithfully (finite numbers, string keys, at most ``values.MAX_DEPTH`` levels,
   no lone surrogate) and, unlike an agent's output, no NUL in any string or key;
+- **request ids** (``request_id_problem``): an idempotency key is non-blank text of at
+  most ``MAX_REQUEST_ID_CHARS``; one sent as an HTTP header is also printable ASCII
+  without spaces (the API's ``Idempotency-Key``);
 - **states**: which verb applies in which state is ``runs.states.command_allows``,
   checked by the engine's verbs under the run's lock.
 
@@ -20,15 +27,17 @@ parse anything (the API's body gate, the console's form gate, the CLI's argument
 call the same functions.
 
 Storage encoding is another rule: what the engine itself writes (agent output, error
-details) keeps NUL as ``values.NUL_ESCAPE`` (``values.storable``, the checked model
-fields) instead of refusing it.
+details; never an operator's reason) keeps NUL as ``values.NUL_ESCAPE``
+(``values.storable``, the checked model fields) instead of refusing it.
 """
 
+import math
+import re
 import unicodedata
 from typing import Any
 
+import runs.engine.state.values as values
 from runs.engine.errors import ControlError
-from runs.engine.state import values
 
 #: The code of a value the rules refuse, on every face.
 INVALID_INPUT = "invalid_input"
@@ -94,14 +103,85 @@ def check_text(
 
 
 def check_length(text: str, field: str, limit: int) -> None:
-    """Raise ``InputRefused`` naming ``field`` if ``text`` is longer than ``limit``
-    characters: a long value is refused whole, never cut."""
+    """Raise ``InputRefused`` naming ``field`` if the free text ``text`` (a reason,
+    evidence, a comment) is longer than ``limit`` characters (refused whole, never cut)
+    or breaks the text rule (NUL, a lone surrogate): it is stored as sent or not at
+    all."""
     if len(text) > limit:
         raise InputRefused(
             field,
             f"at most {limit} characters",
             message=f"{field} must be at most {limit} characters (it has {len(text)})",
         )
+    check_text(text, field)
+
+
+#: Longest text the engine takes from outside, in characters, per field: the engine
+#: checks these, and the faces (API schemas, console forms, CLI) take their limits from
+#: here. ``thread_id`` and ``request_id`` are the sizes of their columns.
+MAX_CHARS = {
+    "reason": 2000,
+    "evidence": 4000,
+    "comment": 2000,
+    "message": 4000,
+    "thread_id": 200,
+    "request_id": 200,
+}
+#: Longest request id (idempotency key) in characters.
+MAX_REQUEST_ID_CHARS = MAX_CHARS["request_id"]
+_HEADER_TEXT = re.compile(r"[\x21-\x7e]+")
+
+
+def request_id_problem(value: Any, *, header: bool = False) -> str | None:
+    """Why ``value`` cannot be a request id (the idempotency key of a start, a signal,
+    a message), or ``None`` when it can: blank or not text, or what ``text_problem``
+    finds with ``MAX_REQUEST_ID_CHARS``; with ``header`` (the value of an HTTP header)
+    also any character that is not printable ASCII or is a space."""
+    if not isinstance(value, str) or not value.strip():
+        return "must be non-empty text"
+    reason = text_problem(value, limit=MAX_REQUEST_ID_CHARS, identifier=True)
+    if reason is None and header and not _HEADER_TEXT.fullmatch(value):
+        return "must be printable ASCII without spaces"
+    return reason
+
+
+#: ``number_problem``'s answers, one per way a value fails the number rule.
+NOT_A_NUMBER = "must be a number"
+TRUE_FALSE = "must be a number, not true/false"
+NOT_FINITE = "must be a finite number"
+NOT_WHOLE = "must be a whole number"
+TOO_SMALL = "is too small"
+TOO_LARGE = "is too large"
+
+
+def number_problem(
+    value: Any,
+    *,
+    integer: bool = False,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> str | None:
+    """Why ``value`` is not a number the rule takes, as one of ``TRUE_FALSE`` (a bool),
+    ``NOT_A_NUMBER`` (text, ``None``, anything else not an ``int``/``float``),
+    ``NOT_FINITE`` (NaN, +/-infinity),
+    ``NOT_WHOLE`` (``integer``: a float, even ``2.0``), ``TOO_SMALL`` / ``TOO_LARGE``
+    (outside ``minimum``..``maximum``, both inclusive), or ``None`` when it is one.
+    Callers turn the answer into their own message; nothing is raised. An ``int`` of
+    any size is compared exactly (no float conversion, so ``10**400`` is too large,
+    not an ``OverflowError``)."""
+    if isinstance(value, bool):
+        return TRUE_FALSE
+    if not isinstance(value, int | float):
+        return NOT_A_NUMBER
+    if isinstance(value, float) and not math.isfinite(value):
+        return NOT_FINITE
+    if integer and not isinstance(value, int):
+        return NOT_WHOLE
+    if minimum is not None and value < minimum:
+        return TOO_SMALL
+    if maximum is not None and value > maximum:
+        return TOO_LARGE
+    return None
 
 
 def value_problem(value: Any) -> tuple[str, str, str] | None:

@@ -113,12 +113,16 @@ from runs.engine.execution.slots import MAX_SLOTS
 from runs.engine.execution.sweeper import acquire_maintenance_lease, seconds_until_due, sweep_once
 from runs.engine.execution.watchdog import silent_by_design, stuck_runs
 from runs.engine.execution.worker import Worker
-from runs.engine.names import name_problem
+from runs.engine.names import MAX_NAME_CHARS, name_problem
 from runs.engine.rules import (
     BIDI_CONTROLS,
     INVALID_INPUT,
+    MAX_CHARS,
+    MAX_REQUEST_ID_CHARS,
     InputRefused,
     check_length,
+    number_problem,
+    request_id_problem,
     text_problem,
     value_problem,
 )
@@ -250,4 +254,9 @@ __all__ = [
     "seconds_until_due",
     "sweep_once",
     "verify_artifact",
+    "MAX_NAME_CHARS",
+    "MAX_CHARS",
+    "MAX_REQUEST_ID_CHARS",
+    "number_problem",
+    "request_id_problem",
 ]

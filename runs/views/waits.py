@@ -2,7 +2,6 @@
 approvers; the fields are built from the waiting step's JSON Schema) and the schedules
 page (next tick times, last ticks and their runs; pause, resume, trigger now)."""
 
-import math
 import uuid
 from typing import Any
 
@@ -25,6 +24,7 @@ from runs.console.forms import InvalidInput, optional_json
 from runs.engine.service import (
     deliver_signal,
     next_fire_times,
+    number_problem,
     set_schedule_paused,
     timing_of,
     trigger_schedule,
@@ -86,7 +86,7 @@ def payload_from_form(post, fields: list[dict]) -> dict[str, Any]:
                 value: Any = int(raw) if field["type"] == "integer" else float(raw)
             except ValueError:
                 raise InvalidInput(f"{field['name']} must be a {field['type']}.") from None
-            if isinstance(value, float) and not math.isfinite(value):
+            if number_problem(value) is not None:  # "nan" and "inf" parse as floats
                 raise InvalidInput(f"{field['name']} must be a finite number.")
             payload[field["name"]] = value
         else:

@@ -22,6 +22,7 @@ from typing import Any
 from runs.engine.durations import MAX_SECONDS, duration_problem
 from runs.engine.effects.retry import DEFAULT_RETRY, RetryPolicy
 from runs.engine.names import name_problem
+from runs.engine.rules import NOT_A_NUMBER, TRUE_FALSE, number_problem
 
 #: Most items one map step may fan out into (a longer list fails the step with
 #: ``TOO_MANY_BRANCHES``).
@@ -101,7 +102,7 @@ def key_value(spec: str | Callable[[dict], Any], data: dict) -> str | None:
 
 
 def _limit_problem(limit: Any, key: Any) -> str | None:
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+    if limit is not None and number_problem(limit, integer=True, minimum=1) is not None:
         return "concurrency_limit must be an integer >= 1"
     if limit is not None and key is None:
         return "concurrency_limit needs a concurrency_key"
@@ -183,7 +184,7 @@ class Workflow:
             elif (
                 not isinstance(data[key], kind)
                 # JSON's true/false are Python ints: a number field refuses them.
-                or (isinstance(data[key], bool) and bool not in _types(kind))
+                or (bool not in _types(kind) and number_problem(data[key]) == TRUE_FALSE)
                 or (kind is str and not data[key].strip())
             ):
                 errors[key] = (
@@ -192,13 +193,9 @@ class Workflow:
                     else f"must be {' or '.join(k.__name__ for k in _types(kind))}"
                 )
         for key, (low, high) in self.input_ranges.items():
-            value = data.get(key)
-            if (
-                key not in errors
-                and isinstance(value, int | float)
-                and not isinstance(value, bool)
-                and not low <= value <= high
-            ):
+            found = number_problem(data.get(key), minimum=low, maximum=high)
+            # Not a number at all is the type check's answer (or no rule, if untyped).
+            if key not in errors and found not in (None, TRUE_FALSE, NOT_A_NUMBER):
                 errors[key] = f"must be from {low} to {high}"
         for step in self.steps:
             if not errors and step.concurrency_key and self.step_concurrency_of(step, data) is None:

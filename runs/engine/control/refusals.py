@@ -3,7 +3,7 @@ its texts. Kept below the verbs, so that lifecycle, cancel, rewind, budget and t
 refuse the same way without importing each other."""
 
 from runs.engine.errors import ControlError
-from runs.engine.rules import check_length
+from runs.engine.rules import MAX_CHARS, check_length
 
 #: The operator actions whose event records a reason (the audit log's "why"); each
 #: refuses a blank one the same way on every channel (API, CLI, console, admin).
@@ -12,9 +12,9 @@ REASONED_ACTIONS = ("cancel", "pause", "resume", "retry", "budget", "replay", "r
 
 #: The longest reason an operator action takes, in characters, on every channel (the
 #: API's schemas, the console's forms and the CLI all end here or use this).
-MAX_REASON_CHARS = 2000
+MAX_REASON_CHARS = MAX_CHARS["reason"]
 #: The longest evidence an operator gives for a resolution, in characters.
-MAX_EVIDENCE_CHARS = 4000
+MAX_EVIDENCE_CHARS = MAX_CHARS["evidence"]
 
 
 def require_reason(reason: str | None, action: str) -> str:

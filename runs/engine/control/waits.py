@@ -20,17 +20,13 @@ from jsonschema_rs import Draft202012Validator
 
 from runs.engine.errors import ControlError
 from runs.engine.names import name_problem
-from runs.engine.rules import check_length, check_text, value_problem
+from runs.engine.rules import MAX_REQUEST_ID_CHARS, check_length, check_text, value_problem
 from runs.engine.state.clock import db_now, deadline_in
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Signal, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.workflows import registry
 from runs.workflows.definition import StepDef, Workflow
-
-#: The longest request id, in characters (the column's size; names follow
-#: ``runs.engine.names``).
-MAX_REQUEST_ID_CHARS = 200
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from django.db import IntegrityError, connection, transaction
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import check_thread_id, text_refusal
 from runs.engine.errors import ControlError
+from runs.engine.rules import request_id_problem
 from runs.engine.state import checkpoints, gateway
 from runs.engine.state.checkpoints import initial_state
 from runs.engine.state.gateway import run_transaction
@@ -93,7 +94,7 @@ def post_message(
     if reason is not None:
         raise ControlError("invalid_message", f"message {reason}", {"content": reason})
     check_thread_id(thread_id)
-    if request_id and (reason := text_refusal(request_id, limit=200, identifier=True)):
+    if request_id and (reason := request_id_problem(request_id)):
         raise ControlError("invalid_message", f"request id {reason}", {"request_id": reason})
     with transaction.atomic():
         thread = _locked_thread(owner, thread_id)

@@ -18,6 +18,7 @@ from runs.engine.control.refusals import ControlError, require_reason
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.errors import StepError
 from runs.engine.execution import dispatch
+from runs.engine.rules import NOT_WHOLE, TRUE_FALSE, number_problem
 from runs.engine.state.gateway import run_transaction
 from runs.models import Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
@@ -53,8 +54,8 @@ def parse_amount(key: str, value) -> Decimal:
 
     Raises ``ValueError`` with a message for people (``"must be at most 1000000"``).
     """
-    if isinstance(value, bool):
-        raise ValueError("must be a number, not true/false")
+    if number_problem(value) == TRUE_FALSE:
+        raise ValueError(TRUE_FALSE)
     if key == "cost_usd":
         try:
             amount = Decimal(str(value).strip())
@@ -64,12 +65,12 @@ def parse_amount(key: str, value) -> Decimal:
             raise ValueError("must be a finite amount in USD")
         if amount.as_tuple().exponent < -COST_PLACES:  # type: ignore[operator]
             raise ValueError(f"must have at most {COST_PLACES} decimal places")
-    elif isinstance(value, int):
+    elif number_problem(value, integer=True) is None:
         amount = Decimal(value)
     elif isinstance(value, str) and _WHOLE.fullmatch(value):
         amount = Decimal(int(value))
     else:
-        raise ValueError("must be a whole number")
+        raise ValueError(NOT_WHOLE)
     if amount < 0:
         raise ValueError("must not be negative")
     if amount > MAX_AMOUNTS[key]:
@@ -93,8 +94,8 @@ def limit_errors(budget) -> dict[str, str]:
         if key not in LIMIT_FIELDS:
             errors[field] = f"unknown limit; use {', '.join(LIMIT_FIELDS)}"
             continue
-        if key != "cost_usd" and (isinstance(value, bool) or not isinstance(value, int)):
-            errors[field] = "must be a whole number"
+        if key != "cost_usd" and number_problem(value, integer=True) is not None:
+            errors[field] = NOT_WHOLE
             continue
         try:
             parse_amount(key, value)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
 from runs.engine.durations import duration_problem
+from runs.engine.rules import number_problem
 
 RETRYABLE_CODES = frozenset({"RATE_LIMITED", "DEPENDENCY_UNAVAILABLE", "TIMEOUT", "LEASE_LOST"})
 #: Never retried, whatever a policy lists (a retry cannot fix a bad request, and an
@@ -47,10 +48,10 @@ def retry_after_seconds(value: float | str | None, now: float | None = None) -> 
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        # An int past a float's range (10**400) is as unreadable as NaN: no conversion.
-        if isinstance(value, int) and abs(value) > 10**300:
+        # NaN, infinity and an int past a float's range (10**400) are unreadable.
+        if number_problem(value, minimum=-(10**300), maximum=10**300) is not None:
             return None
-        return max(0.0, float(value)) if math.isfinite(value) else None
+        return max(0.0, float(value))
     text = str(value).strip()
     try:
         seconds = float(text)
@@ -98,11 +99,7 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         # No retry is unbounded: a finite attempt count is required, and delays are sane.
-        if (
-            isinstance(self.max_attempts, bool)
-            or not isinstance(self.max_attempts, int)
-            or self.max_attempts < 1
-        ):
+        if number_problem(self.max_attempts, integer=True, minimum=1) is not None:
             raise ValueError("max_attempts must be an int >= 1")
         if self.initial_delay < 0 or self.max_delay < self.initial_delay or self.multiplier < 1:
             raise ValueError("need 0 <= initial_delay <= max_delay and multiplier >= 1")
@@ -163,17 +160,17 @@ class RetryPolicy:
         backoff = self.delay_for(attempt, rng)
         if self.deadline is not None and elapsed + backoff > self.deadline:
             return RetryDecision(False, reason=f"deadline of {self.deadline}s would pass")
-        if not isinstance(retry_after, int | float) or isinstance(retry_after, bool):
-            retry_after = retry_after_seconds(retry_after)
-        if retry_after is None:
+        # Numbers go through the reader too: NaN or a bool is no wait at all.
+        wait = retry_after_seconds(retry_after)
+        if wait is None:
             return RetryDecision(True, delay=backoff)
-        asked = min(retry_after, self.max_retry_after)
+        asked = min(wait, self.max_retry_after)
         delay = max(backoff, asked)
-        reason = f"Retry-After {retry_after:g}s"
+        reason = f"Retry-After {wait:g}s"
         if self.deadline is not None and elapsed + delay > self.deadline:
             delay = self.deadline - elapsed
             reason += f", capped by the deadline of {self.deadline}s"
-        return RetryDecision(True, delay=delay, reason=reason, retry_after=retry_after)
+        return RetryDecision(True, delay=delay, reason=reason, retry_after=wait)
 
 
 DEFAULT_RETRY = RetryPolicy()
