@@ -175,9 +175,17 @@ def test_it_refuses_edited_arguments_that_fail_the_schema(deployment_factory, se
     make_user(d, "ann", approver=True)
     run_id = start(d, "support_agent", PROMPT)
     waiting(d, run_id)
-    refused = decide(d, run_id, "approve", "--arguments", '{"order_id": "A1001", "amount": "x"}')
-    assert refused.returncode != 0
-    assert "invalid_arguments" in refused.stderr and "arguments.amount" in refused.stderr
+    for amount in ('"x"', "true"):
+        refused = decide(
+            d, run_id, "approve", "--arguments", f'{{"order_id": "A1001", "amount": {amount}}}'
+        )
+        assert refused.returncode != 0
+        assert "invalid_arguments" in refused.stderr, refused.stderr
+        # The reason is said once, not again after the code.
+        assert refused.stderr.count("arguments.amount") == 1, refused.stderr
+    huge = decide(d, run_id, "approve", "--arguments", '{"order_id": "A1001", "amount": -1e308}')
+    assert huge.returncode != 0 and "-1e+308 cannot be stored exactly" in huge.stderr
+    assert "comes back as an integer, not this float" in huge.stderr, huge.stderr
     assert run_status(d, run_id) == "WAITING_APPROVAL"
     assert events(d, run_id, "approval.approved") == []
     assert refunds(d) == []

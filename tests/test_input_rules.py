@@ -89,6 +89,124 @@ def test_every_face_refuses_a_bad_value_with_one_code_and_writes_nothing(
     assert not RefusedAction.objects.exists()  # 4xx input errors are not audited refusals
 
 
+@pytest.mark.parametrize("char", ["\x01", "\t", "\x1b", "\x7f", "\x9b", "\u202e", "\u2066"])
+def test_an_identifier_with_a_control_or_bidi_character_is_refused_on_every_face(
+    char,
+    actors,  # noqa: F811
+    clients,  # noqa: F811
+    manage_in_process,  # noqa: F811
+):
+    from runs.models import Message, Run
+
+    bad = f"a{char}b"
+    question = '{"question": "warm?"}'
+    status, _, err = manage_in_process(
+        "runs", "start", "room_temperature", "--thread", bad, "--input", question
+    )
+    assert status == 2 and "[invalid_thread]" in err and len(err.splitlines()) == 1, err
+    status, _, err = manage_in_process("runs", "message", "--thread", bad, "hi")
+    assert status == 2 and "[invalid_thread]" in err and len(err.splitlines()) == 1, err
+
+    run = start_run("signalled", thread_id="rules-id", input={})
+    status, _, err = manage_in_process(
+        "runs", "signal", str(run.pk), "reading", "--payload", '{"celsius": 1}', "--request-id", bad
+    )
+    assert status in (1, 2) and "[invalid_input]" in err and len(err.splitlines()) == 1, err
+
+    _, token = create_token(actors["bob"])
+    api = clients["bob"].post(
+        "/api/v1/runs",
+        {"workflow": "room_temperature", "thread_id": bad, "input": {"question": "warm?"}},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+        HTTP_IDEMPOTENCY_KEY=f"id-{ord(char)}",
+    )
+    assert api.status_code == 422, api.content
+    # The engine's code for a thread id it cannot take, NUL included (a NUL is refused
+    # earlier, by the body gate every string passes, as invalid_input).
+    assert api.json()["code"] == "invalid_thread" and "thread_id" in api.json()["errors"]
+
+    assert list(Run.objects.values_list("thread__thread_id", flat=True)) == ["rules-id"]
+    assert Signal.objects.count() == 0 and Message.objects.count() == 0
+
+
+def test_free_text_keeps_its_newlines_tabs_and_escapes():
+    from runs.engine.rules import text_problem
+
+    assert text_problem("line\n\tand \x1b[31mred\u202e") is None
+    assert text_problem("line\nnext", identifier=True) is not None
+
+
+def test_a_duplicate_key_is_refused_as_invalid_json_on_every_face(
+    actors,  # noqa: F811
+    clients,  # noqa: F811
+    manage_in_process,  # noqa: F811
+):
+    run = start_run("signalled", thread_id="rules-dup", input={})
+    events = Event.objects.filter(run=run).count()
+    payload = '{"celsius": 1, "celsius": 2}'
+
+    status, _, err = manage_in_process(
+        "runs", "signal", str(run.pk), "reading", "--payload", payload
+    )
+    assert status == 2 and 'duplicate key "celsius"' in err and len(err.splitlines()) == 1, err
+
+    console = clients["bob"].post(
+        reverse("console:signal", args=[run.pk]),
+        {"signal": "reading", "payload": payload, "request_id": "form-dup"},
+    )
+    assert console.status_code == 400 and b"duplicate key" in console.content
+
+    _, token = create_token(actors["bob"])
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    api = clients["bob"].post(
+        f"/api/v1/runs/{run.pk}/signals/reading", payload, content_type="application/json", **auth
+    )
+    assert (api.status_code, api.json()["code"]) == (400, "invalid_json"), api.content
+    start = clients["bob"].post(
+        "/api/v1/runs",
+        '{"workflow": "signalled", "workflow": "room_temperature", "thread_id": "d", "input": {}}',
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="dup-1",
+        **auth,
+    )
+    assert (start.status_code, start.json()["code"]) == (400, "invalid_json"), start.content
+    assert "duplicate key" in start.json()["message"]
+
+    assert Signal.objects.filter(run=run).count() == 0
+    assert Event.objects.filter(run=run).count() == events
+
+
+@pytest.mark.parametrize(
+    ("input", "field"),
+    [('{"items": 2, "delay_s": NaN}', "input.delay_s"), ('{"items": Infinity}', "input.items")],
+)
+def test_a_non_finite_number_is_named_as_such_not_as_out_of_range(
+    actors,  # noqa: F811
+    clients,  # noqa: F811
+    manage_in_process,  # noqa: F811
+    input,
+    field,
+):
+    from runs.models import Run
+
+    _, token = create_token(actors["bob"])
+    api = clients["bob"].post(
+        "/api/v1/runs",
+        f'{{"workflow": "fanout_demo", "thread_id": "nan", "input": {input}}}',
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+        HTTP_IDEMPOTENCY_KEY=f"nan-{field}",
+    )
+    assert (api.status_code, api.json()["code"]) == (422, "invalid_input"), api.content
+    assert "is not a JSON number" in api.json()["errors"][field], api.json()
+    status, _, err = manage_in_process(
+        "runs", "start", "fanout_demo", "--thread", "nan", "--input", input
+    )
+    assert status in (1, 2) and "is not a JSON number" in err, err
+    assert not Run.objects.exists()
+
+
 def _workflow_input(value):
     workflow = Workflow("numbers", 1, input_fields={"n": (int, float)}, input_ranges={"n": (0, 10)})
     return workflow.validate_input({"n": value}).get("n")

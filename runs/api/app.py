@@ -7,12 +7,13 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
 from ninja.security import HttpBearer
 
 from apitokens import services as tokens
 from runs.api import approvals, deferred_calls, replays, runs, schedules, signals, stream
 from runs.api.errors import ApiError, from_control
-from runs.engine.service import ControlError, InvalidValue
+from runs.engine.service import ControlError, InvalidJson, InvalidValue, parse_json
 
 
 class TokenAuth(HttpBearer):
@@ -27,7 +28,16 @@ class TokenAuth(HttpBearer):
         return found
 
 
+class BodyParser(Parser):
+    """Request bodies through the one JSON parser of every face (``parse_json``:
+    a duplicate key or a deep nesting is refused, not read last-wins)."""
+
+    def parse_body(self, request):
+        return parse_json(request.body)
+
+
 api = NinjaAPI(
+    parser=BodyParser(),
     title="AgentOps API",
     version="1",
     urls_namespace="api-v1",
@@ -98,7 +108,9 @@ def _unauthorized(request, exc):
 @api.exception_handler(HttpError)
 def _http_error(request, exc: HttpError):
     if exc.status_code == 400:
-        return _error(request, 400, "invalid_json", "the request body is not valid JSON")
+        # ninja wraps what the body parser raised; its reason is the useful part.
+        why = f": {exc.__cause__}" if isinstance(exc.__cause__, InvalidJson) else ""
+        return _error(request, 400, "invalid_json", f"the request body is not valid JSON{why}")
     return _error(request, exc.status_code, "http_error", str(exc))
 
 

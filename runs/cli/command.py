@@ -1,9 +1,9 @@
 """The base class of the short operator commands."""
 
-from django.core.management.base import BaseCommand
+from runs.cli.terminal import TerminalSafeCommand
 
 
-class OperatorCommand(BaseCommand):
+class OperatorCommand(TerminalSafeCommand):
     """A command an operator runs many times a day to look at or act on runs, approvals,
     workers and tokens: it does not run Django's system checks first.
 

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from runs.cli import arguments
+from runs.cli.terminal import terminal_text
 from runs.engine.service import ControlError, find_run, latest_run
 from runs.models import Run
 
@@ -21,18 +22,16 @@ def one_line(text: str) -> str:
 #: Characters of a step output or run result that ``runs status`` prints on its line.
 SHOWN_CHARS = 120
 
+#: Characters of a message's text that ``runs status`` prints on its line.
+MESSAGE_CHARS = 500
+
 
 def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
-    """``value`` (untrusted JSON: agent or tool output) as one terminal-safe line: JSON
-    text with every character a terminal would act on (control characters, escape
-    sequences, line and paragraph separators, bidirectional overrides) written as its
-    ``\\uXXXX`` escape, cut to ``limit`` characters with ``...`` and the whole length
-    when longer (``--json`` prints it whole). Never raises."""
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    text = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
-    if len(text) > limit:
-        return f"{text[:limit]}... ({len(text)} characters)"
-    return text
+    """``value`` (untrusted JSON: agent or tool output) as one terminal-safe line: its
+    JSON text through ``terminal_text`` (every character a terminal would act on written
+    as its ``\\uXXXX`` escape), cut to ``limit`` characters with ``...`` and the whole
+    length when longer (``--json`` prints it whole). Never raises."""
+    return terminal_text(json.dumps(value, ensure_ascii=False, default=str), limit)
 
 
 def write_rows(
@@ -92,8 +91,9 @@ def resolve_run(options) -> Run:
 
 def control_error(exc: ControlError) -> CommandError:
     """A CLI error (non-zero exit) from an engine refusal: one line with its message,
-    code and the fields' errors (``MESSAGE [CODE]; field: why; ...``)."""
-    detail = "".join(f"; {k}: {v}" for k, v in exc.errors.items())
+    code and the fields' errors it does not state already (``MESSAGE [CODE]; field: why;
+    ...``)."""
+    detail = "".join(f"; {k}: {v}" for k, v in exc.unsaid_errors().items())
     return CommandError(one_line(f"{exc.message} [{exc.code}]{detail}"))
 
 

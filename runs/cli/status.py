@@ -1,12 +1,14 @@
 """``runs status (RUN_ID | --thread T) [--json]``. A tool call an approver let run with
 edited arguments is shown with the arguments used, marked as edited (``"edited"`` on
 the call in JSON). Each step's output and a succeeded run's result are printed on one
-line, escaped and cut (``runs.cli.common.shown``); ``--json`` has them whole."""
+line, escaped and cut (``runs.cli.common.shown``), and so is each message's text
+(``MESSAGE_CHARS``); ``--json`` has them whole."""
 
 import json
 
 from approvals.tool_calls import edited_calls
-from runs.cli.common import add_run_arguments, resolve_run, shown
+from runs.cli.common import MESSAGE_CHARS, add_run_arguments, resolve_run, shown
+from runs.cli.terminal import terminal_text
 from runs.engine.service import run_status
 
 help = "show a run's status, steps, next step and messages"
@@ -85,7 +87,7 @@ def handle(command, options):
         calls = ", ".join(_call(c, edits) for c in m["tool_calls"])
         extra = f" -> {calls}" if calls else ""
         reply_to = f" (result of {m['tool_call_id']})" if m["tool_call_id"] else ""
-        out.write(f"  {m['role']:<9} {m['content']}{extra}{reply_to}")
+        out.write(f"  {m['role']:<9} {terminal_text(m['content'], MESSAGE_CHARS)}{extra}{reply_to}")
     if "calls" in status:
         out.write(f"device calls: {json.dumps(status['calls'])}")
     if "devices" in status:

@@ -49,7 +49,7 @@ def control_refusal(request: HttpRequest, exc: ControlError, *, back: str) -> Ht
     "Invalid input" for an input code (``invalid_*``, ``INPUT_CODES``), 403 for a
     policy refusal (a ``PermissionDenied`` such as self-approval), 409 otherwise ("This
     run changed, reload" for ``CHANGED_CODES``, else "Refused")."""
-    detail = "; ".join(f"{k}: {v}" for k, v in exc.errors.items())
+    detail = "; ".join(f"{k}: {v}" for k, v in exc.unsaid_errors().items())
     message = f"{exc.message} [{exc.code}]" + (f" ({detail})" if detail else "")
     if _input_error(exc.code):
         title, status = "Invalid input", 400

@@ -89,6 +89,12 @@ class ControlError(Exception):
         self.message = message
         self.errors = errors or {}
 
+    def unsaid_errors(self) -> dict[str, str]:
+        """The field ``errors`` the ``message`` does not already state (a message built
+        from its errors, ``"the edited arguments do not fit ...: amount: must be int"``,
+        would otherwise print each reason twice)."""
+        return {k: v for k, v in self.errors.items() if v not in self.message}
+
 
 class LeaseLost(Exception):
     """This attempt no longer holds the step's lease (it expired and another worker took

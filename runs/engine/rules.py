@@ -4,7 +4,8 @@ webhooks), each rule written once here and refused with one error class.
 - **text** (``text_problem``, ``check_text``, ``check_length``): a string, without NUL
   (PostgreSQL refuses it; the engine would store it escaped, so the sender would not
   read back what it sent) or a lone UTF-16 surrogate (not UTF-8), at most the field's
-  length in characters (a long value is refused whole, never cut);
+  length in characters (a long value is refused whole, never cut); an identifier
+  (thread id, request id) also without control or bidirectional characters;
 - **numbers** (``number_problem``): an ``int`` or ``float`` that is finite (no NaN,
   no infinity), never ``true``/``false`` (Python's bools are ints, JSON's are not
   numbers), whole where the field wants a count, inside the field's bounds; each caller
@@ -32,6 +33,7 @@ details; never an operator's reason) keeps NUL as ``values.NUL_ESCAPE``
 
 import math
 import re
+import unicodedata
 from typing import Any
 
 import runs.engine.state.values as values
@@ -52,15 +54,31 @@ class InputRefused(ControlError):
         self.reason = reason
 
 
-def text_problem(value: Any, *, limit: int | None = None) -> str | None:
+#: Bidirectional marks, embeddings, overrides and isolates: in an identifier they make
+#: two different ids look alike, or one look like another.
+BIDI_CONTROLS = frozenset(
+    chr(c) for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+)
+
+
+def text_problem(value: Any, *, limit: int | None = None, identifier: bool = False) -> str | None:
     """Why ``value`` cannot be taken as text (not a string, over ``limit`` characters,
-    NUL, a lone surrogate), or ``None`` when it can. Blank text is the caller's rule."""
+    NUL, a lone surrogate), or ``None`` when it can. Blank text is the caller's rule.
+
+    An ``identifier`` (thread id, request id: typed again, compared, printed on one line)
+    also refuses every other C0/C1 control character (tab, newline and ESC included) and
+    bidirectional control. Free text (messages, comments, reasons, values) keeps them:
+    every face shows it escaped (templates, ``runs.cli.terminal``)."""
     if not isinstance(value, str):
         return "must be text"
     if limit is not None and len(value) > limit:
         return f"must be at most {limit} characters"
     if "\x00" in value:
         return "must not contain NUL (\\u0000) characters"
+    if identifier:
+        for char in value:
+            if char in BIDI_CONTROLS or unicodedata.category(char) == "Cc":
+                return f"must not contain control or bidirectional characters (\\u{ord(char):04x})"
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -69,11 +87,16 @@ def text_problem(value: Any, *, limit: int | None = None) -> str | None:
 
 
 def check_text(
-    value: Any, field: str, *, limit: int | None = None, code: str = INVALID_INPUT
+    value: Any,
+    field: str,
+    *,
+    limit: int | None = None,
+    code: str = INVALID_INPUT,
+    identifier: bool = False,
 ) -> str:
-    """``value`` when ``text_problem`` finds nothing; raises ``InputRefused`` naming
-    ``field`` (with ``code``) otherwise."""
-    reason = text_problem(value, limit=limit)
+    """``value`` when ``text_problem`` (with ``identifier``) finds nothing; raises
+    ``InputRefused`` naming ``field`` (with ``code``) otherwise."""
+    reason = text_problem(value, limit=limit, identifier=identifier)
     if reason is not None:
         raise InputRefused(field, reason, code=code)
     return value
@@ -116,7 +139,7 @@ def request_id_problem(value: Any, *, header: bool = False) -> str | None:
     also any character that is not printable ASCII or is a space."""
     if not isinstance(value, str) or not value.strip():
         return "must be non-empty text"
-    reason = text_problem(value, limit=MAX_REQUEST_ID_CHARS)
+    reason = text_problem(value, limit=MAX_REQUEST_ID_CHARS, identifier=True)
     if reason is None and header and not _HEADER_TEXT.fullmatch(value):
         return "must be printable ASCII without spaces"
     return reason

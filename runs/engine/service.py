@@ -115,6 +115,7 @@ from runs.engine.execution.watchdog import silent_by_design, stuck_runs
 from runs.engine.execution.worker import Worker
 from runs.engine.names import MAX_NAME_CHARS, name_problem
 from runs.engine.rules import (
+    BIDI_CONTROLS,
     INVALID_INPUT,
     MAX_CHARS,
     MAX_REQUEST_ID_CHARS,
@@ -135,6 +136,7 @@ from runs.engine.state.values import InvalidJson, InvalidValue, parse_json
 
 __all__ = [
     # Refusals and bounds.
+    "BIDI_CONTROLS",
     "BULK_LIMIT",
     "COST_PLACES",
     "ControlError",

@@ -2,7 +2,7 @@
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from lab.drills.bench import DEFAULT_AGENTS, PARTS, AgentsShape, format_table, run_bench
 from lab.drills.bench_branches import DEFAULT_BRANCHES, BranchesShape
@@ -10,11 +10,12 @@ from lab.drills.interrupt import Interrupted, stop_on_signals
 from lab.drills.sandbox import SandboxError
 from runs.cli import arguments
 from runs.cli.common import one_line
+from runs.cli.terminal import TerminalSafeCommand
 from runs.engine.execution.slots import MAX_SLOTS
 from runs.workflows.definition import MAX_BRANCHES
 
 
-class Command(BaseCommand):
+class Command(TerminalSafeCommand):
     help = (
         "Benchmark the engine against raw RQ and raw PostgreSQL, recovery after SIGKILL, "
         "console page times and steps that wait on a model (scratch database; asserts "

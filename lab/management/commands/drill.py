@@ -2,7 +2,7 @@
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 import lab.drills.catalog  # noqa: F401 - registers the drills
 import lab.drills.partition  # noqa: F401 - registers the partition drill
@@ -10,9 +10,10 @@ from lab.drills.base import DRILLS, format_table, run_drill
 from lab.drills.interrupt import Interrupted, stop_on_signals
 from lab.drills.sandbox import SandboxError, server_from_settings
 from runs.cli.common import one_line
+from runs.cli.terminal import TerminalSafeCommand
 
 
-class Command(BaseCommand):
+class Command(TerminalSafeCommand):
     help = (
         "Run fault drills against real worker processes (scratch database and Redis db on "
         "the configured servers); exits 1 if any drill fails."

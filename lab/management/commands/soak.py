@@ -3,17 +3,18 @@
 import json
 import random
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from lab.drills.interrupt import Interrupted, stop_on_signals
 from lab.drills.sandbox import SandboxError
 from lab.drills.soak import Soak, format_report
 from runs.cli import arguments
 from runs.cli.common import one_line
+from runs.cli.terminal import TerminalSafeCommand
 from runs.engine.execution.slots import MAX_SLOTS
 
 
-class Command(BaseCommand):
+class Command(TerminalSafeCommand):
     help = (
         "Chaos soak: mixed workflows under random SIGKILL/SIGSTOP/Redis restarts/duplicate "
         "notifications, then invariants; exits 1 on any violation (prints the seed)."

@@ -98,13 +98,15 @@ def create_run(
     except registry.UnknownWorkflow as exc:
         raise ControlError("unknown_workflow", str(exc), {"workflow": "unknown"}) from exc
     check_thread_id(thread_id)
-    errors = wf.validate_input(input)
-    if not errors and (found := value_problem(input)) is not None:
+    # What no database stores (NaN and Infinity: Python's JSON reader accepts them) is
+    # named before the workflow's schema, which would misname it ("must be from 0 to 60").
+    if (found := value_problem(input)) is not None:
         path, type_name, reason = found
-        # NaN and Infinity get here: Python's JSON reader accepts them.
         errors = {
             path[2:] if path.startswith("$.") else path[1:] or "input": f"{reason} ({type_name})"
         }
+    else:
+        errors = wf.validate_input(input)
     concurrency = None if errors else wf.concurrency_of(input)
     if concurrency is None and not errors:
         path = wf.concurrency_key if isinstance(wf.concurrency_key, str) else "input"
@@ -159,20 +161,20 @@ def register_status_extra(key: str, extra) -> None:
     STATUS_EXTRAS[key] = extra
 
 
-def text_refusal(value: Any, *, limit: int | None = None) -> str | None:
+def text_refusal(value: Any, *, limit: int | None = None, identifier: bool = False) -> str | None:
     """Why ``value`` cannot be taken as a stored text (thread id, message, key): blank,
-    or what the text rule (``runs.engine.rules.text_problem``) finds; ``None`` when it
-    can."""
+    or what the text rule (``runs.engine.rules.text_problem``, for an ``identifier`` when
+    asked) finds; ``None`` when it can."""
     if not isinstance(value, str) or not value.strip():
         return "must be non-empty text"
-    return text_problem(value, limit=limit)
+    return text_problem(value, limit=limit, identifier=identifier)
 
 
 def check_thread_id(thread_id: Any) -> None:
     """Raises ``ControlError`` ``invalid_thread`` unless ``thread_id`` is 1..200
     characters a database stores as sent."""
     limit = MAX_CHARS["thread_id"]
-    reason = text_refusal(thread_id, limit=limit)
+    reason = text_refusal(thread_id, limit=limit, identifier=True)
     if reason is not None:
         raise ControlError(
             "invalid_thread", f"thread id {reason} (1..{limit} characters)", {"thread_id": reason}

@@ -129,10 +129,12 @@ def create_schedule(
         wf = registry.get(workflow)
     except registry.UnknownWorkflow as exc:
         raise ControlError("unknown_workflow", str(exc), {"workflow": "unknown"}) from exc
-    errors = wf.validate_input(input)
-    if not errors and (found := value_problem(input)) is not None:
+    # A value no database stores is named before the schema could misname it.
+    if (found := value_problem(input)) is not None:
         path, type_name, reason = found
         errors = {path[2:] if path.startswith("$.") else path[1:] or "input": reason}
+    else:
+        errors = wf.validate_input(input)
     if errors:
         raise ControlError(
             "invalid_input",

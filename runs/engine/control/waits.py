@@ -363,7 +363,7 @@ def _checked_text(value: Any, field: str, limit: int) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ControlError("invalid_input", f"{field} must be non-blank text", {field: "required"})
     check_length(value, field, limit)
-    return check_text(value, field).strip()
+    return check_text(value, field, identifier=True).strip()
 
 
 __all__ = [

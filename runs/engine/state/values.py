@@ -95,7 +95,10 @@ def parse_json(text: str | bytes) -> Any:
     """The one parser for JSON from outside (API bodies, webhooks, CLI options, console
     forms): the parsed value. Nesting is counted before parsing, so a deep document is
     refused instead of exhausting Python's recursion. Raises ``InvalidJson`` for text
-    that is not JSON (with the parser's reason) or nests deeper than ``MAX_DEPTH``."""
+    that is not JSON (with the parser's reason), nests deeper than ``MAX_DEPTH`` or has
+    a key twice in one object (``{"a": 1, "a": 2}``: which one the sender meant is
+    unknown, so neither is taken). ``NaN`` and ``Infinity`` parse as floats: the input
+    rules refuse them naming their path (``rules.value_problem``)."""
     if isinstance(text, bytes | bytearray):
         try:
             text = bytes(text).decode("utf-8")
@@ -105,12 +108,23 @@ def parse_json(text: str | bytes) -> Any:
     if depth > MAX_DEPTH:
         raise InvalidJson(f"nested deeper than {MAX_DEPTH} levels")
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_object_without_duplicates)
     except json.JSONDecodeError as exc:
         raise InvalidJson(f"{exc.msg} (line {exc.lineno}, column {exc.colno})") from None
     except RecursionError:
         # Only reachable below MAX_DEPTH if the interpreter's limit is set very low.
         raise InvalidJson(f"nested deeper than {MAX_DEPTH} levels") from None
+
+
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise InvalidJson(f"duplicate key {json.dumps(key)} in an object")
+            seen.add(key)
+    return obj
 
 
 def _nesting(text: str) -> int:
@@ -172,7 +186,8 @@ def _walk(value: Any, where: str, path: str, depth: int) -> Any:
                 where,
                 path,
                 "float",
-                f"{value!r} cannot be stored exactly: send a whole number this large as an integer",
+                f"{value!r} cannot be stored exactly: a float of magnitude 1e16 or more "
+                "comes back as an integer, not this float (send an integer, or a smaller number)",
             )
         return value
     if isinstance(value, str):

@@ -2,14 +2,15 @@
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from runs.cli import arguments
 from runs.cli.common import one_line
+from runs.cli.terminal import TerminalSafeCommand
 from runs.engine.service import BackupError, create_backup
 
 
-class Command(BaseCommand):
+class Command(TerminalSafeCommand):
     help = (
         "Write the database (pg_dump snapshot on PostgreSQL, online backup API on "
         "SQLite) and every artifact file its rows refer to into the tar archive DEST, "

@@ -14,15 +14,16 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from runs.cli import arguments
+from runs.cli.terminal import TerminalSafeCommand
 from runs.engine.service import CRASH_EXIT_CODE, redispatch, run_status, start_run
 
 QUESTION = "How warm is the living room?"
 
 
-class Command(BaseCommand):
+class Command(TerminalSafeCommand):
     help = "Run the room-temperature crash-and-resume demo end to end."
 
     def add_arguments(self, parser):

@@ -3,14 +3,15 @@ database and artifact storage, verifying the manifest before and the files after
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from runs.cli import arguments
 from runs.cli.common import one_line
+from runs.cli.terminal import TerminalSafeCommand
 from runs.engine.service import BackupError, restore_backup
 
 
-class Command(BaseCommand):
+class Command(TerminalSafeCommand):
     help = (
         "Restore a backup archive into an empty database (a freshly migrated one is "
         "fine) and empty artifact storage. Stop workers first; start them afterwards "

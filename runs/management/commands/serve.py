@@ -9,12 +9,11 @@ off as ASGI requires.
 import os
 import sys
 
-from django.core.management.base import BaseCommand
-
 from runs.cli import arguments
+from runs.cli.terminal import TerminalSafeCommand
 
 
-class Command(BaseCommand):
+class Command(TerminalSafeCommand):
     help = "Serve AgentOps over ASGI with uvicorn (API, SSE, console)."
 
     def add_arguments(self, parser):

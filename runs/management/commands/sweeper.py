@@ -6,10 +6,10 @@ import signal
 import threading
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection
 
 from agentops.db_session import use_process_kind
+from runs.cli.terminal import TerminalSafeCommand
 from runs.engine.service import (
     RepeatedFailureLog,
     acquire_maintenance_lease,
@@ -21,7 +21,7 @@ from runs.engine.service import (
 logger = logging.getLogger(__name__)
 
 
-class Command(BaseCommand):
+class Command(TerminalSafeCommand):
     help = "Run the sweeper loop (or one pass with --once)."
 
     def add_arguments(self, parser):

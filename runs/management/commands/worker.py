@@ -2,15 +2,16 @@
 
 import logging
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from agentops.db_session import use_process_kind
 from runs.checks import redis_eviction_problem
 from runs.cli import arguments
+from runs.cli.terminal import TerminalSafeCommand
 from runs.engine.service import MAX_SLOTS, Worker, dispatch_mode
 
 
-class Command(BaseCommand):
+class Command(TerminalSafeCommand):
     help = "Run a worker: RQ when REDIS_URL is set, database polling otherwise."
 
     def add_arguments(self, parser):
