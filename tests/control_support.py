@@ -123,14 +123,16 @@ def events_of(info: dict, type_: str) -> list[dict]:
 
 
 def db_rows(d: Deployment, sql: str, params: tuple = ()) -> list[tuple]:
-    """Rows of one read-only query straight against the deployment's database (fast
-    enough to poll for a short-lived state; use ``%s`` placeholders)."""
+    """Rows of one statement straight against the deployment's database, committed
+    (a test's ``UPDATE ... RETURNING`` moves a row as a worker would see it; fast enough
+    to poll for a short-lived state; use ``%s`` placeholders)."""
     if d.backend == "sqlite":
         import sqlite3
 
         conn = sqlite3.connect(d.env["AGENTOPS_SQLITE_PATH"], timeout=30)
         try:
-            return conn.execute(sql.replace("%s", "?"), params).fetchall()
+            with conn:
+                return conn.execute(sql.replace("%s", "?"), params).fetchall()
         finally:
             conn.close()
     import psycopg
