@@ -8,6 +8,7 @@ import pytest
 from django.urls import reverse
 
 import tests.workflows.signalled  # noqa: F401 - registers the workflow
+from agentops.authoring import RetryPolicy, Workflow, WorkflowDefinitionError
 from apitokens.services import create_token
 from runs.api.conditional import check_idempotency_key
 from runs.api.errors import ApiError
@@ -15,7 +16,7 @@ from runs.cli import arguments
 from runs.engine.control.lifecycle import start_run
 from runs.engine.durations import duration_problem
 from runs.engine.effects.budget import limit_errors, parse_amount
-from runs.engine.effects.retry import RetryPolicy, retry_after_seconds
+from runs.engine.effects.retry import retry_after_seconds
 from runs.engine.rules import (
     MAX_REQUEST_ID_CHARS,
     NOT_FINITE,
@@ -24,7 +25,6 @@ from runs.engine.rules import (
     request_id_problem,
 )
 from runs.models import Event, RefusedAction, Signal
-from runs.workflows.definition import Workflow, WorkflowDefinitionError
 from tests.console_helpers import actors, clients, fast_passwords  # noqa: F401
 from tests.test_cli_inputs import manage_in_process  # noqa: F401
 
