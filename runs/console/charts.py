@@ -390,17 +390,7 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
         label = f"{step['seq']}. {step['name']}" + (
             f" (gen {step['generation']})" if step["generation"] > 1 else ""
         )
-        row: dict[str, Any] = {
-            "label": label,
-            "y": y,
-            "bar_y": y + 5,
-            "bar_h": timeline.row_h - 10,
-            "text_y": y + timeline.row_h / 2 + 4,
-            "wait_y": y + timeline.row_h / 2,
-            "wait_text_y": y + 5,
-            "bars": [],
-            "waits": [],
-        }
+        row = _empty_row(label, y, timeline)
         previous: Attempt | None = None
         for attempt in attempts.get(step["pk"], []):
             begin = attempt.started_at
@@ -488,6 +478,22 @@ def _add_wait(row, table: Table, step: str, begin, finish, label: str, origin, x
     table.rows.append(_table_row(step, f"wait: {label}", begin, finish, origin, "waiting"))
 
 
+def _empty_row(label: str, y: float, timeline: Timeline) -> dict[str, Any]:
+    """A timeline row at ``y`` (px) with no bars or waits yet: the geometry every row
+    shares."""
+    return {
+        "label": label,
+        "y": y,
+        "bar_y": y + 5,
+        "bar_h": timeline.row_h - 10,
+        "text_y": y + timeline.row_h / 2 + 4,
+        "wait_y": y + timeline.row_h / 2,
+        "wait_text_y": y + 5,
+        "bars": [],
+        "waits": [],
+    }
+
+
 def _branches_row(
     timeline: Timeline,
     y: float,
@@ -504,17 +510,7 @@ def _branches_row(
     events show), failed when any branch failed, running while any is unsettled."""
     shown = ", ".join(f"{status} {n}" for status, n in sorted(counts.items()))
     what = f"{sum(counts.values())} branches: {shown}"
-    row: dict[str, Any] = {
-        "label": f"  {name}: {what}",
-        "y": y,
-        "bar_y": y + 5,
-        "bar_h": timeline.row_h - 10,
-        "text_y": y + timeline.row_h / 2 + 4,
-        "wait_y": y + timeline.row_h / 2,
-        "wait_text_y": y + 5,
-        "bars": [],
-        "waits": [],
-    }
+    row = _empty_row(f"  {name}: {what}", y, timeline)
     begins = [a.started_at for a in attempts if a.started_at is not None]
     if not begins:
         return row
