@@ -25,6 +25,7 @@ from agentops.env import (
     signal_hooks,
 )
 from agentops.links import bounded_redis_url, pg_link_options
+from agentops.log_format import TerminalSafeFormatter
 from runs.engine import durations
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -341,7 +342,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        # Untrusted text in a record (a tool's error, a model's reply) comes out escaped.
+        "plain": {
+            "()": TerminalSafeFormatter,
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
         "json": {
             "()": "pythonjsonlogger.json.JsonFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",

@@ -4,6 +4,7 @@ message is cut with its length, and ``--json`` stays whole and the same value.""
 
 import io
 import json
+import logging
 
 import pytest
 from django.core.management import call_command
@@ -77,3 +78,24 @@ def test_an_error_naming_stored_text_is_escaped_too():
 
         Command(stderr=err).run_from_argv(["manage.py", "runs", "status", "\x1b[2Jdead"])
     assert _unsafe(err.getvalue()) == []
+
+
+def test_a_hostile_step_error_is_escaped_in_the_log_a_worker_writes(worker):
+    # The console handler as the settings configure it (LOGGING), writing to a buffer.
+    [handler] = logging.getLogger("agentops").handlers
+    stream = io.StringIO()
+    previous = handler.setStream(stream)
+    try:
+        run = start_run(
+            "faulty", thread_id="hostile-log", input={"case": "hostile_error", "text": HOSTILE}
+        )
+        executor.execute_step(Step.objects.get(run=run, name="produce").pk, worker)
+    finally:
+        handler.setStream(previous)
+    logged = stream.getvalue()
+    assert "step produce raised" in logged and "Traceback" in logged, logged
+    assert f"RuntimeError: {terminal_text(HOSTILE)}" in logged
+    assert _unsafe(logged) == []
+    # The record's own line cannot be split: a newline in a message is escaped.
+    record = logging.LogRecord("agentops.x", logging.WARNING, "", 0, "a %s", ("b\nFORGED",), None)
+    assert handler.format(record).endswith("WARNING agentops.x a b\\u000aFORGED")

@@ -86,7 +86,8 @@ VALUE_MODULES = {
     "runs.engine.errors",
     "runs.engine.rules",
 }
-SETTINGS = {"agentops.settings", "agentops.env"}
+#: The settings and what they load before any app is (the log formatter of LOGGING).
+SETTINGS = {"agentops.settings", "agentops.env", "agentops.log_format"}
 
 
 def _modules() -> dict[str, Path]:

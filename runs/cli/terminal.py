@@ -4,41 +4,18 @@ Stored text came from users, agents, tools and models (messages, step outputs, e
 reasons, thread ids...). Printed raw, a control character in it acts on the operator's
 terminal: ESC starts a sequence that clears the screen or sets the window title, ``\\r``
 overwrites what was printed, U+202E reverses the text after it. ``terminal_text``
-writes each such character as its ``\\uXXXX`` escape, which is also a valid JSON escape
-of the same character, so a ``--json`` document stays the same value after it.
+(``runs.engine.rules``) writes each such character as its ``\\uXXXX`` escape, which is
+also a valid JSON escape of the same character, so a ``--json`` document stays the same
+value after it.
 """
-
-import unicodedata
 
 from django.core.management.base import BaseCommand, OutputWrapper
 
-from runs.engine.service import BIDI_CONTROLS
+# The escaping is the engine's one output rule (log lines use it too); tests and
+# commands take both names from here.
+from runs.engine.service import is_unsafe, terminal_text
 
-#: Unicode categories a terminal acts on: controls (C0, DEL, C1), lone surrogates, line
-#: and paragraph separators.
-_UNSAFE_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
-
-
-def is_unsafe(char: str) -> bool:
-    """Whether the one character ``char`` acts on a terminal (a control, a lone
-    surrogate, a line or paragraph separator or a bidirectional control)."""
-    return char in BIDI_CONTROLS or unicodedata.category(char) in _UNSAFE_CATEGORIES
-
-
-def _escape(char: str) -> str:
-    return f"\\u{ord(char):04x}"
-
-
-def terminal_text(text: object, limit: int | None = None, *, newlines: bool = False) -> str:
-    """``text`` (any value; ``str()`` of it) with every character that acts on a
-    terminal (``is_unsafe``) written as ``\\uXXXX``; ``\\n`` kept when ``newlines`` (output
-    meant to span lines). Cut to ``limit`` characters (after escaping) with ``...`` and the
-    whole length, ``"... (N characters)"``, when longer. Never raises."""
-    text = str(text)
-    text = "".join(_escape(c) if is_unsafe(c) and not (newlines and c == "\n") else c for c in text)
-    if limit is not None and len(text) > limit:
-        return f"{text[:limit]}... ({len(text)} characters)"
-    return text
+__all__ = ["TerminalSafeCommand", "TerminalSafeOutput", "is_unsafe", "terminal_text"]
 
 
 class TerminalSafeOutput(OutputWrapper):

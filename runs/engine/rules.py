@@ -26,6 +26,10 @@ non-zero exit, the console into a 400 page (its form error), the API into 422 wi
 parse anything (the API's body gate, the console's form gate, the CLI's argument gate)
 call the same functions.
 
+Output has one rule too: text shown on a terminal or in a log line (``terminal_text``)
+writes every character a terminal acts on as its ``\\uXXXX`` escape; the commands'
+output (``runs.cli.terminal``) and the log formatter (``agentops.log_format``) use it.
+
 Storage encoding is another rule: what the engine itself writes (agent output, error
 details; never an operator's reason) keeps NUL as ``values.NUL_ESCAPE``
 (``values.storable``, the checked model fields) instead of refusing it.
@@ -59,6 +63,35 @@ class InputRefused(ControlError):
 BIDI_CONTROLS = frozenset(
     chr(c) for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 )
+
+
+#: Unicode categories a terminal acts on: controls (C0, DEL, C1), lone surrogates, line
+#: and paragraph separators.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
+
+
+def is_unsafe(char: str) -> bool:
+    """Whether the one character ``char`` acts on a terminal (a control, a lone
+    surrogate, a line or paragraph separator or a bidirectional control)."""
+    return char in BIDI_CONTROLS or unicodedata.category(char) in _UNSAFE_CATEGORIES
+
+
+def _escape(char: str) -> str:
+    return f"\\u{ord(char):04x}"
+
+
+def terminal_text(text: object, limit: int | None = None, *, newlines: bool = False) -> str:
+    """``text`` (any value; ``str()`` of it) with every character that acts on a
+    terminal (``is_unsafe``: ESC would start a sequence that clears the screen, ``\\r``
+    overwrite what was printed, U+202E reverse what follows) written as ``\\uXXXX``,
+    also a valid JSON escape of the same character; ``\\n`` kept when ``newlines``
+    (output meant to span lines). Cut to ``limit`` characters (after escaping) with
+    ``...`` and the whole length, ``"... (N characters)"``, when longer. Never raises."""
+    text = str(text)
+    text = "".join(_escape(c) if is_unsafe(c) and not (newlines and c == "\n") else c for c in text)
+    if limit is not None and len(text) > limit:
+        return f"{text[:limit]}... ({len(text)} characters)"
+    return text
 
 
 def text_problem(value: Any, *, limit: int | None = None, identifier: bool = False) -> str | None:

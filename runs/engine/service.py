@@ -121,8 +121,10 @@ from runs.engine.rules import (
     MAX_REQUEST_ID_CHARS,
     InputRefused,
     check_length,
+    is_unsafe,
     number_problem,
     request_id_problem,
+    terminal_text,
     text_problem,
     value_problem,
 )
@@ -156,6 +158,8 @@ __all__ = [
     "INVALID_INPUT",
     "InputRefused",
     "text_problem",
+    "terminal_text",
+    "is_unsafe",
     "parse_json",
     "value_problem",
     # Run verbs.

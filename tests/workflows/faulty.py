@@ -105,6 +105,9 @@ def produce(ctx):
     case = ctx.input["case"]
     if case == "nul_error":
         raise StepError("DEPENDENCY_UNAVAILABLE", "bad\x00byte")
+    if case == "hostile_error":
+        # A bug's message carrying text a terminal acts on (a tool's error, say).
+        raise RuntimeError(ctx.input["text"])
     if case == "long_code":
         raise StepError("E" * 100, "a code longer than its column")
     if case == "odd_error":
