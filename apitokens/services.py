@@ -13,7 +13,7 @@ from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Now
 
 from apitokens.models import ApiToken
-from runs.engine.service import db_now
+from runs.engine.service import check_identifier, db_now
 
 TOKEN_PREFIX = "ao_"
 #: ``last_used_at`` is written at most this often per token (seconds), to keep reads cheap.
@@ -26,11 +26,15 @@ def hash_token(raw: str) -> str:
 
 
 def create_token(user, name: str = "") -> tuple[ApiToken, str]:
-    """Create a token for ``user``; returns ``(row, raw token)``. The raw token is not
-    stored anywhere: show it to the user now."""
+    """Create a token for ``user`` labelled ``name`` (``""``: no label); returns ``(row,
+    raw token)``. The raw token is not stored anywhere: show it to the user now. Raises
+    ``InputRefused`` (``invalid_input``, field ``name``) for a label the identifier rule
+    refuses (a control or bidi character, over 100 characters): nothing is created."""
+    if name:
+        check_identifier(name, "token_name", "name")
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
-        user=user, name=name[:100], prefix=raw[:10], token_hash=hash_token(raw)
+        user=user, name=name, prefix=raw[:10], token_hash=hash_token(raw)
     )
     return token, raw
 

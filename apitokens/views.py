@@ -7,20 +7,26 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from apitokens.models import ApiToken
 from apitokens.services import create_token, revoke
-from runs.console.access import unstorable_input
+from runs.console.access import refusal, unstorable_input
+from runs.engine.service import ControlError
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def tokens(request):
-    """GET: the user's tokens. POST (``name``): create one and show it once. A name
-    with NUL is a 400, as on every console form (``unstorable_input``)."""
+    """GET: the user's tokens. POST (``name``): create one and show it once. A name the
+    identifier rule refuses is a 400 naming its code, as on every console form."""
     refused = unstorable_input(request)
     if refused is not None:
         return refused
     created = None
     if request.method == "POST":
-        _, created = create_token(request.user, request.POST.get("name", "").strip())
+        try:
+            _, created = create_token(request.user, request.POST.get("name", "").strip())
+        except ControlError as exc:
+            return refusal(
+                request, title="Invalid input", message=exc.message, status=400, code=exc.code
+            )
     rows = ApiToken.objects.filter(user=request.user).order_by("-created_at", "-pk")
     return render(request, "apitokens/tokens.html", {"tokens": rows, "created": created})
 

@@ -125,9 +125,9 @@ def test_it_refuses_bad_requests_with_codes(api):
 
 def test_a_bulk_replay_names_bad_filters_and_non_finite_rates(api):
     failed_runs(1)
-    for workflow in ("nope", ""):
+    for workflow, code in (("nope", "unknown_workflow"), ("", "invalid_input")):
         bad = post(api["bob"], "/api/v1/replays", {"reason": "x", "workflow": workflow})
-        assert (bad.status_code, bad.json()["code"]) == (422, "unknown_workflow"), bad.content
+        assert (bad.status_code, bad.json()["code"]) == (422, code), bad.content
         assert "dim_lights" in bad.json()["message"]
         assert "workflow" in bad.json()["errors"]
     status = post(api["bob"], "/api/v1/replays", {"reason": "x", "status": "RUNNING"})

@@ -80,7 +80,7 @@ def test_an_iso_time_comes_back_in_utc_or_is_refused():
 def test_text_with_undecodable_bytes_surrogates_or_nul_is_refused():
     assert arguments.check_text("café", "--q") == "café"
     for bad, why in ((NOT_UTF8, "not valid UTF-8"), ("\ud800", "not valid UTF-8"), ("a\0", "NUL")):
-        with pytest.raises(CommandError, match=f"--q .*{why}.*invalid_text"):
+        with pytest.raises(CommandError, match=f"--q .*{why}.*invalid_input"):
             arguments.check_text(bad, "--q")
 
 
@@ -100,7 +100,7 @@ def test_a_blank_token_name_is_refused():
 
     get_user_model().objects.create_user("alice")
     for blank in ("", "   "):
-        with pytest.raises(CommandError, match="--name must not be blank"):
+        with pytest.raises(CommandError, match="token name must be non-empty.*invalid_input"):
             call_command("api_token", "create", "alice", "--name", blank)
     assert ApiToken.objects.count() == 0
     call_command("api_token", "create", "alice", "--name", " ci ")
@@ -122,7 +122,7 @@ def test_a_token_listing_says_when_a_user_has_none():
 #: (argv, exit status, the one line on stderr must contain)
 REFUSED = [
     (("runs", "start", "room_temperature", "--thread", NOT_UTF8, "--input", "{}"), 2,
-     "error: the value of --thread is not valid UTF-8 text: b'\\xff\\xfe' [invalid_text]"),
+     "error: the value of --thread is not valid UTF-8 text: b'\\xff\\xfe' [invalid_thread]"),
     (("runs", "start", "room_temperature", "--thread", "T", "--input",
       '{"question":"' + NOT_UTF8 + '"}'), 2, "the value of --input is not valid UTF-8"),
     (("runs", "start", "room_temperature", "--thread", "T", "--input",
@@ -185,14 +185,15 @@ REFUSED = [
     (("runs", "start", "room_temperature", "--thread", "T", "--crash-before", "nosuch"), 1,
      "room_temperature has no step 'nosuch'"),
     (("api_token", "create", "nosuch", "--name", "x" * 101), 2,
-     "argument --name: must be at most 100 characters (it has 101)"),
+     "argument --name: token name must be at most 100 characters"),
     (("api_token", "list", "nosuch"), 1, "no user 'nosuch' [unknown_user]; users: none"),
     (("approvals", "list", "--run", ""), 2, "argument --run: must not be empty"),
     (("runs", "replay", "--status", "FAILED", "--from-failed-step", "--reason", "x",
       "--error-code", ""), 2, "argument --error-code: must not be empty"),
     (("runs", "replay", "00000000-0000-0000-0000-000000000000", "--as", ""), 2,
      "argument --as: must not be empty"),
-    (("runs", "resume", "--thread", "T", "--from", ""), 2, "argument --from: must not be empty"),
+    (("runs", "resume", "--thread", "T", "--from", ""), 2,
+     "argument --from: checkpoint name must be non-empty text"),
     (("runs", "list", "--owner", ""), 2, "argument --owner: must not be empty"),
     (("runs", "list", "--q", " "), 2, "argument --q: must not be empty"),
     (("worker", "--queue", " "), 2, "argument --queue: must not be empty"),
@@ -212,7 +213,7 @@ REFUSED = [
     (("approvals", "resolve", "1", "cancel", "--reason", "r", "--as", ""), 2,
      "argument --as: must not be empty"),
     (("approvals", "resolve", "1", "resume", "--reason", "r", "--checkpoint", ""), 2,
-     "argument --checkpoint: must not be empty"),
+     "argument --checkpoint: checkpoint name must be non-empty text"),
     (("runs", "start", "room_temperature", "--thread", "T", "--crash-before", ""), 2,
      "argument --crash-before: must not be empty"),
     (("runs", "start", "dim_lights", "--thread", "T", "--crash-after-tool", ""), 2,

@@ -3,6 +3,8 @@ through the CLI, the console and the API, is refused with the same code naming t
 same field, and nothing is written (``runs.engine.rules``)."""
 
 import argparse
+import re
+from urllib.parse import quote
 
 import pytest
 from django.urls import reverse
@@ -18,6 +20,8 @@ from runs.engine.durations import duration_problem
 from runs.engine.effects.budget import limit_errors, parse_amount
 from runs.engine.effects.retry import retry_after_seconds
 from runs.engine.rules import (
+    IDENTIFIERS,
+    MAX_CHARS,
     MAX_REQUEST_ID_CHARS,
     NOT_FINITE,
     TRUE_FALSE,
@@ -54,19 +58,21 @@ def test_every_face_refuses_a_bad_value_with_one_code_and_writes_nothing(
     run = start_run("signalled", thread_id=f"rules-{kind}", input={})
     events = Event.objects.filter(run=run).count()
 
+    # An idempotency key has a code of its own on every face.
+    code = "invalid_idempotency_key" if request_id else "invalid_input"
     key = ["--request-id", request_id] if request_id else []
     status, _, err = manage_in_process(
         "runs", "signal", str(run.pk), "reading", "--payload", payload, *key
     )
     assert status in (1, 2) and len(err.splitlines()) == 1, err
-    assert "[invalid_input]" in err, err
+    assert f"[{code}]" in err, err
 
     console = clients["bob"].post(
         reverse("console:signal", args=[run.pk]),
         {"signal": "reading", "payload": payload, "request_id": request_id or "form-1"},
     )
     assert console.status_code == 400, console.content
-    assert console.refusal_code == "invalid_input"
+    assert console.refusal_code == code
 
     _, token = create_token(actors["bob"])
     api = clients["bob"].post(
@@ -77,57 +83,14 @@ def test_every_face_refuses_a_bad_value_with_one_code_and_writes_nothing(
         **({"HTTP_IDEMPOTENCY_KEY": request_id} if request_id else {}),
     )
     assert api.status_code == 422, api.content
-    if request_id:
-        # The API takes the key from a header, refused by its own header rule before
-        # any view runs (1..200 printable ASCII characters).
-        assert api.json()["code"] == "invalid_idempotency_key", api.json()
-    else:
-        assert api.json()["code"] == "invalid_input" and field in api.json()["errors"]
+    # The API takes the key from a header (1..200 printable ASCII characters).
+    assert api.json()["code"] == code, api.json()
+    if not request_id:
+        assert field in api.json()["errors"], api.json()
 
     assert Signal.objects.filter(run=run).count() == 0
     assert Event.objects.filter(run=run).count() == events
     assert not RefusedAction.objects.exists()  # 4xx input errors are not audited refusals
-
-
-@pytest.mark.parametrize("char", ["\x01", "\t", "\x1b", "\x7f", "\x9b", "\u202e", "\u2066"])
-def test_an_identifier_with_a_control_or_bidi_character_is_refused_on_every_face(
-    char,
-    actors,  # noqa: F811
-    clients,  # noqa: F811
-    manage_in_process,  # noqa: F811
-):
-    from runs.models import Message, Run
-
-    bad = f"a{char}b"
-    question = '{"question": "warm?"}'
-    status, _, err = manage_in_process(
-        "runs", "start", "room_temperature", "--thread", bad, "--input", question
-    )
-    assert status == 2 and "[invalid_thread]" in err and len(err.splitlines()) == 1, err
-    status, _, err = manage_in_process("runs", "message", "--thread", bad, "hi")
-    assert status == 2 and "[invalid_thread]" in err and len(err.splitlines()) == 1, err
-
-    run = start_run("signalled", thread_id="rules-id", input={})
-    status, _, err = manage_in_process(
-        "runs", "signal", str(run.pk), "reading", "--payload", '{"celsius": 1}', "--request-id", bad
-    )
-    assert status in (1, 2) and "[invalid_input]" in err and len(err.splitlines()) == 1, err
-
-    _, token = create_token(actors["bob"])
-    api = clients["bob"].post(
-        "/api/v1/runs",
-        {"workflow": "room_temperature", "thread_id": bad, "input": {"question": "warm?"}},
-        content_type="application/json",
-        HTTP_AUTHORIZATION=f"Bearer {token}",
-        HTTP_IDEMPOTENCY_KEY=f"id-{ord(char)}",
-    )
-    assert api.status_code == 422, api.content
-    # The engine's code for a thread id it cannot take, NUL included (a NUL is refused
-    # earlier, by the body gate every string passes, as invalid_input).
-    assert api.json()["code"] == "invalid_thread" and "thread_id" in api.json()["errors"]
-
-    assert list(Run.objects.values_list("thread__thread_id", flat=True)) == ["rules-id"]
-    assert Signal.objects.count() == 0 and Message.objects.count() == 0
 
 
 def test_free_text_keeps_its_newlines_tabs_and_escapes():
@@ -287,3 +250,207 @@ def test_one_request_id_rule_serves_the_engine_and_the_idempotency_key_header(ke
         assert (caught.value.status, caught.value.code) == (422, "invalid_idempotency_key")
     else:
         check_idempotency_key(key)
+
+
+#: kind of bad character or length: the value (``{limit}`` is the field's longest length)
+BAD_IDENTIFIERS = {
+    "nul": "a\x00b",
+    "c0": "a\x01b",
+    "del": "a\x7fb",
+    "c1": "a\x9bb",
+    "bidi": "a\u202eb",
+    "lone_surrogate": "a\ud800b",
+    "over_long": "{limit}",
+}
+
+
+def _cli_code(manage, *args) -> str:
+    status, _, err = manage(*args)
+    assert status in (1, 2) and len(err.splitlines()) == 1, err
+    return re.findall(r"\[([a-z_]+)\]", err)[-1]
+
+
+def _console_code(response) -> str:
+    assert response.status_code == 400, response.content[:300]
+    code = getattr(response, "refusal_code", None)
+    return code or re.findall(rb"\[([a-z_]+)\]", response.content)[-1].decode()
+
+
+def _api_code(response) -> str:
+    assert response.status_code in (400, 422), response.content[:300]
+    return response.json()["code"]
+
+
+def _identifier_faces(field, run, token, client, manage):
+    """``{face: send(bad value) -> the code it answered}`` for ``field``, on each face
+    that takes it."""
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    etag = client.get(f"/api/v1/runs/{run.pk}", **auth)["ETag"]
+
+    def api(path, body, **headers):
+        return _api_code(
+            client.post(path, body, content_type="application/json", **auth, **headers)
+        )
+
+    start = {"question": "warm?"}
+    signal_url = f"/api/v1/runs/{run.pk}/signals"
+    faces = {
+        "thread_id": {
+            "cli": lambda bad: _cli_code(
+                manage, "runs", "start", "room_temperature", "--thread", bad, "--input", "{}"
+            ),
+            "cli message": lambda bad: _cli_code(manage, "runs", "message", "--thread", bad, "hi"),
+            "api": lambda bad: api(
+                "/api/v1/runs",
+                {"workflow": "room_temperature", "thread_id": bad, "input": start},
+                HTTP_IDEMPOTENCY_KEY=f"t-{len(bad)}-{ord(bad[1])}",
+            ),
+        },
+        "request_id": {
+            "cli": lambda bad: _cli_code(
+                manage, "runs", "signal", str(run.pk), "reading", "--request-id", bad
+            ),
+            "console": lambda bad: _console_code(
+                client.post(
+                    reverse("console:signal", args=[run.pk]),
+                    {"signal": "reading", "payload": '{"celsius": 1}', "request_id": bad},
+                )
+            ),
+            "api": lambda bad: api(
+                f"{signal_url}/reading", {"celsius": 1}, HTTP_IDEMPOTENCY_KEY=bad
+            ),
+        },
+        "workflow": {
+            "cli": lambda bad: _cli_code(manage, "runs", "start", bad, "--thread", "w"),
+            "api": lambda bad: api(
+                "/api/v1/runs",
+                {"workflow": bad, "thread_id": "w", "input": {}},
+                HTTP_IDEMPOTENCY_KEY=f"w-{len(bad)}-{ord(bad[1])}",
+            ),
+        },
+        "signal": {
+            "cli": lambda bad: _cli_code(manage, "runs", "signal", str(run.pk), bad),
+            "console": lambda bad: _console_code(
+                client.post(
+                    reverse("console:signal", args=[run.pk]),
+                    {"signal": bad, "payload": "{}", "request_id": "s-1"},
+                )
+            ),
+            "api": lambda bad: api(f"{signal_url}/{quote(bad, safe='', errors='ignore')}", {}),
+        },
+        "checkpoint": {
+            "cli": lambda bad: _cli_code(
+                manage, "runs", "resume", str(run.pk), "--from", bad, "--reason", "r"
+            ),
+            "console": lambda bad: _console_code(
+                client.post(
+                    reverse("console:resume_preview", args=[run.pk]),
+                    {"checkpoint": bad, "preview": "1"},
+                )
+            ),
+            "api": lambda bad: api(
+                f"/api/v1/runs/{run.pk}/resume",
+                {"checkpoint": bad, "reason": "r"},
+                HTTP_IF_MATCH=etag,
+            ),
+        },
+        "step": {
+            "api": lambda bad: api(
+                f"/api/v1/runs/{run.pk}/steps/{quote(bad, safe='', errors='ignore')}/resolve",
+                {"outcome": "done", "evidence": "e"},
+                HTTP_IF_MATCH=etag,
+            ),
+            "cli": lambda bad: _cli_code(
+                manage,
+                "runs",
+                "resolve",
+                str(run.pk),
+                "--step",
+                bad,
+                "--outcome",
+                "done",
+                "--evidence",
+                "e",
+            ),
+        },
+        "schedule": {
+            "cli": lambda bad: _cli_code(
+                manage, "schedules", "add", bad, "--workflow", "signalled", "--every", "60"
+            ),
+            "api": lambda bad: api(
+                "/api/v1/schedules", {"name": bad, "workflow": "signalled", "every": 60}
+            ),
+        },
+        "token_name": {
+            "cli": lambda bad: _cli_code(manage, "api_token", "create", "bob", "--name", bad),
+            "console": lambda bad: _console_code(
+                client.post(reverse("apitokens:tokens"), {"name": bad})
+            ),
+        },
+    }
+    return faces[field]
+
+
+@pytest.mark.parametrize("field", list(IDENTIFIERS))
+def test_every_bad_character_and_length_of_an_identifier_gets_its_one_code_on_every_face(
+    field,
+    actors,  # noqa: F811
+    clients,  # noqa: F811
+    manage_in_process,  # noqa: F811
+):
+    from apitokens.models import ApiToken
+    from runs.models import Message, Run, Schedule
+
+    run = start_run("signalled", thread_id=f"ids-{field}", input={})
+    _, token = create_token(actors["bob"])
+    faces = _identifier_faces(field, run, token, clients["bob"], manage_in_process)
+    rows = (
+        Run.objects.count(),
+        Event.objects.count(),
+        Schedule.objects.count(),
+        Message.objects.count(),
+    )
+    tokens = ApiToken.objects.count()
+
+    answers = {}
+    for kind, bad in BAD_IDENTIFIERS.items():
+        bad = "x" * (IDENTIFIERS[field].limit + 1) if kind == "over_long" else bad
+        for face, send in faces.items():
+            # A form value or a URL path cannot carry a lone surrogate (not UTF-8).
+            in_path = face == "api" and field in ("signal", "step")
+            if kind == "lone_surrogate" and (face == "console" or in_path):
+                continue
+            answers[(kind, face)] = send(bad)
+    assert set(answers.values()) == {IDENTIFIERS[field].code}, answers
+    assert rows == (
+        Run.objects.count(),
+        Event.objects.count(),
+        Schedule.objects.count(),
+        Message.objects.count(),
+    )
+    assert ApiToken.objects.count() == tokens and Signal.objects.count() == 0
+
+
+@pytest.mark.parametrize("field", ["reason", "evidence"])
+def test_over_long_free_text_gets_the_engines_code_on_the_api_too(
+    field,
+    actors,  # noqa: F811
+    clients,  # noqa: F811
+):
+    run = start_run("signalled", thread_id=f"long-{field}", input={})
+    _, token = create_token(actors["bob"])
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    etag = clients["bob"].get(f"/api/v1/runs/{run.pk}", **auth)["ETag"]
+    long = "x" * (MAX_CHARS[field] + 1)
+    path, body = {
+        "reason": (f"/api/v1/runs/{run.pk}/cancel", {"reason": long}),
+        "evidence": (
+            f"/api/v1/runs/{run.pk}/steps/wait/resolve",
+            {"outcome": "done", "evidence": long},
+        ),
+    }[field]
+    api = clients["bob"].post(
+        path, body, content_type="application/json", HTTP_IF_MATCH=etag, **auth
+    )
+    assert (api.status_code, api.json()["code"]) == (422, "invalid_input"), api.content
+    assert field in api.json()["errors"], api.json()

@@ -9,7 +9,7 @@ from django.http import JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
 from runs.api.errors import as_json_error
-from runs.engine.service import InvalidJson, parse_json, text_problem
+from runs.engine.service import InvalidJson, field_code, parse_json, text_problem
 
 
 def _refuse(status: int, code: str, message: str, errors=None) -> JsonResponse:
@@ -21,9 +21,10 @@ def ApiBodyLimitMiddleware(get_response):  # noqa: N802 - named like a class in 
     """For paths under /api/: refuse bodies over ``AGENTOPS_API_MAX_BODY_BYTES`` with 413
     (by Content-Length when given, else after reading), NUL characters in the query
     string with 400, and JSON bodies holding a value no database stores faithfully (NUL,
-    a lone UTF-16 surrogate, NaN...) in any key or value with 422 ``invalid_input``
-    naming the path, before any view runs, so nothing is half-written. Works in both
-    sync and async stacks, so the SSE view stays async under ASGI."""
+    a lone UTF-16 surrogate, NaN...) in any key or value with 422 naming the path and the
+    field's code (``invalid_input``, or an identifier's own: ``field_code``), before any
+    view runs, so nothing is half-written. Works in both sync and async stacks, so the
+    SSE view stays async under ASGI."""
     if iscoroutinefunction(get_response):
 
         async def async_middleware(request):
@@ -83,7 +84,9 @@ def _refusal(request) -> JsonResponse | None:
         found = None if _ENGINE_CHECKED_BODY.match(request.path) else body_problem(body)
         if found is not None:
             field, reason = found
-            return _refuse(422, "invalid_input", f"{field}: {reason}", {field: reason})
+            # An identifier's own code (invalid_thread for a thread id), as the engine
+            # answers for its other bad characters.
+            return _refuse(422, field_code(field), f"{field}: {reason}", {field: reason})
     return None
 
 

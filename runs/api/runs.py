@@ -42,8 +42,7 @@ from runs.api.schemas import (
 )
 from runs.console.filters import RunFilter
 from runs.engine.service import (
-    MAX_CHARS,
-    MAX_NAME_CHARS,
+    check_identifier,
     check_replay,
     db_now,
     find_request,
@@ -157,9 +156,9 @@ class RunFilters(Schema):
     parameters; times are ISO datetimes."""
 
     status: RunStatus | None = None
-    workflow: str | None = Field(None, max_length=MAX_NAME_CHARS)
+    workflow: str | None = None
     version: int | None = Field(None, ge=1, le=2**31 - 1)
-    thread_id: str | None = Field(None, max_length=MAX_CHARS["thread_id"])
+    thread_id: str | None = None
     q: str | None = Field(None, max_length=200, description="run id prefix, thread id or goal text")
     stuck: bool | None = None
     has_unknown: bool | None = Field(None, description="has a step whose outcome is unknown")
@@ -195,6 +194,10 @@ class RunFilters(Schema):
 
 @router.get("/runs", response={200: RunPage, **ERRORS}, summary="List runs, newest first")
 def list_runs(request, filters: Query[RunFilters]):
+    # A filter is held to the rule of what it names, with its code (invalid_thread...).
+    for kind, value in (("workflow", filters.workflow), ("thread_id", filters.thread_id)):
+        if value is not None:
+            check_identifier(value, kind)
     runs = access.visible_runs(request.user).order_by("-created_at", "-pk")
     exact = {
         "status": filters.status,
@@ -376,7 +379,7 @@ def attempt_log(request, run_id: UUID, step_id: int, attempt: int):
 def resume_preview(
     request,
     run_id: UUID,
-    checkpoint: str = Query(..., min_length=1, max_length=120),
+    checkpoint: str = Query(...),
     reexecute: bool = False,
 ):
     """The steps that would run again, each side effect whose recorded result the resume

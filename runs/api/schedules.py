@@ -11,7 +11,6 @@ from runs.api.conditional import conditional_action
 from runs.api.errors import ApiError, error_responses
 from runs.engine import service as engine
 from runs.engine.service import (
-    MAX_NAME_CHARS,
     delete_schedule,
     describe_schedule,
     set_schedule_paused,
@@ -50,10 +49,10 @@ class ScheduleIn(Schema):
     seconds, 1 to 315,360,000: ten years; a JSON number, not text). The engine checks
     every field (``create_schedule``)."""
 
-    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    workflow: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    cron: str | None = Field(default=None, max_length=200)
-    timezone: str | None = Field(default=None, max_length=64)
+    name: str
+    workflow: str
+    cron: str | None = None
+    timezone: str | None = None
     every: StrictInt | None = None
     input: dict[str, Any] = Field(default_factory=dict)
     overlap: Literal["skip", "allow"] = "skip"

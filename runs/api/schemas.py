@@ -16,13 +16,24 @@ from runs.engine.service import (
     MAX_AMOUNTS,
     MAX_CHARS,
     MAX_EVIDENCE_CHARS,
-    MAX_NAME_CHARS,
     MAX_REASON_CHARS,
 )
 
 
 class Strict(Schema):
+    """A request body: unknown fields refused, types strict. Lengths and characters of
+    its text are not checked here: the engine's rules refuse them with the same code
+    on every face (``runs.engine.rules``; 422 ``invalid_input``, ``invalid_thread``,
+    ``reason_required``...)."""
+
     model_config = ConfigDict(extra="forbid")
+
+
+#: How every reason is described.
+REASON = (
+    f"why: 1..{MAX_REASON_CHARS} characters (422 reason_required when blank, "
+    "invalid_input when longer)"
+)
 
 
 class Error(Schema):
@@ -52,10 +63,10 @@ class BudgetIn(Strict):
 
 
 class RunCreate(Strict):
-    workflow: StrictStr = Field(
-        min_length=1, max_length=MAX_NAME_CHARS, examples=["room_temperature"]
+    workflow: StrictStr = Field(examples=["room_temperature"])
+    thread_id: StrictStr = Field(
+        examples=["t1"], description=f"1..{MAX_CHARS['thread_id']} characters, no controls"
     )
-    thread_id: StrictStr = Field(min_length=1, max_length=MAX_CHARS["thread_id"], examples=["t1"])
     input: dict[str, Any] = Field(examples=[{"question": "How warm is the living room?"}])
     budget: BudgetIn | None = None
 
@@ -265,13 +276,13 @@ class ResumePreview(Schema):
 
 
 class CancelIn(Strict):
-    reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_CHARS)
+    reason: StrictStr = Field(description=REASON)
 
 
 class ResumeIn(Strict):
-    checkpoint: StrictStr = Field(min_length=1, max_length=120)
+    checkpoint: StrictStr
     input_patch: dict[str, Any] | None = None
-    reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_CHARS)
+    reason: StrictStr = Field(description=REASON)
     reexecute: StrictBool = Field(
         False,
         description="make the side effects recorded after the checkpoint again instead of "
@@ -281,12 +292,9 @@ class ResumeIn(Strict):
 
 class ReplayIn(Strict):
     checkpoint: StrictStr | None = Field(
-        None,
-        min_length=1,
-        max_length=120,
-        description="default: the last checkpoint before the failed (or cancelled) step",
+        None, description="default: the last checkpoint before the failed (or cancelled) step"
     )
-    reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_CHARS)
+    reason: StrictStr = Field(description=REASON)
     reexecute: StrictBool = Field(
         False, description="make the recorded side effects again instead of reusing them"
     )
@@ -320,8 +328,8 @@ class BulkReplayIn(Strict):
     step) and how fast."""
 
     status: Literal["FAILED", "CANCELLED", "SUCCEEDED"] = "FAILED"
-    workflow: StrictStr | None = Field(None, max_length=MAX_NAME_CHARS)
-    error_code: StrictStr | None = Field(None, max_length=64)
+    workflow: StrictStr | None = None
+    error_code: StrictStr | None = None
     since: datetime | None = Field(None, description="created at or after (ISO time)")
     rate: float = Field(
         5.0, gt=0, le=1000, allow_inf_nan=False, description="replays started per second"
@@ -330,7 +338,7 @@ class BulkReplayIn(Strict):
     reexecute: StrictBool = False
     dry_run: StrictBool = False
     limit: StrictInt = Field(500, ge=1, le=1000)
-    reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_CHARS)
+    reason: StrictStr = Field(description=REASON)
 
 
 class BulkReplayed(Schema):
@@ -354,7 +362,7 @@ class BulkReplayOut(Schema):
 
 
 class RetryIn(Strict):
-    reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_CHARS)
+    reason: StrictStr = Field(description=REASON)
     #: Retry an unknown outcome although the latest verify answer says it happened.
     against_verify: StrictBool = False
 
@@ -362,7 +370,7 @@ class RetryIn(Strict):
 class BudgetRaiseIn(Strict):
     """Amounts to add; at least one must be positive. Bounds as ``BudgetIn``'s."""
 
-    reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_CHARS)
+    reason: StrictStr = Field(description=REASON)
     add_model_calls: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["model_calls"]))
     add_tool_calls: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["tool_calls"]))
     add_tokens: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["tokens"]))
@@ -377,7 +385,10 @@ class BudgetRaiseIn(Strict):
 
 class ResolveIn(Strict):
     outcome: Literal["done", "not-done"]
-    evidence: StrictStr = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS)
+    evidence: StrictStr = Field(
+        description=f"what you checked: 1..{MAX_EVIDENCE_CHARS} characters (422 "
+        "evidence_required when blank, invalid_input when longer)"
+    )
     result: Any = None
     #: Resolve although the latest verify answer says the opposite (recorded).
     against_verify: StrictBool = False
@@ -400,9 +411,9 @@ class ApprovalOut(Schema):
 
 class DecideIn(Strict):
     decision: Literal["approve", "reject"]
-    comment: StrictStr = Field("", max_length=MAX_COMMENT_CHARS)
+    comment: StrictStr = Field("", description=f"at most {MAX_COMMENT_CHARS} characters")
     #: An agent's tool call only: approve with these arguments instead (validated
     #: against the tool's schema: 422 ``invalid_arguments`` with field errors).
     arguments: dict[str, Any] | None = None
     #: An agent's tool call only: reject and let the model read this instead.
-    message: StrictStr = Field("", max_length=MAX_MESSAGE_CHARS)
+    message: StrictStr = Field("", description=f"at most {MAX_MESSAGE_CHARS} characters")

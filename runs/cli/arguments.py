@@ -20,11 +20,9 @@ from django.utils.dateparse import parse_date, parse_datetime
 from runs.engine import service as engine
 from runs.engine.service import (
     ControlError,
-    InputRefused,
     InvalidJson,
-    check_length,
-    check_thread_id,
-    name_problem,
+    check_identifier,
+    field_code,
     number_problem,
     parse_json,
     text_problem,
@@ -102,30 +100,44 @@ def iso_time(value: str) -> datetime:
 port = integer(1, 65535)
 
 
-def check_text(value: str, what: str) -> str:
+#: Options whose value is an identifier with a code of its own (``runs.engine.rules.
+#: IDENTIFIERS``): the argument gate refuses a NUL in them with that code, as their type
+#: refuses every other bad character.
+OPTION_FIELDS = {"--thread": "thread_id", "--request-id": "request_id"}
+
+
+def check_text(value: str, what: str, code: str = "invalid_input") -> str:
     """Return ``value`` when it is text that can be stored and printed; raises
-    ``CommandError`` naming ``what`` when it holds bytes that were not UTF-8 (Python
-    keeps them as lone surrogates), other lone surrogates, or NUL: the engine's text
-    rule (``runs.engine.rules.text_problem``), checked on every argument before argparse
-    reads any, since the engine never sees most of them (names, paths, filters)."""
+    ``CommandError`` naming ``what`` and ending ``[code]`` when it holds bytes that were
+    not UTF-8 (Python keeps them as lone surrogates), other lone surrogates, or NUL: the
+    engine's text rule (``runs.engine.rules.text_problem``), checked on every argument
+    before argparse reads any, since the engine never sees most of them (paths,
+    filters)."""
     if text_problem(value) is None:
         return value
     if "\x00" in value:
-        raise CommandError(f"{what} holds a NUL character [invalid_text]")
+        raise CommandError(f"{what} holds a NUL character [{code}]")
     try:
         shown = value.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
         shown = value.encode("utf-8", "backslashreplace")
-    raise CommandError(f"{what} is not valid UTF-8 text: {shown!r} [invalid_text]")
+    raise CommandError(f"{what} is not valid UTF-8 text: {shown!r} [{code}]")
 
 
 def check_argv(argv: list[str]) -> None:
     """Check every command-line argument with ``check_text``; raises ``CommandError``
-    naming the first bad one by its option (``the value of --thread``) or position."""
+    naming the first bad one by its option (``the value of --thread``) or position, with
+    the option's code (``field_code`` of ``OPTION_FIELDS``; ``invalid_input`` else)."""
     for position, value in enumerate(argv[1:], start=1):
         before = argv[position - 1]
-        what = f"the value of {before}" if before.startswith("--") else f"argument {position}"
-        check_text(value, what)
+        option, given, rest = value.partition("=")
+        if value.startswith("--") and given:
+            what, value = f"the value of {option}", rest
+        elif before.startswith("--"):
+            what, option = f"the value of {before}", before
+        else:
+            what, option = f"argument {position}", ""
+        check_text(value, what, field_code(OPTION_FIELDS.get(option, "")))
 
 
 def output_file(value: str) -> str:
@@ -162,25 +174,25 @@ def input_file(value: str) -> str:
     return value
 
 
-def thread_id(value: str) -> str:
-    """An argparse ``type`` for a thread id: 1..200 characters a database stores as sent
-    (``runs.engine.control.lifecycle.check_thread_id``, the check every channel makes);
-    anything else raises ``argparse.ArgumentTypeError`` ending ``[invalid_thread]``."""
-    try:
-        check_thread_id(value)
-    except ControlError as exc:
-        raise argparse.ArgumentTypeError(f"{exc.message} [{exc.code}]") from None
-    return value
+def identifier(kind: str) -> Callable[[str], str]:
+    """An argparse ``type`` for the identifier ``kind`` (a key of
+    ``runs.engine.rules.IDENTIFIERS``: ``thread_id``, ``request_id``, ``workflow``,
+    ``signal``, ``schedule``, ``step``, ``checkpoint``, ``token_name``), checked by the
+    rule every face applies (``check_identifier``); anything else raises
+    ``argparse.ArgumentTypeError`` ending with the kind's code (``[invalid_thread]``)."""
+
+    def parse(value: str) -> str:
+        try:
+            return check_identifier(value, kind)
+        except ControlError as exc:
+            raise argparse.ArgumentTypeError(f"{exc.message} [{exc.code}]") from None
+
+    parse.__name__ = kind
+    return parse
 
 
-def name(value: str) -> str:
-    """An argparse ``type`` for a schedule, signal or hook name (``runs.engine.names``:
-    letters, digits, ``.``, ``_``, ``-``, 1..100 characters); anything else raises
-    ``argparse.ArgumentTypeError`` (a usage error, exit 2)."""
-    reason = name_problem(value)
-    if reason is not None:
-        raise argparse.ArgumentTypeError(f"{value!r}: {reason}")
-    return value
+#: A thread id: 1..200 characters a database stores as sent.
+thread_id = identifier("thread_id")
 
 
 def seconds(low: int = 1) -> Callable[[str], int]:
@@ -217,33 +229,6 @@ def username(value: str) -> str:
     except ValidationError as exc:
         raise argparse.ArgumentTypeError(" ".join(exc.messages)) from None
     return value
-
-
-def column_text(model: str, field: str) -> Callable[[str], str]:
-    """An argparse ``type`` for text stored in ``field`` of ``model`` (``"app.Model"``):
-    at most the column's ``max_length`` characters (the engine's length rule,
-    ``runs.engine.rules.check_length``), so PostgreSQL never refuses it (SQLite would
-    store it whole); longer text raises ``argparse.ArgumentTypeError`` ending
-    ``[invalid_input]``."""
-
-    def parse(value: str) -> str:
-        from django.apps import apps
-
-        limit = apps.get_model(model)._meta.get_field(field).max_length
-        if limit is not None:
-            try:
-                check_length(value, field, limit)
-            except InputRefused as exc:
-                said = (
-                    f"must be at most {limit} characters (it has {len(value)})"
-                    if len(value) > limit
-                    else exc.reason
-                )
-                raise argparse.ArgumentTypeError(f"{said} [{exc.code}]") from None
-        return value
-
-    parse.__name__ = "text"
-    return parse
 
 
 def json_value(code: str = "invalid_input") -> Callable[[str], Any]:

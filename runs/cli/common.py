@@ -135,11 +135,11 @@ def add_actor_argument(parser, dest: str = "as_user") -> None:
 
 def add_request_id_argument(parser) -> None:
     """Add ``--request-id KEY``, the idempotency key of a delivery: the same key again
-    delivers nothing new. Longer than the column holds is refused by argparse."""
+    delivers nothing new. A key the idempotency key rule refuses is a usage error."""
     parser.add_argument(
         "--request-id",
         default=None,
-        type=arguments.column_text("runs.Signal", "request_id"),
+        type=arguments.identifier("request_id"),
         help="idempotency key: the same key again delivers nothing new",
     )
 

@@ -29,7 +29,7 @@ def add_arguments(parser):
         help="only runs in this state (repeat for several): " + ", ".join(RunStatus.values),
     )
     parser.add_argument(
-        "--workflow", type=arguments.required_text, help="only runs of this workflow name"
+        "--workflow", type=arguments.identifier("workflow"), help="only runs of this workflow name"
     )
     parser.add_argument(
         "--version", type=arguments.integer(1), help="only runs of this workflow version"

@@ -21,13 +21,13 @@ def add_arguments(parser):
     parser.add_argument(
         "--request-id",
         default=None,
-        type=arguments.required_text,
+        type=arguments.identifier("request_id"),
         help="client idempotency key: a resend with the same id is stored once",
     )
     parser.add_argument(
         "--workflow",
         default=None,
-        type=arguments.required_text,
+        type=arguments.identifier("workflow"),
         help="workflow of the new run (default: the thread's latest, else chat)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")

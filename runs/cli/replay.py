@@ -37,7 +37,7 @@ def add_arguments(parser):
         "--from",
         dest="checkpoint",
         metavar="CHECKPOINT",
-        type=arguments.required_text,
+        type=arguments.identifier("checkpoint"),
         default=None,
         help="start from this checkpoint (default: the last one before the failed step)",
     )
@@ -48,7 +48,10 @@ def add_arguments(parser):
         help="bulk: runs in this state (FAILED, ...)",
     )
     parser.add_argument(
-        "--workflow", default=None, type=arguments.required_text, help="bulk: of this workflow"
+        "--workflow",
+        default=None,
+        type=arguments.identifier("workflow"),
+        help="bulk: of this workflow",
     )
     parser.add_argument(
         "--error-code",

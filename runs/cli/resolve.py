@@ -10,7 +10,9 @@ help = "decide whether an UNKNOWN step's side effect happened; the run then cont
 
 def add_arguments(parser):
     parser.add_argument("run_id", help="the run's id or a unique prefix (runs list shows them)")
-    parser.add_argument("--step", required=True, help="the UNKNOWN step's name")
+    parser.add_argument(
+        "--step", required=True, type=arguments.identifier("step"), help="the UNKNOWN step's name"
+    )
     parser.add_argument(
         "--outcome",
         required=True,

@@ -36,7 +36,7 @@ def add_arguments(parser):
         "--from",
         dest="checkpoint",
         metavar="CHECKPOINT",
-        type=arguments.required_text,
+        type=arguments.identifier("checkpoint"),
         default=None,
         help="resume from this checkpoint (see `runs checkpoints RUN_ID`)",
     )

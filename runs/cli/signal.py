@@ -17,7 +17,7 @@ help = "deliver a named signal (with a JSON payload) to a run that waits for it"
 
 def add_arguments(parser):
     add_run_arguments(parser)
-    parser.add_argument("name", type=arguments.name, help="the signal's name")
+    parser.add_argument("name", type=arguments.identifier("signal"), help="the signal's name")
     parser.add_argument(
         "--payload",
         default=None,

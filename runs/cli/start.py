@@ -16,7 +16,9 @@ help = "start a run and print its id"
 
 def add_arguments(parser):
     parser.add_argument(
-        "workflow", help="a registered workflow name (python manage.py workflows lists them)"
+        "workflow",
+        type=arguments.identifier("workflow"),
+        help="a registered workflow name (python manage.py workflows lists them)",
     )
     parser.add_argument(
         "--thread",

@@ -15,7 +15,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
 from runs.console.forms import unstorable_field
-from runs.engine.service import run_etag
+from runs.engine.service import field_code, run_etag
 
 VIEW_PERM = "runs.view_run"
 OPERATE_PERM = "runs.operate_run"
@@ -77,7 +77,7 @@ def unstorable_input(request: HttpRequest) -> HttpResponse | None:
                 message=f"The field {name!r} contains a NUL character or a lone surrogate, "
                 "which cannot be stored. Nothing was done.",
                 status=400,
-                code="invalid_input",
+                code=field_code(name),
             )
     return None
 

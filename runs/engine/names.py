@@ -4,7 +4,8 @@ command line or a log line: schedule names, signal names, hook names.
 A name is 1..100 characters of ASCII letters, digits, ``.``, ``_`` and ``-``, starting
 with a letter or digit: no control characters or newlines (a forged log line), no
 ``/``, ``?`` or ``#`` (a name the API could never reach), no blank. Free-form text
-(thread ids, messages) follows ``lifecycle.text_refusal`` instead. This module imports
+(messages) and other identifiers (thread ids, checkpoint names) follow
+``runs.engine.rules`` instead. This module imports
 nothing from Django, so settings can check hook names with it.
 """
 

@@ -6,6 +6,12 @@ webhooks), each rule written once here and refused with one error class.
   read back what it sent) or a lone UTF-16 surrogate (not UTF-8), at most the field's
   length in characters (a long value is refused whole, never cut); an identifier
   (thread id, request id) also without control or bidirectional characters;
+- **identifiers** (``identifier_problem``, ``check_identifier``, the table
+  ``IDENTIFIERS``): each identifier a face takes (thread id, idempotency key, workflow,
+  signal, schedule, step and checkpoint names, API token name) has one rule and one
+  code, whatever is wrong with it (NUL, another control, DEL, bidi, a lone surrogate,
+  too long) and whichever face it came through; the faces' gates that refuse text before
+  parsing name the field's code too (``field_code``);
 - **numbers** (``number_problem``): an ``int`` or ``float`` that is finite (no NaN,
   no infinity), never ``true``/``false`` (Python's bools are ints, JSON's are not
   numbers), whole where the field wants a count, inside the field's bounds; each caller
@@ -38,10 +44,11 @@ details; never an operator's reason) keeps NUL as ``values.NUL_ESCAPE``
 import math
 import re
 import unicodedata
-from typing import Any
+from typing import Any, NamedTuple
 
 import runs.engine.state.values as values
 from runs.engine.errors import ControlError
+from runs.engine.names import MAX_NAME_CHARS, name_problem
 
 #: The code of a value the rules refuse, on every face.
 INVALID_INPUT = "invalid_input"
@@ -151,7 +158,8 @@ def check_length(text: str, field: str, limit: int) -> None:
 
 #: Longest text the engine takes from outside, in characters, per field: the engine
 #: checks these, and the faces (API schemas, console forms, CLI) take their limits from
-#: here. ``thread_id`` and ``request_id`` are the sizes of their columns.
+#: here. ``thread_id``, ``request_id`` and ``error_code`` (a filter of bulk replays) are
+#: the sizes of their columns.
 MAX_CHARS = {
     "reason": 2000,
     "evidence": 4000,
@@ -159,6 +167,7 @@ MAX_CHARS = {
     "message": 4000,
     "thread_id": 200,
     "request_id": 200,
+    "error_code": 64,
 }
 #: Longest request id (idempotency key) in characters.
 MAX_REQUEST_ID_CHARS = MAX_CHARS["request_id"]
@@ -176,6 +185,71 @@ def request_id_problem(value: Any, *, header: bool = False) -> str | None:
     if reason is None and header and not _HEADER_TEXT.fullmatch(value):
         return "must be printable ASCII without spaces"
     return reason
+
+
+class Identifier(NamedTuple):
+    """How one kind of identifier is checked: ``code``, the refusal's code on every face;
+    ``limit``, its longest length in characters; ``label``, how messages name it;
+    ``name_rule``, held to the name rule (``runs.engine.names``: ASCII letters, digits,
+    ``.``, ``_``, ``-``) instead of the identifier text rule."""
+
+    code: str
+    limit: int
+    label: str
+    name_rule: bool = False
+
+
+#: Every identifier the faces take, by the field name they take it as (the console's
+#: form field, the API's body field, the engine's keyword). A run id, approval id or
+#: takeover id is a UUID or a number, refused by its type where it is parsed.
+IDENTIFIERS = {
+    "thread_id": Identifier("invalid_thread", MAX_CHARS["thread_id"], "thread id"),
+    "request_id": Identifier("invalid_idempotency_key", MAX_REQUEST_ID_CHARS, "idempotency key"),
+    "workflow": Identifier(INVALID_INPUT, MAX_NAME_CHARS, "workflow name", name_rule=True),
+    "signal": Identifier(INVALID_INPUT, MAX_NAME_CHARS, "signal name", name_rule=True),
+    "schedule": Identifier(INVALID_INPUT, MAX_NAME_CHARS, "schedule name", name_rule=True),
+    # The sizes of their columns (Step.name, Checkpoint.name, ApiToken.name).
+    "step": Identifier(INVALID_INPUT, 100, "step name"),
+    "checkpoint": Identifier(INVALID_INPUT, 120, "checkpoint name"),
+    "token_name": Identifier(INVALID_INPUT, 100, "token name"),
+}
+
+
+def identifier_problem(value: Any, kind: str) -> str | None:
+    """Why ``value`` cannot be the identifier ``kind`` (a key of ``IDENTIFIERS``), or
+    ``None`` when it can: blank or not text, or what its rule finds (``request_id_problem``
+    for an idempotency key, ``name_problem`` for a name, else ``text_problem`` of an
+    identifier with the kind's limit). Raises ``KeyError`` for an unknown ``kind``."""
+    spec = IDENTIFIERS[kind]
+    if kind == "request_id":
+        return request_id_problem(value)
+    if not isinstance(value, str) or not value.strip():
+        return "must be non-empty text"
+    if spec.name_rule:
+        return name_problem(value)
+    return text_problem(value, limit=spec.limit, identifier=True)
+
+
+def check_identifier(value: Any, kind: str, field: str = "") -> str:
+    """``value`` when ``identifier_problem`` finds nothing; raises ``InputRefused`` with
+    the kind's code naming ``field`` (default: ``kind``) otherwise, its message naming
+    the kind and its length (``thread id must be non-empty text (1..200 characters)``)."""
+    reason = identifier_problem(value, kind)
+    if reason is not None:
+        spec = IDENTIFIERS[kind]
+        bound = "" if spec.name_rule else f" (1..{spec.limit} characters)"
+        raise InputRefused(
+            field or kind, reason, code=spec.code, message=f"{spec.label} {reason}{bound}"
+        )
+    return value
+
+
+def field_code(field: str) -> str:
+    """The code a face answers when it refuses the value of ``field`` before parsing it
+    (NUL, a lone surrogate): the identifier's code for a field in ``IDENTIFIERS``,
+    ``invalid_input`` for any other."""
+    spec = IDENTIFIERS.get(field)
+    return INVALID_INPUT if spec is None else spec.code
 
 
 #: ``number_problem``'s answers, one per way a value fails the number rule.

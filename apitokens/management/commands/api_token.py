@@ -22,7 +22,7 @@ class Command(OperatorCommand):
         create.add_argument(
             "--name",
             default=None,
-            type=arguments.column_text("apitokens.ApiToken", "name"),
+            type=arguments.identifier("token_name"),
             help="a label, e.g. the client's name (not blank)",
         )
         listing = sub.add_parser("list", help="list tokens (prefix, user, last used)")
@@ -40,13 +40,8 @@ class Command(OperatorCommand):
         getattr(self, "_" + options["action"])(options)
 
     def _create(self, options):
-        name = options["name"]
-        if name is not None and not name.strip():
-            raise CommandError(
-                "--name must not be blank (leave it out for no label) [invalid_name]"
-            )
         user = cli_user(options["username"])
-        _, raw = create_token(user, (name or "").strip())
+        _, raw = create_token(user, (options["name"] or "").strip())
         self.stdout.write(raw)
 
     def _list(self, options):

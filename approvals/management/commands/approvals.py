@@ -91,7 +91,7 @@ class Command(OperatorCommand):
         p.add_argument(
             "--checkpoint",
             default=None,
-            type=arguments.required_text,
+            type=arguments.identifier("checkpoint"),
             help="with resume: the checkpoint name",
         )
         p.add_argument("--evidence", default="", help="how you know (required for mark_done)")

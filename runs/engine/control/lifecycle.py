@@ -14,7 +14,7 @@ from runs.engine.effects.budget import limit_errors
 from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution import dispatch, liveness
-from runs.engine.rules import MAX_CHARS, text_problem, value_problem
+from runs.engine.rules import check_identifier, text_problem, value_problem
 from runs.engine.state import leases
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, record_event, run_transaction
@@ -93,6 +93,9 @@ def create_run(
     ``created`` is ``False`` when ``owner`` already has a run with ``request_id`` (then
     nothing is written; ``request_fingerprint``, stored with a new run, names the
     request). Raises what ``start_run`` raises."""
+    check_identifier(workflow, "workflow")
+    if request_id is not None:
+        check_identifier(request_id, "request_id")
     try:
         wf = registry.get(workflow, version)
     except registry.UnknownWorkflow as exc:
@@ -171,14 +174,9 @@ def text_refusal(value: Any, *, limit: int | None = None, identifier: bool = Fal
 
 
 def check_thread_id(thread_id: Any) -> None:
-    """Raises ``ControlError`` ``invalid_thread`` unless ``thread_id`` is 1..200
-    characters a database stores as sent."""
-    limit = MAX_CHARS["thread_id"]
-    reason = text_refusal(thread_id, limit=limit, identifier=True)
-    if reason is not None:
-        raise ControlError(
-            "invalid_thread", f"thread id {reason} (1..{limit} characters)", {"thread_id": reason}
-        )
+    """Raises ``InputRefused`` ``invalid_thread`` unless ``thread_id`` is 1..200
+    characters a database stores as sent (``runs.engine.rules.check_identifier``)."""
+    check_identifier(thread_id, "thread_id")
 
 
 def validate_budget(budget) -> dict[str, str]:

@@ -29,6 +29,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 
 from runs.engine.control import reuse, rewind, step_listing
 from runs.engine.control.refusals import ControlError, require_reason
+from runs.engine.rules import MAX_CHARS, check_identifier, check_text
 from runs.engine.state import checkpoints
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Run, Step
@@ -152,7 +153,10 @@ def plan_replay(run: Run, checkpoint: str | None = None, *, reexecute: bool = Fa
     """Preview replaying ``run`` from ``checkpoint`` (default: ``default_checkpoint``);
     changes nothing. Raises ``ControlError``: ``run_not_finished`` (only SUCCEEDED,
     FAILED or CANCELLED runs replay; resume a live one instead), ``unknown_checkpoint``,
-    ``nothing_to_replay``, ``unknown_workflow_version``."""
+    ``nothing_to_replay``, ``unknown_workflow_version``; ``invalid_input`` for a
+    checkpoint name that breaks the identifier rule, before anything else."""
+    if checkpoint is not None:
+        check_identifier(checkpoint, "checkpoint")
     run.refresh_from_db()
     if not command_allows("replay", run.status):
         raise ControlError(
@@ -293,6 +297,7 @@ def bulk_candidates(
     ``unknown_workflow`` (listing the registered names) for a workflow that is not
     registered, rather than matching no run."""
     if workflow is not None:
+        check_identifier(workflow, "workflow")
         try:
             registry.get(workflow)
         except registry.UnknownWorkflow as exc:
@@ -310,6 +315,8 @@ def bulk_candidates(
     )
     if workflow is not None:
         runs = runs.filter(workflow=workflow)
+    if error_code is not None:
+        check_text(error_code, "error_code", limit=MAX_CHARS["error_code"], identifier=True)
     if error_code:
         failing = Step.objects.filter(
             run=OuterRef("pk"), status=StepStatus.FAILED, error_code=error_code

@@ -35,7 +35,7 @@ from runs.engine.control.checkpoint_names import resumable_names, usable
 from runs.engine.control.refusals import ControlError, require_reason
 from runs.engine.control.step_listing import branch_groups, listing
 from runs.engine.effects.budget import usage
-from runs.engine.rules import value_problem
+from runs.engine.rules import check_identifier, value_problem
 from runs.engine.state import checkpoints
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Checkpoint, Message, Run, Step
@@ -119,7 +119,9 @@ def plan_resume(
     ``run_terminal``, ``unknown_checkpoint``, ``nothing_to_resume`` (the checkpoint is the
     end of the run), ``invalid_input`` (patch not an object, holding a value no database
     stores such as a lone surrogate or NaN, or the patched input invalid),
-    ``unknown_workflow_version``."""
+    ``unknown_workflow_version``; ``invalid_input`` for a checkpoint name that breaks the
+    identifier rule, before anything else."""
+    check_identifier(checkpoint_name, "checkpoint")
     run.refresh_from_db()
     if run.status in RUN_TERMINAL:
         raise ControlError("run_terminal", f"run is {run.status}; terminal runs do not resume")

@@ -25,8 +25,7 @@ from django.db.models.functions import Now
 from runs.engine.control.lifecycle import start_run
 from runs.engine.durations import duration_problem
 from runs.engine.errors import ControlError
-from runs.engine.names import name_problem
-from runs.engine.rules import value_problem
+from runs.engine.rules import check_identifier, value_problem
 from runs.engine.state.clock import db_now
 from runs.models import Schedule, ScheduleTick
 from runs.states import RUN_TERMINAL
@@ -91,7 +90,8 @@ def check_timing(cron: str | None, timezone: str | None, every: int | None) -> T
     zone = timezone or "UTC"
     try:
         ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
+    # OSError: a name too long for a file name (the zone database is files).
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise ControlError(
             "invalid_input", f"unknown time zone {zone!r}", {"timezone": "unknown"}
         ) from None
@@ -120,9 +120,8 @@ def create_schedule(
     each tick) with ``input`` (default ``{}``); the first tick is the first after now.
     Raises ``ControlError``: ``invalid_input`` (name, timing, input, policies),
     ``unknown_workflow``, ``schedule_exists``."""
-    reason = name_problem(name)
-    if reason is not None:
-        raise ControlError("invalid_input", f"schedule name {reason}", {"name": reason})
+    check_identifier(name, "schedule", "name")
+    check_identifier(workflow, "workflow")
     timing = check_timing(cron, timezone, every)
     input = {} if input is None else input
     try:
@@ -147,9 +146,13 @@ def create_schedule(
         raise ControlError(
             "invalid_input", "catchup must be none, latest or all", {"catchup": "invalid"}
         )
-    reason = duration_problem(catchup_window, low=1, whole=True)
-    if reason is not None:
-        raise ControlError("invalid_input", f"catchup window {reason}", {"catchup_window": reason})
+    window_problem = duration_problem(catchup_window, low=1, whole=True)
+    if window_problem is not None:
+        raise ControlError(
+            "invalid_input",
+            f"catchup window {window_problem}",
+            {"catchup_window": window_problem},
+        )
     try:
         with transaction.atomic():
             return Schedule.objects.create(
@@ -171,7 +174,9 @@ def create_schedule(
 
 
 def get_schedule(name: str) -> Schedule:
-    """The schedule ``name``; raises ``ControlError("unknown_schedule")``."""
+    """The schedule ``name``; raises ``ControlError("unknown_schedule")``, or
+    ``invalid_input`` for a name that breaks the name rule."""
+    check_identifier(name, "schedule", "name")
     schedule = Schedule.objects.filter(name=name).first()
     if schedule is None:
         known = ", ".join(Schedule.objects.values_list("name", flat=True)[:20]) or "none"

@@ -19,8 +19,7 @@ from django.db.models.functions import Now
 from jsonschema_rs import Draft202012Validator
 
 from runs.engine.errors import ControlError
-from runs.engine.names import name_problem
-from runs.engine.rules import MAX_REQUEST_ID_CHARS, check_length, check_text, value_problem
+from runs.engine.rules import check_identifier, value_problem
 from runs.engine.state.clock import db_now, deadline_in
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.models import Signal, Step
@@ -142,20 +141,19 @@ def deliver_signal(
     When the run waits for ``name`` the waiting step succeeds with
     ``{"signal", "payload", "request_id"}`` and the run goes on (past its deadline, the
     wait times out first and the signal is kept); otherwise the signal is kept for the
-    run's next wait for it. Raises ``ControlError``: ``invalid_input`` (blank or long
-    name or id, payload that fails the waiting step's schema: nothing is stored),
+    run's next wait for it. Raises ``ControlError``: ``invalid_input`` (a name
+    that breaks the name rule, a payload that fails the waiting step's schema: nothing
+    is stored), ``invalid_idempotency_key`` (a blank, long or control-bearing id),
     ``unknown_signal`` (the workflow waits for no such signal), ``run_terminal``,
     ``signal_conflict`` (the request id delivered another payload before);
     ``Run.DoesNotExist`` for an unknown run.
     """
     payload = {} if payload is None else payload
-    reason = name_problem(name)
-    if reason is not None:
-        raise ControlError("invalid_input", f"signal name {reason}", {"name": reason})
+    check_identifier(name, "signal", "name")
     request_id = (
         uuid.uuid4().hex
         if request_id is None
-        else _checked_text(request_id, "request_id", MAX_REQUEST_ID_CHARS)
+        else check_identifier(request_id, "request_id").strip()
     )
     with run_transaction(run_id) as tx:
         run = tx.run
@@ -357,13 +355,6 @@ def _oldest_kept(run_id, name: str) -> Signal | None:
 
 def _output(signal: Signal) -> dict[str, Any]:
     return {"signal": signal.name, "payload": signal.payload, "request_id": signal.request_id}
-
-
-def _checked_text(value: Any, field: str, limit: int) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ControlError("invalid_input", f"{field} must be non-blank text", {field: "required"})
-    check_length(value, field, limit)
-    return check_text(value, field, identifier=True).strip()
 
 
 __all__ = [

@@ -24,7 +24,7 @@ from django.db import IntegrityError, connection, transaction
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import check_thread_id, text_refusal
 from runs.engine.errors import ControlError
-from runs.engine.rules import request_id_problem
+from runs.engine.rules import check_identifier
 from runs.engine.state import checkpoints, gateway
 from runs.engine.state.checkpoints import initial_state
 from runs.engine.state.gateway import run_transaction
@@ -87,15 +87,15 @@ def post_message(
     """Store a user message on ``thread_id`` and start, queue or interrupt per the
     thread's policy. ``workflow`` defaults to the thread's latest run's workflow.
 
-    Raises ``ControlError`` (``invalid_message``, ``invalid_thread``, ``unknown_workflow``,
-    ``invalid_input``).
+    Raises ``ControlError`` (``invalid_message``, ``invalid_thread``,
+    ``invalid_idempotency_key``, ``unknown_workflow``, ``invalid_input``).
     """
     reason = text_refusal(content)
     if reason is not None:
         raise ControlError("invalid_message", f"message {reason}", {"content": reason})
     check_thread_id(thread_id)
-    if request_id and (reason := request_id_problem(request_id)):
-        raise ControlError("invalid_message", f"request id {reason}", {"request_id": reason})
+    if request_id:
+        check_identifier(request_id, "request_id")
     with transaction.atomic():
         thread = _locked_thread(owner, thread_id)
         if request_id:

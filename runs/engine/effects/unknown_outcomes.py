@@ -19,6 +19,7 @@ from runs.engine.control.takeovers import open_takeover
 from runs.engine.effects import ledger
 from runs.engine.errors import OutcomeUnknown
 from runs.engine.execution import dispatch
+from runs.engine.rules import check_identifier
 from runs.engine.state.gateway import run_transaction, transition_operations
 from runs.models import Event, Operation, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
@@ -203,13 +204,15 @@ def resolve_unknown(
     more). ``evidence`` (required) and ``actor`` go into the ``unknown.resolved`` event
     and the takeover's resolution. The step gets a fresh retry allowance.
 
-    Raises ``ControlError``: ``invalid_outcome``, ``evidence_required``,
-    ``invalid_input`` (evidence over ``MAX_EVIDENCE_CHARS``), ``run_terminal``,
+    Raises ``ControlError``: ``invalid_input`` (a step name that breaks the identifier
+    rule, evidence over ``MAX_EVIDENCE_CHARS``), ``invalid_outcome``, ``evidence_required``,
+    ``run_terminal``,
     ``not_allowed_in_state``, ``unknown_step``, ``step_not_unknown``, ``outcome_known``
     (a late result arrived: it cannot be "not-done"), ``contradicts_verify`` (the latest
     verify answer says the opposite and ``against_verify`` was not given; with it, the
     event records the answer gone against as ``against_verify``).
     """
+    check_identifier(step_name, "step")
     if outcome not in OUTCOMES:
         raise ControlError(
             "invalid_outcome",

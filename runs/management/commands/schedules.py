@@ -28,11 +28,15 @@ class Command(OperatorCommand):
         listing = sub.add_parser("list", help="every schedule, its next ticks and last runs")
         listing.add_argument("--json", action="store_true", help="print JSON")
         add = sub.add_parser("add", help="a new schedule")
-        add.add_argument("name", type=arguments.name, help="a unique name (letters, digits, . _ -)")
+        add.add_argument(
+            "name",
+            type=arguments.identifier("schedule"),
+            help="a unique name (letters, digits, . _ -)",
+        )
         add.add_argument(
             "--workflow",
             required=True,
-            type=arguments.required_text,
+            type=arguments.identifier("workflow"),
             help="a registered workflow (its latest version at each tick)",
         )
         timing = add.add_mutually_exclusive_group(required=True)
@@ -75,7 +79,7 @@ class Command(OperatorCommand):
             ("delete", "delete the schedule (its runs stay)"),
         ):
             sub.add_parser(action, help=text).add_argument(
-                "name", type=arguments.name, help="the schedule"
+                "name", type=arguments.identifier("schedule"), help="the schedule"
             )
 
     def handle(self, *args, action: str, **options):
