@@ -179,7 +179,8 @@ BAD_BODIES = [
     ({**BODY, "workflow": "no_such_workflow"}, 422, "unknown_workflow", "workflow"),
     ({**BODY, "surprise": 1}, 422, "invalid_request", "surprise"),
     ({**BODY, "thread_id": 5}, 422, "invalid_request", "thread_id"),
-    ({**BODY, "thread_id": ""}, 422, "invalid_request", "thread_id"),
+    # A thread id is refused with the engine's code, as on the CLI: blank, NUL or long.
+    ({**BODY, "thread_id": ""}, 422, "invalid_thread", "thread_id"),
     ({**BODY, "input": "text"}, 422, "invalid_request", "input"),
     ({**BODY, "input": {}}, 422, "invalid_input", "input.question"),
     ({**BODY, "budget": {"model_calls": -1}}, 422, "invalid_request", "budget.model_calls"),
@@ -191,7 +192,7 @@ BAD_BODIES = [
     (
         '{"workflow": "room_temperature", "thread_id": "t\\u0000", "input": {}}',
         422,
-        "invalid_input",
+        "invalid_thread",
         "thread_id",
     ),
 ]
