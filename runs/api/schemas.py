@@ -29,11 +29,13 @@ class Strict(Schema):
     model_config = ConfigDict(extra="forbid")
 
 
-#: How every reason is described.
+#: Every reason field, described with its bounds in the OpenAPI document; not checked
+#: here: the engine refuses a blank one as reason_required, a long one as invalid_input.
 REASON = (
     f"why: 1..{MAX_REASON_CHARS} characters (422 reason_required when blank, "
     "invalid_input when longer)"
 )
+REASON_BOUNDS: dict[str, Any] = {"minLength": 1, "maxLength": MAX_REASON_CHARS}
 
 
 class Error(Schema):
@@ -276,13 +278,13 @@ class ResumePreview(Schema):
 
 
 class CancelIn(Strict):
-    reason: StrictStr = Field(description=REASON)
+    reason: StrictStr = Field(description=REASON, json_schema_extra=REASON_BOUNDS)
 
 
 class ResumeIn(Strict):
     checkpoint: StrictStr
     input_patch: dict[str, Any] | None = None
-    reason: StrictStr = Field(description=REASON)
+    reason: StrictStr = Field(description=REASON, json_schema_extra=REASON_BOUNDS)
     reexecute: StrictBool = Field(
         False,
         description="make the side effects recorded after the checkpoint again instead of "
@@ -294,7 +296,7 @@ class ReplayIn(Strict):
     checkpoint: StrictStr | None = Field(
         None, description="default: the last checkpoint before the failed (or cancelled) step"
     )
-    reason: StrictStr = Field(description=REASON)
+    reason: StrictStr = Field(description=REASON, json_schema_extra=REASON_BOUNDS)
     reexecute: StrictBool = Field(
         False, description="make the recorded side effects again instead of reusing them"
     )
@@ -338,7 +340,7 @@ class BulkReplayIn(Strict):
     reexecute: StrictBool = False
     dry_run: StrictBool = False
     limit: StrictInt = Field(500, ge=1, le=1000)
-    reason: StrictStr = Field(description=REASON)
+    reason: StrictStr = Field(description=REASON, json_schema_extra=REASON_BOUNDS)
 
 
 class BulkReplayed(Schema):
@@ -362,7 +364,7 @@ class BulkReplayOut(Schema):
 
 
 class RetryIn(Strict):
-    reason: StrictStr = Field(description=REASON)
+    reason: StrictStr = Field(description=REASON, json_schema_extra=REASON_BOUNDS)
     #: Retry an unknown outcome although the latest verify answer says it happened.
     against_verify: StrictBool = False
 
@@ -370,7 +372,7 @@ class RetryIn(Strict):
 class BudgetRaiseIn(Strict):
     """Amounts to add; at least one must be positive. Bounds as ``BudgetIn``'s."""
 
-    reason: StrictStr = Field(description=REASON)
+    reason: StrictStr = Field(description=REASON, json_schema_extra=REASON_BOUNDS)
     add_model_calls: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["model_calls"]))
     add_tool_calls: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["tool_calls"]))
     add_tokens: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["tokens"]))
