@@ -25,9 +25,9 @@ from runs.console.access import (
 )
 from runs.console.actions import perform
 from runs.console.filters import ApprovalFilter, TakeoverFilter
-from runs.console.forms import InvalidInput, optional_json, required_text
+from runs.console.forms import InvalidInput, evidence_and_result, required_text
 from runs.console.paging import paginate
-from runs.engine.service import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS, with_shown_status
+from runs.engine.service import MAX_REASON_CHARS, with_shown_status
 from runs.models import Approval, Artifact, Takeover
 
 #: Artifacts previewed per approval.
@@ -300,10 +300,9 @@ def resolve_view(request, takeover_id):
         if action == "resume":
             checkpoint = (request.POST.get("checkpoint") or "").strip() or None
         if action == "mark_done":
-            evidence = required_text(
-                request.POST, "evidence", "Evidence (how you know it is done)", MAX_EVIDENCE_CHARS
+            evidence, result = evidence_and_result(
+                request.POST, "Evidence (how you know it is done)"
             )
-            result = optional_json(request.POST, "result", label="The result")
         return resolve_takeover(
             takeover,
             action=action,

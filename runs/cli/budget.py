@@ -13,29 +13,29 @@ from runs.engine.service import MAX_AMOUNTS, ControlError, raise_budget
 help = "raise a run's budget limits (and resume it if it was paused for its budget)"
 
 
+#: The engine's name of an addition -> the option that gives it.
+FLAGS = {
+    "add_model_calls": "--add-model-calls",
+    "add_tool_calls": "--add-tool-calls",
+    "add_tokens": "--add-tokens",
+    "add_cost_usd": "--add-cost",
+}
+
+
 def add_arguments(parser):
     parser.add_argument("run_id", help="the run's id or a unique prefix (runs list shows them)")
-    parser.add_argument(
-        "--add-model-calls",
-        type=arguments.integer(0, int(MAX_AMOUNTS["model_calls"])),
-        default=0,
-        metavar="N",
-        help="raise the model-call limit by N",
-    )
-    parser.add_argument(
-        "--add-tool-calls",
-        type=arguments.integer(0, int(MAX_AMOUNTS["tool_calls"])),
-        default=0,
-        metavar="N",
-        help="raise the tool-call limit by N",
-    )
-    parser.add_argument(
-        "--add-tokens",
-        type=arguments.integer(0, int(MAX_AMOUNTS["tokens"])),
-        default=0,
-        metavar="N",
-        help="raise the token limit by N",
-    )
+    for amount, limit in (
+        ("model_calls", "model-call"),
+        ("tool_calls", "tool-call"),
+        ("tokens", "token"),
+    ):
+        parser.add_argument(
+            FLAGS[f"add_{amount}"],
+            type=arguments.integer(0, int(MAX_AMOUNTS[amount])),
+            default=0,
+            metavar="N",
+            help=f"raise the {limit} limit by N",
+        )
     parser.add_argument(
         "--add-cost",
         default="0",
@@ -44,15 +44,6 @@ def add_arguments(parser):
     )
     parser.add_argument("--reason", default="", help="why (required; recorded in the audit log)")
     add_actor_argument(parser)
-
-
-#: The engine's name of an addition -> the option that gives it.
-FLAGS = {
-    "add_model_calls": "--add-model-calls",
-    "add_tool_calls": "--add-tool-calls",
-    "add_tokens": "--add-tokens",
-    "add_cost_usd": "--add-cost",
-}
 
 
 def _named_by_flags(exc: ControlError) -> ControlError:

@@ -133,6 +133,19 @@ def add_actor_argument(parser, dest: str = "as_user") -> None:
     )
 
 
+def add_checkpoint_argument(parser, help: str) -> None:
+    """Add ``--from CHECKPOINT`` (dest ``checkpoint``, default ``None``): the checkpoint
+    to resume or replay from, held to the checkpoint name rule."""
+    parser.add_argument(
+        "--from",
+        dest="checkpoint",
+        metavar="CHECKPOINT",
+        type=arguments.identifier("checkpoint"),
+        default=None,
+        help=help,
+    )
+
+
 def add_request_id_argument(parser) -> None:
     """Add ``--request-id KEY``, the idempotency key of a delivery: the same key again
     delivers nothing new. A key the idempotency key rule refuses is a usage error."""
@@ -142,6 +155,24 @@ def add_request_id_argument(parser) -> None:
         type=arguments.identifier("request_id"),
         help="idempotency key: the same key again delivers nothing new",
     )
+
+
+def deliver(options, verb: Callable[..., Any], *args: Any) -> tuple[Run, Any, str]:
+    """Deliver to the run ``options`` name (``add_run_arguments``) as the ``--as`` user
+    (``add_actor_argument``) with its ``--request-id``: ``verb(run id, *args,
+    request_id=..., actor=...)``, a signal or a deferred tool call's result. Returns
+    ``(run, delivery, again)``: the run read after the delivery, the verb's ``Delivery``
+    and ``" (delivered before with this request id)"`` for a repeat, else ``""``.
+    Raises ``CommandError`` for an engine refusal (``control_error``)."""
+    run = resolve_run(options)
+    actor = cli_actor(options["as_user"])
+    try:
+        delivery = verb(run.pk, *args, request_id=options["request_id"], actor=actor)
+    except ControlError as exc:
+        raise control_error(exc) from exc
+    run.refresh_from_db()
+    again = " (delivered before with this request id)" if delivery.duplicate else ""
+    return run, delivery, again
 
 
 def cli_actor(username: str | None, permission: str = "runs.operate_run") -> str:

@@ -7,11 +7,9 @@ from runs.cli.common import (
     add_actor_argument,
     add_request_id_argument,
     add_run_arguments,
-    cli_actor,
-    control_error,
-    resolve_run,
+    deliver,
 )
-from runs.engine.service import ControlError, deliver_tool_result
+from runs.engine.service import deliver_tool_result
 
 help = "deliver the outside result of a tool call an agent deferred (CallDeferred)"
 
@@ -32,20 +30,7 @@ def add_arguments(parser):
 
 
 def handle(command, options):
-    run = resolve_run(options)
-    actor = cli_actor(options["as_user"])
-    try:
-        delivery = deliver_tool_result(
-            run.pk,
-            options["call"],
-            options["result"],
-            request_id=options["request_id"],
-            actor=actor,
-        )
-    except ControlError as exc:
-        raise control_error(exc) from exc
-    run.refresh_from_db()
-    again = " (delivered before with this request id)" if delivery.duplicate else ""
+    run, _, again = deliver(options, deliver_tool_result, options["call"], options["result"])
     command.stdout.write(
         f"run {run.pk}: result of {options['call']} delivered{again}; run is {run.status}"
     )

@@ -16,7 +16,13 @@ import time
 from django.core.management.base import CommandError
 
 from runs.cli import arguments
-from runs.cli.common import add_actor_argument, cli_actor, control_error, resolve_run
+from runs.cli.common import (
+    add_actor_argument,
+    add_checkpoint_argument,
+    cli_actor,
+    control_error,
+    resolve_run,
+)
 from runs.cli.previews import write_side_effects
 from runs.engine.service import (
     DEFAULT_RATE,
@@ -33,13 +39,8 @@ help = "replay a finished run (or every matching one) as a new run from a checkp
 
 def add_arguments(parser):
     parser.add_argument("run_id", nargs="?", help="the run to replay (omit for a bulk replay)")
-    parser.add_argument(
-        "--from",
-        dest="checkpoint",
-        metavar="CHECKPOINT",
-        type=arguments.identifier("checkpoint"),
-        default=None,
-        help="start from this checkpoint (default: the last one before the failed step)",
+    add_checkpoint_argument(
+        parser, "start from this checkpoint (default: the last one before the failed step)"
     )
     parser.add_argument(
         "--status",

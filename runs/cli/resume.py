@@ -11,7 +11,7 @@ result is reused (with that result) and those that could repeat, and changes not
 import json
 
 from runs.cli import arguments
-from runs.cli.common import add_run_arguments, control_error, resolve_run
+from runs.cli.common import add_checkpoint_argument, add_run_arguments, control_error, resolve_run
 from runs.cli.previews import write_side_effects
 from runs.engine.service import (
     ControlError,
@@ -32,14 +32,7 @@ def add_arguments(parser):
         default=None,
         help="seconds to wait for a live lease (default: lease length + 5)",
     )
-    parser.add_argument(
-        "--from",
-        dest="checkpoint",
-        metavar="CHECKPOINT",
-        type=arguments.identifier("checkpoint"),
-        default=None,
-        help="resume from this checkpoint (see `runs checkpoints RUN_ID`)",
-    )
+    add_checkpoint_argument(parser, "resume from this checkpoint (see `runs checkpoints RUN_ID`)")
     parser.add_argument(
         "--input-patch",
         default=None,

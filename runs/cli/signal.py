@@ -6,11 +6,9 @@ from runs.cli.common import (
     add_actor_argument,
     add_request_id_argument,
     add_run_arguments,
-    cli_actor,
-    control_error,
-    resolve_run,
+    deliver,
 )
-from runs.engine.service import ControlError, deliver_signal
+from runs.engine.service import deliver_signal
 
 help = "deliver a named signal (with a JSON payload) to a run that waits for it"
 
@@ -29,21 +27,8 @@ def add_arguments(parser):
 
 
 def handle(command, options):
-    run = resolve_run(options)
-    actor = cli_actor(options["as_user"])
-    try:
-        delivery = deliver_signal(
-            run.pk,
-            options["name"],
-            options["payload"],
-            request_id=options["request_id"],
-            actor=actor,
-        )
-    except ControlError as exc:
-        raise control_error(exc) from exc
-    run.refresh_from_db()
+    run, delivery, again = deliver(options, deliver_signal, options["name"], options["payload"])
     what = "taken by the waiting step" if delivery.consumed else "kept until the run waits for it"
-    again = " (delivered before with this request id)" if delivery.duplicate else ""
     command.stdout.write(
         f"run {run.pk}: signal {options['name']} {what}{again}; run is {run.status}"
     )

@@ -282,6 +282,20 @@ TIMELINE_EVENT_LIMIT = 2000
 TIMELINE_STEP_LIMIT = 100
 
 
+def _bar(x1: float, x2: float, outcome: str, title: str) -> dict:
+    """One bar of a timeline row from pixel ``x1`` to ``x2`` (at least 2 px wide), drawn
+    as ``outcome`` with its mark (``MARKS``) just after its end; ``title`` is its
+    tooltip."""
+    return {
+        "x": x1,
+        "w": round(max(x2 - x1, 2.0), 1),
+        "outcome": outcome,
+        "mark": MARKS.get(outcome, "…"),
+        "mark_x": round(max(x2, x1 + 2.0) + 3, 1),
+        "title": title,
+    }
+
+
 @dataclass
 class Timeline:
     """The run timeline: ``rows`` (one per step: ``{label, y, bars, waits}``; bars are
@@ -399,18 +413,14 @@ def run_timeline(run: Run, now: datetime) -> Timeline:
             finish = attempt.ended_at or end
             ending = ENDINGS.get(attempt.ended_by)
             outcome = ending.drawn if ending else "running"
-            x1, x2 = x_of(begin), x_of(finish)
             lasted = _seconds(finish - begin)
             row["bars"].append(
-                {
-                    "x": x1,
-                    "w": round(max(x2 - x1, 2.0), 1),
-                    "outcome": outcome,
-                    "mark": MARKS.get(outcome, "…"),
-                    "mark_x": round(max(x2, x1 + 2.0) + 3, 1),
-                    "title": f"{step['name']} attempt {attempt.number}: {attempt.outcome}, "
-                    f"{_fmt_s(lasted)}",
-                }
+                _bar(
+                    x_of(begin),
+                    x_of(finish),
+                    outcome,
+                    f"{step['name']} attempt {attempt.number}: {attempt.outcome}, {_fmt_s(lasted)}",
+                )
             )
             table.rows.append(
                 _table_row(step["name"], f"attempt {attempt.number}", begin, finish, start, outcome)
@@ -522,16 +532,10 @@ def _branches_row(
         outcome = "running"
     else:
         outcome = "succeeded"
-    x1, x2 = x_of(begin), x_of(finish)
     row["bars"].append(
-        {
-            "x": x1,
-            "w": round(max(x2 - x1, 2.0), 1),
-            "outcome": outcome,
-            "mark": MARKS.get(outcome, "…"),
-            "mark_x": round(max(x2, x1 + 2.0) + 3, 1),
-            "title": f"{name} {what}, {_fmt_s(_seconds(finish - begin))}",
-        }
+        _bar(
+            x_of(begin), x_of(finish), outcome, f"{name} {what}, {_fmt_s(_seconds(finish - begin))}"
+        )
     )
     timeline.table.rows.append(_table_row(name, what, begin, finish, origin, outcome))
     return row

@@ -1,8 +1,17 @@
 """Small form helpers shared by the console's pages and actions."""
 
+from typing import Any
+
 from django.http import QueryDict
 
-from runs.engine.service import INVALID_INPUT, InvalidJson, parse_json, text_problem, value_problem
+from runs.engine.service import (
+    INVALID_INPUT,
+    MAX_EVIDENCE_CHARS,
+    InvalidJson,
+    parse_json,
+    text_problem,
+    value_problem,
+)
 
 
 class InvalidInput(ValueError):
@@ -58,3 +67,13 @@ def optional_json(post, name: str, *, label: str, must_be_object: bool = False):
         path, type_name, reason = found
         raise InvalidInput(f"{label} cannot be stored: at {path}, {reason} ({type_name}).")
     return value
+
+
+def evidence_and_result(post, label: str = "Evidence") -> tuple[str, Any]:
+    """``(evidence, result)`` of a form that says a side effect happened (an unknown
+    outcome resolved done, a takeover marked done): ``evidence`` required text of at
+    most ``MAX_EVIDENCE_CHARS`` (``required_text`` with ``label``), ``result`` the
+    optional JSON of the ``result`` field (``optional_json``; ``None`` when blank).
+    Raises ``InvalidInput``."""
+    evidence = required_text(post, "evidence", label, MAX_EVIDENCE_CHARS)
+    return evidence, optional_json(post, "result", label="The result")

@@ -47,57 +47,55 @@ def _run_for_action(request, run_id):
     return run, back, stale_run(request, run, request.POST.get("run_version"), back)
 
 
-@console_action(OPERATE_PERM)
-def cancel(request, run_id):
-    """Ask the run to cancel (``runs.engine.control.cancel.request_cancel``); reason required."""
+def _act_on_run(request, run_id, call, success):
+    """Perform ``call(run, actor)`` on the run ``run_id`` as the person (``perform``: the
+    ``success(result)`` notice, or the refusal page for what ``call`` or the engine
+    refused), unless the run changed since the form was shown (``stale_run``: 409)."""
     run, back, changed = _run_for_action(request, run_id)
     if changed:
         return changed
+    return perform(request, lambda: call(run, actor_of(request)), back=back, success=success)
 
-    def call():
-        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
-        return request_cancel(run, actor=actor_of(request), reason=reason)
 
-    return perform(
+def _reason(request) -> str:
+    return required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
+
+
+@console_action(OPERATE_PERM)
+def cancel(request, run_id):
+    """Ask the run to cancel (``runs.engine.control.cancel.request_cancel``); reason required."""
+    return _act_on_run(
         request,
-        call,
-        back=back,
-        success=lambda r: f"Cancel requested for run {r.pk} (now {r.status}).",
+        run_id,
+        lambda run, actor: request_cancel(run, actor=actor, reason=_reason(request)),
+        lambda r: f"Cancel requested for run {r.pk} (now {r.status}).",
     )
 
 
 @console_action(OPERATE_PERM)
 def redispatch(request, run_id):
     """Re-notify the run's open step (``redispatch``), never taking a live lease."""
-    run, back, changed = _run_for_action(request, run_id)
-    if changed:
-        return changed
-    return perform(
+    return _act_on_run(
         request,
-        lambda: engine.redispatch(run, actor=actor_of(request), wait_seconds=0),
-        back=back,
-        success=lambda s: f"Re-dispatched step {s.name} of run {run.pk}.",
+        run_id,
+        lambda run, actor: engine.redispatch(run, actor=actor, wait_seconds=0),
+        lambda s: f"Re-dispatched step {s.name} of run {s.run_id}.",
     )
 
 
 @console_action(OPERATE_PERM)
 def retry(request, run_id):
     """Re-queue the failed or unknown step of a PAUSED run (``retry_step``)."""
-    run, back, changed = _run_for_action(request, run_id)
-    if changed:
-        return changed
-
-    def call():
-        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
-        return retry_step(
+    return _act_on_run(
+        request,
+        run_id,
+        lambda run, actor: retry_step(
             run,
-            actor=actor_of(request),
-            reason=reason,
+            actor=actor,
+            reason=_reason(request),
             against_verify=request.POST.get("against_verify") == "on",
-        )
-
-    return perform(
-        request, call, back=back, success=lambda s: f"Step {s.name} of run {run.pk} queued again."
+        ),
+        lambda s: f"Step {s.name} of run {s.run_id} queued again.",
     )
 
 
@@ -105,24 +103,20 @@ def retry(request, run_id):
 def budget(request, run_id):
     """Raise the run's budget limits (``runs.engine.effects.budget.raise_budget``); a run paused
     for an exhausted budget then resumes its paused step."""
-    run, back, changed = _run_for_action(request, run_id)
-    if changed:
-        return changed
-
-    def call():
-        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
-        return raise_budget(
+    post = request.POST
+    return _act_on_run(
+        request,
+        run_id,
+        lambda run, actor: raise_budget(
             run,
-            actor=actor_of(request),
-            reason=reason,
-            add_model_calls=request.POST.get("add_model_calls") or 0,
-            add_tool_calls=request.POST.get("add_tool_calls") or 0,
-            add_cost_usd=request.POST.get("add_cost_usd") or "0",
-            add_tokens=request.POST.get("add_tokens") or 0,
-        )
-
-    return perform(
-        request, call, back=back, success=lambda r: f"Budget of run {r.pk} raised (now {r.status})."
+            actor=actor,
+            reason=_reason(request),
+            add_model_calls=post.get("add_model_calls") or 0,
+            add_tool_calls=post.get("add_tool_calls") or 0,
+            add_cost_usd=post.get("add_cost_usd") or "0",
+            add_tokens=post.get("add_tokens") or 0,
+        ),
+        lambda r: f"Budget of run {r.pk} raised (now {r.status}).",
     )
 
 
@@ -206,7 +200,7 @@ def _resume_confirm(request, run_id):
 
     def call():
         required_text(request.POST, "checkpoint", "A checkpoint")
-        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
+        reason = _reason(request)
         return resume_from_checkpoint(
             run,
             checkpoint,

@@ -64,11 +64,7 @@ class Command(OperatorCommand):
         p.add_argument("--all", action="store_true", help="resolved ones too")
         _add_listing_options(p)
         p = sub.add_parser("claim", help="take an open takeover on")
-        p.add_argument(
-            "takeover_id",
-            type=arguments.integer(1, arguments.MAX_ID),
-            help="the takeover's id (approvals takeovers shows it)",
-        )
+        _add_takeover_id(p)
         p.add_argument(
             "--as",
             dest="username",
@@ -77,11 +73,7 @@ class Command(OperatorCommand):
             help="the operator claiming it (a user holding runs.operate_run)",
         )
         p = sub.add_parser("resolve", help="resolve an open takeover")
-        p.add_argument(
-            "takeover_id",
-            type=arguments.integer(1, arguments.MAX_ID),
-            help="the takeover's id (approvals takeovers shows it)",
-        )
+        _add_takeover_id(p)
         p.add_argument(
             "action",
             choices=services.RESOLUTIONS,
@@ -179,6 +171,14 @@ class Command(OperatorCommand):
             f"takeover {takeover.pk}: {takeover.status} ({takeover.resolution}); "
             f"run is {takeover.run.status}"
         )
+
+
+def _add_takeover_id(parser) -> None:
+    parser.add_argument(
+        "takeover_id",
+        type=arguments.integer(1, arguments.MAX_ID),
+        help="the takeover's id (approvals takeovers shows it)",
+    )
 
 
 def _add_listing_options(parser) -> None:
