@@ -19,7 +19,8 @@ from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state import leases
 from runs.engine.state.gateway import run_transaction
-from runs.engine.state.store import NewRun, StepCommit, store
+from runs.engine.state.store import store
+from runs.engine.state.store_interface import NewRun, StepCommit
 from runs.models import Checkpoint, Event, Message, Run, Step
 from runs.states import StepStatus
 from runs.workflows import registry

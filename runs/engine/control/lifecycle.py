@@ -18,7 +18,8 @@ from runs.engine.rules import MAX_CHARS, text_problem, value_problem
 from runs.engine.state import leases
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, record_event, run_transaction
-from runs.engine.state.store import NewRun, store
+from runs.engine.state.store import store
+from runs.engine.state.store_interface import NewRun
 from runs.models import Message, Run, Step, Takeover
 from runs.states import (
     RUN_TERMINAL,

@@ -29,7 +29,8 @@ from runs.engine.state import checkpoints, db_faults, leases, reconnect, values
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import run_transaction
 from runs.engine.state.step_writes import insert_messages, write_messages
-from runs.engine.state.store import CLAIMED, PREPARE, Claim, StepCommit, store
+from runs.engine.state.store import store
+from runs.engine.state.store_interface import CLAIMED, PREPARE, Claim, StepCommit
 from runs.models import Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.workflows import registry

@@ -17,7 +17,7 @@ from runs.engine.state import checkpoints, concurrency, leases
 from runs.engine.state.checkpoints import initial_state
 from runs.engine.state.gateway import allocate_message_seqs, run_transaction
 from runs.engine.state.step_writes import write_messages, write_summaries
-from runs.engine.state.store import (
+from runs.engine.state.store_interface import (
     CLAIMED,
     NOT_CLAIMABLE,
     PREPARE,

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import connection
 
 from runs.engine.state import checkpoints, one_claim, one_statement
-from runs.engine.state.store import Claim, Committed, StepCommit
+from runs.engine.state.store_interface import Claim, Committed, StepCommit
 from runs.engine.state.store_orm import OrmStore, born_step
 from runs.models import Step
 from runs.states import RunStatus
