@@ -12,14 +12,14 @@ from functools import partial
 
 from django.db import transaction
 from django.db.models import F, Q
-from django.db.models.functions import Now
 
 from runs.engine.control.refusals import ControlError, require_reason
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.errors import StepError
-from runs.engine.execution import dispatch
 from runs.engine.rules import NOT_WHOLE, TRUE_FALSE, number_problem
 from runs.engine.state.gateway import run_transaction
+from runs.engine.state.store import store
+from runs.engine.state.store_interface import Due, Resolution
 from runs.models import Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
@@ -292,21 +292,19 @@ def pause_exhausted(run: Run, step, attempt: int, actor: str, exc: BudgetExhaust
     attempt. Returns ``False`` (recording ``step.commit_rejected``) when the attempt no
     longer holds the step or the run is terminal; a cancel-requested run is not paused.
     """
+    given_back = Due(
+        step,
+        actor,
+        "step.budget_exhausted",
+        {"attempt": attempt, "limit": exc.limit, "detail": exc.detail},
+        attempt=attempt,
+        # Held for the takeover: raising the budget makes it due and notifies.
+        notify=False,
+        rejected={"error_code": exc.code},
+        fields={"error_code": exc.code, "error_detail": exc.detail},
+    )
     with run_transaction(run.pk) as tx:
-        if not tx.finish_attempt(
-            step,
-            attempt,
-            StepStatus.PENDING,
-            actor=actor,
-            event_type="step.budget_exhausted",
-            rejected={"error_code": exc.code},
-            payload={"attempt": attempt, "limit": exc.limit, "detail": exc.detail},
-            owner="",
-            lease_until=None,
-            not_before=Now(),
-            error_code=exc.code,
-            error_detail=exc.detail,
-        ):
+        if not store().schedule(tx, given_back):
             return False
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return True
@@ -400,10 +398,13 @@ def raise_budget(
             actor=actor,
         )
         takeover = (
-            tx.resolve_takeover(
-                actor,
-                {"action": "resume", "reason": reason or "budget raised"},
-                cause="budget_exhausted",
+            store().resolve(
+                tx,
+                Resolution(
+                    actor,
+                    {"action": "resume", "reason": reason or "budget raised"},
+                    match={"cause": "budget_exhausted"},
+                ),
             )
             if tx.run.status == RunStatus.PAUSED
             else None
@@ -419,10 +420,8 @@ def raise_budget(
                 )
             tx.transition_run(RunStatus.RUNNING, actor=actor, reason="budget raised")
             if step.status == StepStatus.PENDING:
-                Step.objects.filter(pk=step.pk).update(
-                    not_before=Now(), notified_at=Now(), attempt_base=step.attempt
-                )
-                dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
+                # Due now, with a fresh retry allowance.
+                store().schedule(tx, Due(step, actor, fields={"attempt_base": step.attempt}))
             else:
                 # Failed for the budget: a new row of the step, as a retry makes.
                 tx.event(

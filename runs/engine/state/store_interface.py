@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from runs.models import Run, Step
+from django.db.models import Q
+
+from runs.engine.state.gateway import RunTx
+from runs.models import Operation, Run, Step
 
 #: ``Claim.outcome`` values.
 CLAIMED, NOT_CLAIMABLE, PREPARE = "claimed", "not_claimable", "prepare"
@@ -116,6 +119,82 @@ class Committed:
     run: Run | None = None
 
 
+#: ``Due.fence`` values: the attempt's whole fence (run not terminal, same generation,
+#: RUNNING at the attempt under an unexpired lease) or only its attempt (a process that
+#: lost the database, whose lease may have run out while nobody took the step).
+LEASE, ATTEMPT = "lease", "attempt"
+
+
+@dataclass
+class Due:
+    """A step for ``Store.schedule`` to make due: PENDING from ``at`` (an aware instant;
+    ``None``: now, on the database clock), with the event ``event_type`` (``payload``).
+
+    ``attempt`` set: the RUNNING attempt gives the step back behind its ``fence``
+    (``LEASE`` or ``ATTEMPT``), its lease released; a refusal writes only
+    ``step.commit_rejected`` (``worker`` and ``rejected`` in its payload). ``attempt``
+    ``None``: the step, held by nobody, moves from the status it was read with (UNKNOWN,
+    FAILED) to PENDING; a PENDING step only has its time moved (no event: the caller
+    says why in its own). ``counted`` ``False``: the attempt does not count against
+    ``max_attempts``. ``notify``: workers are told after commit (a step due later is
+    left to the sweeper). ``progress`` ``False``: the event is not the run moving on.
+    ``fields``: further plain columns (``error_code``, ``attempt_base``, ...)."""
+
+    step: Step
+    actor: str
+    event_type: str = "step.requeued"
+    payload: dict[str, Any] = field(default_factory=dict)
+    at: datetime | None = None
+    attempt: int | None = None
+    fence: str = LEASE
+    counted: bool = True
+    notify: bool = True
+    progress: bool = True
+    rejected: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Decision:
+    """An approval decision for ``Store.decide``. ``approval_id`` and its ``step_id``;
+    ``target``: APPROVED, REJECTED or EXPIRED; ``payload`` the ``approval.<target>``
+    event's; ``fields`` the row's plain columns (``decided_by``, ``decided_at``,
+    ``comment``); ``only_if`` a further condition (an expiry: past its deadline).
+    ``output``: what the waiting step succeeds with. ``recorded``: the decision was
+    stored earlier (while the run was paused): only its route is taken now."""
+
+    approval_id: int
+    step_id: int
+    target: str
+    actor: str
+    output: dict[str, Any]
+    payload: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
+    only_if: Q | None = None
+    recorded: bool = False
+
+
+@dataclass
+class Resolution:
+    """A takeover or an unknown outcome for ``Store.resolve`` to settle. ``note``:
+    ``{"action", "reason", "evidence", ...}`` of the takeover's resolution; ``takeover``
+    the one to resolve (``None``: the run's open one, if any, further narrowed by
+    ``match``, e.g. ``{"cause": ...}``); ``record`` ``False``: no ``takeover.resolved``
+    event (the caller writes its own). ``operation``: the ledger row of an unknown
+    outcome, settled to ``operation_status`` with ``operation_result`` (checked
+    storable). ``due``: the step to make due with it (``Store.schedule``)."""
+
+    actor: str
+    note: dict[str, Any]
+    takeover: Any = None
+    record: bool = True
+    match: dict[str, Any] = field(default_factory=dict)
+    operation: Operation | None = None
+    operation_status: str = ""
+    operation_result: Any = None
+    due: Due | None = None
+
+
 class Store(Protocol):
     """The moves of the execution path. Every time is the database's; every write
     behind a lease is fenced by its attempt; database errors propagate."""
@@ -169,4 +248,36 @@ class Store(Protocol):
         nothing is written; of concurrent creations with one key the unique constraint
         lets one win and the others return its run. Returns ``(run, created)``, the run
         as stored; other database errors propagate."""
+        ...
+
+    # The moves below act inside the caller's transaction on the locked run (``tx``):
+    # what they do follows from what the caller read under that lock (a retry policy's
+    # answer, an approval's status, the run's), and they compose with its other moves.
+
+    def schedule(self, tx: RunTx, due: Due) -> bool:
+        """Make ``due.step`` due at ``due.at``: a retry's backoff, a released or
+        requeued attempt, a step woken by an operator (see ``Due``); workers told after
+        commit when ``due.notify``. A new step (the next one, a timer, a woken wait's
+        successor) is scheduled by ``commit`` and the gateway's ``advance``. Returns
+        ``False`` when the fence refused or the step had moved (then only
+        ``step.commit_rejected`` is written for a fenced attempt, nothing otherwise)."""
+        ...
+
+    def decide(self, tx: RunTx, decision: Decision) -> bool:
+        """Apply an approval decision: the PENDING Approval row decided
+        (``approval.<target>``) and, while the run waits for it (WAITING_APPROVAL), the
+        waiting step SUCCEEDED with ``decision.output`` and the run continued on the
+        approval's route for it (``approve``, ``reject``, ``expire``); a reject or an
+        expiry without a route fails the run (APPROVAL_REJECTED, APPROVAL_EXPIRED).
+        Returns ``False``, writing nothing, when the approval was no longer PENDING (or
+        ``only_if`` did not hold)."""
+        ...
+
+    def resolve(self, tx: RunTx, resolution: Resolution) -> Any:
+        """Settle a takeover or an unknown outcome: the takeover RESOLVED
+        (``takeover.resolved`` unless ``record`` is ``False``), the ledger row settled
+        (when ``operation``) and the step made due (when ``due``). Returns the takeover
+        resolved, ``None`` when none was open; a named ``takeover`` no longer OPEN (a
+        stale resolution) writes nothing at all. Raises ``InvalidValue`` for an
+        operation result that cannot be stored (the caller's transaction rolls back)."""
         ...
