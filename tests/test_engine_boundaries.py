@@ -10,7 +10,8 @@
   engine's own modules import each other without any cycle;
 - the engine names no injected fault: the lab acts through the engine's hook points;
 - only the gateway writes a status, attempt, version or generation of Run, Step,
-  Approval, Takeover or Operation.
+  Approval, Takeover or Operation, and only the store's ORM backend decides an approval
+  or resolves a takeover through it.
 """
 
 import ast
@@ -329,6 +330,30 @@ def test_its_cycle_finder_sees_a_loop_hidden_in_a_function():
         if isinstance(node, ast.ImportFrom):
             graph["approvals.services"].add(f"{node.module}.{node.names[0].name}")
     assert _cycles(graph) == [{"approvals.services", "runs.engine.state.gateway"}]
+
+
+#: The gateway's moves that only the store's ORM backend calls: callers decide an
+#: approval and resolve a takeover through ``Store.decide`` and ``Store.resolve``.
+STORE_ONLY_MOVES = {"decide_approval", "resolve_takeover"}
+STORE_BACKEND = "runs.engine.state.store_orm"
+
+
+def test_it_lets_only_the_store_decide_approvals_and_resolve_takeovers():
+    offending = []
+    for name, path in MODULES.items():
+        if name in (STORE_BACKEND, "runs.engine.state.gateway"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            # A RunTx move is called on the run's transaction, ``tx`` (``services.
+            # resolve_takeover`` of the approvals app is a function of the same name).
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in STORE_ONLY_MOVES
+                and not (isinstance(node.func.value, ast.Name) and node.func.value.id != "tx")
+            ):
+                offending.append(f"{name}:{node.lineno} calls {node.func.attr}")
+    assert offending == []
 
 
 def _receiver_model(call: ast.Call) -> str | None:
