@@ -122,7 +122,8 @@ def test_a_token_listing_says_when_a_user_has_none():
 #: (argv, exit status, the one line on stderr must contain)
 REFUSED = [
     (("runs", "start", "room_temperature", "--thread", NOT_UTF8, "--input", "{}"), 2,
-     "error: the value of --thread is not valid UTF-8 text: b'\\xff\\xfe' [invalid_text]"),
+     "manage.py runs: error: the value of --thread is not valid UTF-8 text: b'\\xff\\xfe' "
+     "[invalid_text] (see manage.py runs --help)"),
     (("runs", "start", "room_temperature", "--thread", "T", "--input",
       '{"question":"' + NOT_UTF8 + '"}'), 2, "the value of --input is not valid UTF-8"),
     (("runs", "start", "room_temperature", "--thread", "T", "--input",
@@ -252,6 +253,7 @@ REFUSED = [
      "argument name: 'a b': must be 1..100 characters"),
     (("runs", "status", "--", "----"), 1,
      "CommandError: no run '----': a run id or a prefix of one has at least 4 hex digits"),
+    (("runs", "status", "----"), 1, "CommandError: no run '----': a run id or a prefix"),
     (("runs", "status", "0"), 1,
      "CommandError: no run '0': a run id or a prefix of one has at least 4 hex digits"),
     (("runs", "status"), 2, "name a run: RUN_ID or --thread THREAD"),
@@ -275,6 +277,7 @@ def manage_in_process(capsys, monkeypatch):
     monkeypatch.setattr(django, "setup", lambda: None)
     # main() makes usage errors one line for the whole process: put Django's back after.
     monkeypatch.setattr(CommandParser, "error", CommandParser.error)
+    monkeypatch.setattr(CommandParser, "_parse_optional", CommandParser._parse_optional)
     # A command run from the command line closes every connection at its end, which
     # would drop the test's database.
     monkeypatch.setattr(connections, "close_all", lambda: None)
