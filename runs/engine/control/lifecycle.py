@@ -18,7 +18,8 @@ from runs.engine.rules import MAX_CHARS, text_problem, value_problem
 from runs.engine.state import leases
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, record_event, run_transaction
-from runs.engine.state.store import NewRun, store
+from runs.engine.state.store import store
+from runs.engine.state.store_interface import NewRun, Resolution
 from runs.models import Message, Run, Step, Takeover
 from runs.states import (
     RUN_TERMINAL,
@@ -301,7 +302,15 @@ def run_status(run: Run) -> dict[str, Any]:
             str(pk) for pk in run.replays.order_by("created_at").values_list("pk", flat=True)
         ],
         **family(run),
-        "pause_progress": pause_progress(run) or None,
+        # Counted from the rows listed here, so the document never contradicts itself.
+        "pause_progress": pause_progress(
+            run,
+            running=sum(
+                (s["status"] == StepStatus.RUNNING) + s.get("branches", {}).get("RUNNING", 0)
+                for s in steps
+            ),
+        )
+        or None,
         "steps": steps,
         "result": result,
         "messages": messages,
@@ -472,9 +481,8 @@ def retry_step(
     with run_transaction(run.pk) as tx:
         if tx.run.status != RunStatus.PAUSED or tx.run.generation != failed.generation:
             raise ControlError("run_changed", "the run changed meanwhile; look again")
-        tx.resolve_takeover(
-            actor, note or {"action": "retry", "reason": reason, "evidence": ""}, takeover
-        )
+        note = note or {"action": "retry", "reason": reason, "evidence": ""}
+        store().resolve(tx, Resolution(actor, note, takeover))
         tx.transition_run(RunStatus.RUNNING, actor=actor, reason=reason)
         tx.event(
             "step.retry_requested",
@@ -523,12 +531,14 @@ def pause_run(run: Run, *, actor: str, reason: str) -> Run:
     return run
 
 
-def pause_progress(run: Run) -> str:
+def pause_progress(run: Run, *, running: int | None = None) -> str:
     """One line for people: where a requested pause of ``run`` stands, or ``""`` when
-    none is requested."""
+    none is requested. ``running``: how many of its steps run, when the caller has
+    just read them (counted here otherwise)."""
     if run.pause_requested_at is None or run.status in RUN_TERMINAL:
         return ""
-    running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).count()
+    if running is None:
+        running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).count()
     return f"{PAUSE_WAITING_MESSAGE} ({running} running)"
 
 
