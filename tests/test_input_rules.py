@@ -498,3 +498,7 @@ def test_a_console_form_that_is_not_utf8_is_refused_whole(form, arranged, client
     assert response.status_code == 400, response.content
     assert response.refusal_code == "invalid_input" and b"not valid UTF-8" in response.content
     assert _written() == before
+    if form == "field name":
+        # A page's query string is read from its bytes too.
+        page = clients[who].get("/runs/?q=a%ED%A0%80b")
+        assert (page.status_code, page.refusal_code) == (400, "invalid_input")
