@@ -25,9 +25,13 @@ from runs.console.access import (
 )
 from runs.console.actions import perform
 from runs.console.filters import ApprovalFilter, TakeoverFilter
-from runs.console.forms import InvalidInput, evidence_and_result, required_text
+from runs.console.forms import (
+    InvalidInput,
+    evidence_and_result,
+    posted_text,
+)
 from runs.console.paging import paginate
-from runs.engine.service import MAX_REASON_CHARS, with_shown_status
+from runs.engine.service import with_shown_status
 from runs.models import Approval, Artifact, Takeover
 
 #: Artifacts previewed per approval.
@@ -165,17 +169,11 @@ def decide_view(request, approval_id):
     if changed:
         return changed
     decision = request.POST.get("decision", "")
-    if decision not in DECISIONS:
-        return refusal(
-            request,
-            title="Invalid input",
-            message="Choose approve or reject.",
-            status=400,
-            back=back,
-        )
     evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
     arguments = None
-    if evidence.get("kind") == "tool_call":
+    # Another word than approve/reject goes to the engine as it is: it refuses it
+    # (``invalid_decision``) as it does from the CLI and the API.
+    if evidence.get("kind") == "tool_call" and decision in DECISIONS:
         edit = _posted_edit(request, approval, decision)
         if edit.error or edit.errors:
             return _answer_in_place(request, approval, edit, status=400)
@@ -295,14 +293,12 @@ def resolve_view(request, takeover_id):
         action = request.POST.get("action", "")
         if action not in RESOLUTIONS:
             raise InvalidInput("Choose a resolution: resume, retry, mark_done or cancel.")
-        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
+        reason = posted_text(request.POST, "reason")
         checkpoint, evidence, result = None, "", None
         if action == "resume":
             checkpoint = (request.POST.get("checkpoint") or "").strip() or None
         if action == "mark_done":
-            evidence, result = evidence_and_result(
-                request.POST, "Evidence (how you know it is done)"
-            )
+            evidence, result = evidence_and_result(request.POST)
         return resolve_takeover(
             takeover,
             action=action,

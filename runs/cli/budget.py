@@ -6,11 +6,42 @@ already; nothing is changed). Prints the limits before and after as JSON."""
 
 import json
 
-from runs.cli import arguments
 from runs.cli.common import add_actor_argument, cli_actor, control_error, resolve_run
-from runs.engine.service import MAX_AMOUNTS, ControlError, raise_budget
+from runs.engine.service import ControlError, raise_budget
 
 help = "raise a run's budget limits (and resume it if it was paused for its budget)"
+
+
+def add_arguments(parser):
+    # The amounts go to the engine as typed: it checks them (whole counts, USD, bounds)
+    # and refuses a bad one with invalid_budget, as from the console and the API.
+    parser.add_argument("run_id", help="the run's id or a unique prefix (runs list shows them)")
+    parser.add_argument(
+        "--add-model-calls",
+        default="0",
+        metavar="N",
+        help="raise the model-call limit by N",
+    )
+    parser.add_argument(
+        "--add-tool-calls",
+        default="0",
+        metavar="N",
+        help="raise the tool-call limit by N",
+    )
+    parser.add_argument(
+        "--add-tokens",
+        default="0",
+        metavar="N",
+        help="raise the token limit by N",
+    )
+    parser.add_argument(
+        "--add-cost",
+        default="0",
+        metavar="USD",
+        help="raise the cost limit by this many US dollars, e.g. 0.05",
+    )
+    parser.add_argument("--reason", default="", help="why (required; recorded in the audit log)")
+    add_actor_argument(parser)
 
 
 #: The engine's name of an addition -> the option that gives it.
@@ -20,30 +51,6 @@ FLAGS = {
     "add_tokens": "--add-tokens",
     "add_cost_usd": "--add-cost",
 }
-
-
-def add_arguments(parser):
-    parser.add_argument("run_id", help="the run's id or a unique prefix (runs list shows them)")
-    for amount, limit in (
-        ("model_calls", "model-call"),
-        ("tool_calls", "tool-call"),
-        ("tokens", "token"),
-    ):
-        parser.add_argument(
-            FLAGS[f"add_{amount}"],
-            type=arguments.integer(0, int(MAX_AMOUNTS[amount])),
-            default=0,
-            metavar="N",
-            help=f"raise the {limit} limit by N",
-        )
-    parser.add_argument(
-        "--add-cost",
-        default="0",
-        metavar="USD",
-        help="raise the cost limit by this many US dollars, e.g. 0.05",
-    )
-    parser.add_argument("--reason", default="", help="why (required; recorded in the audit log)")
-    add_actor_argument(parser)
 
 
 def _named_by_flags(exc: ControlError) -> ControlError:
