@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.control_support import (
+from tests.support.agents import SHAPES, deployment, tool_results
+from tests.support.deployment_runs import (
     approval_id,
     burst_until,
     burst_until_status,
@@ -23,7 +24,6 @@ from tests.control_support import (
     start,
     status,
 )
-from tests.support.agents import SHAPES, deployment, tool_results
 from tests.support.openai_server import ModelServer
 from tests.support.services import Deployment
 
@@ -552,8 +552,8 @@ def test_the_api_delivers_a_deferred_calls_result_once_per_key(deployment_factor
     import httpx
 
     from agentops_client import Client
-    from tests.apiserver import Server
-    from tests.apiserver import make_user as api_user
+    from tests.support.api_server import Server
+    from tests.support.api_server import make_user as api_user
 
     with ModelServer(export_brain) as server:
         d = shapes(deployment_factory, server)

@@ -12,9 +12,9 @@ from lab.sim import devices
 from runs.engine.control import lifecycle
 from runs.engine.control.preconditions import run_etag
 from runs.models import Event, Run
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
 from tests.support.api_client import in_process_client
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

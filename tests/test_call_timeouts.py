@@ -23,7 +23,7 @@ from runs.engine.execution import executor
 from runs.models import Artifact, Event, Operation, Step
 from runs.states import StepStatus
 from runs.workflows import registry
-from tests.control_support import db_rows
+from tests.support.deployment_runs import db_rows
 from tests.support.openai_server import ModelServer
 from tests.support.waiting import wait_until
 

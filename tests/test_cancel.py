@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from tests.control_support import (
+from tests.support.deployment_runs import (
     db_rows,
     events_of,
     expire_leases,

@@ -12,8 +12,8 @@ from django.urls import reverse
 from runs.console.access import form_version
 from runs.engine.control import lifecycle, refusals
 from runs.models import Approval, Checkpoint, Event, Run, Step, Takeover
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import (
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import (
     run_worker_in_process,
     start_room_temperature,
 )

@@ -16,8 +16,8 @@ from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step
 from runs.states import RunStatus, StepStatus
 from runs.views.run_detail import SECTION_SIZE
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process
 from tests.support.states import arrange
 
 pytestmark = pytest.mark.django_db

@@ -19,9 +19,9 @@ from runs.engine.state.gateway import run_transaction
 from runs.models import Approval
 from runs.stats import open_runs_series, step_outcome_series, worker_steps_series
 from runs.workflows import registry
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import work_until
 from tests.support.browser import browser, open_as  # noqa: F401 - fixtures
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import work_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

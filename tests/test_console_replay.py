@@ -9,8 +9,8 @@ from lab.sim import devices
 from runs.engine.control import lifecycle
 from runs.engine.control.replay import replay_run
 from runs.models import Event, RefusedAction, Run
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -3,7 +3,7 @@
 
 import pytest
 
-from tests.control_support import events_of, facts
+from tests.support.deployment_runs import events_of, facts
 from tests.support.services import BACKENDS
 
 QUESTION = '{"question": "How warm is the living room?"}'

@@ -16,7 +16,7 @@ from runs.engine.control.lifecycle import start_run
 from runs.engine.state import db_faults
 from runs.models import Event, Step
 from runs.states import RunStatus, StepStatus
-from tests.control_support import facts, status, step_status
+from tests.support.deployment_runs import facts, status, step_status
 from tests.support.services import require_services
 from tests.support.waiting import wait_until
 

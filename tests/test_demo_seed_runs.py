@@ -23,8 +23,8 @@ from runs.engine.execution.sweeper import sweep_once
 from runs.engine.state.clock import db_now
 from runs.models import Approval, Event, Message, Run, Step, Takeover
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
-from tests.console_helpers import device_dir, fast_passwords, run_worker_in_process
-from tests.control_support import shell_json
+from tests.support.deployment_runs import shell_json
+from tests.support.in_process import device_dir, fast_passwords, run_worker_in_process
 from tests.support.waiting import wait_until
 
 __all__ = ["device_dir", "fast_passwords"]

@@ -18,10 +18,10 @@ from lab.sim import shop
 from runs.engine.control import lifecycle
 from runs.engine.state.clock import db_now
 from runs.models import Approval, Event, Run
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
 from tests.support.browser import *  # noqa: F403 - fixtures (browser, open_as)
 from tests.support.browser import WIDTHS, axe_violations, horizontal_overflow
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,10 +15,14 @@ from lab.sim import devices
 from runs.console.access import form_version
 from runs.engine.effects.unknown_outcomes import verify_now
 from runs.models import Event, Run, Step, Takeover
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process, start_room_temperature, unknown_outcome_run
 from tests.support.browser import *  # noqa: F403 - fixtures (browser, open_as)
 from tests.support.browser import WIDTHS, axe_violations, horizontal_overflow
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import (
+    run_worker_in_process,
+    start_room_temperature,
+    unknown_outcome_run,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

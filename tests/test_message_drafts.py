@@ -7,7 +7,7 @@ import signal
 
 import httpx
 
-from tests.apiserver import Server, make_user, sse_events
+from tests.support.api_server import Server, make_user, sse_events
 
 BODY = {
     "workflow": "room_temperature",

@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 
-from tests.control_support import (
+from tests.support.deployment_runs import (
     db_rows,
     facts,
     make_user,

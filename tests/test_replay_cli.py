@@ -11,8 +11,8 @@ from django.core.management import CommandError, call_command
 from lab.sim import devices
 from runs.engine.control import lifecycle
 from runs.models import Checkpoint, Event, Operation, Run, Step
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -4,7 +4,7 @@ are re-created in a new generation with new idempotency keys."""
 
 import pytest
 
-from tests.control_support import events_of, facts, make_user, status, weekly_input
+from tests.support.deployment_runs import events_of, facts, make_user, status, weekly_input
 from tests.support.services import BACKENDS
 
 

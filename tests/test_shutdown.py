@@ -9,7 +9,7 @@ from rq import Queue
 
 from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.worker import rq_worker_class
-from tests.control_support import facts, status, step_status, weekly_input
+from tests.support.deployment_runs import facts, status, step_status, weekly_input
 from tests.support.services import BACKENDS
 from tests.support.waiting import wait_until
 

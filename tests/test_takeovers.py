@@ -2,7 +2,14 @@
 claim, retry, mark done with evidence, cancel; each resolution is an event with actor
 and reason."""
 
-from tests.control_support import events_of, facts, make_user, shell_json, status, weekly_input
+from tests.support.deployment_runs import (
+    events_of,
+    facts,
+    make_user,
+    shell_json,
+    status,
+    weekly_input,
+)
 
 
 def paused_run(d):

@@ -4,7 +4,7 @@ flagged stuck (Run.stuck_since + a run.stuck event) and listed; progress clears 
 import os
 import signal
 
-from tests.control_support import events_of, facts, step_status, weekly_input
+from tests.support.deployment_runs import events_of, facts, step_status, weekly_input
 from tests.support.waiting import wait_until
 
 

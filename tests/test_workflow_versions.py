@@ -3,7 +3,7 @@ version pauses it with an unknown_workflow_version takeover and never restarts i
 the code knows the version, resolving the takeover continues the run where it stopped.
 A registered migration upgrades an old run's checkpoint instead."""
 
-from tests.control_support import events_of, facts, status
+from tests.support.deployment_runs import events_of, facts, status
 
 OLD = {"AGENTOPS_EXTRA_WORKFLOW_MODULES": "tests.workflows.versioned_v1"}
 NEW = {

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from tests.console_helpers import PASSWORD, REPO_ROOT
+from tests.support.in_process import PASSWORD, REPO_ROOT
 
 __all__ = [
     "PATIENCE_MS",

@@ -1,5 +1,7 @@
-"""Fixtures and helpers shared by the console tests (import them with
-``from tests.console_helpers import *``).
+"""Fixtures and helpers for the tests that run the product in the test's own process,
+on pytest-django's test database: named actors and their logged-in clients, demo runs,
+and workers run in this process or as ``manage.py`` subprocesses on the same database.
+Import them with ``from tests.support.in_process import *`` (the fixtures need it).
 
 Named actors after healthchecks' habit: ``alice`` the viewer, ``bob`` the operator,
 ``carol`` the approver, and ``dave``, logged in but in no group, who may do nothing.
@@ -8,7 +10,6 @@ Named actors after healthchecks' habit: ``alice`` the viewer, ``bob`` the operat
 import os
 import subprocess
 from collections.abc import Collection
-from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -22,10 +23,9 @@ from runs.engine.control import lifecycle
 from runs.engine.execution.worker import Worker
 from runs.engine.state.clock import db_now
 from runs.models import Run, Step
-from tests.support.services import manage_argv
+from tests.support.services import REPO_ROOT, manage_argv
 from tests.support.waiting import wait_until
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "console-test-pw"
 ACTORS = {"alice": "viewer", "bob": "operator", "carol": "approver", "dave": None}
 
