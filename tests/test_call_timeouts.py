@@ -201,7 +201,7 @@ def slow_model_agent():
 
     async def slow(messages, info):
         try:
-            await asyncio.sleep(30)
+            await asyncio.sleep(30)  # the fake model hangs past the call's timeout
         except asyncio.CancelledError:
             cancelled.set()
             raise

@@ -55,7 +55,9 @@ def flaky_workflow():
 def retried_and_approved(actors, flaky_workflow):
     run = lifecycle.start_run("pictures_flaky", thread_id="P1", input={"n": 1})
     run = work_until(run, {"WAITING_APPROVAL"})
-    time.sleep(0.3)  # a visible approval wait
+    # The approver (the simulated person) takes a moment: the approval wait the timeline
+    # draws has a length, not a condition to wait for.
+    time.sleep(0.3)
     decide(Approval.objects.get(run=run), decision="approve", user=actors["carol"])
     return work_until(run, {"SUCCEEDED"})
 

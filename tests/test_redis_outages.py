@@ -103,6 +103,7 @@ def test_a_run_finishes_after_redis_was_stopped_for_ten_seconds(private_redis, d
     private_redis.stop()
     stopped_at = time.monotonic()
     approve_when_waiting(d, run_id)  # decided while Redis is down
+    # The outage's length is the simulated fault, not a wait for a condition.
     time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - stopped_at)))
     assert worker.poll() is None, d.logs(worker)
     private_redis.start()  # back on the same port, empty (no persistence)
