@@ -16,7 +16,7 @@ from runs.engine.control.lifecycle import start_run
 from runs.engine.state import db_faults
 from runs.models import Event, Step
 from runs.states import RunStatus
-from tests.support.deployment_runs import db_rows, facts, status, step_status
+from tests.support.deployment_runs import db_rows, facts, start_with_command, status, step_status
 from tests.support.services import require_services
 from tests.support.waiting import wait_until
 
@@ -64,16 +64,9 @@ def test_terminated_sessions_while_a_reply_streams_never_fail_the_run(deployment
     d = deployment_factory(
         "postgres", {**{k: v for k, v in ENV.items()}, "AGENTOPS_SIM_WORD_SECONDS": "0.3"}
     )
-    run_id = d.manage(
-        "runs",
-        "start",
-        "room_temperature",
-        "--thread",
-        "kill",
-        "--input",
-        '{"question": "How warm is the living room?"}',
-        check=True,
-    ).stdout.strip()
+    run_id = start_with_command(
+        d, "room_temperature", "kill", '{"question": "How warm is the living room?"}'
+    )
     worker = d.popen("worker", "--mode", "db")
     wait_until(
         lambda: db_rows(
@@ -107,16 +100,7 @@ def test_a_read_only_database_is_an_outage_logged_once_per_period(deployment_fac
     answers is read-only (SQLSTATE 25006). The worker backs off like after a lost
     connection, logs a few lines instead of a traceback per poll, and the run succeeds."""
     d = deployment_factory("postgres", {**ENV, "AGENTOPS_LOG_LEVEL": "WARNING"})
-    run_id = d.manage(
-        "runs",
-        "start",
-        "faulty",
-        "--thread",
-        "read-only",
-        "--input",
-        '{"case": "sleep", "seconds": "4"}',
-        check=True,
-    ).stdout.strip()
+    run_id = start_with_command(d, "faulty", "read-only", '{"case": "sleep", "seconds": "4"}')
     worker = d.popen("worker", "--mode", "db")
     wait_until(lambda: step_status(d, run_id, "produce") == "RUNNING", timeout=120, what="produce")
     with psycopg.connect(d.database_url, autocommit=True) as admin:
@@ -181,17 +165,22 @@ def _read_only_write():
         connection.close()
 
 
+def _wait_session_gone(admin: psycopg.Connection, pid: int, what: str) -> None:
+    """Wait until the server lists no session ``pid`` any more."""
+    wait_until(
+        lambda: not admin.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone(),
+        what=what,
+        timeout=30,
+    )
+
+
 def _terminated_session():
     with _pg() as victim, _pg() as admin:
         pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        wait_until(
-            lambda: not admin.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
-            ).fetchone(),
-            what="the terminated session to go",
-            timeout=30,
-        )
+        _wait_session_gone(admin, pid, "the terminated session to go")
         victim.execute("SELECT 1")
 
 
@@ -215,13 +204,7 @@ def _idle_in_transaction_timeout():
         pid = idle.execute("SELECT pg_backend_pid()").fetchone()[0]
         idle.autocommit = False
         idle.execute("SELECT 1")
-        wait_until(
-            lambda: not admin.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
-            ).fetchone(),
-            what="the idle session to time out",
-            timeout=30,
-        )
+        _wait_session_gone(admin, pid, "the idle session to time out")
         idle.execute("SELECT 1")
 
 

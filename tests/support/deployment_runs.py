@@ -15,6 +15,17 @@ from tests.support.waiting import wait_until
 
 WEEK = '{"week": "2026-W48"}'
 
+#: Deployment settings of quick worker and sweeper loops, with leases that a worker
+#: starved for seconds on a loaded machine still keeps (it treats its lease as lost after
+#: two thirds of it without a renewal): a step finishes in its first attempt, a dead
+#: worker is noticed by liveness.
+QUICK_LOOPS = {
+    "AGENTOPS_LEASE_SECONDS": 10,
+    "AGENTOPS_POLL_SECONDS": 0.2,
+    "AGENTOPS_SWEEP_SECONDS": 0.5,
+    "AGENTOPS_RENOTIFY_SECONDS": 1,
+}
+
 #: Deployment settings that register the ``branchy`` test workflows (tests/workflows/branchy.py).
 BRANCHY = {"AGENTOPS_EXTRA_WORKFLOW_MODULES": "tests.workflows.branchy"}
 
@@ -231,6 +242,15 @@ def start(d: Deployment, workflow: str, input: str, *flags) -> str:
     the run id."""
     thread = f"t-{time.monotonic_ns()}"
     return d.call("runs", "start", workflow, "--thread", thread, "--input", input, *flags).strip()
+
+
+def start_with_command(d: Deployment, workflow: str, thread: str, input: str, *flags) -> str:
+    """``manage.py runs start WORKFLOW --thread THREAD --input INPUT [FLAGS]`` in a
+    process of its own, as an operator types it; returns the run id it prints. Fails the
+    test (``subprocess.CalledProcessError``) when the command exits non-zero."""
+    return d.manage(
+        "runs", "start", workflow, "--thread", thread, "--input", input, *flags, check=True
+    ).stdout.strip()
 
 
 def start_run_in_shell(d: Deployment, workflow: str, thread: str, **input: Any) -> str:
