@@ -27,8 +27,7 @@ from runs.engine.rules import (
     request_id_problem,
 )
 from runs.models import Event, RefusedAction, Signal
-from tests.console_helpers import actors, clients, fast_passwords  # noqa: F401
-from tests.test_cli_inputs import manage_in_process  # noqa: F401
+from tests.support.in_process import actors, clients, fast_passwords  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
@@ -50,7 +49,7 @@ def test_every_face_refuses_a_bad_value_with_one_code_and_writes_nothing(
     kind,
     actors,  # noqa: F811
     clients,  # noqa: F811
-    manage_in_process,  # noqa: F811
+    manage_in_process,
 ):
     payload, request_id, field = KINDS[kind]
     run = start_run("signalled", thread_id=f"rules-{kind}", input={})
@@ -96,7 +95,7 @@ def test_an_identifier_with_a_control_or_bidi_character_is_refused_on_every_face
     char,
     actors,  # noqa: F811
     clients,  # noqa: F811
-    manage_in_process,  # noqa: F811
+    manage_in_process,
 ):
     from runs.models import Message, Run
 
@@ -142,7 +141,7 @@ def test_free_text_keeps_its_newlines_tabs_and_escapes():
 def test_a_duplicate_key_is_refused_as_invalid_json_on_every_face(
     actors,  # noqa: F811
     clients,  # noqa: F811
-    manage_in_process,  # noqa: F811
+    manage_in_process,
 ):
     run = start_run("signalled", thread_id="rules-dup", input={})
     events = Event.objects.filter(run=run).count()
@@ -186,7 +185,7 @@ def test_a_duplicate_key_is_refused_as_invalid_json_on_every_face(
 def test_a_non_finite_number_is_named_as_such_not_as_out_of_range(
     actors,  # noqa: F811
     clients,  # noqa: F811
-    manage_in_process,  # noqa: F811
+    manage_in_process,
     input,
     field,
 ):

@@ -21,8 +21,8 @@ from runs.engine.effects import rate_limits
 from runs.engine.state.gateway import run_transaction
 from runs.models import RateLimit, Run, Step
 from runs.states import RunStatus, StepStatus
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.control_support import db_rows, shell_json
+from tests.support.deployment_runs import db_rows, shell_json
+from tests.support.in_process import *  # noqa: F403 - fixtures
 from tests.support.metrics import TOKEN, scrape
 from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer
 from tests.support.states import arrange

@@ -14,9 +14,7 @@ from django.urls import reverse
 from agentops.authoring import RetryPolicy
 from lab.workflows.synthetic import WAIT_STEPS
 from runs.models import Run
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import start_room_temperature
-from tests.control_support import (
+from tests.support.deployment_runs import (
     burst_until,
     db_rows,
     events,
@@ -25,6 +23,8 @@ from tests.control_support import (
     start,
     status,
 )
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import start_room_temperature
 from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer, conversation
 from tests.support.waiting import wait_until
 

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from runs.engine.execution.slots import Slots
-from tests.control_support import db_rows, shell_json
+from tests.support.deployment_runs import db_rows, shell_json
 from tests.support.waiting import wait_until
 
 IN_FLIGHT = 50
