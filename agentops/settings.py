@@ -138,9 +138,6 @@ PG_LINK_OPTIONS = pg_link_options(
 )
 for _db in DATABASES.values():
     if _db["ENGINE"] == "django.db.backends.sqlite3":
-        # The same backend, with a process's threads queued for the one write lock
-        # (agentops/sqlite_backend/base.py).
-        _db["ENGINE"] = "agentops.sqlite_backend"
         _db["OPTIONS"] = {**SQLITE_OPTIONS, **_db.get("OPTIONS", {})}
     elif _db["ENGINE"] == "django.db.backends.postgresql":
         _db["OPTIONS"] = {**PG_LINK_OPTIONS, **_db.get("OPTIONS", {})}

@@ -1,2 +1,0 @@
-"""Django's SQLite backend with one writer queue per database file in each process
-(``base.DatabaseWrapper``)."""
