@@ -182,3 +182,21 @@ print(json.dumps(None))
         assert everyone_asked.is_set()
         assert server.count == runs * WAIT_STEPS
         assert server.connections <= slots
+
+
+def test_a_worker_warms_its_model_before_the_first_step_and_never_fails_on_it(settings, caplog):
+    """``warm`` (called by a worker before its first claim) builds the shared client and
+    model of an ``openai:`` model, sending nothing; a name that cannot be made is a
+    warning, not an error (each step that asks reports it), and ``sim`` has nothing to
+    warm."""
+    from runs.agents import providers
+    from runs.engine.effects import model_providers
+
+    settings.OPENAI_API_KEY = "test-key"
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+    assert model_providers.warm("openai:warm-test")
+    client = providers.openai_client(settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY)
+    assert providers._models[(id(client), "warm-test")].client is client
+    assert not model_providers.warm("nosuch:model")
+    assert "could not prepare model nosuch:model" in caplog.text
+    assert not model_providers.warm("sim")

@@ -23,6 +23,7 @@ from django.db import close_old_connections, connection, connections
 from django.db.models.functions import Now
 
 from agentops import db_pool
+from runs.engine.effects import model_providers
 from runs.engine.execution import dispatch, executor, progress, redis_link, sweeper
 from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.execution.identity import WorkerIdentity, new_worker_id, set_current_worker
@@ -309,6 +310,9 @@ class Worker:
         liveness = Liveness(self._register(), self.worker_id)
         liveness.start()
         try:
+            # Before the first claim: a step's first model request must not pay for
+            # loading the model's SDK, stalling every other slot's request meanwhile.
+            model_providers.warm(settings.AGENTOPS_MODEL)
             self.recover()
             if self.mode == "rq":
                 self._run_rq()
