@@ -2,9 +2,10 @@
 with RQ and with database polling, and every fault stays per step: each step commits
 once, a SIGKILL of a process holding 50 steps is recovered by liveness, SIGTERM drains
 every slot, a cancel stops only its own step, and the process keeps to its pool of
-connections; on SQLite (the embedded default) fifty slots commit each step once and
-drain on SIGTERM. Real PostgreSQL, SQLite, Redis and worker subprocesses throughout; ``bench_wait``
-steps wait for a gate file, so "in flight" is a fact the test waits for, not a bet."""
+connections and replaces those the server ended; on SQLite (the embedded default)
+fifty slots commit each step once and drain on SIGTERM. Real PostgreSQL, SQLite, Redis
+and worker subprocesses throughout; ``bench_wait`` steps wait for a gate file, so "in
+flight" is a fact the test waits for, not a bet."""
 
 import re
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from agentops import db_pool
 from runs.engine.execution.slots import Slots
 from tests.control_support import db_rows, shell_json
 from tests.support.waiting import wait_until
@@ -245,6 +247,49 @@ def test_a_process_with_a_hundred_slots_keeps_to_its_pool(deployment_factory, tm
 
     wait_until(all_done, what="every run to succeed", timeout=180, interval=0.05)
     assert 1 < peak <= pool + 1, peak
+
+
+def test_a_worker_whose_pooled_sessions_are_cut_replaces_them_and_finishes_its_steps(
+    deployment_factory, tmp_path
+):
+    # The pooled sessions only: with its liveness session cut too the worker would look
+    # dead, and handing its steps back would then be right (connection_cut drill).
+    slots = 8
+    d = deployment_factory("postgres")
+    gate = tmp_path / "gate"
+    _start_waiting_runs(d, slots, gate)
+    worker = d.popen("worker", "--concurrency", slots)
+    worker_id = wait_until(
+        lambda: (m := re.search(r"worker (\S+) mode=", d.logs(worker)[0])) and m[1],
+        what="the worker's start line",
+    )
+    wait_until(lambda: len(_running_first_steps(d)) == slots, what="every first step in flight")
+    (cut,) = db_rows(
+        d,
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE application_name = %s",
+        (f"agentops-worker {worker_id}"[:63],),
+    )[0]
+    assert cut >= 1
+    gate.touch()
+    wait_until(lambda: _all_succeeded(d, slots), what="every run to succeed", timeout=120)
+    assert _event_counts(d, "step.succeeded") == {"w1": slots, "w2": slots, "w3": slots}
+    assert {r[0] for r in db_rows(d, "SELECT attempt FROM runs_step")} == {1}
+    # The pool replaced the ended sessions before handing them out: no commit had to
+    # retry on one, and no slot lost its step to it.
+    log = "".join(d.logs(worker))
+    assert "retrying" not in log and "lost the database" not in log, log
+    assert worker.poll() is None, d.logs(worker)
+
+
+def test_a_workers_sessions_are_named_after_its_pgappname(monkeypatch):
+    # A tool that finds a process's sessions by its PGAPPNAME finds the pooled and the
+    # liveness ones too (the connection_cut drill ends them all that way).
+    monkeypatch.delenv("PGAPPNAME", raising=False)
+    assert db_pool.application_name("worker", "h:1:ab") == "agentops-worker h:1:ab"
+    monkeypatch.setenv("PGAPPNAME", "billing")
+    assert db_pool.application_name("liveness", "h:1:ab") == "billing agentops-liveness h:1:ab"
+    assert db_pool.application_name("worker", "h" * 80, prefix="") == f"agentops-worker {'h' * 47}"
 
 
 def test_an_error_in_one_slot_leaves_the_others_running():

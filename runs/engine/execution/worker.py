@@ -304,7 +304,7 @@ class Worker:
             db_pool.use_pool(
                 settings.AGENTOPS_WORKER_POOL_SIZE,
                 timeout=settings.AGENTOPS_LEASE_SECONDS,
-                name=f"agentops-worker {self.worker_id}",
+                name=db_pool.application_name("worker", self.worker_id),
             )
         liveness = Liveness(self._register(), self.worker_id)
         liveness.start()
