@@ -9,10 +9,12 @@ gives its connection back after each group of short transactions
 (``release_connection``). The liveness lock keeps its own dedicated connection, so a
 pooled worker uses at most pool size + 1 connections whatever N is.
 
-The pool checks each connection before it hands it out (one empty query): a connection
-the server ended while it sat in the pool (``pg_terminate_backend``, a server restart or
-failover) is replaced there, instead of failing the next transaction of whichever slot,
-heartbeat or liveness check drew it.
+The worker checks its idle pooled connections every few seconds (``replace_ended``):
+one the server ended while it sat in the pool (``pg_terminate_backend``, a server
+restart or failover) is replaced there, instead of failing the next transaction of
+whichever slot, heartbeat or liveness check draws it (which would then reconnect and
+retry). Checking at every checkout instead would cost a round trip each time a slot
+borrows a connection.
 
 A worker's sessions name it in ``pg_stat_activity`` (``application_name``), after the
 ``PGAPPNAME`` the process was given, so a tool that finds a process's sessions by that
@@ -51,11 +53,10 @@ def pooled() -> bool:
 def use_pool(size: int, timeout: float, name: str) -> bool:
     """Switch this process's default database to a pool of at most ``size``
     connections, each shown as ``application_name`` ``name`` in ``pg_stat_activity``
-    (see ``application_name()``) and checked before it is handed out; a thread asking
-    for one when all are out waits up to ``timeout`` seconds, then gets an
-    ``OperationalError``. Call before any thread but the caller's uses the database.
-    Returns False (and changes nothing) when the database is not PostgreSQL. Raises
-    ``ValueError`` for a size below 1."""
+    (see ``application_name()``); a thread asking for one when all are out waits up to
+    ``timeout`` seconds, then gets an ``OperationalError``. Call before any thread but
+    the caller's uses the database. Returns False (and changes nothing) when the
+    database is not PostgreSQL. Raises ``ValueError`` for a size below 1."""
     global _pooled
     if size < 1:
         raise ValueError(f"a connection pool needs at least one connection, got {size}")
@@ -66,9 +67,6 @@ def use_pool(size: int, timeout: float, name: str) -> bool:
     # Every thread's connection wrapper reads this same dict when it connects.
     settings_dict = default.settings_dict
     settings_dict["CONN_MAX_AGE"] = 0
-    # Django's pool runs psycopg_pool's check (an empty query) at every checkout when
-    # health checks are on: a connection the server ended while idle is replaced.
-    settings_dict["CONN_HEALTH_CHECKS"] = True
     settings_dict["OPTIONS"] = {
         **settings_dict.get("OPTIONS", {}),
         "application_name": name[:APPLICATION_NAME_MAX],
@@ -76,6 +74,19 @@ def use_pool(size: int, timeout: float, name: str) -> bool:
     }
     _pooled = True
     return True
+
+
+def replace_ended() -> int:
+    """Check every connection idle in this process's pool (one empty query each) and
+    replace those the server has ended, so that no slot draws a dead one. Returns how
+    many were replaced (0 when the process is not pooled). Database errors of the
+    replacements stay inside the pool (it keeps trying in its own threads)."""
+    if not _pooled:
+        return 0
+    pool = connections["default"].pool
+    lost = pool.get_stats().get("connections_lost", 0)
+    pool.check()
+    return pool.get_stats().get("connections_lost", 0) - lost
 
 
 def release_connection(*, force: bool = False) -> None:

@@ -271,12 +271,16 @@ def test_a_worker_whose_pooled_sessions_are_cut_replaces_them_and_finishes_its_s
         (f"agentops-worker {worker_id}"[:63],),
     )[0]
     assert cut >= 1
+    wait_until(
+        lambda: "connection(s) ended by the server" in d.logs(worker)[1],
+        what="the worker to replace its ended connections",
+    )
     gate.touch()
     wait_until(lambda: _all_succeeded(d, slots), what="every run to succeed", timeout=120)
     assert _event_counts(d, "step.succeeded") == {"w1": slots, "w2": slots, "w3": slots}
     assert {r[0] for r in db_rows(d, "SELECT attempt FROM runs_step")} == {1}
-    # The pool replaced the ended sessions before handing them out: no commit had to
-    # retry on one, and no slot lost its step to it.
+    # The ended sessions were replaced in the pool: no commit drew one and had to retry,
+    # no slot lost its step to one.
     log = "".join(d.logs(worker))
     assert "retrying" not in log and "lost the database" not in log, log
     assert worker.poll() is None, d.logs(worker)

@@ -374,10 +374,17 @@ class Worker:
         return len(claimed)
 
     def maintain(self) -> None:
-        """Periodic duties: worker heartbeat row, and the sweeper when this process holds
-        the sweeper's maintenance lease."""
+        """Periodic duties: the pooled connections the server ended are replaced, the
+        worker heartbeat row, and the sweeper when this process holds the sweeper's
+        maintenance lease."""
         now = time.monotonic()
         if now - self._last_beat >= 2:
+            # First: the beat below must not be the one to draw a connection found dead.
+            replaced = db_pool.replace_ended()
+            if replaced:
+                logger.warning(
+                    "replaced %s pooled database connection(s) ended by the server", replaced
+                )
             WorkerProcess.objects.filter(worker_id=self.worker_id).update(heartbeat_at=Now())
             self._last_beat = now
         if now - self._last_sweep >= settings.AGENTOPS_SWEEP_SECONDS:
