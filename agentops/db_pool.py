@@ -83,7 +83,8 @@ def replace_ended() -> int:
     replacements stay inside the pool (it keeps trying in its own threads)."""
     if not _pooled:
         return 0
-    pool = connections["default"].pool
+    # Only PostgreSQL's wrapper has a pool, and use_pool() switched it on.
+    pool = connections["default"].pool  # type: ignore[attr-defined]
     lost = pool.get_stats().get("connections_lost", 0)
     pool.check()
     return pool.get_stats().get("connections_lost", 0) - lost
