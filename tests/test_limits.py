@@ -362,6 +362,21 @@ print(json.dumps(str(run.pk)))
         d, "SELECT payload FROM runs_event WHERE type = 'step.budget_exhausted'"
     )
     assert f"parent run {parent}: tokens limit {tokens} reached" in payload["detail"]
+    ((suggestion,),) = db_rows(d, "SELECT suggested_action FROM approvals_takeover")
+    assert f"runs budget {parent} --add-tokens N" in suggestion
+
+    # Raising the parent's tokens resumes the child paused for them, and the family
+    # finishes with one more request.
+    with ModelServer(lambda body: {"content": "hello"}) as server:
+        d.env["OPENAI_BASE_URL"] = server.base_url
+        d.manage("runs", "budget", parent, "--add-tokens", str(tokens), "--reason", "more")
+        d.manage("worker", "--burst", "--mode", "db", check=True)
+        assert server.count == 1
+    statuses = sorted(r[0] for r in db_rows(d, "SELECT status FROM runs_run"))
+    assert statuses == ["SUCCEEDED"] * 3
+    assert db_rows(d, "SELECT status, resolution FROM approvals_takeover") == [
+        ("RESOLVED", "resume")
+    ]
 
 
 @pytest.mark.django_db

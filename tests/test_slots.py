@@ -160,6 +160,8 @@ def test_sigterm_lets_every_slot_finish_and_save(deployment_factory, tmp_path, m
     assert worker.wait(timeout=120) == 0, d.logs(worker)
 
     assert _event_counts(d, "step.succeeded") == {"w1": IN_FLIGHT}
+    # Its exit line counts the steps its slots finished after the stop.
+    assert f"stopped after {IN_FLIGHT} step(s)" in d.logs(worker)[0]
     steps = db_rows(d, "SELECT name, status, attempt, lease_until FROM runs_step")
     w1 = [s for s in steps if s[0] == "w1"]
     assert {(s[1], s[2], s[3]) for s in w1} == {("SUCCEEDED", 1, None)}

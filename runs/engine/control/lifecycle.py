@@ -301,7 +301,15 @@ def run_status(run: Run) -> dict[str, Any]:
             str(pk) for pk in run.replays.order_by("created_at").values_list("pk", flat=True)
         ],
         **family(run),
-        "pause_progress": pause_progress(run) or None,
+        # Counted from the rows listed here, so the document never contradicts itself.
+        "pause_progress": pause_progress(
+            run,
+            running=sum(
+                (s["status"] == StepStatus.RUNNING) + s.get("branches", {}).get("RUNNING", 0)
+                for s in steps
+            ),
+        )
+        or None,
         "steps": steps,
         "result": result,
         "messages": messages,
@@ -523,12 +531,14 @@ def pause_run(run: Run, *, actor: str, reason: str) -> Run:
     return run
 
 
-def pause_progress(run: Run) -> str:
+def pause_progress(run: Run, *, running: int | None = None) -> str:
     """One line for people: where a requested pause of ``run`` stands, or ``""`` when
-    none is requested."""
+    none is requested. ``running``: how many of its steps run, when the caller has
+    just read them (counted here otherwise)."""
     if run.pause_requested_at is None or run.status in RUN_TERMINAL:
         return ""
-    running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).count()
+    if running is None:
+        running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).count()
     return f"{PAUSE_WAITING_MESSAGE} ({running} running)"
 
 

@@ -20,7 +20,7 @@ from runs.engine.errors import StepError
 from runs.engine.execution import dispatch
 from runs.engine.rules import NOT_WHOLE, TRUE_FALSE, number_problem
 from runs.engine.state.gateway import run_transaction
-from runs.models import Run, Step
+from runs.models import Run, Step, Takeover
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
 #: ``Run.budget`` keys and the usage column each limits.
@@ -317,13 +317,7 @@ def pause_exhausted(run: Run, step, attempt: int, actor: str, exc: BudgetExhaust
             reason=f"budget exhausted: {exc.detail}",
             actor=actor,
             step=step,
-            suggested_action=(
-                f"Raise the budget: runs budget {run.pk} --add-tool-calls N "
-                "--add-model-calls N --add-tokens N --add-cost USD (the run then resumes)."
-                if exc.budget_of is None
-                else f"Raise the family's budget: runs budget {exc.budget_of} --add-tokens N "
-                "(or the limit that ran out), then retry this run's step from this takeover."
-            ),
+            suggested_action=_raise_suggestion(run.pk, exc),
             evidence={
                 "limit": exc.limit,
                 "limits": current.budget,
@@ -348,6 +342,8 @@ def raise_budget(
     PAUSED for ``budget_exhausted``, resolve that takeover and resume the step that ran
     out: a PENDING one is dispatched again, a FAILED one gets a new row (as a retry), so
     the RUNNING run always has a due step. Records ``budget.raised`` with the actor.
+    Then every descendant run paused because one of the raised limits of this run ran
+    out resumes the same way, each in its own transaction.
 
     Amounts are checked by ``parse_additions`` (whole counts, USD, 0 to
     ``MAX_AMOUNTS``). Raises ``ControlError``: ``invalid_budget`` (an amount not a
@@ -417,23 +413,77 @@ def raise_budget(
                     "the run has no step that ran out of budget to go on with; "
                     "resume it from a checkpoint instead",
                 )
-            tx.transition_run(RunStatus.RUNNING, actor=actor, reason="budget raised")
-            if step.status == StepStatus.PENDING:
-                Step.objects.filter(pk=step.pk).update(
-                    not_before=Now(), notified_at=Now(), attempt_base=step.attempt
-                )
-                dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
-            else:
-                # Failed for the budget: a new row of the step, as a retry makes.
-                tx.event(
-                    "step.retry_requested",
-                    {"step": step.name, "reason": reason, "failed_step_id": step.pk},
-                    step_id=step.pk,
-                    actor=actor,
-                )
-                tx.schedule_step(step.name, actor=actor)
+            _go_on(tx, step, actor, reason)
+    _resume_descendants(run.pk, {key for key, amount in added.items() if amount}, actor, reason)
     run.refresh_from_db()
     return run
+
+
+#: The ``runs budget`` flag that raises each ``Run.budget`` key.
+_RAISE_FLAGS = {
+    "model_calls": "--add-model-calls N",
+    "tool_calls": "--add-tool-calls N",
+    "tokens": "--add-tokens N",
+    "cost_usd": "--add-cost USD",
+}
+
+
+def _raise_suggestion(run_id, exc: BudgetExhausted) -> str:
+    """What a ``budget_exhausted`` takeover tells the operator: the ``runs budget``
+    command that raises the limit that ran out (every limit when it is not known), on
+    the run whose budget it is."""
+    flags = _RAISE_FLAGS.get(exc.limit) or " ".join(_RAISE_FLAGS.values())
+    if exc.budget_of is None:
+        return f"Raise the budget: runs budget {run_id} {flags} (the run then resumes)."
+    return (
+        f"Raise the family's budget: runs budget {exc.budget_of} {flags} (this run then resumes)."
+    )
+
+
+def _go_on(tx, step: Step, actor: str, reason: str) -> None:
+    """Inside ``tx`` (the run's transaction, its ``budget_exhausted`` takeover just
+    resolved): make the run RUNNING and ``step``, the one that ran out, due again: a
+    PENDING one dispatched as it is, a FAILED one as a new row (as a retry makes)."""
+    tx.transition_run(RunStatus.RUNNING, actor=actor, reason="budget raised")
+    if step.status == StepStatus.PENDING:
+        Step.objects.filter(pk=step.pk).update(
+            not_before=Now(), notified_at=Now(), attempt_base=step.attempt
+        )
+        dispatch.notify_on_commit(tx.run.pk, step.pk, step.attempt)
+    else:
+        tx.event(
+            "step.retry_requested",
+            {"step": step.name, "reason": reason, "failed_step_id": step.pk},
+            step_id=step.pk,
+            actor=actor,
+        )
+        tx.schedule_step(step.name, actor=actor)
+
+
+def _resume_descendants(run_id, raised: set[str], actor: str, reason: str) -> None:
+    """After ``run_id``'s limits ``raised`` went up: resume each descendant run PAUSED
+    because one of those limits of ``run_id``'s ran out (its open ``budget_exhausted``
+    takeover names ``run_id`` as ``budget_of``), each in its own transaction. A
+    descendant whose state moved meanwhile is left as it is; one whose next call is
+    still over the family's budget pauses again when it asks."""
+    waiting = Takeover.objects.filter(
+        status=Takeover.Status.OPEN,
+        cause="budget_exhausted",
+        evidence__budget_of=str(run_id),
+    ).values_list("pk", "run_id", "step_id", "evidence")
+    for takeover_id, child_id, step_id, evidence in waiting:
+        if evidence.get("limit") not in raised:
+            continue
+        with run_transaction(child_id) as tx:
+            step = _exhausted_step(tx.run, step_id)
+            if tx.run.status != RunStatus.PAUSED or step is None:
+                continue
+            if tx.resolve_takeover(
+                actor,
+                {"action": "resume", "reason": reason or "the family's budget raised"},
+                pk=takeover_id,
+            ):
+                _go_on(tx, step, actor, reason)
 
 
 def _exhausted_step(run: Run, step_id: int | None):

@@ -311,8 +311,9 @@ class Worker:
         try:
             self.recover()
             if self.mode == "rq":
-                return self._run_rq()
-            return self._run_db()
+                self._run_rq()
+            else:
+                self._run_db()
         finally:
             if self.slots.busy():
                 progress.say(f"worker {self.worker_id} stopping: {self.slots.busy()} slot(s) busy")
@@ -321,6 +322,8 @@ class Worker:
             self._unregister()
             # Last: peers may re-claim this worker's steps once the lock is gone.
             liveness.stop()
+        # Counted after the shutdown: the steps the slots finished while it waited too.
+        return self.identity.executed
 
     def recover(self) -> None:
         """Start-up recovery: reclaim expired leases and re-notify every due step."""
@@ -393,7 +396,7 @@ class Worker:
             if sweeper.acquire_maintenance_lease("sweeper", self.worker_id, ttl):
                 sweeper.sweep_once(self.worker_id)
 
-    def _run_db(self) -> int:
+    def _run_db(self) -> None:
         outage = RepeatedFailureLog(logger, "database polling")
         while not self.identity.stopping.is_set():
             if not self._wait_for_slot():
@@ -418,13 +421,12 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - one step's trouble must never end the worker
                 _handling_failed(outage, exc)
             self.identity.stopping.wait(settings.AGENTOPS_POLL_SECONDS)
-        return self.identity.executed
 
     def _wait_for_slot(self) -> bool:
         """Wait up to one poll interval for a free slot; True when there is one."""
         return self.slots.wait_free(settings.AGENTOPS_POLL_SECONDS)
 
-    def _run_rq(self) -> int:
+    def _run_rq(self) -> None:
         """Work RQ notifications. RQ gives up when Redis goes away under it (stopped,
         restarted, flushed mid-job, full); the engine does not: until Redis takes a write
         again this worker claims due steps straight from the database (the queue only
@@ -489,7 +491,6 @@ class Worker:
             identity.stopping.set()
             if maintenance:
                 maintenance.join(timeout=5)
-        return identity.executed
 
     def _work_from_db_until(self, redis_refusal, delay: float) -> float:
         """Database polling until ``redis_refusal()`` is ``None`` (Redis takes writes),
