@@ -287,7 +287,8 @@ def test_it_reclaims_an_expired_lease_in_the_one_statement_claim(
     from django.db.models.functions import Now
     from django.test.utils import CaptureQueriesContext
 
-    from runs.engine.state.store import CLAIMED, NOT_CLAIMABLE, store
+    from runs.engine.state.store import store
+    from runs.engine.state.store_interface import CLAIMED, NOT_CLAIMABLE
     from tests.support.states import arrange
 
     _postgresql_only()
@@ -322,7 +323,8 @@ def test_it_reclaims_an_expired_lease_in_the_one_statement_claim(
 
 
 def test_it_leaves_an_unknown_workflow_version_to_the_process_to_prepare(loop_workflow, worker):
-    from runs.engine.state.store import PREPARE, store
+    from runs.engine.state.store import store
+    from runs.engine.state.store_interface import PREPARE
 
     _postgresql_only()
     run = start_run("checkpoint_loop_test", thread_id="claim-unknown", input={"n": 1})

@@ -8,20 +8,32 @@ and each test asserts the same outcome of both.
 
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models import Q
 from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state import leases
+from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import run_transaction
-from runs.engine.state.store import NewRun, StepCommit, store
-from runs.models import Checkpoint, Event, Message, Run, Step
-from runs.states import StepStatus
+from runs.engine.state.store import store
+from runs.engine.state.store_interface import (
+    ATTEMPT,
+    Decision,
+    Due,
+    NewRun,
+    Resolution,
+    StepCommit,
+)
+from runs.engine.state.values import InvalidValue
+from runs.models import Approval, Checkpoint, Event, Message, Operation, Run, Step, Takeover
+from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
 from tests.support.services import make_deployment
 from tests.support.states import arrange
@@ -333,6 +345,170 @@ def scenario_create_run() -> dict[str, Any]:
     }
 
 
+def _counts() -> list[int]:
+    return [
+        m.objects.count()
+        for m in (Run, Step, Event, Message, Checkpoint, Approval, Takeover, Operation)
+    ]
+
+
+def scenario_schedule() -> dict[str, Any]:
+    """Give a claimed attempt back with a retry's backoff; refuse that attempt again;
+    wake the PENDING step now; refuse to release an attempt whose lease ran out behind
+    the whole fence, then release it uncounted behind its attempt alone."""
+    run, first, known = _start("contract-schedule")
+    claim = store().claim(first.pk, "w1", 30, known=known)
+    later = db_now() + timedelta(seconds=60)
+    retry = Due(
+        claim.step,
+        "w1",
+        "step.retry_scheduled",
+        {"attempt": 1, "error_code": "E"},
+        at=later,
+        attempt=1,
+        notify=False,
+        rejected={"error_code": "E"},
+        fields={"error_code": "E"},
+    )
+    seen = _seq(run)
+    with run_transaction(run.pk) as tx:
+        applied = store().schedule(tx, retry)
+    row = Step.objects.get(pk=first.pk)
+    out: dict[str, Any] = {
+        "retry": [applied, _row(first.pk), row.not_before == later, row.error_code],
+        "retry_events": _events(run, seen),
+    }
+    seen = _seq(run)
+    with run_transaction(run.pk) as tx:
+        again = store().schedule(tx, retry)
+    out["stale"] = [again, _row(first.pk), _events(run, seen)]
+    seen = _seq(run)
+    with run_transaction(run.pk) as tx:
+        woke = store().schedule(tx, Due(Step.objects.get(pk=first.pk), "op"))
+    row = Step.objects.get(pk=first.pk)
+    out["woken"] = [woke, row.not_before <= db_now(), row.notified_at is not None, _seq(run) - seen]
+    claim = store().claim(first.pk, "w2", 30, known=known)
+    _expire(first.pk)
+    release = Due(claim.step, "w2", "step.released", {"attempt": 2}, attempt=2, counted=False)
+    seen = _seq(run)
+    with run_transaction(run.pk) as tx:
+        fenced = store().schedule(tx, release)
+        release.fence = ATTEMPT
+        released = store().schedule(tx, release)
+    row = Step.objects.get(pk=first.pk)
+    out["release"] = [fenced, released, _row(first.pk), row.attempt_base, _events(run, seen)]
+    return out
+
+
+def _waiting_approval(thread: str, routes: dict[str, Any]) -> tuple[Run, Approval]:
+    run, step, _ = _start(thread)
+    arrange(Run.objects.filter(pk=run.pk), status=RunStatus.WAITING_APPROVAL)
+    arrange(Step.objects.filter(pk=step.pk), status=StepStatus.WAITING)
+    return run, Approval.objects.create(run=run, step=step, question="Go?", routes=routes)
+
+
+def _decide(run: Run, approval: Approval, target: str, **more: Any) -> bool:
+    decision = Decision(
+        approval.pk,
+        approval.step_id,
+        target,
+        "op",
+        output={"decision": target.lower(), "comment": "ok"},
+        payload={"approval_id": approval.pk, "comment": "ok"},
+        fields={"decided_at": Now(), "comment": "ok"},
+        **more,
+    )
+    with run_transaction(run.pk) as tx:
+        return store().decide(tx, decision)
+
+
+def _decided(run: Run, approval: Approval, seen: int) -> list[Any]:
+    return [
+        Approval.objects.get(pk=approval.pk).status,
+        list(Step.objects.filter(run=run).order_by("seq").values_list("name", "status")),
+        list(Run.objects.filter(pk=run.pk).values_list("status", "error_code").get()),
+        [[t, p] for t, p in _events(run, seen) if t != "checkpoint.saved"],
+        list(Checkpoint.objects.filter(run=run).order_by("pk").values_list("name", flat=True)),
+    ]
+
+
+def scenario_decide() -> dict[str, Any]:
+    """Approve: the approval decided, its step SUCCEEDED, the run on the approve route;
+    a second decision on it: refused, nothing written; an expiry not yet due: refused;
+    a reject without a reject route: the run FAILED."""
+    run, approval = _waiting_approval("contract-approve", {"approve": "read_temperature"})
+    seen = _seq(run)
+    out: dict[str, Any] = {
+        "approved_id": approval.pk,
+        "approve": [_decide(run, approval, "APPROVED")],
+    }
+    out["approve"] += _decided(run, approval, seen)
+    before = _counts()
+    out["again"] = [_decide(run, approval, "REJECTED"), _counts() == before]
+    out["again"].append(Approval.objects.get(pk=approval.pk).status)
+    run, approval = _waiting_approval("contract-reject", {"approve": "read_temperature"})
+    before = _counts()
+    early = _decide(run, approval, "EXPIRED", only_if=Q(expires_at__lt=Now()))
+    out["early"] = [early, Approval.objects.get(pk=approval.pk).status, _counts() == before]
+    seen = _seq(run)
+    out["rejected_id"] = approval.pk
+    out["reject"] = [_decide(run, approval, "REJECTED")] + _decided(run, approval, seen)
+    return out
+
+
+def scenario_resolve() -> dict[str, Any]:
+    """An unknown outcome resolved: the takeover RESOLVED, the ledger row settled and
+    the UNKNOWN step made due; a result that cannot be stored and a second, stale
+    resolution write nothing."""
+    run, step, _ = _start("contract-resolve")
+    arrange(Run.objects.filter(pk=run.pk), status=RunStatus.PAUSED)
+    arrange(Step.objects.filter(pk=step.pk), status=StepStatus.UNKNOWN, attempt=1)
+    op = Operation.objects.create(
+        run=run, step=step, idempotency_key="contract-op", tool="thermostat.read"
+    )
+    takeover = Takeover.objects.create(run=run, step=step, cause="unknown_outcome", reason="?")
+
+    def resolution(result: Any) -> Resolution:
+        due = Due(Step.objects.get(pk=step.pk), "op", payload={"reason": "resolved: done"})
+        due.fields["attempt_base"] = 1
+        return Resolution(
+            "op",
+            {"action": "mark_done", "reason": "checked", "evidence": "the log"},
+            takeover,
+            operation=Operation.objects.get(pk=op.pk),
+            operation_status=Operation.Status.SUCCEEDED,
+            operation_result=result,
+            due=due,
+        )
+
+    before = _counts()
+    try:
+        with run_transaction(run.pk) as tx:
+            store().resolve(tx, resolution({"celsius": float("nan")}))
+        unstorable = "stored"
+    except InvalidValue as exc:
+        unstorable = exc.code
+    out: dict[str, Any] = {
+        "unstorable": [unstorable, _counts() == before, _row(step.pk)],
+    }
+    seen = _seq(run)
+    with run_transaction(run.pk) as tx:
+        resolved = store().resolve(tx, resolution({"celsius": 23.5}))
+    row = Step.objects.get(pk=step.pk)
+    out["resolved"] = [
+        resolved.pk == takeover.pk,
+        list(Takeover.objects.filter(pk=takeover.pk).values_list("status", "resolution").get()),
+        list(Operation.objects.filter(pk=op.pk).values_list("status", "result").get()),
+        [row.status, row.attempt_base, row.notified_at is not None],
+        [[t, {k: v for k, v in p.items() if k != "takeover_id"}] for t, p in _events(run, seen)],
+    ]
+    before = _counts()
+    with run_transaction(run.pk) as tx:
+        stale = store().resolve(tx, resolution({"celsius": 0}))
+    out["stale"] = [stale, _counts() == before, Operation.objects.get(pk=op.pk).result]
+    return out
+
+
 SCENARIOS = {
     "claim": scenario_claim,
     "claim_due": scenario_claim_due,
@@ -341,6 +517,9 @@ SCENARIOS = {
     "commit": scenario_commit,
     "fence": scenario_fence,
     "create_run": scenario_create_run,
+    "schedule": scenario_schedule,
+    "decide": scenario_decide,
+    "resolve": scenario_resolve,
 }
 
 
@@ -512,6 +691,63 @@ def test_create_run(observe):
     assert out["messages"] == [["user", question]]
     # The key again: the same run, nothing written.
     assert out["again"] == [True, False, True]
+
+
+def test_schedule(observe):
+    out = observe("schedule")
+    # A retry's backoff: the attempt gives the step back, due in a minute.
+    assert out["retry"] == [True, ["PENDING", 1, ""], True, "E"]
+    assert out["retry_events"] == [["step.retry_scheduled", {"attempt": 1, "error_code": "E"}]]
+    # The same attempt again: refused behind its fence, only the refusal written.
+    rejected = {"attempt": 1, "reason": "step is PENDING", "error_code": "E", "worker": "w1"}
+    assert out["stale"] == [False, ["PENDING", 1, ""], [["step.commit_rejected", rejected]]]
+    # A PENDING step woken now: due and notified, no event of its own.
+    assert out["woken"] == [True, True, True, 0]
+    # A lapsed lease: the whole fence refuses, the attempt's alone gives it back uncounted.
+    fenced, released, row, attempt_base, events = out["release"]
+    assert (fenced, released, row, attempt_base) == (False, True, ["PENDING", 2, ""], 1)
+    lapsed = {"attempt": 2, "reason": "the lease of attempt 2 ran out", "worker": "w2"}
+    assert events == [["step.commit_rejected", lapsed], ["step.released", {"attempt": 2}]]
+
+
+def test_decide(observe):
+    out = observe("decide")
+    approved, rejected = out["approved_id"], out["rejected_id"]
+    decided, status, steps, run, events, checkpoints = out["approve"]
+    assert (decided, status, run) == (True, "APPROVED", ["RUNNING", ""])
+    assert steps == [["plan", "SUCCEEDED"], ["read_temperature", "PENDING"]]
+    assert events == [
+        ["approval.approved", {"approval_id": approved, "comment": "ok"}],
+        ["step.succeeded", {"approval_id": approved, "decision": "approved", "comment": "ok"}],
+        ["run.running", {"from": "WAITING_APPROVAL", "reason": f"approval {approved}: approve"}],
+        ["step.scheduled", {"name": "read_temperature", "seq": 2}],
+    ]
+    assert checkpoints == ["start", "after:plan"]
+    # A second decision, and an expiry not yet due: refused, nothing written.
+    assert out["again"] == [False, True, "APPROVED"]
+    assert out["early"] == [False, "PENDING", True]
+    decided, status, steps, run, events, checkpoints = out["reject"]
+    assert (decided, status, run) == (True, "REJECTED", ["FAILED", "APPROVAL_REJECTED"])
+    assert steps == [["plan", "SUCCEEDED"]] and checkpoints == ["start", "after:plan"]
+    assert events == [
+        ["approval.rejected", {"approval_id": rejected, "comment": "ok"}],
+        ["step.succeeded", {"approval_id": rejected, "decision": "rejected", "comment": "ok"}],
+        ["run.failed", {"from": "WAITING_APPROVAL", "reason": f"approval {rejected} reject"}],
+    ]
+
+
+def test_resolve(observe):
+    out = observe("resolve")
+    # A result that cannot be stored: refused, the takeover and the step as they were.
+    assert out["unstorable"] == ["INVALID_OUTPUT", True, ["UNKNOWN", 1, ""]]
+    matched, takeover, operation, step, events = out["resolved"]
+    assert matched and takeover == ["RESOLVED", "mark_done"]
+    assert operation == ["SUCCEEDED", {"celsius": 23.5}]
+    assert step == ["PENDING", 1, True]
+    note = {"action": "mark_done", "reason": "checked", "evidence": "the log"}
+    assert events == [["takeover.resolved", note], ["step.requeued", {"reason": "resolved: done"}]]
+    # Resolved again: stale, nothing written.
+    assert out["stale"] == [None, True, {"celsius": 23.5}]
 
 
 def test_only_the_postgresql_store_reaches_its_statements():

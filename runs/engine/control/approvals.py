@@ -22,8 +22,10 @@ from django.db.models.functions import Now
 from runs.engine.errors import ControlError
 from runs.engine.state.clock import deadline_in
 from runs.engine.state.gateway import RunTx, run_transaction
-from runs.models import Approval, Event, Step
-from runs.states import RunStatus, StepStatus, command_allows, command_states
+from runs.engine.state.store import store
+from runs.engine.state.store_interface import Decision
+from runs.models import Approval, Event
+from runs.states import RunStatus, command_allows, command_states
 
 
 class DecisionConflict(ControlError):
@@ -216,48 +218,47 @@ def _decide_pending(
             f"run is {tx.run.status}; approvals are decided on "
             f"{command_states('decide_approval')} runs",
         )
-    tx.decide_approval(
-        current.pk,
-        target,
-        actor=actor,
-        payload={
-            "approval_id": current.pk,
-            "comment": comment,
-            "reason": comment,
-            **(extra_event or {}),
-        },
-        step_id=current.step_id,
-        decided_by=user,
-        decided_at=Now(),
-        comment=comment,
-    )
-    route = "approve" if target == Approval.Status.APPROVED else "reject"
     output = {"decision": target.lower(), "comment": comment}
     if user is not None:
         output = {"decision": target.lower(), "by": user.get_username(), "comment": comment}
-    continue_after(tx, current, route, actor, {**output, **(extra_output or {})})
+    store().decide(
+        tx,
+        Decision(
+            current.pk,
+            current.step_id,
+            target,
+            actor,
+            output={**output, **(extra_output or {})},
+            payload={
+                "approval_id": current.pk,
+                "comment": comment,
+                "reason": comment,
+                **(extra_event or {}),
+            },
+            fields={"decided_by": user, "decided_at": Now(), "comment": comment},
+        ),
+    )
 
 
 def expire_one(tx: RunTx, approval_id: int, step_id: int, *, actor: str, at_decision=False) -> bool:
     """On the locked run ``tx``: move the approval to EXPIRED if it is past its deadline
     (``overdue``, database clock) and, when its run waits for it, continue on the expiry
-    route. ``at_decision``: found by someone deciding it (the event says so), not by a
-    sweep. Returns whether it expired now."""
+    route (``Store.decide``). ``at_decision``: found by someone deciding it (the event
+    says so), not by a sweep. Returns whether it expired now."""
     reason = "decided after expires_at" if at_decision else "no decision before expires_at"
-    if not tx.decide_approval(
-        approval_id,
-        Approval.Status.EXPIRED,
-        actor=actor,
-        payload={"approval_id": approval_id, "reason": reason},
-        step_id=step_id,
-        only_if=overdue(),
-        decided_at=Now(),
-    ):
-        return False
-    if tx.run.status == RunStatus.WAITING_APPROVAL:
-        approval = Approval.objects.get(pk=approval_id)
-        continue_after(tx, approval, "expire", actor, {"decision": "expired"})
-    return True
+    return store().decide(
+        tx,
+        Decision(
+            approval_id,
+            step_id,
+            Approval.Status.EXPIRED,
+            actor,
+            output={"decision": "expired"},
+            payload={"approval_id": approval_id, "reason": reason},
+            fields={"decided_at": Now()},
+            only_if=overdue(),
+        ),
+    )
 
 
 def expire_approvals(actor: str, batch: int) -> int:
@@ -274,42 +275,3 @@ def expire_approvals(actor: str, batch: int) -> int:
         with run_transaction(run_id) as tx:
             done += expire_one(tx, approval_id, step_id, actor=actor)
     return done
-
-
-def continue_after(
-    tx: RunTx, approval, route: str, actor: str, output: dict[str, Any]
-) -> int | None:
-    """The waiting step succeeds with ``output`` (the decision), a checkpoint is saved,
-    and the run continues on ``approval.routes[route]``; no route on reject/expire fails
-    the run (APPROVAL_REJECTED / APPROVAL_EXPIRED). Returns the next step's id."""
-    step = Step.objects.get(pk=approval.step_id)
-    next_name = approval.routes.get(route)
-    tx.transition_step(
-        step.pk,
-        StepStatus.SUCCEEDED,
-        expected=StepStatus.WAITING,
-        actor=actor,
-        payload={"approval_id": approval.pk, **output},
-        output=output,
-        finished_at=Now(),
-    )
-    if next_name is None and route != "approve":
-        tx.save_checkpoint(step, previous=None, output=output, next_name=None, actor=actor)
-        code = "APPROVAL_REJECTED" if route == "reject" else "APPROVAL_EXPIRED"
-        tx.transition_run(
-            RunStatus.FAILED,
-            actor=actor,
-            reason=f"approval {approval.pk} {route}",
-            finished_at=Now(),
-            current_step=None,
-            error_code=code,
-            error_detail=output.get("comment", ""),
-        )
-        return None
-    return tx.advance(
-        step,
-        output=output,
-        next_name=next_name,
-        actor=actor,
-        reason=f"approval {approval.pk}: {route}",
-    ).step_id

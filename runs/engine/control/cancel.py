@@ -21,6 +21,8 @@ from runs.engine.control.refusals import ControlError, require_reason
 from runs.engine.effects.compensation import compensate_run
 from runs.engine.execution.sweeper import acquire_maintenance_lease
 from runs.engine.state.gateway import run_transaction
+from runs.engine.state.store import store
+from runs.engine.state.store_interface import Resolution
 from runs.models import MaintenanceLease, Run, Step
 from runs.states import RUN_TERMINAL, STEP_IDLE_OPEN, RunStatus, StepStatus
 
@@ -75,7 +77,8 @@ def request_cancel(run: Run, *, actor: str, reason: str) -> Run:
             tx.cancel_pending_approvals(
                 actor=actor, reason=reason, comment=f"run cancelled: {reason}"
             )
-            tx.resolve_takeover(actor, {"action": "cancel", "reason": reason, "evidence": ""})
+            resolution = Resolution(actor, {"action": "cancel", "reason": reason, "evidence": ""})
+            store().resolve(tx, resolution)
             if tx.run.pause_requested_at is not None:
                 tx.clear_pause_request()  # the cancel overtakes it
             running = Step.objects.filter(run_id=run.pk, status=StepStatus.RUNNING).first()

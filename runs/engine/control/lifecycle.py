@@ -18,7 +18,8 @@ from runs.engine.rules import MAX_CHARS, text_problem, value_problem
 from runs.engine.state import leases
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, record_event, run_transaction
-from runs.engine.state.store import NewRun, store
+from runs.engine.state.store import store
+from runs.engine.state.store_interface import NewRun, Resolution
 from runs.models import Message, Run, Step, Takeover
 from runs.states import (
     RUN_TERMINAL,
@@ -480,9 +481,8 @@ def retry_step(
     with run_transaction(run.pk) as tx:
         if tx.run.status != RunStatus.PAUSED or tx.run.generation != failed.generation:
             raise ControlError("run_changed", "the run changed meanwhile; look again")
-        tx.resolve_takeover(
-            actor, note or {"action": "retry", "reason": reason, "evidence": ""}, takeover
-        )
+        note = note or {"action": "retry", "reason": reason, "evidence": ""}
+        store().resolve(tx, Resolution(actor, note, takeover))
         tx.transition_run(RunStatus.RUNNING, actor=actor, reason=reason)
         tx.event(
             "step.retry_requested",

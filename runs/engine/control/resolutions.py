@@ -10,7 +10,7 @@ from typing import Any
 from django.db.models.functions import Now
 
 from runs.engine.control import branches, lifecycle, rewind, waits
-from runs.engine.control.approvals import continue_after, expire_one
+from runs.engine.control.approvals import expire_one
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.refusals import (
     MAX_EVIDENCE_CHARS,
@@ -20,9 +20,10 @@ from runs.engine.control.refusals import (
 )
 from runs.engine.control.versions import known_or_migratable
 from runs.engine.effects.unknown_outcomes import check_against_verify, resolve_unknown
-from runs.engine.execution import dispatch
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import RunTx, record_event, run_transaction
+from runs.engine.state.store import store
+from runs.engine.state.store_interface import Decision, Due, Resolution
 from runs.models import Approval, Run, Step, Takeover
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus, command_allows, command_states
 from runs.workflows import registry
@@ -120,7 +121,7 @@ def _mark_resolved(takeover, actor: str, note: dict[str, Any]) -> None:
     with run_transaction(takeover.run_id) as tx:
         if tx.run.status in RUN_TERMINAL:
             raise ControlError("run_terminal", f"run is {tx.run.status}")
-        tx.resolve_takeover(actor, note, takeover)
+        store().resolve(tx, Resolution(actor, note, takeover))
 
 
 def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> None:
@@ -158,7 +159,7 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
                 f"run is {tx.run.status}; takeovers are resolved on "
                 f"{command_states('resolve_takeover')} runs",
             )
-        tx.resolve_takeover(actor, note, takeover)
+        store().resolve(tx, Resolution(actor, note, takeover))
         fanned_out = branches.waiting_map_steps(tx)
         if fanned_out and (step is None or step.status == StepStatus.PENDING):
             # A paused fan-out goes on where it was: every held branch at once.
@@ -180,7 +181,7 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
         # A step never attempted yet and held back is asleep on a durable timer: it
         # keeps its time (the sweeper notifies it when due). A retry's backoff is cut.
         if step.attempt == 0 and step.not_before > db_now():
-            Step.objects.filter(pk=step.pk).update(notified_at=None)
+            store().schedule(tx, Due(step, actor, at=step.not_before, notify=False))
             tx.event(
                 "run.resume_requested",
                 {
@@ -192,14 +193,13 @@ def _continue_in_place(run: Run, takeover, actor: str, note: dict[str, Any]) -> 
                 actor=actor,
             )
             return
-        Step.objects.filter(pk=step.pk).update(notified_at=Now(), not_before=Now())
+        store().schedule(tx, Due(step, actor))
         tx.event(
             "run.resume_requested",
             {"step": step.name, "reason": note["reason"]},
             step_id=step.pk,
             actor=actor,
         )
-        dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
 
 
 def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
@@ -235,14 +235,16 @@ def _back_to_waiting(tx: RunTx, actor: str, note: dict[str, Any]) -> bool:
         # Its deadline passed during the pause: the expiry route now, not at a sweep.
         expire_one(tx, approval.pk, waiting.pk, actor=actor)
     else:
-        route: dict[str, str] = {
-            Approval.Status.APPROVED: "approve",
-            Approval.Status.REJECTED: "reject",
-        }
-        decision = approval.status.lower()
-        continue_after(
-            tx, approval, route.get(approval.status, "expire"), actor, {"decision": decision}
+        # Decided (or expired) while the run was paused: its route is taken now.
+        decision = Decision(
+            approval.pk,
+            approval.step_id,
+            approval.status,
+            actor,
+            output={"decision": approval.status.lower()},
+            recorded=True,
         )
+        store().decide(tx, decision)
     return True
 
 
@@ -309,7 +311,7 @@ def _mark_done(run: Run, takeover, actor: str, note: dict[str, Any], result) -> 
         )
         if step is None:
             raise ControlError("nothing_to_mark", "the run has no failed, unknown or pending step")
-        tx.resolve_takeover(actor, note, takeover)
+        store().resolve(tx, Resolution(actor, note, takeover))
         output = result if result is not None else {"marked_done": True}
         payload = {"reason": note["reason"], "evidence": note["evidence"]}
         if step.status == StepStatus.FAILED:

@@ -38,6 +38,8 @@ from runs.engine.effects.budget import usage
 from runs.engine.rules import value_problem
 from runs.engine.state import checkpoints
 from runs.engine.state.gateway import RunTx, run_transaction
+from runs.engine.state.store import store
+from runs.engine.state.store_interface import Resolution
 from runs.models import Checkpoint, Message, Run, Step
 from runs.states import (
     RUN_TERMINAL,
@@ -321,11 +323,8 @@ def _restart_from(
         },
         actor=actor,
     )
-    tx.resolve_takeover(
-        actor,
-        note or {"action": "resume", "reason": reason, "evidence": "", "checkpoint": cp.name},
-        takeover,
-    )
+    note = note or {"action": "resume", "reason": reason, "evidence": "", "checkpoint": cp.name}
+    store().resolve(tx, Resolution(actor, note, takeover))
     if status in (RunStatus.PAUSED, RunStatus.WAITING_APPROVAL, RunStatus.WAITING_EXTERNAL):
         tx.transition_run(RunStatus.RUNNING, actor=actor, reason=reason or f"resume from {cp.name}")
     tx.schedule_step(cp.state["phase"], actor=actor)

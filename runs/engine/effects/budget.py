@@ -12,14 +12,14 @@ from functools import partial
 
 from django.db import transaction
 from django.db.models import F, Q
-from django.db.models.functions import Now
 
 from runs.engine.control.refusals import ControlError, require_reason
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.errors import StepError
-from runs.engine.execution import dispatch
 from runs.engine.rules import NOT_WHOLE, TRUE_FALSE, number_problem
 from runs.engine.state.gateway import run_transaction
+from runs.engine.state.store import store
+from runs.engine.state.store_interface import Due, Resolution
 from runs.models import Run, Step, Takeover
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 
@@ -292,21 +292,19 @@ def pause_exhausted(run: Run, step, attempt: int, actor: str, exc: BudgetExhaust
     attempt. Returns ``False`` (recording ``step.commit_rejected``) when the attempt no
     longer holds the step or the run is terminal; a cancel-requested run is not paused.
     """
+    given_back = Due(
+        step,
+        actor,
+        "step.budget_exhausted",
+        {"attempt": attempt, "limit": exc.limit, "detail": exc.detail},
+        attempt=attempt,
+        # Held for the takeover: raising the budget makes it due and notifies.
+        notify=False,
+        rejected={"error_code": exc.code},
+        fields={"error_code": exc.code, "error_detail": exc.detail},
+    )
     with run_transaction(run.pk) as tx:
-        if not tx.finish_attempt(
-            step,
-            attempt,
-            StepStatus.PENDING,
-            actor=actor,
-            event_type="step.budget_exhausted",
-            rejected={"error_code": exc.code},
-            payload={"attempt": attempt, "limit": exc.limit, "detail": exc.detail},
-            owner="",
-            lease_until=None,
-            not_before=Now(),
-            error_code=exc.code,
-            error_detail=exc.detail,
-        ):
+        if not store().schedule(tx, given_back):
             return False
         if tx.run.status == RunStatus.CANCEL_REQUESTED:
             return True
@@ -396,10 +394,13 @@ def raise_budget(
             actor=actor,
         )
         takeover = (
-            tx.resolve_takeover(
-                actor,
-                {"action": "resume", "reason": reason or "budget raised"},
-                cause="budget_exhausted",
+            store().resolve(
+                tx,
+                Resolution(
+                    actor,
+                    {"action": "resume", "reason": reason or "budget raised"},
+                    match={"cause": "budget_exhausted"},
+                ),
             )
             if tx.run.status == RunStatus.PAUSED
             else None
@@ -446,10 +447,8 @@ def _go_on(tx, step: Step, actor: str, reason: str) -> None:
     PENDING one dispatched as it is, a FAILED one as a new row (as a retry makes)."""
     tx.transition_run(RunStatus.RUNNING, actor=actor, reason="budget raised")
     if step.status == StepStatus.PENDING:
-        Step.objects.filter(pk=step.pk).update(
-            not_before=Now(), notified_at=Now(), attempt_base=step.attempt
-        )
-        dispatch.notify_on_commit(tx.run.pk, step.pk, step.attempt)
+        # Due now, with a fresh retry allowance.
+        store().schedule(tx, Due(step, actor, fields={"attempt_base": step.attempt}))
     else:
         tx.event(
             "step.retry_requested",
@@ -478,11 +477,8 @@ def _resume_descendants(run_id, raised: set[str], actor: str, reason: str) -> No
             step = _exhausted_step(tx.run, step_id)
             if tx.run.status != RunStatus.PAUSED or step is None:
                 continue
-            if tx.resolve_takeover(
-                actor,
-                {"action": "resume", "reason": reason or "the family's budget raised"},
-                pk=takeover_id,
-            ):
+            note = {"action": "resume", "reason": reason or "the family's budget raised"}
+            if store().resolve(tx, Resolution(actor, note, match={"pk": takeover_id})):
                 _go_on(tx, step, actor, reason)
 
 

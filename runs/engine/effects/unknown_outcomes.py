@@ -18,8 +18,9 @@ from runs.engine.control.refusals import MAX_EVIDENCE_CHARS, ControlError, check
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.effects import ledger
 from runs.engine.errors import OutcomeUnknown
-from runs.engine.execution import dispatch
 from runs.engine.state.gateway import run_transaction, transition_operations
+from runs.engine.state.store import store
+from runs.engine.state.store_interface import Due, Resolution
 from runs.models import Event, Operation, Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.tools import ToolCall, VerifyAnswer, get_tool
@@ -243,6 +244,7 @@ def resolve_unknown(
             step.pk, done=outcome == "done", confirmed=against_verify
         )
         op = _unknown_operation(step)
+        settled: dict[str, Any] = {}
         if op is not None:
             if outcome == "done":
                 stored = (
@@ -254,7 +256,7 @@ def resolve_unknown(
                         else {"resolved": "done"}
                     )
                 )
-                ledger.record_result(op, stored)
+                settled = {"operation_status": Operation.Status.SUCCEEDED}
             elif op.status == Operation.Status.SUCCEEDED:
                 raise ControlError(
                     "outcome_known",
@@ -262,32 +264,31 @@ def resolve_unknown(
                     f"it took effect ({json.dumps(op.result)[:200]})",
                 )
             else:
-                ledger.record_result(
-                    op,
-                    {"resolved": "not_done", "evidence": evidence},
-                    status=Operation.Status.FAILED,
-                )
-        tx.transition_step(
-            step.pk,
-            StepStatus.PENDING,
-            expected=StepStatus.UNKNOWN,
-            actor=actor,
-            event_type="step.requeued",
-            payload={"reason": f"unknown outcome resolved: {outcome}"},
-            not_before=Now(),
-            notified_at=Now(),
-            owner="",
-            lease_until=None,
-            started_at=None,
-            finished_at=None,
-            attempt_base=step.attempt,
-            error_code="",
-            error_detail="",
-        )
-        takeover = tx.resolve_takeover(
+                stored = {"resolved": "not_done", "evidence": evidence}
+                settled = {"operation_status": Operation.Status.FAILED}
+            settled.update(operation=op, operation_result=stored)
+        requeued = Due(
+            step,
             actor,
-            {"action": "mark_done" if outcome == "done" else "retry", "reason": evidence},
-            record=False,
+            payload={"reason": f"unknown outcome resolved: {outcome}"},
+            fields={
+                "started_at": None,
+                "finished_at": None,
+                # A fresh retry allowance.
+                "attempt_base": step.attempt,
+                "error_code": "",
+                "error_detail": "",
+            },
+        )
+        takeover = store().resolve(
+            tx,
+            Resolution(
+                actor,
+                {"action": "mark_done" if outcome == "done" else "retry", "reason": evidence},
+                record=False,
+                due=requeued,
+                **settled,
+            ),
         )
         tx.event(
             "unknown.resolved",
@@ -309,7 +310,6 @@ def resolve_unknown(
             actor=actor,
             reason=f"unknown outcome of {step.name} resolved: {outcome}",
         )
-        dispatch.notify_on_commit(run.pk, step.pk, step.attempt)
     run.refresh_from_db()
     return run
 

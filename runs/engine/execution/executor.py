@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
-from django.db.models import F, Q
+from django.db.models import Q
 from django.db.models.functions import Now
 
 from agentops.db_pool import release_connection
@@ -21,7 +21,7 @@ from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifa
 from runs.engine.effects import budget, compensation, ledger, rate_limits, unknown_outcomes
 from runs.engine.effects.retry import DEFAULT_RETRY
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError, StepUnknown
-from runs.engine.execution import attempt_logs, dispatch, heartbeat
+from runs.engine.execution import attempt_logs, heartbeat
 from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.progress import say
 from runs.engine.execution.step_context import StepContext
@@ -29,7 +29,15 @@ from runs.engine.state import checkpoints, db_faults, leases, reconnect, values
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import run_transaction
 from runs.engine.state.step_writes import insert_messages, write_messages
-from runs.engine.state.store import CLAIMED, PREPARE, Claim, StepCommit, store
+from runs.engine.state.store import store
+from runs.engine.state.store_interface import (
+    ATTEMPT,
+    CLAIMED,
+    PREPARE,
+    Claim,
+    Due,
+    StepCommit,
+)
 from runs.models import Run, Step
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
 from runs.workflows import registry
@@ -629,24 +637,25 @@ def _record_failed_attempt(
             # not_before is computed once from the database clock read above, so the event
             # says exactly when the next attempt may start.
             not_before = now + timedelta(seconds=decision.delay)
-            tx.finish_attempt(
+            retry = Due(
                 step,
-                attempt,
-                StepStatus.PENDING,
-                actor=worker.worker_id,
-                rejected=rejected,
-                event_type="step.retry_scheduled",
-                payload={
+                worker.worker_id,
+                "step.retry_scheduled",
+                {
                     **payload,
                     "delay_s": decision.delay,
                     "retry_after_s": decision.retry_after,
                     "failed_at": now.isoformat(),
                     "not_before": not_before.isoformat(),
                 },
-                not_before=not_before,
-                **common,
+                at=not_before,
+                attempt=attempt,
+                # The sweeper notifies when not_before passes (notified_at < not_before).
+                notify=False,
+                rejected=rejected,
+                fields={"error_code": error.code, "error_detail": error.detail[:4000]},
             )
-            # The sweeper notifies when not_before passes (notified_at < not_before).
+            store().schedule(tx, retry)
             return
         if not tx.finish_attempt(
             step,
@@ -748,33 +757,20 @@ def _release_after_db_fault(
 
     def release() -> None:
         with run_transaction(run.pk) as tx:
-            released = tx.transition_step(
-                step.pk,
-                StepStatus.PENDING,
-                expected=StepStatus.RUNNING,
+            given_back = Due(
+                step,
+                worker.worker_id,
+                "step.released",
+                {"attempt": attempt, "reason": "database fault", "error": detail},
                 attempt=attempt,
-                actor=worker.worker_id,
-                event_type="step.released",
-                payload={"attempt": attempt, "reason": "database fault", "error": detail},
-                progress=False,
-                owner="",
-                lease_until=None,
-                not_before=Now(),
+                # Its lease may have run out while it was cut off; nobody took the step.
+                fence=ATTEMPT,
                 # Not a failed attempt: it does not count against max_attempts.
-                attempt_base=F("attempt_base") + 1,
+                counted=False,
+                progress=False,
+                rejected={"during": "release"},
             )
-            if released:
-                dispatch.notify_on_commit(run.pk, step.pk)
-            else:
-                # Another worker took the step while this one was cut off: its late
-                # write is fenced, and said so like any other.
-                tx.reject_commit(
-                    step,
-                    attempt,
-                    tx.commit_rejection(step, attempt),
-                    worker=worker.worker_id,
-                    during="release",
-                )
+            store().schedule(tx, given_back)
 
     try:
         _retrying(run.pk, step, attempt, worker, release, "release")
@@ -790,27 +786,20 @@ def _release_for_cancel(run: Run, step: Step, attempt: int, worker: WorkerIdenti
     with run_transaction(run.pk) as tx:
         if tx.run.status not in (RunStatus.CANCEL_REQUESTED, *RUN_TERMINAL):
             held = tx.run.pause_requested_at is not None
-            if (
-                tx.finish_attempt(
-                    step,
-                    attempt,
-                    StepStatus.PENDING,
-                    actor=worker.worker_id,
-                    event_type="step.released",
-                    payload={
-                        "attempt": attempt,
-                        "reason": "pause requested" if held else "stop request withdrawn",
-                    },
-                    progress=False,
-                    owner="",
-                    lease_until=None,
-                    not_before=Now(),
-                    # Not a failed attempt: it does not count against max_attempts.
-                    attempt_base=F("attempt_base") + 1,
-                )
-                and not held
-            ):
-                dispatch.notify_on_commit(run.pk, step.pk)
+            reason = "pause requested" if held else "stop request withdrawn"
+            given_back = Due(
+                step,
+                worker.worker_id,
+                "step.released",
+                {"attempt": attempt, "reason": reason},
+                attempt=attempt,
+                # Not a failed attempt: it does not count against max_attempts.
+                counted=False,
+                # Held while the pause is requested; notified at once otherwise.
+                notify=not held,
+                progress=False,
+            )
+            store().schedule(tx, given_back)
             return
         tx.finish_attempt(
             step,

@@ -29,7 +29,7 @@ from typing import Any
 from django.db import connection
 
 from runs.checkpoint_data import DELTA, apply
-from runs.engine.state.store import CLAIMED, NOT_CLAIMABLE, Claim
+from runs.engine.state.store_interface import CLAIMED, NOT_CLAIMABLE, Claim
 from runs.models import Run, Step
 from runs.payload_field import resolve
 from runs.states import RUN_EXECUTABLE, RunStatus, StepStatus

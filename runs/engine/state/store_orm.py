@@ -3,30 +3,43 @@
 The SQLite backend: SQLite has one writer, so a move is a transaction of a few small
 statements. The PostgreSQL backend inherits these moves for what its single statements
 decline (a move inside an open transaction, a commit with drafts, summaries or a timer,
-a claim that needs the process to prepare first).
+a claim that needs the process to prepare first) and takes ``schedule``, ``decide`` and
+``resolve`` as they are: they act inside the caller's transaction.
 """
 
 import uuid
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.db.models.functions import Now
 
 from runs.engine.data import payloads
+from runs.engine.execution import dispatch
 from runs.engine.state import checkpoints, concurrency, leases
 from runs.engine.state.checkpoints import initial_state
-from runs.engine.state.gateway import allocate_message_seqs, run_transaction
+from runs.engine.state.gateway import (
+    RunTx,
+    allocate_message_seqs,
+    run_transaction,
+    transition_operation,
+)
 from runs.engine.state.step_writes import write_messages, write_summaries
-from runs.engine.state.store import (
+from runs.engine.state.store_interface import (
     CLAIMED,
+    LEASE,
     NOT_CLAIMABLE,
     PREPARE,
     Claim,
     Committed,
+    Decision,
+    Due,
     NewRun,
+    Resolution,
     StepCommit,
 )
-from runs.models import Message, Run, Step, Thread
+from runs.engine.state.values import storable
+from runs.models import Approval, Message, Run, Step, Thread
 from runs.states import RUN_EXECUTABLE, RunStatus, StepStatus
 
 
@@ -164,6 +177,157 @@ class OrmStore:
             return existing, False
         run.refresh_from_db()
         return run, True
+
+    def schedule(self, tx: RunTx, due: Due) -> bool:
+        """``Store.schedule`` through ``RunTx.finish_attempt`` (a fenced attempt),
+        ``RunTx.transition_step`` (a step nobody holds) or, for a PENDING step, a new
+        ``not_before`` and ``notified_at``."""
+        step = due.step
+        fields: dict[str, Any] = {**due.fields, "not_before": due.at or Now()}
+        if not due.counted:
+            fields["attempt_base"] = F("attempt_base") + 1
+        if due.attempt is not None:
+            fields.update(owner="", lease_until=None)
+            applied = self._give_back(tx, due, fields)
+        elif step.status == StepStatus.PENDING:
+            # Nobody's to move: only its time (and a notification sent now, when due now).
+            fields["notified_at"] = Now() if due.notify else None
+            Step.objects.filter(pk=step.pk, status=StepStatus.PENDING).update(**fields)
+            applied = True
+        else:
+            if due.notify:
+                fields["notified_at"] = Now()
+            applied = tx.transition_step(
+                step.pk,
+                StepStatus.PENDING,
+                expected=step.status,
+                actor=due.actor,
+                event_type=due.event_type,
+                payload=due.payload,
+                progress=due.progress,
+                owner="",
+                lease_until=None,
+                **fields,
+            )
+        if applied and due.notify:
+            dispatch.notify_on_commit(tx.run.pk, step.pk, step.attempt)
+        return applied
+
+    @staticmethod
+    def _give_back(tx: RunTx, due: Due, fields: dict[str, Any]) -> bool:
+        step, attempt = due.step, due.attempt or 0
+        if due.fence == LEASE:
+            return tx.finish_attempt(
+                step,
+                attempt,
+                StepStatus.PENDING,
+                actor=due.actor,
+                event_type=due.event_type,
+                payload=due.payload,
+                rejected=due.rejected,
+                progress=due.progress,
+                **fields,
+            )
+        applied = tx.transition_step(
+            step.pk,
+            StepStatus.PENDING,
+            expected=StepStatus.RUNNING,
+            attempt=attempt,
+            actor=due.actor,
+            event_type=due.event_type,
+            payload=due.payload,
+            progress=due.progress,
+            **fields,
+        )
+        if not applied:
+            # Another worker took the step meanwhile: the late write is fenced, and said so.
+            reason = tx.commit_rejection(step, attempt)
+            tx.reject_commit(step, attempt, reason, worker=due.actor, **due.rejected)
+        return applied
+
+    def decide(self, tx: RunTx, decision: Decision) -> bool:
+        """``Store.decide`` through ``RunTx.decide_approval``, ``transition_step``,
+        ``save_checkpoint``, ``transition_run`` and ``advance``."""
+        d = decision
+        if not d.recorded and not tx.decide_approval(
+            d.approval_id,
+            d.target,
+            actor=d.actor,
+            payload=d.payload,
+            step_id=d.step_id,
+            only_if=d.only_if,
+            **d.fields,
+        ):
+            return False
+        if tx.run.status == RunStatus.WAITING_APPROVAL or d.recorded:
+            _continue_after(tx, d)
+        return True
+
+    def resolve(self, tx: RunTx, resolution: Resolution) -> Any:
+        """``Store.resolve`` through ``RunTx.resolve_takeover``, ``transition_operation``
+        and ``schedule``."""
+        r = resolution
+        takeover = tx.resolve_takeover(r.actor, r.note, r.takeover, record=r.record, **r.match)
+        if takeover is None and r.takeover is not None:
+            return None  # Resolved by someone else first: a stale resolution writes nothing.
+        op = r.operation
+        if op is not None:
+            result = storable(r.operation_result, "tool result")
+            transition_operation(
+                op, r.operation_status, result=payloads.externalize(op.run_id, result)
+            )
+            op.result = result
+        if r.due is not None:
+            self.schedule(tx, r.due)
+        return takeover
+
+
+#: The route an approval's decision takes (``Approval.routes`` keys), by its status;
+#: any other (a cancelled approval found by a resumed run) takes the expiry route.
+ROUTES: dict[str, str] = {
+    Approval.Status.APPROVED: "approve",
+    Approval.Status.REJECTED: "reject",
+    Approval.Status.EXPIRED: "expire",
+}
+
+
+def _continue_after(tx: RunTx, d: Decision) -> None:
+    """The waiting step succeeds with ``d.output``, a checkpoint is saved, and the run
+    continues on the approval's route for the decision; no route on reject or expiry
+    fails the run (APPROVAL_REJECTED / APPROVAL_EXPIRED)."""
+    routes = Approval.objects.values_list("routes", flat=True).get(pk=d.approval_id)
+    route = ROUTES.get(d.target, "expire")
+    next_name = routes.get(route)
+    step = Step.objects.get(pk=d.step_id)
+    tx.transition_step(
+        step.pk,
+        StepStatus.SUCCEEDED,
+        expected=StepStatus.WAITING,
+        actor=d.actor,
+        payload={"approval_id": d.approval_id, **d.output},
+        output=d.output,
+        finished_at=Now(),
+    )
+    if next_name is None and route != "approve":
+        tx.save_checkpoint(step, previous=None, output=d.output, next_name=None, actor=d.actor)
+        code = "APPROVAL_REJECTED" if route == "reject" else "APPROVAL_EXPIRED"
+        tx.transition_run(
+            RunStatus.FAILED,
+            actor=d.actor,
+            reason=f"approval {d.approval_id} {route}",
+            finished_at=Now(),
+            current_step=None,
+            error_code=code,
+            error_detail=d.output.get("comment", ""),
+        )
+        return
+    tx.advance(
+        step,
+        output=d.output,
+        next_name=next_name,
+        actor=d.actor,
+        reason=f"approval {d.approval_id}: {route}",
+    )
 
 
 def _keyed_run(new: NewRun) -> Run | None:

@@ -4,7 +4,9 @@ with its successor are one autocommitted statement each (``one_claim``,
 open transaction (a statement must be its own transaction), takes the transactional
 move of ``OrmStore``, which writes the same rows and events. ``heartbeat`` is one
 statement on both backends, and ``create_run`` is ``OrmStore``'s: a run is created once,
-off the hot path, where one statement would not pay for a second copy of the move."""
+off the hot path, where one statement would not pay for a second copy of the move. So are
+``schedule``, ``decide`` and ``resolve``: they act inside the caller's open transaction,
+where a statement cannot be its own, and none of them is on the hot path."""
 
 from typing import Any
 
@@ -12,7 +14,7 @@ from django.conf import settings
 from django.db import connection
 
 from runs.engine.state import checkpoints, one_claim, one_statement
-from runs.engine.state.store import Claim, Committed, StepCommit
+from runs.engine.state.store_interface import Claim, Committed, StepCommit
 from runs.engine.state.store_orm import OrmStore, born_step
 from runs.models import Step
 from runs.states import RunStatus
