@@ -44,10 +44,12 @@ INSTALLED_APPS = [
     "django_htmx",
     "django_filters",
     "django_rq",
+    # Before "runs": its model provider, workflows and fault hooks are registered when
+    # the runs app checks the models and workflows at start-up.
+    "lab",
     "runs",
     "approvals",
     "apitokens",
-    "lab",
 ]
 
 MIDDLEWARE = [
@@ -363,12 +365,13 @@ LOGGING = {
 }
 
 # Model providers (runs/agents, README "Bring your own agent"): the default model, named
-# the Pydantic AI way ("sim" offline, "openai:gpt-4.1-mini", "anthropic:..."); a workflow
-# or a step may name another. OPENAI_BASE_URL points the openai provider at any
+# the Pydantic AI way ("openai:gpt-4.1-mini", "anthropic:...") or by a registered name;
+# empty: the default an installed app registers (the lab's offline "sim"). A workflow or
+# a step may name another. OPENAI_BASE_URL points the openai provider at any
 # OpenAI-compatible server (vLLM, Ollama, LM Studio); OPENAI_API_KEY may come from
 # OPENAI_API_KEY_FILE. Checked at start-up (runs.apps): an unknown provider or a missing
 # key is an ImproperlyConfigured error naming the setting.
-AGENTOPS_MODEL = (env_str("AGENTOPS_MODEL", "sim") or "sim").strip()
+AGENTOPS_MODEL = (env_str("AGENTOPS_MODEL", "") or "").strip()
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL") or None
 OPENAI_API_KEY = env_str("OPENAI_API_KEY") or None
 # Prices in USD per million tokens, as JSON: {"openai:gpt-4.1-mini": {"input": "0.40",
@@ -378,23 +381,18 @@ AGENTOPS_MODEL_PRICES = env_json("AGENTOPS_MODEL_PRICES", {})
 # {"requests_per_minute": 500, "tokens_per_minute": 200000}}, counted across all workers.
 AGENTOPS_RATE_LIMITS = env_rate_limits("AGENTOPS_RATE_LIMITS")
 
-# Modules that define and register workflows (imported by runs.apps at start-up).
+# Modules that define and register workflows (imported by runs.apps at start-up). The
+# lab app registers the simulator's own (room_temperature, chat, dim_lights, ...;
+# lab/workflows) when it is installed.
 AGENTOPS_WORKFLOW_MODULES = [
-    "runs.workflows.room_temperature",
-    "runs.workflows.chat",
-    "runs.workflows.dim_lights",
-    "runs.workflows.book_trip",
-    "runs.workflows.weekly_report",
     "runs.workflows.order_followup",
     # Parallel branches: a map step and its join (docs/parallel.md).
     "runs.workflows.fanout_demo",
     # Child runs: a triage agent hands each ticket to a sub-agent (docs/parallel.md).
     "runs.workflows.triage_demo",
-    # A Pydantic AI agent registered as a workflow (README "Bring your own agent"),
-    # declared here and imported on first use (runs/workflows/support_agent.py).
+    # Pydantic AI agents registered as workflows (docs/agents.md), declared here and
+    # imported on first use (runs/workflows/declared.py).
     "runs.workflows.declared",
-    # Benchmark, drill and soak workflows (bench_noop, bench_hold, synthetic_order).
-    "runs.workflows.synthetic",
 ]
 # More modules (comma-separated) for deployments that register their own workflows or a
 # new version of one; tests use it to play "old code" and "new code" side by side.

@@ -10,7 +10,11 @@ engine's hook points (``runs.engine.hooks``) when the lab app starts. A run's ``
 - ``crash_at`` (``--crash-at POINT``): SIGKILL at a point inside a step
   (``hooks.INSIDE_STEP``);
 - ``crash_after_model`` (``--crash-after-model N``): exit 75 right after the run's Nth
-  model response is recorded.
+  model response is recorded;
+- ``lamp_unreadable`` (``--lamp-unreadable``): read by the simulated lamp's tool
+  (``armed``), which then stops answering this run's reads.
+
+``lab.fault_flags`` offers them as ``runs start`` options.
 
 Each fault is consumed in its own committed transaction first (with a
 ``fault.injected`` event), so the worker that takes over does not fire it again.
@@ -20,6 +24,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
 from django.db.models import F
 from django.db.models.functions import Now
@@ -36,6 +41,14 @@ from runs.tools import Tool
 AFTER_TOOL_FAULTS = {"crash_after_tool": "crash", "hang_after_tool": "hang"}
 #: ``crash_at`` points: the engine's hook points inside a step.
 POINTS = hooks.INSIDE_STEP
+
+
+def armed(run_id: str, name: str) -> Any:
+    """The value of the fault ``name`` the run ``run_id`` carries (``None`` when it
+    carries none), read from its row: a tool of the simulator reads its own fault
+    (``lamp_unreadable``) this way, since the engine hands tools none."""
+    faults = Run.objects.filter(pk=run_id).values_list("faults", flat=True).first()
+    return (faults or {}).get(name)
 
 
 def install() -> None:

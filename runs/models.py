@@ -94,8 +94,15 @@ class Run(models.Model):
     tokens = models.PositiveBigIntegerField(default=0)
     #: Model responses whose price is unknown: while > 0 the run's cost is unknown.
     unpriced_model_calls = models.PositiveIntegerField(default=0)
-    #: Fault injection for demos and drills, e.g. ``{"crash_before": "reply"}``; one-shot.
-    faults = CheckedJSONField(default=dict, blank=True)
+    #: The lab's one-shot fault injections, e.g. ``{"crash_before": "reply"}``: stored
+    #: at start and read by the lab's hooks only (the engine never looks inside); on the
+    #: run's row so that the hook points cost no extra round trip.
+    faults = CheckedJSONField(
+        default=dict,
+        blank=True,
+        help_text="The lab's one-shot fault injections (runs start --crash-before ...), "
+        "read by its hooks only.",
+    )
     #: The client's idempotency key; "" when the client sent none.
     request_id = CheckedCharField(max_length=200, blank=True, default="")
     request_fingerprint = CheckedCharField(max_length=64, blank=True, default="")

@@ -10,7 +10,7 @@ themselves by name when created, so the engine can find a tool's ``verify`` hook
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from runs.engine.durations import duration_problem
@@ -25,16 +25,12 @@ _tools: dict[str, "Tool"] = {}
 
 @dataclass(frozen=True)
 class ToolCall:
-    """What a tool implementation receives besides its arguments.
-
-    ``faults``: the run's fault injections (demos and drills only; e.g. the simulated lamp
-    reads ``lamp_unreadable``). Real tools ignore it.
-    """
+    """What a tool implementation receives besides its arguments: the run's id, the
+    call's idempotency key and the attempt (fencing token) it runs in."""
 
     run_id: str
     idempotency_key: str
     attempt: int
-    faults: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

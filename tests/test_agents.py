@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.workflows.support_agent import next_action
+from lab.workflows.support_agent import next_action
 from tests.control_support import (
     approval_id,
     burst_until,

@@ -1,7 +1,8 @@
 """Workflow authors import one module, ``agentops.authoring``, checked on the source
 with ``ast`` (imports inside functions count too):
 
-- a workflow module (the bundled ones, the test workflows under ``tests/workflows/``)
+- a workflow module (the bundled ones, the lab's, the test workflows under
+  ``tests/workflows/``)
   and every Python example of README.md and docs/ imports nothing of the engine, the
   definition and registry modules, the tools module or the agents package directly;
 - a test module takes the authoring names (``Workflow``, ``Tool``, ``RetryPolicy``, ...)
@@ -59,6 +60,7 @@ def workflow_sources() -> dict[str, ast.AST]:
     found = {}
     for path in [
         *(ROOT / "runs" / "workflows").glob("*.py"),
+        *(ROOT / "lab" / "workflows").glob("*.py"),
         *(ROOT / "tests/workflows").glob("*.py"),
     ]:
         if path.parent.name == "workflows" and path.name in MACHINERY:
@@ -74,7 +76,8 @@ def workflow_sources() -> dict[str, ast.AST]:
 
 def test_it_keeps_workflows_and_examples_to_the_authoring_module():
     sources = workflow_sources()
-    assert "runs/workflows/room_temperature.py" in sources
+    assert "lab/workflows/room_temperature.py" in sources
+    assert "runs/workflows/order_followup.py" in sources
     assert "tests/workflows/faulty.py" in sources
     assert any(where.startswith("docs/first-workflow.md:") for where in sources)
     wrong = {where: names for where, tree in sources.items() if (names := forbidden(tree))}

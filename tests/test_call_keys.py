@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from agentops.authoring import AgentTool, RetryPolicy, Workflow, register
 from lab.sim import devices, services
+from lab.workflows.synthetic import mailer_send
 from runs.agents.durability import LedgerRun
 from runs.engine.control.lifecycle import start_run
 from runs.engine.effects import ledger
@@ -21,7 +22,6 @@ from runs.engine.execution import executor
 from runs.models import Event, Operation, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
-from runs.workflows.synthetic import mailer_send
 from tests.support.states import arrange
 
 RECIPIENTS = ["alice", "bob", "carol"]

@@ -390,12 +390,21 @@ def test_setup_roles_creates_a_user_django_would_accept():
 
 
 def test_a_tool_fault_can_name_a_tool_by_its_full_or_short_name():
-    from runs.cli.start import tool_names
+    from lab.fault_flags import tool_names
     from runs.workflows import registry
 
     assert "set_brightness" in tool_names(registry.get("dim_lights"))
     assert "lamp.set_brightness" in tool_names(registry.get("dim_lights"))
     assert tool_names(registry.get("support_agent")) == ["issue_refund", "lookup_order"]
+
+
+def test_a_fault_flag_registers_once_by_name():
+    from lab.fault_flags import FLAGS
+    from runs.engine import hooks
+
+    assert [f.name for f in hooks.fault_flags()] == [f.name for f in FLAGS]
+    with pytest.raises(ValueError, match="'crash_before' registered twice"):
+        hooks.register_fault(FLAGS[0])
 
 
 @pytest.mark.django_db

@@ -9,6 +9,8 @@
 - no module of the engine sits in an import cycle with a module outside it, and the
   engine's own modules import each other without any cycle;
 - the engine names no injected fault: the lab acts through the engine's hook points;
+- no module of the product (runs, approvals, apitokens, agentops_client, agentops)
+  imports the lab, and the product starts, checks and runs a workflow without it;
 - only the gateway writes a status, attempt, version or generation of Run, Step,
   Approval, Takeover or Operation, and only the store's ORM backend decides an approval
   or resolves a takeover through it.
@@ -467,3 +469,49 @@ def test_it_registers_each_hook_by_name_once():
         lifecycle.register_status_extra("calls", lambda run: None)
     assert list(gateway.RUN_LOCKED_HOOKS) == ["preconditions"]
     assert len(sweeper.EXTRA_TASKS) == 10
+
+
+#: The product: what a deployment runs without the lab app.
+PRODUCT = ("runs", "approvals", "apitokens", "agentops_client", "agentops")
+
+
+def test_it_keeps_the_product_free_of_the_lab():
+    offending = []
+    for package in PRODUCT:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            for imported in _imported_names(name.removesuffix(".__init__"), path):
+                if imported == "lab" or imported.startswith("lab."):
+                    offending.append(f"{name} imports {imported}")
+    assert offending == []
+
+
+def test_the_product_starts_and_runs_a_workflow_without_the_lab(deployment_factory):
+    d = deployment_factory(
+        "sqlite", extra_env={"DJANGO_SETTINGS_MODULE": "tests.settings_without_lab"}
+    )
+    check = d.manage("check")
+    assert check.returncode == 0, check.stderr
+    # Without the lab, runs start offers no fault flags and knows no simulator workflow.
+    usage = d.manage("runs", "start", "--help", check=True).stdout
+    assert "--crash-before" not in usage
+    refused = d.manage("runs", "start", "room_temperature", "--thread", "T0")
+    assert refused.returncode == 1 and "[unknown_workflow]" in refused.stderr
+    run_id = d.manage(
+        "runs",
+        "start",
+        "fanout_demo",
+        "--thread",
+        "T1",
+        "--input",
+        '{"items": 2, "delay_s": 0}',
+        check=True,
+    ).stdout.strip()
+    d.manage("worker", "--burst", check=True, timeout=180)
+    status = d.manage_json("runs", "status", run_id, "--json")
+    assert status["status"] == "SUCCEEDED"
+    # The lab's default model is gone with it: naming it stops start-up, naming why.
+    d.env["AGENTOPS_MODEL"] = "sim"
+    named = d.manage("check")
+    assert named.returncode != 0
+    assert "AGENTOPS_MODEL='sim': unknown model provider 'sim'" in named.stderr

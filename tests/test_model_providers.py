@@ -12,8 +12,8 @@ import pytest
 from django.urls import reverse
 
 from agentops.authoring import RetryPolicy
+from lab.workflows.synthetic import WAIT_STEPS
 from runs.models import Run
-from runs.workflows.synthetic import WAIT_STEPS
 from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.console_helpers import start_room_temperature
 from tests.control_support import (
@@ -59,6 +59,21 @@ def test_it_stops_start_up_naming_the_setting(env, named):
     proc = check(**env)
     assert proc.returncode != 0
     assert named in proc.stderr
+
+
+def test_a_provider_registers_once_by_name_and_the_lab_gives_the_default():
+    from django.core.exceptions import ImproperlyConfigured
+
+    from lab.sim.provider import SimProvider
+    from runs.engine.effects import model_providers
+
+    with pytest.raises(ValueError, match="'sim' registered twice"):
+        model_providers.register_provider("sim", lambda name, setting: SimProvider())
+    # A bare name is a provider's own: Pydantic AI's fallback does not take it.
+    with pytest.raises(ImproperlyConfigured, match="unknown model provider 'nosuch'"):
+        model_providers.get_provider("nosuch", "AGENTOPS_MODEL")
+    assert model_providers.default_model() == "sim"
+    assert isinstance(model_providers.get_provider("sim"), SimProvider)
 
 
 def test_it_starts_with_a_key_from_a_file(tmp_path):

@@ -38,7 +38,7 @@ LEASE = {
     "AGENTOPS_RENOTIFY_SECONDS": 1,
 }
 REQUEST = json.dumps({"request": "lower the brightness by 10%"})
-#: dim_lights' policies (runs/workflows/dim_lights.py) for the backoff checks.
+#: dim_lights' policies (lab/workflows/dim_lights.py) for the backoff checks.
 DIM_POLICY = RetryPolicy(max_attempts=3, initial_delay=1.0, max_delay=10.0)
 
 

@@ -9,13 +9,13 @@ import pytest
 from agentops.authoring import RetryPolicy, Workflow, register
 from lab.sim import devices, services
 from lab.sim import faults as sim_faults
+from lab.workflows.synthetic import mailer_send
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.engine.effects.unknown_outcomes import resolve_unknown, verify_now
 from runs.engine.execution import executor
 from runs.models import Event, Operation, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
-from runs.workflows.synthetic import mailer_send
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

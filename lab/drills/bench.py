@@ -31,11 +31,11 @@ from lab.drills.bench_agents import bench_agents, bench_agents_sqlite
 from lab.drills.bench_branches import DEFAULT_BRANCHES, BranchesShape, bench_branches
 from lab.drills.bench_floor import bench_agents_floor
 from lab.drills.sandbox import MANAGE_PY, Sandbox, wait_until
+from lab.workflows.synthetic import BENCH_STEPS
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step, Thread
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
-from runs.workflows.synthetic import BENCH_STEPS
 
 
 class AgentsShape(NamedTuple):

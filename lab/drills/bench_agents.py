@@ -31,10 +31,10 @@ from django.db import connection
 
 from lab.drills.loopback import LoopbackHTTPServer
 from lab.drills.sandbox import MANAGE_PY, Sandbox, wait_until
+from lab.workflows.synthetic import WAIT_STEPS
 from runs.engine.control.lifecycle import start_run
 from runs.models import Run, Step
 from runs.states import RunStatus, StepStatus
-from runs.workflows.synthetic import WAIT_STEPS
 
 
 class WaitingModelServer:

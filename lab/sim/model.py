@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 
 from lab.sim import faults
+from runs.agents import summary
 
 #: Price of one simulated call in USD, charged to the run's budget like a real one.
 COST_PER_CALL_USD = "0.001"
@@ -90,23 +91,5 @@ def plan_brightness(request: str, current: int) -> int | None:
     return max(0, min(100, target))
 
 
-#: Lines an extractive summary keeps (the newest ones).
-SUMMARY_LINES = 40
-
-
-def summarize(previous: str, messages: list[dict[str, Any]]) -> str:
-    """A plain extractive summary: the lines of ``previous`` plus the first sentence of
-    each of ``messages`` (``[{"seq", "role", "content"}]``), keeping the newest
-    ``SUMMARY_LINES`` lines. Deterministic, so a re-run after a crash writes the same."""
-    lines = [line for line in previous.splitlines() if line and not line.startswith("(")]
-    for m in messages:
-        first = (m.get("content") or "").strip().split(". ")[0][:120]
-        calls = ", ".join(c["name"] for c in m.get("tool_calls") or [])
-        if calls:
-            first = f"{first} (called {calls})".strip()
-        if first:
-            lines.append(f"#{m['seq']} {m['role']}: {first}")
-    dropped = max(0, len(lines) - SUMMARY_LINES)
-    kept = lines[dropped:]
-    head = [f"({dropped} earlier lines omitted)"] if dropped else []
-    return "\n".join(head + kept)
+#: The simulated model's summary is the product's plain extractive one.
+summarize = summary.summarize

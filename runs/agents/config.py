@@ -18,7 +18,8 @@ def configure() -> None:
 
     providers.register()
     check_prices(settings.AGENTOPS_MODEL_PRICES)
-    get_provider(settings.AGENTOPS_MODEL, "AGENTOPS_MODEL")
+    if settings.AGENTOPS_MODEL:
+        get_provider(settings.AGENTOPS_MODEL, "AGENTOPS_MODEL")
     # Workflows declared lazily (register_lazy) are left out: importing them here would
     # cost every process their imports. Such a workflow names no model of its own.
     for workflow in registry.all_workflows(load=False):

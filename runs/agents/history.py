@@ -4,8 +4,8 @@ Built by the engine's context assembly (``runs.engine.data.model_input``) from s
 records only: the thread's summary of older messages, then the messages after it up to
 the run's start, so a step re-executed after a crash hands the agent the same history.
 When the uncovered history has grown past ``AGENTOPS_CONTEXT_SUMMARY_TOKENS``, the step
-first summarises it as the ``chat`` workflow does (the extractive summariser, no model
-request) and stages the summary, committed with the step.
+first summarises it with the plain extractive summary (``runs.agents.summary``, no
+model request) and stages the summary, committed with the step.
 
 The run's own prompt (the last message of that history) is left out: the agent gets it
 as its user prompt. A tool result whose call is not in the history (its call was
@@ -15,7 +15,7 @@ out too: every provider refuses a conversation in which they do not pair up.
 
 from typing import Any
 
-from lab.sim import model as summarizer
+from runs.agents.summary import summarize
 from runs.engine.data.model_input import assemble_context, summary_due
 
 
@@ -33,7 +33,7 @@ def thread_history(ctx) -> list:
     plan = summary_due(ctx.run)
     if plan is not None:
         previous = plan.previous.content if plan.previous else ""
-        text = summarizer.summarize(previous, plan.new_messages)
+        text = summarize(previous, plan.new_messages)
         ctx.add_summary(plan, text)
         covers = [1, plan.last_seq]
         rows = [r for r in rows if r["seq"] > plan.last_seq]

@@ -1,5 +1,4 @@
-"""Model providers: ``sim``, the offline simulator and the default,
-and every model Pydantic AI supports, named its way (``openai:gpt-4.1-mini``,
+"""Model providers: every model Pydantic AI supports, named its way (``openai:gpt-4.1-mini``,
 ``anthropic:...``). An OpenAI-compatible server (vLLM, Ollama, LM Studio) is reached
 through ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` (or ``OPENAI_API_KEY_FILE``).
 
@@ -21,7 +20,6 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from lab.sim import model as sim_model
 from runs.agents.errors import classify, invalid_tool_call
 from runs.engine.effects.model_providers import ModelReply, register_provider
 from runs.engine.execution import aio
@@ -35,46 +33,6 @@ _clients: dict[tuple, Any] = {}
 _clients_lock = threading.Lock()
 #: The shared ``OpenAIChatModel`` objects, by (id of their client, model name).
 _models: dict[tuple, Any] = {}
-
-
-class SimProvider:
-    """The simulated model (``lab.sim.model``): deterministic, free of network, charged
-    ``lab.sim.model.COST_PER_CALL_USD`` per call like a paid one."""
-
-    name = "sim"
-    cost_per_call_usd = sim_model.COST_PER_CALL_USD
-
-    def complete(
-        self, messages: list[dict[str, Any]], tools: list[Any], *, timeout: float | None = None
-    ) -> ModelReply:
-        names = [getattr(t, "name", t) for t in tools]
-        reply = sim_model.complete(messages, names)
-        return ModelReply(
-            content=reply.content,
-            tool_calls=reply.tool_calls,
-            usage=_counted_usage(messages, reply.content),
-            model="sim",
-        )
-
-    def stream(
-        self, messages: list[dict[str, Any]], *, timeout: float | None = None
-    ) -> Iterator[str | ModelReply]:
-        content = ""
-        for piece in sim_model.stream(messages):
-            content += piece
-            yield piece
-        yield ModelReply(content=content, usage=_counted_usage(messages, content), model="sim")
-
-
-def _counted_usage(messages: list[dict[str, Any]], reply: str) -> dict[str, int]:
-    """Token usage of a simulated call, by the configured token counter."""
-    from runs.engine.data.model_input import token_counter
-
-    count = token_counter()
-    return {
-        "input_tokens": sum(count(m.get("content") or "") for m in messages),
-        "output_tokens": count(reply),
-    }
 
 
 def openai_client(base_url: str | None, api_key: str | None):
@@ -374,6 +332,6 @@ def reply_from_response(response, names: dict[str, str]) -> ModelReply:
 
 
 def register() -> None:
-    """Register ``sim`` and Pydantic AI's models (every other prefix) with the engine."""
-    register_provider("sim", lambda name, setting: SimProvider())
+    """Register Pydantic AI's models (every prefix not registered by name) with the
+    engine."""
     register_provider("*", PydanticAIProvider)

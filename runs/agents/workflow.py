@@ -19,7 +19,6 @@ to step in the checkpoint (the step's output, ``history`` as Pydantic AI JSON).
 import json
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from pydantic import ValidationError
 from pydantic_ai import DeferredToolResults, ToolApproved, ToolDenied, capture_run_messages
@@ -47,7 +46,7 @@ from runs.agents.errors import classify_agent_error
 from runs.agents.history import thread_history
 from runs.agents.providers import PydanticAIProvider, aclose
 from runs.engine.control.deferred_calls import TOOL_RESULT_SIGNAL
-from runs.engine.effects.model_providers import get_provider
+from runs.engine.effects.model_providers import default_model, get_provider
 from runs.engine.effects.retry import RetryPolicy
 from runs.engine.errors import StepError
 from runs.engine.execution import aio
@@ -157,8 +156,8 @@ class AgentWorkflow(Workflow):
         own = self.agent.model
         if not name and own is not None and not isinstance(own, str):
             return own, model_label(own), None
-        name = name or own or settings.AGENTOPS_MODEL
         try:
+            name = name or own or default_model()
             model, _ = self.pydantic_model(name)
             provider = get_provider(name)
         except ImproperlyConfigured as exc:

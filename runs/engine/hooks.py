@@ -19,9 +19,14 @@ Points and what their hooks are called with (``run`` a ``Run``, ``step`` a ``Ste
 - ``SUMMARY_READY``: ``(run, step)``: a summary is computed, not yet committed.
 - ``CHILDREN_STARTED``: ``(run, step)``: a step's child runs are started, its wait not
   yet recorded.
+
+What arms the hooks rides on the run: its ``faults`` (a JSON object) is set at start
+from the fault flags registered here (``register_fault``; ``runs start`` offers each as
+an option) and read by the hooks only; the engine stores it and never looks inside.
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 STEP_CLAIMED = "step_claimed"
@@ -36,6 +41,44 @@ INSIDE_STEP = (ARTIFACT_WRITTEN, SUMMARY_READY, CHILDREN_STARTED)
 POINTS = (STEP_CLAIMED, OUTSIDE_CALL, MODEL_RESPONSE_RECORDED, *INSIDE_STEP)
 
 _HOOKS: dict[str, list[Callable[..., Any]]] = {point: [] for point in POINTS}
+
+
+@dataclass(frozen=True)
+class FaultFlag:
+    """A one-shot fault a run may carry in its ``faults``, offered by ``runs start`` as
+    ``--<name with dashes>``.
+
+    ``name``: its key in the run's ``faults``. ``help``: the option's help text.
+    ``metavar``: what its value names (``STEP``, ``TOOL``); ``None`` makes it an option
+    without a value that stores ``True``. ``parse``: turns the option's text into the
+    value, raising ``argparse.ArgumentTypeError`` or ``ValueError`` for bad text
+    (``None``: the text as given). ``choices``: the values allowed (``None``: any).
+    ``check``: ``check(workflow, value)`` raises ``ControlError`` when the fault could
+    never fire in ``workflow`` (``None``: no check).
+    """
+
+    name: str
+    help: str
+    metavar: str | None = None
+    parse: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    check: Callable[[Any, Any], None] | None = None
+
+
+_FAULT_FLAGS: dict[str, FaultFlag] = {}
+
+
+def register_fault(flag: FaultFlag) -> None:
+    """Offer ``flag`` from now on (after the ones registered before it). Raises
+    ``ValueError`` for a name registered twice."""
+    if flag.name in _FAULT_FLAGS:
+        raise ValueError(f"fault {flag.name!r} registered twice")
+    _FAULT_FLAGS[flag.name] = flag
+
+
+def fault_flags() -> list[FaultFlag]:
+    """The registered fault flags, in registration order (none without the lab)."""
+    return list(_FAULT_FLAGS.values())
 
 
 def register(point: str, hook: Callable[..., Any]) -> None:

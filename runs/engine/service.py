@@ -113,6 +113,7 @@ from runs.engine.execution.slots import MAX_SLOTS
 from runs.engine.execution.sweeper import acquire_maintenance_lease, seconds_until_due, sweep_once
 from runs.engine.execution.watchdog import silent_by_design, stuck_runs
 from runs.engine.execution.worker import Worker
+from runs.engine.hooks import FaultFlag, fault_flags
 from runs.engine.names import MAX_NAME_CHARS, name_problem
 from runs.engine.rules import (
     BIDI_CONTROLS,
@@ -238,6 +239,7 @@ __all__ = [
     "CRASH_EXIT_CODE",
     "DB_BUSY",
     "DB_LOST",
+    "FaultFlag",
     "LIVENESS_PG",
     "LIVENESS_PID",
     "RepeatedFailureLog",
@@ -248,6 +250,7 @@ __all__ = [
     "create_backup",
     "dead_workers",
     "dispatch_mode",
+    "fault_flags",
     "new_worker_id",
     "prune",
     "restore_backup",

@@ -29,7 +29,7 @@ from runs.engine import hooks
 from runs.engine.effects import budget as budget_mod
 from runs.engine.effects import ledger, rate_limits
 from runs.engine.effects.calls import CallTimedOut, call_with_timeout, iterate_with_timeout
-from runs.engine.effects.model_providers import ModelReply, get_provider
+from runs.engine.effects.model_providers import ModelReply, default_model, get_provider
 from runs.engine.effects.retry import retry_after_seconds
 from runs.engine.errors import StepError
 from runs.engine.state import reconnect
@@ -63,12 +63,13 @@ def model_key(run_id, step: Step, ordinal: int) -> str:
 
 def model_name_for(workflow, step_def, override: str | None = None) -> str:
     """The model a step asks: ``override``, else the step's ``model``, else the
-    workflow's, else ``AGENTOPS_MODEL``."""
+    workflow's, else the default (``model_providers.default_model``). Raises
+    ``ImproperlyConfigured`` when none is named and there is no default."""
     return (
         override
         or getattr(step_def, "model", None)
         or getattr(workflow, "model", None)
-        or settings.AGENTOPS_MODEL
+        or default_model()
     )
 
 

@@ -1,15 +1,17 @@
 """The model-provider interface the engine knows.
 
-The engine imports no provider SDK and no simulator: providers live in ``runs.agents``
-and register a factory per prefix of a model name (``sim``, ``openai``, ...) when the
-app starts. A model name is written the Pydantic AI way, ``<provider>:<model>``
-(``openai:gpt-4.1-mini``), or just ``sim``.
+The engine imports no provider SDK and no simulator: providers register a factory per
+prefix of a model name when their app starts (``runs.agents``: every Pydantic AI
+provider; the lab: ``sim``, its offline simulator). A model name is written the
+Pydantic AI way, ``<provider>:<model>`` (``openai:gpt-4.1-mini``), or is the bare name
+of a provider registered under it (``sim``).
 """
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -85,15 +87,42 @@ class ModelProvider(Protocol):
 
 #: Provider factories by prefix: ``factory(model_name, setting) -> ModelProvider``;
 #: raises ``ImproperlyConfigured`` naming the setting it misses (a key) or ``setting``.
-#: The prefix ``*`` serves every prefix nobody registered (Pydantic AI's own list).
+#: The prefix ``*`` serves every ``<prefix>:<model>`` nobody registered (Pydantic AI's
+#: own list); a bare name (no ``:``) needs a provider registered under it.
 _factories: dict[str, Callable[[str, str], ModelProvider]] = {}
 _providers: dict[str, ModelProvider] = {}
+#: The model of runs that name none when ``AGENTOPS_MODEL`` is empty: a provider
+#: registered with ``default=True`` (the lab's offline simulator), else none.
+_default: list[str] = []
 
 
-def register_provider(prefix: str, factory: Callable[[str, str], ModelProvider]) -> None:
-    """Make model names ``<prefix>`` and ``<prefix>:<model>`` resolve through ``factory``."""
+def register_provider(
+    prefix: str, factory: Callable[[str, str], ModelProvider], *, default: bool = False
+) -> None:
+    """Make model names ``<prefix>`` and ``<prefix>:<model>`` resolve through ``factory``;
+    ``default``: ``<prefix>`` is the model when ``AGENTOPS_MODEL`` is empty. Raises
+    ``ValueError`` for a prefix registered twice, or a second default."""
+    if prefix in _factories:
+        raise ValueError(f"model provider {prefix!r} registered twice")
+    if default and _default:
+        raise ValueError(f"default model {_default[0]!r} registered, not also {prefix!r}")
     _factories[prefix] = factory
+    if default:
+        _default.append(prefix)
     _providers.clear()
+
+
+def default_model() -> str:
+    """The model of a run, step and workflow that name none: ``AGENTOPS_MODEL``, else
+    the provider registered with ``default=True``. Raises ``ImproperlyConfigured``
+    when neither is there."""
+    name = settings.AGENTOPS_MODEL or (_default[0] if _default else "")
+    if not name:
+        raise ImproperlyConfigured(
+            "AGENTOPS_MODEL is empty and no installed app registers a default model: "
+            "set AGENTOPS_MODEL (e.g. openai:gpt-4.1-mini)"
+        )
+    return name
 
 
 def get_provider(model_name: str, setting: str = "AGENTOPS_MODEL") -> ModelProvider:
@@ -104,11 +133,14 @@ def get_provider(model_name: str, setting: str = "AGENTOPS_MODEL") -> ModelProvi
     if provider is not None:
         return provider
     prefix = model_name.split(":", 1)[0].strip()
-    factory = _factories.get(prefix) or _factories.get("*")
+    factory = _factories.get(prefix)
+    if factory is None and ":" in model_name:
+        factory = _factories.get("*")
     if not prefix or factory is None:
         known = ", ".join(sorted(p for p in _factories if p != "*")) or "none"
         raise ImproperlyConfigured(
-            f"{setting}={model_name!r}: unknown model provider {prefix!r} (known: {known})"
+            f"{setting}={model_name!r}: unknown model provider {prefix!r} (registered by "
+            f"name: {known}; any other is written <provider>:<model>)"
         )
     provider = factory(model_name, setting)
     _providers[model_name] = provider

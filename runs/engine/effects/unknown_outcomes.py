@@ -122,12 +122,7 @@ def verify_now(step: Step, *, actor: str) -> VerifyAnswer:
         answer = ledger.verify(
             tool,
             op,
-            ToolCall(
-                run_id=str(run.pk),
-                idempotency_key=op.idempotency_key,
-                attempt=op.attempt,
-                faults=dict(run.faults),
-            ),
+            ToolCall(run_id=str(run.pk), idempotency_key=op.idempotency_key, attempt=op.attempt),
             timeout=operator_verify_timeout(tool),
         )
     ledger.record_verified(op, answer, step_id=step.pk, actor=actor, requested_by=actor)

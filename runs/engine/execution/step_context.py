@@ -430,9 +430,7 @@ def perform_call(
     retryable failure (an ``OutcomeUnknown`` after a timeout: the call may still land),
     cannot tell an ``OutcomeUnknown``; a timeout of other tools is ``StepError("TIMEOUT")``.
     """
-    info = ToolCall(
-        run_id=str(run.pk), idempotency_key=key, attempt=attempt or 0, faults=dict(run.faults or {})
-    )
+    info = ToolCall(run_id=str(run.pk), idempotency_key=key, attempt=attempt or 0)
     op = ledger.find(key)
     if op is not None and ledger.decline_reuse(op, tool.name, arguments):
         # A result carried over from before a resume or a replay, for other arguments.

@@ -15,6 +15,7 @@ previous brightness if the run later fails or is cancelled.
 import json
 
 from agentops.authoring import RetryPolicy, Tool, VerifyAnswer, Workflow, register
+from lab import injection
 from lab.sim import devices
 
 
@@ -56,7 +57,7 @@ lamp_set = Tool(
         args["brightness"],
         run_id=call.run_id,
         key=call.idempotency_key,
-        unreadable_after=bool(call.faults.get("lamp_unreadable")),
+        unreadable_after=bool(injection.armed(call.run_id, "lamp_unreadable")),
     ),
     side_effect="unsafe",
     verify=_verify_set,

@@ -19,7 +19,7 @@ from django.conf import settings
 
 from agentops.authoring import Workflow, register
 from lab.sim import model as sim_model
-from runs.workflows.room_temperature import thermostat_read
+from lab.workflows.room_temperature import thermostat_read
 
 SYSTEM = "You are the AgentOps home assistant. Answer from tool results; never guess a reading."
 
