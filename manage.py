@@ -33,7 +33,7 @@ def main() -> None:
     try:
         arguments.check_argv(sys.argv)
     except CommandError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(startup.usage_error_line(sys.argv, str(exc)))
         sys.exit(2)
     try:
         execute_from_command_line(sys.argv)

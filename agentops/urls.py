@@ -9,6 +9,9 @@ from agentops.health import healthz, readyz
 from runs.api.app import api
 from runs.api.metrics import metrics_view
 
+#: A missing run or approval is a page with its code (unknown_run...), as on the CLI.
+handler404 = "runs.console.access.page_not_found"
+
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),

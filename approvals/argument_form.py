@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from approvals.plain_text import plain_text
-from runs.console.forms import InvalidInput, optional_json
+from runs.console.forms import INVALID_JSON, InvalidInput, optional_json
 from runs.engine.service import InvalidJson, parse_json
 
 #: The field name prefix of one argument's input (``arg-amount``).
@@ -120,7 +120,7 @@ def _parsed(kind: str, label: str, text: str) -> Any:
     try:
         return parse_json(stripped)
     except InvalidJson as exc:
-        raise InvalidInput(f"{label} is not valid JSON: {exc}.") from exc
+        raise InvalidInput(f"{label} is not valid JSON: {exc}.", INVALID_JSON) from exc
 
 
 def posted_arguments(post, schema: Any, asked: Any) -> Any:

@@ -25,9 +25,9 @@ from runs.console.access import (
 )
 from runs.console.actions import perform
 from runs.console.filters import ApprovalFilter, TakeoverFilter
-from runs.console.forms import InvalidInput, optional_json, required_text
+from runs.console.forms import InvalidInput, optional_json, posted_text
 from runs.console.paging import paginate
-from runs.engine.service import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS, with_shown_status
+from runs.engine.service import with_shown_status
 from runs.models import Approval, Artifact, Takeover
 
 #: Artifacts previewed per approval.
@@ -165,17 +165,11 @@ def decide_view(request, approval_id):
     if changed:
         return changed
     decision = request.POST.get("decision", "")
-    if decision not in DECISIONS:
-        return refusal(
-            request,
-            title="Invalid input",
-            message="Choose approve or reject.",
-            status=400,
-            back=back,
-        )
     evidence = approval.evidence if isinstance(approval.evidence, dict) else {}
     arguments = None
-    if evidence.get("kind") == "tool_call":
+    # Another word than approve/reject goes to the engine as it is: it refuses it
+    # (``invalid_decision``) as it does from the CLI and the API.
+    if evidence.get("kind") == "tool_call" and decision in DECISIONS:
         edit = _posted_edit(request, approval, decision)
         if edit.error or edit.errors:
             return _answer_in_place(request, approval, edit, status=400)
@@ -295,14 +289,12 @@ def resolve_view(request, takeover_id):
         action = request.POST.get("action", "")
         if action not in RESOLUTIONS:
             raise InvalidInput("Choose a resolution: resume, retry, mark_done or cancel.")
-        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
+        reason = posted_text(request.POST, "reason")
         checkpoint, evidence, result = None, "", None
         if action == "resume":
             checkpoint = (request.POST.get("checkpoint") or "").strip() or None
         if action == "mark_done":
-            evidence = required_text(
-                request.POST, "evidence", "Evidence (how you know it is done)", MAX_EVIDENCE_CHARS
-            )
+            evidence = posted_text(request.POST, "evidence")
             result = optional_json(request.POST, "result", label="The result")
         return resolve_takeover(
             takeover,

@@ -195,7 +195,7 @@ def test_budget_amounts_have_the_engines_bounds_and_limits(api, desk_client, dem
         return post(api, path, {"reason": "r", **body}, HTTP_IF_MATCH=run_etag(run))
 
     over = raise_by({"add_cost_usd": "1000000.000001"})
-    assert (over.status_code, over.json()["code"]) == (422, "invalid_request")
+    assert (over.status_code, over.json()["code"]) == (422, "invalid_budget")
     unset = raise_by({"add_tokens": 5})
     assert (unset.status_code, unset.json()["code"]) == (409, "limit_not_set")
     assert list(unset.json()["errors"]) == ["add_tokens"]

@@ -92,7 +92,8 @@ def test_it_needs_a_reason_to_cancel(clients, pending_run):
         clients["bob"], reverse("console:cancel", args=[pending_run.pk]), pending_run, reason="  "
     )
     assert response.status_code == 400
-    assert b"A reason is required" in response.content
+    assert b"cancel needs a reason" in response.content
+    assert response.refusal_code == "reason_required"
     pending_run.refresh_from_db()
     assert pending_run.status == "PENDING"
 
@@ -105,7 +106,9 @@ def test_it_refuses_a_reason_over_the_limit_whole_instead_of_cutting_it(clients,
         reason="x" * (refusals.MAX_REASON_CHARS + 1),
     )
     assert response.status_code == 400
-    assert b"A reason must be at most 2000 characters (it has 2001)" in response.content
+    assert b"reason must be at most 2000 characters (it has 2001) [invalid_input]" in (
+        response.content
+    )
     pending_run.refresh_from_db()
     assert pending_run.status == "PENDING" and pending_run.cancel_reason == ""
 

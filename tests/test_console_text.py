@@ -71,3 +71,17 @@ def test_verify_never_says_none_percent_when_the_previous_value_is_unknown(demo)
     answer = verify_now(step, actor="user:bob")
     assert answer.status == "cannot_tell"
     assert "None" not in answer.evidence and "55%" in answer.evidence
+
+
+def test_agent_and_operator_text_shows_controls_and_bidi_overrides_as_escapes(clients):
+    """A bidirectional override (U+202E) would reorder what the operator reads and an
+    ESC starts a terminal sequence: the console shows both as ``\\uXXXX`` in a message,
+    never the raw character, and keeps tabs and newlines."""
+    from runs.engine.service import post_message
+
+    text = "pay \u202eTSIL\u202c to \x1b[31mred\x9b\tand\nnext"
+    run = post_message("bidi", text).run
+    page = clients["bob"].get(f"/runs/{run.pk}/").content.decode()
+    assert "pay \\u202eTSIL\\u202c to \\u001b[31mred\\u009b\tand\nnext" in page
+    for char in ("\u202e", "\u202c", "\x1b", "\x9b"):
+        assert char not in page, repr(char)

@@ -287,3 +287,218 @@ def test_one_request_id_rule_serves_the_engine_and_the_idempotency_key_header(ke
         assert (caught.value.status, caught.value.code) == (422, "invalid_idempotency_key")
     else:
         check_idempotency_key(key)
+
+
+#: Counts a budget raise refuses, as the CLI, the console and the API send them.
+BAD_COUNTS = {"true": "true", "-1": "-1", "1.5": "1.5", "1000001": "1000001", "NaN": "NaN"}
+#: USD amounts a budget raise refuses.
+BAD_COSTS = {"NaN": "NaN", "Infinity": "Infinity", "-1": "-1", "1e400": "1e400", "tiny": "1e-7"}
+
+
+def _budget_case(flag, value):
+    """A budget raise adding ``value`` (JSON text) through ``flag``'s field."""
+    field = flag.removeprefix("--").replace("-", "_").replace("add_cost", "add_cost_usd")
+    return {
+        "code": "invalid_budget",
+        "cli": ("runs", "budget", "{run}", f"{flag}={value}", "--reason", "r"),
+        "console": ("console:budget", "{run}", {"reason": "r", field: value}),
+        "api": ("/runs/{run}/budget", f'{{"reason": "r", "{field}": {value}}}'),
+    }
+
+
+#: case: the code every face answers ("api_code" where the API's differs, as documented)
+#: and the request of each face; "{run}" / "{approval}" name the arranged rows.
+FACE_CASES = {
+    "blank reason, cancel": {
+        "code": "reason_required",
+        "cli": ("runs", "cancel", "{run}", "--reason", "   "),
+        "console": ("console:cancel", "{run}", {"reason": "   "}),
+        "api": ("/runs/{run}/cancel", '{"reason": "   "}'),
+    },
+    "blank reason, budget": {
+        "code": "reason_required",
+        "cli": ("runs", "budget", "{run}", "--add-model-calls", "1", "--reason", "   "),
+        "console": ("console:budget", "{run}", {"reason": "   ", "add_model_calls": "1"}),
+        "api": ("/runs/{run}/budget", '{"reason": "   ", "add_model_calls": 1}'),
+    },
+    **{f"budget count {k}": _budget_case("--add-model-calls", v) for k, v in BAD_COUNTS.items()},
+    **{f"budget cost {k}": _budget_case("--add-cost", v) for k, v in BAD_COSTS.items()},
+    "start budget true": {
+        "code": "invalid_budget",
+        "cli": ("runs", "start", "signalled", "--thread", "b", "--budget", '{"tool_calls": true}'),
+        "api": (
+            "/runs",
+            '{"workflow": "signalled", "thread_id": "b", "input": {}, '
+            '"budget": {"tool_calls": true}}',
+        ),
+    },  # fmt: skip
+    "start budget NaN cost": {
+        "code": "invalid_budget",
+        "cli": ("runs", "start", "signalled", "--thread", "b", "--budget", '{"cost_usd": NaN}'),
+        "api": (
+            "/runs",
+            '{"workflow": "signalled", "thread_id": "b", "input": {}, "budget": {"cost_usd": NaN}}',
+        ),
+    },  # fmt: skip
+    "malformed JSON": {
+        "code": "invalid_json",
+        "cli": ("runs", "signal", "{run}", "reading", "--payload", '{"celsius": '),
+        "console": ("console:signal", "{run}", {"signal": "reading", "payload": '{"celsius": '}),
+        "api": ("/runs/{run}/signals/reading", '{"celsius": '),
+    },
+    "duplicate key": {
+        "code": "invalid_json",
+        "cli": ("runs", "signal", "{run}", "reading", "--payload", '{"a": 1, "a": 2}'),
+        "console": (
+            "console:signal",
+            "{run}",
+            {"signal": "reading", "payload": '{"a": 1, "a": 2}'},
+        ),
+        "api": ("/runs/{run}/signals/reading", '{"a": 1, "a": 2}'),
+    },
+    "bogus decision": {
+        "code": "invalid_decision",
+        "cli": ("approvals", "decide", "{approval}", "maybe", "--as", "carol"),
+        "console": ("console:decide", "{approval}", {"decision": "maybe"}),
+        "api": ("/approvals/{approval}/decide", '{"decision": "maybe"}'),
+    },
+    "unknown run": {
+        "code": "unknown_run",
+        "api_code": "not_found",
+        "cli": ("runs", "status", "0badc0de-0000-4000-8000-000000000000"),
+        "console": ("console:run", "0badc0de-0000-4000-8000-000000000000", None),
+        "api": ("/runs/0badc0de-0000-4000-8000-000000000000", None),
+    },
+    "unknown approval": {
+        "code": "unknown_approval",
+        "api_code": "not_found",
+        "cli": ("approvals", "decide", "999999", "approve", "--as", "carol"),
+        "console": ("console:decide", "999999", {"decision": "approve"}),
+        "api": ("/approvals/999999/decide", '{"decision": "approve"}'),
+    },
+}
+
+#: A code's HTTP status on the console and on the API.
+CONSOLE_STATUS = {"unknown_run": 404, "unknown_approval": 404}
+API_STATUS = {"invalid_json": 400, "not_found": 404}
+
+
+def _written():
+    """What a refused request must leave as it was: every run, event, signal and
+    approval with its state."""
+    from runs.models import Approval, Run
+
+    return (
+        sorted(Run.objects.values_list("pk", "status", "version", "budget")),
+        Event.objects.count(),
+        Signal.objects.count(),
+        sorted(Approval.objects.values_list("pk", "status", "comment")),
+    )
+
+
+@pytest.fixture
+def arranged(actors):  # noqa: F811
+    """A run of ``signalled`` waiting for its signal, with a model-call limit and a
+    PENDING approval on its step (the engine refuses the bad values before it looks
+    at either's state)."""
+    from runs.models import Approval, Step
+
+    # Carol's, so that her token sees its approval (bob, staff, sees every run).
+    run = start_run(
+        "signalled",
+        thread_id="faces",
+        input={},
+        budget={"model_calls": 5},
+        owner=actors["carol"],
+    )
+    approval = Approval.objects.create(
+        run=run, step=Step.objects.filter(run=run).first(), question="ship it?"
+    )
+    return run, approval
+
+
+@pytest.mark.parametrize("case", list(FACE_CASES))
+def test_one_bad_value_gets_one_code_on_the_cli_the_console_and_the_api(
+    case,
+    arranged,
+    actors,  # noqa: F811
+    clients,  # noqa: F811
+    manage_in_process,  # noqa: F811
+):
+    from runs.console.access import form_version
+    from runs.engine.service import run_etag
+
+    spec = FACE_CASES[case]
+    code = spec["code"]
+    run, approval = arranged
+    names = {"{run}": str(run.pk), "{approval}": str(approval.pk)}
+
+    def named(text):
+        for name, value in names.items():
+            text = text.replace(name, value)
+        return text
+
+    before = _written()
+
+    status, _, err = manage_in_process(*map(named, spec["cli"]))
+    assert status in (1, 2) and len(err.splitlines()) == 1, err
+    assert f"[{code}]" in err, err
+
+    if "console" in spec:
+        url_name, target, data = spec["console"]
+        client = clients["carol" if "decide" in url_name else "bob"]
+        url = reverse(url_name, args=[named(target)])
+        if data is None:
+            console = client.get(url)
+        else:
+            console = client.post(url, {"run_version": form_version(run), **data})
+        assert console.status_code == CONSOLE_STATUS.get(code, 400), console.content
+        assert console.refusal_code == code and f"[{code}]".encode() in console.content
+
+    path, body = spec["api"]
+    _, token = create_token(actors["carol" if "approvals" in path else "bob"])
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}", "HTTP_IF_MATCH": run_etag(run)}
+    url = "/api/v1" + named(path)
+    if body is None:
+        api = clients["bob"].get(url, **headers)
+    else:
+        api = clients["bob"].post(url, body, content_type="application/json", **headers)
+    api_code = spec.get("api_code", code)
+    assert (api.status_code, api.json()["code"]) == (API_STATUS.get(api_code, 422), api_code), (
+        api.content
+    )
+
+    assert _written() == before
+    assert not RefusedAction.objects.exists()  # 4xx input errors are not audited refusals
+
+
+#: console action: (URL name, the raw form body after run_version, who posts it)
+UNDECODABLE_FORMS = {
+    "cancel reason": ("console:cancel", b"reason=a%ED%A0%80b", "bob"),
+    "budget reason": ("console:budget", b"add_model_calls=1&reason=a%ED%A0%80b", "bob"),
+    "decision comment": ("console:decide", b"decision=approve&comment=a%ED%A0%80b", "carol"),
+    "field name": ("console:cancel", b"reason=ok&a%FF=1", "bob"),
+}
+
+
+@pytest.mark.parametrize("form", list(UNDECODABLE_FORMS))
+def test_a_console_form_that_is_not_utf8_is_refused_whole(form, arranged, clients):  # noqa: F811
+    from runs.console.access import form_version
+
+    url_name, body, who = UNDECODABLE_FORMS[form]
+    run, approval = arranged
+    target = approval.pk if url_name == "console:decide" else run.pk
+    before = _written()
+    response = clients[who].generic(
+        "POST",
+        reverse(url_name, args=[target]),
+        b"run_version=" + form_version(run).encode() + b"&" + body,
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert response.status_code == 400, response.content
+    assert response.refusal_code == "invalid_input" and b"not valid UTF-8" in response.content
+    assert _written() == before
+    if form == "field name":
+        # A page's query string is read from its bytes too.
+        page = clients[who].get("/runs/?q=a%ED%A0%80b")
+        assert (page.status_code, page.refusal_code) == (400, "invalid_input")

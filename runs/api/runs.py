@@ -95,7 +95,8 @@ def create_run(
         "input": payload.input,
     }
     if payload.budget is not None:
-        body["budget"] = payload.budget.model_dump(mode="json", exclude_none=True)
+        # As sent (a NaN stays a NaN for the engine to refuse, not a null).
+        body["budget"] = payload.budget.model_dump(exclude_none=True)
     check_idempotency_key(idempotency_key)
     fingerprint = request_fingerprint(body)
     if idempotency_key:

@@ -3,7 +3,6 @@ the OpenAPI schema. Request bodies forbid unknown fields and use strict types, s
 string where a number belongs is a 422, not a silent conversion."""
 
 from datetime import datetime
-from decimal import Decimal
 from typing import Any, Literal
 from uuid import UUID
 
@@ -33,22 +32,27 @@ class Error(Schema):
     errors: dict[str, str] = Field(description="field (dotted path) -> what is wrong")
 
 
-class BudgetIn(Strict):
-    """Limits for the run; an omitted limit means none. The bounds are the engine's
-    (``runs.engine.effects.budget.MAX_AMOUNTS``), the same on every channel."""
+def _count(key: str) -> str:
+    """How the count ``key``'s bounds are described; the engine checks them."""
+    return f"whole number, 0..{int(MAX_AMOUNTS[key])} (422 invalid_budget otherwise)"
 
-    model_calls: StrictInt | None = Field(None, ge=0, le=int(MAX_AMOUNTS["model_calls"]))
-    tool_calls: StrictInt | None = Field(None, ge=0, le=int(MAX_AMOUNTS["tool_calls"]))
-    tokens: StrictInt | None = Field(
-        None, ge=0, le=int(MAX_AMOUNTS["tokens"]), description="input + output tokens"
-    )
-    cost_usd: Decimal | None = Field(
-        None,
-        ge=0,
-        le=MAX_AMOUNTS["cost_usd"],
-        decimal_places=COST_PLACES,
-        description='USD, as a string like "0.10" or a number',
-    )
+
+#: How a USD amount's bounds are described; the engine checks them.
+COST = (
+    f'USD, as a string like "0.10" or a number, 0..{MAX_AMOUNTS["cost_usd"]} with at most '
+    f"{COST_PLACES} decimal places (422 invalid_budget otherwise)"
+)
+
+
+class BudgetIn(Strict):
+    """Limits for the run; an omitted limit means none. The amounts are taken as sent
+    and checked by the engine (``runs.engine.effects.budget.parse_amount``: bounds
+    ``MAX_AMOUNTS``), so a bad one is 422 ``invalid_budget`` as on every face."""
+
+    model_calls: Any = Field(None, description=_count("model_calls"))
+    tool_calls: Any = Field(None, description=_count("tool_calls"))
+    tokens: Any = Field(None, description="input + output tokens; " + _count("tokens"))
+    cost_usd: Any = Field(None, description=COST)
 
 
 class RunCreate(Strict):
@@ -360,19 +364,14 @@ class RetryIn(Strict):
 
 
 class BudgetRaiseIn(Strict):
-    """Amounts to add; at least one must be positive. Bounds as ``BudgetIn``'s."""
+    """Amounts to add; at least one must be positive. Taken as sent and checked by the
+    engine as ``BudgetIn``'s (422 ``invalid_budget``)."""
 
     reason: StrictStr = Field(min_length=1, max_length=MAX_REASON_CHARS)
-    add_model_calls: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["model_calls"]))
-    add_tool_calls: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["tool_calls"]))
-    add_tokens: StrictInt = Field(0, ge=0, le=int(MAX_AMOUNTS["tokens"]))
-    add_cost_usd: Decimal = Field(
-        Decimal("0"),
-        ge=0,
-        le=MAX_AMOUNTS["cost_usd"],
-        decimal_places=COST_PLACES,
-        description="USD",
-    )
+    add_model_calls: Any = Field(0, description=_count("model_calls"))
+    add_tool_calls: Any = Field(0, description=_count("tool_calls"))
+    add_tokens: Any = Field(0, description=_count("tokens"))
+    add_cost_usd: Any = Field("0", description=COST)
 
 
 class ResolveIn(Strict):
@@ -399,7 +398,9 @@ class ApprovalOut(Schema):
 
 
 class DecideIn(Strict):
-    decision: Literal["approve", "reject"]
+    decision: StrictStr = Field(
+        description="approve or reject (another word: 422 invalid_decision, as on every face)"
+    )
     comment: StrictStr = Field("", max_length=MAX_COMMENT_CHARS)
     #: An agent's tool call only: approve with these arguments instead (validated
     #: against the tool's schema: 422 ``invalid_arguments`` with field errors).

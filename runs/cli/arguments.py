@@ -251,7 +251,8 @@ def json_value(code: str = "invalid_input") -> Callable[[str], Any]:
     JSON but ``null``, which the engine could not tell from leaving the option out.
     Blank text, text that is not JSON, ``null`` or a part no database can store (a
     ``\\ud800`` escape decodes to a lone surrogate) raise ``argparse.ArgumentTypeError``
-    (a usage error, exit 2; the message ends ``[code]``), so an unset shell variable
+    (a usage error, exit 2; the message ends ``[code]``, or ``[invalid_json]`` for text
+    that is not JSON, as the API and the console name it), so an unset shell variable
     never silently means "none"."""
 
     def parse(value: str) -> Any:
@@ -260,7 +261,7 @@ def json_value(code: str = "invalid_input") -> Callable[[str], Any]:
         try:
             parsed = parse_json(value)
         except InvalidJson as exc:
-            raise argparse.ArgumentTypeError(f"not valid JSON: {exc} [{code}]") from None
+            raise argparse.ArgumentTypeError(f"not valid JSON: {exc} [invalid_json]") from None
         if parsed is None:
             raise argparse.ArgumentTypeError(
                 f"must not be null (leave the option out instead) [{code}]"

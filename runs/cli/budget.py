@@ -6,33 +6,31 @@ already; nothing is changed). Prints the limits before and after as JSON."""
 
 import json
 
-from runs.cli import arguments
 from runs.cli.common import add_actor_argument, cli_actor, control_error, resolve_run
-from runs.engine.service import MAX_AMOUNTS, ControlError, raise_budget
+from runs.engine.service import ControlError, raise_budget
 
 help = "raise a run's budget limits (and resume it if it was paused for its budget)"
 
 
 def add_arguments(parser):
+    # The amounts go to the engine as typed: it checks them (whole counts, USD, bounds)
+    # and refuses a bad one with invalid_budget, as from the console and the API.
     parser.add_argument("run_id", help="the run's id or a unique prefix (runs list shows them)")
     parser.add_argument(
         "--add-model-calls",
-        type=arguments.integer(0, int(MAX_AMOUNTS["model_calls"])),
-        default=0,
+        default="0",
         metavar="N",
         help="raise the model-call limit by N",
     )
     parser.add_argument(
         "--add-tool-calls",
-        type=arguments.integer(0, int(MAX_AMOUNTS["tool_calls"])),
-        default=0,
+        default="0",
         metavar="N",
         help="raise the tool-call limit by N",
     )
     parser.add_argument(
         "--add-tokens",
-        type=arguments.integer(0, int(MAX_AMOUNTS["tokens"])),
-        default=0,
+        default="0",
         metavar="N",
         help="raise the token limit by N",
     )

@@ -57,12 +57,35 @@ def _one_line_error(parser: CommandParser, message: str) -> None:
     parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")
 
 
+def usage_error_line(argv: list[str], message: str) -> str:
+    """The usage error line for ``message`` about the command line ``argv`` (as
+    ``sys.argv``) found before any parser ran: ``manage.py CMD: error: MESSAGE (see
+    manage.py CMD --help)``, the form of every other usage error (``_one_line_error``)."""
+    prog = " ".join(["manage.py", *argv[1:2]])
+    return f"{prog}: error: {message} (see {prog} --help)\n"
+
+
+#: What argparse's own check takes for an option; ``_parse_optional`` is its hook.
+_parse_optional = CommandParser._parse_optional
+
+
+def _hyphens_are_a_value(parser: CommandParser, arg: str):
+    """``CommandParser._parse_optional`` that takes an argument of three or more
+    hyphens alone (``----``) as a value, not an unknown option: a run id prefix made of
+    hyphens then reaches the engine, which names nothing by it (``[unknown_run]``)."""
+    if len(arg) > 2 and not arg.strip("-"):
+        return None
+    return _parse_optional(parser, arg)
+
+
 def one_line_usage_errors() -> None:
-    """Make every management command's usage error one line (see ``_one_line_error``).
-    Django builds each command's parser itself from ``CommandParser``, so this is the
-    one place that reaches all of them and their subcommands."""
+    """Make every management command's usage error one line (see ``_one_line_error``)
+    and let hyphens alone be a value (``_hyphens_are_a_value``). Django builds each
+    command's parser itself from ``CommandParser``, so this is the one place that
+    reaches all of them and their subcommands."""
     # Patching a method (method-assign); the stub also gives ``error`` a doubled ``self``.
     CommandParser.error = _one_line_error  # type: ignore[method-assign,assignment]
+    CommandParser._parse_optional = _hyphens_are_a_value  # type: ignore[method-assign,assignment]
 
 
 def unreachable_database(exc: Exception) -> str | None:

@@ -5,6 +5,7 @@ Roles are Django groups (``setup_roles``): viewer (``runs.view_run``), operator
 a user may not do; these checks are the gate (403 otherwise).
 """
 
+import re
 from collections.abc import Callable
 from functools import wraps
 
@@ -14,7 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
-from runs.console.forms import unstorable_field
+from runs.console.forms import undecodable_input, unstorable_field
 from runs.engine.service import run_etag
 
 VIEW_PERM = "runs.view_run"
@@ -65,9 +66,20 @@ def console_action(permission: str) -> Callable[[Callable], Callable]:
 
 def unstorable_input(request: HttpRequest) -> HttpResponse | None:
     """The 400 refusal for a query or form value no database column can hold (NUL, a
-    lone surrogate; ``runs.console.forms.unstorable_field``), else ``None``. Checked
-    once here for every console page and form, before the view reads anything, so no
-    action writes half of a request and both databases answer alike."""
+    lone surrogate; ``runs.console.forms.unstorable_field``) or that is not UTF-8 at
+    all (``undecodable_input``: Django would hand the view U+FFFD instead), else
+    ``None``; code ``invalid_input``, the text rule's. Checked once here for every
+    console page and form, before the view reads anything, so no action writes half of
+    a request and both databases answer alike."""
+    name = undecodable_input(request)
+    if name is not None:
+        return refusal(
+            request,
+            title="Invalid input",
+            message=f"The field {name!r} is not valid UTF-8 text. Nothing was done.",
+            status=400,
+            code="invalid_input",
+        )
     for data in (request.GET, request.POST):
         name = unstorable_field(data)
         if name is not None:
@@ -103,18 +115,48 @@ def refusal(
     """The page (or fragment) that explains why an action was not done: a run that changed
     since the form was shown (409), a request the engine refused, invalid input (400).
     ``code`` and ``message`` also go into the audit record of a 403/409
-    (``runs.refusals``)."""
+    (``runs.refusals``); the page shows the code after the message (``[invalid_json]``),
+    as the CLI does."""
+    shown = message if not code or f"[{code}]" in message else f"{message} [{code}]"
     response = render_page(
         request,
         "console/refused.html",
         "partials/refused.html",
-        {"title": title, "message": message, "back": back},
+        {"title": title, "message": shown, "back": back},
         status=status,
     )
     # Read by the audit middleware (runs.refusals); not part of HttpResponse's type.
     response.refusal_code = code  # type: ignore[attr-defined]
     response.refusal_reason = message  # type: ignore[attr-defined]
     return response
+
+
+#: Django's message for ``get_object_or_404`` finding no row: the model's name.
+_NO_ROW = re.compile(r"No (\w+) matches the given query\.")
+
+
+def not_found_code(exception: Exception | None) -> str:
+    """The code of a console 404, as the CLI names the same miss: ``unknown_run``,
+    ``unknown_approval`` (``unknown_<model>`` for a row ``get_object_or_404`` did not
+    find), else ``not_found`` (a path that names nothing)."""
+    found = _NO_ROW.fullmatch(str(exception or ""))
+    if found is None:
+        return "not_found"
+    return "unknown_" + re.sub(r"(?<!^)(?=[A-Z])", "_", found.group(1)).lower()
+
+
+def page_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """The console's 404 page (``handler404``): what was not found, with its code
+    (``not_found_code``) on the page and on the response, as every refusal has."""
+    code = not_found_code(exception)
+    what = code.removeprefix("unknown_").replace("_", " ")
+    return refusal(
+        request,
+        title="Not found",
+        message=f"No such {'page' if code == 'not_found' else what}.",
+        status=404,
+        code=code,
+    )
 
 
 def form_version(run) -> str:

@@ -29,7 +29,7 @@ CHANGED_CODES = {
 
 #: ControlError codes that mean the form's input was wrong (400, like ``InvalidInput``),
 #: besides every ``invalid_*`` code.
-INPUT_CODES = {"reason_required", "unknown_checkpoint"}
+INPUT_CODES = {"reason_required", "evidence_required", "unknown_checkpoint"}
 
 
 def _input_error(code: str) -> bool:

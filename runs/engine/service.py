@@ -58,7 +58,12 @@ from runs.engine.control.lifecycle import (
 )
 from runs.engine.control.preconditions import expect as expect_run_etag
 from runs.engine.control.preconditions import parse_if_match, run_etag
-from runs.engine.control.refusals import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS, REASONED_ACTIONS
+from runs.engine.control.refusals import (
+    MAX_EVIDENCE_CHARS,
+    MAX_REASON_CHARS,
+    REASONED_ACTIONS,
+    require_reason,
+)
 from runs.engine.control.replay import (
     BULK_LIMIT,
     DEFAULT_RATE,
@@ -151,6 +156,7 @@ __all__ = [
     "MAX_SECONDS",
     "MAX_SLOTS",
     "REASONED_ACTIONS",
+    "require_reason",
     "check_length",
     "check_thread_id",
     "name_problem",

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from django import template
 from django.utils import timezone
 
+from runs.cli.terminal import terminal_text
 from runs.console.access import form_version
 
 register = template.Library()
@@ -17,12 +18,27 @@ PREVIEW_CHARS = 240
 FOLD_CHARS = 4096
 
 
+@register.filter
+def visible(value) -> str:
+    """``value`` as text with every character that acts on how text reads written as
+    its ``\\uXXXX`` escape (``terminal_text``: ESC and other controls, U+202E and the
+    other bidirectional controls, which would reorder what the operator sees); newlines
+    and tabs are kept. Autoescaping still applies after it."""
+    if value is None:
+        return ""
+    return "\t".join(terminal_text(part, newlines=True) for part in str(value).split("\t"))
+
+
 def _as_text(value, indent: int | None = None) -> str:
+    """``value`` (text or JSON) as it is shown: ``visible``; a JSON value's escapes
+    are JSON's own, so the text still reads as the same JSON."""
     if value is None:
         return ""
     if isinstance(value, str):
-        return value
-    return json.dumps(value, indent=indent, sort_keys=True, default=str, ensure_ascii=False)
+        return visible(value)
+    return visible(
+        json.dumps(value, indent=indent, sort_keys=True, default=str, ensure_ascii=False)
+    )
 
 
 @register.inclusion_tag("partials/payload.html")

@@ -20,16 +20,16 @@ from runs.console.access import (
     refusal,
     stale_run,
 )
-from runs.console.actions import back_url, perform
-from runs.console.forms import InvalidInput, optional_json, required_text
+from runs.console.actions import back_url, control_refusal, perform
+from runs.console.forms import InvalidInput, optional_json, posted_text, required_text
 from runs.engine import service as engine
 from runs.engine.service import (
-    MAX_REASON_CHARS,
     ControlError,
     pause_progress,
     plan_resume,
     raise_budget,
     request_cancel,
+    require_reason,
     resumable_names,
     resume_from_checkpoint,
     retry_step,
@@ -55,7 +55,7 @@ def cancel(request, run_id):
         return changed
 
     def call():
-        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
+        reason = posted_text(request.POST, "reason")
         return request_cancel(run, actor=actor_of(request), reason=reason)
 
     return perform(
@@ -88,7 +88,7 @@ def retry(request, run_id):
         return changed
 
     def call():
-        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
+        reason = posted_text(request.POST, "reason")
         return retry_step(
             run,
             actor=actor_of(request),
@@ -110,7 +110,7 @@ def budget(request, run_id):
         return changed
 
     def call():
-        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
+        reason = posted_text(request.POST, "reason")
         return raise_budget(
             run,
             actor=actor_of(request),
@@ -206,7 +206,7 @@ def _resume_confirm(request, run_id):
 
     def call():
         required_text(request.POST, "checkpoint", "A checkpoint")
-        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
+        reason = posted_text(request.POST, "reason")
         return resume_from_checkpoint(
             run,
             checkpoint,
@@ -294,15 +294,12 @@ def bulk(request):
             (r, bulk_skip_reason(action, r)) for r in runs if bulk_skip_reason(action, r)
         ]
         return render(request, "console/bulk_confirm.html", context)
-    reason = (request.POST.get("reason") or "").strip()
-    if action == "cancel" and not reason:
-        return refusal(
-            request,
-            title="Invalid input",
-            message="A reason is required.",
-            status=400,
-            back=reverse("console:runs"),
-        )
+    reason = posted_text(request.POST, "reason")
+    if action == "cancel":
+        try:
+            require_reason(reason, "cancel")
+        except ControlError as exc:
+            return control_refusal(request, exc, back=reverse("console:runs"))
     done, skipped = [], []
     for run in runs:
         confirmed = request.POST.get(f"version_{run.pk}")

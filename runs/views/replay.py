@@ -17,11 +17,10 @@ from django.urls import reverse
 from runs.console.access import OPERATE_PERM, actor_of, console_view, refusal
 from runs.console.actions import control_refusal
 from runs.console.filters import RunFilter
-from runs.console.forms import InvalidInput, required_text
+from runs.console.forms import InvalidInput, posted_text
 from runs.engine.service import (
     BULK_LIMIT,
     DEFAULT_RATE,
-    MAX_REASON_CHARS,
     ControlError,
     bulk_candidates,
     bulk_replay,
@@ -85,7 +84,7 @@ def _replay_confirm(request, run: Run):
         new = replay_run(
             run,
             actor=actor_of(request),
-            reason=required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS),
+            reason=posted_text(request.POST, "reason"),
             checkpoint=request.POST.get("checkpoint") or None,
             reexecute=_checked(request),
             again=request.POST.get("again") == "on",
@@ -152,7 +151,7 @@ def bulk_replay_view(request):
             back=reverse("console:bulk_replay") + (f"?{query.urlencode()}" if query else ""),
         )
     try:
-        reason = required_text(request.POST, "reason", "A reason", MAX_REASON_CHARS)
+        reason = posted_text(request.POST, "reason")
         rate = check_rate(request.POST.get("rate") or DEFAULT_RATE)
         result = bulk_replay(
             selection,

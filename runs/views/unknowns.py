@@ -19,10 +19,9 @@ from runs.console.access import (
 )
 from runs.console.actions import control_refusal, perform
 from runs.console.filters import UnknownFilter
-from runs.console.forms import InvalidInput, optional_json, required_text
+from runs.console.forms import InvalidInput, optional_json, posted_text
 from runs.console.paging import paginate
 from runs.engine.service import (
-    MAX_EVIDENCE_CHARS,
     OUTCOMES,
     ControlError,
     resolve_unknown,
@@ -144,7 +143,7 @@ def resolve(request, step_id):
         outcome = request.POST.get("outcome", "")
         if outcome not in OUTCOMES:
             raise InvalidInput("Choose an outcome: done or not-done.")
-        evidence = required_text(request.POST, "evidence", "Evidence", MAX_EVIDENCE_CHARS)
+        evidence = posted_text(request.POST, "evidence")
         result = optional_json(request.POST, "result", label="The result")
         return resolve_unknown(
             step.run,

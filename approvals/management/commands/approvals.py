@@ -40,7 +40,8 @@ class Command(OperatorCommand):
             type=arguments.integer(1, arguments.MAX_ID),
             help="the approval's id (approvals list shows it)",
         )
-        p.add_argument("decision", choices=sorted(services.DECISIONS), help="approve or reject")
+        # The engine refuses another word (invalid_decision), as from the console and API.
+        p.add_argument("decision", help="approve or reject")
         p.add_argument("--comment", default="", help="why (recorded with the decision)")
         p.add_argument(
             "--arguments",
