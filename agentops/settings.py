@@ -216,7 +216,7 @@ AGENTOPS_LEASE_SECONDS = env_number("AGENTOPS_LEASE_SECONDS", 30, minimum=1)
 AGENTOPS_POLL_SECONDS = env_number("AGENTOPS_POLL_SECONDS", 0.5, minimum=0.01)
 # Execution slots of a worker process (steps run at once, each in a slot thread) and, on
 # PostgreSQL, the connection pool those slots share (runs/engine/execution/slots.py).
-AGENTOPS_WORKER_CONCURRENCY = int(env_number("AGENTOPS_WORKER_CONCURRENCY", 1, minimum=1))
+AGENTOPS_WORKER_CONCURRENCY = int(env_number("AGENTOPS_WORKER_CONCURRENCY", 8, minimum=1))
 AGENTOPS_WORKER_POOL_SIZE = int(env_number("AGENTOPS_WORKER_POOL_SIZE", 4, minimum=1))
 # The newest bytes of each attempt's captured log (logging records, stdout, stderr) kept
 # with the attempt (runs/engine/execution/attempt_logs.py).
