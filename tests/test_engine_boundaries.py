@@ -445,13 +445,12 @@ PRODUCT = ("runs", "approvals", "apitokens", "agentops_client", "agentops")
 
 
 def test_it_keeps_the_product_free_of_the_lab():
-    offending = []
-    for package in PRODUCT:
-        for path in (ROOT / package).rglob("*.py"):
-            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-            for imported in _imported_names(name.removesuffix(".__init__"), path):
-                if imported == "lab" or imported.startswith("lab."):
-                    offending.append(f"{name} imports {imported}")
+    offending = [
+        f"{name} imports {imported}"
+        for name, path in project_modules(PRODUCT).items()
+        for imported in imported_names(name, path)
+        if imported == "lab" or imported.startswith("lab.")
+    ]
     assert offending == []
 
 
