@@ -217,7 +217,7 @@ AGENTOPS_LEASE_SECONDS = env_number("AGENTOPS_LEASE_SECONDS", 30, minimum=1)
 AGENTOPS_POLL_SECONDS = env_number("AGENTOPS_POLL_SECONDS", 0.5, minimum=0.01)
 # Execution slots of a worker process (steps run at once, each in a slot thread) and, on
 # PostgreSQL, the connection pool those slots share (runs/engine/execution/slots.py).
-AGENTOPS_WORKER_CONCURRENCY = int(env_number("AGENTOPS_WORKER_CONCURRENCY", 1, minimum=1))
+AGENTOPS_WORKER_CONCURRENCY = int(env_number("AGENTOPS_WORKER_CONCURRENCY", 8, minimum=1))
 AGENTOPS_WORKER_POOL_SIZE = int(env_number("AGENTOPS_WORKER_POOL_SIZE", 4, minimum=1))
 # The newest bytes of each attempt's captured log (logging records, stdout, stderr) kept
 # with the attempt (runs/engine/execution/attempt_logs.py).
@@ -250,7 +250,9 @@ AGENTOPS_LIVENESS_GRACE_SECONDS = env_number("AGENTOPS_LIVENESS_GRACE_SECONDS", 
 # Client API (docs/api.md): request body limit in bytes (413 above it), run creations
 # allowed per token per period (429 above it), SSE poll and heartbeat intervals in
 # seconds, and the bearer token /metrics requires (unset: /metrics answers 403).
-AGENTOPS_API_MAX_BODY_BYTES = int(env_number("AGENTOPS_API_MAX_BODY_BYTES", 65536, minimum=1024))
+# 8 x the engine's largest value (runs.engine.rules.MAX_VALUE_BYTES): a value the rule
+# takes fits even with every character escaped as \uXXXX.
+AGENTOPS_API_MAX_BODY_BYTES = int(env_number("AGENTOPS_API_MAX_BODY_BYTES", 524288, minimum=1024))
 AGENTOPS_API_CREATE_LIMIT = int(env_number("AGENTOPS_API_CREATE_LIMIT", 60, minimum=1))
 AGENTOPS_API_CREATE_PERIOD = env_number("AGENTOPS_API_CREATE_PERIOD", 60, minimum=1)
 AGENTOPS_SSE_POLL_SECONDS = env_number("AGENTOPS_SSE_POLL_SECONDS", 0.5, minimum=0.05)

@@ -6,7 +6,12 @@ from runs.engine.effects.calls import THREAD_NAME as OUTSIDE_CALL_THREAD
 from runs.engine.execution.identity import WorkerIdentity
 from runs.workflows import registry
 
-pytest_plugins = ["tests.support.fixtures", "tests.support.metrics"]
+pytest_plugins = [
+    "tests.support.fixtures",
+    "tests.support.metrics",
+    "tests.support.command_line",
+    "tests.support.storage_loop",
+]
 
 #: Seconds a test's teardown waits for an outside call it abandoned (a bound, not a timing
 #: assertion: the fake outside systems of the tests finish within seconds).

@@ -2,15 +2,13 @@
 500) when dispatch runs from the database."""
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.support.services import shell_output
+
 DASHBOARD = "/admin/django_rq/dashboard/"
 
 
@@ -34,14 +32,4 @@ def test_it_does_not_register_the_dashboard_without_redis_url():
         "from django.contrib import admin; from django_rq.models import Dashboard; "
         "print(admin.site.is_registered(Dashboard))"
     )
-    proc = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", code],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == "False"
+    assert shell_output(code, env) == "False"

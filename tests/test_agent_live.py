@@ -12,7 +12,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from tests.control_support import (
+from tests.support.agents import SHAPES, deployment, tool_results
+from tests.support.deployment_runs import (
     burst_until_status,
     db_id,
     db_rows,
@@ -21,7 +22,6 @@ from tests.control_support import (
     start,
     status,
 )
-from tests.support.agents import SHAPES, deployment, tool_results
 from tests.support.openai_server import ModelServer
 from tests.support.waiting import wait_until
 

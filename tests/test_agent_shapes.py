@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.control_support import (
+from tests.support.agents import SHAPES, deployment, tool_call, tool_results, tool_then_answer
+from tests.support.deployment_runs import (
     approval_id,
     burst_until,
     burst_until_status,
@@ -23,7 +24,6 @@ from tests.control_support import (
     start,
     status,
 )
-from tests.support.agents import SHAPES, deployment, tool_results
 from tests.support.openai_server import ModelServer
 from tests.support.services import Deployment
 
@@ -48,10 +48,6 @@ def taken_over_with(d: Deployment, run_id: str) -> str:
     return rows[-1][0] if rows else ""
 
 
-def call(name: str, arguments: dict, call_id: str | None = None) -> dict:
-    return {"tool_calls": [{"name": name, "arguments": arguments, "id": call_id}]}
-
-
 # -- tool control flow -------------------------------------------------------------------
 
 
@@ -59,9 +55,9 @@ def number_brain(body: dict) -> dict:
     """Picks 3, then (told it is too small) 7, then answers."""
     results = tool_results(body)
     if not results:
-        return call("pick_number", {"n": 3}, "c1")
+        return tool_call("pick_number", {"n": 3}, "c1")
     if len(results) == 1:
-        return call("pick_number", {"n": 7}, "c2")
+        return tool_call("pick_number", {"n": 7}, "c2")
     return {"content": "I picked 7."}
 
 
@@ -99,7 +95,7 @@ def test_a_recorded_model_retry_is_replayed_after_a_crash_not_run_again(deployme
 def test_a_tool_retrying_past_its_retries_is_taken_over_with_the_calls_recorded(
     deployment_factory,
 ):
-    with ModelServer(lambda body: call("pick_number", {"n": 1})) as server:
+    with ModelServer(lambda body: tool_call("pick_number", {"n": 1})) as server:
         d = shapes(deployment_factory, server)
         run_id = start(d, "shape_retry", json.dumps({"prompt": "pick a number"}))
         worker = d.manage("worker", "--burst", timeout=120)
@@ -122,10 +118,9 @@ def test_a_tool_retrying_past_its_retries_is_taken_over_with_the_calls_recorded(
     assert "too small" in recorded[0]["message"]
 
 
-def deleting_brain(body: dict) -> dict:
-    if not tool_results(body):
-        return call("delete_file", {"path": "/tmp/report.txt"}, "d1")
-    return {"content": "Done: " + tool_results(body)[-1]}
+deleting_brain = tool_then_answer(
+    "delete_file", {"path": "/tmp/report.txt"}, "d1", lambda result: "Done: " + result
+)
 
 
 def test_a_tool_asking_for_approval_waits_for_an_approver_and_runs_once(deployment_factory):
@@ -173,7 +168,7 @@ def test_a_tool_asking_for_approval_is_rejected_with_a_message(deployment_factor
 
 
 def test_a_bug_in_a_tool_pauses_the_run_for_a_person_with_its_own_code(deployment_factory):
-    with ModelServer(lambda body: call("buggy_lookup", {"key": "k"})) as server:
+    with ModelServer(lambda body: tool_call("buggy_lookup", {"key": "k"})) as server:
         d = shapes(deployment_factory, server)
         run_id = start(d, "shape_tool_errors", json.dumps({"prompt": "look k up"}))
         worker = d.manage("worker", "--burst", timeout=120)
@@ -189,10 +184,7 @@ def test_a_bug_in_a_tool_pauses_the_run_for_a_person_with_its_own_code(deploymen
 
 
 def test_a_transient_tool_error_is_retried_by_the_steps_policy(deployment_factory):
-    def brain(body):
-        if not tool_results(body):
-            return call("flaky_lookup", {"key": "k"}, "f1")
-        return {"content": tool_results(body)[-1]}
+    brain = tool_then_answer("flaky_lookup", {"key": "k"}, "f1")
 
     with ModelServer(brain) as server:
         d = shapes(deployment_factory, server)
@@ -209,10 +201,7 @@ def test_a_transient_tool_error_is_retried_by_the_steps_policy(deployment_factor
 # -- deps, history, per-run options ---------------------------------------------------------
 
 
-def capital_brain(body: dict) -> dict:
-    if not tool_results(body):
-        return call("capital", {}, "k1")
-    return {"content": f"The capital is {tool_results(body)[-1]}."}
+capital_brain = tool_then_answer("capital", {}, "k1", lambda result: f"The capital is {result}.")
 
 
 def test_deps_reach_the_agents_tools(deployment_factory):
@@ -319,7 +308,7 @@ def test_the_threads_earlier_messages_are_the_agents_history(deployment_factory)
 
 
 def test_usage_limits_stop_a_looping_agent_and_keep_its_messages(deployment_factory):
-    with ModelServer(lambda body: call("again", {})) as server:
+    with ModelServer(lambda body: tool_call("again", {})) as server:
         d = shapes(deployment_factory, server)
         body = json.dumps({"prompt": "loop", "usage_limits": {"request_limit": 3}})
         run_id = start(d, "shape_loop", body)
@@ -333,7 +322,7 @@ def test_usage_limits_stop_a_looping_agent_and_keep_its_messages(deployment_fact
 
 
 def test_pydantic_ais_default_request_limit_stays_on(deployment_factory):
-    with ModelServer(lambda body: call("again", {})) as server:
+    with ModelServer(lambda body: tool_call("again", {})) as server:
         d = shapes(deployment_factory, server)
         run_id = start(d, "shape_loop", json.dumps({"prompt": "loop"}))
         burst_until_status(d, run_id, "SUCCEEDED", "FAILED", "PAUSED")
@@ -344,10 +333,7 @@ def test_pydantic_ais_default_request_limit_stays_on(deployment_factory):
 def test_an_empty_answer_after_a_tool_is_taken_over_classified_with_the_call_kept(
     deployment_factory,
 ):
-    def brain(body):
-        if not tool_results(body):
-            return call("capital", {}, "k1")
-        return {"content": ""}
+    brain = tool_then_answer("capital", {}, "k1", lambda result: "")
 
     with ModelServer(brain) as server:
         d = shapes(deployment_factory, server)
@@ -390,7 +376,7 @@ def test_each_model_request_is_retried_on_its_own(deployment_factory):
         if tries[turn] == 1:
             return {"status": 500, "error": "overloaded"}
         if turn < 2:
-            return call("again", {}, f"a{turn}")
+            return tool_call("again", {}, f"a{turn}")
         return {"content": "done"}
 
     with ModelServer(brain) as server:
@@ -444,10 +430,7 @@ def test_a_fallback_models_member_is_recorded_and_priced_as_itself(deployment_fa
 
 
 def test_two_runs_of_an_mcp_agent_work_in_one_worker(deployment_factory):
-    def brain(body):
-        if not tool_results(body):
-            return call("add", {"a": 2, "b": 3})
-        return {"content": f"The sum is {tool_results(body)[-1]}."}
+    brain = tool_then_answer("add", {"a": 2, "b": 3}, answer=lambda result: f"The sum is {result}.")
 
     with ModelServer(brain) as server:
         d = shapes(deployment_factory, server)
@@ -460,10 +443,7 @@ def test_two_runs_of_an_mcp_agent_work_in_one_worker(deployment_factory):
 
 
 def test_an_event_stream_handler_gets_each_event_once_across_a_crash(deployment_factory):
-    def brain(body):
-        if not tool_results(body):
-            return call("again", {}, "e1")
-        return {"content": "finished"}
+    brain = tool_then_answer("again", {}, "e1", lambda result: "finished")
 
     def seen(workflow: str) -> list[str]:
         path = Path(d.env["AGENTOPS_DEVICE_DIR"]) / f"{workflow}.jsonl"
@@ -497,10 +477,9 @@ def test_an_event_stream_handler_gets_each_event_once_across_a_crash(deployment_
 # -- CallDeferred -----------------------------------------------------------------------------
 
 
-def export_brain(body: dict) -> dict:
-    if not tool_results(body):
-        return call("start_export", {"report": "q3"}, "x1")
-    return {"content": "Export result: " + tool_results(body)[-1]}
+export_brain = tool_then_answer(
+    "start_export", {"report": "q3"}, "x1", lambda result: "Export result: " + result
+)
 
 
 def test_a_deferred_call_waits_for_its_outside_result_delivered_by_the_cli(deployment_factory):
@@ -552,8 +531,8 @@ def test_the_api_delivers_a_deferred_calls_result_once_per_key(deployment_factor
     import httpx
 
     from agentops_client import Client
-    from tests.apiserver import Server
-    from tests.apiserver import make_user as api_user
+    from tests.support.api_server import Server
+    from tests.support.api_server import make_user as api_user
 
     with ModelServer(export_brain) as server:
         d = shapes(deployment_factory, server)

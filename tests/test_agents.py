@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from lab.workflows.support_agent import next_action
-from tests.control_support import (
+from tests.support.agents import deployment
+from tests.support.deployment_runs import (
     approval_id,
     burst_until,
     db_rows,
@@ -21,7 +22,6 @@ from tests.control_support import (
     start,
     status,
 )
-from tests.support.agents import deployment
 from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer, conversation
 from tests.support.services import BACKENDS, Deployment
 

@@ -1,6 +1,7 @@
 """The process's one event loop (runs/engine/execution/aio.py), called from many threads."""
 
 import asyncio
+import os
 import threading
 
 import pytest
@@ -66,3 +67,23 @@ def test_a_coroutine_on_the_loop_cannot_wait_for_the_loop():
         return "refused"
 
     assert aio.run(outer()) == "refused"
+
+
+def test_a_forked_child_runs_coroutines_on_a_loop_of_its_own():
+    """RQ's forking worker forks after the parent started its loop (a worker warms its
+    model first): the child has no copy of the loop's thread, so it starts its own."""
+    _, parent_loop = aio.run(_loop_of(0))
+    pid = os.fork()
+    if pid == 0:  # the child: report by exit code only
+        code = 1
+        try:
+            # Without a loop of its own the child would wait here until the timeout.
+            value, _ = aio.run(_loop_of(7), timeout=30)
+            code = 0 if value == 7 else 2
+        except BaseException:  # noqa: BLE001 - any failure is the child's exit code
+            code = 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert aio.run(_loop_of(1))[1] == parent_loop

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.apiserver import Server
-from tests.control_support import shell_json
+from tests.support.api_server import Server
+from tests.support.deployment_runs import shell_json
 
 CLIENTS = 10
 SCENARIOS = [

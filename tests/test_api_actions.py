@@ -13,8 +13,8 @@ from runs.api.schemas import BudgetRaiseIn
 from runs.console.roles import setup_roles
 from runs.engine.control.preconditions import run_etag
 from runs.models import ActionRequest, Event, Run
-from tests.console_helpers import *  # noqa: F403
 from tests.support.api_client import in_process_client
+from tests.support.in_process import *  # noqa: F403
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from agentops_client import ApiError, Client
-from tests.apiserver import Server, make_user
+from tests.support.api_server import Server, make_user
 
 START = {
     "workflow": "room_temperature",

@@ -8,13 +8,12 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from apitokens.services import create_token
-from lab.sim import devices
 from runs.engine.control import lifecycle
 from runs.engine.control.preconditions import run_etag
 from runs.models import Event, Run
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
 from tests.support.api_client import in_process_client
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import failed_runs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,22 +42,8 @@ def post(client, path, body, **headers):
     return client.post(path, json.dumps(body), content_type="application/json", **headers)
 
 
-def failed_runs(n: int) -> list[Run]:
-    with devices.lamp.locked() as data:
-        data["state"]["fail_next"] = {"get_brightness": ["PERMISSION_DENIED"] * n}
-    runs = [
-        lifecycle.start_run("dim_lights", thread_id=f"A{i}", input={"request": "dim it"})
-        for i in range(n)
-    ]
-    run_worker_in_process()
-    for run in runs:
-        run.refresh_from_db()
-        assert run.status == "FAILED"
-    return runs
-
-
 def test_it_replays_one_run_and_links_both_ways(api, bob_client):
-    [run] = failed_runs(1)
+    [run] = failed_runs(1, "A")
     answer = bob_client.replay(
         str(run.pk), reason="lamp fixed", if_match=run_etag(run), idempotency_key="k-1"
     )
@@ -83,7 +68,7 @@ def test_it_replays_one_run_and_links_both_ways(api, bob_client):
 
 
 def test_it_previews_without_changing_anything(bob_client):
-    [run] = failed_runs(1)
+    [run] = failed_runs(1, "A")
     before = (Run.objects.count(), Event.objects.count())
     answer = bob_client.replay(str(run.pk), reason="look", dry_run=True, if_match=run_etag(run))
     assert answer.dry_run and answer.replay is None
@@ -92,7 +77,7 @@ def test_it_previews_without_changing_anything(bob_client):
 
 
 def test_a_viewer_gets_403_and_nothing_is_replayed(api):
-    [run] = failed_runs(1)
+    [run] = failed_runs(1, "A")
     one = post(
         api["viewer"],
         f"/api/v1/runs/{run.pk}/replay",
@@ -106,7 +91,7 @@ def test_a_viewer_gets_403_and_nothing_is_replayed(api):
 
 
 def test_it_refuses_bad_requests_with_codes(api):
-    [run] = failed_runs(1)
+    [run] = failed_runs(1, "A")
     path = f"/api/v1/runs/{run.pk}/replay"
     etag = run_etag(run)
     missing = post(api["bob"], path, {}, HTTP_IF_MATCH=etag)
@@ -124,7 +109,7 @@ def test_it_refuses_bad_requests_with_codes(api):
 
 
 def test_a_bulk_replay_names_bad_filters_and_non_finite_rates(api):
-    failed_runs(1)
+    failed_runs(1, "A")
     # An unknown workflow is answered with the registered names; a blank one breaks the
     # name rule.
     for workflow, code, said in (
@@ -149,7 +134,7 @@ def test_a_bulk_replay_names_bad_filters_and_non_finite_rates(api):
 
 
 def test_a_repeated_bulk_request_with_its_key_creates_none(api):
-    runs = failed_runs(5)
+    runs = failed_runs(5, "A")
     body = {"reason": "lamp firmware fixed", "workflow": "dim_lights", "rate": 100}
     first = post(api["bob"], "/api/v1/replays", body, HTTP_IDEMPOTENCY_KEY="bulk-1")
     assert first.status_code == 200, first.content

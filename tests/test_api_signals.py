@@ -10,8 +10,8 @@ import httpx
 
 from agentops_client import Client
 from runs.api.signals import SIGNATURE_HEADER, sign
-from tests.apiserver import Server, make_user
-from tests.control_support import db_rows
+from tests.support.api_server import Server, make_user
+from tests.support.deployment_runs import db_rows
 from tests.support.waiting import wait_until
 
 SECRET = "s3cret-for-tests"

@@ -9,7 +9,7 @@ import httpx
 import psycopg
 
 from agentops_client import Client
-from tests.apiserver import START_TIMEOUT, Server, make_user, sse_events
+from tests.support.api_server import START_TIMEOUT, Server, make_user, sse_events
 from tests.support.waiting import wait_until
 
 BODY = {

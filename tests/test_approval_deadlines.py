@@ -25,7 +25,7 @@ from runs.engine.execution import executor
 from runs.models import Approval, Event, Run, Step
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
-from tests.console_helpers import *  # noqa: F403
+from tests.support.in_process import *  # noqa: F403
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

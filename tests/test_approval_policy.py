@@ -12,7 +12,7 @@ from apitokens.services import create_token
 from runs.console.access import form_version
 from runs.engine.control.preconditions import run_etag
 from runs.models import Approval, RefusedAction, Run
-from tests.console_helpers import *  # noqa: F403
+from tests.support.in_process import *  # noqa: F403
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

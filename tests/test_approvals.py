@@ -5,7 +5,14 @@ subprocesses on SQLite (database polling) and PostgreSQL + Redis (RQ)."""
 
 import pytest
 
-from tests.control_support import attempt_facts, events_of, facts, make_user, status, weekly_input
+from tests.support.deployment_runs import (
+    attempt_facts,
+    events_of,
+    facts,
+    make_user,
+    status,
+    weekly_input,
+)
 from tests.support.services import BACKENDS
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.control_support import facts, make_user, status, weekly_input
+from tests.support.deployment_runs import facts, make_user, status, weekly_input
 
 
 def run_to_approval(d):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.data_safety_support import shell_json, start, status
+from tests.support.deployment_runs import shell_json, start_on_thread, status
 from tests.support.services import BACKENDS
 
 ARTIFACTS = """
@@ -33,7 +33,7 @@ def test_it_leaves_an_orphan_file_never_a_dangling_row_when_killed_between_file_
     deployment_factory, backend
 ):
     deployment = deployment_factory(backend, extra_env={"AGENTOPS_LEASE_SECONDS": 2})
-    run_id = start(
+    run_id = start_on_thread(
         deployment, "chat", "a", {"message": "How warm is it?"}, "--crash-at", "artifact_written"
     )
     killed = deployment.manage("worker", "--burst", "--mode", "db", timeout=120)
@@ -75,13 +75,13 @@ def test_it_reports_a_corrupt_file_by_run_and_step_and_pauses_a_live_run_for_a_m
     deployment_factory,
 ):
     deployment = deployment_factory("sqlite")
-    done = start(deployment, "chat", "c", {"message": "How warm is it?"})
+    done = start_on_thread(deployment, "chat", "c", {"message": "How warm is it?"})
     deployment.manage("worker", "--burst", check=True, timeout=120)
     [[uri, checksum, _step, _attempt]] = shell_json(deployment, ARTIFACTS)
     (deployment.var_dir / "artifacts" / uri).write_text("garbage")
 
     # A live run (not started yet) whose artifact row points at a file that is gone.
-    live = start(deployment, "chat", "d", {"message": "How warm is it now?"})
+    live = start_on_thread(deployment, "chat", "d", {"message": "How warm is it now?"})
     shell_json(
         deployment,
         f"""

@@ -18,10 +18,10 @@ from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import aio
 from runs.engine.execution.attempt_logs import AttemptLogBuffer, capturing
 from runs.models import AttemptLog, Run, Step
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import REPO_ROOT, run_worker_subprocess, worker_subprocess_env
 from tests.support.api_client import in_process_client
-from tests.support.services import manage_argv
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_subprocess, worker_subprocess_env
+from tests.support.services import REPO_ROOT, manage_argv
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

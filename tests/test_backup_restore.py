@@ -9,8 +9,7 @@ import tarfile
 
 import pytest
 
-from tests.control_support import db_rows
-from tests.data_safety_support import shell_json, start, step_status
+from tests.support.deployment_runs import db_rows, shell_json, start_on_thread, step_status
 from tests.support.services import BACKENDS
 from tests.support.waiting import wait_until
 
@@ -53,10 +52,11 @@ def test_it_backs_up_during_a_workload_and_restores_runs_that_then_finish(
 ):
     source = deployment_factory(backend, extra_env=ENV)
     quick = [
-        start(source, "chat", f"b{i}", {"message": f"How warm is room {i}?"}) for i in range(3)
+        start_on_thread(source, "chat", f"b{i}", {"message": f"How warm is room {i}?"})
+        for i in range(3)
     ]
     held = [
-        start(source, "chat", f"h{i}", {"message": f"And room {i}?", "hold": "later"})
+        start_on_thread(source, "chat", f"h{i}", {"message": f"And room {i}?", "hold": "later"})
         for i in range(3)
     ]
     workers = [source.popen("worker"), source.popen("worker")]
@@ -111,7 +111,7 @@ def test_it_backs_up_during_a_workload_and_restores_runs_that_then_finish(
 
 def test_it_refuses_an_archive_whose_file_does_not_match_the_manifest(deployment_factory, tmp_path):
     source = deployment_factory("sqlite")
-    start(source, "chat", "t", {"message": "How warm is it?"})
+    start_on_thread(source, "chat", "t", {"message": "How warm is it?"})
     source.manage("worker", "--burst", check=True, timeout=120)
     archive = tmp_path / "backup.tar"
     source.manage("backup", str(archive), check=True)

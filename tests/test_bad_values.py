@@ -16,7 +16,7 @@ from runs.engine.execution import executor
 from runs.engine.execution.worker import Worker
 from runs.models import Event, Message, Operation, Run, Step
 from runs.states import RunStatus, StepStatus
-from tests.console_helpers import (  # noqa: F401
+from tests.support.in_process import (  # noqa: F401
     actors,
     clients,
     device_dir,

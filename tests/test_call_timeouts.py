@@ -23,7 +23,7 @@ from runs.engine.execution import executor
 from runs.models import Artifact, Event, Operation, Step
 from runs.states import StepStatus
 from runs.workflows import registry
-from tests.control_support import db_rows
+from tests.support.deployment_runs import db_rows, start_with_command
 from tests.support.openai_server import ModelServer
 from tests.support.waiting import wait_until
 
@@ -53,8 +53,15 @@ def _import_the_model_client() -> None:
     import pydantic_ai.models.openai  # noqa: F401
 
 
+def _no_outside_call_running() -> bool:
+    return not any(t.name == calls.THREAD_NAME for t in threading.enumerate())
+
+
 @pytest.mark.django_db(transaction=True)
-def test_a_streamed_reply_that_stalls_ends_the_attempt_at_the_steps_timeout(worker, settings):
+def test_a_streamed_reply_that_stalls_ends_the_attempt_and_the_client_closes_it(worker, settings):
+    """The attempt ends at the step's timeout while the server still holds the rest of
+    the reply; the step's timeout goes to the HTTP client as the request's, so the
+    stream the step gave up on does not run on for the SDK's own 600 s."""
     _import_the_model_client()
     hold = threading.Event()
     answer = {"content": STALLED_REPLY, "hold": hold, "hold_after": 2}
@@ -70,38 +77,12 @@ def test_a_streamed_reply_that_stalls_ends_the_attempt_at_the_steps_timeout(work
             executor.execute_step(Step.objects.get(run=run).pk, worker)
             # The attempt ended while the server still held the rest of the reply.
             assert not hold.is_set()
-        finally:
-            hold.set()
-    _timed_out_once(run)
-    assert server.count == 1
-
-
-def _no_outside_call_running() -> bool:
-    return not any(t.name == calls.THREAD_NAME for t in threading.enumerate())
-
-
-@pytest.mark.django_db(transaction=True)
-def test_an_abandoned_stream_is_closed_by_the_model_client(worker, settings):
-    """The step's timeout goes to the HTTP client as the request's: the request the
-    step gave up on does not run on for the SDK's own 600 s."""
-    _import_the_model_client()
-    hold = threading.Event()
-    answer = {"content": STALLED_REPLY, "hold": hold, "hold_after": 2}
-    with ModelServer(lambda body: answer) as server:
-        settings.OPENAI_BASE_URL = server.base_url
-        settings.OPENAI_API_KEY = "unused"
-        run = start_run(
-            "streamed_reply",
-            thread_id="t-stall-closed",
-            input={"question": "How warm is it?", "model": "openai:test-model"},
-        )
-        try:
-            executor.execute_step(Step.objects.get(run=run).pk, worker)
             wait_until(_no_outside_call_running, timeout=60, what="the abandoned stream ended")
             assert not hold.is_set()
         finally:
             hold.set()
     _timed_out_once(run)
+    assert server.count == 1
 
 
 asks_once = Workflow(
@@ -162,16 +143,7 @@ def test_a_graceful_stop_does_not_wait_on_a_stalled_stream(deployment_factory):
                 "OPENAI_API_KEY": "unused",
             },
         )
-        run_id = d.manage(
-            "runs",
-            "start",
-            "streamed_reply",
-            "--thread",
-            "T",
-            "--input",
-            '{"question": "How warm is it?"}',
-            check=True,
-        ).stdout.strip()
+        run_id = start_with_command(d, "streamed_reply", "T", '{"question": "How warm is it?"}')
         worker = d.popen("worker", "--mode", "db")
         try:
             wait_until(lambda: server.count == 1, timeout=120, what="the model request")
@@ -201,7 +173,7 @@ def slow_model_agent():
 
     async def slow(messages, info):
         try:
-            await asyncio.sleep(30)
+            await asyncio.sleep(30)  # the fake model hangs past the call's timeout
         except asyncio.CancelledError:
             cancelled.set()
             raise

@@ -7,13 +7,15 @@ import signal
 
 import pytest
 
-from tests.control_support import (
+from tests.support.deployment_runs import (
+    QUICK_LOOPS,
     db_rows,
     events_of,
     expire_leases,
     facts,
     make_user,
     run_status,
+    start_with_command,
     status,
     step_status,
     weekly_input,
@@ -21,30 +23,11 @@ from tests.control_support import (
 from tests.support.services import BACKENDS
 from tests.support.waiting import wait_until
 
-# Leases a worker starved for seconds on a loaded machine still keeps (it treats its
-# lease as lost after two thirds of it without a renewal): these tests assert first
-# attempts and a cancel done by the worker, and a dead worker is noticed by liveness.
-FAST = {
-    "AGENTOPS_LEASE_SECONDS": 10,
-    "AGENTOPS_POLL_SECONDS": 0.2,
-    "AGENTOPS_SWEEP_SECONDS": 0.5,
-    "AGENTOPS_RENOTIFY_SECONDS": 1,
-}
-
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_it_cancels_a_running_step_at_its_safe_point(deployment_factory, backend):
-    d = deployment_factory(backend, FAST)
-    run_id = d.manage(
-        "runs",
-        "start",
-        "weekly_report",
-        "--thread",
-        "C",
-        "--input",
-        weekly_input(delays={"analyze": 30}),
-        check=True,
-    ).stdout.strip()
+    d = deployment_factory(backend, QUICK_LOOPS)
+    run_id = start_with_command(d, "weekly_report", "C", weekly_input(delays={"analyze": 30}))
     worker = d.popen("worker")
     wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run")
 
@@ -77,17 +60,10 @@ def test_it_cancels_a_running_step_at_its_safe_point(deployment_factory, backend
 def test_it_rejects_a_late_success_from_the_cancelled_worker(deployment_factory):
     # A lease that outlasts the test, so it is surely live when the cancel command runs;
     # the test then expires it itself (expire_leases) instead of waiting it out.
-    d = deployment_factory("sqlite", {**FAST, "AGENTOPS_LEASE_SECONDS": 600})
-    run_id = d.manage(
-        "runs",
-        "start",
-        "weekly_report",
-        "--thread",
-        "L",
-        "--input",
-        weekly_input(delays={"collect_sources": 20}),
-        check=True,
-    ).stdout.strip()
+    d = deployment_factory("sqlite", {**QUICK_LOOPS, "AGENTOPS_LEASE_SECONDS": 600})
+    run_id = start_with_command(
+        d, "weekly_report", "L", weekly_input(delays={"collect_sources": 20})
+    )
     worker = d.popen("worker")
     key = run_id.replace("-", "")  # SQLite stores UUIDs as 32 hex digits
 
@@ -136,9 +112,7 @@ def test_it_rejects_a_late_success_from_the_cancelled_worker(deployment_factory)
 def test_it_cancels_a_waiting_run_and_keeps_its_artifacts(deployment_factory):
     d = deployment_factory("sqlite")
     make_user(d, "alice", approver=True)
-    run_id = d.manage(
-        "runs", "start", "weekly_report", "--thread", "W", "--input", weekly_input(), check=True
-    ).stdout.strip()
+    run_id = start_with_command(d, "weekly_report", "W", weekly_input())
     d.manage("worker", "--burst", timeout=120, check=True)
     assert status(d, run_id)["status"] == "WAITING_APPROVAL"
 

@@ -22,8 +22,8 @@ from runs.engine.control.waits import deliver_signal
 from runs.engine.execution import watchdog
 from runs.engine.state import gateway
 from runs.models import Event, Run, Step
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_subprocess, worker_subprocess_env
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_subprocess, worker_subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

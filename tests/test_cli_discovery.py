@@ -21,52 +21,16 @@ from runs.engine.control.lifecycle import start_run
 from runs.engine.state.clock import db_now
 from runs.models import Run, Step, WorkerProcess
 from runs.states import StepStatus
+from tests.support.command_line import DJANGO_OPTIONS, our_commands, parsers_of
 from tests.support.states import arrange
 
-OUR_APPS = {"runs", "approvals", "apitokens"}
-#: Options every Django command has; Django documents them.
-DJANGO_OPTIONS = {
-    "help",
-    "version",
-    "verbosity",
-    "settings",
-    "pythonpath",
-    "traceback",
-    "no_color",
-    "force_color",
-    "skip_checks",
-}
 
-
-def _parsers(parser, path):
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _parsers(sub, f"{path} {name}")
-
-
-def _our_commands():
-    return sorted(name for name, app in get_commands().items() if app in OUR_APPS)
-
-
-def _every_action():
-    """``(path, action)`` for every argparse action of every command of ours and of its
-    subcommands (``path`` is ``"runs start"``), Django's own options left out."""
-    for name in _our_commands():
-        command = load_command_class(get_commands()[name], name)
-        for path, parser in _parsers(command.create_parser("manage.py", name), name):
-            for action in parser._actions:
-                if action.dest not in DJANGO_OPTIONS:
-                    yield path, action
-
-
-@pytest.mark.parametrize("name", _our_commands())
+@pytest.mark.parametrize("name", our_commands())
 def test_every_argument_of_every_command_has_help(name):
     command = load_command_class(get_commands()[name], name)
     parser = command.create_parser("manage.py", name)
     missing = []
-    for path, sub in _parsers(parser, name):
+    for path, sub in parsers_of(parser, name):
         for action in sub._actions:
             if action.dest in DJANGO_OPTIONS or isinstance(action, argparse._SubParsersAction):
                 continue

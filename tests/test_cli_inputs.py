@@ -6,20 +6,17 @@ import argparse
 import os
 import signal
 import subprocess
-import sys
 from datetime import UTC, datetime
 
-import django
 import pytest
 from django.core.management import call_command, get_commands, load_command_class
-from django.core.management.base import CommandError, CommandParser
-from django.db import connections
+from django.core.management.base import CommandError
 
 from apitokens.models import ApiToken
 from runs.cli import arguments
 from runs.models import Run, Thread
-from tests.control_support import db_rows
-from tests.test_cli_discovery import _every_action
+from tests.support.command_line import every_action
+from tests.support.deployment_runs import db_rows
 
 HUGE = "99999999999999999999"
 NOT_UTF8 = os.fsdecode(b"\xff\xfe")
@@ -27,7 +24,7 @@ NOT_UTF8 = os.fsdecode(b"\xff\xfe")
 
 def test_every_number_argument_of_every_command_is_bounded():
     unbounded = [
-        f"{path} {action.dest}" for path, action in _every_action() if action.type in (int, float)
+        f"{path} {action.dest}" for path, action in every_action() if action.type in (int, float)
     ]
     assert unbounded == []
 
@@ -258,37 +255,6 @@ REFUSED = [
 ]  # fmt: skip
 
 
-@pytest.fixture
-def manage_in_process(capsys, monkeypatch):
-    """``run(*args)`` runs ``manage.py *args`` through the script's own ``main()`` (its
-    start-up checks, its one-line usage errors, Django's command line) inside this test
-    process, and returns ``(exit status, stdout, stderr)``. A long table of refusals
-    costs a Python process and Django start-up per row otherwise; the tests below still
-    run a few of the rows as real processes."""
-    import manage
-
-    # Django is set up in this process already; a second setup would reconfigure logging.
-    monkeypatch.setattr(django, "setup", lambda: None)
-    # main() makes usage errors one line for the whole process: put Django's back after.
-    monkeypatch.setattr(CommandParser, "error", CommandParser.error)
-    monkeypatch.setattr(CommandParser, "_parse_optional", CommandParser._parse_optional)
-    # A command run from the command line closes every connection at its end, which
-    # would drop the test's database.
-    monkeypatch.setattr(connections, "close_all", lambda: None)
-
-    def run(*args: str) -> tuple[object, str, str]:
-        monkeypatch.setattr(sys, "argv", ["manage.py", *args])
-        try:
-            manage.main()
-            status: object = 0
-        except SystemExit as exc:
-            status = exc.code
-        captured = capsys.readouterr()
-        return status, captured.out, captured.err
-
-    return run
-
-
 @pytest.mark.django_db
 def test_bad_arguments_end_in_one_line_and_write_nothing(manage_in_process):
     for argv, status, line in REFUSED:
@@ -500,7 +466,7 @@ def _json_options() -> dict[str, str]:
     help says it takes JSON (not ``--json``, which asks for JSON output)."""
     return {
         f"{path} {action.option_strings[0]}": getattr(action.type, "__name__", "")
-        for path, action in _every_action()
+        for path, action in every_action()
         if action.option_strings
         and action.option_strings[0] != "--json"
         and "JSON" in (action.help or "")
@@ -513,7 +479,7 @@ def test_no_optional_text_option_lets_a_blank_value_mean_left_out():
     as "left out": such an option needs a type that refuses blank text."""
     untyped = [
         f"{path} {action.option_strings[0]}"
-        for path, action in _every_action()
+        for path, action in every_action()
         if action.option_strings
         and action.nargs != 0
         and not (action.required or action.choices or action.type)

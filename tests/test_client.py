@@ -18,7 +18,7 @@ import pytest
 
 import agentops_client
 from agentops_client import ApiError, Child, Client, Parent, WaitTimeout
-from tests.apiserver import Server, make_user
+from tests.support.api_server import Server, make_user
 
 QUESTION = {"question": "How warm is the living room?"}
 #: What a client application does not have: the server's packages and Django.

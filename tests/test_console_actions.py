@@ -10,10 +10,10 @@ from django.test import Client
 from django.urls import reverse
 
 from runs.console.access import form_version
-from runs.engine.control import lifecycle, refusals
+from runs.engine.control import refusals
 from runs.models import Approval, Checkpoint, Event, Run, Step, Takeover
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import (
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import (
     run_worker_in_process,
     start_room_temperature,
 )
@@ -39,16 +39,6 @@ def paused_run(actors):
     run_worker_in_process()
     run.refresh_from_db()
     assert run.status == "PAUSED"
-    return run
-
-
-@pytest.fixture
-def waiting_report(actors):
-    """A real weekly_report run waiting for its publication approval."""
-    run = lifecycle.start_run("weekly_report", thread_id="R1", input={"week": "2026-W48"})
-    run_worker_in_process()
-    run.refresh_from_db()
-    assert run.status == "WAITING_APPROVAL"
     return run
 
 

@@ -16,46 +16,24 @@ from runs.engine.state.clock import db_now
 from runs.models import Event, Run, Step
 from runs.states import RunStatus, StepStatus
 from runs.views.run_detail import SECTION_SIZE
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
+from tests.support.fanout import fanned_out_run
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process
 from tests.support.states import arrange
 
 pytestmark = pytest.mark.django_db
 
 
 def _fanned_out_run(owner, branches: int):
-    """A ``fanout_demo`` run whose ``fetch`` step fanned out into ``branches`` rows:
-    every fourth FAILED, the rest SUCCEEDED but the last one RUNNING."""
-    run = start_run(
-        "fanout_demo",
-        thread_id=f"fan-{branches}",
-        input={"items": branches, "delay_s": 0},
-        owner=owner,
-    )
-    parent = Step.objects.get(run=run)
-    arrange(Step.objects.filter(pk=parent.pk), status=StepStatus.WAITING)
-    Step.objects.bulk_create(
-        [
-            Step(
-                run=run,
-                name="fetch",
-                seq=2 + i,
-                branch_of=parent,
-                position=i,
-                input={"item": i + 1},
-                status=(
-                    StepStatus.RUNNING
-                    if i == branches - 1
-                    else StepStatus.FAILED
-                    if i % 4 == 3
-                    else StepStatus.SUCCEEDED
-                ),
-            )
-            for i in range(branches)
-        ],
-        batch_size=2000,
-    )
-    return run
+    """A fanned-out run of ``owner``'s: every fourth branch FAILED, the rest SUCCEEDED
+    but the last one RUNNING."""
+
+    def status_of(i: int) -> str:
+        if i == branches - 1:
+            return StepStatus.RUNNING
+        return StepStatus.FAILED if i % 4 == 3 else StepStatus.SUCCEEDED
+
+    return fanned_out_run(branches, status_of, owner=owner)[0]
 
 
 def _page(client, run):

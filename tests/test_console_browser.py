@@ -13,15 +13,15 @@ from django.urls import reverse
 from lab.sim import devices
 from runs.engine.control import lifecycle
 from runs.models import Approval, Event, Step
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import (
+from tests.support.browser import *  # noqa: F403 - fixtures (browser, open_as)
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import (
     REPO_ROOT,
     run_worker_in_process,
     start_room_temperature,
     unknown_outcome_run,
     worker_subprocess_env,
 )
-from tests.support.browser import *  # noqa: F403 - fixtures (browser, open_as)
 from tests.support.services import manage_argv
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from runs.models import Event, Message, Run, Takeover
 from runs.states import RunStatus
-from tests.console_helpers import *  # noqa: F403 - fixtures
+from tests.support.in_process import *  # noqa: F403 - fixtures
 from tests.support.services import BACKENDS
 
 pytestmark = pytest.mark.django_db

@@ -7,14 +7,10 @@ from django.test import Client
 from django.urls import reverse
 
 from runs.models import Artifact
-from tests import test_console_browser
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import start_room_temperature
+from tests.support.browser import *  # noqa: F403 - fixtures (browser, open_as)
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import start_room_temperature
 from tests.support.waiting import wait_until
-
-# The real-Chromium fixtures of the console browser tests.
-browser = test_console_browser.browser
-open_as = test_console_browser.open_as
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

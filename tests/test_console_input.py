@@ -15,8 +15,8 @@ from runs.console.access import form_version
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.budget import MAX_AMOUNTS, limit_errors, parse_amount
 from runs.models import Approval, Event, RefusedAction, Run, Step, Takeover
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import start_room_temperature
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import start_room_temperature
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

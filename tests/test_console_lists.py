@@ -8,7 +8,7 @@ import pytest
 from lab import demo_seed
 from runs.models import Approval, Step, Takeover
 from runs.states import StepStatus
-from tests.console_helpers import actors, clients, device_dir, fast_passwords
+from tests.support.in_process import actors, clients, device_dir, fast_passwords
 
 __all__ = ["actors", "clients", "device_dir", "fast_passwords"]
 

@@ -6,7 +6,6 @@ Screenshots of each page at each width are kept as test artifacts (not compared)
 import pytest
 from django.urls import reverse
 
-from tests.console_helpers import *  # noqa: F403 - fixtures
 from tests.support.browser import *  # noqa: F403 - fixtures (browser, open_as)
 from tests.support.browser import (
     PATIENCE_MS,
@@ -15,6 +14,7 @@ from tests.support.browser import (
     horizontal_overflow,
     save_screenshot,
 )
+from tests.support.in_process import *  # noqa: F403 - fixtures
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

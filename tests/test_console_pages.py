@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from lab import demo_seed
 from runs.models import Approval, Message, Run, Takeover
-from tests.console_helpers import *  # noqa: F403 - fixtures
+from tests.support.in_process import *  # noqa: F403 - fixtures
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from runs.console.filters import RunFilter
 from runs.console.paging import PAGE_SIZE
 from runs.models import Run, Thread
 from runs.states import RunStatus
-from tests.console_helpers import actors, clients, device_dir, fast_passwords  # noqa: F401
+from tests.support.in_process import actors, clients, device_dir, fast_passwords  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

@@ -19,9 +19,9 @@ from runs.engine.state.gateway import run_transaction
 from runs.models import Approval
 from runs.stats import open_runs_series, step_outcome_series, worker_steps_series
 from runs.workflows import registry
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import work_until
 from tests.support.browser import browser, open_as  # noqa: F401 - fixtures
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import work_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,7 +55,9 @@ def flaky_workflow():
 def retried_and_approved(actors, flaky_workflow):
     run = lifecycle.start_run("pictures_flaky", thread_id="P1", input={"n": 1})
     run = work_until(run, {"WAITING_APPROVAL"})
-    time.sleep(0.3)  # a visible approval wait
+    # The approver (the simulated person) takes a moment: the approval wait the timeline
+    # draws has a length, not a condition to wait for.
+    time.sleep(0.3)
     decide(Approval.objects.get(run=run), decision="approve", user=actors["carol"])
     return work_until(run, {"SUCCEEDED"})
 

@@ -16,7 +16,7 @@ from lab.drills.bench import seed_console
 from runs.console.charts import overview_charts
 from runs.engine.state.clock import db_now
 from runs.models import Run
-from tests.console_helpers import *  # noqa: F403 - fixtures
+from tests.support.in_process import *  # noqa: F403 - fixtures
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 

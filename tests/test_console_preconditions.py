@@ -10,7 +10,7 @@ from runs.console.access import form_version, stale_run
 from runs.console.actions import perform
 from runs.engine.effects.budget import raise_budget
 from runs.models import Event
-from tests.console_helpers import *  # noqa: F403 - fixtures
+from tests.support.in_process import *  # noqa: F403 - fixtures
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

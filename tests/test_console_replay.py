@@ -5,34 +5,16 @@ filters, the audit log; operators only (a viewer sees no button and gets 403).""
 import pytest
 from django.urls import reverse
 
-from lab.sim import devices
-from runs.engine.control import lifecycle
 from runs.engine.control.replay import replay_run
 from runs.models import Event, RefusedAction, Run
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import failed_runs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def failed_runs(n: int, workflow_thread: str = "C") -> list[Run]:
-    with devices.lamp.locked() as data:
-        data["state"]["fail_next"] = {"get_brightness": ["PERMISSION_DENIED"] * n}
-    runs = [
-        lifecycle.start_run(
-            "dim_lights", thread_id=f"{workflow_thread}{i}", input={"request": "dim it"}
-        )
-        for i in range(n)
-    ]
-    run_worker_in_process()
-    for run in runs:
-        run.refresh_from_db()
-        assert run.status == "FAILED"
-    return runs
-
-
 def test_an_operator_sees_the_replay_button_and_a_viewer_does_not(clients):
-    [run] = failed_runs(1)
+    [run] = failed_runs(1, "C")
     page = clients["bob"].get(reverse("console:run", args=[run.pk])).content.decode()
     assert 'id="replay-link"' in page
     page = clients["alice"].get(reverse("console:run", args=[run.pk])).content.decode()
@@ -43,7 +25,7 @@ def test_an_operator_sees_the_replay_button_and_a_viewer_does_not(clients):
 
 @pytest.mark.parametrize("who", ["alice", "carol", "dave"])
 def test_anyone_but_an_operator_gets_403_from_the_replay_views(clients, who):
-    [run] = failed_runs(1)
+    [run] = failed_runs(1, "C")
     url = reverse("console:replay", args=[run.pk])
     assert clients[who].get(url).status_code == 403
     assert clients[who].post(url, {"reason": "x"}).status_code == 403
@@ -54,7 +36,7 @@ def test_anyone_but_an_operator_gets_403_from_the_replay_views(clients, who):
 
 
 def test_an_operator_previews_and_replays_a_run_and_both_pages_link(clients):
-    [run] = failed_runs(1)
+    [run] = failed_runs(1, "C")
     url = reverse("console:replay", args=[run.pk])
     preview = clients["bob"].get(url)
     assert preview.status_code == 200
@@ -82,7 +64,7 @@ def test_an_operator_previews_and_replays_a_run_and_both_pages_link(clients):
 
 
 def test_it_needs_a_reason(clients):
-    [run] = failed_runs(1)
+    [run] = failed_runs(1, "C")
     url = reverse("console:replay", args=[run.pk])
     response = clients["bob"].post(url, {"checkpoint": "start", "reason": " "})
     assert response.status_code == 400
@@ -90,7 +72,7 @@ def test_it_needs_a_reason(clients):
 
 
 def test_an_unknown_checkpoint_is_invalid_input(clients):
-    [run] = failed_runs(1)
+    [run] = failed_runs(1, "C")
     url = reverse("console:replay", args=[run.pk])
     response = clients["bob"].post(url, {"checkpoint": "nowhere", "reason": "r"})
     assert response.status_code == 400 and b"unknown_checkpoint" in response.content
@@ -98,7 +80,7 @@ def test_an_unknown_checkpoint_is_invalid_input(clients):
 
 
 def test_the_runs_list_filters_replays_and_replayed_runs(clients):
-    first, second = failed_runs(2)
+    first, second = failed_runs(2, "C")
     new = replay_run(first, actor="cli", reason="x")
     runs = reverse("console:runs")
 
@@ -113,7 +95,7 @@ def test_the_runs_list_filters_replays_and_replayed_runs(clients):
 
 
 def test_replay_all_matching_runs_confirms_the_count_then_replays_them(clients):
-    runs = failed_runs(3)
+    runs = failed_runs(3, "C")
     listing = clients["bob"].get(reverse("console:runs"), {"status": "FAILED"}).content.decode()
     assert "Replay 3 matching runs" in listing
     confirm = clients["bob"].get(reverse("console:bulk_replay"), {"status": "FAILED"})

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from django.urls import reverse
 
-from tests.apiserver import Server, sse_events
-from tests.console_helpers import (
+from tests.support.api_server import Server, sse_events
+from tests.support.in_process import (
     actors,
     clients,
     device_dir,

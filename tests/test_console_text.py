@@ -11,7 +11,7 @@ from runs.engine.effects.unknown_outcomes import verify_now
 from runs.models import Operation, Step
 from runs.states import StepStatus
 from runs.templatetags.console import human_time
-from tests.console_helpers import actors, clients, demo, device_dir, fast_passwords
+from tests.support.in_process import actors, clients, demo, device_dir, fast_passwords
 
 __all__ = ["actors", "clients", "demo", "device_dir", "fast_passwords"]
 

@@ -8,8 +8,8 @@ from django.urls import reverse
 
 from runs.engine.control import lifecycle, schedules
 from runs.models import Event, Run, ScheduleTick, Signal
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -3,7 +3,7 @@ run's tool results, with an exact seam, also after a crash while summarising."""
 
 import pytest
 
-from tests.data_safety_support import context, shell_json, start, status
+from tests.support.deployment_runs import run_context, shell_json, start_on_thread, status
 from tests.support.services import BACKENDS
 
 SEED = """
@@ -56,7 +56,7 @@ def test_it_assembles_summary_recent_messages_and_tool_results_after_a_crash_whi
 ):
     deployment = deployment_factory(backend, extra_env={"AGENTOPS_LEASE_SECONDS": 2})
     shell_json(deployment, SEED)
-    run_id = start(
+    run_id = start_on_thread(
         deployment,
         "chat",
         "long",
@@ -70,7 +70,7 @@ def test_it_assembles_summary_recent_messages_and_tool_results_after_a_crash_whi
     assert "CRASH at summary_ready" in crashed.stdout
     assert shell_json(deployment, SUMMARIES) == []
     # Before any summary exists the whole history is there in full, still exact.
-    before = context(deployment, run_id, "plan")
+    before = run_context(deployment, run_id, "plan")
     assert [p["label"] for p in before["parts"]] == ["system", "messages", "tool_results"]
     assert [m["seq"] for m in before["parts"][1]["messages"]] == list(range(1, 501))
 
@@ -80,8 +80,8 @@ def test_it_assembles_summary_recent_messages_and_tool_results_after_a_crash_whi
     # One summary, made by the second attempt of the summarising step.
     assert shell_json(deployment, SUMMARIES) == [[1, 480, 2]]
 
-    assert_exact_seam(context(deployment, run_id, "plan"), tool_results=False)
-    assert_exact_seam(context(deployment, run_id, "reply"), tool_results=True)
+    assert_exact_seam(run_context(deployment, run_id, "plan"), tool_results=False)
+    assert_exact_seam(run_context(deployment, run_id, "reply"), tool_results=True)
 
     text = deployment.manage("runs", "context", run_id, "--step", "reply", check=True).stdout
     assert "[summary covering 1..480]" in text

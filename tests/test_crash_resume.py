@@ -3,7 +3,7 @@
 
 import pytest
 
-from tests.control_support import events_of, facts
+from tests.support.deployment_runs import events_of, facts, start_with_command
 from tests.support.services import BACKENDS
 
 QUESTION = '{"question": "How warm is the living room?"}'
@@ -12,18 +12,7 @@ QUESTION = '{"question": "How warm is the living room?"}'
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_it_resumes_after_the_worker_dies_before_reply(deployment_factory, backend):
     d = deployment_factory(backend)
-    run_id = d.manage(
-        "runs",
-        "start",
-        "room_temperature",
-        "--thread",
-        "T",
-        "--input",
-        QUESTION,
-        "--crash-before",
-        "reply",
-        check=True,
-    ).stdout.strip()
+    run_id = start_with_command(d, "room_temperature", "T", QUESTION, "--crash-before", "reply")
 
     crashed = d.manage("worker", "--burst", timeout=120)
     assert crashed.returncode == 75, crashed.stdout + crashed.stderr
@@ -164,9 +153,7 @@ def test_it_refuses_nul_characters_the_same_on_every_backend(deployment_factory,
 
 def test_it_refuses_to_act_in_the_name_of_an_unknown_or_unauthorised_user(deployment_factory):
     d = deployment_factory("sqlite")
-    run_id = d.manage(
-        "runs", "start", "room_temperature", "--thread", "A", "--input", QUESTION, check=True
-    ).stdout.strip()
+    run_id = start_with_command(d, "room_temperature", "A", QUESTION)
     d.shell("from django.contrib.auth.models import User; User.objects.create_user('viewer')")
     for who, code in (("nobody", "unknown_user"), ("viewer", "permission_denied")):
         proc = d.manage(

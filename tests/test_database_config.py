@@ -2,13 +2,10 @@
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.support.services import shell_output
 
 PROBE = """
 import json
@@ -30,17 +27,7 @@ def _probe(env_overrides: dict[str, str | None]) -> dict:
             env.pop(name, None)
         else:
             env[name] = value
-    proc = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", PROBE],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(shell_output(PROBE, env))
 
 
 @pytest.mark.parametrize("named_in_url", [True, False], ids=["database_url", "embedded"])

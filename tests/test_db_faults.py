@@ -15,8 +15,8 @@ from lab.drills.sandbox import PgCluster, Sandbox
 from runs.engine.control.lifecycle import start_run
 from runs.engine.state import db_faults
 from runs.models import Event, Step
-from runs.states import RunStatus, StepStatus
-from tests.control_support import facts, status, step_status
+from runs.states import RunStatus
+from tests.support.deployment_runs import db_rows, facts, start_with_command, status, step_status
 from tests.support.services import require_services
 from tests.support.waiting import wait_until
 
@@ -37,15 +37,15 @@ def test_a_restart_during_a_step_keeps_its_finished_work(django_db_blocker):
         with django_db_blocker.unblock(), Sandbox("restart", env=ENV, server=cluster.server) as box:
             run = start_run("faulty", thread_id="restart", input={"case": "sleep", "seconds": "6"})
             box.start_worker(mode="db")
+            # The worker announces the step's code (``ENTER produce``) once its claim,
+            # checkpoint and heartbeat are done: the restart then comes while the code
+            # runs, and only the commit can meet it.
             wait_until(
-                lambda: Step.objects.filter(
-                    run=run, name="produce", status=StepStatus.RUNNING
-                ).exists(),
-                what="produce to run",
+                lambda: "ENTER produce" in box.log(box.workers[0]),
+                what="produce's code to run",
                 timeout=60,
                 interval=0.05,
             )
-            time.sleep(2)
             connection.close()
             cluster.stop("fast")  # pg_ctl restart -m fast
             cluster.start()
@@ -64,19 +64,19 @@ def test_terminated_sessions_while_a_reply_streams_never_fail_the_run(deployment
     d = deployment_factory(
         "postgres", {**{k: v for k, v in ENV.items()}, "AGENTOPS_SIM_WORD_SECONDS": "0.3"}
     )
-    run_id = d.manage(
-        "runs",
-        "start",
-        "room_temperature",
-        "--thread",
-        "kill",
-        "--input",
-        '{"question": "How warm is the living room?"}',
-        check=True,
-    ).stdout.strip()
+    run_id = start_with_command(
+        d, "room_temperature", "kill", '{"question": "How warm is the living room?"}'
+    )
     worker = d.popen("worker", "--mode", "db")
-    wait_until(lambda: step_status(d, run_id, "reply") == "RUNNING", timeout=120, what="reply")
-    time.sleep(1)
+    wait_until(
+        lambda: db_rows(
+            d,
+            "SELECT count(*) FROM runs_event WHERE run_id = %s AND type = 'message.delta'",
+            (run_id,),
+        )[0][0],
+        timeout=120,
+        what="the reply's first piece",
+    )
     with psycopg.connect(d.database_url, autocommit=True) as admin:
         killed = admin.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -100,16 +100,7 @@ def test_a_read_only_database_is_an_outage_logged_once_per_period(deployment_fac
     answers is read-only (SQLSTATE 25006). The worker backs off like after a lost
     connection, logs a few lines instead of a traceback per poll, and the run succeeds."""
     d = deployment_factory("postgres", {**ENV, "AGENTOPS_LOG_LEVEL": "WARNING"})
-    run_id = d.manage(
-        "runs",
-        "start",
-        "faulty",
-        "--thread",
-        "read-only",
-        "--input",
-        '{"case": "sleep", "seconds": "4"}',
-        check=True,
-    ).stdout.strip()
+    run_id = start_with_command(d, "faulty", "read-only", '{"case": "sleep", "seconds": "4"}')
     worker = d.popen("worker", "--mode", "db")
     wait_until(lambda: step_status(d, run_id, "produce") == "RUNNING", timeout=120, what="produce")
     with psycopg.connect(d.database_url, autocommit=True) as admin:
@@ -122,7 +113,8 @@ def test_a_read_only_database_is_an_outage_logged_once_per_period(deployment_fac
         wait_until(
             lambda: "read-only transaction" in d.logs(worker)[1], timeout=60, what="read-only"
         )
-        # The outage lasts a while (a failover's length), whatever the worker does in it.
+        # The outage lasts a while (a failover's length), whatever the worker does in it:
+        # the simulated fault's duration, not a wait for a condition.
         time.sleep(6)
         admin.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
     wait_until(
@@ -173,17 +165,22 @@ def _read_only_write():
         connection.close()
 
 
+def _wait_session_gone(admin: psycopg.Connection, pid: int, what: str) -> None:
+    """Wait until the server lists no session ``pid`` any more."""
+    wait_until(
+        lambda: not admin.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone(),
+        what=what,
+        timeout=30,
+    )
+
+
 def _terminated_session():
     with _pg() as victim, _pg() as admin:
         pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        wait_until(
-            lambda: not admin.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
-            ).fetchone(),
-            what="the terminated session to go",
-            timeout=30,
-        )
+        _wait_session_gone(admin, pid, "the terminated session to go")
         victim.execute("SELECT 1")
 
 
@@ -207,13 +204,7 @@ def _idle_in_transaction_timeout():
         pid = idle.execute("SELECT pg_backend_pid()").fetchone()[0]
         idle.autocommit = False
         idle.execute("SELECT 1")
-        wait_until(
-            lambda: not admin.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
-            ).fetchone(),
-            what="the idle session to time out",
-            timeout=30,
-        )
+        _wait_session_gone(admin, pid, "the idle session to time out")
         idle.execute("SELECT 1")
 
 

@@ -23,8 +23,8 @@ from runs.engine.execution.sweeper import sweep_once
 from runs.engine.state.clock import db_now
 from runs.models import Approval, Event, Message, Run, Step, Takeover
 from runs.states import RUN_TERMINAL, RunStatus, StepStatus
-from tests.console_helpers import device_dir, fast_passwords, run_worker_in_process
-from tests.control_support import shell_json
+from tests.support.deployment_runs import shell_json, start_with_command
+from tests.support.in_process import device_dir, fast_passwords, run_worker_in_process
 from tests.support.waiting import wait_until
 
 __all__ = ["device_dir", "fast_passwords"]
@@ -120,12 +120,14 @@ def test_the_lamp_tutorial_still_comes_out_as_documented_after_seeding(deploymen
     d.manage("seed_demo", "--runs", "300", check=True, timeout=300)
     burst = d.manage("worker", "--burst", check=True, timeout=600)
     assert "Traceback" not in burst.stderr and "Error" not in burst.stderr, burst.stderr[-3000:]
-    run_id = d.manage(
-        "runs", "start", "dim_lights", "--thread", "L", "--input",
+    run_id = start_with_command(
+        d,
+        "dim_lights",
+        "L",
         json.dumps({"request": "lower the brightness by 10%"}),
-        "--crash-after-tool", "set_brightness",
-        check=True,
-    ).stdout.strip()  # fmt: skip
+        "--crash-after-tool",
+        "set_brightness",
+    )
     assert d.manage("worker", "--burst", timeout=300).returncode == 75
     lease_expired = (
         "from runs.engine.state.clock import db_now\nfrom runs.models import Step\n"

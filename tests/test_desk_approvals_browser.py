@@ -18,10 +18,10 @@ from lab.sim import shop
 from runs.engine.control import lifecycle
 from runs.engine.state.clock import db_now
 from runs.models import Approval, Event, Run
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
 from tests.support.browser import *  # noqa: F403 - fixtures (browser, open_as)
-from tests.support.browser import WIDTHS, axe_violations, horizontal_overflow
+from tests.support.browser import check_desk_page
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,19 +35,6 @@ def _refund_waiting() -> tuple[Run, Approval]:
     run.refresh_from_db()
     assert run.status == "WAITING_APPROVAL"
     return run, Approval.objects.get(run=run, status="PENDING")
-
-
-def _check_page(page, name: str) -> None:
-    """The page as it is, at each desk width: no sideways scrolling, no serious or
-    critical axe-core violation, a screenshot."""
-    for width in WIDTHS:
-        page.set_viewport_size({"width": width, "height": 1000})
-        overflow = horizontal_overflow(page)
-        assert overflow["excess"] <= 0, (name, width, overflow)
-        violations = axe_violations(page)
-        assert violations == [], (name, width, violations)
-        page.shot(f"{name}-{width}")
-    page.set_viewport_size({"width": WIDTHS[-1], "height": 1000})
 
 
 def test_an_approver_edits_the_refund_in_the_form_confirms_the_diff_and_the_run_uses_it(
@@ -65,7 +52,7 @@ def test_an_approver_edits_the_refund_in_the_form_confirms_the_diff_and_the_run_
     assert "``" not in text
     amount = card.get_by_label(re.compile(r"^amount"))
     assert amount.input_value() == "42.0"
-    _check_page(page, "inbox")
+    check_desk_page(page, "inbox")
 
     amount.fill("12.5")
     card.get_by_role("button", name="Approve").click()
@@ -73,7 +60,7 @@ def test_an_approver_edits_the_refund_in_the_form_confirms_the_diff_and_the_run_
     diff.wait_for()
     assert re.search(r"amount\s+42\.0\s+12\.5", diff.inner_text()), diff.inner_text()
     assert Approval.objects.get(pk=approval.pk).status == "PENDING"  # not yet: a diff first
-    _check_page(page, "diff")
+    check_desk_page(page, "diff")
     page.get_by_role("button", name="Confirm approve with these arguments").click()
     page.locator(".messages", has_text="approved").wait_for()
 
@@ -89,7 +76,7 @@ def test_an_approver_edits_the_refund_in_the_form_confirms_the_diff_and_the_run_
     decided = page.locator("#decided")
     assert "arguments edited" in decided.inner_text()
     assert '"amount": 12.5' in decided.inner_text()
-    _check_page(page, "decided")
+    check_desk_page(page, "decided")
 
     page.goto(page.base + reverse("console:run", args=[run.pk]))
     call = page.locator(".tool-call", has_text="issue_refund")
@@ -113,7 +100,7 @@ def test_a_refused_edit_is_answered_in_place_with_the_fields_error_and_kept(open
     assert amount.get_attribute("aria-invalid") == "true"
     assert "greater than 0" in card.locator(".argument.has-error .field-error").inner_text()
     assert page.evaluate("document.activeElement.name") == "arg-amount"
-    _check_page(page, "refused-edit")
+    check_desk_page(page, "refused-edit")
     assert Approval.objects.get(pk=approval.pk).status == "PENDING"
 
     # The raw JSON editor carries the same edit; fixed there, it goes through.
@@ -146,7 +133,7 @@ def test_an_expired_approval_is_shown_expired_and_a_countdown_ends_in_expiry(ope
     assert "Expires in" in countdown.inner_text()
     countdown.locator(".expiry-past").wait_for()  # the countdown reached zero
     assert countdown.get_by_role("button", name="Approve").is_disabled()
-    _check_page(page, "expired")
+    check_desk_page(page, "expired")
 
 
 def test_keys_move_between_approvals_and_approve_the_chosen_one(open_as):

@@ -9,8 +9,8 @@ from django.urls import reverse
 
 from runs.engine.control.rewind import resumable_names
 from runs.models import Takeover
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process, start_room_temperature
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process, start_room_temperature
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,9 +10,9 @@ from django.urls import reverse
 
 from runs.engine.control import lifecycle
 from runs.models import Approval, Event, Takeover
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process, start_room_temperature
 from tests.support.browser import *  # noqa: F403 - fixtures (browser, open_as)
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process, start_room_temperature
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

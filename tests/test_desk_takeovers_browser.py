@@ -15,27 +15,18 @@ from lab.sim import devices
 from runs.console.access import form_version
 from runs.engine.effects.unknown_outcomes import verify_now
 from runs.models import Event, Run, Step, Takeover
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process, start_room_temperature, unknown_outcome_run
 from tests.support.browser import *  # noqa: F403 - fixtures (browser, open_as)
-from tests.support.browser import WIDTHS, axe_violations, horizontal_overflow
+from tests.support.browser import check_desk_page
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import (
+    run_worker_in_process,
+    start_room_temperature,
+    unknown_outcome_run,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PATCH = '{"question": "How warm is the attic?"}'
-
-
-def _check_page(page, name: str) -> None:
-    """The page as it is, at each desk width: no sideways scrolling, no serious or
-    critical axe-core violation, a screenshot."""
-    for width in WIDTHS:
-        page.set_viewport_size({"width": width, "height": 1000})
-        overflow = horizontal_overflow(page)
-        assert overflow["excess"] <= 0, (name, width, overflow)
-        violations = axe_violations(page)
-        assert violations == [], (name, width, violations)
-        page.shot(f"{name}-{width}")
-    page.set_viewport_size({"width": WIDTHS[-1], "height": 1000})
 
 
 def _paused_on_budget() -> tuple[Run, Takeover]:
@@ -56,7 +47,7 @@ def test_an_operator_resumes_with_an_input_patch_in_one_step_from_the_desk(open_
         assert fact in facts.inner_text()
     assert "How warm is the living room?" in facts.inner_text()  # the run's parameters
     assert card.locator("form.decision-form").count() == 4  # one small form per decision
-    _check_page(page, "takeovers")
+    check_desk_page(page, "takeovers")
 
     card.get_by_role("link", name=re.compile("Resume with an input patch")).click()
     page.locator("#resume-plan h2").wait_for()
@@ -65,7 +56,7 @@ def test_an_operator_resumes_with_an_input_patch_in_one_step_from_the_desk(open_
     page.get_by_label(re.compile("Input patch")).fill(PATCH)
     page.locator("#resume-plan", has_text="How warm is the attic?").wait_for()  # inline
     page.get_by_label("Reason").fill("budget fixed, start over for the attic")
-    _check_page(page, "resume-plan")
+    check_desk_page(page, "resume-plan")
     page.get_by_role("button", name=re.compile("Confirm resume from start")).click()
     page.wait_for_url(re.compile(rf".*/runs/{run.pk}/$"))
     page.locator(".messages", has_text="resumed").wait_for()
@@ -124,7 +115,7 @@ def test_a_retry_against_the_verify_answer_needs_a_confirmation_and_records_it(
     card = page.locator(f"#takeover-{takeover.pk}")
     retry = card.locator("form.resolve-retry")
     assert "answered done" in retry.inner_text()
-    _check_page(page, "takeover-verify")
+    check_desk_page(page, "takeover-verify")
     retry.get_by_label("Reason").fill("the lamp flickered, set it again")
     retry.get_by_role("checkbox").check()
     retry.get_by_role("button", name="Retry").click()

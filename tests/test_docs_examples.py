@@ -24,6 +24,7 @@ do: a dead worker's step is handed back by liveness, not by waiting a lease out,
 short lease would be lost by a worker starved for a second or two on a loaded machine.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -32,17 +33,21 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 SKIP_BLOCK = re.compile(r"<!--\s*docs-test:\s*skip:\s*(?P<reason>.+?)\s*-->")
 SKIP_LINE = "# docs-test: skip"
 DOCS_FILE = re.compile(r"<!--\s*docs-file:\s*(?P<path>[\w./-]+?)\s*-->")
 BLOCK_TIMEOUT = 600  # seconds; generous for a loaded machine, not a timing assertion
+#: Seconds a page's servers get to stop on SIGTERM before the SIGKILL (a bound, not a
+#: timing assertion: they stop within a second or two).
+STOP_GRACE = 10
 
 
 @dataclass
@@ -136,7 +141,8 @@ def _free_port() -> int:
 
 def _stop_sessions(sessions: list[int]) -> None:
     """SIGTERM, then SIGKILL, whatever is left of the sessions the page's blocks ran in
-    (each block's bash led its own session, so its background children are in it)."""
+    (each block's bash led its own session, so its background children are in it). A
+    server gets up to ``STOP_GRACE`` seconds to shut down cleanly before the SIGKILL."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for sid in sessions:
             try:
@@ -144,7 +150,28 @@ def _stop_sessions(sessions: list[int]) -> None:
             except ProcessLookupError:
                 continue
         if sig == signal.SIGTERM:
-            time.sleep(1)  # let a server shut down cleanly before the SIGKILL
+            # Past the grace the SIGKILL below ends what is left: no failure.
+            with contextlib.suppress(AssertionError):
+                wait_until(
+                    lambda: not any(_session_alive(sid) for sid in sessions),
+                    what="the page's processes to stop",
+                    timeout=STOP_GRACE,
+                    interval=0.1,
+                )
+
+
+def _session_alive(sid: int) -> bool:
+    """Whether a process of session ``sid`` still runs, read from ``/proc`` (Linux): a
+    zombie that no one reaped yet counts as stopped."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses.
+            state, _ppid, _pgrp, session = stat.read_text().rsplit(")", 1)[1].split()[:4]
+        except (OSError, IndexError, ValueError):
+            continue  # the process ended while we read
+        if int(session) == sid and state != "Z":
+            return True
+    return False
 
 
 def pages_with_examples() -> list[str]:

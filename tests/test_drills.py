@@ -68,6 +68,7 @@ def test_it_names_a_dead_worker_with_its_exit_code_and_log_tail(monkeypatch):
     monkeypatch.setattr(sandbox, "scratch_redis_url", lambda: "redis://127.0.0.1:1/0")
     box = sandbox.Sandbox("deadlog")
     try:
+        # A stand-in for a live worker: a process that stays up, then is stopped.
         box.popen([sys.executable, "-c", "import time; time.sleep(120)"], label="worker")
         dead = box.popen(
             [sys.executable, "-c", "print('starting'); print('Redis went away'); exit(3)"],

@@ -17,7 +17,6 @@
 """
 
 import ast
-from pathlib import Path
 
 import pytest
 
@@ -27,9 +26,8 @@ from runs.engine.service import start_run
 from runs.engine.state import gateway
 from runs.models import Approval, Operation, Run, Step, Takeover
 from runs.state_fields import STATE_FIELDS, StateWriteRefused
+from tests.support.source_imports import imported_names, project_modules
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("runs", "approvals", "agentops", "lab")
 ENGINE = "runs.engine"
 FORBIDDEN_IN_ENGINE = (
     "approvals",
@@ -93,39 +91,10 @@ VALUE_MODULES = {
 SETTINGS = {"agentops.settings", "agentops.env", "agentops.log_format"}
 
 
-def _modules() -> dict[str, Path]:
-    found = {}
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            if "migrations" in path.parts:
-                continue
-            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-            found[name.removesuffix(".__init__")] = path
-    return found
-
-
-MODULES = _modules()
+MODULES = project_modules()
 PACKAGES_OF_ENGINE = {
     name for name, path in MODULES.items() if name.startswith(ENGINE) and path.name == "__init__.py"
 }
-
-
-def _imported_names(name: str, path: Path) -> set[str]:
-    """Every dotted name the module imports, at any depth of its source."""
-    names = set()
-    is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = name.split(".")
-                keep = len(parts) - node.level + (1 if is_package else 0)
-                base = ".".join(parts[:keep] + ([base] if base else []))
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)
-    return names
 
 
 def _project_module(dotted: str) -> str | None:
@@ -138,7 +107,7 @@ def _project_module(dotted: str) -> str | None:
 def _graph() -> dict[str, set[str]]:
     graph = {}
     for name, path in MODULES.items():
-        targets = {_project_module(d) for d in _imported_names(name, path)}
+        targets = {_project_module(d) for d in imported_names(name, path)}
         graph[name] = {t for t in targets if t and t != name}
     return graph
 
@@ -225,7 +194,7 @@ def test_it_lets_outside_code_import_only_the_entry_module():
     for name, path in MODULES.items():
         if _in_engine(name) or _within(name, BEYOND_THE_ENTRY):
             continue
-        landed = {_project_module(d) for d in _imported_names(name, path)}
+        landed = {_project_module(d) for d in imported_names(name, path)}
         offending += _entry_breaches(name, {t for t in landed if t}, below)
     assert offending == []
     # The value modules stay leaves, so the modules below the engine that use them
@@ -253,7 +222,7 @@ def test_it_keeps_the_engine_free_of_the_approvals_app_lab_and_sdks():
     for name, path in MODULES.items():
         if not _in_engine(name):
             continue
-        for imported in _imported_names(name, path):
+        for imported in imported_names(name, path):
             if any(imported == f or imported.startswith(f + ".") for f in FORBIDDEN_IN_ENGINE):
                 offending.append(f"{name} imports {imported}")
     assert offending == []
@@ -477,13 +446,12 @@ PRODUCT = ("runs", "approvals", "apitokens", "agentops_client", "agentops")
 
 
 def test_it_keeps_the_product_free_of_the_lab():
-    offending = []
-    for package in PRODUCT:
-        for path in (ROOT / package).rglob("*.py"):
-            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-            for imported in _imported_names(name.removesuffix(".__init__"), path):
-                if imported == "lab" or imported.startswith("lab."):
-                    offending.append(f"{name} imports {imported}")
+    offending = [
+        f"{name} imports {imported}"
+        for name, path in project_modules(PRODUCT).items()
+        for imported in imported_names(name, path)
+        if imported == "lab" or imported.startswith("lab.")
+    ]
     assert offending == []
 
 

@@ -3,6 +3,7 @@ through the CLI, the console and the API, is refused with the same code naming t
 same field, and nothing is written (``runs.engine.rules``)."""
 
 import argparse
+import json
 import re
 from urllib.parse import quote
 
@@ -23,14 +24,14 @@ from runs.engine.rules import (
     IDENTIFIERS,
     MAX_CHARS,
     MAX_REQUEST_ID_CHARS,
+    MAX_VALUE_BYTES,
     NOT_FINITE,
     TRUE_FALSE,
     number_problem,
     request_id_problem,
 )
 from runs.models import Event, RefusedAction, Signal
-from tests.console_helpers import actors, clients, fast_passwords  # noqa: F401
-from tests.test_cli_inputs import manage_in_process  # noqa: F401
+from tests.support.in_process import actors, clients, fast_passwords  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
@@ -52,7 +53,7 @@ def test_every_face_refuses_a_bad_value_with_one_code_and_writes_nothing(
     kind,
     actors,  # noqa: F811
     clients,  # noqa: F811
-    manage_in_process,  # noqa: F811
+    manage_in_process,
 ):
     payload, request_id, field = KINDS[kind]
     run = start_run("signalled", thread_id=f"rules-{kind}", input={})
@@ -103,7 +104,7 @@ def test_free_text_keeps_its_newlines_tabs_and_escapes():
 def test_a_duplicate_key_is_refused_as_invalid_json_on_every_face(
     actors,  # noqa: F811
     clients,  # noqa: F811
-    manage_in_process,  # noqa: F811
+    manage_in_process,
 ):
     run = start_run("signalled", thread_id="rules-dup", input={})
     events = Event.objects.filter(run=run).count()
@@ -147,7 +148,7 @@ def test_a_duplicate_key_is_refused_as_invalid_json_on_every_face(
 def test_a_non_finite_number_is_named_as_such_not_as_out_of_range(
     actors,  # noqa: F811
     clients,  # noqa: F811
-    manage_in_process,  # noqa: F811
+    manage_in_process,
     input,
     field,
 ):
@@ -473,6 +474,10 @@ def _budget_case(flag, value):
     }
 
 
+#: A JSON object one byte over the engine's largest value.
+BIG_PAYLOAD = json.dumps({"celsius": 1, "note": ""}, separators=(",", ":"))
+BIG_PAYLOAD = BIG_PAYLOAD.replace('""', '"' + "x" * (MAX_VALUE_BYTES + 1 - len(BIG_PAYLOAD)) + '"')
+
 #: case: the code every face answers ("api_code" where the API's differs, as documented)
 #: and the request of each face; "{run}" / "{approval}" name the arranged rows.
 FACE_CASES = {
@@ -507,6 +512,20 @@ FACE_CASES = {
             '{"workflow": "signalled", "thread_id": "b", "input": {}, "budget": {"cost_usd": NaN}}',
         ),
     },  # fmt: skip
+    "signal payload over the value limit": {
+        "code": "invalid_input",
+        "cli": ("runs", "signal", "{run}", "reading", "--payload", BIG_PAYLOAD),
+        "console": ("console:signal", "{run}", {"signal": "reading", "payload": BIG_PAYLOAD}),
+        "api": ("/runs/{run}/signals/reading", BIG_PAYLOAD),
+    },
+    "start input over the value limit": {
+        "code": "invalid_input",
+        "cli": ("runs", "start", "signalled", "--thread", "b", "--input", BIG_PAYLOAD),
+        "api": (
+            "/runs",
+            f'{{"workflow": "signalled", "thread_id": "b", "input": {BIG_PAYLOAD}}}',
+        ),
+    },
     "malformed JSON": {
         "code": "invalid_json",
         "cli": ("runs", "signal", "{run}", "reading", "--payload", '{"celsius": '),
@@ -669,3 +688,14 @@ def test_a_console_form_that_is_not_utf8_is_refused_whole(form, arranged, client
         # A page's query string is read from its bytes too.
         page = clients[who].get("/runs/?q=a%ED%A0%80b")
         assert (page.status_code, page.refusal_code) == (400, "invalid_input")
+
+
+def test_a_thread_message_over_its_limit_is_refused_whole(manage_in_process):  # noqa: F811
+    from runs.engine.rules import MAX_CHARS
+    from runs.models import Message, Run
+
+    text = "x" * (MAX_CHARS["thread_message"] + 1)
+    status, _, err = manage_in_process("runs", "message", "--thread", "long", text)
+    assert status == 1 and "[invalid_message]" in err, err
+    assert f"at most {MAX_CHARS['thread_message']} characters" in err
+    assert not Message.objects.exists() and not Run.objects.exists()

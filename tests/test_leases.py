@@ -22,6 +22,7 @@ import json, time
 from django.db import transaction
 from runs.engine.state.leases import claim_step
 ids = {ids}; start = {start}; won = []
+# The contenders' common start line: part of the race staged, not a wait for a condition.
 while time.time() < start: time.sleep(0.001)
 for step_id in ids:
     with transaction.atomic():

@@ -36,7 +36,7 @@ def outside():
     def read_value(args, call):
         state["calls"].append("read")
         if state["delay"]:
-            time.sleep(state["delay"])
+            time.sleep(state["delay"])  # the fake outside system's slow answer
         return {"value": state["value"]}
 
     state["set"] = Tool(

@@ -21,8 +21,8 @@ from runs.engine.effects import rate_limits
 from runs.engine.state.gateway import run_transaction
 from runs.models import RateLimit, Run, Step
 from runs.states import RunStatus, StepStatus
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.control_support import db_rows, shell_json
+from tests.support.deployment_runs import db_rows, shell_json
+from tests.support.in_process import *  # noqa: F403 - fixtures
 from tests.support.metrics import TOKEN, scrape
 from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer
 from tests.support.states import arrange
@@ -348,7 +348,9 @@ run = start_run("family_budget", thread_id="fam", actor="test", budget={{"tokens
 print(json.dumps(str(run.pk)))
 """,
         )
-        d.manage("worker", "--burst", "--mode", "db", check=True)
+        # One slot: the two children then ask one after the other. Run at once, both
+        # would pass the budget check before either request was charged.
+        d.manage("worker", "--burst", "--mode", "db", "--concurrency", "1", check=True)
         requests = server.count
     family = "SELECT id::text, parent_run_id::text, status, tokens, model_calls FROM runs_run"
     rows = {pk: (up, status, used, calls) for pk, up, status, used, calls in db_rows(d, family)}
@@ -370,7 +372,7 @@ print(json.dumps(str(run.pk)))
     with ModelServer(lambda body: {"content": "hello"}) as server:
         d.env["OPENAI_BASE_URL"] = server.base_url
         d.manage("runs", "budget", parent, "--add-tokens", str(tokens), "--reason", "more")
-        d.manage("worker", "--burst", "--mode", "db", check=True)
+        d.manage("worker", "--burst", "--mode", "db", "--concurrency", "1", check=True)
         assert server.count == 1
     statuses = sorted(r[0] for r in db_rows(d, "SELECT status FROM runs_run"))
     assert statuses == ["SUCCEEDED"] * 3

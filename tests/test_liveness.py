@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from tests.control_support import attempt_facts, db_rows, events_of, facts, shell_json
+from tests.support.deployment_runs import attempt_facts, db_rows, events_of, facts, shell_json
 from tests.support.liveness import SIGNAL, hold_step, live_signals, start_hold, wait_locks_released
 from tests.support.services import BACKENDS
 from tests.support.waiting import wait_until

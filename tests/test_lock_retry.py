@@ -14,7 +14,7 @@ import tests.workflows.faulty  # noqa: F401 - registers the workflow
 from runs.engine.control.lifecycle import start_run
 from runs.models import Event, Run, Step
 from runs.states import RunStatus, StepStatus
-from tests.console_helpers import REPO_ROOT, device_dir, worker_subprocess_env  # noqa: F401
+from tests.support.in_process import REPO_ROOT, device_dir, worker_subprocess_env  # noqa: F401
 from tests.support.services import manage_argv
 from tests.support.waiting import wait_until
 

@@ -14,7 +14,7 @@ from runs.engine.control.rewind import find_checkpoint
 from runs.models import Checkpoint, Event, Run, Step, Thread
 from runs.states import RunStatus, StepStatus
 from runs.views.run_detail import SECTION_SIZE
-from tests.console_helpers import actors, clients, device_dir, fast_passwords  # noqa: F401
+from tests.support.in_process import actors, clients, device_dir, fast_passwords  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

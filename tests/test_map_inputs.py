@@ -8,7 +8,7 @@ from agentops.authoring import MAX_BRANCHES, Workflow, WorkflowDefinitionError, 
 from runs.engine.control.lifecycle import ControlError, start_run
 from runs.models import Run, Step
 from runs.workflows import registry
-from tests.console_helpers import run_worker_in_process
+from tests.support.in_process import run_worker_in_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,7 +7,8 @@ import signal
 
 import httpx
 
-from tests.apiserver import Server, make_user, sse_events
+from tests.support.api_server import Server, make_user, sse_events
+from tests.support.services import Deployment
 
 BODY = {
     "workflow": "room_temperature",
@@ -17,20 +18,23 @@ BODY = {
 ANSWER = "It is 23.5 °C in the living room right now."
 
 
-def test_it_supersedes_the_draft_of_a_worker_killed_mid_reply(deployment_factory):
+def _api_of(deployment_factory, **extra_env) -> tuple[Deployment, httpx.Client]:
+    """A SQLite deployment with quick polls and ``extra_env``, its API served, and a
+    client of it signed in as alice."""
     deployment = deployment_factory(
         "sqlite",
-        extra_env={
-            "AGENTOPS_LEASE_SECONDS": 2,
-            "AGENTOPS_POLL_SECONDS": 0.1,
-            "AGENTOPS_SSE_POLL_SECONDS": 0.1,
-        },
+        extra_env={"AGENTOPS_POLL_SECONDS": 0.1, "AGENTOPS_SSE_POLL_SECONDS": 0.1, **extra_env},
     )
     token = make_user(deployment, "alice")
     server = Server(deployment)
     client = httpx.Client(
         base_url=server.url, timeout=60, headers={"Authorization": f"Bearer {token}"}
     )
+    return deployment, client
+
+
+def test_it_supersedes_the_draft_of_a_worker_killed_mid_reply(deployment_factory):
+    deployment, client = _api_of(deployment_factory, AGENTOPS_LEASE_SECONDS=2)
     run_id = client.post("/api/v1/runs", json=BODY).json()["id"]
     # Slow words give the test a wide window to kill the worker between two pieces.
     doomed = deployment.popen("worker", extra_env={"AGENTOPS_SIM_WORD_SECONDS": 3})
@@ -81,19 +85,8 @@ def test_it_supersedes_the_draft_of_a_worker_killed_mid_reply(deployment_factory
 
 
 def test_it_drops_the_draft_when_the_run_is_cancelled_mid_reply(deployment_factory):
-    deployment = deployment_factory(
-        "sqlite",
-        extra_env={
-            "AGENTOPS_LEASE_SECONDS": 3,
-            "AGENTOPS_POLL_SECONDS": 0.1,
-            "AGENTOPS_SWEEP_SECONDS": 0.5,
-            "AGENTOPS_SSE_POLL_SECONDS": 0.1,
-        },
-    )
-    token = make_user(deployment, "alice")
-    server = Server(deployment)
-    client = httpx.Client(
-        base_url=server.url, timeout=60, headers={"Authorization": f"Bearer {token}"}
+    deployment, client = _api_of(
+        deployment_factory, AGENTOPS_LEASE_SECONDS=3, AGENTOPS_SWEEP_SECONDS=0.5
     )
     run_id = client.post("/api/v1/runs", json=BODY).json()["id"]
     deployment.popen("worker", extra_env={"AGENTOPS_SIM_WORD_SECONDS": 2})

@@ -14,9 +14,7 @@ from django.urls import reverse
 from agentops.authoring import RetryPolicy
 from lab.workflows.synthetic import WAIT_STEPS
 from runs.models import Run
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import start_room_temperature
-from tests.control_support import (
+from tests.support.deployment_runs import (
     burst_until,
     db_rows,
     events,
@@ -25,6 +23,8 @@ from tests.control_support import (
     start,
     status,
 )
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import start_room_temperature
 from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer, conversation
 from tests.support.waiting import wait_until
 
@@ -182,3 +182,21 @@ print(json.dumps(None))
         assert everyone_asked.is_set()
         assert server.count == runs * WAIT_STEPS
         assert server.connections <= slots
+
+
+def test_a_worker_warms_its_model_before_the_first_step_and_never_fails_on_it(settings, caplog):
+    """``warm`` (called by a worker before its first claim) builds the shared client and
+    model of an ``openai:`` model, sending nothing; a name that cannot be made is a
+    warning, not an error (each step that asks reports it), and ``sim`` has nothing to
+    warm."""
+    from runs.agents import providers
+    from runs.engine.effects import model_providers
+
+    settings.OPENAI_API_KEY = "test-key"
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+    assert model_providers.warm("openai:warm-test")
+    client = providers.openai_client(settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY)
+    assert providers._models[(id(client), "warm-test")].client is client
+    assert not model_providers.warm("nosuch:model")
+    assert "could not prepare model nosuch:model" in caplog.text
+    assert not model_providers.warm("sim")

@@ -13,8 +13,8 @@ from runs.engine.control.cancel import request_cancel
 from runs.engine.state.clock import db_now
 from runs.models import Run, Step
 from runs.stats import looping_run_ids, overview_stats, percentile, spread
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import (
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import (
     run_worker_in_process,
     start_room_temperature,
 )

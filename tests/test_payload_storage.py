@@ -2,7 +2,6 @@
 once. Two loops of 20 turns with 64 KiB tool outputs may grow the stored rows by at most
 1.5x the unique payload bytes (byte counts of the rows, not timings)."""
 
-import hashlib
 import json
 
 import pytest
@@ -12,45 +11,16 @@ from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentops.authoring import Tool, Workflow, register
 from runs.engine.control.lifecycle import start_run
 from runs.engine.data import payloads
 from runs.models import Checkpoint, Event, Message, Operation, Payload, Run, Step
 from runs.payload_field import INLINE_LIMIT
 from runs.storage_stats import storage_by_workflow
-from runs.workflows import registry
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process
+from tests.support.storage_loop import OUTPUT_BYTES, TURNS, fetch
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-TURNS = 20
-OUTPUT_BYTES = 64 * 1024
-
-
-def fetch(arguments, call):
-    """64 KiB of text unique to the run and turn."""
-    seed = f"{call.run_id}:{arguments['turn']}".encode()
-    block = hashlib.sha256(seed).hexdigest()
-    return {"text": (block * (OUTPUT_BYTES // len(block) + 1))[:OUTPUT_BYTES]}
-
-
-@pytest.fixture
-def loop_workflow():
-    tool = Tool("storage.fetch", fn=fetch, side_effect="read")
-    workflow = Workflow("storage_loop", version=1)
-
-    @workflow.step()
-    def turn(ctx):
-        n = (ctx.outputs.get("turn") or {}).get("n", 0) + 1
-        result = ctx.call_tool(tool, {"turn": n}, action=f"fetch-{n}")
-        if n < TURNS:
-            ctx.goto("turn")
-        return {"n": n, "text": result["text"]}
-
-    register(workflow)
-    yield workflow
-    registry.unregister("storage_loop", 1)
 
 
 def stored_bytes(model, field: str, **filters) -> int:

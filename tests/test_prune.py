@@ -16,16 +16,15 @@ from runs.engine.control.replay import plan_replay
 from runs.engine.state.clock import db_now
 from runs.engine.state.gateway import record_event
 from runs.models import Artifact, Checkpoint, Event, Operation, Payload, Run, Step
-from tests.test_payload_storage import loop_workflow  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def finished_runs(loop_workflow, settings, tmp_path):  # noqa: F811 - fixture use
+def finished_runs(loop_workflow, settings, tmp_path):
     """Two finished 20-turn runs with an artifact and an operator event each; the first
     finished ten days ago."""
-    from tests.console_helpers import run_worker_in_process
+    from tests.support.in_process import run_worker_in_process
 
     settings.MEDIA_ROOT = tmp_path / "artifacts"
     runs = [start_run("storage_loop", thread_id=f"p{i}", input={}, actor="test") for i in range(2)]

@@ -8,11 +8,13 @@ import time
 import pytest
 import redis
 
-from tests.control_support import (
+from tests.support.deployment_runs import (
+    QUICK_LOOPS,
     db_rows,
     facts,
     make_user,
     run_status,
+    start_with_command,
     status,
     step_status,
     weekly_input,
@@ -20,15 +22,6 @@ from tests.control_support import (
 from tests.support.services import require_services
 from tests.support.waiting import wait_until
 
-# Leases a worker starved for seconds on a loaded machine still keeps (it treats its
-# lease as lost after two thirds of it without a renewal): every step must finish in its
-# first attempt.
-FAST = {
-    "AGENTOPS_LEASE_SECONDS": 10,
-    "AGENTOPS_POLL_SECONDS": 0.2,
-    "AGENTOPS_SWEEP_SECONDS": 0.5,
-    "AGENTOPS_RENOTIFY_SECONDS": 1,
-}
 OUTAGE_SECONDS = 10
 
 
@@ -52,20 +45,11 @@ def assert_finished_once(d, run_id):
 def test_a_run_survives_redis_flushall_at_every_stage(private_redis, deployment_factory):
     # FLUSHALL empties the whole server: a server of this test's own, so parallel tests
     # keep their queues.
-    d = deployment_factory("postgres", {**FAST, "REDIS_URL": private_redis.url()})
+    d = deployment_factory("postgres", {**QUICK_LOOPS, "REDIS_URL": private_redis.url()})
     make_user(d, "alice", approver=True)
     client = redis.Redis.from_url(d.env["REDIS_URL"])
     try:
-        run_id = d.manage(
-            "runs",
-            "start",
-            "weekly_report",
-            "--thread",
-            "F",
-            "--input",
-            weekly_input(delays={"analyze": 2}),
-            check=True,
-        ).stdout.strip()
+        run_id = start_with_command(d, "weekly_report", "F", weekly_input(delays={"analyze": 2}))
         client.flushall()  # the first notification is gone before any worker saw it
         worker = d.popen("worker")
         wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run")
@@ -86,23 +70,15 @@ def test_a_run_survives_redis_flushall_at_every_stage(private_redis, deployment_
 
 
 def test_a_run_finishes_after_redis_was_stopped_for_ten_seconds(private_redis, deployment_factory):
-    d = deployment_factory("postgres", {**FAST, "REDIS_URL": private_redis.url()})
+    d = deployment_factory("postgres", {**QUICK_LOOPS, "REDIS_URL": private_redis.url()})
     make_user(d, "alice", approver=True)
-    run_id = d.manage(
-        "runs",
-        "start",
-        "weekly_report",
-        "--thread",
-        "S",
-        "--input",
-        weekly_input(delays={"analyze": 2}),
-        check=True,
-    ).stdout.strip()
+    run_id = start_with_command(d, "weekly_report", "S", weekly_input(delays={"analyze": 2}))
     worker = d.popen("worker")
     wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run")
     private_redis.stop()
     stopped_at = time.monotonic()
     approve_when_waiting(d, run_id)  # decided while Redis is down
+    # The outage's length is the simulated fault, not a wait for a condition.
     time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - stopped_at)))
     assert worker.poll() is None, d.logs(worker)
     private_redis.start()  # back on the same port, empty (no persistence)
@@ -121,12 +97,10 @@ def test_a_worker_started_while_redis_is_down_works_from_the_database_until_it_i
 ):
     # RQ's worker talks to Redis as it is built (CLIENT SETNAME): down then, or a
     # connection cut at that moment, must not end the worker process.
-    d = deployment_factory("postgres", {**FAST, "REDIS_URL": private_redis.url()})
+    d = deployment_factory("postgres", {**QUICK_LOOPS, "REDIS_URL": private_redis.url()})
     private_redis.stop()
     question = '{"question": "How warm is the living room?"}'
-    first = d.manage(
-        "runs", "start", "room_temperature", "--thread", "A", "--input", question, check=True
-    ).stdout.strip()
+    first = start_with_command(d, "room_temperature", "A", question)
     worker = d.popen("worker", "--mode", "rq")
     wait_until(
         lambda: worker.poll() is not None or run_status(d, first) == "SUCCEEDED",
@@ -136,9 +110,7 @@ def test_a_worker_started_while_redis_is_down_works_from_the_database_until_it_i
     assert worker.poll() is None, d.logs(worker)
     private_redis.start()
     wait_until(lambda: "back to RQ dispatch" in d.logs(worker)[1], timeout=120, what="RQ dispatch")
-    second = d.manage(
-        "runs", "start", "room_temperature", "--thread", "B", "--input", question, check=True
-    ).stdout.strip()
+    second = start_with_command(d, "room_temperature", "B", question)
     wait_until(lambda: run_status(d, second) == "SUCCEEDED", timeout=180, what="second run")
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=60) == 0, d.logs(worker)
@@ -170,19 +142,12 @@ def test_a_full_redis_neither_stops_runs_nor_spins_the_worker(private_redis, dep
     client = redis.Redis(port=private_redis.port)
     try:
         assert _fill(client) > 0
-        d = deployment_factory("postgres", {**FAST, "REDIS_URL": private_redis.url()})
+        d = deployment_factory("postgres", {**QUICK_LOOPS, "REDIS_URL": private_redis.url()})
         worker = d.popen("worker")
         run_ids = [
-            d.manage(
-                "runs",
-                "start",
-                "room_temperature",
-                "--thread",
-                f"full-{i}",
-                "--input",
-                '{"question": "How warm is it?"}',
-                check=True,
-            ).stdout.strip()
+            start_with_command(
+                d, "room_temperature", f"full-{i}", '{"question": "How warm is it?"}'
+            )
             for i in range(3)
         ]
         for run_id in run_ids:
@@ -229,19 +194,11 @@ def test_a_worker_whose_redis_stops_answering_works_from_the_database_within_the
     # minutes. Each Redis call gives up after AGENTOPS_REDIS_TIMEOUT.
     bound = 2
     d = deployment_factory(
-        "postgres", {**FAST, "REDIS_URL": private_redis.url(), "AGENTOPS_REDIS_TIMEOUT": bound}
+        "postgres",
+        {**QUICK_LOOPS, "REDIS_URL": private_redis.url(), "AGENTOPS_REDIS_TIMEOUT": bound},
     )
     question = '{"question": "How warm is the living room?"}'
-    first = d.manage(
-        "runs",
-        "start",
-        "weekly_report",
-        "--thread",
-        "Z",
-        "--input",
-        weekly_input(delays={"analyze": 2}),
-        check=True,
-    ).stdout.strip()
+    first = start_with_command(d, "weekly_report", "Z", weekly_input(delays={"analyze": 2}))
     worker = d.popen("worker", "--mode", "rq")
     wait_until(lambda: step_status(d, first, "analyze") == "RUNNING", what="analyze to run")
     private_redis.proc.send_signal(signal.SIGSTOP)
@@ -250,19 +207,7 @@ def test_a_worker_whose_redis_stops_answering_works_from_the_database_within_the
         # Created while Redis is frozen: their notifications are lost (each `runs
         # start` gives up on Redis after the bound), the worker finds them in the
         # database.
-        during = [
-            d.manage(
-                "runs",
-                "start",
-                "room_temperature",
-                "--thread",
-                f"Z{i}",
-                "--input",
-                question,
-                check=True,
-            ).stdout.strip()
-            for i in range(2)
-        ]
+        during = [start_with_command(d, "room_temperature", f"Z{i}", question) for i in range(2)]
         wait_until(
             lambda: all(run_status(d, r) == "SUCCEEDED" for r in during),
             timeout=60,

@@ -10,8 +10,8 @@ from django.urls import reverse
 
 from runs.console.access import form_version
 from runs.models import Event, RefusedAction
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import start_room_temperature
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import start_room_temperature
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

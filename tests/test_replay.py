@@ -11,8 +11,8 @@ from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.replay import bulk_candidates, bulk_replay, plan_replay, replay_run
 from runs.models import Checkpoint, Event, Message, Operation, Run, Step
 from runs.states import RUN_TERMINAL
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process, work_until
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process, work_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

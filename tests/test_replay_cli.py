@@ -8,11 +8,10 @@ import time
 import pytest
 from django.core.management import CommandError, call_command
 
-from lab.sim import devices
 from runs.engine.control import lifecycle
 from runs.models import Checkpoint, Event, Operation, Run, Step
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import failed_runs, run_worker_in_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,25 +22,8 @@ def replay(*args) -> str:
     return out.getvalue()
 
 
-def failed_runs(n: int, thread: str = "F") -> list[Run]:
-    """``n`` dim_lights runs FAILED at ``read_lamp`` (the lamp refused every read)."""
-    with devices.lamp.locked() as data:
-        data["state"]["fail_next"] = {"get_brightness": ["PERMISSION_DENIED"] * n}
-    runs = [
-        lifecycle.start_run(
-            "dim_lights", thread_id=f"{thread}{i}", input={"request": "lower it by 10%"}
-        )
-        for i in range(n)
-    ]
-    run_worker_in_process()
-    assert set(
-        Run.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True)
-    ) == {"FAILED"}
-    return runs
-
-
 def test_it_previews_one_replay_as_json_and_changes_nothing(actors):
-    [run] = failed_runs(1)
+    [run] = failed_runs(1, request="lower it by 10%")
     counts = (Run.objects.count(), Event.objects.count(), Operation.objects.count())
     doc = json.loads(replay(str(run.pk), "--dry-run", "--json", "--reason", "look"))
     assert doc["dry_run"] is True and doc["checkpoint"]["name"] == "start"
@@ -51,7 +33,7 @@ def test_it_previews_one_replay_as_json_and_changes_nothing(actors):
 
 
 def test_it_replays_one_run_and_names_the_new_one(actors):
-    [run] = failed_runs(1)
+    [run] = failed_runs(1, request="lower it by 10%")
     text = replay(str(run.pk), "--reason", "lamp fixed", "--as", "bob")
     [new] = run.replays.all()
     assert f"replayed as {new.pk}" in text
@@ -65,7 +47,7 @@ def test_it_replays_one_run_and_names_the_new_one(actors):
 
 
 def test_it_refuses_bad_requests_with_a_message(actors):
-    [run] = failed_runs(1)
+    [run] = failed_runs(1, request="lower it by 10%")
     with pytest.raises(CommandError, match="reason_required"):
         replay(str(run.pk))
     with pytest.raises(CommandError, match="unknown_checkpoint"):
@@ -88,7 +70,7 @@ def test_it_refuses_bad_requests_with_a_message(actors):
 
 
 def test_a_bulk_replay_of_50_failed_runs_at_rate_10_takes_5_seconds(actors):
-    runs = failed_runs(50)
+    runs = failed_runs(50, request="lower it by 10%")
     began = time.monotonic()
     doc = json.loads(
         replay(
@@ -128,7 +110,7 @@ def test_a_bulk_replay_of_50_failed_runs_at_rate_10_takes_5_seconds(actors):
 
 
 def test_a_bulk_dry_run_lists_each_run_and_changes_no_row(actors):
-    failed_runs(3)
+    failed_runs(3, request="lower it by 10%")
     counts = (Run.objects.count(), Checkpoint.objects.count(), Event.objects.count())
     text = replay("--status", "FAILED", "--from-failed-step", "--dry-run", "--reason", "x")
     assert "dry run: 3 runs would be replayed" in text

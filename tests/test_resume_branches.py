@@ -16,41 +16,23 @@ from django.test.utils import CaptureQueriesContext
 
 from apitokens.services import create_token
 from runs.console.roles import setup_roles
-from runs.engine.control.lifecycle import pause_run, settle_pause, start_run
+from runs.engine.control.lifecycle import pause_run, settle_pause
 from runs.engine.control.replay import plan_replay
 from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
 from runs.models import Event, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
 from tests.support.api_client import in_process_client
+from tests.support.fanout import fanned_out_run
 from tests.support.states import arrange
 
 pytestmark = pytest.mark.django_db
 
 
 def _fanned_out_run(branches: int):
-    """A ``fanout_demo`` run whose ``fetch`` step fanned out into ``branches`` rows:
-    every third SUCCEEDED, the others PENDING (none running)."""
-    run = start_run(
-        "fanout_demo", thread_id=f"fan-{branches}", input={"items": branches, "delay_s": 0}
+    """A fanned-out run: every third branch SUCCEEDED, the others PENDING (none running)."""
+    return fanned_out_run(
+        branches, lambda i: StepStatus.SUCCEEDED if i % 3 == 0 else StepStatus.PENDING
     )
-    parent = Step.objects.get(run=run)
-    arrange(Step.objects.filter(pk=parent.pk), status=StepStatus.WAITING)
-    Step.objects.bulk_create(
-        [
-            Step(
-                run=run,
-                name="fetch",
-                seq=2 + i,
-                branch_of=parent,
-                position=i,
-                input={"item": i + 1},
-                status=StepStatus.SUCCEEDED if i % 3 == 0 else StepStatus.PENDING,
-            )
-            for i in range(branches)
-        ],
-        batch_size=2000,
-    )
-    return run, parent
 
 
 def _resume(run) -> int:

@@ -4,7 +4,14 @@ are re-created in a new generation with new idempotency keys."""
 
 import pytest
 
-from tests.control_support import events_of, facts, make_user, status, weekly_input
+from tests.support.deployment_runs import (
+    events_of,
+    facts,
+    make_user,
+    start_with_command,
+    status,
+    weekly_input,
+)
 from tests.support.services import BACKENDS
 
 
@@ -12,9 +19,7 @@ from tests.support.services import BACKENDS
 def test_it_resumes_from_after_deduplicate_with_an_input_patch(deployment_factory, backend):
     d = deployment_factory(backend)
     make_user(d, "alice", approver=True)
-    run_id = d.manage(
-        "runs", "start", "weekly_report", "--thread", "R", "--input", weekly_input(), check=True
-    ).stdout.strip()
+    run_id = start_with_command(d, "weekly_report", "R", weekly_input())
     d.manage("worker", "--burst", timeout=180, check=True)
     assert status(d, run_id)["status"] == "WAITING_APPROVAL"
 
@@ -108,9 +113,7 @@ def test_it_resumes_from_after_deduplicate_with_an_input_patch(deployment_factor
 
 def test_it_refuses_unknown_checkpoints_and_terminal_runs(deployment_factory):
     d = deployment_factory("sqlite")
-    run_id = d.manage(
-        "runs", "start", "weekly_report", "--thread", "X", "--input", weekly_input(), check=True
-    ).stdout.strip()
+    run_id = start_with_command(d, "weekly_report", "X", weekly_input())
     d.manage("worker", "--burst", timeout=120, check=True)
     unknown = d.manage("runs", "resume", run_id, "--from", "after:nothing", "--dry-run")
     assert unknown.returncode != 0 and "unknown_checkpoint" in unknown.stderr

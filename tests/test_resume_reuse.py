@@ -5,12 +5,11 @@ re-executes them only when asked, with a reason that the event records."""
 import pytest
 
 from lab.sim import devices
-from runs.engine.control import lifecycle
 from runs.engine.control.lifecycle import ControlError
 from runs.engine.control.rewind import plan_resume, resume_from_checkpoint
 from runs.models import Event, Operation, Run
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,17 +21,14 @@ def calls(device, op: str, run: Run) -> int:
 
 
 @pytest.fixture
-def waiting_report(actors):
-    run = lifecycle.start_run("weekly_report", thread_id="R1", input={"week": "2026-W48"})
-    run_worker_in_process()
-    run.refresh_from_db()
-    assert run.status == "WAITING_APPROVAL"
-    assert calls(devices.publisher, "publisher.reserve", run) == 1
-    return run
+def reserved_report(waiting_report):
+    """``waiting_report``, its publication reserved once on the way."""
+    assert calls(devices.publisher, "publisher.reserve", waiting_report) == 1
+    return waiting_report
 
 
-def test_it_reuses_the_recorded_reservation_by_default(waiting_report):
-    run = waiting_report
+def test_it_reuses_the_recorded_reservation_by_default(reserved_report):
+    run = reserved_report
     plan = plan_resume(run, "start")
     [reserve] = plan.operations_reused
     assert reserve["tool"] == "publisher.reserve"
@@ -50,8 +46,8 @@ def test_it_reuses_the_recorded_reservation_by_default(waiting_report):
     assert event.payload["operations_reused"] == [reserve["idempotency_key"]]
 
 
-def test_it_re_executes_only_with_a_reason_and_records_it(waiting_report):
-    run = waiting_report
+def test_it_re_executes_only_with_a_reason_and_records_it(reserved_report):
+    run = reserved_report
     with pytest.raises(ControlError) as exc:
         resume_from_checkpoint(run, "start", actor="user:bob", reexecute=True)
     assert exc.value.code == "reason_required"
@@ -71,8 +67,8 @@ def test_it_re_executes_only_with_a_reason_and_records_it(waiting_report):
     assert event.payload["reexecute"] is True and event.payload["reason"] == "the slot was lost"
 
 
-def test_a_recorded_result_for_other_arguments_is_not_reused(waiting_report):
-    run = waiting_report
+def test_a_recorded_result_for_other_arguments_is_not_reused(reserved_report):
+    run = reserved_report
     plan = plan_resume(run, "start", {"week": "2026-W49"})
     assert [op["tool"] for op in plan.operations_reused] == ["publisher.reserve"]
     resume_from_checkpoint(

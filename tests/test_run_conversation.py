@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 
 from runs.models import Message, Operation
-from tests.console_helpers import (
+from tests.support.in_process import (
     actors,
     clients,
     device_dir,

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from runs.models import Event, Run
 from runs.views.run_detail import EVENTS_CHUNK
-from tests.console_helpers import (
+from tests.support.in_process import (
     actors,
     clients,
     device_dir,

@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 
 from runs.engine.control.lifecycle import start_run
 from runs.models import Run
-from tests.console_helpers import actors, clients, device_dir, fast_passwords
+from tests.support.in_process import actors, clients, device_dir, fast_passwords
 
 __all__ = ["actors", "clients", "device_dir", "fast_passwords"]
 

@@ -11,7 +11,7 @@ from runs.engine.control.lifecycle import ControlError
 from runs.engine.effects.budget import raise_budget
 from runs.models import Event, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
-from tests.console_helpers import *  # noqa: F403
+from tests.support.in_process import *  # noqa: F403
 from tests.support.states import arrange
 
 pytestmark = pytest.mark.django_db(transaction=True)

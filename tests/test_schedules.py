@@ -8,7 +8,7 @@ from itertools import pairwise
 
 import pytest
 
-from tests.control_support import db_rows, shell_json
+from tests.support.deployment_runs import db_rows, shell_json
 from tests.support.waiting import wait_until
 
 ORDER = json.dumps({"order": "A-1", "delay_s": 0})

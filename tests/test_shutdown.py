@@ -9,7 +9,13 @@ from rq import Queue
 
 from runs.engine.execution.identity import WorkerIdentity
 from runs.engine.execution.worker import rq_worker_class
-from tests.control_support import facts, status, step_status, weekly_input
+from tests.support.deployment_runs import (
+    facts,
+    start_with_command,
+    status,
+    step_status,
+    weekly_input,
+)
 from tests.support.services import BACKENDS
 from tests.support.waiting import wait_until
 
@@ -17,16 +23,7 @@ from tests.support.waiting import wait_until
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sigterm_lets_the_running_step_finish_and_save(deployment_factory, backend):
     d = deployment_factory(backend, {"AGENTOPS_LEASE_SECONDS": 2, "AGENTOPS_POLL_SECONDS": 0.2})
-    run_id = d.manage(
-        "runs",
-        "start",
-        "weekly_report",
-        "--thread",
-        "S",
-        "--input",
-        weekly_input(delays={"analyze": 2}),
-        check=True,
-    ).stdout.strip()
+    run_id = start_with_command(d, "weekly_report", "S", weekly_input(delays={"analyze": 2}))
     worker = d.popen("worker")
     wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run")
     worker.send_signal(signal.SIGTERM)

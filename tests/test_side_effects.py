@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from agentops.authoring import RetryPolicy
-from tests.control_support import (
+from tests.support.deployment_runs import (
     burst_until,
     db_id,
     db_rows,

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.control_support import db_rows, events_of, facts, run_status, shell_json
+from tests.support.deployment_runs import db_rows, events_of, facts, run_status, shell_json
 from tests.support.services import BACKENDS
 
 

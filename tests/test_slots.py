@@ -2,9 +2,10 @@
 with RQ and with database polling, and every fault stays per step: each step commits
 once, a SIGKILL of a process holding 50 steps is recovered by liveness, SIGTERM drains
 every slot, a cancel stops only its own step, and the process keeps to its pool of
-connections; on SQLite (the embedded default) fifty slots commit each step once and
-drain on SIGTERM. Real PostgreSQL, SQLite, Redis and worker subprocesses throughout; ``bench_wait``
-steps wait for a gate file, so "in flight" is a fact the test waits for, not a bet."""
+connections and replaces those the server ended; on SQLite (the embedded default)
+fifty slots commit each step once and drain on SIGTERM. Real PostgreSQL, SQLite, Redis
+and worker subprocesses throughout; ``bench_wait`` steps wait for a gate file, so "in
+flight" is a fact the test waits for, not a bet."""
 
 import re
 import signal
@@ -14,8 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from agentops import db_pool
 from runs.engine.execution.slots import Slots
-from tests.control_support import db_rows, shell_json
+from tests.support.deployment_runs import db_rows, shell_json
 from tests.support.waiting import wait_until
 
 IN_FLIGHT = 50
@@ -247,6 +249,54 @@ def test_a_process_with_a_hundred_slots_keeps_to_its_pool(deployment_factory, tm
 
     wait_until(all_done, what="every run to succeed", timeout=180, interval=0.05)
     assert 1 < peak <= pool + 1, peak
+
+
+REPLACE_ENDED = """
+import threading
+from django.db import connection
+from agentops import db_pool
+db_pool.use_pool(3, timeout=10, name="agentops-worker w-cut")
+held = threading.Barrier(3)
+def hold():
+    with connection.cursor() as cur:
+        cur.execute("SELECT 1")
+        held.wait(30)
+    db_pool.release_connection()
+threads = [threading.Thread(target=hold) for _ in range(3)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+# This thread draws one of the three; the two left idle in the pool are ended.
+with connection.cursor() as cur:
+    cur.execute("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = 'agentops-worker w-cut' AND pid <> pg_backend_pid()")
+    ended = cur.fetchone()[0]
+db_pool.release_connection()
+replaced = [db_pool.replace_ended(), db_pool.replace_ended()]
+with connection.cursor() as cur:
+    cur.execute("SELECT 1")
+    works = cur.fetchone()[0]
+print(json.dumps([ended, replaced, works]))
+"""
+
+
+def test_the_pool_replaces_the_connections_the_server_ended_while_idle(deployment_factory):
+    # A process of its own: a worker's other threads would draw the ended connections
+    # first (and reconnect), hiding whether the check found them.
+    d = deployment_factory("postgres")
+    ended, replaced, works = shell_json(d, REPLACE_ENDED, fresh=True)
+    assert (ended, replaced, works) == (2, [2, 0], 1)
+
+
+def test_a_workers_sessions_are_named_after_its_pgappname(monkeypatch):
+    # A tool that finds a process's sessions by its PGAPPNAME finds the pooled and the
+    # liveness ones too (the connection_cut drill ends them all that way).
+    monkeypatch.delenv("PGAPPNAME", raising=False)
+    assert db_pool.application_name("worker", "h:1:ab") == "agentops-worker h:1:ab"
+    monkeypatch.setenv("PGAPPNAME", "billing")
+    assert db_pool.application_name("liveness", "h:1:ab") == "billing agentops-liveness h:1:ab"
+    assert db_pool.application_name("worker", "h" * 80, prefix="") == f"agentops-worker {'h' * 47}"
 
 
 def test_an_error_in_one_slot_leaves_the_others_running():

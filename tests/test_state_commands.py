@@ -11,7 +11,7 @@ from approvals.services import decide, resolve_takeover
 from runs.engine.control.lifecycle import ControlError, pause_run, start_run
 from runs.models import Approval, Run, Takeover
 from runs.states import RUN_COMMANDS, RunStatus
-from tests.console_helpers import actors, device_dir, fast_passwords, run_worker_in_process
+from tests.support.in_process import actors, device_dir, fast_passwords, run_worker_in_process
 from tests.support.states import arrange
 
 __all__ = ["actors", "device_dir", "fast_passwords"]

@@ -36,6 +36,7 @@ from runs.models import Approval, Checkpoint, Event, Message, Operation, Run, St
 from runs.states import RunStatus, StepStatus
 from runs.workflows import registry
 from tests.support.services import make_deployment
+from tests.support.source_imports import imported_names, project_modules
 from tests.support.states import arrange
 
 BACKENDS = {"postgresql": "PostgresStore", "sqlite": "OrmStore"}
@@ -753,13 +754,11 @@ def test_resolve(observe):
 def test_only_the_postgresql_store_reaches_its_statements():
     """No caller picks a path: the one-statement claim and commit are reached only
     through the PostgreSQL store, and the execution path imports no backend."""
-    from tests.test_engine_boundaries import MODULES, _imported_names
-
+    modules = project_modules()
     statements = {"runs.engine.state.one_claim", "runs.engine.state.one_statement"}
     backends = {"runs.engine.state.store_orm", "runs.engine.state.store_postgres"}
     importers = {
-        name: _imported_names(name, path) & (statements | backends)
-        for name, path in MODULES.items()
+        name: imported_names(name, path) & (statements | backends) for name, path in modules.items()
     }
     assert {n for n, found in importers.items() if found & statements} == {
         "runs.engine.state.store_postgres"

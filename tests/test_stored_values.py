@@ -27,8 +27,8 @@ from runs.engine.state.gateway import run_transaction
 from runs.engine.state.values import NUL_ESCAPE, InvalidValue
 from runs.models import Approval, Artifact, Event, Message, Operation, Run, Step, Takeover
 from runs.states import RunStatus, StepStatus
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process, start_room_temperature
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process, start_room_temperature
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

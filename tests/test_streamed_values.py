@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from runs.engine.state.values import NUL_ESCAPE
-from tests.apiserver import Server, make_user, sse_events
-from tests.control_support import burst_until, db_rows, events, run_status
+from tests.support.api_server import Server, make_user, sse_events
+from tests.support.deployment_runs import burst_until, db_rows, events, run_status
 from tests.support.openai_server import ModelServer, conversation
 from tests.support.services import BACKENDS
 

@@ -2,7 +2,15 @@
 claim, retry, mark done with evidence, cancel; each resolution is an event with actor
 and reason."""
 
-from tests.control_support import events_of, facts, make_user, shell_json, status, weekly_input
+from tests.support.deployment_runs import (
+    events_of,
+    facts,
+    make_user,
+    shell_json,
+    start_with_command,
+    status,
+    weekly_input,
+)
 
 
 def paused_run(d):
@@ -18,9 +26,7 @@ User.objects.create_superuser("ops2", "ops2@example.com", "pw")
 print(json.dumps(True))
 """,
     )
-    run_id = d.manage(
-        "runs", "start", "weekly_report", "--thread", "T", "--input", weekly_input(), check=True
-    ).stdout.strip()
+    run_id = start_with_command(d, "weekly_report", "T", weekly_input())
     d.manage("worker", "--burst", timeout=120, check=True)
     info = facts(d, run_id)
     report = next(a for a in info["artifacts"] if a["name"] == "report.md")
@@ -128,9 +134,7 @@ def test_cancel_resolution_from_paused_compensates(deployment_factory):
 
 def test_an_operator_pause_opens_a_takeover_and_resume_continues(deployment_factory):
     d = deployment_factory("sqlite")
-    run_id = d.manage(
-        "runs", "start", "weekly_report", "--thread", "P", "--input", weekly_input(), check=True
-    ).stdout.strip()
+    run_id = start_with_command(d, "weekly_report", "P", weekly_input())
     missing = d.manage("runs", "pause", run_id, "--reason", " ")
     assert missing.returncode != 0 and "reason_required" in missing.stderr
     d.manage("runs", "pause", run_id, "--reason", "check the sources first", check=True)

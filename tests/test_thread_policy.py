@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from tests.data_safety_support import context, shell_json, start, status, step_status
+from tests.support.deployment_runs import (
+    run_context,
+    shell_json,
+    start_on_thread,
+    status,
+    step_status,
+)
 from tests.support.services import BACKENDS
 from tests.support.waiting import wait_until
 
@@ -46,7 +52,7 @@ def test_it_queues_a_message_sent_during_a_run_and_starts_exactly_one_run_after_
     deployment_factory, backend
 ):
     deployment = deployment_factory(backend, extra_env={"AGENTOPS_POLL_SECONDS": 0.1})
-    first = start(deployment, "chat", "q", {"message": "How warm is it?", "hold": "g1"})
+    first = start_on_thread(deployment, "chat", "q", {"message": "How warm is it?", "hold": "g1"})
     worker = deployment.popen("worker")
     wait_until(
         lambda: step_status(deployment, first, "plan") == "RUNNING",
@@ -61,7 +67,7 @@ def test_it_queues_a_message_sent_during_a_run_and_starts_exactly_one_run_after_
     assert again["action"] == "duplicate"
     assert again["message_id"] == posted["message_id"] and again["run_id"] == posted["run_id"]
     # The queued message is not part of the running run's input.
-    contents = [m["content"] for m in context(deployment, first, "plan")["model_input"]]
+    contents = [m["content"] for m in run_context(deployment, first, "plan")["model_input"]]
     assert "And in the kitchen?" not in contents
     assert status(deployment, posted["run_id"])["status"] == "PENDING"
 
@@ -81,7 +87,7 @@ def test_it_queues_a_message_sent_during_a_run_and_starts_exactly_one_run_after_
     second_question = next(m for m in messages if m[2] == "And in the kitchen?")
     assert second_question[0] > max(first_run_seqs) and second_question[3] == "final"
     assert len([m for m in messages if m[2] == "And in the kitchen?"]) == 1
-    second = context(deployment, posted["run_id"], "plan")
+    second = run_context(deployment, posted["run_id"], "plan")
     history = [m["content"] for m in second["parts"][1]["messages"]]
     assert history[0] == "How warm is it?" and history[-1] == "And in the kitchen?"
 
@@ -94,7 +100,9 @@ def test_it_interrupts_the_running_run_through_the_cancel_flow_then_starts_the_n
         backend, extra_env={"AGENTOPS_POLL_SECONDS": 0.1, "AGENTOPS_LEASE_SECONDS": 3}
     )
     deployment.manage("runs", "policy", "--thread", "i", "interrupt", check=True)
-    first = start(deployment, "chat", "i", {"message": "Think for a long time", "hold": "never"})
+    first = start_on_thread(
+        deployment, "chat", "i", {"message": "Think for a long time", "hold": "never"}
+    )
     worker = deployment.popen("worker")
     wait_until(
         lambda: step_status(deployment, first, "plan") == "RUNNING",

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from tests.control_support import db_rows, events_of, facts
+from tests.support.deployment_runs import db_rows, events_of, facts
 from tests.support.services import BACKENDS
 from tests.support.waiting import wait_until
 

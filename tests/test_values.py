@@ -18,7 +18,7 @@ from runs.engine.state.values import (
 )
 from runs.models import Event, Run
 from runs.states import RunStatus
-from tests.console_helpers import start_room_temperature
+from tests.support.in_process import start_room_temperature
 
 GOOD = {
     "text": "héllo ☃ 🙂",

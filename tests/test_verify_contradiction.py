@@ -16,8 +16,8 @@ from runs.console.access import form_version
 from runs.engine.control.preconditions import run_etag
 from runs.engine.effects.unknown_outcomes import verify_now
 from runs.models import Event, Step
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import unknown_outcome_run
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import unknown_outcome_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

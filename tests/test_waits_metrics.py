@@ -10,8 +10,8 @@ from runs.engine.control.waits import deliver_signal
 from runs.engine.state.clock import db_now
 from runs.models import Schedule
 from runs.stats import overview_stats
-from tests.console_helpers import *  # noqa: F403 - fixtures
-from tests.console_helpers import run_worker_in_process
+from tests.support.in_process import *  # noqa: F403 - fixtures
+from tests.support.in_process import run_worker_in_process
 from tests.support.metrics import scrape
 
 pytestmark = pytest.mark.django_db(transaction=True)

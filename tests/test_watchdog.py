@@ -4,7 +4,13 @@ flagged stuck (Run.stuck_since + a run.stuck event) and listed; progress clears 
 import os
 import signal
 
-from tests.control_support import events_of, facts, step_status, weekly_input
+from tests.support.deployment_runs import (
+    events_of,
+    facts,
+    start_with_command,
+    step_status,
+    weekly_input,
+)
 from tests.support.waiting import wait_until
 
 
@@ -19,16 +25,7 @@ def test_it_flags_a_silent_run_and_progress_clears_the_flag(deployment_factory):
             "AGENTOPS_SWEEP_SECONDS": 3600,
         },
     )
-    run_id = d.manage(
-        "runs",
-        "start",
-        "weekly_report",
-        "--thread",
-        "D",
-        "--input",
-        weekly_input(delays={"analyze": 3}),
-        check=True,
-    ).stdout.strip()
+    run_id = start_with_command(d, "weekly_report", "D", weekly_input(delays={"analyze": 3}))
     worker = d.popen("worker", "--burst")
     wait_until(lambda: step_status(d, run_id, "analyze") == "RUNNING", what="analyze to run")
     # The worker hangs mid-step, so the run stays silent for as long as the sweeps and

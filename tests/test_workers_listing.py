@@ -18,7 +18,7 @@ from runs.engine.control.lifecycle import start_run
 from runs.engine.state.clock import db_now
 from runs.models import Step, WorkerProcess
 from runs.states import StepStatus
-from tests.console_helpers import *  # noqa: F403 - fixtures
+from tests.support.in_process import *  # noqa: F403 - fixtures
 from tests.support.liveness import (
     SIGNAL,
     hold_step,

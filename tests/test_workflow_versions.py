@@ -3,7 +3,7 @@ version pauses it with an unknown_workflow_version takeover and never restarts i
 the code knows the version, resolving the takeover continues the run where it stopped.
 A registered migration upgrades an old run's checkpoint instead."""
 
-from tests.control_support import events_of, facts, status
+from tests.support.deployment_runs import events_of, facts, start_with_command, status
 
 OLD = {"AGENTOPS_EXTRA_WORKFLOW_MODULES": "tests.workflows.versioned_v1"}
 NEW = {
@@ -14,18 +14,7 @@ V2_ONLY = {"AGENTOPS_EXTRA_WORKFLOW_MODULES": "tests.workflows.versioned_v2"}
 
 def test_an_unknown_version_pauses_and_continues_after_the_code_knows_it(deployment_factory):
     d = deployment_factory("sqlite", NEW)
-    run_id = d.manage(
-        "runs",
-        "start",
-        "versioned",
-        "--thread",
-        "V",
-        "--input",
-        '{"label": "x"}',
-        "--crash-before",
-        "second",
-        check=True,
-    ).stdout.strip()
+    run_id = start_with_command(d, "versioned", "V", '{"label": "x"}', "--crash-before", "second")
     crashed = d.manage("worker", "--burst", timeout=120)
     assert crashed.returncode == 75 and "ENTER first" in crashed.stdout
     assert status(d, run_id)["version"] == 3
@@ -71,18 +60,7 @@ def test_an_unknown_version_pauses_and_continues_after_the_code_knows_it(deploym
 
 def test_a_registered_migration_upgrades_an_old_run(deployment_factory):
     d = deployment_factory("sqlite", OLD)
-    run_id = d.manage(
-        "runs",
-        "start",
-        "versioned",
-        "--thread",
-        "M",
-        "--input",
-        '{"label": "y"}',
-        "--crash-before",
-        "second",
-        check=True,
-    ).stdout.strip()
+    run_id = start_with_command(d, "versioned", "M", '{"label": "y"}', "--crash-before", "second")
     assert d.manage("worker", "--burst", timeout=120).returncode == 75
 
     d.env.update(V2_ONLY)

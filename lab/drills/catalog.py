@@ -7,6 +7,7 @@ import signal
 import threading
 import time
 
+from agentops import db_pool
 from lab.drills.base import (
     drill,
     events,
@@ -382,19 +383,31 @@ def sigstop_fenced(r):
         r.expect("second worker", "alive", running_or_exit(second))
 
 
-def _terminate_backends(worker_id: str, app_name: str = "") -> int:
-    """``pg_terminate_backend`` sessions of one worker: its liveness lock connection, and
-    with ``app_name`` its Django connections too (their ``application_name``, set through
-    ``PGAPPNAME``). Returns how many were terminated."""
+def _terminate_backends(worker_id: str, app_name: str, *, every_session: bool) -> int:
+    """``pg_terminate_backend`` sessions of one worker started with ``PGAPPNAME``
+    ``app_name``: every one of them (its Django connections, pooled or not, and its
+    liveness lock's, each named ``app_name`` or after it), or only its liveness lock's.
+    Returns how many were terminated."""
     from django.db import connection
 
-    names = [f"agentops-liveness {worker_id}"[:63], *([app_name] if app_name else [])]
+    if every_session:
+        match, params = (
+            "(application_name = %s OR application_name LIKE %s)",
+            [
+                app_name,
+                f"{app_name} %",
+            ],
+        )
+    else:
+        match, params = (
+            "application_name = %s",
+            [db_pool.application_name("liveness", worker_id, prefix=app_name)],
+        )
     with connection.cursor() as cur:
         cur.execute(
             "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            "AND application_name = ANY(%s)",
-            [names],
+            f"WHERE datname = current_database() AND pid <> pg_backend_pid() AND {match}",
+            params,
         )
         return cur.fetchone()[0]
 
@@ -413,6 +426,10 @@ def connection_cut(r):
     _cut_scenario(r, "lock session only", cut_django=False)
 
 
+#: The ``PGAPPNAME`` of the worker whose sessions ``connection_cut`` ends.
+CUT_APP_NAME = "drill-cut-first"
+
+
 def _cut_scenario(r, label: str, *, cut_django: bool) -> None:
     # The default 30 s lease: the takeover must come from liveness, not the lease.
     with Sandbox("cut", env={**DRILL_ENV, "AGENTOPS_LEASE_SECONDS": "30"}) as box:
@@ -423,12 +440,12 @@ def _cut_scenario(r, label: str, *, cut_django: bool) -> None:
             actor="drill",
         )
         faults.arm("payments.charge", "stop", when="before", run_id=run.pk)
-        first = box.start_worker(extra_env={"PGAPPNAME": "drill-cut-first"})
+        first = box.start_worker(extra_env={"PGAPPNAME": CUT_APP_NAME})
         _wait_stopped(box)
         second = box.start_worker()
         wait_until(lambda: WorkerProcess.objects.filter(liveness="pg").count() == 2, 30)
         first_id = WorkerProcess.objects.get(pid=first.pid).worker_id
-        cut = _terminate_backends(first_id, "drill-cut-first" if cut_django else "")
+        cut = _terminate_backends(first_id, CUT_APP_NAME, every_session=cut_django)
         if cut_django:
             r.check(f"{label}: sessions terminated", ">= 2 (Django + lock)", cut, cut >= 2)
         else:

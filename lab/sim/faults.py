@@ -4,8 +4,9 @@ A fault is armed for one device operation (``"thermostat.read"``, ``"payments.ch
 in ``<AGENTOPS_DEVICE_DIR>/faults.json``, shared by all processes under a file lock, and
 fires inside the worker process that makes the call:
 
-- ``stop``: the calling process suspends itself with SIGSTOP (the drill then SIGKILLs it,
-  or SIGCONTs it later), as if the machine froze at that instant;
+- ``stop``: the calling process suspends itself with SIGSTOP, at that exact point of the
+  calling thread (the drill then SIGKILLs it, or SIGCONTs it later), as if the machine
+  froze at that instant;
 - ``stop_then_fail``: the same, and after SIGCONT the call raises ``DeviceFault``;
 - ``fail``: the call raises ``DeviceFault``;
 - ``delay``: the call sleeps ``seconds`` first (a slow outside system).
@@ -19,6 +20,7 @@ import fcntl
 import json
 import os
 import signal
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -112,6 +114,9 @@ def fire(op: str, when: str, run_id: str) -> None:
         time.sleep(fault["seconds"])
         return
     if fault["action"] in ("stop", "stop_then_fail"):
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # Sent to this thread, not the process: a SIGSTOP sent to the process reaches
+        # its main thread first, and in a worker with slot threads the calling thread
+        # ran on (into the outside system's lock) until the stop caught up with it.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
     if fault["action"] in ("fail", "stop_then_fail"):
         raise DeviceFault(f"{op}: injected failure")

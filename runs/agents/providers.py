@@ -137,6 +137,15 @@ class PydanticAIProvider:
         except (UserError, ImportError, ValueError) as exc:
             raise ImproperlyConfigured(f"{self.setting}={self.name!r}: {exc}") from exc
 
+    def warm(self) -> None:
+        """Import Pydantic AI's request path and, for an ``openai:`` model, build the
+        shared client and model (``_openai_model``), so a worker's first request pays for
+        neither. Raises what ``model`` raises."""
+        import pydantic_ai.direct  # noqa: F401 - the import is the warming
+
+        if self.name.startswith("openai:"):
+            self.model()
+
     def complete(
         self, messages: list[dict[str, Any]], tools: list[Any], *, timeout: float | None = None
     ) -> ModelReply:

@@ -41,6 +41,7 @@ details; never an operator's reason) keeps NUL as ``values.NUL_ESCAPE``
 (``values.storable``, the checked model fields) instead of refusing it.
 """
 
+import json
 import math
 import re
 import unicodedata
@@ -165,6 +166,7 @@ MAX_CHARS = {
     "evidence": 4000,
     "comment": 2000,
     "message": 4000,
+    "thread_message": 16384,
     "thread_id": 200,
     "request_id": 200,
     "error_code": 64,
@@ -291,12 +293,20 @@ def number_problem(
     return None
 
 
+#: Largest JSON value the engine takes from outside (a signal payload, a run's or a
+#: schedule's input, an input patch), in bytes of its compact UTF-8 JSON. The API's
+#: body guard (``AGENTOPS_API_MAX_BODY_BYTES``, default 8 times this) sits above it, so
+#: a value this rule takes is never refused by the API's transport alone.
+MAX_VALUE_BYTES = 65536
+
+
 def value_problem(value: Any) -> tuple[str, str, str] | None:
     """``(path, type_name, reason)`` of the first part of the JSON ``value`` the engine
     refuses from outside (signal payloads, run and schedule inputs, results, input
     patches, edited arguments), or ``None``: what ``values.problem`` finds (NaN,
-    infinity, non-string keys, too deep, a lone surrogate...), and NUL in any string or
-    key. ``path`` starts at ``$`` (``$.items[3]``)."""
+    infinity, non-string keys, too deep, a lone surrogate...), NUL in any string or
+    key, and a whole value over ``MAX_VALUE_BYTES`` (path ``$``). ``path`` starts at
+    ``$`` (``$.items[3]``)."""
     found = values.problem(value)
     if found is not None:
         return found
@@ -312,6 +322,9 @@ def value_problem(value: Any) -> tuple[str, str, str] | None:
                 stack.append((values.child_path(path, key), child))
         elif isinstance(item, list):
             stack.extend((f"{path}[{i}]", child) for i, child in enumerate(item))
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    if size > MAX_VALUE_BYTES:
+        return "$", type(value).__name__, f"must be at most {MAX_VALUE_BYTES} bytes as JSON"
     return None
 
 

@@ -2,6 +2,7 @@
 (``tests/support/openai_server.py``), and what the tests read of the model's requests."""
 
 import json
+from collections.abc import Callable
 
 from tests.support.openai_server import ModelServer
 from tests.support.services import Deployment
@@ -35,3 +36,25 @@ def deployment(
 def tool_results(body: dict) -> list[str]:
     """The contents of the tool messages an OpenAI request carries, oldest first."""
     return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+
+
+def tool_call(name: str, arguments: dict, call_id: str | None = None) -> dict:
+    """The fake model's answer that asks for tool ``name`` with ``arguments``."""
+    return {"tool_calls": [{"name": name, "arguments": arguments, "id": call_id}]}
+
+
+def tool_then_answer(
+    name: str,
+    arguments: dict,
+    call_id: str | None = None,
+    answer: Callable[[str], str] = lambda result: result,
+) -> Callable[[dict], dict]:
+    """A fake model (a ``ModelServer`` reply function) that asks for tool ``name`` once,
+    then answers ``answer(the last tool result)``."""
+
+    def reply(body: dict) -> dict:
+        if not tool_results(body):
+            return tool_call(name, arguments, call_id)
+        return {"content": answer(tool_results(body)[-1])}
+
+    return reply

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from tests.console_helpers import PASSWORD, REPO_ROOT
+from tests.support.in_process import PASSWORD, REPO_ROOT
 
 __all__ = [
     "PATIENCE_MS",
@@ -30,6 +30,7 @@ __all__ = [
     "WIDTHS",
     "axe_violations",
     "browser",
+    "check_desk_page",
     "horizontal_overflow",
     "no_horizontal_scroll",
     "open_as",
@@ -156,3 +157,17 @@ def horizontal_overflow(page) -> dict:
 def no_horizontal_scroll(page) -> bool:
     """True if ``page`` fits its viewport's width (nothing to scroll sideways)."""
     return horizontal_overflow(page)["excess"] <= 0
+
+
+def check_desk_page(page, name: str) -> None:
+    """The page as it is, at each of ``WIDTHS``: no sideways scrolling, no serious or
+    critical axe-core violation, a screenshot named ``<name>-<width>``; the viewport is
+    left at the widest. Fails the test (``AssertionError``) naming the page and width."""
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 1000})
+        overflow = horizontal_overflow(page)
+        assert overflow["excess"] <= 0, (name, width, overflow)
+        violations = axe_violations(page)
+        assert violations == [], (name, width, violations)
+        page.shot(f"{name}-{width}")
+    page.set_viewport_size({"width": WIDTHS[-1], "height": 1000})

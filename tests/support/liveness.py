@@ -2,7 +2,7 @@
 worker stops, and the signals and advisory locks the workers publish."""
 
 from runs.engine.execution.liveness import LOCK_NAMESPACE
-from tests.control_support import db_id, db_rows
+from tests.support.deployment_runs import db_id, db_rows
 from tests.support.services import Deployment
 from tests.support.waiting import wait_until
 

@@ -295,6 +295,17 @@ def _run_manage(
         raise ManageTimeout(cmd, exc.timeout, exc.output, exc.stderr) from None
 
 
+def shell_output(code: str, env: Mapping[str, str]) -> str:
+    """The last line ``manage.py shell -c code`` prints, run in a process of its own with
+    exactly ``env`` as its environment, outside any deployment: for what the settings make
+    of the environment at start-up. Raises ``ManageError`` on a non-zero exit and
+    ``ManageTimeout`` after 120 seconds."""
+    proc = _run_manage(env, ("shell", "-c", code), timeout=120)
+    if proc.returncode != 0:
+        raise ManageError(proc.returncode, proc.args, proc.stdout, proc.stderr)
+    return proc.stdout.strip().splitlines()[-1]
+
+
 def _migrate(env: Mapping[str, str]) -> None:
     proc = _run_manage(env, ("migrate", "--noinput"), timeout=MIGRATE_TIMEOUT)
     if proc.returncode != 0:

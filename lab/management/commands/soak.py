@@ -3,6 +3,7 @@
 import json
 import random
 
+from django.conf import settings
 from django.core.management.base import CommandError
 
 from lab.drills.interrupt import Interrupted, stop_on_signals
@@ -45,8 +46,8 @@ class Command(TerminalSafeCommand):
         parser.add_argument(
             "--slots",
             type=arguments.integer(1, MAX_SLOTS),
-            default=1,
-            help="execution slots of each worker process (default 1)",
+            default=None,
+            help="execution slots of each worker process (default: AGENTOPS_WORKER_CONCURRENCY)",
         )
         parser.add_argument(
             "--json",
@@ -67,7 +68,7 @@ class Command(TerminalSafeCommand):
                     duration=duration,
                     kill_every=kill_every,
                     seed=seed,
-                    slots=slots,
+                    slots=slots or settings.AGENTOPS_WORKER_CONCURRENCY,
                     say=lambda line: self.stderr.write(f"soak: {line}"),
                 ).run()
         except SandboxError as exc:

@@ -24,7 +24,7 @@ from django.db import IntegrityError, connection, transaction
 from runs.engine.control.cancel import request_cancel
 from runs.engine.control.lifecycle import check_thread_id, text_refusal
 from runs.engine.errors import ControlError
-from runs.engine.rules import check_identifier
+from runs.engine.rules import MAX_CHARS, check_identifier
 from runs.engine.state import checkpoints, gateway
 from runs.engine.state.checkpoints import initial_state
 from runs.engine.state.gateway import run_transaction
@@ -90,7 +90,7 @@ def post_message(
     Raises ``ControlError`` (``invalid_message``, ``invalid_thread``,
     ``invalid_idempotency_key``, ``unknown_workflow``, ``invalid_input``).
     """
-    reason = text_refusal(content)
+    reason = text_refusal(content, limit=MAX_CHARS["thread_message"])
     if reason is not None:
         raise ControlError("invalid_message", f"message {reason}", {"content": reason})
     check_thread_id(thread_id)

@@ -7,12 +7,15 @@ Pydantic AI way, ``<provider>:<model>`` (``openai:gpt-4.1-mini``), or is the bar
 of a provider registered under it (``sim``).
 """
 
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+
+logger = logging.getLogger("agentops.worker")
 
 
 @dataclass
@@ -145,3 +148,21 @@ def get_provider(model_name: str, setting: str = "AGENTOPS_MODEL") -> ModelProvi
     provider = factory(model_name, setting)
     _providers[model_name] = provider
     return provider
+
+
+def warm(model_name: str) -> bool:
+    """Load what requests to ``model_name`` need (its SDK's modules, a shared client)
+    before the first step asks, when its provider offers ``warm()``: importing an SDK
+    takes seconds of CPU, which on the first request would stall every request of the
+    process behind it. Returns True when warmed; False when the provider has nothing to
+    warm or cannot be made (an unknown name or a missing key: each step that asks says
+    so, as it would have). Never raises."""
+    try:
+        warm_provider = getattr(get_provider(model_name), "warm", None)
+        if warm_provider is None:
+            return False
+        warm_provider()
+    except Exception as exc:  # noqa: BLE001 - a step asking later reports it in full
+        logger.warning("could not prepare model %s: %s: %s", model_name, type(exc).__name__, exc)
+        return False
+    return True

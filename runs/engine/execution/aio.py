@@ -8,12 +8,14 @@ therefore uses this one loop, run by a daemon thread that starts on first use.
 ``submit(coro)`` schedules a coroutine and returns a ``concurrent.futures.Future``;
 ``run(coro, timeout=None)`` waits for it. Both may be called from many threads at once
 (each slot of a worker runs its steps on a thread of its own); never from a coroutine on
-this loop itself, which would wait for itself.
+this loop itself, which would wait for itself. A child forked from the process starts
+its own loop (the parent's thread does not exist in it).
 """
 
 import asyncio
 import concurrent.futures
 import contextvars
+import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -22,6 +24,17 @@ T = TypeVar("T")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
+
+
+def _forget_loop_in_child() -> None:
+    """A forked child (RQ's work horse) has no copy of the loop's thread: it starts a
+    loop of its own on first use instead of waiting on its parent's forever."""
+    global _loop, _lock
+    _loop = None
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_loop_in_child)
 
 
 def loop() -> asyncio.AbstractEventLoop:

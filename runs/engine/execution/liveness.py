@@ -57,6 +57,7 @@ from django.db import connection
 from django.db.models import BooleanField, DateTimeField, F, Q
 from django.db.models.expressions import RawSQL
 
+from agentops import db_pool
 from agentops.db_pool import release_connection
 from runs.engine.execution import dispatch, sweeper
 from runs.engine.execution.failure_log import RepeatedFailureLog
@@ -129,7 +130,7 @@ class LockKeeper:
         params = connection.get_connection_params()
         for key in ("cursor_factory", "context", "prepare_threshold", "client_encoding"):
             params.pop(key, None)
-        params["application_name"] = f"agentops-liveness {self.worker_id}"[:63]
+        params["application_name"] = db_pool.application_name("liveness", self.worker_id)
         # The link bounds (keepalives, tcp_user_timeout, connect_timeout) come with
         # the settings' OPTIONS: a cut link ends this session, and the lock, in seconds.
         params.setdefault("connect_timeout", 10)

@@ -23,6 +23,7 @@ from django.db import close_old_connections, connection, connections
 from django.db.models.functions import Now
 
 from agentops import db_pool
+from runs.engine.effects import model_providers
 from runs.engine.execution import dispatch, executor, progress, redis_link, sweeper
 from runs.engine.execution.failure_log import RepeatedFailureLog
 from runs.engine.execution.identity import WorkerIdentity, new_worker_id, set_current_worker
@@ -304,11 +305,14 @@ class Worker:
             db_pool.use_pool(
                 settings.AGENTOPS_WORKER_POOL_SIZE,
                 timeout=settings.AGENTOPS_LEASE_SECONDS,
-                name=f"agentops-worker {self.worker_id}",
+                name=db_pool.application_name("worker", self.worker_id),
             )
         liveness = Liveness(self._register(), self.worker_id)
         liveness.start()
         try:
+            # Before the first claim: a step's first model request must not pay for
+            # loading the model's SDK, stalling every other slot's request meanwhile.
+            model_providers.warm(settings.AGENTOPS_MODEL)
             self.recover()
             if self.mode == "rq":
                 self._run_rq()
@@ -377,10 +381,17 @@ class Worker:
         return len(claimed)
 
     def maintain(self) -> None:
-        """Periodic duties: worker heartbeat row, and the sweeper when this process holds
-        the sweeper's maintenance lease."""
+        """Periodic duties: the pooled connections the server ended are replaced, the
+        worker heartbeat row, and the sweeper when this process holds the sweeper's
+        maintenance lease."""
         now = time.monotonic()
         if now - self._last_beat >= 2:
+            # First: the beat below must not be the one to draw a connection found dead.
+            replaced = db_pool.replace_ended()
+            if replaced:
+                logger.warning(
+                    "replaced %s pooled database connection(s) ended by the server", replaced
+                )
             WorkerProcess.objects.filter(worker_id=self.worker_id).update(heartbeat_at=Now())
             self._last_beat = now
         if now - self._last_sweep >= settings.AGENTOPS_SWEEP_SECONDS:

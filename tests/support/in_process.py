@@ -1,5 +1,7 @@
-"""Fixtures and helpers shared by the console tests (import them with
-``from tests.console_helpers import *``).
+"""Fixtures and helpers for the tests that run the product in the test's own process,
+on pytest-django's test database: named actors and their logged-in clients, demo runs,
+and workers run in this process or as ``manage.py`` subprocesses on the same database.
+Import them with ``from tests.support.in_process import *`` (the fixtures need it).
 
 Named actors after healthchecks' habit: ``alice`` the viewer, ``bob`` the operator,
 ``carol`` the approver, and ``dave``, logged in but in no group, who may do nothing.
@@ -8,7 +10,6 @@ Named actors after healthchecks' habit: ``alice`` the viewer, ``bob`` the operat
 import os
 import subprocess
 from collections.abc import Collection
-from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -17,15 +18,15 @@ from django.db.models import Q
 from django.test import Client
 
 from lab import demo_seed
+from lab.sim import devices
 from runs.console.roles import setup_roles
 from runs.engine.control import lifecycle
 from runs.engine.execution.worker import Worker
 from runs.engine.state.clock import db_now
 from runs.models import Run, Step
-from tests.support.services import manage_argv
+from tests.support.services import REPO_ROOT, manage_argv
 from tests.support.waiting import wait_until
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "console-test-pw"
 ACTORS = {"alice": "viewer", "bob": "operator", "carol": "approver", "dave": None}
 
@@ -35,6 +36,7 @@ __all__ = [
     "actors",
     "clients",
     "demo",
+    "waiting_report",
     "PASSWORD",
     "ACTORS",
     "start_room_temperature",
@@ -92,6 +94,16 @@ def demo(actors):
     """One demo run per seed scenario (``{scenario: Run}``), from ``seed_demo``'s builder."""
     report = demo_seed.Seeder(len(demo_seed.SCENARIOS), seed=7).seed()
     return {name: Run.objects.get(pk=ids[0]) for name, ids in report.scenarios.items()}
+
+
+@pytest.fixture
+def waiting_report(actors):
+    """A real weekly_report run (thread ``R1``) waiting for its publication approval."""
+    run = lifecycle.start_run("weekly_report", thread_id="R1", input={"week": "2026-W48"})
+    run_worker_in_process()
+    run.refresh_from_db()
+    assert run.status == "WAITING_APPROVAL"
+    return run
 
 
 def start_room_temperature(thread: str = "T1", **kwargs) -> Run:
@@ -154,6 +166,24 @@ def run_worker_subprocess(env: dict[str, str], timeout: float = 120) -> subproce
         stdin=subprocess.DEVNULL,
         check=False,
     )
+
+
+def failed_runs(n: int, thread: str = "F", request: str = "dim it") -> list[Run]:
+    """``n`` dim_lights runs (threads ``<thread>0`` ...) FAILED at their lamp read: the
+    simulated lamp refuses the next ``n`` reads (``PERMISSION_DENIED``), and an
+    in-process worker works them. Fails the test (``AssertionError``) if one did not
+    fail."""
+    with devices.lamp.locked() as data:
+        data["state"]["fail_next"] = {"get_brightness": ["PERMISSION_DENIED"] * n}
+    runs = [
+        lifecycle.start_run("dim_lights", thread_id=f"{thread}{i}", input={"request": request})
+        for i in range(n)
+    ]
+    run_worker_in_process()
+    for run in runs:
+        run.refresh_from_db()
+        assert run.status == "FAILED", (run.pk, run.status)
+    return runs
 
 
 def unknown_outcome_run(settings) -> Run:

@@ -7,12 +7,27 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tests.support.services import Deployment
 from tests.support.waiting import wait_until
 
 WEEK = '{"week": "2026-W48"}'
+
+#: Deployment settings of quick worker and sweeper loops, with leases that a worker
+#: starved for seconds on a loaded machine still keeps (it treats its lease as lost after
+#: two thirds of it without a renewal): a step finishes in its first attempt, a dead
+#: worker is noticed by liveness.
+QUICK_LOOPS = {
+    "AGENTOPS_LEASE_SECONDS": 10,
+    "AGENTOPS_POLL_SECONDS": 0.2,
+    "AGENTOPS_SWEEP_SECONDS": 0.5,
+    "AGENTOPS_RENOTIFY_SECONDS": 1,
+}
+
+#: Deployment settings that register the ``branchy`` test workflows (tests/workflows/branchy.py).
+BRANCHY = {"AGENTOPS_EXTRA_WORKFLOW_MODULES": "tests.workflows.branchy"}
 
 
 def weekly_input(**extra: Any) -> str:
@@ -171,6 +186,29 @@ def run_status(d: Deployment, run_id: str) -> str | None:
     return rows[0][0] if rows else None
 
 
+def run_ended(d: Deployment, run_id: str) -> str | None:
+    """The run's status if it is a final one (SUCCEEDED, FAILED, CANCELLED), else None:
+    what a wait for the run's end polls."""
+    status = run_status(d, run_id)
+    return status if status in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+
+
+def branch_rows(d: Deployment, run_id: str) -> list[tuple]:
+    """``(position, status, attempt)`` of the run's branch rows in position order."""
+    return db_rows(
+        d,
+        "SELECT position, status, attempt FROM runs_step WHERE run_id = %s "
+        "AND branch_of_id IS NOT NULL ORDER BY position",
+        (db_id(d, run_id),),
+    )
+
+
+def logged_effects(path: Path) -> list[str]:
+    """The words a fake outside system appended to its log file ``path``, one per effect
+    made (none if it wrote nothing yet)."""
+    return path.read_text().split() if path.exists() else []
+
+
 def step_status(d: Deployment, run_id: str, name: str) -> str | None:
     """The newest step row called ``name`` of the run, its status (or None)."""
     key = db_id(d, run_id)
@@ -204,6 +242,44 @@ def start(d: Deployment, workflow: str, input: str, *flags) -> str:
     the run id."""
     thread = f"t-{time.monotonic_ns()}"
     return d.call("runs", "start", workflow, "--thread", thread, "--input", input, *flags).strip()
+
+
+def start_with_command(d: Deployment, workflow: str, thread: str, input: str, *flags) -> str:
+    """``manage.py runs start WORKFLOW --thread THREAD --input INPUT [FLAGS]`` in a
+    process of its own, as an operator types it; returns the run id it prints. Fails the
+    test (``subprocess.CalledProcessError``) when the command exits non-zero."""
+    return d.manage(
+        "runs", "start", workflow, "--thread", thread, "--input", input, *flags, check=True
+    ).stdout.strip()
+
+
+def start_run_in_shell(d: Deployment, workflow: str, thread: str, **input: Any) -> str:
+    """``start_run(workflow, thread_id=thread, input=input, actor="test")`` in the
+    deployment's shell probe, bypassing the command line; returns the run id."""
+    return shell_json(
+        d,
+        f"""
+from runs.engine.control.lifecycle import start_run
+print(json.dumps(str(start_run({workflow!r}, thread_id={thread!r}, input={input!r},
+    actor="test").pk)))
+""",
+    )
+
+
+def start_on_thread(d: Deployment, workflow: str, thread: str, data: dict, *extra) -> str:
+    """``runs start`` on the named ``thread`` with ``data`` as its input, in the
+    deployment's shell probe (``Deployment.call``: the command line itself has tests of
+    its own); returns the run id."""
+    out = d.call("runs", "start", workflow, "--thread", thread, "--input", json.dumps(data), *extra)
+    return out.strip().splitlines()[-1]
+
+
+def run_context(d: Deployment, run_id: str, step: str | None = None) -> dict:
+    """``runs context RUN [--step NAME] --json``: what the model sees at that step."""
+    args = ["runs", "context", run_id, "--json"]
+    if step:
+        args += ["--step", step]
+    return d.manage_json(*args)
 
 
 def burst_until(d: Deployment, what: str, check: Callable[[], Any]) -> None:
