@@ -27,6 +27,8 @@ ENV = {
     "AGENTOPS_POLL_SECONDS": "0.2",
     "AGENTOPS_SWEEP_SECONDS": "0.5",
     "AGENTOPS_EXTRA_WORKFLOW_MODULES": "tests.workflows.faulty",
+    # One step at a time: the restart must meet the one commit these tests watch.
+    "AGENTOPS_WORKER_CONCURRENCY": "1",
 }
 
 

@@ -203,6 +203,9 @@ def _base_env(root: Path) -> dict[str, str]:
     env["AGENTOPS_SQLITE_PATH"] = str(var / "agentops.sqlite3")
     env["DJANGO_SETTINGS_MODULE"] = "agentops.settings"
     env["PYTHONUNBUFFERED"] = "1"  # logs of killed processes must be on disk already
+    # Most tests assert what one step at a time leaves (orderings, counts at a kill);
+    # the tests of slots pass --concurrency, or set this in their extra_env.
+    env.setdefault("AGENTOPS_WORKER_CONCURRENCY", "1")
     return env
 
 
