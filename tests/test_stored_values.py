@@ -174,7 +174,7 @@ def test_text_columns_store_nul_escaped_and_lookups_find_it():
         (lambda t: post_message("t-ok", t), "invalid_message", "content"),
         (
             lambda t: post_message("t-ok", "How warm?", request_id=t),
-            "invalid_message",
+            "invalid_idempotency_key",
             "request_id",
         ),
     ],
