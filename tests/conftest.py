@@ -1,10 +1,15 @@
 import threading
 
 import pytest
+from django.conf import settings
 
 from runs.engine.effects.calls import THREAD_NAME as OUTSIDE_CALL_THREAD
 from runs.engine.execution.identity import WorkerIdentity
 from runs.workflows import registry
+
+# Workers started inside a test process run one step at a time: one with slots would
+# switch the whole process's database to a pool (tests that want slots pass them).
+settings.AGENTOPS_WORKER_CONCURRENCY = 1
 
 pytest_plugins = [
     "tests.support.fixtures",
