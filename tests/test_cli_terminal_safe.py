@@ -83,15 +83,18 @@ def test_an_error_naming_stored_text_is_escaped_too():
 def test_a_hostile_step_error_is_escaped_in_the_log_a_worker_writes(worker):
     # The console handler as the settings configure it (LOGGING), writing to a buffer.
     [handler] = logging.getLogger("agentops").handlers
+    assert isinstance(handler, logging.StreamHandler)
     stream = io.StringIO()
-    previous = handler.setStream(stream)
+    # Swapped without setStream: that flushes the old stream, which pytest's capture of an
+    # earlier test may have closed already.
+    previous, handler.stream = handler.stream, stream
     try:
         run = start_run(
             "faulty", thread_id="hostile-log", input={"case": "hostile_error", "text": HOSTILE}
         )
         executor.execute_step(Step.objects.get(run=run, name="produce").pk, worker)
     finally:
-        handler.setStream(previous)
+        handler.stream = previous
     logged = stream.getvalue()
     assert "step produce raised" in logged and "Traceback" in logged, logged
     assert f"RuntimeError: {terminal_text(HOSTILE)}" in logged
