@@ -11,6 +11,7 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 
 from apitokens import services as tokens
+from runs import id_converters  # noqa: F401 - registers the ids' path converters ({run:run_id})
 from runs.api import approvals, deferred_calls, replays, runs, schedules, signals, stream
 from runs.api.errors import ApiError, from_control
 from runs.engine.service import ControlError, InvalidJson, InvalidValue, parse_json

@@ -91,8 +91,9 @@ _FALLBACK = {
 
 def as_json_error(request, response):
     """``response``, or for an error under /api/ that is not JSON, the API's error body
-    with the same status (``not_found``, ``method_not_allowed`` keeping its ``Allow``
-    header, ``internal_error``, else ``http_error``)."""
+    with the same status (``not_found``, naming the kind of id for an ill-formed one,
+    ``method_not_allowed`` keeping its ``Allow`` header, ``internal_error``, else
+    ``http_error``)."""
     if (
         response.status_code < 400
         or not request.path.startswith("/api/")
@@ -101,6 +102,11 @@ def as_json_error(request, response):
     ):
         return response
     code, message = _FALLBACK.get(response.status_code, ("http_error", response.reason_phrase))
+    missing = getattr(response, "refusal_code", None) or "not_found"
+    if response.status_code == 404 and missing != "not_found":
+        # An id the path's converter refused (runs.id_converters): it names no row, as
+        # an unknown id, which the API answers 404 not_found too.
+        message = "no such " + missing.removeprefix("unknown_").replace("_", " ")
     if response.status_code == 405 and response.has_header("Allow"):
         message = f"{request.method} is not allowed here; use {response['Allow']}"
     replaced = JsonResponse(
