@@ -9,10 +9,10 @@ from django.http import JsonResponse
 from runs.api.schemas import Error
 from runs.engine.service import ControlError
 
-#: The error statuses any endpoint may answer: bad input (400, 413, 422), no or bad
+#: The error statuses any endpoint may answer: bad input (400, 413, 415, 422), no or bad
 #: credentials (401), not allowed (403), not found (404), a method the path does not
 #: take (405, with ``Allow``), a conflict (409), the database busy (503).
-COMMON_ERROR_STATUSES = (400, 401, 403, 404, 405, 409, 413, 422, 503)
+COMMON_ERROR_STATUSES = (400, 401, 403, 404, 405, 409, 413, 415, 422, 503)
 
 
 def error_responses(*extra: int) -> dict[int, type[Error]]:
