@@ -90,6 +90,9 @@ def _faces(kind, run, step, clients, manage, token, carol_token):  # noqa: F811
             "console cancel": lambda x: _console(
                 bob.post(f"/runs/{q(x)}/cancel/", {"reason": "r"})
             ),
+            "console bulk": lambda x: _console(
+                bob.post("/runs/bulk/", {"action": "cancel", "run": [str(run.pk), x]})
+            ),
             "api read": lambda x: _api(bob.get(f"/api/v1/runs/{q(x)}", **auth)),
             "api cancel": lambda x: api_post(f"/runs/{q(x)}/cancel", {"reason": "r"}),
         },
