@@ -358,15 +358,17 @@ LOGGING = {
         },
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": AGENTOPS_LOG_FORMAT}},
+    # Every record goes through the one console handler on the root logger, so a
+    # library's warning (whose text may quote a tool's output) is escaped as ours are.
+    "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         "agentops": {
-            "handlers": ["console"],
             "level": env_choice(
                 "AGENTOPS_LOG_LEVEL", "WARNING", ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
             ),
         },
-        "rq": {"handlers": ["console"], "level": "WARNING"},
-        # Unhandled request errors (500s) with their tracebacks, in the same format.
+        # Unhandled request errors (500s) with their tracebacks; a 4xx is the client's
+        # answer, not a log line.
         "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }

@@ -81,8 +81,9 @@ def test_an_error_naming_stored_text_is_escaped_too():
 
 
 def test_a_hostile_step_error_is_escaped_in_the_log_a_worker_writes(worker):
-    # The console handler as the settings configure it (LOGGING), writing to a buffer.
-    [handler] = logging.getLogger("agentops").handlers
+    # The console handler as the settings configure it (LOGGING, on the root logger),
+    # writing to a buffer.
+    [handler] = [h for h in logging.getLogger().handlers if h.name == "console"]
     assert isinstance(handler, logging.StreamHandler)
     stream = io.StringIO()
     # Swapped without setStream: that flushes the old stream, which pytest's capture of an
@@ -93,11 +94,16 @@ def test_a_hostile_step_error_is_escaped_in_the_log_a_worker_writes(worker):
             "faulty", thread_id="hostile-log", input={"case": "hostile_error", "text": HOSTILE}
         )
         executor.execute_step(Step.objects.get(run=run, name="produce").pk, worker)
+        # A library's logger goes through the same handler, escaped the same way.
+        logging.getLogger("some.library").warning("quoting %s", HOSTILE)
     finally:
         handler.stream = previous
     logged = stream.getvalue()
     assert "step produce raised" in logged and "Traceback" in logged, logged
     assert f"RuntimeError: {terminal_text(HOSTILE)}" in logged
+    assert f"WARNING some.library quoting {terminal_text(HOSTILE)}" in logged
+    # One line per record: the agentops record is not written a second time by the root.
+    assert logged.count("step produce raised") == 1
     assert _unsafe(logged) == []
     # The record's own line cannot be split: a newline in a message is escaped.
     record = logging.LogRecord("agentops.x", logging.WARNING, "", 0, "a %s", ("b\nFORGED",), None)
