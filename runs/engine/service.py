@@ -123,8 +123,10 @@ from runs.engine.names import MAX_NAME_CHARS, name_problem
 from runs.engine.rules import (
     BIDI_CONTROLS,
     IDENTIFIERS,
+    IDS,
     INVALID_INPUT,
     MAX_CHARS,
+    MAX_ID,
     MAX_REQUEST_ID_CHARS,
     InputRefused,
     check_identifier,
@@ -133,9 +135,11 @@ from runs.engine.rules import (
     identifier_problem,
     is_unsafe,
     number_problem,
+    parse_id,
     request_id_problem,
     terminal_text,
     text_problem,
+    unknown_id_message,
     value_problem,
 )
 from runs.engine.state.checkpoints import latest_state
@@ -170,6 +174,10 @@ __all__ = [
     "InputRefused",
     "text_problem",
     "IDENTIFIERS",
+    "IDS",
+    "MAX_ID",
+    "parse_id",
+    "unknown_id_message",
     "check_identifier",
     "field_code",
     "identifier_problem",
