@@ -17,12 +17,14 @@
 """
 
 import ast
+import io
 
 import pytest
+from django.core.management import call_command
 
 from runs.engine.control import lifecycle
 from runs.engine.execution import sweeper
-from runs.engine.service import start_run
+from runs.engine.service import run_status, start_run
 from runs.engine.state import gateway
 from runs.models import Approval, Operation, Run, Step, Takeover
 from runs.state_fields import STATE_FIELDS, StateWriteRefused
@@ -484,3 +486,19 @@ def test_the_product_starts_and_runs_a_workflow_without_the_lab(deployment_facto
     named = d.manage("check")
     assert named.returncode != 0
     assert "AGENTOPS_MODEL='sim': unknown model provider 'sim'" in named.stderr
+
+
+@pytest.mark.django_db
+def test_only_a_lab_run_shows_the_simulated_devices():
+    lab_run = start_run("room_temperature", thread_id="t-lab", input={"question": "warm?"})
+    user_run = start_run("fanout_demo", thread_id="t-user", input={"items": 1, "delay_s": 0})
+    assert {"calls", "devices"} <= set(run_status(lab_run))
+    assert {"calls", "devices"} & set(run_status(user_run)) == set()
+    shown = {}
+    for run in (lab_run, user_run):
+        out = io.StringIO()
+        call_command("runs", "status", str(run.pk), stdout=out)
+        shown[run.workflow] = out.getvalue()
+    assert "device calls: {}" in shown["room_temperature"]
+    assert 'devices: {"lamp.brightness": ' in shown["room_temperature"]
+    assert "device" not in shown["fanout_demo"]
