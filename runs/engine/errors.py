@@ -51,6 +51,21 @@ class StepUnknown(StepError):
         super().__init__("STEP_UNKNOWN", detail, takeover=True)
 
 
+class ModelNotConfigured(StepError):
+    """A step asks the default model and there is none: ``AGENTOPS_MODEL`` is empty and
+    no installed app registers a default (a deployment without the lab has no ``sim``).
+    Code ``MODEL_NOT_CONFIGURED``, never retried: the run pauses with a takeover, and
+    retrying the step after the setting is fixed (and the workers restarted) runs it."""
+
+    suggested_action = (
+        "Set AGENTOPS_MODEL (e.g. openai:gpt-4.1-mini, with its key) for the workers, "
+        "restart them, then retry the step."
+    )
+
+    def __init__(self, detail: str):
+        super().__init__("MODEL_NOT_CONFIGURED", detail, takeover=True)
+
+
 class NonDeterminism(StepError):
     """A step executed again asked a recorded call (``key``) with another tool or other
     arguments than the ones recorded: the recorded result answers a different request.

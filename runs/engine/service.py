@@ -54,6 +54,7 @@ from runs.engine.control.lifecycle import (
     retry_step,
     run_status,
     start_run,
+    status_extra_lines,
     waiting_on,
 )
 from runs.engine.control.preconditions import expect as expect_run_etag
@@ -235,6 +236,7 @@ __all__ = [
     "run_status",
     "shown_usage",
     "silent_by_design",
+    "status_extra_lines",
     "stuck_runs",
     "waiting_by_limit",
     "waiting_by_workflow",

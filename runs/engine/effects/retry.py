@@ -33,6 +33,8 @@ NON_RETRYABLE_CODES = frozenset(
         # A model provider refused the request itself or its credentials.
         "MODEL_REQUEST_INVALID",
         "MODEL_AUTH",
+        # No model named and no default model: a setting to fix, not a passing fault.
+        "MODEL_NOT_CONFIGURED",
         "MODEL_QUOTA_EXCEEDED",
         "MODEL_RESPONSE_INVALID",
     }
