@@ -8,7 +8,8 @@ when the line before its fence is ``<!-- docs-test: skip: REASON -->`` (the reas
 required and shown by pytest), and a single line is left out when it ends with
 ``# docs-test: skip`` (a server that runs until Ctrl-C). A fenced block of any kind
 whose line before is ``<!-- docs-file: PATH -->`` is a file the reader saves: it is
-written to PATH (relative to the repository) when the walk reaches it. On the pages of
+written to PATH (relative to the repository; ``../DIR/...`` is a project of the reader's
+own beside the checkout, outside the repository) when the walk reaches it. On the pages of
 ``PASTABLE``, every ``python`` block is also run as pasted into a module of its own (in
 one Django process) and checked for names it uses without defining them.
 
@@ -108,8 +109,9 @@ def blocks(page: str) -> list[Block]:
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory) -> Path:
-    """The repository's tracked files in a fresh directory, ``.venv`` linked."""
-    root = tmp_path_factory.mktemp("clone")
+    """The repository's tracked files in a fresh directory, ``.venv`` linked; its parent
+    directory is the clone's own, for the reader's projects beside it."""
+    root = tmp_path_factory.mktemp("clone") / "agentops"
     files = subprocess.run(
         ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
     ).stdout.split(b"\0")
@@ -226,9 +228,10 @@ def _runnable_runs(var: Path, env: dict, state: Path) -> list[str]:
 
 
 def _write_file(block: Block, clone: Path) -> None:
-    """Save a file block where the page says, inside the clone only."""
+    """Save a file block where the page says: inside the clone, or beside it in the
+    clone's own parent directory (a project of the reader's own)."""
     target = (clone / block.path).resolve()
-    assert target.is_relative_to(clone.resolve()), f"{block.page}:{block.line} {block.path}"
+    assert target.is_relative_to(clone.parent.resolve()), f"{block.page}:{block.line} {block.path}"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(block.code, encoding="utf-8")
 
