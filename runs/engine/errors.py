@@ -12,11 +12,12 @@ class StepError(Exception):
     for a human whatever the step's ``on_exhausted`` says (the failure needs a person to
     look, e.g. a malformed model response). ``takeover_cause``, ``suggested_action`` and
     ``evidence``: what that takeover names (``Takeover.cause``, the fix, a JSON dict for
-    its evidence).
+    its evidence); an empty ``suggested_action`` lets the engine choose one by the
+    code's class (``runs.engine.effects.retry.suggested_action``).
     """
 
     takeover_cause = "retries_exhausted"
-    suggested_action = "Check the dependency, then retry the step."
+    suggested_action = ""
     evidence: dict | None = None
 
     def __init__(
