@@ -312,7 +312,7 @@ class Worker:
         try:
             # Before the first claim: a step's first model request must not pay for
             # loading the model's SDK, stalling every other slot's request meanwhile.
-            model_providers.warm(settings.AGENTOPS_MODEL)
+            model_providers.warm()
             self.recover()
             if self.mode == "rq":
                 self._run_rq()
