@@ -114,7 +114,7 @@ def one_line_usage_errors() -> None:
     # Patching a method (method-assign); the stub also gives ``error`` a doubled ``self``.
     CommandParser.error = _one_line_error  # type: ignore[method-assign,assignment]
     CommandParser._parse_optional = _hyphens_are_a_value  # type: ignore[method-assign,assignment]
-    CommandParser.add_subparsers = _subcommands_own_their_errors  # type: ignore[method-assign]
+    CommandParser.add_subparsers = _subcommands_own_their_errors  # type: ignore[method-assign,assignment]
 
 
 def unreachable_database(exc: Exception) -> str | None:
