@@ -73,30 +73,44 @@ BIDI_CONTROLS = frozenset(
 )
 
 
-#: Unicode categories a terminal acts on: controls (C0, DEL, C1), lone surrogates, line
-#: and paragraph separators.
-_UNSAFE_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
+#: The characters a terminal acts on: the controls (C0, DEL, C1; Unicode category Cc),
+#: lone surrogates (Cs), the line and paragraph separators (Zl, Zp) and the
+#: bidirectional controls. Unicode's stability policy fixes those categories' members,
+#: so the class is written out: one regular expression scans a large tool output in C
+#: rather than one Python call per character.
+_UNSAFE_BUT_NEWLINE = re.compile(
+    r"[\x00-\x09\x0b-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029"
+    + "".join(f"\\u{ord(c):04x}" for c in sorted(BIDI_CONTROLS))
+    + "]"
+)
+_UNSAFE = re.compile(f"[\\n{_UNSAFE_BUT_NEWLINE.pattern[1:]}")
+_UNSAFE_BUT_LAYOUT = re.compile(_UNSAFE_BUT_NEWLINE.pattern.replace("\\x00-\\x09", "\\x00-\\x08"))
 
 
 def is_unsafe(char: str) -> bool:
     """Whether the one character ``char`` acts on a terminal (a control, a lone
     surrogate, a line or paragraph separator or a bidirectional control)."""
-    return char in BIDI_CONTROLS or unicodedata.category(char) in _UNSAFE_CATEGORIES
+    return _UNSAFE.fullmatch(char) is not None
 
 
-def _escape(char: str) -> str:
-    return f"\\u{ord(char):04x}"
+def _escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
-def terminal_text(text: object, limit: int | None = None, *, newlines: bool = False) -> str:
+def terminal_text(
+    text: object, limit: int | None = None, *, newlines: bool = False, tabs: bool = False
+) -> str:
     """``text`` (any value; ``str()`` of it) with every character that acts on a
     terminal (``is_unsafe``: ESC would start a sequence that clears the screen, ``\\r``
     overwrite what was printed, U+202E reverse what follows) written as ``\\uXXXX``,
     also a valid JSON escape of the same character; ``\\n`` kept when ``newlines``
-    (output meant to span lines). Cut to ``limit`` characters (after escaping) with
-    ``...`` and the whole length, ``"... (N characters)"``, when longer. Never raises."""
-    text = str(text)
-    text = "".join(_escape(c) if is_unsafe(c) and not (newlines and c == "\n") else c for c in text)
+    (output meant to span lines), and ``\\t`` too when ``tabs`` as well (a page's
+    preformatted text). Cut to ``limit`` characters (after escaping) with ``...`` and
+    the whole length, ``"... (N characters)"``, when longer. Never raises."""
+    unsafe = (
+        _UNSAFE_BUT_LAYOUT if newlines and tabs else _UNSAFE_BUT_NEWLINE if newlines else _UNSAFE
+    )
+    text = unsafe.sub(_escape, str(text))
     if limit is not None and len(text) > limit:
         return f"{text[:limit]}... ({len(text)} characters)"
     return text
