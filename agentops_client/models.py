@@ -213,7 +213,8 @@ class Run(RunSummary):
     runs it started, by step and position (``children_total`` counts all;
     ``Client.list_runs(parent=...)`` pages through them). ``pause_progress``: while a
     pause is requested, where it stands (``pause requested, waiting for the running
-    steps (4 running)``), else ``None``.
+    steps (4 running)``), else ``None``. ``error_detail``: why a failed run failed (the
+    failing step's error, untrusted text), else ``None``.
 
     ``replayed`` is true when the answer was a replay of an earlier response to the
     same idempotency key (the header ``Idempotent-Replayed``); it is not part of the
@@ -231,6 +232,7 @@ class Run(RunSummary):
     children: list[Child]
     children_total: int
     pause_progress: str | None
+    error_detail: str | None = None
     replayed: bool = field(default=False, compare=False)
 
 

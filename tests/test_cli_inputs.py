@@ -250,6 +250,21 @@ REFUSED = [
     (("runs", "status", "0"), 1,
      "CommandError: no run '0': a run id or a prefix of one has at least 4 hex digits"),
     (("runs", "status"), 2, "name a run: RUN_ID or --thread THREAD"),
+    # A subcommand's unknown argument is its own usage error, naming it and its help.
+    (("runs", "budget", "00000000-0000-0000-0000-000000000000", "--add-cost-dollars", "1"), 2,
+     "manage.py runs budget: error: unrecognized arguments: --add-cost-dollars 1 "
+     "(see manage.py runs budget --help)"),
+    (("runs", "--bogus", "status"), 2,
+     "manage.py runs: error: unrecognized arguments: --bogus (see manage.py runs --help)"),
+    (("approvals", "list", "--as", "x"), 2,
+     "manage.py approvals list: error: unrecognized arguments: --as x "
+     "(see manage.py approvals list --help)"),
+    (("schedules", "list", "--bogus"), 2,
+     "manage.py schedules list: error: unrecognized arguments: --bogus "
+     "(see manage.py schedules list --help)"),
+    (("api_token", "list", "--bogus"), 2, "(see manage.py api_token list --help)"),
+    (("artifacts", "check", "--bogus"), 2, "(see manage.py artifacts check --help)"),
+    (("sim", "status", "--bogus"), 2, "(see manage.py sim status --help)"),
     (("runs", "resume"), 2, "name a run: RUN_ID or --thread THREAD"),
     (("runs", "start", "room_temperature", "--thread", "T", "--input", "{}"), 1,
      "CommandError: input is not valid for room_temperature [invalid_input]; input.question: "
@@ -434,9 +449,11 @@ def test_runs_budget_refuses_a_limit_the_run_does_not_have_and_prints_json():
     run = start_run(
         "room_temperature", thread_id="B", input={"question": "warm?"}, budget={"model_calls": 1}
     )
-    with pytest.raises(CommandError, match=r"no such limit to raise \(--add-cost\).*limit_not_set"):
+    with pytest.raises(
+        CommandError, match=r"no such limit to raise \(--add-cost-usd\).*limit_not_set"
+    ):
         call_command(
-            "runs", "budget", str(run.pk), "--add-model-calls", "1", "--add-cost", "0.05",
+            "runs", "budget", str(run.pk), "--add-model-calls", "1", "--add-cost-usd", "0.05",
             "--reason", "r",
         )  # fmt: skip
     run.refresh_from_db()

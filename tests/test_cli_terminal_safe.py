@@ -8,13 +8,16 @@ import logging
 import unicodedata
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import call_command
 
+from apitokens.services import create_token
 from runs.cli.terminal import is_unsafe, terminal_text
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import executor
 from runs.engine.rules import BIDI_CONTROLS
-from runs.models import Message, Step
+from runs.models import Message, Run, Step
+from tests.support.api_client import in_process_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -122,3 +125,38 @@ def test_a_hostile_step_error_is_escaped_in_the_log_a_worker_writes(worker):
     # The record's own line cannot be split: a newline in a message is escaped.
     record = logging.LogRecord("agentops.x", logging.WARNING, "", 0, "a %s", ("b\nFORGED",), None)
     assert handler.format(record).endswith("WARNING agentops.x a b\\u000aFORGED")
+
+
+def test_status_says_why_a_run_failed_escaped_and_cut(worker):
+    detail = HOSTILE + "y" * 300
+    run = start_run("faulty", thread_id="why", input={"case": "hostile_error", "text": detail})
+    executor.execute_step(Step.objects.get(run=run, name="produce").pk, worker)
+    run.refresh_from_db()
+    step = Step.objects.get(run=run, name="produce")
+    assert run.status == "FAILED" and step.status == "FAILED"
+
+    printed = _out("runs", "status", str(run.pk))
+    assert _unsafe(printed) == []
+    lines = printed.splitlines()
+    assert lines[0].endswith(f": FAILED [{run.error_code}]")
+    [error] = [line for line in lines if line.startswith("error: ")]
+    [step_line] = [line for line in lines if line.startswith("  step produce")]
+    assert f"FAILED     attempt 1 [{step.error_code}] RuntimeError: \\u001b[2J" in step_line
+    for line in (error, step_line):
+        assert "\\u202eevil\\u000d\\u000d" in line
+        assert line.endswith(" characters)") and len(line) < 250
+
+    document = json.loads(_out("runs", "status", str(run.pk), "--json"))
+    [produce] = [s for s in document["steps"] if s["name"] == "produce"]
+    assert (produce["error_code"], produce["error_detail"]) == (step.error_code, step.error_detail)
+    assert detail in produce["error_detail"]
+    assert (document["error_code"], document["error_detail"]) == (run.error_code, run.error_detail)
+
+    # The API's run document says the same, whole (JSON escapes it).
+    owner = User.objects.create_user("why-owner")
+    Run.objects.filter(pk=run.pk).update(owner=owner)
+    _, token = create_token(owner)
+    api_run = in_process_client(token).get_run(str(run.pk))
+    assert (api_run.error_code, api_run.error_detail) == (run.error_code, run.error_detail)
+    [api_step] = [s for s in api_run.steps if s.name == "produce"]
+    assert api_step.error_detail == step.error_detail

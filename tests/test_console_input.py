@@ -195,7 +195,9 @@ def test_start_refuses_a_budget_over_the_limits(actors):
 
 def test_the_cli_refuses_a_budget_raise_over_the_limits(actors):
     run = start_room_temperature("T-cli", budget={"cost_usd": "1"})
-    with pytest.raises(CommandError, match=r"--add-cost must be at most 1000000 \[invalid_budget"):
+    with pytest.raises(
+        CommandError, match=r"--add-cost-usd must be at most 1000000 \[invalid_budget"
+    ):
         call_command("runs", "budget", str(run.pk), "--add-cost", "1e400", "--reason", "x")
     run.refresh_from_db()
     assert run.budget == {"cost_usd": "1"}

@@ -465,7 +465,7 @@ BAD_COSTS = {"NaN": "NaN", "Infinity": "Infinity", "-1": "-1", "1e400": "1e400",
 
 def _budget_case(flag, value):
     """A budget raise adding ``value`` (JSON text) through ``flag``'s field."""
-    field = flag.removeprefix("--").replace("-", "_").replace("add_cost", "add_cost_usd")
+    field = flag.removeprefix("--").replace("-", "_")
     return {
         "code": "invalid_budget",
         "cli": ("runs", "budget", "{run}", f"{flag}={value}", "--reason", "r"),
@@ -494,7 +494,7 @@ FACE_CASES = {
         "api": ("/runs/{run}/budget", '{"reason": "   ", "add_model_calls": 1}'),
     },
     **{f"budget count {k}": _budget_case("--add-model-calls", v) for k, v in BAD_COUNTS.items()},
-    **{f"budget cost {k}": _budget_case("--add-cost", v) for k, v in BAD_COSTS.items()},
+    **{f"budget cost {k}": _budget_case("--add-cost-usd", v) for k, v in BAD_COSTS.items()},
     "start budget true": {
         "code": "invalid_budget",
         "cli": ("runs", "start", "signalled", "--thread", "b", "--budget", '{"tool_calls": true}'),

@@ -24,7 +24,7 @@ from tests.support.deployment_runs import (
     status,
 )
 from tests.support.in_process import *  # noqa: F403 - fixtures
-from tests.support.in_process import start_room_temperature
+from tests.support.in_process import run_worker_in_process, start_room_temperature
 from tests.support.openai_server import COMPLETION_TOKENS, PROMPT_TOKENS, ModelServer, conversation
 from tests.support.waiting import wait_until
 
@@ -200,3 +200,26 @@ def test_a_worker_warms_its_model_before_the_first_step_and_never_fails_on_it(se
     assert not model_providers.warm("nosuch:model")
     assert "could not prepare model nosuch:model" in caplog.text
     assert not model_providers.warm("sim")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_of_the_default_install_warms_the_resolved_default_model(settings, caplog):
+    """With ``AGENTOPS_MODEL`` empty (the default install) a worker prepares the default
+    model an installed app registers (the lab's ``sim``), not the empty name; with it
+    set, that model (here an ``openai:`` one: its shared client is built)."""
+    from runs.agents import providers
+    from runs.engine.effects import model_providers
+
+    settings.AGENTOPS_MODEL = ""
+    model_providers._providers.clear()
+    run_worker_in_process()
+    assert "sim" in model_providers._providers
+    assert "could not prepare model" not in caplog.text
+
+    settings.AGENTOPS_MODEL = "openai:warm-default"
+    settings.OPENAI_API_KEY = "test-key"
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+    run_worker_in_process()
+    client = providers.openai_client(settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY)
+    assert (id(client), "warm-default") in providers._models
+    assert "could not prepare model" not in caplog.text

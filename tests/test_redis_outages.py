@@ -90,6 +90,11 @@ def test_a_run_finishes_after_redis_was_stopped_for_ten_seconds(private_redis, d
     assert_finished_once(d, run_id)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=60) == 0
+    # RQ's command listener (a thread of its own) lost Redis too: a warning line, not
+    # a thread's traceback.
+    logged = d.logs(worker)[1]
+    assert "Traceback" not in logged and "Exception in thread" not in logged, logged[-3000:]
+    assert "Redis unavailable or refusing writes" in logged
 
 
 def test_a_worker_started_while_redis_is_down_works_from_the_database_until_it_is_back(

@@ -90,9 +90,9 @@ def step_documents(run: Run, steps: list[Step]) -> list[dict[str, Any]]:
 
 
 def run_document(run: Run) -> dict[str, Any]:
-    """The full run: summary, input, next step, budget, and its newest
-    ``RUN_STEPS_LIMIT`` steps with their attempts (``steps_total`` says how many there
-    are; ``GET /runs/{id}/steps`` pages through all of them)."""
+    """The full run: summary, why it failed (``error_detail``), input, next step,
+    budget, and its newest ``RUN_STEPS_LIMIT`` steps with their attempts (``steps_total``
+    says how many there are; ``GET /runs/{id}/steps`` pages through all of them)."""
     run.refresh_from_db()
     steps = list(Step.objects.filter(run=run).order_by("-seq")[:RUN_STEPS_LIMIT])[::-1]
     total = len(steps)
@@ -104,6 +104,7 @@ def run_document(run: Run) -> dict[str, Any]:
         current = Step.objects.filter(pk=run.current_step_id).values_list("name", flat=True).first()
     return {
         **run_summary(run),
+        "error_detail": run.error_detail or None,
         "input": _object(run.input),
         "effective_input": _object(effective_input(run)),
         "next_step": nxt.name if nxt and run.status not in RUN_TERMINAL else None,

@@ -185,6 +185,11 @@ class ChildOut(Schema):
 
 
 class RunOut(RunSummary):
+    # A default: a response stored for an idempotency key before the field existed is
+    # answered again as it was.
+    error_detail: str | None = Field(
+        None, description="why the run failed (untrusted text: the failing step's error)"
+    )
     input: dict[str, Any] = Field(description="the input the run was started with, unchanged")
     effective_input: dict[str, Any] = Field(
         description="the input the run works with now: `input` with the `input_patch` of "

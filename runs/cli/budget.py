@@ -1,8 +1,9 @@
 """``runs budget RUN_ID [--add-model-calls N] [--add-tool-calls N] [--add-tokens N]
-[--add-cost USD]
---reason TEXT [--as USER]``: raise a run's budget; a run paused for an exhausted
-budget resumes. Adding to a limit the run does not have is refused (it is unlimited
-already; nothing is changed). Prints the limits before and after as JSON."""
+[--add-cost-usd USD] --reason TEXT [--as USER]``: raise a run's budget; a run paused
+for an exhausted budget resumes. Each flag is the API's field (``add_cost_usd``), with
+``--add-cost`` kept as the older name of ``--add-cost-usd``. Adding to a limit the run
+does not have is refused (it is unlimited already; nothing is changed). Prints the
+limits before and after as JSON."""
 
 import json
 
@@ -35,7 +36,9 @@ def add_arguments(parser):
         help="raise the token limit by N",
     )
     parser.add_argument(
+        "--add-cost-usd",
         "--add-cost",
+        dest="add_cost_usd",
         default="0",
         metavar="USD",
         help="raise the cost limit by this many US dollars, e.g. 0.05",
@@ -49,7 +52,7 @@ FLAGS = {
     "add_model_calls": "--add-model-calls",
     "add_tool_calls": "--add-tool-calls",
     "add_tokens": "--add-tokens",
-    "add_cost_usd": "--add-cost",
+    "add_cost_usd": "--add-cost-usd",
 }
 
 
@@ -72,7 +75,7 @@ def handle(command, options):
             actor=actor,
             add_model_calls=options["add_model_calls"],
             add_tool_calls=options["add_tool_calls"],
-            add_cost_usd=options["add_cost"],
+            add_cost_usd=options["add_cost_usd"],
             add_tokens=options["add_tokens"],
             reason=options["reason"],
         )

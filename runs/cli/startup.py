@@ -57,6 +57,33 @@ def _one_line_error(parser: CommandParser, message: str) -> None:
     parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")
 
 
+class SubcommandParser(CommandParser):
+    """A subcommand's parser (``runs budget``, ``approvals decide``...): an argument it
+    does not know is its own usage error, naming it (``manage.py runs budget: error:
+    unrecognized arguments: ... (see manage.py runs budget --help)``). argparse hands a
+    subcommand's leftovers up to the command's parser, whose error named the command
+    and its help instead, where the subcommand's options are not listed."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        """``argparse``'s, ending in ``error`` when an argument is left over; only a
+        command's parser (the subcommand's caller) takes leftovers to its ``error``."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error("unrecognized arguments: " + " ".join(extras))
+        return namespace, extras
+
+
+#: Django's ``add_subparsers`` (it passes on ``called_from_command_line``).
+_add_subparsers = CommandParser.add_subparsers
+
+
+def _subcommands_own_their_errors(parser: CommandParser, **kwargs):
+    """``CommandParser.add_subparsers`` whose subcommand parsers are
+    ``SubcommandParser`` unless a command asks for another class."""
+    kwargs.setdefault("parser_class", SubcommandParser)
+    return _add_subparsers(parser, **kwargs)
+
+
 def usage_error_line(argv: list[str], message: str) -> str:
     """The usage error line for ``message`` about the command line ``argv`` (as
     ``sys.argv``) found before any parser ran: ``manage.py CMD: error: MESSAGE (see
@@ -79,13 +106,15 @@ def _hyphens_are_a_value(parser: CommandParser, arg: str):
 
 
 def one_line_usage_errors() -> None:
-    """Make every management command's usage error one line (see ``_one_line_error``)
-    and let hyphens alone be a value (``_hyphens_are_a_value``). Django builds each
-    command's parser itself from ``CommandParser``, so this is the one place that
-    reaches all of them and their subcommands."""
+    """Make every management command's usage error one line (see ``_one_line_error``),
+    a subcommand's name the subcommand (``SubcommandParser``), and let hyphens alone be
+    a value (``_hyphens_are_a_value``). Django builds each command's parser itself from
+    ``CommandParser``, so this is the one place that reaches all of them and their
+    subcommands."""
     # Patching a method (method-assign); the stub also gives ``error`` a doubled ``self``.
     CommandParser.error = _one_line_error  # type: ignore[method-assign,assignment]
     CommandParser._parse_optional = _hyphens_are_a_value  # type: ignore[method-assign,assignment]
+    CommandParser.add_subparsers = _subcommands_own_their_errors  # type: ignore[method-assign,assignment]
 
 
 def unreachable_database(exc: Exception) -> str | None:

@@ -2,12 +2,13 @@
 edited arguments is shown with the arguments used, marked as edited (``"edited"`` on
 the call in JSON). Each step's output and a succeeded run's result are printed on one
 line, escaped and cut (``runs.cli.common.shown``), and so is each message's text
-(``MESSAGE_CHARS``); ``--json`` has them whole."""
+(``MESSAGE_CHARS``) and a failed run's and step's error detail (after its error code);
+``--json`` has them whole."""
 
 import json
 
 from approvals.tool_calls import edited_calls
-from runs.cli.common import MESSAGE_CHARS, add_run_arguments, resolve_run, shown
+from runs.cli.common import MESSAGE_CHARS, SHOWN_CHARS, add_run_arguments, resolve_run, shown
 from runs.cli.terminal import terminal_text
 from runs.engine.service import run_status, status_extra_lines
 
@@ -41,10 +42,13 @@ def handle(command, options):
         command.stdout.write(json.dumps(status, ensure_ascii=False))
         return
     out = command.stdout
+    error = f" [{status['error_code']}]" if status["error_code"] else ""
     out.write(
         f"run {status['run_id']} ({status['workflow']}@{status['version']}) "
-        f"thread {status['thread']}: {status['status']}"
+        f"thread {status['thread']}: {status['status']}{error}"
     )
+    if status["error_detail"]:
+        out.write(f"error: {terminal_text(status['error_detail'], SHOWN_CHARS)}")
     out.write(f"next step: {status['next_step'] or '-'}")
     if status["pause_progress"]:
         out.write(status["pause_progress"])
@@ -77,6 +81,10 @@ def handle(command, options):
         line = f"  step {s['name']:<20} {s['status']:<10} attempt {s['attempt']}"
         if "branches" in s:
             line += " branches: " + ", ".join(f"{k} {n}" for k, n in s["branches"].items())
+        if s["error_code"]:
+            line += f" [{s['error_code']}]"
+        if s["error_detail"]:
+            line += f" {terminal_text(s['error_detail'], SHOWN_CHARS)}"
         if s["output"] is not None:
             line += f" -> {shown(s['output'])}"
         out.write(line)

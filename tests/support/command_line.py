@@ -71,6 +71,7 @@ def manage_in_process(capsys, monkeypatch) -> Callable[..., tuple[object, str, s
     # main() makes usage errors one line for the whole process: put Django's back after.
     monkeypatch.setattr(CommandParser, "error", CommandParser.error)
     monkeypatch.setattr(CommandParser, "_parse_optional", CommandParser._parse_optional)
+    monkeypatch.setattr(CommandParser, "add_subparsers", CommandParser.add_subparsers)
     # A command run from the command line closes every connection at its end, which
     # would drop the test's database.
     monkeypatch.setattr(connections, "close_all", lambda: None)

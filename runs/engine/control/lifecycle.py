@@ -257,12 +257,14 @@ def run_status(run: Run) -> dict[str, Any]:
     """The status document printed by ``runs status --json``:
     ``{run_id, thread, workflow, version, status, generation, next_step, waiting_on
     (see ``waiting_on``), steps: [{name,
-    status, attempt, generation, error_code, output}] (``output``: the step's JSON
-    output, ``None`` until it has one; a map step's branches not listed but counted on
-    it: ``branches: {status: n}``), result (a SUCCEEDED run's result: the output of the
-    step that finished it, else ``None``), messages: [{id, role, content,
-    tool_calls, tool_call_id}],
-    budget: {...}, takeover: {...} | None, compensation: {status, reason, steps,
+    status, attempt, generation, error_code, error_detail, output}] (``output``: the
+    step's JSON output, ``None`` until it has one; ``error_code``/``error_detail``: its
+    last attempt's error, untrusted text, ``None`` when there is none; a map step's
+    branches not listed but counted on it: ``branches: {status: n}``), result (a
+    SUCCEEDED run's result: the output of the step that finished it, else ``None``),
+    messages: [{id, role, content, tool_calls, tool_call_id}], budget: {...},
+    error_code, error_detail (why the run failed, ``None`` otherwise),
+    takeover: {...} | None, compensation: {status, reason, steps,
     manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids], parent,
     children (see ``family``), pause_progress (``pause_progress``, ``None`` when no pause
     is requested)}`` plus what
@@ -279,6 +281,7 @@ def run_status(run: Run) -> dict[str, Any]:
             "attempt": s.attempt,
             "generation": s.generation,
             "error_code": s.error_code or None,
+            "error_detail": s.error_detail or None,
             "output": s.output,
             **({"branches": branches[s.pk]} if s.pk in branches else {}),
         }
@@ -333,6 +336,7 @@ def run_status(run: Run) -> dict[str, Any]:
         **status_extras(run),
         "budget": {"limits": run.budget, "used": budget_usage(run)},
         "error_code": run.error_code or None,
+        "error_detail": run.error_detail or None,
         "takeover": _open_takeover(run),
         "compensation": {"status": run.compensation_status or None, **(run.compensation or {})},
     }

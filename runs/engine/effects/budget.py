@@ -425,7 +425,7 @@ _RAISE_FLAGS = {
     "model_calls": "--add-model-calls N",
     "tool_calls": "--add-tool-calls N",
     "tokens": "--add-tokens N",
-    "cost_usd": "--add-cost USD",
+    "cost_usd": "--add-cost-usd USD",
 }
 
 

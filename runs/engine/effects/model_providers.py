@@ -152,13 +152,19 @@ def get_provider(model_name: str, setting: str = "AGENTOPS_MODEL") -> ModelProvi
     return provider
 
 
-def warm(model_name: str) -> bool:
+def warm(model_name: str | None = None) -> bool:
     """Load what requests to ``model_name`` need (its SDK's modules, a shared client)
     before the first step asks, when its provider offers ``warm()``: importing an SDK
     takes seconds of CPU, which on the first request would stall every request of the
-    process behind it. Returns True when warmed; False when the provider has nothing to
-    warm or cannot be made (an unknown name or a missing key: each step that asks says
-    so, as it would have). Never raises."""
+    process behind it. ``None`` is the default model (``default_model()``); when there
+    is none, nothing is warmed and nothing said (a step that asks for it says so).
+    Returns True when warmed; False when the provider has nothing to warm or cannot be
+    made (an unknown name or a missing key: each step that asks says so, as it would
+    have; logged as a warning). Never raises."""
+    if model_name is None:
+        if not (settings.AGENTOPS_MODEL or _default):
+            return False
+        model_name = default_model()
     try:
         warm_provider = getattr(get_provider(model_name), "warm", None)
         if warm_provider is None:

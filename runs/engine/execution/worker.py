@@ -180,6 +180,19 @@ def rq_worker_class(
                 # engine works from the database until Redis is back.
                 raise redis.TimeoutError(f"{type(exc).__name__}: {exc}") from exc
 
+        def _pubsub_exception_handler(self, exc, pubsub, pubsub_thread):
+            # RQ's command listener runs on this round's Redis link. RQ retries a lost
+            # connection there every 2 s and lets any other error (the fail-fast link's
+            # TimeoutError) end the thread with a traceback; here the listener stops
+            # with one line. A Redis error has tripped the link for the round's other
+            # calls too, so the work loop ends, the worker works from the database, and
+            # the next round's RQ worker listens afresh; any other error (a command it
+            # cannot read) only stops the listener: the engine sends RQ no commands.
+            logger.warning(
+                "RQ command listener of %s stopped (%s: %s)", self.name, type(exc).__name__, exc
+            )
+            pubsub_thread.stop()
+
         #: True while a notification is being handed to a slot (see ``_shutdown``).
         _handing_over = False
 
@@ -312,7 +325,7 @@ class Worker:
         try:
             # Before the first claim: a step's first model request must not pay for
             # loading the model's SDK, stalling every other slot's request meanwhile.
-            model_providers.warm(settings.AGENTOPS_MODEL)
+            model_providers.warm()
             self.recover()
             if self.mode == "rq":
                 self._run_rq()
