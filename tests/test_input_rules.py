@@ -660,6 +660,12 @@ FACE_CASES = {
         "code": "invalid_decision",
         "api": ("/approvals/{approval}/decide", '{"decision": 1}'),
     },
+    "unknown signal": {
+        "code": "unknown_signal",
+        "cli": ("runs", "signal", "{run}", "nope", "--payload", "{}"),
+        "console": ("console:signal", "{run}", {"signal": "nope", "payload": "{}"}),
+        "api": ("/runs/{run}/signals/nope", "{}"),
+    },
     "unknown run": {
         "code": "unknown_run",
         "api_code": "not_found",
