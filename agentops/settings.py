@@ -45,13 +45,18 @@ INSTALLED_APPS = [
     "django_htmx",
     "django_filters",
     "django_rq",
-    # Before "runs": its model provider, workflows and fault hooks are registered when
-    # the runs app checks the models and workflows at start-up.
-    "lab",
     "runs",
     "approvals",
     "apitokens",
 ]
+# The lab (lab/: the simulator, its `sim` model and workflows, fault flags, drills, soak,
+# bench, the demo) is for development and tests: on by default so a fresh checkout's
+# `make demo` works; a production deployment turns it off (docs/deploy.md).
+AGENTOPS_LAB = env_bool("AGENTOPS_LAB", True)
+if AGENTOPS_LAB:
+    # Before "runs": its model provider, workflows and fault hooks are registered when
+    # the runs app checks the models and workflows at start-up.
+    INSTALLED_APPS.insert(INSTALLED_APPS.index("runs"), "lab")
 
 MIDDLEWARE = [
     # Outermost: every error under /api/ is the API's JSON error body.

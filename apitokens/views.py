@@ -2,13 +2,14 @@
 tokens. A new token is shown once, on the page that created it."""
 
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from apitokens.models import ApiToken
 from apitokens.services import create_token, revoke
 from runs.console.access import refusal, unstorable_input
 from runs.engine.service import ControlError
+from runs.id_converters import get_or_unknown
 
 
 @login_required
@@ -35,5 +36,5 @@ def tokens(request):
 @require_POST
 def revoke_view(request, token_id: int):
     """Revoke one of the user's own tokens (404 for anyone else's)."""
-    revoke(get_object_or_404(ApiToken, pk=token_id, user=request.user))
+    revoke(get_or_unknown(ApiToken.objects.filter(user=request.user), "token", pk=token_id))
     return redirect("apitokens:tokens")

@@ -14,10 +14,12 @@ class LabConfig(AppConfig):
         # models (the lab comes first in INSTALLED_APPS).
         from lab import workflows
         from lab.sim import provider
+        from runs.workflows import registry
 
         provider.register()
+        before = set(registry.names())
         workflows.register()
-        _register_status_extras()
+        _register_status_extras(set(registry.names()) - before)
         # Fault injection (``runs start --crash-before`` and the others) acts at the
         # engine's hook points; its flags are offered by ``runs start``.
         from lab import fault_flags, injection
@@ -26,11 +28,25 @@ class LabConfig(AppConfig):
         fault_flags.register()
 
 
-def _register_status_extras() -> None:
-    """``runs status`` shows the simulated devices' calls and readings (the engine does
-    not import the simulator)."""
+def _register_status_extras(lab_workflows: set[str]) -> None:
+    """``runs status`` shows the simulated devices' calls and readings for a run of one
+    of ``lab_workflows`` (the lab's own workflows, by name), the only ones that drive
+    the simulated devices; a run of any other workflow shows none. The engine does not
+    import the simulator."""
+    import json
+
     from lab.sim.devices import device_calls, device_readings
     from runs.engine.control import lifecycle
 
-    lifecycle.register_status_extra("calls", lambda run: device_calls(str(run.pk)))
-    lifecycle.register_status_extra("devices", lambda run: device_readings())
+    def calls(run):
+        return device_calls(str(run.pk)) if run.workflow in lab_workflows else None
+
+    def readings(run):
+        return device_readings() if run.workflow in lab_workflows else None
+
+    lifecycle.register_status_extra(
+        "calls", calls, lambda value: f"device calls: {json.dumps(value)}"
+    )
+    lifecycle.register_status_extra(
+        "devices", readings, lambda value: f"devices: {json.dumps(value)}"
+    )

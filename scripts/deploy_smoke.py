@@ -14,9 +14,11 @@ processes, ``manage.py sweeper`` and uvicorn with the arguments of
 ``deploy/systemd/agentops-web.service``. Requests carry ``X-Forwarded-Proto: https`` and
 the public host name, as nginx would send them.
 
-The smoke test: ``check --deploy`` reports nothing; ``collectstatic`` fills the static
-root; ``/healthz`` and ``/readyz`` answer 200 without login; a run of ``bench_hold``
-(its first attempt blocks until its worker dies) is created through the API with a token,
+The smoke test: ``check --deploy`` reports nothing; the lab is out (``help`` lists none
+of its commands, ``runs start --help`` no fault flag); ``collectstatic`` fills the static
+root; ``/healthz`` and ``/readyz`` answer 200 without login; a run of ``smoke_hold``
+(``scripts/smoke_workflow.py``, registered as a deployment registers its own workflows;
+its first attempt blocks until its worker dies) is created through the API with a token,
 its SSE stream is followed, the worker that started it is SIGKILLed, the other one
 finishes it and the stream ends with ``run.succeeded``; with PostgreSQL stopped,
 ``/readyz`` answers 503 and ``/healthz`` still 200. Everything started is stopped by its
@@ -51,6 +53,10 @@ import with_services  # noqa: E402 - a sibling script, not a package
 PUBLIC_HOST = "agentops.example.com"
 #: A short lease so the SIGKILLed worker's step is re-claimed within seconds.
 LEASE_SECONDS = 4
+#: The lab's commands (by the files that define them): the production settings offer none.
+LAB_COMMANDS = sorted(
+    p.stem for p in (REPO / "lab/management/commands").glob("*.py") if not p.name.startswith("_")
+)
 WEB_ARGS = ["--workers", "2", "--proxy-headers", "--forwarded-allow-ips", "127.0.0.1"]
 
 
@@ -108,6 +114,8 @@ class Topology:
         files = {
             "secret_key": secrets.token_urlsafe(50),
             "database_url": service_env["DATABASE_URL"] + "?connect_timeout=5",
+            # The production file names a model and its key file; no model is asked.
+            "openai_api_key": "smoke-test-no-model-is-called",
         }
         for name, value in files.items():
             path = secrets_dir / name
@@ -124,12 +132,16 @@ class Topology:
             {
                 "SECRET_KEY_FILE": str(secrets_dir / "secret_key"),
                 "DATABASE_URL_FILE": str(secrets_dir / "database_url"),
+                "OPENAI_API_KEY_FILE": str(secrets_dir / "openai_api_key"),
                 "REDIS_URL": service_env["REDIS_URL"],
                 "AGENTOPS_VAR_DIR": str(var),
                 "AGENTOPS_MEDIA_ROOT": str(var / "artifacts"),
                 "AGENTOPS_STATIC_ROOT": str(var / "static"),
-                "AGENTOPS_DEVICE_DIR": str(var / "devices"),
                 "AGENTOPS_LEASE_SECONDS": str(LEASE_SECONDS),
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(REPO / "scripts"), env.get("PYTHONPATH", "")) if p
+                ),
+                "AGENTOPS_EXTRA_WORKFLOW_MODULES": "smoke_workflow",
                 "AGENTOPS_SWEEP_SECONDS": "1",
             }
         )
@@ -302,6 +314,12 @@ def smoke(topo: Topology) -> None:
     if check.returncode != 0 or "no issues" not in check.stdout + check.stderr:
         raise SmokeFailure(f"check --deploy:\n{check.stdout}{check.stderr}")
     say("check --deploy: no issues")
+    listed = topo.manage("help").stdout.split()
+    offered = [c for c in ("[lab]", *LAB_COMMANDS) if c in listed]
+    usage = topo.manage("runs", "start", "--help").stdout
+    if offered or "--crash-before" in usage or "usage:" not in usage:
+        raise SmokeFailure(f"the lab is installed: help lists {offered}\n{usage}")
+    say("the lab is out: no lab command, no fault flag")
     for args in (("migrate", "--noinput"), ("collectstatic", "--noinput")):
         proc = topo.manage(*args)
         if proc.returncode != 0:
@@ -329,7 +347,7 @@ def smoke(topo: Topology) -> None:
     status, created = topo.request(
         "POST",
         "/api/v1/runs",
-        body={"workflow": "bench_hold", "thread_id": "smoke", "input": {}},
+        body={"workflow": "smoke_hold", "thread_id": "smoke", "input": {}},
         headers={"Authorization": f"Bearer {token_value}", "Idempotency-Key": "smoke-1"},
     )
     if status != 201 or not isinstance(created, dict):

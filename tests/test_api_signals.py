@@ -53,7 +53,8 @@ def test_the_api_delivers_once_per_key_checks_the_payload_and_the_permission(
     bad = httpx.post(url, json={"amount": -1}, headers=auth, timeout=30)
     assert bad.status_code == 422 and bad.json()["code"] == "invalid_input"
     assert "payload.amount" in bad.json()["errors"]
-    assert httpx.post(url, content=b"{nope", headers=auth, timeout=30).status_code == 400
+    json_type = {**auth, "Content-Type": "application/json"}
+    assert httpx.post(url, content=b"{nope", headers=json_type, timeout=30).status_code == 400
     forbidden = httpx.post(
         url, json={"amount": 5}, headers={"Authorization": f"Bearer {viewer}"}, timeout=30
     )

@@ -66,6 +66,12 @@ def test_workflows_lists_names_versions_steps_and_descriptions():
     out = StringIO()
     call_command("workflows", "triage_demo", stdout=out)
     assert "triage (child runs of triage_ticket)" in out.getvalue()
+    out = StringIO()
+    call_command("workflows", "fanout_demo", stdout=out)
+    assert "steps: fetch (map: one branch per item) -> combine" in out.getvalue()
+    out = StringIO()
+    call_command("workflows", "order_followup", stdout=out)
+    assert "await_payment (waits for signal payment)" in out.getvalue()
     with pytest.raises(CommandError, match="registered workflows: .*room_temperature"):
         call_command("workflows", "nope")
 

@@ -133,7 +133,9 @@ REFUSED = [
     (("prune", "--older-than", "-1", "--dry-run"), 2, "argument --older-than: -1 is not"),
     (("serve", "--port", "99999"), 2, "argument --port: 99999 is not between 1 and 65535"),
     (("serve", "--port", "-1"), 2, "argument --port: -1 is not between 1 and 65535"),
-    (("approvals", "decide", HUGE, "approve", "--as", "x"), 2, "argument approval_id: 9999"),
+    # An id past the largest names no takeover, as on the console.
+    (("approvals", "resolve", HUGE, "cancel", "--reason", "r"), 1,
+     f"no takeover {HUGE} [unknown_takeover]"),
     (("runs", "replay", "--status", "FAILED", "--from-failed-step", "--reason", "x",
       "--since", "9999-12-31T23:59:59-14:00"), 2, "argument --since: 9999-12-31T23:59:59-14:00"),
     (("backup", ""), 2, "manage.py backup: error: argument dest: the path must not be empty "

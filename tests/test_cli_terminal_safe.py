@@ -5,6 +5,7 @@ message is cut with its length, and ``--json`` stays whole and the same value.""
 import io
 import json
 import logging
+import unicodedata
 
 import pytest
 from django.core.management import call_command
@@ -12,6 +13,7 @@ from django.core.management import call_command
 from runs.cli.terminal import is_unsafe, terminal_text
 from runs.engine.control.lifecycle import start_run
 from runs.engine.execution import executor
+from runs.engine.rules import BIDI_CONTROLS
 from runs.models import Message, Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -69,6 +71,18 @@ def test_a_long_message_is_escaped_and_cut_with_its_length(hostile_run):
     assert len(line) < 600
     # The escapes are JSON's: a --json document keeps its value through the formatter.
     assert json.loads(terminal_text(json.dumps(HOSTILE, ensure_ascii=False))) == HOSTILE
+
+
+def test_the_unsafe_characters_are_those_a_terminal_acts_on():
+    # The rule's written-out class against Unicode's own categories, every code point.
+    acting = {"Cc", "Cs", "Zl", "Zp"}
+    for point in range(0x110000):
+        char = chr(point)
+        expected = char in BIDI_CONTROLS or unicodedata.category(char) in acting
+        assert is_unsafe(char) == expected, hex(point)
+    assert terminal_text("a\tb\nc", newlines=True, tabs=True) == "a\tb\nc"
+    assert terminal_text("a\tb\nc", newlines=True) == "a\\u0009b\nc"
+    assert terminal_text("a\tb\nc") == "a\\u0009b\\u000ac"
 
 
 def test_an_error_naming_stored_text_is_escaped_too():

@@ -230,6 +230,23 @@ def test_it_truncates_long_payloads_with_a_way_to_see_all(clients, demo):
     assert "3007 chars, show all" in body
 
 
+def test_a_huge_hostile_payload_is_shown_escaped_and_cut(clients, demo):
+    run = demo["succeeded"]
+    Message.objects.create(
+        thread=run.thread,
+        run=run,
+        seq=98,
+        message_id="msg_huge",
+        role="assistant",
+        content="\x1b[2J\u202e" + "x" * 3_000_000,
+    )
+    body = clients["alice"].get(reverse("console:run", args=[run.pk])).content.decode()
+    assert "\\u001b[2J\\u202e" in body and "\x1b" not in body and "\u202e" not in body
+    assert "3000005 chars, show more" in body and "the value has 3000005 characters" in body
+    # Only the preview and the fold reach the page.
+    assert len(body) < 200_000
+
+
 def _queries(client, url) -> int:
     # The storage figures are cached for a minute: every visit pays for them, so the
     # count does not depend on when the cache last expired.

@@ -1,6 +1,6 @@
 """The production settings documented in docs/deploy.md (deploy/agentops.env): Django's
-deployment checks find nothing, secrets come from *_FILE, and the JSON log option writes
-one JSON object per line."""
+deployment checks find nothing, the lab is left out, secrets come from *_FILE, and the
+JSON log option writes one JSON object per line."""
 
 import json
 import secrets
@@ -22,10 +22,13 @@ def production_env(tmp_path) -> dict[str, str]:
             env[key] = value
     secret = tmp_path / "secret_key"
     secret.write_text(secrets.token_urlsafe(50) + "\n")
+    model_key = tmp_path / "openai_api_key"
+    model_key.write_text("unused-no-model-is-called\n")
     var = tmp_path / "var"
     env.update(
         {
             "SECRET_KEY_FILE": str(secret),
+            "OPENAI_API_KEY_FILE": str(model_key),
             "AGENTOPS_VAR_DIR": str(var),
             "AGENTOPS_MEDIA_ROOT": str(var / "artifacts"),
             "AGENTOPS_STATIC_ROOT": str(var / "static"),
@@ -49,9 +52,13 @@ def manage(env, *args):
 
 
 def test_it_passes_check_deploy_with_the_documented_production_settings(tmp_path):
-    proc = manage(production_env(tmp_path), "check", "--deploy", "--fail-level", "WARNING")
+    env = production_env(tmp_path)
+    proc = manage(env, "check", "--deploy", "--fail-level", "WARNING")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "System check identified no issues" in proc.stdout
+    # The production file leaves the lab out: none of its commands is offered.
+    listed = manage(env, "help").stdout.split()
+    assert "[runs]" in listed and "[lab]" not in listed and "drill" not in listed
 
 
 def test_it_warns_about_each_setting_the_production_file_sets(tmp_path):
@@ -84,3 +91,12 @@ def test_it_refuses_an_unknown_log_format(tmp_path):
     proc = manage(env, "check")
     assert proc.returncode != 0
     assert "AGENTOPS_LOG_FORMAT='xml' is not one of plain, json" in proc.stderr
+
+
+def test_it_stops_at_start_up_without_the_model_key_file(tmp_path):
+    env = production_env(tmp_path)
+    env["OPENAI_API_KEY_FILE"] = str(tmp_path / "no_such_key")
+    proc = manage(env, "check")
+    assert proc.returncode != 0
+    assert f"OPENAI_API_KEY_FILE='{tmp_path / 'no_such_key'}' cannot be read" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -8,7 +8,10 @@ when the line before its fence is ``<!-- docs-test: skip: REASON -->`` (the reas
 required and shown by pytest), and a single line is left out when it ends with
 ``# docs-test: skip`` (a server that runs until Ctrl-C). A fenced block of any kind
 whose line before is ``<!-- docs-file: PATH -->`` is a file the reader saves: it is
-written to PATH (relative to the repository) when the walk reaches it.
+written to PATH (relative to the repository; ``../DIR/...`` is a project of the reader's
+own beside the checkout, outside the repository) when the walk reaches it. On the pages of
+``PASTABLE``, every ``python`` block is also run as pasted into a module of its own (in
+one Django process) and checked for names it uses without defining them.
 
 Each page starts on a fresh copy of the repository's tracked files (its own ``var/``,
 the SQLite default, no DATABASE_URL or REDIS_URL, offline) with ``.venv`` linked to
@@ -106,8 +109,9 @@ def blocks(page: str) -> list[Block]:
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory) -> Path:
-    """The repository's tracked files in a fresh directory, ``.venv`` linked."""
-    root = tmp_path_factory.mktemp("clone")
+    """The repository's tracked files in a fresh directory, ``.venv`` linked; its parent
+    directory is the clone's own, for the reader's projects beside it."""
+    root = tmp_path_factory.mktemp("clone") / "agentops"
     files = subprocess.run(
         ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
     ).stdout.split(b"\0")
@@ -224,9 +228,10 @@ def _runnable_runs(var: Path, env: dict, state: Path) -> list[str]:
 
 
 def _write_file(block: Block, clone: Path) -> None:
-    """Save a file block where the page says, inside the clone only."""
+    """Save a file block where the page says: inside the clone, or beside it in the
+    clone's own parent directory (a project of the reader's own)."""
     target = (clone / block.path).resolve()
-    assert target.is_relative_to(clone.resolve()), f"{block.page}:{block.line} {block.path}"
+    assert target.is_relative_to(clone.parent.resolve()), f"{block.page}:{block.line} {block.path}"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(block.code, encoding="utf-8")
 
@@ -276,3 +281,48 @@ def test_skipped_blocks_say_why():
         for block in blocks(page):
             if block.skip:
                 assert len(block.skip) > 10, f"{page}:{block.line}: give a reason"
+
+
+#: Pages whose every ``python`` block runs as pasted into a module of the reader's own.
+PASTABLE = ("docs/parallel.md",)
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+@pytest.mark.parametrize("page", PASTABLE)
+def test_every_python_block_of_the_page_runs_as_pasted(page, tmp_path):
+    text = (REPO / page).read_text(encoding="utf-8")
+    found = [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in PYTHON_BLOCK.finditer(text)]
+    assert found, f"{page} has no python block"
+    # Each block in a fresh namespace of one Django process, as a module of its own.
+    code = (
+        "import json, sys, django; django.setup()\n"
+        "failed = {}\n"
+        "for line, source in json.load(sys.stdin):\n"
+        "    try:\n"
+        "        where = f'" + page + ":{line}'\n"
+        "        exec(compile(source, where, 'exec'), {'__name__': f'block{line}'})\n"
+        "    except Exception as exc:\n"
+        "        failed[line] = f'{type(exc).__name__}: {exc}'\n"
+        "print(json.dumps(failed))\n"
+    )  # fmt: skip
+    env = {**_env(tmp_path), "DJANGO_SETTINGS_MODULE": "agentops.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        input=json.dumps(found),
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {}
+    # A name only a function's body uses fails when the run executes it, not on import.
+    for line, source in found:
+        (tmp_path / f"block_{line}.py").write_text(source, encoding="utf-8")
+    undefined = subprocess.run(
+        [Path(sys.executable).parent / "ruff", "check", "--isolated", "--select", "F821",
+         "--output-format", "concise", "."],
+        cwd=tmp_path, capture_output=True, text=True, timeout=BLOCK_TIMEOUT,
+    )  # fmt: skip
+    assert undefined.returncode == 0, undefined.stdout

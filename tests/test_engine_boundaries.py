@@ -17,12 +17,16 @@
 """
 
 import ast
+import io
+from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
+from runs.engine import hooks
 from runs.engine.control import lifecycle
 from runs.engine.execution import sweeper
-from runs.engine.service import start_run
+from runs.engine.service import run_status, start_run
 from runs.engine.state import gateway
 from runs.models import Approval, Operation, Run, Step, Takeover
 from runs.state_fields import STATE_FIELDS, StateWriteRefused
@@ -455,15 +459,29 @@ def test_it_keeps_the_product_free_of_the_lab():
     assert offending == []
 
 
-def test_the_product_starts_and_runs_a_workflow_without_the_lab(deployment_factory):
-    d = deployment_factory(
-        "sqlite", extra_env={"DJANGO_SETTINGS_MODULE": "tests.settings_without_lab"}
-    )
+#: The lab's commands, by the files that define them.
+LAB_COMMANDS = sorted(
+    p.stem
+    for p in (Path(__file__).parent.parent / "lab" / "management" / "commands").glob("*.py")
+    if not p.name.startswith("_")
+)
+
+
+def test_the_product_starts_and_runs_a_workflow_with_the_lab_off(deployment_factory):
+    d = deployment_factory("sqlite", extra_env={"AGENTOPS_LAB": "0"})
     check = d.manage("check")
     assert check.returncode == 0, check.stderr
-    # Without the lab, runs start offers no fault flags and knows no simulator workflow.
+    apps = d.manage(
+        "shell", "-c", "from django.conf import settings; print(settings.INSTALLED_APPS)"
+    )
+    assert "'runs'" in apps.stdout and "'lab'" not in apps.stdout, apps.stderr
+    # No lab command is offered, and runs start offers no fault flag.
+    listed = d.manage("help", check=True).stdout.split()
+    assert LAB_COMMANDS and "[lab]" not in listed
+    assert [c for c in LAB_COMMANDS if c in listed] == []
     usage = d.manage("runs", "start", "--help", check=True).stdout
-    assert "--crash-before" not in usage
+    flags = [f"--{flag.name.replace('_', '-')}" for flag in hooks.fault_flags()]
+    assert "--crash-before" in flags and [f for f in flags if f in usage] == []
     refused = d.manage("runs", "start", "room_temperature", "--thread", "T0")
     assert refused.returncode == 1 and "[unknown_workflow]" in refused.stderr
     run_id = d.manage(
@@ -476,11 +494,47 @@ def test_the_product_starts_and_runs_a_workflow_without_the_lab(deployment_facto
         '{"items": 2, "delay_s": 0}',
         check=True,
     ).stdout.strip()
+    # An agent without a model of its own, with no AGENTOPS_MODEL and no lab: its step
+    # stops for a person with a code that names what to set, never a run on nothing.
+    agent_id = d.manage(
+        "runs",
+        "start",
+        "capital_agent",
+        "--thread",
+        "T2",
+        "--input",
+        '{"prompt": "What is my capital?", "deps": {"country": "Mexico"}}',
+        check=True,
+    ).stdout.strip()
     d.manage("worker", "--burst", check=True, timeout=180)
     status = d.manage_json("runs", "status", run_id, "--json")
     assert status["status"] == "SUCCEEDED"
+    assert "calls" not in status and "devices" not in status
+    shown = d.manage("runs", "status", run_id, check=True).stdout
+    assert "SUCCEEDED" in shown and "device" not in shown
+    agent = d.manage_json("runs", "status", agent_id, "--json")
+    assert agent["status"] == "PAUSED"
+    assert [s["error_code"] for s in agent["steps"]] == ["MODEL_NOT_CONFIGURED"]
+    assert "MODEL_NOT_CONFIGURED" in agent["takeover"]["reason"]
+    assert "AGENTOPS_MODEL" in agent["takeover"]["suggested_action"]
     # The lab's default model is gone with it: naming it stops start-up, naming why.
     d.env["AGENTOPS_MODEL"] = "sim"
     named = d.manage("check")
     assert named.returncode != 0
     assert "AGENTOPS_MODEL='sim': unknown model provider 'sim'" in named.stderr
+
+
+@pytest.mark.django_db
+def test_only_a_lab_run_shows_the_simulated_devices():
+    lab_run = start_run("room_temperature", thread_id="t-lab", input={"question": "warm?"})
+    user_run = start_run("fanout_demo", thread_id="t-user", input={"items": 1, "delay_s": 0})
+    assert {"calls", "devices"} <= set(run_status(lab_run))
+    assert {"calls", "devices"} & set(run_status(user_run)) == set()
+    shown = {}
+    for run in (lab_run, user_run):
+        out = io.StringIO()
+        call_command("runs", "status", str(run.pk), stdout=out)
+        shown[run.workflow] = out.getvalue()
+    assert "device calls: {}" in shown["room_temperature"]
+    assert 'devices: {"lamp.brightness": ' in shown["room_temperature"]
+    assert "device" not in shown["fanout_demo"]

@@ -149,8 +149,9 @@ class AgentWorkflow(Workflow):
     def run_model(self, ctx) -> tuple[Any, str, str | None]:
         """``(Pydantic AI model, name recorded in the ledger, price per call in USD or
         None)`` for the run ``ctx`` executes: the input's ``model`` (where allowed), else
-        the workflow's, else the agent's own, else ``AGENTOPS_MODEL``. Raises
-        ``StepError("MODEL_REQUEST_INVALID")`` for a name the deployment cannot use."""
+        the workflow's, else the agent's own, else the default model. Raises
+        ``StepError("MODEL_REQUEST_INVALID")`` for a name the deployment cannot use and
+        ``ModelNotConfigured`` (a takeover) when there is no name and no default."""
         name = ctx.input.get("model") if "model" in self.run_options else None
         name = name or self.model
         own = self.agent.model

@@ -11,8 +11,10 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 
 from apitokens import services as tokens
+from runs import id_converters  # noqa: F401 - registers the ids' path converters ({run:run_id})
 from runs.api import approvals, deferred_calls, replays, runs, schedules, signals, stream
 from runs.api.errors import ApiError, from_control
+from runs.api.request_gates import refuse_ignored_input
 from runs.engine.service import ControlError, InvalidJson, InvalidValue, parse_json
 
 
@@ -124,6 +126,7 @@ def _forbidden(request, exc):
     return _error(request, 403, "permission_denied", str(exc) or "permission denied")
 
 
+api.add_decorator(refuse_ignored_input, mode="view")
 api.add_router("/", runs.router)
 api.add_router("/", replays.router)
 api.add_router("/", approvals.router)

@@ -2,7 +2,7 @@
 
 from uuid import UUID
 
-from ninja import Path, Query, Router
+from ninja import Query, Router
 
 from approvals.services import decide
 from runs.api import access
@@ -67,7 +67,7 @@ def list_approvals(
 
 
 @router.get(
-    "/runs/{run_id}/approvals",
+    "/runs/{run:run_id}/approvals",
     response={200: list[ApprovalOut], **ERRORS},
     summary="A run's approvals",
 )
@@ -77,13 +77,13 @@ def run_approvals(request, run_id: UUID):
 
 
 @router.post(
-    "/approvals/{approval_id}/decide",
+    "/approvals/{approval:approval_id}/decide",
     response={200: ApprovalOut, **ERRORS},
     summary="Approve or reject",
     openapi_extra=etag_header(200),
 )
 @conditional_action(_run_of_approval)
-def decide_approval(request, payload: DecideIn, approval_id: int = Path(..., ge=1, le=2**62)):
+def decide_approval(request, payload: DecideIn, approval_id: int):
     """Needs the ``runs.decide_approval`` permission (403 ``permission_denied``);
     ``If-Match`` is the ETag of the approval's run. The same decision again is a no-op,
     a different second one a 409 ``decision_conflict``, one past the approval's

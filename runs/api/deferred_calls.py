@@ -25,7 +25,7 @@ def _result(request) -> Any:
 
 
 @router.post(
-    "/runs/{run_id}/tool-calls/{call_id}/result",
+    "/runs/{run:run_id}/tool-calls/{call_id}/result",
     response={200: SignalOut, **error_responses()},
     summary="Deliver the outside result of a deferred tool call (the body is the result)",
     openapi_extra={"requestBody": {"content": {"application/json": {"schema": {}}}}},

@@ -9,10 +9,10 @@ from django.http import JsonResponse
 from runs.api.schemas import Error
 from runs.engine.service import ControlError
 
-#: The error statuses any endpoint may answer: bad input (400, 413, 422), no or bad
+#: The error statuses any endpoint may answer: bad input (400, 413, 415, 422), no or bad
 #: credentials (401), not allowed (403), not found (404), a method the path does not
 #: take (405, with ``Allow``), a conflict (409), the database busy (503).
-COMMON_ERROR_STATUSES = (400, 401, 403, 404, 405, 409, 413, 422, 503)
+COMMON_ERROR_STATUSES = (400, 401, 403, 404, 405, 409, 413, 415, 422, 503)
 
 
 def error_responses(*extra: int) -> dict[int, type[Error]]:
@@ -84,8 +84,9 @@ _FALLBACK = {
 
 def as_json_error(request, response):
     """``response``, or for an error under /api/ that is not JSON, the API's error body
-    with the same status (``not_found``, ``method_not_allowed`` keeping its ``Allow``
-    header, ``internal_error``, else ``http_error``)."""
+    with the same status (``not_found``, naming the kind of id for an ill-formed one,
+    ``method_not_allowed`` keeping its ``Allow`` header, ``internal_error``, else
+    ``http_error``)."""
     if (
         response.status_code < 400
         or not request.path.startswith("/api/")
@@ -94,6 +95,11 @@ def as_json_error(request, response):
     ):
         return response
     code, message = _FALLBACK.get(response.status_code, ("http_error", response.reason_phrase))
+    missing = getattr(response, "refusal_code", None) or "not_found"
+    if response.status_code == 404 and missing != "not_found":
+        # An id the path's converter refused (runs.id_converters): it names no row, as
+        # an unknown id, which the API answers 404 not_found too.
+        message = "no such " + missing.removeprefix("unknown_").replace("_", " ")
     if response.status_code == 405 and response.has_header("Allow"):
         message = f"{request.method} is not allowed here; use {response['Allow']}"
     replaced = JsonResponse(

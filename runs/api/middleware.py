@@ -9,6 +9,7 @@ from django.http import JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
 from runs.api.errors import as_json_error
+from runs.api.request_gates import is_json_media_type
 from runs.engine.service import InvalidJson, field_code, parse_json, text_problem
 
 
@@ -81,7 +82,12 @@ def _refusal(request) -> JsonResponse | None:
         body = request.body
         if len(body) > limit:
             return _refuse(413, "body_too_large", f"request body is over {limit} bytes")
-        found = None if _ENGINE_CHECKED_BODY.match(request.path) else body_problem(body)
+        # A body not sent as JSON is refused whole by the operation's gate
+        # (runs.api.request_gates: 415), not searched for bad characters here.
+        skip = _ENGINE_CHECKED_BODY.match(request.path) or not is_json_media_type(
+            request.META.get("CONTENT_TYPE") or ""
+        )
+        found = None if skip else body_problem(body)
         if found is not None:
             field, reason = found
             # An identifier's own code (invalid_thread for a thread id), as the engine

@@ -29,7 +29,7 @@ def _may_replay(user) -> None:
 
 
 @router.post(
-    "/runs/{run_id}/replay",
+    "/runs/{run:run_id}/replay",
     response={200: ReplayOut, **ERRORS},
     summary="Replay a finished run as a new run from a checkpoint",
     openapi_extra=etag_header(200),

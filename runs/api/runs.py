@@ -239,7 +239,7 @@ def list_runs(request, filters: Query[RunFilters]):
 
 
 @router.get(
-    "/runs/{run_id}",
+    "/runs/{run:run_id}",
     response={200: RunOut, **ERRORS},
     summary="Read a run",
     openapi_extra=etag_header(200),
@@ -253,7 +253,7 @@ def read_run(request, response: HttpResponse, run_id: UUID):
 
 
 @router.get(
-    "/runs/{run_id}/events",
+    "/runs/{run:run_id}/events",
     response={200: EventPage, **ERRORS},
     summary="The run's events after a sequence number",
 )
@@ -297,7 +297,7 @@ def list_messages(
 
 
 @router.post(
-    "/runs/{run_id}/cancel",
+    "/runs/{run:run_id}/cancel",
     response={200: RunOut, **ERRORS},
     summary="Cancel a run",
     openapi_extra=etag_header(200),
@@ -312,7 +312,7 @@ def cancel_run(request, run_id: UUID, payload: CancelIn):
 
 
 @router.get(
-    "/runs/{run_id}/checkpoints",
+    "/runs/{run:run_id}/checkpoints",
     response={200: list[CheckpointOut], **ERRORS},
     summary="The run's checkpoints, oldest first, a page at a time",
 )
@@ -334,7 +334,7 @@ def checkpoints(
 
 
 @router.get(
-    "/runs/{run_id}/steps",
+    "/runs/{run:run_id}/steps",
     response={200: StepPage, **ERRORS},
     summary="The run's steps with their attempts, in seq order, a page at a time",
 )
@@ -354,7 +354,7 @@ def list_steps(
 
 
 @router.get(
-    "/runs/{run_id}/steps/{step_id}/attempts/{attempt}/log",
+    "/runs/{run:run_id}/steps/{step:step_id}/attempts/{attempt:attempt}/log",
     response={200: AttemptLogOut, **ERRORS},
     summary="What one attempt of a step logged and printed (its newest bytes)",
 )
@@ -377,7 +377,7 @@ def attempt_log(request, run_id: UUID, step_id: int, attempt: int):
 
 
 @router.get(
-    "/runs/{run_id}/resume-preview",
+    "/runs/{run:run_id}/resume-preview",
     response={200: ResumePreview, **ERRORS},
     summary="What resuming from a checkpoint would re-run",
 )
@@ -395,7 +395,7 @@ def resume_preview(
 
 
 @router.post(
-    "/runs/{run_id}/resume",
+    "/runs/{run:run_id}/resume",
     response={200: RunOut, **ERRORS},
     summary="Resume the run from a named checkpoint",
     openapi_extra=etag_header(200),
@@ -415,7 +415,7 @@ def resume_run(request, run_id: UUID, payload: ResumeIn):
 
 
 @router.post(
-    "/runs/{run_id}/steps/{step_name}/resolve",
+    "/runs/{run:run_id}/steps/{step_name}/resolve",
     response={200: RunOut, **ERRORS},
     openapi_extra=etag_header(200),
     summary="Resolve a step whose outcome is unknown",
@@ -438,7 +438,7 @@ def resolve_step(request, run_id: UUID, step_name: str, payload: ResolveIn):
 
 
 @router.post(
-    "/runs/{run_id}/retry",
+    "/runs/{run:run_id}/retry",
     response={200: RunOut, **ERRORS},
     summary="Retry the failed or unknown step of a paused run",
     openapi_extra=etag_header(200),
@@ -458,7 +458,7 @@ def retry_run(request, run_id: UUID, payload: RetryIn):
 
 
 @router.post(
-    "/runs/{run_id}/budget",
+    "/runs/{run:run_id}/budget",
     response={200: RunOut, **ERRORS},
     summary="Raise the run's budget limits",
     openapi_extra=etag_header(200),

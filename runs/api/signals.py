@@ -60,7 +60,7 @@ def _answer(run_id, delivery) -> dict[str, Any]:
 
 
 @router.post(
-    "/runs/{run_id}/signals/{name}",
+    "/runs/{run:run_id}/signals/{name}",
     response={200: SignalOut, **error_responses()},
     summary="Deliver a signal (the body is its JSON payload)",
     openapi_extra={

@@ -132,7 +132,7 @@ async def event_frames(run_id: UUID, after: int, *, named: bool = True):
 
 
 @router.get(
-    "/runs/{run_id}/stream",
+    "/runs/{run:run_id}/stream",
     auth=None,
     summary="Follow the run's events (SSE)",
     response={200: None, 401: Error, 404: Error, 405: Error, 422: Error},

@@ -9,7 +9,7 @@ import json
 from approvals.tool_calls import edited_calls
 from runs.cli.common import MESSAGE_CHARS, add_run_arguments, resolve_run, shown
 from runs.cli.terminal import terminal_text
-from runs.engine.service import run_status
+from runs.engine.service import run_status, status_extra_lines
 
 help = "show a run's status, steps, next step and messages"
 
@@ -88,10 +88,9 @@ def handle(command, options):
         extra = f" -> {calls}" if calls else ""
         reply_to = f" (result of {m['tool_call_id']})" if m["tool_call_id"] else ""
         out.write(f"  {m['role']:<9} {terminal_text(m['content'], MESSAGE_CHARS)}{extra}{reply_to}")
-    if "calls" in status:
-        out.write(f"device calls: {json.dumps(status['calls'])}")
-    if "devices" in status:
-        out.write(f"devices: {json.dumps(status['devices'])}")
+    # What installed apps add about the outside world (the lab: its devices).
+    for line in status_extra_lines(status):
+        out.write(line)
     used = status["budget"]["used"]
     cost = used["cost_usd"] if used["cost_usd"] is not None else "unknown"
     out.write(

@@ -138,7 +138,11 @@ _NO_ROW = re.compile(r"No (\w+) matches the given query\.")
 def not_found_code(exception: Exception | None) -> str:
     """The code of a console 404, as the CLI names the same miss: ``unknown_run``,
     ``unknown_approval`` (``unknown_<model>`` for a row ``get_object_or_404`` did not
-    find), else ``not_found`` (a path that names nothing)."""
+    find; an id's own code for an ill-formed id, ``runs.id_converters.UnknownId``), else
+    ``not_found`` (a path that names nothing)."""
+    code = getattr(exception, "code", None)
+    if isinstance(code, str):
+        return code
     found = _NO_ROW.fullmatch(str(exception or ""))
     if found is None:
         return "not_found"

@@ -12,11 +12,12 @@ class StepError(Exception):
     for a human whatever the step's ``on_exhausted`` says (the failure needs a person to
     look, e.g. a malformed model response). ``takeover_cause``, ``suggested_action`` and
     ``evidence``: what that takeover names (``Takeover.cause``, the fix, a JSON dict for
-    its evidence).
+    its evidence); an empty ``suggested_action`` lets the engine choose one by the
+    code's class (``runs.engine.effects.retry.suggested_action``).
     """
 
     takeover_cause = "retries_exhausted"
-    suggested_action = "Check the dependency, then retry the step."
+    suggested_action = ""
     evidence: dict | None = None
 
     def __init__(
@@ -49,6 +50,21 @@ class StepUnknown(StepError):
 
     def __init__(self, detail: str):
         super().__init__("STEP_UNKNOWN", detail, takeover=True)
+
+
+class ModelNotConfigured(StepError):
+    """A step asks the default model and there is none: ``AGENTOPS_MODEL`` is empty and
+    no installed app registers a default (a deployment without the lab has no ``sim``).
+    Code ``MODEL_NOT_CONFIGURED``, never retried: the run pauses with a takeover, and
+    retrying the step after the setting is fixed (and the workers restarted) runs it."""
+
+    suggested_action = (
+        "Set AGENTOPS_MODEL (e.g. openai:gpt-4.1-mini, with its key) for the workers, "
+        "restart them, then retry the step."
+    )
+
+    def __init__(self, detail: str):
+        super().__init__("MODEL_NOT_CONFIGURED", detail, takeover=True)
 
 
 class NonDeterminism(StepError):
@@ -98,15 +114,15 @@ class ControlError(Exception):
     @property
     def bad_input(self) -> bool:
         """Whether the code says the sender's value was wrong (every ``invalid_*`` code
-        and ``INPUT_CODES``), rather than that the run's state refuses the request:
+        and ``BAD_INPUT_CODES``), rather than that the run's state refuses the request:
         each face answers both classes with one status of its own (the console 400 and
         409, the API 422 and 409)."""
-        return self.code.startswith("invalid") or self.code in INPUT_CODES
+        return self.code.startswith("invalid") or self.code in BAD_INPUT_CODES
 
 
 #: ``ControlError`` codes of a wrong value that do not start with ``invalid``: a missing
 #: or blank reason or evidence, a name the run's workflow does not have.
-INPUT_CODES = frozenset(
+BAD_INPUT_CODES = frozenset(
     {
         "reason_required",
         "evidence_required",

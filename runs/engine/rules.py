@@ -19,6 +19,11 @@ webhooks), each rule written once here and refused with one error class.
 - **JSON values** (``value_problem``, ``check_value``): what ``values.storable`` can
   store faithfully (finite numbers, string keys, at most ``values.MAX_DEPTH`` levels,
   no lone surrogate) and, unlike an agent's output, no NUL in any string or key;
+- **ids** (``parse_id``, the table ``IDS``): a run, approval, takeover, step,
+  attempt, artifact, API token or stored value is named by its id (a UUID or a whole
+  number); an ill-formed id names nothing, so every face answers it as it answers an
+  id that names no row: with the kind's ``unknown_*`` code (``unknown_run``), which the
+  API answers as 404 ``not_found``. Nothing is looked up or written for it;
 - **request ids** (``request_id_problem``): an idempotency key is non-blank text of at
   most ``MAX_REQUEST_ID_CHARS``; one sent as an HTTP header is also printable ASCII
   without spaces (the API's ``Idempotency-Key``);
@@ -45,6 +50,7 @@ import json
 import math
 import re
 import unicodedata
+import uuid
 from typing import Any, NamedTuple
 
 import runs.engine.state.values as values
@@ -73,30 +79,44 @@ BIDI_CONTROLS = frozenset(
 )
 
 
-#: Unicode categories a terminal acts on: controls (C0, DEL, C1), lone surrogates, line
-#: and paragraph separators.
-_UNSAFE_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
+#: The characters a terminal acts on: the controls (C0, DEL, C1; Unicode category Cc),
+#: lone surrogates (Cs), the line and paragraph separators (Zl, Zp) and the
+#: bidirectional controls. Unicode's stability policy fixes those categories' members,
+#: so the class is written out: one regular expression scans a large tool output in C
+#: rather than one Python call per character.
+_UNSAFE_BUT_NEWLINE = re.compile(
+    r"[\x00-\x09\x0b-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029"
+    + "".join(f"\\u{ord(c):04x}" for c in sorted(BIDI_CONTROLS))
+    + "]"
+)
+_UNSAFE = re.compile(f"[\\n{_UNSAFE_BUT_NEWLINE.pattern[1:]}")
+_UNSAFE_BUT_LAYOUT = re.compile(_UNSAFE_BUT_NEWLINE.pattern.replace("\\x00-\\x09", "\\x00-\\x08"))
 
 
 def is_unsafe(char: str) -> bool:
     """Whether the one character ``char`` acts on a terminal (a control, a lone
     surrogate, a line or paragraph separator or a bidirectional control)."""
-    return char in BIDI_CONTROLS or unicodedata.category(char) in _UNSAFE_CATEGORIES
+    return _UNSAFE.fullmatch(char) is not None
 
 
-def _escape(char: str) -> str:
-    return f"\\u{ord(char):04x}"
+def _escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
-def terminal_text(text: object, limit: int | None = None, *, newlines: bool = False) -> str:
+def terminal_text(
+    text: object, limit: int | None = None, *, newlines: bool = False, tabs: bool = False
+) -> str:
     """``text`` (any value; ``str()`` of it) with every character that acts on a
     terminal (``is_unsafe``: ESC would start a sequence that clears the screen, ``\\r``
     overwrite what was printed, U+202E reverse what follows) written as ``\\uXXXX``,
     also a valid JSON escape of the same character; ``\\n`` kept when ``newlines``
-    (output meant to span lines). Cut to ``limit`` characters (after escaping) with
-    ``...`` and the whole length, ``"... (N characters)"``, when longer. Never raises."""
-    text = str(text)
-    text = "".join(_escape(c) if is_unsafe(c) and not (newlines and c == "\n") else c for c in text)
+    (output meant to span lines), and ``\\t`` too when ``tabs`` as well (a page's
+    preformatted text). Cut to ``limit`` characters (after escaping) with ``...`` and
+    the whole length, ``"... (N characters)"``, when longer. Never raises."""
+    unsafe = (
+        _UNSAFE_BUT_LAYOUT if newlines and tabs else _UNSAFE_BUT_NEWLINE if newlines else _UNSAFE
+    )
+    text = unsafe.sub(_escape, str(text))
     if limit is not None and len(text) > limit:
         return f"{text[:limit]}... ({len(text)} characters)"
     return text
@@ -204,8 +224,8 @@ class Identifier(NamedTuple):
 
 
 #: Every identifier the faces take, by the field name they take it as (the console's
-#: form field, the API's body field, the engine's keyword). A run id, approval id or
-#: takeover id is a UUID or a number, refused by its type where it is parsed.
+#: form field, the API's body field, the engine's keyword). A run, approval, takeover
+#: or other row's id is a UUID or a number with a rule of its own (``IDS``).
 IDENTIFIERS = {
     "thread_id": Identifier("invalid_thread", MAX_CHARS["thread_id"], "thread id"),
     "request_id": Identifier("invalid_idempotency_key", MAX_REQUEST_ID_CHARS, "idempotency key"),
@@ -254,6 +274,58 @@ def field_code(field: str) -> str:
     ``invalid_input`` for any other."""
     spec = IDENTIFIERS.get(field)
     return INVALID_INPUT if spec is None else spec.code
+
+
+class IdKind(NamedTuple):
+    """One kind of id: ``code``, the answer on every face to an id of this kind that is
+    ill-formed or names no row (the API's is 404 ``not_found``); ``label``, how messages
+    name it; ``uuid``, a UUID rather than a whole number."""
+
+    code: str
+    label: str
+    uuid: bool = False
+
+
+#: Every kind of id the faces take in a URL path, a command argument or a form, by the
+#: name the faces' converters and lookups use.
+IDS = {
+    "run": IdKind("unknown_run", "run", uuid=True),
+    "approval": IdKind("unknown_approval", "approval"),
+    "takeover": IdKind("unknown_takeover", "takeover"),
+    "step": IdKind("unknown_step", "step"),
+    "attempt": IdKind("unknown_attempt", "attempt"),
+    "artifact": IdKind("unknown_artifact", "artifact"),
+    "token": IdKind("unknown_token", "API token"),
+    "value": IdKind("unknown_value", "value"),
+}
+#: Largest whole-number id: the largest value of a 64-bit primary key column.
+MAX_ID = 2**63 - 1
+_WHOLE_ID = re.compile(r"[0-9]{1,19}")
+# ASCII only: ``uuid.UUID`` would read other scripts' digits too.
+_UUID_ID = re.compile(r"[0-9a-fA-F]{8}(-?[0-9a-fA-F]{4}){3}-?[0-9a-fA-F]{12}")
+
+
+def parse_id(value: Any, kind: str) -> uuid.UUID | int | None:
+    """The id ``value`` (text) names for the id ``kind`` (a key of ``IDS``), or ``None``
+    when it is ill-formed: a run id is a UUID (32 ASCII hex digits, hyphenated or not,
+    any case); any other id is ASCII digits from 1 to ``MAX_ID``. Never raises for a
+    bad value; ``KeyError`` for an unknown ``kind``."""
+    if IDS[kind].uuid:
+        if isinstance(value, str) and _UUID_ID.fullmatch(value):
+            return uuid.UUID(value)
+        return None
+    if not isinstance(value, str) or not _WHOLE_ID.fullmatch(value):
+        return None
+    number = int(value)
+    return number if 1 <= number <= MAX_ID else None
+
+
+def unknown_id_message(value: Any, kind: str) -> str:
+    """What every face says of an id of ``kind`` that names nothing: ``no approval 12``,
+    ``no run 'x y'`` (quoted unless it is letters, digits and hyphens only; escaped
+    as ``terminal_text``, cut to 80 characters)."""
+    text = terminal_text(value, 80)
+    return f"no {IDS[kind].label} {text if re.fullmatch(r'[0-9A-Za-z-]+', text) else repr(text)}"
 
 
 #: ``number_problem``'s answers, one per way a value fails the number rule.

@@ -54,6 +54,7 @@ from runs.engine.control.lifecycle import (
     retry_step,
     run_status,
     start_run,
+    status_extra_lines,
     waiting_on,
 )
 from runs.engine.control.preconditions import expect as expect_run_etag
@@ -129,8 +130,10 @@ from runs.engine.names import MAX_NAME_CHARS, name_problem
 from runs.engine.rules import (
     BIDI_CONTROLS,
     IDENTIFIERS,
+    IDS,
     INVALID_INPUT,
     MAX_CHARS,
+    MAX_ID,
     MAX_REQUEST_ID_CHARS,
     InputRefused,
     check_identifier,
@@ -140,9 +143,11 @@ from runs.engine.rules import (
     is_unsafe,
     number_from_text,
     number_problem,
+    parse_id,
     request_id_problem,
     terminal_text,
     text_problem,
+    unknown_id_message,
     value_problem,
 )
 from runs.engine.state.checkpoints import latest_state
@@ -177,6 +182,10 @@ __all__ = [
     "InputRefused",
     "text_problem",
     "IDENTIFIERS",
+    "IDS",
+    "MAX_ID",
+    "parse_id",
+    "unknown_id_message",
     "check_identifier",
     "field_code",
     "identifier_problem",
@@ -235,6 +244,7 @@ __all__ = [
     "run_status",
     "shown_usage",
     "silent_by_design",
+    "status_extra_lines",
     "stuck_runs",
     "waiting_by_limit",
     "waiting_by_workflow",

@@ -26,35 +26,36 @@ def visible(value) -> str:
     and tabs are kept. Autoescaping still applies after it."""
     if value is None:
         return ""
-    return "\t".join(terminal_text(part, newlines=True) for part in str(value).split("\t"))
+    return terminal_text(value, newlines=True, tabs=True)
 
 
 def _as_text(value, indent: int | None = None) -> str:
-    """``value`` (text or JSON) as it is shown: ``visible``; a JSON value's escapes
-    are JSON's own, so the text still reads as the same JSON."""
+    """``value`` (text or JSON) as text, not yet escaped: a JSON value as JSON."""
     if value is None:
         return ""
     if isinstance(value, str):
-        return visible(value)
-    return visible(
-        json.dumps(value, indent=indent, sort_keys=True, default=str, ensure_ascii=False)
-    )
+        return value
+    return json.dumps(value, indent=indent, sort_keys=True, default=str, ensure_ascii=False)
 
 
 @register.inclusion_tag("partials/payload.html")
 def payload(value, limit: int = PREVIEW_CHARS, full_url: str = ""):
-    """Render ``value`` (text or JSON) escaped; longer than ``limit`` characters, as a
-    preview with a ``<details>`` fold (no JavaScript needed) holding the text up to
-    ``FOLD_CHARS``; beyond that the fold is cut and links to ``full_url`` (the whole
-    value as plain text), so one large tool output cannot make the page huge."""
+    """Render ``value`` (text or JSON) escaped (``visible``); a JSON value's escapes
+    are JSON's own, so the text still reads as the same JSON. Longer than ``limit``
+    characters, as a preview with a ``<details>`` fold (no JavaScript needed) holding
+    the text up to ``FOLD_CHARS``; beyond that the fold is cut and links to
+    ``full_url`` (the whole value as plain text), so one large tool output cannot make
+    the page huge. ``size`` counts the value's characters before escaping."""
     text = _as_text(value)
     long = len(text) > limit
-    folded = _as_text(value, indent=2) if long else text
+    # Only what is shown is escaped (escaping only lengthens text), so a tool output
+    # of megabytes costs the page little.
+    fold = visible((_as_text(value, indent=2) if long else text)[: FOLD_CHARS + 1])
     return {
-        "text": folded[:FOLD_CHARS],
-        "cut": len(folded) > FOLD_CHARS,
+        "text": fold[:FOLD_CHARS],
+        "cut": len(fold) > FOLD_CHARS,
         "full_url": full_url,
-        "preview": text[:limit],
+        "preview": visible(text[:limit])[:limit],
         "long": long,
         "size": len(text),
     }

@@ -24,8 +24,10 @@ from runs.console.actions import back_url, control_refusal, perform
 from runs.console.forms import InvalidInput, optional_json, posted_text, required_text
 from runs.engine import service as engine
 from runs.engine.service import (
+    IDS,
     ControlError,
     amount_from_text,
+    parse_id,
     pause_progress,
     plan_resume,
     raise_budget,
@@ -34,6 +36,7 @@ from runs.engine.service import (
     resumable_names,
     resume_from_checkpoint,
     retry_step,
+    unknown_id_message,
 )
 from runs.models import Run
 from runs.states import RUN_TERMINAL, RunStatus, command_allows, command_states
@@ -272,15 +275,23 @@ def bulk(request):
             status=400,
             back=reverse("console:runs"),
         )
-    ids = request.POST.getlist("run")[:BULK_LIMIT]
-    try:
-        runs = list(Run.objects.filter(pk__in=ids).order_by("-created_at", "-pk"))
-    except Exception:  # noqa: BLE001 - malformed ids in the form
+    texts = request.POST.getlist("run")[:BULK_LIMIT]
+    ids = {text: parse_id(text, "run") for text in texts}
+    runs = list(
+        Run.objects.filter(pk__in=[i for i in ids.values() if i is not None]).order_by(
+            "-created_at", "-pk"
+        )
+    )
+    found = {run.pk for run in runs}
+    missing = next((text for text, pk in ids.items() if pk not in found), None)
+    if missing is not None:
+        # An ill-formed id names no run either: the selection is refused whole.
         return refusal(
             request,
-            title="Invalid selection",
-            message="malformed run ids",
-            status=400,
+            title="Not found",
+            message=f"{unknown_id_message(missing, 'run')}. Nothing was done.",
+            status=404,
+            code=IDS["run"].code,
             back=reverse("console:runs"),
         )
     context = {"action": action, "label": BULK_ACTIONS[action], "limit": BULK_LIMIT}

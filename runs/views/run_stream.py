@@ -32,7 +32,7 @@ async def run_stream(request: HttpRequest, run_id) -> HttpResponseBase:
     if not SEQ_TEXT.fullmatch(text) or int(text) > MAX_SEQ:
         return _error(400, "invalid_after", f"after must be an event seq, 0 to {MAX_SEQ}")
     if not await Run.objects.filter(pk=run_id).aexists():
-        return _error(404, "not_found", "no such run")
+        return _error(404, "unknown_run", "no such run")  # as the console's 404 pages
     response = StreamingHttpResponse(
         event_frames(run_id, int(text), named=False), content_type="text/event-stream"
     )

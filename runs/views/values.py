@@ -7,10 +7,10 @@ sandboxing policy), never as HTML: the value is untrusted agent or tool output.
 
 import json
 
-from django.http import Http404, HttpResponse
-from django.shortcuts import get_object_or_404
+from django.http import HttpResponse
 
 from runs.console.access import console_view
+from runs.id_converters import UnknownId, get_or_unknown
 from runs.models import Event, Message, Operation, Step
 
 #: ``kind`` in the URL -> (model, field).
@@ -28,9 +28,9 @@ def full_value(request, run_id, kind, pk):
     """The whole value as text (JSON indented); 404 for an unknown kind or another run's
     row."""
     if kind not in KINDS:
-        raise Http404("unknown kind of value")
+        raise UnknownId("value", kind)
     model, field = KINDS[kind]
-    row = get_object_or_404(model._default_manager.only(field), pk=pk, run_id=run_id)
+    row = get_or_unknown(model._default_manager.only(field), "value", pk=pk, run_id=run_id)
     value = getattr(row, field)
     text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
     response = HttpResponse(text, content_type="text/plain; charset=utf-8")

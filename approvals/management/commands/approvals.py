@@ -22,7 +22,14 @@ from approvals.tool_calls import edited_calls
 from runs.cli import arguments
 from runs.cli.command import OperatorCommand
 from runs.cli.common import cli_user, control_error, one_line, write_rows
-from runs.engine.service import ControlError, find_run, with_shown_status
+from runs.engine.service import (
+    IDS,
+    ControlError,
+    find_run,
+    parse_id,
+    unknown_id_message,
+    with_shown_status,
+)
 from runs.models import Approval, Takeover
 
 
@@ -35,11 +42,9 @@ class Command(OperatorCommand):
         p.add_argument("--all", action="store_true", help="every status, newest first")
         _add_listing_options(p)
         p = sub.add_parser("decide", help="approve or reject an approval")
-        p.add_argument(
-            "approval_id",
-            type=arguments.integer(1, arguments.MAX_ID),
-            help="the approval's id (approvals list shows it)",
-        )
+        # No argparse type: an ill-formed id names no approval (unknown_approval), as
+        # on the console and the API, not a usage error.
+        p.add_argument("approval_id", help="the approval's id (approvals list shows it)")
         # The engine refuses another word (invalid_decision), as from the console and API.
         p.add_argument("decision", help="approve or reject")
         p.add_argument("--comment", default="", help="why (recorded with the decision)")
@@ -176,11 +181,7 @@ class Command(OperatorCommand):
 
 
 def _add_takeover_id(parser) -> None:
-    parser.add_argument(
-        "takeover_id",
-        type=arguments.integer(1, arguments.MAX_ID),
-        help="the takeover's id (approvals takeovers shows it)",
-    )
+    parser.add_argument("takeover_id", help="the takeover's id (approvals takeovers shows it)")
 
 
 def _add_listing_options(parser) -> None:
@@ -215,16 +216,21 @@ def _user(username: str):
 _ACTIONABLE = {Approval: Approval.Status.PENDING, Takeover: Takeover.Status.OPEN}
 
 
-def _get(model, pk: int, what: str):
-    try:
-        return model.objects.get(pk=pk)
-    except model.DoesNotExist:
+def _get(model, text: str, what: str):
+    """The row of ``model`` whose id (of the kind ``what``) is ``text``; ``CommandError``
+    with the kind's code (``[unknown_approval]``) and the actionable ids when ``text``
+    is ill-formed (``parse_id``) or names no row."""
+    pk = parse_id(text, what)
+    row = None if pk is None else model.objects.filter(pk=pk).first()
+    if row is None:
         status = _ACTIONABLE[model]
         ids = model.objects.filter(status=status).order_by("pk").values_list("pk", flat=True)
         listing = ", ".join(str(i) for i in ids[:20]) or "none"
         raise CommandError(
-            f"no {what} {pk} [unknown_{what}]; {status.lower()} {what}s: {listing}"
-        ) from None
+            f"{one_line(unknown_id_message(text, what))} [{IDS[what].code}]; "
+            f"{status.lower()} {what}s: {listing}"
+        )
+    return row
 
 
 def _approval_row(a: Approval) -> dict:

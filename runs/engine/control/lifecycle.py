@@ -1,7 +1,9 @@
 """Starting, inspecting and resuming runs: the functions behind the CLI, the console
 and the API (views and commands stay thin and call these)."""
 
+import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -151,18 +153,34 @@ def create_run(
     )
 
 
-#: Extra keys of ``run_status``: ``{key: fn(run) -> JSON}``, registered by the apps that
-#: know the outside world (the simulator adds the device calls and readings), so the
-#: engine imports none of them.
-STATUS_EXTRAS: dict = {}
+#: Extra keys of ``run_status``: ``{key: (fn(run) -> JSON | None, fn(value) -> str)}``,
+#: registered by the apps that know the outside world (the lab adds its simulated
+#: devices' calls and readings to its own runs), so the engine imports none of them.
+STATUS_EXTRAS: dict[str, tuple[Callable[[Run], Any], Callable[[Any], str]]] = {}
 
 
-def register_status_extra(key: str, extra) -> None:
-    """Add ``key: extra(run)`` (any JSON value) to every ``run_status`` document. Raises
-    ``ValueError`` when ``key`` is already registered."""
+def register_status_extra(
+    key: str, extra: Callable[[Run], Any], line: Callable[[Any], str] | None = None
+) -> None:
+    """Add ``key: extra(run)`` (any JSON value) to the ``run_status`` document of each run
+    for which ``extra`` returns something other than ``None``; ``line(value)`` is the
+    one line ``runs status`` prints for it (default ``"<key>: <value as JSON>"``).
+    Raises ``ValueError`` when ``key`` is already registered."""
     if key in STATUS_EXTRAS:
         raise ValueError(f"status extra {key!r} is already registered")
-    STATUS_EXTRAS[key] = extra
+    STATUS_EXTRAS[key] = (extra, line or (lambda value: f"{key}: {json.dumps(value)}"))
+
+
+def status_extras(run: Run) -> dict[str, Any]:
+    """``{key: value}`` of the registered status extras that apply to ``run``."""
+    found = {key: extra(run) for key, (extra, _) in STATUS_EXTRAS.items()}
+    return {key: value for key, value in found.items() if value is not None}
+
+
+def status_extra_lines(status: dict[str, Any]) -> list[str]:
+    """The lines ``runs status`` prints for the extras a ``run_status`` document
+    carries, in registration order (none when no app registered any)."""
+    return [line(status[key]) for key, (_, line) in STATUS_EXTRAS.items() if key in status]
 
 
 def text_refusal(value: Any, *, limit: int | None = None, identifier: bool = False) -> str | None:
@@ -248,8 +266,8 @@ def run_status(run: Run) -> dict[str, Any]:
     manual_review}, replay_of: {run, checkpoint} | None, replays: [run ids], parent,
     children (see ``family``), pause_progress (``pause_progress``, ``None`` when no pause
     is requested)}`` plus what
-    ``STATUS_EXTRAS`` add (the simulator: ``calls: {device.op: count}, devices:
-    {...}``)."""
+    the registered extras that apply to the run add (``status_extras``; the lab's runs:
+    ``calls: {device.op: count}, devices: {...}``)."""
     run.refresh_from_db()
     nxt = open_step(run)
     # A map step's branches are counted on it, not listed: there may be 10,000.
@@ -312,7 +330,7 @@ def run_status(run: Run) -> dict[str, Any]:
         "steps": steps,
         "result": result,
         "messages": messages,
-        **{key: extra(run) for key, extra in STATUS_EXTRAS.items()},
+        **status_extras(run),
         "budget": {"limits": run.budget, "used": budget_usage(run)},
         "error_code": run.error_code or None,
         "takeover": _open_takeover(run),

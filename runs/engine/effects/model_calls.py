@@ -64,7 +64,7 @@ def model_key(run_id, step: Step, ordinal: int) -> str:
 def model_name_for(workflow, step_def, override: str | None = None) -> str:
     """The model a step asks: ``override``, else the step's ``model``, else the
     workflow's, else the default (``model_providers.default_model``). Raises
-    ``ImproperlyConfigured`` when none is named and there is no default."""
+    ``ModelNotConfigured`` when none is named and there is no default."""
     return (
         override
         or getattr(step_def, "model", None)

@@ -15,6 +15,8 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from runs.engine.errors import ModelNotConfigured
+
 logger = logging.getLogger("agentops.worker")
 
 
@@ -117,11 +119,11 @@ def register_provider(
 
 def default_model() -> str:
     """The model of a run, step and workflow that name none: ``AGENTOPS_MODEL``, else
-    the provider registered with ``default=True``. Raises ``ImproperlyConfigured``
-    when neither is there."""
+    the provider registered with ``default=True``. Raises ``ModelNotConfigured`` (a
+    step error that pauses the run for a takeover) when neither is there."""
     name = settings.AGENTOPS_MODEL or (_default[0] if _default else "")
     if not name:
-        raise ImproperlyConfigured(
+        raise ModelNotConfigured(
             "AGENTOPS_MODEL is empty and no installed app registers a default model: "
             "set AGENTOPS_MODEL (e.g. openai:gpt-4.1-mini)"
         )

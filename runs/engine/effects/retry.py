@@ -33,10 +33,50 @@ NON_RETRYABLE_CODES = frozenset(
         # A model provider refused the request itself or its credentials.
         "MODEL_REQUEST_INVALID",
         "MODEL_AUTH",
+        # No model named and no default model: a setting to fix, not a passing fault.
+        "MODEL_NOT_CONFIGURED",
         "MODEL_QUOTA_EXCEEDED",
         "MODEL_RESPONSE_INVALID",
     }
 )
+
+#: Non-retryable codes by what a person does about them (``suggested_action``).
+INPUT_CODES = frozenset({"INVALID_ARGUMENT", "INVALID_DURATION", "MODEL_REQUEST_INVALID"})
+ACCESS_CODES = frozenset({"PERMISSION_DENIED", "MODEL_AUTH", "MODEL_QUOTA_EXCEEDED"})
+CODE_FAULT_CODES = frozenset({"INTERNAL", "INVALID_OUTPUT", "MODEL_RESPONSE_INVALID"})
+
+SUGGEST_DEPENDENCY = "Check the dependency, then retry the step."
+SUGGEST_INPUT = (
+    "A retry with the same input fails the same way: fix the input (resume with an input "
+    "patch, or edit what the step reads) and retry the step, or resolve the takeover "
+    "(mark done or cancel)."
+)
+SUGGEST_ACCESS = "Fix the credentials, permission or quota the error names, then retry the step."
+SUGGEST_CODE_FAULT = (
+    "Read the error: the step's code or the model's answer is at fault. Deploy a fix "
+    "and retry the step (a model may answer well on a retry), or resolve the takeover."
+)
+SUGGEST_OTHER = (
+    "Read the error; retry the step once its cause is fixed, or resolve the takeover "
+    "(mark done or cancel)."
+)
+
+
+def suggested_action(code: str, retryable: frozenset = RETRYABLE_CODES) -> str:
+    """What a takeover opened by a step that failed with ``code`` suggests, by the
+    code's class: a retryable one (in ``retryable``, the step's policy's codes) names
+    the dependency, an input error fixing the input, an access error the credentials,
+    a fault of the step's code or the model's answer a fix; any other code reading the
+    error. Never raises."""
+    if code in retryable:
+        return SUGGEST_DEPENDENCY
+    if code in INPUT_CODES:
+        return SUGGEST_INPUT
+    if code in ACCESS_CODES:
+        return SUGGEST_ACCESS
+    if code in CODE_FAULT_CODES:
+        return SUGGEST_CODE_FAULT
+    return SUGGEST_OTHER
 
 
 def retry_after_seconds(value: float | str | None, now: float | None = None) -> float | None:

@@ -19,7 +19,7 @@ from runs.engine.control.cancel import finish_cancel
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.data.artifacts import ArtifactInvalid, pause_for_invalid_artifact
 from runs.engine.effects import budget, compensation, ledger, rate_limits, unknown_outcomes
-from runs.engine.effects.retry import DEFAULT_RETRY
+from runs.engine.effects.retry import DEFAULT_RETRY, suggested_action
 from runs.engine.errors import CancelRequested, LeaseLost, OutcomeUnknown, StepError, StepUnknown
 from runs.engine.execution import attempt_logs, heartbeat
 from runs.engine.execution.identity import WorkerIdentity
@@ -692,9 +692,9 @@ def _record_failed_attempt(
                 reason=reason,
                 actor=worker.worker_id,
                 step=step,
-                suggested_action=SUGGESTED_ACTIONS.get(
-                    error.takeover_cause, error.suggested_action
-                ),
+                suggested_action=SUGGESTED_ACTIONS.get(error.takeover_cause)
+                or error.suggested_action
+                or suggested_action(error.code, step_def.retry.retryable),
                 evidence={
                     "error_code": error.code,
                     "error_detail": error.detail[:2000],
@@ -716,7 +716,8 @@ def _record_failed_attempt(
             )
 
 
-#: What a takeover opened by a failed step suggests, by cause (default: retry).
+#: What a takeover opened by a failed step suggests, by cause (default: the error's
+#: own, else one chosen by its code's class).
 SUGGESTED_ACTIONS = {
     "non_determinism": (
         "The step asked a recorded call differently than before. Make the step ask it "

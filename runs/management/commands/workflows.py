@@ -15,7 +15,7 @@ def describe(workflow) -> dict:
     """One workflow version as plain data: ``{"name", "version", "description",
     "input": {field: type name}, "steps": [{"name", "kind", "max_attempts",
     "on_exhausted", "compensates", "compensable", "children_of" (the workflow a child
-    step starts)}], "migrates_from": [int],
+    step starts), "signal" (the signal a signal step waits for)}], "migrates_from": [int],
     "internal": bool}``."""
     return {
         "name": workflow.name,
@@ -34,6 +34,7 @@ def describe(workflow) -> dict:
                 "compensates": s.compensate is not None,
                 "compensable": s.compensable,
                 "children_of": s.options["workflow"] if s.kind == "child" else None,
+                "signal": s.options["signal"] if s.kind == "signal" else None,
             }
             for s in workflow.steps
         ],
@@ -81,7 +82,9 @@ class Command(OperatorCommand):
                     m
                     for m, on in (
                         ("approval", s["kind"] == "approval"),
+                        ("map: one branch per item", s["kind"] == "map"),
                         (f"child runs of {s['children_of']}", s["children_of"] is not None),
+                        (f"waits for signal {s['signal']}", s["signal"] is not None),
                         ("compensated", s["compensates"]),
                         ("not compensable", not s["compensable"]),
                     )
