@@ -69,7 +69,7 @@ def decide(
     (a correction that came too late is refused, not dropped), or on an expired or
     cancelled approval; ``ControlError("invalid_decision")`` for another word.
     """
-    if decision not in DECISIONS:
+    if not isinstance(decision, str) or decision not in DECISIONS:
         raise ControlError(
             "invalid_decision",
             f"decision must be approve or reject, not {decision!r}",

@@ -187,7 +187,8 @@ BAD_BODIES = [
     ({**BODY, "budget": {"cost_usd": "-0.5"}}, 422, "invalid_budget", "budget.cost_usd"),
     ({**BODY, "budget": {"model_calls": "5"}}, 422, "invalid_budget", "budget.model_calls"),
     ({**BODY, "budget": {"tokens": -5}}, 422, "invalid_budget", "budget.tokens"),
-    ({**BODY, "budget": {"calories": 5}}, 422, "invalid_request", "budget.calories"),
+    ({**BODY, "budget": {"calories": 5}}, 422, "invalid_budget", "budget.calories"),
+    ({**BODY, "budget": [5]}, 422, "invalid_budget", "budget"),
     ({"workflow": "room_temperature"}, 422, "invalid_request", "thread_id"),
     (
         '{"workflow": "room_temperature", "thread_id": "t\\u0000", "input": {}}',

@@ -286,6 +286,6 @@ def test_the_client_reads_children_branches_and_replays_in_bulk(deployment_facto
     assert {r.replay_of for r in replays.items} == {c.run for c in first.created}
     with pytest.raises(ApiError) as refused:
         api.replay_runs(reason="x", rate=0)
-    assert (refused.value.status, refused.value.code) == (422, "invalid_request")
+    assert (refused.value.status, refused.value.code) == (422, "invalid_rate")
     api.close()
     server.kill()

@@ -13,7 +13,7 @@ from django.urls import reverse
 from apitokens.models import ApiToken
 from runs.console.access import form_version
 from runs.engine.control.lifecycle import ControlError
-from runs.engine.effects.budget import MAX_AMOUNTS, limit_errors, parse_amount
+from runs.engine.effects.budget import MAX_AMOUNTS, amount_from_text, limit_errors, parse_amount
 from runs.models import Approval, Event, RefusedAction, Run, Step, Takeover
 from tests.support.in_process import *  # noqa: F403 - fixtures
 from tests.support.in_process import start_room_temperature
@@ -159,14 +159,17 @@ def test_a_bare_version_number_is_stale(clients, actors):
 
 
 def test_parse_amount_bounds():
-    assert parse_amount("model_calls", "1000000") == MAX_AMOUNTS["model_calls"]
+    # The console's text is parsed into the number it spells first (amount_from_text).
+    typed = amount_from_text("model_calls", "1000000")
+    assert parse_amount("model_calls", typed) == MAX_AMOUNTS["model_calls"]
     assert parse_amount("cost_usd", "0.000001") == Decimal("0.000001")
     assert parse_amount("tokens", 10**12) == Decimal(10**12)
     for key, value in [
         ("model_calls", 1_000_001),
         ("model_calls", True),
         ("model_calls", 1.5),
-        ("model_calls", "1e6"),
+        ("model_calls", amount_from_text("model_calls", "1e6")),
+        ("model_calls", "5"),
         ("tool_calls", -1),
         ("tokens", 10**12 + 1),
         ("cost_usd", "1000000.000001"),
@@ -180,7 +183,7 @@ def test_parse_amount_bounds():
     ) == {
         "budget.model_calls": "must be at most 1000000",
         "budget.tool_calls": "must be a whole number",
-        "budget.tokens": "must be a whole number",
+        "budget.tokens": "must be a number, not true/false",
         "budget.cost_usd": "must be at most 1000000",
         "budget.x": "unknown limit; use model_calls, tool_calls, cost_usd, tokens",
     }

@@ -17,9 +17,11 @@ from runs.api.conditional import check_idempotency_key
 from runs.api.errors import ApiError
 from runs.cli import arguments
 from runs.engine.control.lifecycle import start_run
+from runs.engine.control.replay import check_rate
 from runs.engine.durations import duration_problem
-from runs.engine.effects.budget import limit_errors, parse_amount
+from runs.engine.effects.budget import amount_from_text, limit_errors, parse_amount
 from runs.engine.effects.retry import retry_after_seconds
+from runs.engine.errors import ControlError
 from runs.engine.rules import (
     IDENTIFIERS,
     MAX_CHARS,
@@ -27,6 +29,7 @@ from runs.engine.rules import (
     MAX_VALUE_BYTES,
     NOT_FINITE,
     TRUE_FALSE,
+    number_from_text,
     number_problem,
     request_id_problem,
 )
@@ -188,6 +191,14 @@ def _cost(value):
     return None
 
 
+def _rate(value):
+    try:
+        check_rate(value)
+    except ControlError as exc:
+        return exc.message
+    return None
+
+
 def _refusal(build):
     def answer(value):
         try:
@@ -211,10 +222,11 @@ NUMBER_CALLERS = {
         ("is not a number", "is not between", "is not between"),
     ),
     "workflow input": (_workflow_input, ("must be int or float", "must be from", "must be from")),
-    "budget limit": (_budget_limit, ("whole number", "whole number", "whole number")),
+    "budget limit": (_budget_limit, ("not true/false", "whole number", "whole number")),
     "cost amount": (_cost, ("not true/false", "finite amount", "finite amount")),
     "duration": (duration_problem, ("not bool", "from 0 to", "from 0 to")),
     "Retry-After": (retry_after_seconds, (None, None, None)),
+    "bulk replay rate": (_rate, ("replays per second",) * 3),
 }
 
 
@@ -226,6 +238,23 @@ def test_every_number_caller_refuses_true_false_nan_and_infinity_with_its_own_me
     for value, wanted in zip((True, float("nan"), float("inf")), expected, strict=True):
         got = answer(value)
         assert got == wanted if wanted is None else wanted in got, (value, got)
+
+
+def test_a_number_rule_takes_text_only_as_a_text_face_parsed_it():
+    # "5" sent as JSON is text: the rules refuse it (the API hands them its values as
+    # sent); typed on the CLI or the console it is parsed into the number first.
+    assert [number_from_text(t) for t in ("5", " -3 ", "0.5", "1e3", "NaN", "x", "", 5)] == [
+        5, -3, 0.5, 1000.0, "NaN", "x", "", 5,
+    ]  # fmt: skip
+    assert limit_errors({"model_calls": "5"}) == {"budget.model_calls": "must be a whole number"}
+    assert limit_errors({"model_calls": 5, "cost_usd": "0.10"}) == {}
+    with pytest.raises(ValueError, match="whole number"):
+        parse_amount("tokens", "5")
+    assert parse_amount("tokens", amount_from_text("tokens", " 5 ")) == 5
+    assert amount_from_text("cost_usd", "0.10") == "0.10" and amount_from_text("tokens", " ") == 0
+    with pytest.raises(ValueError, match="whole number"):
+        parse_amount("tokens", amount_from_text("tokens", "1.5"))
+    assert _rate("5") and _rate(True) and _rate(0) and check_rate(number_from_text("5")) == 5.0
 
 
 #: key: (refused as a request id, refused as an Idempotency-Key header)
@@ -479,7 +508,9 @@ BIG_PAYLOAD = json.dumps({"celsius": 1, "note": ""}, separators=(",", ":"))
 BIG_PAYLOAD = BIG_PAYLOAD.replace('""', '"' + "x" * (MAX_VALUE_BYTES + 1 - len(BIG_PAYLOAD)) + '"')
 
 #: case: the code every face answers ("api_code" where the API's differs, as documented)
-#: and the request of each face; "{run}" / "{approval}" name the arranged rows.
+#: and the request of each face; "{run}" / "{approval}" name the arranged rows. A case
+#: without "cli" (or "console") is a JSON value a text face cannot send (a number
+#: sent as text, a reason that is a number) or an action that face does not offer.
 FACE_CASES = {
     "blank reason, cancel": {
         "code": "reason_required",
@@ -548,6 +579,93 @@ FACE_CASES = {
         "console": ("console:decide", "{approval}", {"decision": "maybe"}),
         "api": ("/approvals/{approval}/decide", '{"decision": "maybe"}'),
     },
+    # A JSON face takes a count as a JSON number only: "5" is text, refused by the
+    # budget rule (the CLI and the console type text, so "5" is a count there).
+    "budget count as JSON text": {
+        "code": "invalid_budget",
+        "api": ("/runs/{run}/budget", '{"reason": "r", "add_model_calls": "5"}'),
+    },
+    "start budget count as JSON text": {
+        "code": "invalid_budget",
+        "api": (
+            "/runs",
+            '{"workflow": "signalled", "thread_id": "b", "input": {}, '
+            '"budget": {"tool_calls": "5"}}',
+        ),
+    },
+    "start budget unknown limit": {
+        "code": "invalid_budget",
+        "cli": ("runs", "start", "signalled", "--thread", "b", "--budget", '{"bogus": 1}'),
+        "api": (
+            "/runs",
+            '{"workflow": "signalled", "thread_id": "b", "input": {}, "budget": {"bogus": 1}}',
+        ),
+    },
+    "start budget not an object": {
+        "code": "invalid_budget",
+        "cli": ("runs", "start", "signalled", "--thread", "b", "--budget", "[]"),
+        "api": (
+            "/runs",
+            '{"workflow": "signalled", "thread_id": "b", "input": {}, "budget": []}',
+        ),
+    },
+    "missing reason, cancel": {
+        "code": "reason_required",
+        "cli": ("runs", "cancel", "{run}"),
+        "console": ("console:cancel", "{run}", {}),
+        "api": ("/runs/{run}/cancel", "{}"),
+    },
+    "missing reason, budget": {
+        "code": "reason_required",
+        "cli": ("runs", "budget", "{run}", "--add-model-calls", "1"),
+        "console": ("console:budget", "{run}", {"add_model_calls": "1"}),
+        "api": ("/runs/{run}/budget", '{"add_model_calls": 1}'),
+    },
+    "missing reason, retry": {
+        "code": "reason_required",
+        "api": ("/runs/{run}/retry", "{}"),
+    },
+    "reason not text": {
+        "code": "invalid_input",
+        "api": ("/runs/{run}/cancel", '{"reason": 5}'),
+    },
+    "missing evidence": {
+        "code": "evidence_required",
+        "api": ("/runs/{run}/steps/wait/resolve", '{"outcome": "done"}'),
+    },
+    "bulk replay rate as JSON text": {
+        "code": "invalid_rate",
+        "api": ("/replays", '{"reason": "r", "rate": "5", "dry_run": true}'),
+    },
+    "schedule every as JSON text": {
+        "code": "invalid_input",
+        "api": ("/schedules", '{"name": "s", "workflow": "signalled", "every": "5"}'),
+    },
+    "decision true": {
+        "code": "invalid_decision",
+        "cli": ("approvals", "decide", "{approval}", "true", "--as", "carol"),
+        "console": ("console:decide", "{approval}", {"decision": "true"}),
+        "api": ("/approvals/{approval}/decide", '{"decision": true}'),
+    },
+    "missing decision": {
+        "code": "invalid_decision",
+        "console": ("console:decide", "{approval}", {}),
+        "api": ("/approvals/{approval}/decide", "{}"),
+    },
+    "decision null": {
+        "code": "invalid_decision",
+        "api": ("/approvals/{approval}/decide", '{"decision": null}'),
+    },
+    "decision a number": {
+        "code": "invalid_decision",
+        "api": ("/approvals/{approval}/decide", '{"decision": 1}'),
+    },
+    "unknown signal": {
+        "code": "unknown_signal",
+        "cli": ("runs", "signal", "{run}", "nope", "--payload", "{}"),
+        "console": ("console:signal", "{run}", {"signal": "nope", "payload": "{}"}),
+        "api": ("/runs/{run}/signals/nope", "{}"),
+    },
     "unknown run": {
         "code": "unknown_run",
         "api_code": "not_found",
@@ -570,15 +688,16 @@ API_STATUS = {"invalid_json": 400, "not_found": 404}
 
 
 def _written():
-    """What a refused request must leave as it was: every run, event, signal and
-    approval with its state."""
-    from runs.models import Approval, Run
+    """What a refused request must leave as it was: every run, event, signal,
+    approval and schedule with its state."""
+    from runs.models import Approval, Run, Schedule
 
     return (
         sorted(Run.objects.values_list("pk", "status", "version", "budget")),
         Event.objects.count(),
         Signal.objects.count(),
         sorted(Approval.objects.values_list("pk", "status", "comment")),
+        Schedule.objects.count(),
     )
 
 
@@ -626,9 +745,10 @@ def test_one_bad_value_gets_one_code_on_the_cli_the_console_and_the_api(
 
     before = _written()
 
-    status, _, err = manage_in_process(*map(named, spec["cli"]))
-    assert status in (1, 2) and len(err.splitlines()) == 1, err
-    assert f"[{code}]" in err, err
+    if "cli" in spec:
+        status, _, err = manage_in_process(*map(named, spec["cli"]))
+        assert status in (1, 2) and len(err.splitlines()) == 1, err
+        assert f"[{code}]" in err, err
 
     if "console" in spec:
         url_name, target, data = spec["console"]

@@ -22,22 +22,14 @@ def error_responses(*extra: int) -> dict[int, type[Error]]:
     return {status: Error for status in sorted({*COMMON_ERROR_STATUSES, *extra})}
 
 
-#: HTTP status for ``ControlError`` codes that are not conflicts (409 is the default).
+#: HTTP status for ``ControlError`` codes that are neither bad input (422, as
+#: ``ControlError.bad_input`` says) nor conflicts (409).
 CONTROL_STATUS = {
-    "unknown_workflow": 422,
-    "unknown_checkpoint": 422,
-    "unknown_step": 422,
     "unknown_run": 404,
-    "unknown_signal": 422,
     "unknown_schedule": 404,
     "not_found": 404,
     "idempotency_key_reused": 422,
     "permission_denied": 403,
-    "invalid_arguments": 422,
-    "invalid_decision": 422,
-    # A blank reason or evidence is bad input, as a missing one is (422), not a conflict.
-    "reason_required": 422,
-    "evidence_required": 422,
     "self_approval_forbidden": 403,
     "approver_role_required": 403,
 }
@@ -67,9 +59,10 @@ class ApiError(Exception):
 
 
 def from_control(exc: ControlError) -> ApiError:
-    """The ``ApiError`` for an engine refusal: ``invalid_*`` codes are 422, the codes in
-    ``CONTROL_STATUS`` use theirs, anything else (state conflicts) is 409."""
-    status = CONTROL_STATUS.get(exc.code, 422 if exc.code.startswith("invalid") else 409)
+    """The ``ApiError`` for an engine refusal: the codes in ``CONTROL_STATUS`` use
+    theirs, bad input (``ControlError.bad_input``) is 422, anything else (state
+    conflicts) is 409."""
+    status = CONTROL_STATUS.get(exc.code, 422 if exc.bad_input else 409)
     return ApiError(status, exc.code, exc.message, {k: str(v) for k, v in exc.errors.items()})
 
 

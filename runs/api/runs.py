@@ -94,8 +94,12 @@ def create_run(
         "input": payload.input,
     }
     if payload.budget is not None:
-        # As sent (a NaN stays a NaN for the engine to refuse, not a null).
-        body["budget"] = payload.budget.model_dump(exclude_none=True)
+        # As sent, for the engine to check (a NaN stays a NaN, a list stays a list); a
+        # null limit is an omitted one.
+        budget = payload.budget
+        if isinstance(budget, dict):
+            budget = {key: value for key, value in budget.items() if value is not None}
+        body["budget"] = budget
     check_idempotency_key(idempotency_key)
     fingerprint = request_fingerprint(body)
     if idempotency_key:

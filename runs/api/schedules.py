@@ -2,13 +2,14 @@
 to the deployment, not to one owner: reading needs a staff token with ``runs.view_run``,
 changing one ``runs.operate_run`` (403 ``permission_denied`` otherwise)."""
 
-from typing import Any, Literal
+from typing import Any
 
 from ninja import Router, Schema, Status
-from pydantic import Field, StrictInt
+from pydantic import Field
 
 from runs.api.conditional import conditional_action
 from runs.api.errors import ApiError, error_responses
+from runs.api.schemas import Strict, checked
 from runs.engine import service as engine
 from runs.engine.service import (
     delete_schedule,
@@ -44,20 +45,23 @@ class ScheduleOut(Schema):
     last_ticks: list[TickOut]
 
 
-class ScheduleIn(Schema):
+class ScheduleIn(Strict):
     """Exactly one of ``cron`` (with ``timezone``, default UTC) and ``every`` (whole
     seconds, 1 to 315,360,000: ten years; a JSON number, not text). The engine checks
-    every field (``create_schedule``)."""
+    every field (``create_schedule``): a bad timing, policy or window is 422
+    ``invalid_input`` with the engine's message, as from the CLI."""
 
     name: str
     workflow: str
     cron: str | None = None
     timezone: str | None = None
-    every: StrictInt | None = None
+    every: Any = checked({"type": "integer", "minimum": 1}, description="whole seconds")
     input: dict[str, Any] = Field(default_factory=dict)
-    overlap: Literal["skip", "allow"] = "skip"
-    catchup: Literal["none", "latest", "all"] = "latest"
-    catchup_window: StrictInt = 3600
+    overlap: Any = checked({"type": "string", "enum": ["skip", "allow"]}, "skip")
+    catchup: Any = checked({"type": "string", "enum": ["none", "latest", "all"]}, "latest")
+    catchup_window: Any = checked(
+        {"type": "integer", "minimum": 1}, 3600, "whole seconds a missed tick is caught up"
+    )
 
 
 class TickResult(Schema):

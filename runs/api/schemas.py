@@ -1,9 +1,13 @@
 """Request and response shapes of the API (pydantic through django-ninja); they are
 the OpenAPI schema. Request bodies forbid unknown fields and use strict types, so a
-string where a number belongs is a 422, not a silent conversion."""
+string where a number belongs is a 422, not a silent conversion. A field the engine
+has a rule for (a reason, a budget, a decision, a rate, a schedule's timing) is
+``checked``: taken as sent, whatever its JSON type, and handed to the engine's rule,
+so a bad value gets the engine's code (``reason_required``, ``invalid_budget``...) as
+on the CLI and the console; its type is only documented."""
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from uuid import UUID
 
 from ninja import Schema
@@ -19,13 +23,32 @@ from runs.engine.service import (
 )
 
 
+def _document_required(schema: dict[str, Any], model: type) -> None:
+    """Lists a body's ``ENGINE_REQUIRED`` fields as required in the OpenAPI document
+    (the schema itself takes them missing: the engine refuses that with its code)."""
+    names = getattr(model, "ENGINE_REQUIRED", ())
+    if names:
+        schema["required"] = list(dict.fromkeys([*schema.get("required", ()), *names]))
+
+
 class Strict(Schema):
     """A request body: unknown fields refused, types strict. Lengths and characters of
     its text are not checked here: the engine's rules refuse them with the same code
     on every face (``runs.engine.rules``; 422 ``invalid_input``, ``invalid_thread``,
-    ``reason_required``...)."""
+    ``reason_required``...). ``ENGINE_REQUIRED`` names the ``checked`` fields the
+    engine requires (documented as required)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_document_required)
+    ENGINE_REQUIRED: ClassVar[tuple[str, ...]] = ()
+
+
+def checked(json_schema: dict[str, Any], default: Any = None, description: str = "") -> Any:
+    """A body field (annotated ``Any``) whose value goes to the engine's rule as sent:
+    any JSON value is taken (a missing one is ``default``), so that the engine answers
+    a bad one with its code, also a value of the wrong JSON type (``"5"`` where a count
+    is due is ``invalid_budget``, a missing reason ``reason_required``);
+    ``json_schema`` is what the OpenAPI document says the field takes."""
+    return Field(default, description=description, json_schema_extra=json_schema)
 
 
 #: Every reason field, described with its bounds in the OpenAPI document; not checked
@@ -35,6 +58,9 @@ REASON = (
     "invalid_input when longer)"
 )
 REASON_BOUNDS: dict[str, Any] = {"minLength": 1, "maxLength": MAX_REASON_CHARS}
+#: Every reason field: checked by ``require_reason`` (missing or blank: 422
+#: reason_required, not text or too long: invalid_input).
+REASON_SCHEMA: dict[str, Any] = {"type": "string", **REASON_BOUNDS}
 
 
 class Error(Schema):
@@ -47,7 +73,14 @@ class Error(Schema):
 
 def _count(key: str) -> str:
     """How the count ``key``'s bounds are described; the engine checks them."""
-    return f"whole number, 0..{int(MAX_AMOUNTS[key])} (422 invalid_budget otherwise)"
+    return (
+        f"whole JSON number, 0..{int(MAX_AMOUNTS[key])} (422 invalid_budget otherwise, "
+        'also for text such as "5")'
+    )
+
+
+def _count_schema(key: str) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 0, "maximum": int(MAX_AMOUNTS[key])}
 
 
 #: How a USD amount's bounds are described; the engine checks them.
@@ -55,17 +88,22 @@ COST = (
     f'USD, as a string like "0.10" or a number, 0..{MAX_AMOUNTS["cost_usd"]} with at most '
     f"{COST_PLACES} decimal places (422 invalid_budget otherwise)"
 )
+COST_SCHEMA: dict[str, Any] = {"anyOf": [{"type": "string"}, {"type": "number", "minimum": 0}]}
 
 
 class BudgetIn(Strict):
-    """Limits for the run; an omitted limit means none. The amounts are taken as sent
-    and checked by the engine (``runs.engine.effects.budget.parse_amount``: bounds
-    ``MAX_AMOUNTS``), so a bad one is 422 ``invalid_budget`` as on every face."""
+    """Limits for the run; an omitted (or null) limit means none. Only the OpenAPI
+    document of ``RunCreate.budget``: the engine checks the object as sent
+    (``runs.engine.effects.budget.limit_errors``: these keys only, bounds
+    ``MAX_AMOUNTS``), so a bad one, an unknown key or a budget that is no object is 422
+    ``invalid_budget`` as on every face."""
 
-    model_calls: Any = Field(None, description=_count("model_calls"))
-    tool_calls: Any = Field(None, description=_count("tool_calls"))
-    tokens: Any = Field(None, description="input + output tokens; " + _count("tokens"))
-    cost_usd: Any = Field(None, description=COST)
+    model_calls: Any = checked(_count_schema("model_calls"), description=_count("model_calls"))
+    tool_calls: Any = checked(_count_schema("tool_calls"), description=_count("tool_calls"))
+    tokens: Any = checked(
+        _count_schema("tokens"), description="input + output tokens; " + _count("tokens")
+    )
+    cost_usd: Any = checked(COST_SCHEMA, description=COST)
 
 
 class RunCreate(Strict):
@@ -74,7 +112,10 @@ class RunCreate(Strict):
         examples=["t1"], description=f"1..{MAX_CHARS['thread_id']} characters, no controls"
     )
     input: dict[str, Any] = Field(examples=[{"question": "How warm is the living room?"}])
-    budget: BudgetIn | None = None
+    budget: Any = checked(
+        {"anyOf": [BudgetIn.model_json_schema(), {"type": "null"}]},
+        description="limits (422 invalid_budget for an unknown key, a bad amount, not an object)",
+    )
 
 
 class Attempt(Schema):
@@ -287,13 +328,15 @@ class ResumePreview(Schema):
 
 
 class CancelIn(Strict):
-    reason: StrictStr = Field(description=REASON, json_schema_extra=REASON_BOUNDS)
+    ENGINE_REQUIRED = ("reason",)
+    reason: Any = checked(REASON_SCHEMA, description=REASON)
 
 
 class ResumeIn(Strict):
+    ENGINE_REQUIRED = ("reason",)
     checkpoint: StrictStr
     input_patch: dict[str, Any] | None = None
-    reason: StrictStr = Field(description=REASON, json_schema_extra=REASON_BOUNDS)
+    reason: Any = checked(REASON_SCHEMA, description=REASON)
     reexecute: StrictBool = Field(
         False,
         description="make the side effects recorded after the checkpoint again instead of "
@@ -302,10 +345,11 @@ class ResumeIn(Strict):
 
 
 class ReplayIn(Strict):
+    ENGINE_REQUIRED = ("reason",)
     checkpoint: StrictStr | None = Field(
         None, description="default: the last checkpoint before the failed (or cancelled) step"
     )
-    reason: StrictStr = Field(description=REASON, json_schema_extra=REASON_BOUNDS)
+    reason: Any = checked(REASON_SCHEMA, description=REASON)
     reexecute: StrictBool = Field(
         False, description="make the recorded side effects again instead of reusing them"
     )
@@ -338,18 +382,22 @@ class BulkReplayIn(Strict):
     """Which finished runs to replay (each from the last checkpoint before its failed
     step) and how fast."""
 
+    ENGINE_REQUIRED = ("reason",)
     status: Literal["FAILED", "CANCELLED", "SUCCEEDED"] = "FAILED"
     workflow: StrictStr | None = None
     error_code: StrictStr | None = None
     since: datetime | None = Field(None, description="created at or after (ISO time)")
-    rate: float = Field(
-        5.0, gt=0, le=1000, allow_inf_nan=False, description="replays started per second"
+    rate: Any = checked(
+        {"type": "number", "exclusiveMinimum": 0, "maximum": 1000},
+        5.0,
+        description="replays started per second, a JSON number in (0, 1000] (422 "
+        "invalid_rate otherwise)",
     )
     again: StrictBool = Field(False, description="also runs replayed before")
     reexecute: StrictBool = False
     dry_run: StrictBool = False
     limit: StrictInt = Field(500, ge=1, le=1000)
-    reason: StrictStr = Field(description=REASON, json_schema_extra=REASON_BOUNDS)
+    reason: Any = checked(REASON_SCHEMA, description=REASON)
 
 
 class BulkReplayed(Schema):
@@ -373,7 +421,8 @@ class BulkReplayOut(Schema):
 
 
 class RetryIn(Strict):
-    reason: StrictStr = Field(description=REASON, json_schema_extra=REASON_BOUNDS)
+    ENGINE_REQUIRED = ("reason",)
+    reason: Any = checked(REASON_SCHEMA, description=REASON)
     #: Retry an unknown outcome although the latest verify answer says it happened.
     against_verify: StrictBool = False
 
@@ -382,18 +431,24 @@ class BudgetRaiseIn(Strict):
     """Amounts to add; at least one must be positive. Taken as sent and checked by the
     engine as ``BudgetIn``'s (422 ``invalid_budget``)."""
 
-    reason: StrictStr = Field(description=REASON, json_schema_extra=REASON_BOUNDS)
-    add_model_calls: Any = Field(0, description=_count("model_calls"))
-    add_tool_calls: Any = Field(0, description=_count("tool_calls"))
-    add_tokens: Any = Field(0, description=_count("tokens"))
-    add_cost_usd: Any = Field("0", description=COST)
+    ENGINE_REQUIRED = ("reason",)
+    reason: Any = checked(REASON_SCHEMA, description=REASON)
+    add_model_calls: Any = checked(_count_schema("model_calls"), 0, _count("model_calls"))
+    add_tool_calls: Any = checked(_count_schema("tool_calls"), 0, _count("tool_calls"))
+    add_tokens: Any = checked(_count_schema("tokens"), 0, _count("tokens"))
+    add_cost_usd: Any = checked(COST_SCHEMA, "0", COST)
 
 
 class ResolveIn(Strict):
-    outcome: Literal["done", "not-done"]
-    evidence: StrictStr = Field(
+    ENGINE_REQUIRED = ("outcome", "evidence")
+    outcome: Any = checked(
+        {"type": "string", "enum": ["done", "not-done"]},
+        description="done or not-done (422 invalid_outcome otherwise)",
+    )
+    evidence: Any = checked(
+        {"type": "string", "minLength": 1, "maxLength": MAX_EVIDENCE_CHARS},
         description=f"what you checked: 1..{MAX_EVIDENCE_CHARS} characters (422 "
-        "evidence_required when blank, invalid_input when longer)"
+        "evidence_required when missing or blank, invalid_input when longer or not text)",
     )
     result: Any = None
     #: Resolve although the latest verify answer says the opposite (recorded).
@@ -416,12 +471,23 @@ class ApprovalOut(Schema):
 
 
 class DecideIn(Strict):
-    decision: StrictStr = Field(
-        description="approve or reject (another word: 422 invalid_decision, as on every face)"
+    ENGINE_REQUIRED = ("decision",)
+    decision: Any = checked(
+        {"type": "string", "enum": ["approve", "reject"]},
+        description="approve or reject (anything else, also a missing decision, null or "
+        "a number: 422 invalid_decision, as on every face)",
     )
-    comment: StrictStr = Field("", description=f"at most {MAX_COMMENT_CHARS} characters")
+    comment: Any = checked(
+        {"type": "string", "maxLength": MAX_COMMENT_CHARS},
+        "",
+        f"at most {MAX_COMMENT_CHARS} characters (422 invalid_input otherwise)",
+    )
     #: An agent's tool call only: approve with these arguments instead (validated
     #: against the tool's schema: 422 ``invalid_arguments`` with field errors).
     arguments: dict[str, Any] | None = None
     #: An agent's tool call only: reject and let the model read this instead.
-    message: StrictStr = Field("", description=f"at most {MAX_MESSAGE_CHARS} characters")
+    message: Any = checked(
+        {"type": "string", "maxLength": MAX_MESSAGE_CHARS},
+        "",
+        f"at most {MAX_MESSAGE_CHARS} characters (422 invalid_input otherwise)",
+    )

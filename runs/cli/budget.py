@@ -8,14 +8,15 @@ limits before and after as JSON."""
 import json
 
 from runs.cli.common import add_actor_argument, cli_actor, control_error, resolve_run
-from runs.engine.service import ControlError, raise_budget
+from runs.engine.service import ControlError, amount_from_text, raise_budget
 
 help = "raise a run's budget limits (and resume it if it was paused for its budget)"
 
 
 def add_arguments(parser):
-    # The amounts go to the engine as typed: it checks them (whole counts, USD, bounds)
-    # and refuses a bad one with invalid_budget, as from the console and the API.
+    # The amounts go to the engine as the numbers they spell (amount_from_text): it
+    # checks them (whole counts, USD, bounds) and refuses a bad one with invalid_budget,
+    # as from the console and the API.
     parser.add_argument("run_id", help="the run's id or a unique prefix (runs list shows them)")
     parser.add_argument(
         "--add-model-calls",
@@ -73,10 +74,10 @@ def handle(command, options):
         run = raise_budget(
             run,
             actor=actor,
-            add_model_calls=options["add_model_calls"],
-            add_tool_calls=options["add_tool_calls"],
-            add_cost_usd=options["add_cost_usd"],
-            add_tokens=options["add_tokens"],
+            add_model_calls=amount_from_text("model_calls", options["add_model_calls"]),
+            add_tool_calls=amount_from_text("tool_calls", options["add_tool_calls"]),
+            add_cost_usd=amount_from_text("cost_usd", options["add_cost_usd"]),
+            add_tokens=amount_from_text("tokens", options["add_tokens"]),
             reason=options["reason"],
         )
     except ControlError as exc:

@@ -27,15 +27,6 @@ CHANGED_CODES = {
 }
 
 
-#: ControlError codes that mean the form's input was wrong (400, like ``InvalidInput``),
-#: besides every ``invalid_*`` code.
-INPUT_CODES = {"reason_required", "evidence_required", "unknown_checkpoint"}
-
-
-def _input_error(code: str) -> bool:
-    return code.startswith("invalid") or code in INPUT_CODES
-
-
 def back_url(request: HttpRequest, default: str) -> str:
     """The form's ``next`` if it is a local URL, else ``default``."""
     target = request.POST.get("next") or request.GET.get("next") or ""
@@ -46,12 +37,12 @@ def back_url(request: HttpRequest, default: str) -> str:
 
 def control_refusal(request: HttpRequest, exc: ControlError, *, back: str) -> HttpResponse:
     """The page for an engine refusal, with its code (also for the audit record): 400
-    "Invalid input" for an input code (``invalid_*``, ``INPUT_CODES``), 403 for a
+    "Invalid input" for a code of bad input (``ControlError.bad_input``), 403 for a
     policy refusal (a ``PermissionDenied`` such as self-approval), 409 otherwise ("This
     run changed, reload" for ``CHANGED_CODES``, else "Refused")."""
     detail = "; ".join(f"{k}: {v}" for k, v in exc.unsaid_errors().items())
     message = f"{exc.message} [{exc.code}]" + (f" ({detail})" if detail else "")
-    if _input_error(exc.code):
+    if exc.bad_input:
         title, status = "Invalid input", 400
     elif isinstance(exc, PermissionDenied):
         title, status = "Refused", 403
@@ -69,7 +60,7 @@ def perform(
     ``stale_run`` read it (``runs.engine.control.preconditions``); on success flash
     ``success`` and redirect to ``back``; on a refusal render why (409 for a changed
     run or a refused request, 400 for invalid input: ``InvalidInput`` or an engine code
-    ``invalid_*`` / in ``INPUT_CODES``, 403 for a permission the engine checks
+    of bad input (``ControlError.bad_input``), 403 for a permission the engine checks
     itself)."""
     run_id, etag = getattr(request, "run_precondition", (None, None))
     try:

@@ -111,6 +111,28 @@ class ControlError(Exception):
         would otherwise print each reason twice)."""
         return {k: v for k, v in self.errors.items() if v not in self.message}
 
+    @property
+    def bad_input(self) -> bool:
+        """Whether the code says the sender's value was wrong (every ``invalid_*`` code
+        and ``BAD_INPUT_CODES``), rather than that the run's state refuses the request:
+        each face answers both classes with one status of its own (the console 400 and
+        409, the API 422 and 409)."""
+        return self.code.startswith("invalid") or self.code in BAD_INPUT_CODES
+
+
+#: ``ControlError`` codes of a wrong value that do not start with ``invalid``: a missing
+#: or blank reason or evidence, a name the run's workflow does not have.
+BAD_INPUT_CODES = frozenset(
+    {
+        "reason_required",
+        "evidence_required",
+        "unknown_workflow",
+        "unknown_checkpoint",
+        "unknown_step",
+        "unknown_signal",
+    }
+)
+
 
 class LeaseLost(Exception):
     """This attempt no longer holds the step's lease (it expired and another worker took

@@ -163,11 +163,13 @@ def check_text(
     return value
 
 
-def check_length(text: str, field: str, limit: int) -> None:
+def check_length(text: Any, field: str, limit: int) -> None:
     """Raise ``InputRefused`` naming ``field`` if the free text ``text`` (a reason,
-    evidence, a comment) is longer than ``limit`` characters (refused whole, never cut)
-    or breaks the text rule (NUL, a lone surrogate): it is stored as sent or not at
-    all."""
+    evidence, a comment) is not text (a JSON number, ``null``...), is longer than
+    ``limit`` characters (refused whole, never cut) or breaks the text rule (NUL, a lone
+    surrogate): it is stored as sent or not at all."""
+    if not isinstance(text, str):
+        raise InputRefused(field, "must be text")
     if len(text) > limit:
         raise InputRefused(
             field,
@@ -363,6 +365,26 @@ def number_problem(
     if maximum is not None and value > maximum:
         return TOO_LARGE
     return None
+
+
+_TEXT_INTEGER = re.compile(r"\s*[+-]?[0-9]{1,30}\s*")
+_TEXT_DECIMAL = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,3})?\s*")
+
+
+def number_from_text(value: Any) -> Any:
+    """A number typed as text (a CLI argument, a console form field) as the JSON number
+    it stands for: ``"5"`` -> ``5`` (an ``int``, exact), ``" 0.5 "`` -> ``0.5``; any
+    other value (``"abc"``, ``"NaN"``, ``"true"``, a number, ``None``) is returned
+    unchanged for ``number_problem`` to judge. Only the text faces call this: a JSON face
+    (the API) hands its value to the rule as sent, so ``"5"`` there is text, not a
+    number. Never raises."""
+    if not isinstance(value, str):
+        return value
+    if _TEXT_INTEGER.fullmatch(value):
+        return int(value)
+    if _TEXT_DECIMAL.fullmatch(value):
+        return float(value)
+    return value
 
 
 #: Largest JSON value the engine takes from outside (a signal payload, a run's or a

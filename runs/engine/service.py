@@ -97,7 +97,13 @@ from runs.engine.data.inbox import post_message, set_policy
 from runs.engine.data.model_input import assemble_context
 from runs.engine.data.retention import prune
 from runs.engine.durations import MAX_SECONDS
-from runs.engine.effects.budget import COST_PLACES, MAX_AMOUNTS, raise_budget, shown_usage
+from runs.engine.effects.budget import (
+    COST_PLACES,
+    MAX_AMOUNTS,
+    amount_from_text,
+    raise_budget,
+    shown_usage,
+)
 from runs.engine.effects.rate_limits import configured as configured_rate_limits
 from runs.engine.effects.rate_limits import waiting_by_limit
 from runs.engine.effects.unknown_outcomes import (
@@ -135,6 +141,7 @@ from runs.engine.rules import (
     field_code,
     identifier_problem,
     is_unsafe,
+    number_from_text,
     number_problem,
     parse_id,
     request_id_problem,
@@ -198,6 +205,7 @@ __all__ = [
     "plan_resume",
     "post_message",
     "raise_budget",
+    "amount_from_text",
     "redispatch",
     "replay_run",
     "request_cancel",
@@ -288,6 +296,7 @@ __all__ = [
     "MAX_NAME_CHARS",
     "MAX_CHARS",
     "MAX_REQUEST_ID_CHARS",
+    "number_from_text",
     "number_problem",
     "request_id_problem",
 ]

@@ -26,6 +26,7 @@ from runs.engine import service as engine
 from runs.engine.service import (
     IDS,
     ControlError,
+    amount_from_text,
     parse_id,
     pause_progress,
     plan_resume,
@@ -114,10 +115,11 @@ def budget(request, run_id):
             run,
             actor=actor,
             reason=_reason(request),
-            add_model_calls=post.get("add_model_calls") or 0,
-            add_tool_calls=post.get("add_tool_calls") or 0,
-            add_cost_usd=post.get("add_cost_usd") or "0",
-            add_tokens=post.get("add_tokens") or 0,
+            # Form fields are text: each becomes the number it spells.
+            add_model_calls=amount_from_text("model_calls", post.get("add_model_calls", "")),
+            add_tool_calls=amount_from_text("tool_calls", post.get("add_tool_calls", "")),
+            add_cost_usd=amount_from_text("cost_usd", post.get("add_cost_usd", "")),
+            add_tokens=amount_from_text("tokens", post.get("add_tokens", "")),
         ),
         lambda r: f"Budget of run {r.pk} raised (now {r.status}).",
     )

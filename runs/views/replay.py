@@ -27,6 +27,7 @@ from runs.engine.service import (
     check_rate,
     checkpoint_labels,
     db_now,
+    number_from_text,
     plan_replay,
     replay_run,
     replayable_checkpoints,
@@ -152,7 +153,7 @@ def bulk_replay_view(request):
         )
     try:
         reason = posted_text(request.POST, "reason")
-        rate = check_rate(request.POST.get("rate") or DEFAULT_RATE)
+        rate = check_rate(number_from_text(request.POST.get("rate") or DEFAULT_RATE))
         result = bulk_replay(
             selection,
             actor=actor_of(request),

@@ -2,6 +2,8 @@
 its texts. Kept below the verbs, so that lifecycle, cancel, rewind, budget and the rest
 refuse the same way without importing each other."""
 
+from typing import Any
+
 from runs.engine.errors import ControlError
 from runs.engine.rules import MAX_CHARS, check_length
 
@@ -17,16 +19,15 @@ MAX_REASON_CHARS = MAX_CHARS["reason"]
 MAX_EVIDENCE_CHARS = MAX_CHARS["evidence"]
 
 
-def require_reason(reason: str | None, action: str) -> str:
+def require_reason(reason: Any, action: str) -> str:
     """``reason`` stripped, for ``action`` (one of ``REASONED_ACTIONS``). Raises
-    ``ControlError("reason_required")`` naming the ``reason`` field when it is blank,
-    ``ControlError("invalid_input")`` when it is longer than ``MAX_REASON_CHARS``
-    (refused whole, never cut)."""
-    text = (reason or "").strip()
-    if not text:
+    ``ControlError("reason_required")`` naming the ``reason`` field when it is missing
+    (``None``) or blank, ``ControlError("invalid_input")`` when it is not text (a JSON
+    number, object...) or longer than ``MAX_REASON_CHARS`` (refused whole, never cut)."""
+    if reason is None or (isinstance(reason, str) and not reason.strip()):
         raise ControlError(
             "reason_required", f"{action} needs a reason (recorded in the audit log)",
             {"reason": "required"},
         )  # fmt: skip
-    check_length(text, "reason", MAX_REASON_CHARS)
-    return text
+    check_length(reason, "reason", MAX_REASON_CHARS)
+    return reason.strip()

@@ -29,7 +29,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 
 from runs.engine.control import reuse, rewind, step_listing
 from runs.engine.control.refusals import ControlError, require_reason
-from runs.engine.rules import MAX_CHARS, check_identifier, check_text
+from runs.engine.rules import MAX_CHARS, check_identifier, check_text, number_problem
 from runs.engine.state import checkpoints
 from runs.engine.state.gateway import run_transaction
 from runs.models import Checkpoint, Run, Step
@@ -358,19 +358,17 @@ class BulkResult:
 
 
 def check_rate(rate) -> float:
-    """``rate`` as a finite number of replays per second in (0, 1000]; raises
+    """``rate`` as a finite number of replays per second in (0, 1000]: a JSON number
+    (an ``int`` or ``float``, never a bool or text; a text face turns what was typed
+    into a number first, ``runs.engine.rules.number_from_text``). Raises
     ``ControlError`` ``invalid_rate`` otherwise."""
-    try:
-        value = float(rate)
-    except (TypeError, ValueError):
-        value = float("nan")
-    if not (0 < value <= 1000):
+    if number_problem(rate, maximum=1000) is not None or rate <= 0:
         raise ControlError(
             "invalid_rate",
             "rate must be a number of replays per second in (0, 1000]",
             {"rate": "a number > 0 and <= 1000"},
         )
-    return value
+    return float(rate)
 
 
 def bulk_replay(

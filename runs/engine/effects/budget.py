@@ -6,7 +6,6 @@ parent's budget is the limit over its whole family. A charge that one of them re
 is charged to none of them and stops the child as its own budget would.
 """
 
-import re
 from decimal import Decimal, InvalidOperation
 from functools import partial
 
@@ -16,7 +15,7 @@ from django.db.models import F, Q
 from runs.engine.control.refusals import ControlError, require_reason
 from runs.engine.control.takeovers import open_takeover
 from runs.engine.errors import StepError
-from runs.engine.rules import NOT_WHOLE, TRUE_FALSE, number_problem
+from runs.engine.rules import NOT_WHOLE, TRUE_FALSE, number_from_text, number_problem
 from runs.engine.state.gateway import run_transaction
 from runs.engine.state.store import store
 from runs.engine.state.store_interface import Due, Resolution
@@ -43,13 +42,13 @@ MAX_AMOUNTS = {
 }
 #: Most decimal places of a USD amount (the ``cost_usd`` column's precision).
 COST_PLACES = 6
-_WHOLE = re.compile(r"\s*[+-]?[0-9]{1,30}\s*")
 
 
 def parse_amount(key: str, value) -> Decimal:
     """``value`` as an amount for the limit ``key`` (a key of ``LIMIT_FIELDS``): counts
-    (calls, tokens) are whole numbers, given as ``int`` or a string of digits (never a
-    bool, float or ``"1e26"``); ``cost_usd`` is a finite USD amount (number or decimal
+    (calls, tokens) are whole JSON numbers (an ``int``; never a bool, a float, or text
+    such as ``"5"``: a text face turns what was typed into a number first,
+    ``amount_from_text``); ``cost_usd`` is a finite USD amount (number or decimal
     string) with at most ``COST_PLACES`` places. Both between 0 and ``MAX_AMOUNTS[key]``.
 
     Raises ``ValueError`` with a message for people (``"must be at most 1000000"``).
@@ -67,8 +66,6 @@ def parse_amount(key: str, value) -> Decimal:
             raise ValueError(f"must have at most {COST_PLACES} decimal places")
     elif number_problem(value, integer=True) is None:
         amount = Decimal(value)
-    elif isinstance(value, str) and _WHOLE.fullmatch(value):
-        amount = Decimal(int(value))
     else:
         raise ValueError(NOT_WHOLE)
     if amount < 0:
@@ -78,12 +75,22 @@ def parse_amount(key: str, value) -> Decimal:
     return amount
 
 
+def amount_from_text(key: str, text: str):
+    """The amount for the limit ``key`` that ``text`` typed on a text face (a CLI flag,
+    a console form field) stands for, as ``parse_amount`` takes it: blank text is 0, a
+    count's text the number it spells (``"5"`` -> ``5``, ``"1.5"`` -> ``1.5``, refused
+    there as not whole), a USD amount's text as typed (a decimal string). Never
+    raises: what is no number stays text, for ``parse_amount`` to refuse."""
+    if not text.strip():
+        return 0
+    return text if key == "cost_usd" else number_from_text(text)
+
+
 def limit_errors(budget) -> dict[str, str]:
     """Field errors of a run's limits (``Run.budget``), empty when valid: ``None`` (no
     limits) or a dict with any of the keys of ``LIMIT_FIELDS``, each value as
-    ``parse_amount`` accepts it, except that counts must be JSON integers (a string of
-    digits is form or command-line input, not a stored limit). Keys of the result are
-    ``budget`` or ``budget.<key>``."""
+    ``parse_amount`` accepts it. Keys of the result are ``budget`` or
+    ``budget.<key>``."""
     if budget is None:
         return {}
     if not isinstance(budget, dict):
@@ -94,9 +101,6 @@ def limit_errors(budget) -> dict[str, str]:
         if key not in LIMIT_FIELDS:
             errors[field] = f"unknown limit; use {', '.join(LIMIT_FIELDS)}"
             continue
-        if key != "cost_usd" and number_problem(value, integer=True) is not None:
-            errors[field] = NOT_WHOLE
-            continue
         try:
             parse_amount(key, value)
         except ValueError as exc:
@@ -106,8 +110,8 @@ def limit_errors(budget) -> dict[str, str]:
 
 def parse_additions(**amounts) -> dict[str, Decimal]:
     """``{"model_calls": Decimal, ...}`` from ``add_<key>=value`` keyword arguments (keys
-    of ``LIMIT_FIELDS``, values as ``parse_amount`` accepts them; ``None`` or ``""``
-    is 0), at least one of them positive.
+    of ``LIMIT_FIELDS``, values as ``parse_amount`` accepts them; ``None`` is 0), at
+    least one of them positive.
 
     Raises ``ControlError("invalid_budget")`` whose ``errors`` name each bad
     ``add_<key>``."""
@@ -117,7 +121,7 @@ def parse_additions(**amounts) -> dict[str, Decimal]:
         if key not in LIMIT_FIELDS:
             raise TypeError(f"unknown budget addition {name!r}")
         try:
-            added[key] = parse_amount(key, 0 if value in (None, "") else value)
+            added[key] = parse_amount(key, 0 if value is None else value)
         except ValueError as exc:
             errors[name] = str(exc)
     if errors:

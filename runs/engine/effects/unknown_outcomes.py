@@ -215,7 +215,7 @@ def resolve_unknown(
             f"outcome must be one of {', '.join(OUTCOMES)}",
             {"outcome": "must be done or not-done"},
         )
-    if not (evidence or "").strip():
+    if evidence is None or (isinstance(evidence, str) and not evidence.strip()):
         raise ControlError(
             "evidence_required", "say what you checked (--evidence)", {"evidence": "is required"}
         )
