@@ -181,7 +181,7 @@ BAD_BODIES = [
     ({**BODY, "thread_id": 5}, 422, "invalid_request", "thread_id"),
     # A thread id is refused with the engine's code, as on the CLI: blank, NUL or long.
     ({**BODY, "thread_id": ""}, 422, "invalid_thread", "thread_id"),
-    ({**BODY, "input": "text"}, 422, "invalid_request", "input"),
+    ({**BODY, "input": "text"}, 422, "invalid_input", "input"),
     ({**BODY, "input": {}}, 422, "invalid_input", "input.question"),
     ({**BODY, "budget": {"model_calls": -1}}, 422, "invalid_budget", "budget.model_calls"),
     ({**BODY, "budget": {"cost_usd": "-0.5"}}, 422, "invalid_budget", "budget.cost_usd"),

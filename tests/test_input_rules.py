@@ -609,6 +609,37 @@ FACE_CASES = {
             '{"workflow": "signalled", "thread_id": "b", "input": {}, "budget": []}',
         ),
     },
+    # Every input field takes a JSON object: a run's input, a resume's patch, a
+    # schedule's input.
+    "start input not an object": {
+        "code": "invalid_input",
+        "cli": ("runs", "start", "signalled", "--thread", "b", "--input", "[]"),
+        "api": ("/runs", '{"workflow": "signalled", "thread_id": "b", "input": "text"}'),
+    },
+    "start input missing": {
+        "code": "invalid_input",
+        "api": ("/runs", '{"workflow": "signalled", "thread_id": "b"}'),
+    },
+    "resume input patch not an object": {
+        "code": "invalid_input",
+        "cli": ("runs", "resume", "{run}", "--from", "x", "--input-patch", "[]", "--reason", "r"),
+        "api": ("/runs/{run}/resume", '{"checkpoint": "x", "input_patch": [], "reason": "r"}'),
+    },
+    "schedule input not an object": {
+        "code": "invalid_input",
+        "cli": (
+            "schedules",
+            "add",
+            "s",
+            "--workflow",
+            "signalled",
+            "--every",
+            "60",
+            "--input",
+            "7",
+        ),
+        "api": ("/schedules", '{"name": "s", "workflow": "signalled", "every": 60, "input": 7}'),
+    },
     "missing reason, cancel": {
         "code": "reason_required",
         "cli": ("runs", "cancel", "{run}"),

@@ -5,11 +5,10 @@ changing one ``runs.operate_run`` (403 ``permission_denied`` otherwise)."""
 from typing import Any
 
 from ninja import Router, Schema, Status
-from pydantic import Field
 
 from runs.api.conditional import conditional_action
 from runs.api.errors import ApiError, error_responses
-from runs.api.schemas import Strict, checked
+from runs.api.schemas import INPUT_OBJECT, Strict, checked
 from runs.engine import service as engine
 from runs.engine.service import (
     delete_schedule,
@@ -56,7 +55,7 @@ class ScheduleIn(Strict):
     cron: str | None = None
     timezone: str | None = None
     every: Any = checked({"type": "integer", "minimum": 1}, description="whole seconds")
-    input: dict[str, Any] = Field(default_factory=dict)
+    input: Any = checked({"type": "object"}, description="default {}; " + INPUT_OBJECT)
     overlap: Any = checked({"type": "string", "enum": ["skip", "allow"]}, "skip")
     catchup: Any = checked({"type": "string", "enum": ["none", "latest", "all"]}, "latest")
     catchup_window: Any = checked(

@@ -106,12 +106,21 @@ class BudgetIn(Strict):
     cost_usd: Any = checked(COST_SCHEMA, description=COST)
 
 
+#: What an input field takes (a run's or a schedule's input, a resume's patch): checked
+#: by the engine, which answers a value that is not a JSON object with invalid_input.
+INPUT_OBJECT = "a JSON object (422 invalid_input otherwise, as on the CLI and the console)"
+
+
 class RunCreate(Strict):
+    ENGINE_REQUIRED = ("input",)
     workflow: StrictStr = Field(examples=["room_temperature"])
     thread_id: StrictStr = Field(
         examples=["t1"], description=f"1..{MAX_CHARS['thread_id']} characters, no controls"
     )
-    input: dict[str, Any] = Field(examples=[{"question": "How warm is the living room?"}])
+    input: Any = checked(
+        {"type": "object", "examples": [{"question": "How warm is the living room?"}]},
+        description=INPUT_OBJECT,
+    )
     budget: Any = checked(
         {"anyOf": [BudgetIn.model_json_schema(), {"type": "null"}]},
         description="limits (422 invalid_budget for an unknown key, a bad amount, not an object)",
@@ -335,7 +344,9 @@ class CancelIn(Strict):
 class ResumeIn(Strict):
     ENGINE_REQUIRED = ("reason",)
     checkpoint: StrictStr
-    input_patch: dict[str, Any] | None = None
+    input_patch: Any = checked(
+        {"anyOf": [{"type": "object"}, {"type": "null"}]}, description=INPUT_OBJECT
+    )
     reason: Any = checked(REASON_SCHEMA, description=REASON)
     reexecute: StrictBool = Field(
         False,
