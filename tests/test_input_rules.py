@@ -526,6 +526,27 @@ FACE_CASES = {
     },
     **{f"budget count {k}": _budget_case("--add-model-calls", v) for k, v in BAD_COUNTS.items()},
     **{f"budget cost {k}": _budget_case("--add-cost-usd", v) for k, v in BAD_COSTS.items()},
+    # A USD amount typed or sent as text is ASCII digits with an optional fraction.
+    **{
+        f"budget cost text {text!r}": {
+            **_budget_case("--add-cost-usd", text),
+            "api": ("/runs/{run}/budget", json.dumps({"reason": "r", "add_cost_usd": text})),
+        }
+        for text in ("5_0", "\u0663", "\uff15", "+5", "5.", ".5")
+    },
+    "budget cost JSON text with blanks": {
+        "code": "invalid_budget",
+        "api": ("/runs/{run}/budget", '{"reason": "r", "add_cost_usd": " 5 "}'),
+    },
+    "start budget cost text": {
+        "code": "invalid_budget",
+        "cli": ("runs", "start", "signalled", "--thread", "b", "--budget", '{"cost_usd": "5_0"}'),
+        "api": (
+            "/runs",
+            '{"workflow": "signalled", "thread_id": "b", "input": {}, '
+            '"budget": {"cost_usd": "5_0"}}',
+        ),
+    },  # fmt: skip
     "start budget true": {
         "code": "invalid_budget",
         "cli": ("runs", "start", "signalled", "--thread", "b", "--budget", '{"tool_calls": true}'),
@@ -624,6 +645,27 @@ FACE_CASES = {
         "code": "invalid_input",
         "cli": ("runs", "resume", "{run}", "--from", "x", "--input-patch", "[]", "--reason", "r"),
         "api": ("/runs/{run}/resume", '{"checkpoint": "x", "input_patch": [], "reason": "r"}'),
+    },
+    # A sent null is not an object: the engine would take it for a field left out.
+    "resume input patch null": {
+        "code": "invalid_input",
+        "cli": ("runs", "resume", "{run}", "--from", "x", "--input-patch", "null", "--reason", "r"),
+        "api": ("/runs/{run}/resume", '{"checkpoint": "x", "input_patch": null, "reason": "r"}'),
+    },
+    "schedule input null": {
+        "code": "invalid_input",
+        "cli": (
+            "schedules",
+            "add",
+            "s",
+            "--workflow",
+            "signalled",
+            "--every",
+            "60",
+            "--input",
+            "null",
+        ),
+        "api": ("/schedules", '{"name": "s", "workflow": "signalled", "every": 60, "input": null}'),
     },
     "schedule input not an object": {
         "code": "invalid_input",
@@ -850,3 +892,24 @@ def test_a_thread_message_over_its_limit_is_refused_whole(manage_in_process):  #
     assert status == 1 and "[invalid_message]" in err, err
     assert f"at most {MAX_CHARS['thread_message']} characters" in err
     assert not Message.objects.exists() and not Run.objects.exists()
+
+
+def test_a_null_limit_is_no_limit_on_every_face(actors, clients, manage_in_process):  # noqa: F811
+    from runs.models import Run
+
+    budget = '{"model_calls": null, "tool_calls": 3}'
+    status, out, err = manage_in_process(
+        "runs", "start", "signalled", "--thread", "null-cli", "--budget", budget
+    )
+    assert status == 0, err
+    _, token = create_token(actors["bob"])
+    api = clients["bob"].post(
+        "/api/v1/runs",
+        f'{{"workflow": "signalled", "thread_id": "null-api", "input": {{}}, "budget": {budget}}}',
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert api.status_code == 201, api.content
+    assert api.json()["budget"]["limits"] == {"tool_calls": 3}
+    stored = dict(Run.objects.values_list("thread__thread_id", "budget"))
+    assert stored == {"null-cli": {"tool_calls": 3}, "null-api": {"tool_calls": 3}}

@@ -39,6 +39,7 @@ from runs.api.schemas import (
     RunOut,
     RunPage,
     StepPage,
+    sent_object,
 )
 from runs.console.filters import RunFilter
 from runs.engine.service import (
@@ -94,12 +95,9 @@ def create_run(
         "input": payload.input,
     }
     if payload.budget is not None:
-        # As sent, for the engine to check (a NaN stays a NaN, a list stays a list); a
-        # null limit is an omitted one.
-        budget = payload.budget
-        if isinstance(budget, dict):
-            budget = {key: value for key, value in budget.items() if value is not None}
-        body["budget"] = budget
+        # As sent, for the engine to check (a NaN stays a NaN, a list stays a list; a
+        # null limit is no limit, as on every face).
+        body["budget"] = payload.budget
     check_idempotency_key(idempotency_key)
     fingerprint = request_fingerprint(body)
     if idempotency_key:
@@ -407,7 +405,7 @@ def resume_run(request, run_id: UUID, payload: ResumeIn):
         run,
         payload.checkpoint,
         actor=access.actor(request.user),
-        input_patch=payload.input_patch,
+        input_patch=sent_object(payload, "input_patch"),
         reason=payload.reason,
         reexecute=payload.reexecute,
     )

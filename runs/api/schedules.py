@@ -8,7 +8,7 @@ from ninja import Router, Schema, Status
 
 from runs.api.conditional import conditional_action
 from runs.api.errors import ApiError, error_responses
-from runs.api.schemas import INPUT_OBJECT, Strict, checked
+from runs.api.schemas import INPUT_OBJECT, Strict, checked, sent_object
 from runs.engine import service as engine
 from runs.engine.service import (
     delete_schedule,
@@ -97,7 +97,7 @@ def create_schedule(request, payload: ScheduleIn):
         cron=payload.cron,
         timezone=payload.timezone,
         every=payload.every,
-        input=payload.input,
+        input=sent_object(payload, "input"),
         overlap=payload.overlap,
         catchup=payload.catchup,
         catchup_window=payload.catchup_window,

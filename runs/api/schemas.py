@@ -20,6 +20,7 @@ from runs.engine.service import (
     MAX_CHARS,
     MAX_EVIDENCE_CHARS,
     MAX_REASON_CHARS,
+    check_object,
 )
 
 
@@ -49,6 +50,16 @@ def checked(json_schema: dict[str, Any], default: Any = None, description: str =
     is due is ``invalid_budget``, a missing reason ``reason_required``);
     ``json_schema`` is what the OpenAPI document says the field takes."""
     return Field(default, description=description, json_schema_extra=json_schema)
+
+
+def sent_object(payload: Schema, field: str) -> Any:
+    """``payload``'s ``field`` (an input or a patch, ``checked``) for the engine:
+    ``None`` when it was left out; when it was sent, a JSON object or the engine's
+    ``invalid_input`` (``check_object``), ``null`` included, which the engine would
+    otherwise take for a field left out."""
+    if field not in payload.model_fields_set:
+        return None
+    return check_object(getattr(payload, field), field)
 
 
 #: Every reason field, described with its bounds in the OpenAPI document; not checked

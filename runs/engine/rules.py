@@ -422,6 +422,16 @@ def value_problem(value: Any) -> tuple[str, str, str] | None:
     return None
 
 
+def check_object(value: Any, field: str) -> dict[str, Any]:
+    """``value`` when it is a JSON object (a dict); raises ``InputRefused``
+    (``invalid_input``, ``{field: "must be a JSON object"}``) otherwise, ``null``
+    included. A face that reads an omitted value as ``None`` calls it for a value that
+    was sent, so a sent ``null`` is refused as the CLI refuses it."""
+    if not isinstance(value, dict):
+        raise InputRefused(field, "must be a JSON object")
+    return value
+
+
 def check_value(value: Any, field: str, *, code: str = INVALID_INPUT) -> Any:
     """``value`` when ``value_problem`` finds nothing; raises ``InputRefused`` naming
     the place inside it (``field`` + path: ``payload.note``) otherwise."""

@@ -12,7 +12,7 @@ from django.db.models.functions import Now
 from runs.engine.control.branches import branch_counts
 from runs.engine.control.refusals import ControlError, require_reason
 from runs.engine.control.takeovers import open_takeover
-from runs.engine.effects.budget import limit_errors
+from runs.engine.effects.budget import limit_errors, set_limits
 from runs.engine.effects.budget import shown_usage as budget_usage
 from runs.engine.effects.unknown_outcomes import resolve_unknown
 from runs.engine.execution import dispatch, liveness
@@ -140,7 +140,7 @@ def create_run(
             actor=actor,
             owner=owner,
             goal=goal,
-            budget=budget or {},
+            budget=set_limits(budget),
             faults=faults or {},
             request_id=request_id or "",
             request_fingerprint=request_fingerprint,

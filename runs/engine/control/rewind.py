@@ -35,7 +35,7 @@ from runs.engine.control.checkpoint_names import resumable_names, usable
 from runs.engine.control.refusals import ControlError, require_reason
 from runs.engine.control.step_listing import branch_groups, listing
 from runs.engine.effects.budget import usage
-from runs.engine.rules import check_identifier, value_problem
+from runs.engine.rules import check_identifier, check_object, value_problem
 from runs.engine.state import checkpoints
 from runs.engine.state.gateway import RunTx, run_transaction
 from runs.engine.state.store import store
@@ -124,15 +124,13 @@ def plan_resume(
     ``unknown_workflow_version``; ``invalid_input`` for a checkpoint name that breaks the
     identifier rule, before anything else."""
     check_identifier(checkpoint_name, "checkpoint")
+    # A bad patch is refused before the run's state is read, as the CLI and the
+    # console refuse it before they reach the engine.
+    if input_patch is not None:
+        check_object(input_patch, "input_patch")
     run.refresh_from_db()
     if run.status in RUN_TERMINAL:
         raise ControlError("run_terminal", f"run is {run.status}; terminal runs do not resume")
-    if input_patch is not None and not isinstance(input_patch, dict):
-        raise ControlError(
-            "invalid_input",
-            "input patch must be a JSON object",
-            {"input_patch": "must be a JSON object"},
-        )
     found = value_problem(input_patch)
     if found is not None:
         path, type_name, reason = found

@@ -6,6 +6,7 @@ parent's budget is the limit over its whole family. A charge that one of them re
 is charged to none of them and stops the child as its own budget would.
 """
 
+import re
 from decimal import Decimal, InvalidOperation
 from functools import partial
 
@@ -44,20 +45,28 @@ MAX_AMOUNTS = {
 COST_PLACES = 6
 
 
+_USD_TEXT = re.compile(r"[0-9]+(\.[0-9]+)?", re.ASCII)
+
+
 def parse_amount(key: str, value) -> Decimal:
     """``value`` as an amount for the limit ``key`` (a key of ``LIMIT_FIELDS``): counts
     (calls, tokens) are whole JSON numbers (an ``int``; never a bool, a float, or text
     such as ``"5"``: a text face turns what was typed into a number first,
-    ``amount_from_text``); ``cost_usd`` is a finite USD amount (number or decimal
-    string) with at most ``COST_PLACES`` places. Both between 0 and ``MAX_AMOUNTS[key]``.
+    ``amount_from_text``); ``cost_usd`` is a finite USD amount (a number, or a decimal
+    string of ASCII digits such as ``"0.05"``) with at most ``COST_PLACES`` places.
+    Both between 0 and ``MAX_AMOUNTS[key]``.
 
     Raises ``ValueError`` with a message for people (``"must be at most 1000000"``).
     """
     if number_problem(value) == TRUE_FALSE:
         raise ValueError(TRUE_FALSE)
     if key == "cost_usd":
+        # Text is ASCII digits with an optional fraction: Decimal alone also reads
+        # "5_0", " 5 ", "+5" and other scripts' digits, which would be stored as sent.
+        if isinstance(value, str) and not _USD_TEXT.fullmatch(value):
+            raise ValueError("must be an amount in USD, e.g. 0.05")
         try:
-            amount = Decimal(str(value).strip())
+            amount = Decimal(str(value))
         except InvalidOperation:
             raise ValueError("must be an amount in USD, e.g. 0.05") from None
         if not amount.is_finite():
@@ -83,14 +92,14 @@ def amount_from_text(key: str, text: str):
     raises: what is no number stays text, for ``parse_amount`` to refuse."""
     if not text.strip():
         return 0
-    return text if key == "cost_usd" else number_from_text(text)
+    return text.strip() if key == "cost_usd" else number_from_text(text)
 
 
 def limit_errors(budget) -> dict[str, str]:
     """Field errors of a run's limits (``Run.budget``), empty when valid: ``None`` (no
     limits) or a dict with any of the keys of ``LIMIT_FIELDS``, each value as
-    ``parse_amount`` accepts it. Keys of the result are ``budget`` or
-    ``budget.<key>``."""
+    ``parse_amount`` accepts it or ``None`` (no such limit, ``set_limits``). Keys of the
+    result are ``budget`` or ``budget.<key>``."""
     if budget is None:
         return {}
     if not isinstance(budget, dict):
@@ -101,11 +110,19 @@ def limit_errors(budget) -> dict[str, str]:
         if key not in LIMIT_FIELDS:
             errors[field] = f"unknown limit; use {', '.join(LIMIT_FIELDS)}"
             continue
+        if value is None:
+            continue
         try:
             parse_amount(key, value)
         except ValueError as exc:
             errors[field] = str(exc)
     return errors
+
+
+def set_limits(budget: dict | None) -> dict:
+    """The limits a valid ``budget`` (``limit_errors`` found none) sets, as stored on
+    the run: a limit given as ``None`` is no limit, on every face."""
+    return {key: value for key, value in (budget or {}).items() if value is not None}
 
 
 def parse_additions(**amounts) -> dict[str, Decimal]:
