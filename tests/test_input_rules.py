@@ -667,6 +667,44 @@ FACE_CASES = {
         ),
         "api": ("/schedules", '{"name": "s", "workflow": "signalled", "every": 60, "input": null}'),
     },
+    "schedule every 0": {
+        "code": "invalid_input",
+        "cli": ("schedules", "add", "s", "--workflow", "signalled", "--every", "0"),
+        "api": ("/schedules", '{"name": "s", "workflow": "signalled", "every": 0}'),
+    },
+    "schedule overlap unknown": {
+        "code": "invalid_input",
+        "cli": (
+            "schedules",
+            "add",
+            "s",
+            "--workflow",
+            "signalled",
+            "--every",
+            "9",
+            "--overlap",
+            "x",
+        ),
+        "api": ("/schedules", '{"name": "s", "workflow": "signalled", "every": 9, "overlap": "x"}'),
+    },
+    "schedule catch-up window as text": {
+        "code": "invalid_input",
+        "cli": (
+            "schedules",
+            "add",
+            "s",
+            "--workflow",
+            "signalled",
+            "--every",
+            "9",
+            "--catchup-window",
+            "a",
+        ),
+        "api": (
+            "/schedules",
+            '{"name": "s", "workflow": "signalled", "every": 9, "catchup_window": "a"}',
+        ),
+    },
     "schedule input not an object": {
         "code": "invalid_input",
         "cli": (

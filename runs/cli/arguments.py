@@ -41,17 +41,27 @@ MAX_DAYS = 365_000.0
 MAX_SECONDS = MAX_DAYS * 86400
 
 
-def integer(low: int = 0, high: int = MAX_COUNT) -> Callable[[str], int]:
+def _coded(message: str, code: str | None) -> str:
+    return f"{message} [{code}]" if code else message
+
+
+def integer(low: int = 0, high: int = MAX_COUNT, code: str | None = None) -> Callable[[str], int]:
     """An argparse ``type`` for a whole number from ``low`` to ``high`` (inclusive);
-    anything else raises ``argparse.ArgumentTypeError`` (a usage error, exit 2)."""
+    anything else raises ``argparse.ArgumentTypeError`` (a usage error, exit 2), its
+    message ending ``[code]`` when the value is one the engine has a rule and a code
+    for (the API answers it with that code)."""
 
     def parse(value: str) -> int:
         try:
             number = int(value)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+            raise argparse.ArgumentTypeError(
+                _coded(f"{value!r} is not a whole number", code)
+            ) from None
         if not low <= number <= high:
-            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+            raise argparse.ArgumentTypeError(
+                _coded(f"{value} is not between {low} and {high}", code)
+            )
         return number
 
     parse.__name__ = "whole number"
@@ -195,10 +205,26 @@ def identifier(kind: str) -> Callable[[str], str]:
 thread_id = identifier("thread_id")
 
 
-def seconds(low: int = 1) -> Callable[[str], int]:
+def seconds(low: int = 1, code: str | None = None) -> Callable[[str], int]:
     """An argparse ``type`` for a whole number of seconds from ``low`` to
-    ``runs.engine.durations.MAX_SECONDS`` (ten years), the bound the engine keeps."""
-    return integer(low, engine.MAX_SECONDS)
+    ``runs.engine.durations.MAX_SECONDS`` (ten years), the bound the engine keeps;
+    ``code`` as for ``integer``."""
+    return integer(low, engine.MAX_SECONDS, code)
+
+
+def choice(values: list[str], code: str) -> Callable[[str], str]:
+    """An argparse ``type`` for one of ``values``: argparse's own ``choices`` message
+    carries no code, and the API answers the same bad value with ``code``."""
+
+    def parse(value: str) -> str:
+        if value not in values:
+            raise argparse.ArgumentTypeError(
+                f"{value!r} is not one of {', '.join(values)} [{code}]"
+            )
+        return value
+
+    parse.__name__ = "choice"
+    return parse
 
 
 def required_text(value: str) -> str:

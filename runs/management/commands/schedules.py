@@ -42,7 +42,10 @@ class Command(OperatorCommand):
         timing = add.add_mutually_exclusive_group(required=True)
         timing.add_argument("--cron", type=arguments.required_text, help='e.g. "0 9 * * 1"')
         timing.add_argument(
-            "--every", type=arguments.seconds(), metavar="SECONDS", help="an interval"
+            "--every",
+            type=arguments.seconds(code="invalid_input"),
+            metavar="SECONDS",
+            help="an interval",
         )
         add.add_argument(
             "--tz",
@@ -55,19 +58,21 @@ class Command(OperatorCommand):
         )
         add.add_argument(
             "--overlap",
-            choices=Schedule.Overlap.values,
+            type=arguments.choice(Schedule.Overlap.values, "invalid_input"),
+            metavar="{" + ",".join(Schedule.Overlap.values) + "}",
             default="skip",
             help="skip a tick while the previous run is open (default), or allow it",
         )
         add.add_argument(
             "--catchup",
-            choices=Schedule.Catchup.values,
+            type=arguments.choice(Schedule.Catchup.values, "invalid_input"),
+            metavar="{" + ",".join(Schedule.Catchup.values) + "}",
             default="latest",
             help="missed ticks after downtime: none, the latest (default), or all",
         )
         add.add_argument(
             "--catchup-window",
-            type=arguments.seconds(),
+            type=arguments.seconds(code="invalid_input"),
             default=3600,
             metavar="SECONDS",
             help="how far back --catchup all goes",
