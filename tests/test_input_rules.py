@@ -760,6 +760,7 @@ FACE_CASES = {
     },
     "missing decision": {
         "code": "invalid_decision",
+        "cli": ("approvals", "decide", "{approval}", "--as", "carol"),
         "console": ("console:decide", "{approval}", {}),
         "api": ("/approvals/{approval}/decide", "{}"),
     },

@@ -46,7 +46,8 @@ class Command(OperatorCommand):
         # on the console and the API, not a usage error.
         p.add_argument("approval_id", help="the approval's id (approvals list shows it)")
         # The engine refuses another word (invalid_decision), as from the console and API.
-        p.add_argument("decision", help="approve or reject")
+        # Optional here so that a missing one is the engine's invalid_decision too.
+        p.add_argument("decision", nargs="?", help="approve or reject")
         p.add_argument("--comment", default="", help="why (recorded with the decision)")
         p.add_argument(
             "--arguments",
