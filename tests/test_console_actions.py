@@ -202,8 +202,10 @@ def test_it_previews_then_resumes_from_a_checkpoint(clients, paused_run):
     assert "How warm is the attic?" in preview.content.decode()
     bad = clients["bob"].get(url, {"checkpoint": "start", "input_patch": "{not json"})
     assert bad.status_code == 400 and b"not valid JSON" in bad.content
+    assert b"[invalid_json]" in bad.content
     not_object = clients["bob"].get(url, {"checkpoint": "start", "input_patch": "[1]"})
     assert not_object.status_code == 400 and b"must be a JSON object" in not_object.content
+    assert b"[invalid_input]" in not_object.content
     generation = paused_run.generation
     form = {
         "checkpoint": "start",

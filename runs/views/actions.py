@@ -174,7 +174,7 @@ def _resume_plan(request, run_id, data, notice: str = ""):
         context["plan"] = plan_resume(run, checkpoint, patch, reexecute=reexecute)
         context["previewed"] = _previewed(checkpoint, patch, reexecute)
     except InvalidInput as exc:
-        context["error"] = str(exc)
+        context["error"] = f"{exc} [{exc.code}]"
     except ControlError as exc:
         context["error"] = f"{exc.message} [{exc.code}]"
     return render(

@@ -248,7 +248,7 @@ def run_events(request, run_id):
     try:
         before, after = _seq_param(request, "before"), _seq_param(request, "after")
     except InvalidInput as exc:
-        return refusal(request, title="Bad event page", message=str(exc), status=400)
+        return refusal(request, title="Bad event page", message=str(exc), status=400, code=exc.code)
     chunk = event_chunk(run, before=before, after=after)
     context = {
         "run": run,
