@@ -1,3 +1,5 @@
+import logging
+import sys
 import threading
 
 import pytest
@@ -87,3 +89,15 @@ def room_temperature():
 def _faulty_workflow():
     """The ``faulty`` test workflow (tests/workflows/faulty.py) in every test process."""
     import tests.workflows.faulty  # noqa: F401 - registers it
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _log_to_the_process_stderr():
+    """The settings' console handler writes to ``sys.__stderr__``. It was made with the
+    ``sys.stderr`` of the moment Django was set up, which under pytest is a capture that
+    is closed after its test; a record logged later then failed in the handler
+    ("I/O operation on closed file") instead of being written. pytest's descriptor
+    capture still collects what goes to the process's stderr."""
+    for handler in logging.getLogger().handlers:
+        if handler.name == "console" and isinstance(handler, logging.StreamHandler):
+            handler.stream = sys.__stderr__
