@@ -12,8 +12,9 @@ import tests.workflows.signalled  # noqa: F401 - registers the workflow
 from apitokens.services import create_token
 from runs.api.app import api
 from runs.engine.control.lifecycle import start_run
-from runs.models import Approval, Event, Run, Schedule, Signal, Step
+from runs.models import Approval, Step
 from tests.support.in_process import actors, clients, fast_passwords  # noqa: F401
+from tests.support.written import written_state
 
 pytestmark = pytest.mark.django_db
 
@@ -27,16 +28,6 @@ def _endpoints():
     (paths from ``/api/v1/``)."""
     paths = api.get_openapi_schema()["paths"]
     return [(method.upper(), path) for path, ops in paths.items() for method in ops]
-
-
-def _written():
-    return (
-        sorted(Run.objects.values_list("pk", "status", "version")),
-        Event.objects.count(),
-        Signal.objects.count(),
-        sorted(Approval.objects.values_list("pk", "status")),
-        Schedule.objects.count(),
-    )
 
 
 @pytest.fixture
@@ -70,7 +61,7 @@ def test_every_endpoint_refuses_a_query_parameter_it_does_not_take(filled, clien
     client = clients["bob"]
     endpoints = _endpoints()
     assert len(endpoints) >= 25  # every operation, not an empty list
-    before = _written()
+    before = written_state()
     answers = {}
     for method, template in endpoints:
         # A signal's idempotency key belongs in its header; here it would be ignored.
@@ -81,7 +72,7 @@ def test_every_endpoint_refuses_a_query_parameter_it_does_not_take(filled, clien
         answers[(method, template)] = (response.status_code, body["code"], list(body["errors"]))
     expected = {key: (400, "unknown_parameter", ["request_id"]) for key in answers}
     assert answers == expected
-    assert _written() == before
+    assert written_state() == before
 
     # A parameter the endpoint takes still works.
     listed = client.get("/api/v1/runs?limit=5", **headers)
@@ -93,7 +84,7 @@ def test_every_endpoint_that_takes_a_body_refuses_one_not_sent_as_json(filled, c
     client = clients["bob"]
     posts = [template for method, template in _endpoints() if method == "POST"]
     assert len(posts) >= 15
-    before = _written()
+    before = written_state()
     answers = {}
     for template in posts:
         for content_type in NOT_JSON:
@@ -102,7 +93,7 @@ def test_every_endpoint_that_takes_a_body_refuses_one_not_sent_as_json(filled, c
             )
             answers[(template, content_type)] = (response.status_code, response.json()["code"])
     assert set(answers.values()) == {(415, "unsupported_media_type")}, answers
-    assert _written() == before
+    assert written_state() == before
 
     # JSON with parameters, in any case, is JSON; a request without a body needs no type.
     run_id = fill("{run_id}")

@@ -10,12 +10,12 @@ from urllib.parse import quote
 import pytest
 
 import tests.workflows.signalled  # noqa: F401 - registers the workflow
-from apitokens.models import ApiToken
 from apitokens.services import create_token
 from runs.engine.control.lifecycle import start_run
 from runs.engine.rules import IDS, MAX_ID, parse_id
-from runs.models import Approval, Event, RefusedAction, Run, Signal, Step, Takeover
+from runs.models import Approval, Step, Takeover
 from tests.support.in_process import actors, clients, fast_passwords  # noqa: F401
+from tests.support.written import written_state
 
 pytestmark = pytest.mark.django_db
 
@@ -139,19 +139,6 @@ def _faces(kind, run, step, clients, manage, token, carol_token):  # noqa: F811
     return faces[kind]
 
 
-def _written():
-    """What a refused request must leave as it was."""
-    return (
-        sorted(Run.objects.values_list("pk", "status", "version")),
-        Event.objects.count(),
-        Signal.objects.count(),
-        sorted(Approval.objects.values_list("pk", "status")),
-        sorted(Takeover.objects.values_list("pk", "status", "claimed_by")),
-        ApiToken.objects.filter(revoked_at__isnull=True).count(),
-        RefusedAction.objects.count(),
-    )
-
-
 @pytest.mark.parametrize("kind", list(IDS))
 def test_an_ill_formed_or_unknown_id_gets_its_kinds_one_code_on_every_face(
     kind,
@@ -168,7 +155,7 @@ def test_an_ill_formed_or_unknown_id_gets_its_kinds_one_code_on_every_face(
     faces = _faces(kind, run, step, clients, manage_in_process, token, carol_token)
     values = ILL_FORMED_RUN_IDS if IDS[kind].uuid else ILL_FORMED_NUMBERS
     values = [*values, *([UNKNOWN[kind]] if kind in UNKNOWN else [])]
-    before = _written()
+    before = written_state(tokens=True)
 
     answers = {}
     for value in values:
@@ -178,7 +165,7 @@ def test_an_ill_formed_or_unknown_id_gets_its_kinds_one_code_on_every_face(
     code = IDS[kind].code
     expected = {key: "not_found" if key[1].startswith("api") else code for key in answers}
     assert answers == expected
-    assert _written() == before
+    assert written_state(tokens=True) == before
 
 
 def test_every_id_in_a_url_path_is_parsed_by_its_kinds_converter():

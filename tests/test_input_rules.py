@@ -35,6 +35,7 @@ from runs.engine.rules import (
 )
 from runs.models import Event, RefusedAction, Signal
 from tests.support.in_process import actors, clients, fast_passwords  # noqa: F401
+from tests.support.written import written_state
 
 pytestmark = pytest.mark.django_db
 
@@ -799,20 +800,6 @@ CONSOLE_STATUS = {"unknown_run": 404, "unknown_approval": 404}
 API_STATUS = {"invalid_json": 400, "not_found": 404}
 
 
-def _written():
-    """What a refused request must leave as it was: every run, event, signal,
-    approval and schedule with its state."""
-    from runs.models import Approval, Run, Schedule
-
-    return (
-        sorted(Run.objects.values_list("pk", "status", "version", "budget")),
-        Event.objects.count(),
-        Signal.objects.count(),
-        sorted(Approval.objects.values_list("pk", "status", "comment")),
-        Schedule.objects.count(),
-    )
-
-
 @pytest.fixture
 def arranged(actors):  # noqa: F811
     """A run of ``signalled`` waiting for its signal, with a model-call limit and a
@@ -855,7 +842,7 @@ def test_one_bad_value_gets_one_code_on_the_cli_the_console_and_the_api(
             text = text.replace(name, value)
         return text
 
-    before = _written()
+    before = written_state()
 
     if "cli" in spec:
         status, _, err = manage_in_process(*map(named, spec["cli"]))
@@ -886,7 +873,7 @@ def test_one_bad_value_gets_one_code_on_the_cli_the_console_and_the_api(
         api.content
     )
 
-    assert _written() == before
+    assert written_state() == before
     assert not RefusedAction.objects.exists()  # 4xx input errors are not audited refusals
 
 
@@ -906,7 +893,7 @@ def test_a_console_form_that_is_not_utf8_is_refused_whole(form, arranged, client
     url_name, body, who = UNDECODABLE_FORMS[form]
     run, approval = arranged
     target = approval.pk if url_name == "console:decide" else run.pk
-    before = _written()
+    before = written_state()
     response = clients[who].generic(
         "POST",
         reverse(url_name, args=[target]),
@@ -915,7 +902,7 @@ def test_a_console_form_that_is_not_utf8_is_refused_whole(form, arranged, client
     )
     assert response.status_code == 400, response.content
     assert response.refusal_code == "invalid_input" and b"not valid UTF-8" in response.content
-    assert _written() == before
+    assert written_state() == before
     if form == "field name":
         # A page's query string is read from its bytes too.
         page = clients[who].get("/runs/?q=a%ED%A0%80b")
